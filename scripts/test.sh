@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs every test of the project: formatting, lints, the pool's unit tests, and the integration
+# tests (C and Python programs run under the preloaded library against the CUDA simulator).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo build --workspace
+cargo test --workspace

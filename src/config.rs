@@ -1,0 +1,332 @@
+//! Every `GPUPOOL_*` variable, parsed and validated in one place.
+//!
+//! Parsing is pure (a lookup function in, a `Config` and warnings out) so it is unit-tested without
+//! touching the process environment. A bad value never fails: it yields one warning line and the
+//! default.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+/// When a cached block may be handed out again after the program freed it (contract item 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReuseMode {
+    /// A freed block is reused only after a device-wide completion point (the program's own
+    /// `cudaDeviceSynchronize`, or a fence the pool takes lazily). Covers every stream, including
+    /// streams the pool cannot see (libraries with a static cudart, such as NCCL).
+    Strict,
+    /// A freed block is reused after one action on the legacy default stream (a kernel the program
+    /// launched there, or a `cudaStreamWaitEvent` the pool issues): covers work on blocking
+    /// streams. Falls back to `Strict` once the program creates a non-blocking stream.
+    Barrier,
+    /// A freed block is reused at once, trusting stream order (PyTorch's rule for one stream).
+    Relaxed,
+}
+
+impl ReuseMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReuseMode::Strict => "strict",
+            ReuseMode::Barrier => "barrier",
+            ReuseMode::Relaxed => "relaxed",
+        }
+    }
+}
+
+/// The release threshold: cached-but-unused bytes per device to keep.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Threshold {
+    /// Keep everything (the default, as PyTorch does).
+    KeepAll,
+    Bytes(u64),
+    /// A fraction (0..=1) of the device's total memory, resolved when the device's pool is made.
+    Fraction(f64),
+}
+
+impl Threshold {
+    /// The threshold in bytes for a device with `total` bytes of memory.
+    pub fn resolve(self, total: u64) -> u64 {
+        match self {
+            Threshold::KeepAll => u64::MAX,
+            Threshold::Bytes(b) => b,
+            Threshold::Fraction(f) => (total as f64 * f) as u64,
+        }
+    }
+}
+
+/// Where the exit summary goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SummaryDest {
+    Off,
+    Stderr,
+    Stdout,
+    Path(Vec<u8>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub disable: bool,
+    pub release_threshold: Threshold,
+    pub reuse: ReuseMode,
+    /// Cached blocks at least this large are never split, and serve only requests of at least
+    /// this size (PyTorch's `max_split_size_mb`).
+    pub max_split_size: u64,
+    /// In strict mode, freed-but-unfenced bytes above which the pool fences rather than growing.
+    pub fence_bytes: u64,
+    pub summary: SummaryDest,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            disable: false,
+            release_threshold: Threshold::KeepAll,
+            reuse: ReuseMode::Strict,
+            max_split_size: u64::MAX,
+            fence_bytes: 64 << 20,
+            summary: SummaryDest::Off,
+        }
+    }
+}
+
+/// The variables this module understands, for the warning about misspelled ones.
+pub const VARIABLES: &[&str] = &[
+    "GPUPOOL_DISABLE",
+    "GPUPOOL_RELEASE_THRESHOLD",
+    "GPUPOOL_REUSE",
+    "GPUPOOL_MAX_SPLIT_SIZE",
+    "GPUPOOL_FENCE_BYTES",
+    "GPUPOOL_SUMMARY",
+];
+
+impl Config {
+    /// Parse from a lookup function (the environment, or a map in tests). Returns the config and
+    /// one warning line per bad value.
+    pub fn parse(get: impl Fn(&str) -> Option<Vec<u8>>) -> (Config, Vec<String>) {
+        let mut c = Config::default();
+        let mut warnings = Vec::new();
+        let mut bad = |name: &str, raw: &[u8], why: &str, default: &str| {
+            warnings.push(format!(
+                "{name}={:?} ignored ({why}); using {default}",
+                String::from_utf8_lossy(raw)
+            ));
+        };
+        if let Some(v) = get("GPUPOOL_DISABLE") {
+            match parse_bool(&v) {
+                Some(b) => c.disable = b,
+                None => bad("GPUPOOL_DISABLE", &v, "expected 0 or 1", "0"),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_RELEASE_THRESHOLD") {
+            match parse_threshold(&v) {
+                Some(t) => c.release_threshold = t,
+                None => bad(
+                    "GPUPOOL_RELEASE_THRESHOLD",
+                    &v,
+                    "expected bytes with a unit such as 512MiB or 4GiB, a percentage such as 40%, or 'none'",
+                    "none (keep all cached memory)",
+                ),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_REUSE") {
+            match trimmed(&v).map(|s| s.to_ascii_lowercase()).as_deref() {
+                Some("strict") => c.reuse = ReuseMode::Strict,
+                Some("barrier") => c.reuse = ReuseMode::Barrier,
+                Some("relaxed") => c.reuse = ReuseMode::Relaxed,
+                _ => bad(
+                    "GPUPOOL_REUSE",
+                    &v,
+                    "expected strict, barrier or relaxed",
+                    "strict",
+                ),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_MAX_SPLIT_SIZE") {
+            match parse_bytes_or_none(&v) {
+                Some(b) if b >= 2 << 20 => c.max_split_size = b,
+                _ => bad(
+                    "GPUPOOL_MAX_SPLIT_SIZE",
+                    &v,
+                    "expected a size of at least 2MiB, or 'none'",
+                    "none",
+                ),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_FENCE_BYTES") {
+            match parse_bytes_or_none(&v) {
+                Some(b) => c.fence_bytes = b,
+                None => bad("GPUPOOL_FENCE_BYTES", &v, "expected a size", "64MiB"),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_SUMMARY") {
+            c.summary = match trimmed(&v).as_deref() {
+                Some("") | None => {
+                    bad("GPUPOOL_SUMMARY", &v, "empty", "off");
+                    SummaryDest::Off
+                }
+                Some("0") | Some("off") => SummaryDest::Off,
+                Some("stderr") | Some("1") => SummaryDest::Stderr,
+                Some("stdout") => SummaryDest::Stdout,
+                Some(_) => SummaryDest::Path(v.clone()),
+            };
+        }
+        (c, warnings)
+    }
+
+    /// Parse from the process environment.
+    pub fn from_env() -> (Config, Vec<String>) {
+        Config::parse(|name| std::env::var_os(name).map(|v| v.as_bytes().to_vec()))
+    }
+}
+
+fn trimmed(v: &[u8]) -> Option<String> {
+    std::str::from_utf8(v).ok().map(|s| s.trim().to_string())
+}
+
+fn parse_bool(v: &[u8]) -> Option<bool> {
+    match trimmed(v)?.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
+/// `512MiB`, `4GiB`, `1.5G`, `1048576`, `2 MB`. Binary and decimal prefixes both mean powers of
+/// 1024 for single letters (`G` = GiB, as CUDA and PyTorch users expect); `KB`/`MB`/`GB` are
+/// decimal, `KiB`/`MiB`/`GiB` binary.
+pub fn parse_bytes(v: &[u8]) -> Option<u64> {
+    let s = trimmed(v)?;
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    if num.is_empty() {
+        return None;
+    }
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return None,
+    };
+    let n: f64 = num.parse().ok()?;
+    let bytes = n * mult;
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+        return None;
+    }
+    Some(bytes as u64)
+}
+
+fn parse_bytes_or_none(v: &[u8]) -> Option<u64> {
+    match trimmed(v)?.to_ascii_lowercase().as_str() {
+        "none" | "unlimited" | "inf" => Some(u64::MAX),
+        _ => parse_bytes(v),
+    }
+}
+
+fn parse_threshold(v: &[u8]) -> Option<Threshold> {
+    let s = trimmed(v)?;
+    if let Some(pct) = s.strip_suffix('%') {
+        let p: f64 = pct.trim().parse().ok()?;
+        if !(0.0..=100.0).contains(&p) || !p.is_finite() {
+            return None;
+        }
+        return Some(Threshold::Fraction(p / 100.0));
+    }
+    match parse_bytes_or_none(v)? {
+        u64::MAX => Some(Threshold::KeepAll),
+        b => Some(Threshold::Bytes(b)),
+    }
+}
+
+/// Lossy display of an OS string for messages.
+pub fn show(v: &OsStr) -> String {
+    String::from_utf8_lossy(v.as_bytes()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &[u8])]) -> (Config, Vec<String>) {
+        let map: HashMap<String, Vec<u8>> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect();
+        Config::parse(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(parse_bytes(b"512MiB"), Some(512 << 20));
+        assert_eq!(parse_bytes(b"4GiB"), Some(4 << 30));
+        assert_eq!(parse_bytes(b"1.5G"), Some(3 << 29));
+        assert_eq!(parse_bytes(b"1048576"), Some(1 << 20));
+        assert_eq!(parse_bytes(b" 2 MB "), Some(2_000_000));
+        assert_eq!(parse_bytes(b"0"), Some(0));
+        assert_eq!(parse_bytes(b"-1G"), None);
+        assert_eq!(parse_bytes(b"12XB"), None);
+        assert_eq!(parse_bytes(b""), None);
+        assert_eq!(parse_bytes(b"1e400"), None);
+        assert_eq!(parse_bytes(b"99999999999T"), None);
+        assert_eq!(parse_bytes(&[0xff, 0x31]), None);
+    }
+
+    #[test]
+    fn defaults_without_variables() {
+        let (c, w) = parse(&[]);
+        assert_eq!(c, Config::default());
+        assert!(w.is_empty());
+        assert_eq!(c.release_threshold.resolve(80 << 30), u64::MAX);
+    }
+
+    #[test]
+    fn threshold_forms() {
+        let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"256MiB")]);
+        assert_eq!(c.release_threshold, Threshold::Bytes(256 << 20));
+        let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"40%")]);
+        assert_eq!(c.release_threshold.resolve(100 << 30), 40 << 30);
+        let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"none")]);
+        assert_eq!(c.release_threshold, Threshold::KeepAll);
+        let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"0")]);
+        assert_eq!(c.release_threshold, Threshold::Bytes(0));
+    }
+
+    #[test]
+    fn bad_values_warn_once_and_keep_defaults() {
+        let (c, w) = parse(&[
+            ("GPUPOOL_RELEASE_THRESHOLD", b"lots"),
+            ("GPUPOOL_REUSE", b"yolo"),
+            ("GPUPOOL_DISABLE", b"maybe"),
+            ("GPUPOOL_MAX_SPLIT_SIZE", b"1KiB"),
+            ("GPUPOOL_FENCE_BYTES", &[0xfe, 0xff]),
+            ("GPUPOOL_SUMMARY", b""),
+        ]);
+        assert_eq!(c, Config::default());
+        assert_eq!(w.len(), 6, "{w:?}");
+        assert!(w
+            .iter()
+            .any(|l| l.contains("GPUPOOL_RELEASE_THRESHOLD=\"lots\"")));
+        let (_, w) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"150%")]);
+        assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn modes_and_switches() {
+        let (c, w) = parse(&[
+            ("GPUPOOL_REUSE", b"Relaxed"),
+            ("GPUPOOL_DISABLE", b"1"),
+            ("GPUPOOL_SUMMARY", b"/tmp/x-%p.txt"),
+        ]);
+        assert!(w.is_empty());
+        assert_eq!(c.reuse, ReuseMode::Relaxed);
+        assert!(c.disable);
+        assert_eq!(c.summary, SummaryDest::Path(b"/tmp/x-%p.txt".to_vec()));
+    }
+}

@@ -1,0 +1,4 @@
+//! libgpupool: a GPU memory caching pool for CUDA programs.
+
+pub mod config;
+pub mod pool;

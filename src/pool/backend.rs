@@ -1,0 +1,32 @@
+//! What the pool needs from a device: the only door between the algorithm and CUDA.
+//!
+//! The FFI implementation lives in `crate::cuda`; tests and the offline replay use their own.
+
+/// A device address.
+pub type Addr = u64;
+
+/// A CUDA runtime error code (never 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaError(pub i32);
+
+impl CudaError {
+    pub const INVALID_VALUE: CudaError = CudaError(1);
+    pub const MEMORY_ALLOCATION: CudaError = CudaError(2);
+    pub const UNKNOWN: CudaError = CudaError(999);
+}
+
+pub trait Backend: Send + Sync {
+    /// Allocate `bytes` on `device`, which is the calling thread's current device (a real
+    /// `cudaMalloc`).
+    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError>;
+    /// Give a segment back (a real `cudaFree`, which itself waits for the device's work).
+    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError>;
+    /// Wait for all work on every stream of `device`, the current device
+    /// (`cudaDeviceSynchronize`).
+    fn fence(&self, device: u32) -> Result<(), CudaError>;
+    /// Enqueue one action on the legacy default stream of `device` (the current device), which
+    /// orders all later blocking-stream work after all earlier blocking-stream work. No host wait.
+    fn barrier(&self, device: u32) -> Result<(), CudaError>;
+    /// Total memory of `device` (only asked when the threshold is a percentage).
+    fn total_memory(&self, device: u32) -> Result<u64, CudaError>;
+}

@@ -1,0 +1,732 @@
+//! One device's pool: segments from the driver carved into blocks, best fit over cached free
+//! blocks, split and merge, freed blocks that wait for a fence or barrier before reuse, and
+//! release of whole free segments. Single-threaded: the caller holds the device's lock.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::backend::{Addr, Backend, CudaError};
+use super::size::{class_of, may_serve, round_request, segment_size, should_split, Class};
+use super::stats::{histogram_bucket, DeviceStats};
+use super::Seqs;
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// The slot holds no block.
+    Vacant,
+    Live,
+    /// Cached and reusable: in the best-fit index.
+    Free,
+    /// Freed by the program but maybe still used by in-flight work: not reusable yet.
+    Pending,
+}
+
+/// What must happen before a freed block may be handed out again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Nothing: reusable at once (relaxed mode).
+    Nothing,
+    /// One legacy-stream action (covers blocking streams).
+    Barrier,
+    /// A device-wide fence (covers every stream).
+    Fence,
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    addr: Addr,
+    size: u64,
+    requested: u64,
+    seg: u32,
+    prev: u32,
+    next: u32,
+    state: State,
+    /// The device's free sequence number at the time of the free (pending blocks only).
+    stamp: u64,
+    /// A pending block waits for a fence (else for a barrier).
+    wants_fence: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Segment {
+    addr: Addr,
+    size: u64,
+    class: Class,
+    /// Live blocks inside; a segment with none can go back to the driver.
+    live: u32,
+    first: u32,
+}
+
+/// Settings shared by every device.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    pub max_split_size: u64,
+    pub fence_bytes: u64,
+}
+
+/// Why segments are released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    Threshold,
+    EmptyCache,
+    OutOfMemory,
+}
+
+/// A live block as the pool reports it (for the leak list and IPC checks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveBlock {
+    pub addr: Addr,
+    pub size: u64,
+    pub requested: u64,
+    pub segment_addr: Addr,
+}
+
+pub struct DevicePool {
+    device: u32,
+    blocks: Vec<Block>,
+    vacant_blocks: Vec<u32>,
+    segments: Vec<Option<Segment>>,
+    vacant_segments: Vec<u32>,
+    by_addr: BTreeMap<Addr, u32>,
+    free_small: BTreeMap<(u64, Addr), u32>,
+    free_large: BTreeMap<(u64, Addr), u32>,
+    pending_fence: VecDeque<(u32, u64)>,
+    pending_barrier: VecDeque<(u32, u64)>,
+    pending_fence_bytes: u64,
+    pending_barrier_bytes: u64,
+    /// Highest fence sequence this pool has applied, to tell the program's fences from ours.
+    fenced_seen: u64,
+    /// Cached bytes to keep; above it whole free segments go back to the driver.
+    pub threshold: u64,
+    pub stats: DeviceStats,
+}
+
+impl DevicePool {
+    pub fn new(device: u32, threshold: u64) -> Self {
+        DevicePool {
+            device,
+            blocks: Vec::new(),
+            vacant_blocks: Vec::new(),
+            segments: Vec::new(),
+            vacant_segments: Vec::new(),
+            by_addr: BTreeMap::new(),
+            free_small: BTreeMap::new(),
+            free_large: BTreeMap::new(),
+            pending_fence: VecDeque::new(),
+            pending_barrier: VecDeque::new(),
+            pending_fence_bytes: 0,
+            pending_barrier_bytes: 0,
+            fenced_seen: 0,
+            threshold,
+            stats: DeviceStats::default(),
+        }
+    }
+
+    /// Cached bytes: reserved from the driver but not handed out (free or pending).
+    pub fn cached(&self) -> u64 {
+        self.stats.reserved.current - self.stats.allocated.current
+    }
+
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending_fence_bytes + self.pending_barrier_bytes
+    }
+
+    /// The largest block that could be handed out now.
+    pub fn largest_free(&self) -> u64 {
+        let small = self.free_small.keys().next_back().map_or(0, |k| k.0);
+        let large = self.free_large.keys().next_back().map_or(0, |k| k.0);
+        small.max(large)
+    }
+
+    /// Serve a request of `requested` bytes. Returns the address and the block's handle.
+    pub fn alloc(
+        &mut self,
+        requested: u64,
+        backend: &dyn Backend,
+        seqs: &Seqs,
+        policy: &Policy,
+    ) -> Result<(Addr, u32), CudaError> {
+        let rounded = round_request(requested).ok_or(CudaError::MEMORY_ALLOCATION)?;
+        let seg_size = segment_size(rounded).ok_or(CudaError::MEMORY_ALLOCATION)?;
+        let class = class_of(rounded);
+        self.promote(seqs);
+        let idx = match self.find_fit(class, rounded, policy) {
+            Some(idx) => {
+                self.stats.hits += 1;
+                idx
+            }
+            None => self.refill(class, rounded, seg_size, backend, seqs, policy)?,
+        };
+        let addr = self.take(idx, rounded, requested, policy);
+        self.enforce_threshold(backend);
+        Ok((addr, idx))
+    }
+
+    /// No cached block fits: make pending blocks reusable, grow, or recover from out-of-memory.
+    fn refill(
+        &mut self,
+        class: Class,
+        rounded: u64,
+        seg_size: u64,
+        backend: &dyn Backend,
+        seqs: &Seqs,
+        policy: &Policy,
+    ) -> Result<u32, CudaError> {
+        if self.pending_barrier_bytes > 0 {
+            self.barrier(backend, seqs)?;
+            if let Some(idx) = self.find_fit(class, rounded, policy) {
+                self.stats.hits += 1;
+                return Ok(idx);
+            }
+        }
+        // A fence blocks the host until the device is idle, so it is taken only once enough
+        // memory waits on it; until then the pool grows instead.
+        let budget = policy.fence_bytes.max(self.stats.reserved.current / 8);
+        if self.pending_fence_bytes > 0 && self.pending_fence_bytes >= budget {
+            self.fence(backend, seqs)?;
+            if let Some(idx) = self.find_fit(class, rounded, policy) {
+                self.stats.hits += 1;
+                return Ok(idx);
+            }
+        }
+        match self.new_segment(class, seg_size, backend) {
+            Ok(idx) => {
+                self.stats.misses += 1;
+                return Ok(idx);
+            }
+            Err(e) if e != CudaError::MEMORY_ALLOCATION => return Err(e),
+            Err(_) => {}
+        }
+        // Out of memory: make every cached block safe, give whole free segments back, retry.
+        self.stats.oom_retries += 1;
+        if self.pending_bytes() > 0 {
+            self.fence(backend, seqs)?;
+            if let Some(idx) = self.find_fit(class, rounded, policy) {
+                self.stats.hits += 1;
+                self.stats.oom_recovered += 1;
+                return Ok(idx);
+            }
+        }
+        self.release_segments(backend, 0, Release::OutOfMemory);
+        let mut sizes = vec![seg_size];
+        if rounded != seg_size {
+            // A segment larger than the request may not fit where the request alone would.
+            sizes.push(rounded);
+        }
+        for size in sizes {
+            match self.new_segment(class, size, backend) {
+                Ok(idx) => {
+                    self.stats.misses += 1;
+                    self.stats.oom_recovered += 1;
+                    return Ok(idx);
+                }
+                Err(e) if e != CudaError::MEMORY_ALLOCATION => return Err(e),
+                Err(_) => {}
+            }
+        }
+        self.stats.ooms += 1;
+        Err(CudaError::MEMORY_ALLOCATION)
+    }
+
+    fn find_fit(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
+        let index = match class {
+            Class::Small => &self.free_small,
+            Class::Large => &self.free_large,
+        };
+        let (&(size, _), &idx) = index.range((rounded, 0)..).next()?;
+        may_serve(size, rounded, policy.max_split_size).then_some(idx)
+    }
+
+    /// Hand out the free block `idx` for a request, splitting off the remainder when allowed.
+    fn take(&mut self, idx: u32, rounded: u64, requested: u64, policy: &Policy) -> Addr {
+        self.unindex(idx);
+        let b = &self.blocks[idx as usize];
+        let (addr, size, seg) = (b.addr, b.size, b.seg);
+        let class = self.seg(seg).class;
+        if should_split(class, size, rounded, policy.max_split_size) {
+            let rest = self.new_block(Block {
+                addr: addr + rounded,
+                size: size - rounded,
+                requested: 0,
+                seg,
+                prev: idx,
+                next: self.blocks[idx as usize].next,
+                state: State::Free,
+                stamp: 0,
+                wants_fence: false,
+            });
+            let next = self.blocks[idx as usize].next;
+            if next != NONE {
+                self.blocks[next as usize].prev = rest;
+            }
+            self.blocks[idx as usize].next = rest;
+            self.blocks[idx as usize].size = rounded;
+            self.index(rest);
+        }
+        let b = &mut self.blocks[idx as usize];
+        b.state = State::Live;
+        b.requested = requested;
+        let size = b.size;
+        self.seg_mut(seg).live += 1;
+        let s = &mut self.stats;
+        s.allocs += 1;
+        s.requested.add(requested);
+        s.allocated.add(size);
+        s.blocks.add(1);
+        s.histogram[histogram_bucket(requested)] += 1;
+        addr
+    }
+
+    /// The program freed live block `idx`. `stamp` is the device's free sequence number.
+    pub fn free(&mut self, idx: u32, need: Need, stamp: u64) {
+        let b = &mut self.blocks[idx as usize];
+        debug_assert_eq!(b.state, State::Live);
+        let (size, requested, seg) = (b.size, b.requested, b.seg);
+        b.requested = 0;
+        self.seg_mut(seg).live -= 1;
+        let s = &mut self.stats;
+        s.frees += 1;
+        s.requested.sub(requested);
+        s.allocated.sub(size);
+        s.blocks.sub(1);
+        match need {
+            Need::Nothing => self.make_free(idx),
+            Need::Barrier => {
+                self.set_pending(idx, stamp, false);
+                self.pending_barrier.push_back((idx, stamp));
+                self.pending_barrier_bytes += size;
+            }
+            Need::Fence => {
+                self.set_pending(idx, stamp, true);
+                self.pending_fence.push_back((idx, stamp));
+                self.pending_fence_bytes += size;
+            }
+        }
+    }
+
+    fn set_pending(&mut self, idx: u32, stamp: u64, wants_fence: bool) {
+        let b = &mut self.blocks[idx as usize];
+        b.state = State::Pending;
+        b.stamp = stamp;
+        b.wants_fence = wants_fence;
+    }
+
+    /// Make pending blocks reusable that a fence or barrier (ours or the program's) has covered.
+    pub fn promote(&mut self, seqs: &Seqs) {
+        let fenced = seqs.fenced.load(Ordering::Acquire);
+        let barriered = seqs.barriered.load(Ordering::Acquire).max(fenced);
+        if fenced > self.fenced_seen {
+            if self.pending_fence.front().is_some_and(|&(_, s)| s < fenced) {
+                self.stats.observed_fences += 1;
+            }
+            self.fenced_seen = fenced;
+        }
+        while let Some(&(idx, stamp)) = self.pending_fence.front() {
+            if stamp >= fenced {
+                break;
+            }
+            self.pending_fence.pop_front();
+            if self.is_pending(idx, stamp) {
+                self.pending_fence_bytes -= self.blocks[idx as usize].size;
+                self.make_free(idx);
+            }
+        }
+        while let Some(&(idx, stamp)) = self.pending_barrier.front() {
+            if stamp >= barriered {
+                break;
+            }
+            self.pending_barrier.pop_front();
+            if self.is_pending(idx, stamp) {
+                self.pending_barrier_bytes -= self.blocks[idx as usize].size;
+                self.make_free(idx);
+            }
+        }
+    }
+
+    /// Queue entries go stale when their segment is released; the stamp tells them apart.
+    fn is_pending(&self, idx: u32, stamp: u64) -> bool {
+        let b = &self.blocks[idx as usize];
+        b.state == State::Pending && b.stamp == stamp
+    }
+
+    /// Wait for the whole device, then make every pending block reusable.
+    pub fn fence(&mut self, backend: &dyn Backend, seqs: &Seqs) -> Result<(), CudaError> {
+        let covered = seqs.freed.load(Ordering::Acquire);
+        let t = Instant::now();
+        backend.fence(self.device)?;
+        self.stats.fences += 1;
+        self.stats.fence_ns += t.elapsed().as_nanos() as u64;
+        seqs.fenced.fetch_max(covered, Ordering::AcqRel);
+        self.fenced_seen = self.fenced_seen.max(covered);
+        self.promote(seqs);
+        Ok(())
+    }
+
+    fn barrier(&mut self, backend: &dyn Backend, seqs: &Seqs) -> Result<(), CudaError> {
+        let covered = seqs.freed.load(Ordering::Acquire);
+        backend.barrier(self.device)?;
+        self.stats.barriers += 1;
+        seqs.barriered.fetch_max(covered, Ordering::AcqRel);
+        self.promote(seqs);
+        Ok(())
+    }
+
+    /// Put block `idx` in the best-fit index, merged with free neighbours.
+    fn make_free(&mut self, mut idx: u32) {
+        let prev = self.blocks[idx as usize].prev;
+        if prev != NONE && self.blocks[prev as usize].state == State::Free {
+            self.unindex(prev);
+            self.absorb_next(prev);
+            idx = prev;
+        }
+        let next = self.blocks[idx as usize].next;
+        if next != NONE && self.blocks[next as usize].state == State::Free {
+            self.unindex(next);
+            self.absorb_next(idx);
+        }
+        self.blocks[idx as usize].state = State::Free;
+        self.index(idx);
+    }
+
+    /// Merge the block after `idx` into `idx`.
+    fn absorb_next(&mut self, idx: u32) {
+        let next = self.blocks[idx as usize].next;
+        let (size, after) = {
+            let n = &self.blocks[next as usize];
+            (n.size, n.next)
+        };
+        self.blocks[idx as usize].size += size;
+        self.blocks[idx as usize].next = after;
+        if after != NONE {
+            self.blocks[after as usize].prev = idx;
+        }
+        self.drop_block(next);
+    }
+
+    fn index(&mut self, idx: u32) {
+        let b = &self.blocks[idx as usize];
+        let key = (b.size, b.addr);
+        match self.seg(b.seg).class {
+            Class::Small => self.free_small.insert(key, idx),
+            Class::Large => self.free_large.insert(key, idx),
+        };
+    }
+
+    fn unindex(&mut self, idx: u32) {
+        let b = &self.blocks[idx as usize];
+        let key = (b.size, b.addr);
+        let removed = match self.seg(b.seg).class {
+            Class::Small => self.free_small.remove(&key),
+            Class::Large => self.free_large.remove(&key),
+        };
+        debug_assert_eq!(removed, Some(idx));
+    }
+
+    fn new_block(&mut self, b: Block) -> u32 {
+        match self.vacant_blocks.pop() {
+            Some(i) => {
+                self.blocks[i as usize] = b;
+                i
+            }
+            None => {
+                self.blocks.push(b);
+                (self.blocks.len() - 1) as u32
+            }
+        }
+    }
+
+    fn drop_block(&mut self, idx: u32) {
+        let b = &mut self.blocks[idx as usize];
+        b.state = State::Vacant;
+        b.prev = NONE;
+        b.next = NONE;
+        self.vacant_blocks.push(idx);
+    }
+
+    fn seg(&self, i: u32) -> &Segment {
+        self.segments[i as usize]
+            .as_ref()
+            .expect("block in a released segment")
+    }
+
+    fn seg_mut(&mut self, i: u32) -> &mut Segment {
+        self.segments[i as usize]
+            .as_mut()
+            .expect("block in a released segment")
+    }
+
+    /// Ask the driver for a segment; returns its single free block, already indexed.
+    fn new_segment(
+        &mut self,
+        class: Class,
+        size: u64,
+        backend: &dyn Backend,
+    ) -> Result<u32, CudaError> {
+        let t = Instant::now();
+        let r = backend.alloc_segment(self.device, size);
+        self.stats.real_mallocs += 1;
+        self.stats.real_malloc_ns += t.elapsed().as_nanos() as u64;
+        let addr = r?;
+        let seg = Segment {
+            addr,
+            size,
+            class,
+            live: 0,
+            first: NONE,
+        };
+        let si = match self.vacant_segments.pop() {
+            Some(i) => {
+                self.segments[i as usize] = Some(seg);
+                i
+            }
+            None => {
+                self.segments.push(Some(seg));
+                (self.segments.len() - 1) as u32
+            }
+        };
+        let idx = self.new_block(Block {
+            addr,
+            size,
+            requested: 0,
+            seg: si,
+            prev: NONE,
+            next: NONE,
+            state: State::Free,
+            stamp: 0,
+            wants_fence: false,
+        });
+        self.seg_mut(si).first = idx;
+        self.by_addr.insert(addr, si);
+        self.index(idx);
+        self.stats.reserved.add(size);
+        self.stats.segments.add(1);
+        Ok(idx)
+    }
+
+    /// Give whole free segments back, largest first, until the cache holds at most `keep` bytes.
+    /// Returns the bytes released.
+    pub fn release_segments(&mut self, backend: &dyn Backend, keep: u64, why: Release) -> u64 {
+        if self.cached() <= keep {
+            return 0;
+        }
+        let mut idle: Vec<(u64, u32)> = self
+            .segments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                s.as_ref()
+                    .filter(|s| s.live == 0)
+                    .map(|s| (s.size, i as u32))
+            })
+            .collect();
+        idle.sort_unstable_by(|a, b| b.cmp(a));
+        let mut released = 0;
+        for (size, si) in idle {
+            if self.cached() <= keep {
+                break;
+            }
+            if self.release_segment(si, backend).is_err() {
+                break;
+            }
+            released += size;
+            let s = &mut self.stats;
+            match why {
+                Release::Threshold => {
+                    s.threshold_releases += 1;
+                    s.threshold_released_bytes += size;
+                }
+                Release::EmptyCache => {
+                    s.empty_cache_releases += 1;
+                    s.empty_cache_released_bytes += size;
+                }
+                Release::OutOfMemory => s.oom_released_bytes += size,
+            }
+        }
+        if released > 0 {
+            // Drop the queue entries of blocks that went with their segments.
+            let blocks = &self.blocks;
+            let valid = |&(i, st): &(u32, u64)| {
+                let b = &blocks[i as usize];
+                b.state == State::Pending && b.stamp == st
+            };
+            self.pending_fence.retain(valid);
+            self.pending_barrier.retain(valid);
+        }
+        released
+    }
+
+    /// Release threshold check: the next pool operation or program synchronization calls it.
+    pub fn enforce_threshold(&mut self, backend: &dyn Backend) {
+        if self.cached() > self.threshold {
+            self.release_segments(backend, self.threshold, Release::Threshold);
+        }
+    }
+
+    fn release_segment(&mut self, si: u32, backend: &dyn Backend) -> Result<(), CudaError> {
+        let (addr, size, first) = {
+            let s = self.seg(si);
+            (s.addr, s.size, s.first)
+        };
+        let t = Instant::now();
+        let r = backend.free_segment(self.device, addr);
+        self.stats.real_frees += 1;
+        self.stats.real_free_ns += t.elapsed().as_nanos() as u64;
+        r?;
+        let mut idx = first;
+        while idx != NONE {
+            let next = self.blocks[idx as usize].next;
+            match self.blocks[idx as usize].state {
+                State::Free => self.unindex(idx),
+                State::Pending => {
+                    let b = &self.blocks[idx as usize];
+                    let sz = b.size;
+                    if b.wants_fence {
+                        self.pending_fence_bytes -= sz;
+                    } else {
+                        self.pending_barrier_bytes -= sz;
+                    }
+                }
+                State::Live | State::Vacant => debug_assert!(false, "released a segment in use"),
+            }
+            self.drop_block(idx);
+            idx = next;
+        }
+        self.by_addr.remove(&addr);
+        self.segments[si as usize] = None;
+        self.vacant_segments.push(si);
+        self.stats.reserved.sub(size);
+        self.stats.segments.sub(1);
+        Ok(())
+    }
+
+    /// `cudaDeviceReset` freed everything: forget it all (the driver already took it back).
+    pub fn forget_all(&mut self) {
+        let s = &mut self.stats;
+        s.resets += 1;
+        s.requested.sub(s.requested.current);
+        s.allocated.sub(s.allocated.current);
+        s.blocks.sub(s.blocks.current);
+        s.reserved.sub(s.reserved.current);
+        s.segments.sub(s.segments.current);
+        self.blocks.clear();
+        self.vacant_blocks.clear();
+        self.segments.clear();
+        self.vacant_segments.clear();
+        self.by_addr.clear();
+        self.free_small.clear();
+        self.free_large.clear();
+        self.pending_fence.clear();
+        self.pending_barrier.clear();
+        self.pending_fence_bytes = 0;
+        self.pending_barrier_bytes = 0;
+    }
+
+    /// The segment holding `addr`, as (base, size).
+    pub fn segment_containing(&self, addr: Addr) -> Option<(Addr, u64)> {
+        let (_, &si) = self.by_addr.range(..=addr).next_back()?;
+        let s = self.seg(si);
+        (addr < s.addr + s.size).then_some((s.addr, s.size))
+    }
+
+    /// Live block `idx` as the pool sees it.
+    pub fn live_block(&self, idx: u32) -> Option<LiveBlock> {
+        let b = self.blocks.get(idx as usize)?;
+        (b.state == State::Live).then(|| LiveBlock {
+            addr: b.addr,
+            size: b.size,
+            requested: b.requested,
+            segment_addr: self.seg(b.seg).addr,
+        })
+    }
+
+    /// Every live block (for the leak list at exit).
+    pub fn live_blocks(&self) -> Vec<LiveBlock> {
+        (0..self.blocks.len() as u32)
+            .filter_map(|i| self.live_block(i))
+            .collect()
+    }
+
+    /// Check every structural invariant; tests call it after each step.
+    pub fn check(&self) -> Result<(), String> {
+        let mut reserved = 0;
+        let mut allocated = 0;
+        let mut requested = 0;
+        let mut pending = 0;
+        let mut free_count = 0;
+        for (si, s) in self.segments.iter().enumerate() {
+            let Some(s) = s else { continue };
+            reserved += s.size;
+            let mut at = s.addr;
+            let mut idx = s.first;
+            let mut prev = NONE;
+            let mut live = 0;
+            let mut prev_free = false;
+            while idx != NONE {
+                let b = &self.blocks[idx as usize];
+                if b.addr != at || b.seg as usize != si || b.prev != prev {
+                    return Err(format!("segment {si}: block chain broken at {:#x}", b.addr));
+                }
+                if b.addr % 512 != 0 || b.size == 0 || b.size % 512 != 0 {
+                    return Err(format!("block {:#x}+{} misaligned", b.addr, b.size));
+                }
+                match b.state {
+                    State::Live => {
+                        live += 1;
+                        allocated += b.size;
+                        requested += b.requested;
+                    }
+                    State::Free => {
+                        free_count += 1;
+                        if prev_free {
+                            return Err(format!("adjacent free blocks at {:#x}", b.addr));
+                        }
+                        let key = (b.size, b.addr);
+                        let index = match s.class {
+                            Class::Small => &self.free_small,
+                            Class::Large => &self.free_large,
+                        };
+                        if index.get(&key) != Some(&idx) {
+                            return Err(format!("free block {:#x} not indexed", b.addr));
+                        }
+                    }
+                    State::Pending => pending += b.size,
+                    State::Vacant => return Err("vacant block in a segment".into()),
+                }
+                prev_free = b.state == State::Free;
+                at += b.size;
+                prev = idx;
+                idx = b.next;
+            }
+            if at != s.addr + s.size {
+                return Err(format!(
+                    "segment {si}: blocks cover {} of {}",
+                    at - s.addr,
+                    s.size
+                ));
+            }
+            if live != s.live {
+                return Err(format!("segment {si}: live count {} != {live}", s.live));
+            }
+        }
+        let st = &self.stats;
+        if free_count != self.free_small.len() + self.free_large.len() {
+            return Err("index holds blocks that are not free".into());
+        }
+        if reserved != st.reserved.current
+            || allocated != st.allocated.current
+            || requested != st.requested.current
+        {
+            return Err(format!(
+                "accounting: reserved {reserved}/{}, allocated {allocated}/{}, requested {requested}/{}",
+                st.reserved.current, st.allocated.current, st.requested.current
+            ));
+        }
+        if pending != self.pending_bytes() {
+            return Err(format!("pending {pending} != {}", self.pending_bytes()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,369 @@
+//! The caching algorithm, in plain Rust with no FFI: one `DevicePool` per device behind its own
+//! lock, and a sharded map from live pointers to their blocks so that a free finds its device
+//! from any thread. Generic over `Backend`, so it is unit-tested and replayed offline.
+
+pub mod backend;
+pub mod device;
+pub mod size;
+pub mod stats;
+
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use dashmap::DashMap;
+
+pub use backend::{Addr, Backend, CudaError};
+pub use device::{DevicePool, LiveBlock, Need, Policy, Release};
+pub use stats::DeviceStats;
+
+use crate::config::{ReuseMode, Threshold};
+
+/// Devices the pool serves; calls for higher ordinals pass through to the runtime.
+pub const MAX_DEVICES: usize = 64;
+
+/// Sequence numbers of one device, readable without its lock. A free takes the next `freed`
+/// number; a fence or barrier that started after `freed` reached `n` sets `fenced`/`barriered`
+/// to at least `n`, which makes every block stamped below `n` reusable.
+#[derive(Default)]
+pub struct Seqs {
+    pub freed: AtomicU64,
+    pub fenced: AtomicU64,
+    pub barriered: AtomicU64,
+}
+
+struct DeviceSlot {
+    pool: Mutex<DevicePool>,
+    seqs: Seqs,
+    /// Bumped by `cudaDeviceReset`; a live reference from before the reset is stale.
+    generation: AtomicU64,
+}
+
+/// Where a live pointer's block is.
+#[derive(Clone, Copy, Debug)]
+struct LiveRef {
+    device: u32,
+    block: u32,
+    generation: u64,
+}
+
+/// Device pointers are aligned and well spread: a multiplicative hash is enough and much cheaper
+/// than SipHash on the hit path.
+#[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+/// How the program gave a block back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeKind {
+    /// `cudaFree`.
+    Sync,
+    /// `cudaFreeAsync` on a stream; `blocking` is false for a non-blocking stream.
+    Async { blocking: bool },
+}
+
+/// What happened to a pointer handed to `free`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeOutcome {
+    /// A live block of ours: back in the pool.
+    Freed,
+    /// Inside pool memory but not a live block (double free, interior pointer): refused.
+    Invalid,
+    /// Not pool memory at all: the runtime should handle it.
+    NotOurs,
+}
+
+/// Settings the pool is built with (from `Config`).
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub reuse: ReuseMode,
+    pub threshold: Threshold,
+    pub policy: Policy,
+}
+
+pub struct Pool<B: Backend> {
+    backend: B,
+    settings: Settings,
+    devices: Vec<OnceLock<DeviceSlot>>,
+    live: DashMap<Addr, LiveRef, BuildHasherDefault<AddrHasher>>,
+    /// The program created a non-blocking stream: barriers no longer cover all its work.
+    nonblocking_seen: AtomicBool,
+    /// Runtime override of the threshold (bytes), `u64::MAX - 1` meaning "not set".
+    threshold_override: AtomicU64,
+}
+
+const NO_OVERRIDE: u64 = u64::MAX - 1;
+
+impl<B: Backend> Pool<B> {
+    pub fn new(backend: B, settings: Settings) -> Self {
+        Pool {
+            backend,
+            settings,
+            devices: (0..MAX_DEVICES).map(|_| OnceLock::new()).collect(),
+            live: DashMap::with_hasher_and_shard_amount(Default::default(), 64),
+            nonblocking_seen: AtomicBool::new(false),
+            threshold_override: AtomicU64::new(NO_OVERRIDE),
+        }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn slot(&self, device: u32) -> Option<&DeviceSlot> {
+        let cell = self.devices.get(device as usize)?;
+        Some(cell.get_or_init(|| {
+            let threshold = match self.threshold_override.load(Ordering::Relaxed) {
+                NO_OVERRIDE => self.resolve_threshold(device),
+                t => t,
+            };
+            DeviceSlot {
+                pool: Mutex::new(DevicePool::new(device, threshold)),
+                seqs: Seqs::default(),
+                generation: AtomicU64::new(0),
+            }
+        }))
+    }
+
+    fn resolve_threshold(&self, device: u32) -> u64 {
+        match self.settings.threshold {
+            Threshold::Fraction(_) => match self.backend.total_memory(device) {
+                Ok(total) => self.settings.threshold.resolve(total),
+                Err(_) => u64::MAX,
+            },
+            t => t.resolve(0),
+        }
+    }
+
+    fn existing(&self, device: u32) -> Option<&DeviceSlot> {
+        self.devices.get(device as usize)?.get()
+    }
+
+    fn lock(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
+        // A panic never happens while the lock is held by design; if one did, the state it left
+        // is still structurally valid at every await-free step we take, so keep serving.
+        slot.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the pool serves `device` (its ordinal is within range).
+    pub fn serves(&self, device: u32) -> bool {
+        (device as usize) < MAX_DEVICES
+    }
+
+    /// Allocate `size` bytes on `device`, the calling thread's current device.
+    pub fn alloc(&self, device: u32, size: u64) -> Result<Addr, CudaError> {
+        let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
+        let generation = slot.generation.load(Ordering::Acquire);
+        let (addr, block) = {
+            let mut p = Self::lock(slot);
+            p.alloc(size, &self.backend, &slot.seqs, &self.settings.policy)?
+        };
+        self.live.insert(
+            addr,
+            LiveRef {
+                device,
+                block,
+                generation,
+            },
+        );
+        Ok(addr)
+    }
+
+    /// Give a pointer back. Frees of pointers the pool does not own are reported, not handled.
+    pub fn free(&self, addr: Addr, kind: FreeKind) -> FreeOutcome {
+        let Some((_, r)) = self.live.remove(&addr) else {
+            return match self.owner_of(addr) {
+                Some(device) => {
+                    if let Some(slot) = self.existing(device) {
+                        Self::lock(slot).stats.invalid_frees += 1;
+                    }
+                    FreeOutcome::Invalid
+                }
+                None => FreeOutcome::NotOurs,
+            };
+        };
+        let Some(slot) = self.existing(r.device) else {
+            return FreeOutcome::Invalid;
+        };
+        let need = self.need_for(kind);
+        let mut p = Self::lock(slot);
+        if slot.generation.load(Ordering::Acquire) != r.generation {
+            // The device was reset after this block was handed out: the driver freed it.
+            return FreeOutcome::Invalid;
+        }
+        let stamp = slot.seqs.freed.fetch_add(1, Ordering::AcqRel);
+        p.free(r.block, need, stamp);
+        FreeOutcome::Freed
+    }
+
+    fn need_for(&self, kind: FreeKind) -> Need {
+        let nonblocking = self.nonblocking_seen.load(Ordering::Relaxed);
+        match (self.settings.reuse, kind) {
+            (ReuseMode::Strict, _) => Need::Fence,
+            (_, FreeKind::Async { blocking: false }) => Need::Fence,
+            (ReuseMode::Barrier, _) if nonblocking => Need::Fence,
+            (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Need::Barrier,
+            (ReuseMode::Relaxed, FreeKind::Sync) => Need::Nothing,
+        }
+    }
+
+    /// The device whose pool memory contains `addr`, if any.
+    pub fn owner_of(&self, addr: Addr) -> Option<u32> {
+        (0..MAX_DEVICES as u32).find(|&d| {
+            self.existing(d)
+                .is_some_and(|s| Self::lock(s).segment_containing(addr).is_some())
+        })
+    }
+
+    /// The live block starting at `addr`.
+    pub fn live_block(&self, addr: Addr) -> Option<(u32, LiveBlock)> {
+        let r = *self.live.get(&addr)?;
+        let slot = self.existing(r.device)?;
+        let p = Self::lock(slot);
+        p.live_block(r.block).map(|b| (r.device, b))
+    }
+
+    /// The program created a non-blocking stream.
+    pub fn note_nonblocking_stream(&self) {
+        self.nonblocking_seen.store(true, Ordering::Relaxed);
+    }
+
+    /// The current sequence number of `device`, read before a program synchronization starts.
+    pub fn seq_before_sync(&self, device: u32) -> u64 {
+        self.existing(device)
+            .map_or(0, |s| s.seqs.freed.load(Ordering::Acquire))
+    }
+
+    /// The program's `cudaDeviceSynchronize` on `device` returned: every block freed before
+    /// `seq` is safe. Also a release point for the threshold.
+    pub fn observe_fence(&self, device: u32, seq: u64) {
+        if let Some(slot) = self.existing(device) {
+            slot.seqs.fenced.fetch_max(seq, Ordering::AcqRel);
+            self.sync_point(device);
+        }
+    }
+
+    /// The program put an action on `device`'s legacy stream after `seq`.
+    pub fn observe_barrier(&self, device: u32, seq: u64) {
+        if let Some(slot) = self.existing(device) {
+            slot.seqs.barriered.fetch_max(seq, Ordering::AcqRel);
+        }
+    }
+
+    /// A synchronization the program made: apply the release threshold.
+    pub fn sync_point(&self, device: u32) {
+        if let Some(slot) = self.existing(device) {
+            let mut p = Self::lock(slot);
+            p.promote(&slot.seqs);
+            p.enforce_threshold(&self.backend);
+        }
+    }
+
+    /// Release every whole free segment of `device`. Returns the bytes released.
+    pub fn empty_cache(&self, device: u32) -> u64 {
+        let Some(slot) = self.existing(device) else {
+            return 0;
+        };
+        let mut p = Self::lock(slot);
+        p.promote(&slot.seqs);
+        p.release_segments(&self.backend, 0, Release::EmptyCache)
+    }
+
+    /// Set the release threshold of every device, now and for devices not yet used.
+    pub fn set_threshold(&self, bytes: u64) {
+        self.threshold_override
+            .store(bytes.min(NO_OVERRIDE - 1), Ordering::Relaxed);
+        for d in 0..MAX_DEVICES as u32 {
+            if let Some(slot) = self.existing(d) {
+                Self::lock(slot).threshold = bytes;
+            }
+        }
+    }
+
+    /// `cudaDeviceReset` on `device` succeeded: forget its memory (the driver freed it).
+    pub fn forget_device(&self, device: u32) {
+        let Some(slot) = self.existing(device) else {
+            return;
+        };
+        let mut p = Self::lock(slot);
+        slot.generation.fetch_add(1, Ordering::AcqRel);
+        self.live.retain(|_, r| r.device != device);
+        p.forget_all();
+    }
+
+    /// A copy of `device`'s counters, with its cached and pending figures.
+    pub fn device_stats(&self, device: u32) -> Option<DeviceSnapshot> {
+        let slot = self.existing(device)?;
+        let p = Self::lock(slot);
+        Some(DeviceSnapshot {
+            device,
+            stats: p.stats.clone(),
+            cached: p.cached(),
+            pending: p.pending_bytes(),
+            largest_free: p.largest_free(),
+            threshold: p.threshold,
+        })
+    }
+
+    /// Devices the pool has been used on.
+    pub fn used_devices(&self) -> Vec<u32> {
+        (0..MAX_DEVICES as u32)
+            .filter(|&d| self.existing(d).is_some())
+            .collect()
+    }
+
+    /// Live blocks of `device`.
+    pub fn live_blocks(&self, device: u32) -> Vec<LiveBlock> {
+        self.existing(device)
+            .map_or_else(Vec::new, |s| Self::lock(s).live_blocks())
+    }
+
+    /// Check every device's invariants, and that the live map matches the pools.
+    pub fn check(&self) -> Result<(), String> {
+        let mut live = 0;
+        for d in self.used_devices() {
+            let slot = self.existing(d).expect("listed");
+            let p = Self::lock(slot);
+            p.check().map_err(|e| format!("device {d}: {e}"))?;
+            live += p.stats.blocks.current;
+        }
+        if live != self.live.len() as u64 {
+            return Err(format!(
+                "{} live pointers, {live} live blocks",
+                self.live.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A device's counters at one moment.
+#[derive(Clone, Debug)]
+pub struct DeviceSnapshot {
+    pub device: u32,
+    pub stats: DeviceStats,
+    pub cached: u64,
+    pub pending: u64,
+    pub largest_free: u64,
+    pub threshold: u64,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! Size classes: how a request is rounded, which segment size serves it, and when a cached
+//! block may be split.
+//!
+//! The rules start from PyTorch's documented ones, so users meet familiar numbers: 512-byte
+//! rounding; requests up to 1 MiB share 2 MiB "small" segments; 1–10 MiB requests get 20 MiB
+//! segments; larger requests get a segment of their own rounded to 2 MiB. Small blocks split
+//! freely; a large block is split only when the remainder exceeds 1 MiB, so big blocks are not
+//! shredded into slivers.
+
+/// Every block is a multiple of this, and so 512-byte aligned (the runtime guarantees 256).
+pub const ALIGN: u64 = 512;
+/// Requests up to this size are "small" and come from small segments.
+pub const SMALL_LIMIT: u64 = 1 << 20;
+pub const SMALL_SEGMENT: u64 = 2 << 20;
+/// Requests above `SMALL_LIMIT` and up to this size share medium segments.
+pub const MEDIUM_LIMIT: u64 = 10 << 20;
+pub const MEDIUM_SEGMENT: u64 = 20 << 20;
+/// Larger requests get a segment of their own, rounded up to this.
+pub const LARGE_ROUND: u64 = 2 << 20;
+/// A large block is split only when what remains is larger than this.
+pub const LARGE_SPLIT_REMAINDER: u64 = 1 << 20;
+/// A cached block at least `max_split_size` large serves a request of at least that size only if
+/// it wastes less than this.
+pub const OVERSIZE_SLACK: u64 = 20 << 20;
+
+/// The two pools of a device: small blocks never mix with large ones, which keeps long-lived
+/// small tensors from pinning large segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    Small,
+    Large,
+}
+
+/// The block size for a request, or `None` when rounding would overflow.
+pub fn round_request(size: u64) -> Option<u64> {
+    let n = size.max(1);
+    n.checked_add(ALIGN - 1).map(|v| v & !(ALIGN - 1))
+}
+
+pub fn class_of(rounded: u64) -> Class {
+    if rounded <= SMALL_LIMIT {
+        Class::Small
+    } else {
+        Class::Large
+    }
+}
+
+/// The size of the segment to ask the driver for when no cached block fits.
+pub fn segment_size(rounded: u64) -> Option<u64> {
+    if rounded <= SMALL_LIMIT {
+        Some(SMALL_SEGMENT)
+    } else if rounded <= MEDIUM_LIMIT {
+        Some(MEDIUM_SEGMENT)
+    } else {
+        rounded
+            .checked_add(LARGE_ROUND - 1)
+            .map(|v| v & !(LARGE_ROUND - 1))
+    }
+}
+
+/// Whether a cached block of `block` bytes may serve a request of `rounded` bytes.
+pub fn may_serve(block: u64, rounded: u64, max_split_size: u64) -> bool {
+    if block < rounded {
+        return false;
+    }
+    if rounded < max_split_size {
+        // Blocks kept whole by max_split_size only serve requests at least as large.
+        block < max_split_size
+    } else {
+        block - rounded < OVERSIZE_SLACK
+    }
+}
+
+/// Whether serving `rounded` from a cached block of `block` bytes splits off the remainder.
+pub fn should_split(class: Class, block: u64, rounded: u64, max_split_size: u64) -> bool {
+    let rest = block - rounded;
+    match class {
+        Class::Small => rest >= ALIGN,
+        Class::Large => rest > LARGE_SPLIT_REMAINDER && block < max_split_size,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding() {
+        assert_eq!(round_request(1), Some(512));
+        assert_eq!(round_request(0), Some(512));
+        assert_eq!(round_request(512), Some(512));
+        assert_eq!(round_request(513), Some(1024));
+        assert_eq!(round_request(u64::MAX), None);
+        assert_eq!(round_request(u64::MAX - 510), None);
+        assert_eq!(round_request(u64::MAX - 1024), Some(u64::MAX - 1023));
+    }
+
+    #[test]
+    fn segment_sizes() {
+        assert_eq!(segment_size(512), Some(SMALL_SEGMENT));
+        assert_eq!(segment_size(1 << 20), Some(SMALL_SEGMENT));
+        assert_eq!(segment_size((1 << 20) + 512), Some(MEDIUM_SEGMENT));
+        assert_eq!(segment_size(10 << 20), Some(MEDIUM_SEGMENT));
+        assert_eq!(segment_size((10 << 20) + 512), Some(12 << 20));
+        assert_eq!(segment_size(u64::MAX - 511), None);
+        assert_eq!(class_of(1 << 20), Class::Small);
+        assert_eq!(class_of((1 << 20) + 512), Class::Large);
+    }
+
+    #[test]
+    fn split_bounds() {
+        // Small blocks split down to the last 512 bytes.
+        assert!(should_split(
+            Class::Small,
+            2 << 20,
+            (2 << 20) - 512,
+            u64::MAX
+        ));
+        assert!(!should_split(Class::Small, 1024, 1024, u64::MAX));
+        // Large blocks keep a remainder of up to 1 MiB rather than leave a sliver.
+        assert!(!should_split(Class::Large, 20 << 20, 19 << 20, u64::MAX));
+        assert!(should_split(
+            Class::Large,
+            20 << 20,
+            (19 << 20) - 512,
+            u64::MAX
+        ));
+        // max_split_size keeps big blocks whole...
+        assert!(!should_split(Class::Large, 64 << 20, 32 << 20, 64 << 20));
+        // ...and away from smaller requests.
+        assert!(!may_serve(64 << 20, 2 << 20, 64 << 20));
+        assert!(!may_serve(64 << 20, 60 << 20, 64 << 20));
+        assert!(may_serve(80 << 20, 70 << 20, 64 << 20));
+        assert!(!may_serve(128 << 20, 64 << 20, 64 << 20));
+        assert!(may_serve(4 << 20, 2 << 20, u64::MAX));
+        assert!(!may_serve(1 << 20, 2 << 20, u64::MAX));
+    }
+}

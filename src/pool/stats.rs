@@ -1,0 +1,117 @@
+//! Counters each device pool keeps under its own lock. The summary is built from these alone:
+//! nothing is asked of CUDA at exit.
+
+/// A quantity with a current value, its peak, and what went in and out over the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Gauge {
+    pub current: u64,
+    pub peak: u64,
+    pub total_in: u64,
+    pub total_out: u64,
+}
+
+impl Gauge {
+    pub fn add(&mut self, n: u64) {
+        self.current += n;
+        self.total_in += n;
+        self.peak = self.peak.max(self.current);
+    }
+    pub fn sub(&mut self, n: u64) {
+        self.current -= n;
+        self.total_out += n;
+    }
+}
+
+/// Buckets of the request-size histogram: bucket `i` holds requests in `[2^(i-1), 2^i)`, bucket
+/// 0 holds size 0 and 1.
+pub const HISTOGRAM_BUCKETS: usize = 48;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Bytes the program asked for.
+    pub requested: Gauge,
+    /// Bytes handed out after rounding.
+    pub allocated: Gauge,
+    /// Bytes held from the driver.
+    pub reserved: Gauge,
+    /// Live blocks.
+    pub blocks: Gauge,
+    /// Segments held from the driver.
+    pub segments: Gauge,
+    pub allocs: u64,
+    pub frees: u64,
+    /// Allocations served from cached memory.
+    pub hits: u64,
+    /// Allocations that needed a new segment from the driver.
+    pub misses: u64,
+    /// Real `cudaMalloc` / `cudaFree` calls made.
+    pub real_mallocs: u64,
+    pub real_frees: u64,
+    /// Time spent in them.
+    pub real_malloc_ns: u64,
+    pub real_free_ns: u64,
+    /// Segments (and bytes) released because the release threshold was exceeded.
+    pub threshold_releases: u64,
+    pub threshold_released_bytes: u64,
+    /// Segments (and bytes) released by an explicit empty-cache request.
+    pub empty_cache_releases: u64,
+    pub empty_cache_released_bytes: u64,
+    /// Real `cudaMalloc` failures the pool recovered from by releasing cache, and those it could
+    /// not (returned to the program as out-of-memory).
+    pub oom_retries: u64,
+    pub oom_recovered: u64,
+    pub ooms: u64,
+    /// Bytes released to make room when the driver said out-of-memory.
+    pub oom_released_bytes: u64,
+    /// Device fences the pool took itself, and the time they blocked the host.
+    pub fences: u64,
+    pub fence_ns: u64,
+    /// Fences the program took (`cudaDeviceSynchronize`) that made pending blocks reusable.
+    pub observed_fences: u64,
+    /// Legacy-stream barriers the pool issued.
+    pub barriers: u64,
+    /// Frees of pointers inside pool memory that were not live blocks (double or interior).
+    pub invalid_frees: u64,
+    /// `cudaDeviceReset` calls that made the pool forget this device.
+    pub resets: u64,
+    pub histogram: [u64; HISTOGRAM_BUCKETS],
+}
+
+impl Default for DeviceStats {
+    fn default() -> Self {
+        DeviceStats {
+            requested: Gauge::default(),
+            allocated: Gauge::default(),
+            reserved: Gauge::default(),
+            blocks: Gauge::default(),
+            segments: Gauge::default(),
+            allocs: 0,
+            frees: 0,
+            hits: 0,
+            misses: 0,
+            real_mallocs: 0,
+            real_frees: 0,
+            real_malloc_ns: 0,
+            real_free_ns: 0,
+            threshold_releases: 0,
+            threshold_released_bytes: 0,
+            empty_cache_releases: 0,
+            empty_cache_released_bytes: 0,
+            oom_retries: 0,
+            oom_recovered: 0,
+            ooms: 0,
+            oom_released_bytes: 0,
+            fences: 0,
+            fence_ns: 0,
+            observed_fences: 0,
+            barriers: 0,
+            invalid_frees: 0,
+            resets: 0,
+            histogram: [0; HISTOGRAM_BUCKETS],
+        }
+    }
+}
+
+pub fn histogram_bucket(size: u64) -> usize {
+    ((64 - size.leading_zeros()) as usize).min(HISTOGRAM_BUCKETS - 1)
+}
