@@ -156,6 +156,21 @@ impl<B: Backend> Pool<B> {
         self.devices.get(device as usize)?.get()
     }
 
+    /// The lock for reports, which may run at exit while another thread is stopped inside the
+    /// pool: give up after a short wait rather than hang the exit.
+    fn lock_for_report(slot: &DeviceSlot) -> Option<MutexGuard<'_, DevicePool>> {
+        for _ in 0..200 {
+            match slot.pool.try_lock() {
+                Ok(g) => return Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+            }
+        }
+        None
+    }
+
     fn lock(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
         // A panic never happens while the lock is held by design; if one did, the state it left
         // is still structurally valid at every await-free step we take, so keep serving.
@@ -311,7 +326,7 @@ impl<B: Backend> Pool<B> {
     /// A copy of `device`'s counters, with its cached and pending figures.
     pub fn device_stats(&self, device: u32) -> Option<DeviceSnapshot> {
         let slot = self.existing(device)?;
-        let p = Self::lock(slot);
+        let p = Self::lock_for_report(slot)?;
         Some(DeviceSnapshot {
             device,
             stats: p.stats.clone(),
@@ -332,7 +347,8 @@ impl<B: Backend> Pool<B> {
     /// Live blocks of `device`.
     pub fn live_blocks(&self, device: u32) -> Vec<LiveBlock> {
         self.existing(device)
-            .map_or_else(Vec::new, |s| Self::lock(s).live_blocks())
+            .and_then(Self::lock_for_report)
+            .map_or_else(Vec::new, |p| p.live_blocks())
     }
 
     /// Check every device's invariants, and that the live map matches the pools.

@@ -1,0 +1,74 @@
+/*
+ * cudasim.h — the control API of cudasim, the project's CUDA runtime simulator
+ * (see cudasim/README.md). C99 and C++.
+ */
+#ifndef CUDASIM_H
+#define CUDASIM_H
+
+#include <stddef.h>
+#include <string.h>
+
+#include "cuda_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-device statistics. Set struct_size = sizeof(cudasimStats) before cudasimGetStats. */
+typedef struct cudasimStats {
+    size_t struct_size;
+    unsigned long long malloc_calls;       /* cudaMalloc, cudaMallocAsync/Managed/Pitch */
+    unsigned long long malloc_failures;    /* of those, the ones that failed */
+    unsigned long long free_calls;         /* cudaFree, cudaFreeAsync of non-NULL pointers */
+    unsigned long long live_allocations;   /* device allocations not freed */
+    unsigned long long live_bytes;         /* their bytes, each rounded up to 512 */
+    unsigned long long peak_live_bytes;    /* highest live_bytes (since cudasimResetStats) */
+    unsigned long long device_syncs;       /* cudaDeviceSynchronize */
+    unsigned long long stream_syncs;       /* cudaStreamSynchronize */
+    unsigned long long event_syncs;        /* cudaEventSynchronize */
+    unsigned long long implicit_syncs;     /* cudaFree calls that had to wait for the device */
+    unsigned long long event_records;      /* cudaEventRecord */
+    unsigned long long stream_wait_events; /* cudaStreamWaitEvent */
+    unsigned long long kernels_launched;   /* cudaLaunchKernel of cudasim_fill_kernel */
+    unsigned long long kernel_writes;      /* fills applied at kernel completion */
+} cudasimStats;
+
+/* Fills *out for `device` (out->struct_size set by the caller). 0, 1 (bad out) or 101. */
+int cudasimGetStats(int device, cudasimStats *out);
+/* Zeroes every device's counters (not the live figures; the peak restarts from live_bytes). */
+void cudasimResetStats(void);
+/* The launched kernels not yet complete whose range overlaps [p, p+n). */
+size_t cudasimRangeBusy(const void *p, size_t n);
+/* The nth next call (1 = the very next) of the runtime function `name` returns `error`.
+ * 0, or 1 for an unknown name (or nth 0). */
+int cudasimFailNext(const char *name, unsigned nth, int error);
+/* The simulated kernel's "function pointer" (launch it with cudasim_launch_fill). */
+void cudasim_fill_kernel(void);
+
+/* Launches the simulated kernel on `s`: busy on [ptr, ptr+bytes) for `usec` microseconds,
+ * then writes the byte `fill` over the range (fill -1: no write). Goes through the dynamic
+ * linker, so a preloaded library sees the launch. */
+static inline cudaError_t cudasim_launch_fill(void *ptr, size_t bytes, unsigned usec, int fill,
+                                              cudaStream_t s)
+{
+    void (*fn)(void) = cudasim_fill_kernel;
+    const void *func;
+    void *args[4];
+    dim3 one;
+    one.x = 1;
+    one.y = 1;
+    one.z = 1;
+    /* ISO C has no cast from a function pointer to `const void *`; copy the bits. */
+    memcpy(&func, &fn, sizeof func);
+    args[0] = &ptr;
+    args[1] = &bytes;
+    args[2] = &usec;
+    args[3] = &fill;
+    return cudaLaunchKernel(func, one, one, args, 0, s);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDASIM_H */

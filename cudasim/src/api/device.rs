@@ -1,0 +1,87 @@
+//! Devices: current device, count, synchronization, reset, versions.
+
+use crate::config;
+use crate::current;
+use crate::errors::CudaResult;
+use crate::faults::Func;
+use crate::ffi::{runtime_call, Out};
+use crate::state::{wait_until, with_state};
+use crate::timeline;
+use std::ffi::c_int;
+
+/// CUDA 12.8, for both the driver and the runtime.
+const VERSION: c_int = 12080;
+
+/// Lock-free: touches only the thread-local current device (and atomics).
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDevice(device: *mut c_int) -> c_int {
+    runtime_call(Func::cudaGetDevice, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        let out = unsafe { Out::new(device)? };
+        out.set(current::get() as c_int);
+        Ok(())
+    })
+}
+
+/// Lock-free: touches only the thread-local current device (and atomics).
+#[no_mangle]
+pub unsafe extern "C" fn cudaSetDevice(device: c_int) -> c_int {
+    runtime_call(Func::cudaSetDevice, || current::set(device))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> c_int {
+    runtime_call(Func::cudaGetDeviceCount, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        let out = unsafe { Out::new(count)? };
+        out.set(config::get()?.devices as c_int);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceSynchronize() -> c_int {
+    runtime_call(Func::cudaDeviceSynchronize, || {
+        let d = current::get();
+        let deadline = with_state(|st| {
+            st.use_device(d).counters.device_syncs += 1;
+            Ok(st.device_tail(d))
+        })?;
+        wait_until(deadline)
+    })
+}
+
+/// Waits for all work of the current device, then drops its allocations, streams, events and
+/// context.
+fn reset() -> CudaResult {
+    let d = current::get();
+    let deadline = with_state(|st| Ok(st.device_tail(d)))?;
+    timeline::sleep_until(deadline);
+    with_state(|st| {
+        st.reset_device(d);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceReset() -> c_int {
+    runtime_call(Func::cudaDeviceReset, reset)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaDriverGetVersion(version: *mut c_int) -> c_int {
+    runtime_call(Func::cudaDriverGetVersion, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        unsafe { Out::new(version)? }.set(VERSION);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaRuntimeGetVersion(version: *mut c_int) -> c_int {
+    runtime_call(Func::cudaRuntimeGetVersion, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        unsafe { Out::new(version)? }.set(VERSION);
+        Ok(())
+    })
+}

@@ -1,0 +1,487 @@
+//! Allocation, copies and sets, memory queries.
+
+use super::CudaStream;
+use crate::config;
+use crate::current;
+use crate::errors::{CudaResult, INVALID_VALUE, MEMORY_ALLOCATION};
+use crate::faults::Func;
+use crate::ffi::{runtime_call, Out};
+use crate::memory::{Kind, State as AllocState};
+use crate::state::{wait_until, with_state, State};
+use crate::timeline::{self, Completion, StreamId};
+use std::ffi::{c_int, c_uint, c_void};
+use std::ptr::null_mut;
+
+/// `cudaMemAttachGlobal`, `cudaMemAttachHost`.
+const MEM_ATTACH_GLOBAL: c_uint = 1;
+const MEM_ATTACH_HOST: c_uint = 2;
+/// `cudaMallocPitch` rounds rows up to this.
+const PITCH_ALIGNMENT: usize = 512;
+
+/// Where an allocation's device comes from.
+enum On {
+    /// The calling thread's current device.
+    Current,
+    /// The device of this stream (`cudaMallocAsync`).
+    Stream(usize),
+}
+
+/// How an allocation is made and counted.
+struct Request {
+    kind: Kind,
+    on: On,
+    /// Counted in `malloc_calls`/`malloc_failures` (device memory).
+    counted: bool,
+    /// Pays `CUDASIM_MALLOC_US` (synchronous device allocations).
+    latency: bool,
+}
+
+impl Request {
+    fn device(kind: Kind) -> Request {
+        Request {
+            kind,
+            on: On::Current,
+            counted: true,
+            latency: true,
+        }
+    }
+}
+
+/// Allocates `size` bytes into `out` (`size` 0: a NULL pointer).
+fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> CudaResult {
+    let cfg = config::get()?;
+    if req.latency && cfg.malloc_us > 0 {
+        timeline::sleep_until(timeline::now() + timeline::micros(cfg.malloc_us));
+    }
+    with_state(|st| {
+        let current = current::get();
+        let device = match req.on {
+            On::Current => Ok(current),
+            On::Stream(raw) => st.stream(raw).map(|id| st.streams.get(id).device),
+        };
+        let counted_on = *device.as_ref().unwrap_or(&current);
+        let dev = st.use_device(counted_on);
+        if req.counted {
+            dev.counters.malloc_calls += 1;
+        }
+        let result = device.and_then(|d| {
+            let out = out?;
+            let p = if size == 0 {
+                0
+            } else {
+                st.allocate(size, d, req.kind)?
+            };
+            out.set(p as *mut c_void);
+            Ok(())
+        });
+        if result.is_err() && req.counted {
+            st.devices[counted_on].counters.malloc_failures += 1;
+        }
+        result
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
+    runtime_call(Func::cudaMalloc, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
+        let out = unsafe { Out::new(dev_ptr) };
+        allocate(out, size, Request::device(Kind::Device))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocAsync(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: CudaStream,
+) -> c_int {
+    runtime_call(Func::cudaMallocAsync, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
+        let out = unsafe { Out::new(dev_ptr) };
+        let req = Request {
+            kind: Kind::Device,
+            on: On::Stream(stream as usize),
+            counted: true,
+            latency: false,
+        };
+        allocate(out, size, req)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocManaged(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
+    runtime_call(Func::cudaMallocManaged, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
+        let out = unsafe { Out::new(dev_ptr) };
+        let out = match flags {
+            MEM_ATTACH_GLOBAL | MEM_ATTACH_HOST => out,
+            _ => Err(INVALID_VALUE),
+        };
+        allocate(out, size, Request::device(Kind::Managed))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocPitch(
+    dev_ptr: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+) -> c_int {
+    runtime_call(Func::cudaMallocPitch, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a size_t.
+        let pitch_out = unsafe { Out::new(pitch) };
+        // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
+        let out = unsafe { Out::new(dev_ptr) };
+        let row = width.checked_next_multiple_of(PITCH_ALIGNMENT);
+        let size = row.and_then(|r| r.checked_mul(height));
+        let checked = match (&pitch_out, size) {
+            (Err(e), _) => Err(*e),
+            (Ok(_), None) => Err(MEMORY_ALLOCATION),
+            (Ok(_), Some(_)) => out,
+        };
+        allocate(checked, size.unwrap_or(0), Request::device(Kind::Device))?;
+        if let (Ok(p), Some(row)) = (pitch_out, row) {
+            p.set(row);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
+    runtime_call(Func::cudaMallocHost, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
+        let out = unsafe { Out::new(ptr) };
+        let req = Request {
+            kind: Kind::Host,
+            on: On::Current,
+            counted: false,
+            latency: false,
+        };
+        allocate(out, size, req)
+    })
+}
+
+/// `cudaFree`: waits for all work of the owning device, then unmaps.
+fn free(p: usize) -> CudaResult {
+    let cfg = config::get()?;
+    let current = current::get();
+    if p == 0 {
+        // Like the real `cudaFree(0)`, it creates the context.
+        return with_state(|st| {
+            st.use_device(current);
+            Ok(())
+        });
+    }
+    if cfg.free_us > 0 {
+        timeline::sleep_until(timeline::now() + timeline::micros(cfg.free_us));
+    }
+    let deadline = with_state(|st| {
+        let found = st
+            .allocs
+            .live_at(p)
+            .filter(|a| a.kind != Kind::Host)
+            .map(|a| {
+                a.state = AllocState::Freeing;
+                a.device
+            });
+        let d = found.unwrap_or(current);
+        st.use_device(d).counters.free_calls += 1;
+        found.ok_or(INVALID_VALUE)?;
+        let tail = st.device_tail(d);
+        if tail > timeline::now() {
+            st.devices[d].counters.implicit_syncs += 1;
+        }
+        Ok(tail)
+    })?;
+    timeline::sleep_until(deadline);
+    with_state(|st| {
+        // `cudaDeviceReset` may have dropped it meanwhile.
+        if st.allocs.freeing_at(p) {
+            st.destroy_allocation(p);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaFree(dev_ptr: *mut c_void) -> c_int {
+    runtime_call(Func::cudaFree, || free(dev_ptr as usize))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaFreeAsync(dev_ptr: *mut c_void, stream: CudaStream) -> c_int {
+    runtime_call(Func::cudaFreeAsync, || {
+        with_state(|st| {
+            let id = st.stream(stream as usize)?;
+            let p = dev_ptr as usize;
+            if p == 0 {
+                return Ok(());
+            }
+            let found = st
+                .allocs
+                .live_at(p)
+                .filter(|a| a.kind != Kind::Host)
+                .map(|a| {
+                    a.state = AllocState::PendingFree;
+                    a.device
+                });
+            let d = found.unwrap_or(st.streams.get(id).device);
+            st.use_device(d).counters.free_calls += 1;
+            let device = found.ok_or(INVALID_VALUE)?;
+            let at = st.streams.enqueue(id, timeline::now(), 0, 0);
+            st.queue.push(at, Completion::AsyncFree { device, base: p });
+            Ok(())
+        })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
+    runtime_call(Func::cudaFreeHost, || {
+        let p = ptr as usize;
+        if p == 0 {
+            return Ok(());
+        }
+        with_state(|st| {
+            st.allocs
+                .live_at(p)
+                .filter(|a| a.kind == Kind::Host)
+                .ok_or(INVALID_VALUE)?;
+            st.destroy_allocation(p);
+            Ok(())
+        })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
+    runtime_call(Func::cudaMemGetInfo, || {
+        // SAFETY: the caller passes NULL or pointers valid for writing a size_t.
+        let (free, total) = unsafe { (Out::new(free)?, Out::new(total)?) };
+        with_state(|st| {
+            let d = current::get();
+            st.use_device(d);
+            free.set(st.free_bytes(d) as usize);
+            total.set(st.cfg.capacity as usize);
+            Ok(())
+        })
+    })
+}
+
+/// Runs a copy or a set as an operation of duration 0: synchronous ones (`stream` `None`) on
+/// the legacy stream of the current device, the bytes moving once the host has waited for it;
+/// asynchronous ones on their stream, the bytes moving at once. `valid` checks the device
+/// ranges (again after the wait); `apply` moves the bytes, under the lock.
+fn byte_op(
+    stream: Option<CudaStream>,
+    valid: impl Fn(&State) -> CudaResult,
+    apply: impl FnOnce(),
+) -> CudaResult {
+    match stream {
+        None => {
+            let deadline = with_state(|st| {
+                valid(st)?;
+                let d = current::get();
+                st.use_device(d);
+                Ok(st
+                    .streams
+                    .enqueue(StreamId::Legacy(d), timeline::now(), 0, 0))
+            })?;
+            wait_until(deadline)?;
+            with_state(|st| {
+                valid(st)?;
+                apply();
+                Ok(())
+            })
+        }
+        Some(raw) => with_state(|st| {
+            let id = st.stream(raw as usize)?;
+            valid(st)?;
+            st.use_device(st.streams.get(id).device);
+            st.streams.enqueue(id, timeline::now(), 0, 0);
+            apply();
+            Ok(())
+        }),
+    }
+}
+
+/// Checks a copy and makes it.
+fn copy(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+    stream: Option<CudaStream>,
+) -> CudaResult {
+    let (d, s) = (dst as usize, src as usize);
+    // Which sides must be device memory: cudaMemcpyHostToHost, HostToDevice, DeviceToHost,
+    // DeviceToDevice, Default (inferred: nothing checked).
+    let (dst_dev, src_dev) = match kind {
+        0 | 4 => (false, false),
+        1 => (true, false),
+        2 => (false, true),
+        3 => (true, true),
+        _ => return Err(INVALID_VALUE),
+    };
+    if count > 0 && (d == 0 || s == 0) {
+        return Err(INVALID_VALUE);
+    }
+    let valid = |st: &State| {
+        let ok = count == 0
+            || ((!dst_dev || st.allocs.live_range(d, count))
+                && (!src_dev || st.allocs.live_range(s, count)));
+        if ok {
+            Ok(())
+        } else {
+            Err(INVALID_VALUE)
+        }
+    };
+    byte_op(stream, valid, || {
+        if count > 0 {
+            // SAFETY: the device sides were checked (under the lock) to lie in live mappings;
+            // the host sides are the caller's promise, as with the real runtime. `copy`
+            // allows overlap.
+            unsafe { std::ptr::copy(s as *const u8, d as *mut u8, count) };
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+) -> c_int {
+    runtime_call(Func::cudaMemcpy, || copy(dst, src, count, kind, None))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpyAsync(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+    stream: CudaStream,
+) -> c_int {
+    runtime_call(Func::cudaMemcpyAsync, || {
+        copy(dst, src, count, kind, Some(stream))
+    })
+}
+
+/// Checks a set of device memory and makes it.
+fn set(dev_ptr: *mut c_void, value: c_int, count: usize, stream: Option<CudaStream>) -> CudaResult {
+    let p = dev_ptr as usize;
+    let valid = |st: &State| {
+        if count == 0 || st.allocs.live_range(p, count) {
+            Ok(())
+        } else {
+            Err(INVALID_VALUE)
+        }
+    };
+    byte_op(stream, valid, || {
+        if count > 0 {
+            // SAFETY: `[p, p + count)` was checked (under the lock) to lie in a live mapping.
+            unsafe { std::ptr::write_bytes(p as *mut u8, value as u8, count) };
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemset(dev_ptr: *mut c_void, value: c_int, count: usize) -> c_int {
+    runtime_call(Func::cudaMemset, || set(dev_ptr, value, count, None))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemsetAsync(
+    dev_ptr: *mut c_void,
+    value: c_int,
+    count: usize,
+    stream: CudaStream,
+) -> c_int {
+    runtime_call(Func::cudaMemsetAsync, || {
+        set(dev_ptr, value, count, Some(stream))
+    })
+}
+
+/// `enum cudaMemoryType`.
+const MEMORY_TYPE_UNREGISTERED: c_int = 0;
+const MEMORY_TYPE_HOST: c_int = 1;
+const MEMORY_TYPE_DEVICE: c_int = 2;
+const MEMORY_TYPE_MANAGED: c_int = 3;
+
+/// `struct cudaPointerAttributes`.
+#[repr(C)]
+pub struct PointerAttributes {
+    memory_type: c_int,
+    device: c_int,
+    device_pointer: *mut c_void,
+    host_pointer: *mut c_void,
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaPointerGetAttributes(
+    attributes: *mut PointerAttributes,
+    ptr: *const c_void,
+) -> c_int {
+    runtime_call(Func::cudaPointerGetAttributes, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing the structure.
+        let out = unsafe { Out::new(attributes)? };
+        let p = ptr as *mut c_void;
+        let found = with_state(|st| Ok(st.allocs.live_containing(p as usize).copied()))?;
+        out.set(match found {
+            None => PointerAttributes {
+                memory_type: MEMORY_TYPE_UNREGISTERED,
+                device: -2,
+                device_pointer: null_mut(),
+                host_pointer: p,
+            },
+            Some(a) => {
+                let (memory_type, host_pointer) = match a.kind {
+                    Kind::Device => (MEMORY_TYPE_DEVICE, null_mut()),
+                    Kind::Managed => (MEMORY_TYPE_MANAGED, p),
+                    Kind::Host => (MEMORY_TYPE_HOST, p),
+                };
+                PointerAttributes {
+                    memory_type,
+                    device: a.device as c_int,
+                    device_pointer: p,
+                    host_pointer,
+                }
+            }
+        });
+        Ok(())
+    })
+}
+
+/// `cudaIpcMemHandle_t`.
+#[repr(C)]
+pub struct IpcMemHandle {
+    reserved: [u8; 64],
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaIpcGetMemHandle(
+    handle: *mut IpcMemHandle,
+    dev_ptr: *mut c_void,
+) -> c_int {
+    runtime_call(Func::cudaIpcGetMemHandle, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing the structure.
+        let out = unsafe { Out::new(handle)? };
+        let a = with_state(|st| Ok(st.allocs.live_containing(dev_ptr as usize).copied()))?
+            .filter(|a| a.kind == Kind::Device)
+            .ok_or(INVALID_VALUE)?;
+        let mut reserved = [0u8; 64];
+        reserved[..8].copy_from_slice(&(a.base as u64).to_ne_bytes());
+        reserved[8..12].copy_from_slice(&(a.device as i32).to_ne_bytes());
+        out.set(IpcMemHandle { reserved });
+        Ok(())
+    })
+}

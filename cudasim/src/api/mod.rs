@@ -1,0 +1,17 @@
+//! The exported C API: thin `extern "C"` functions that check their arguments and call into
+//! the simulator. One module per family.
+
+mod control;
+mod device;
+mod error;
+mod event;
+mod kernel;
+mod memory;
+mod stream;
+
+use std::ffi::c_void;
+
+/// `cudaStream_t`: an opaque pointer (0x0/0x1: legacy stream, 0x2: per-thread stream).
+pub type CudaStream = *mut c_void;
+/// `cudaEvent_t`: an opaque pointer.
+pub type CudaEvent = *mut c_void;

@@ -1,0 +1,149 @@
+//! Streams.
+
+use super::{CudaEvent, CudaStream};
+use crate::current;
+use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READY};
+use crate::faults::Func;
+use crate::ffi::{runtime_call, Out};
+use crate::handles::{self, STREAM_MAGIC};
+use crate::state::{wait_until, with_state};
+use crate::timeline::{self, Kind, StreamId};
+use std::ffi::{c_int, c_uint};
+
+/// `cudaStreamNonBlocking`.
+const NON_BLOCKING: c_uint = 1;
+
+/// Creates a stream of the current device.
+///
+/// # Safety
+/// `stream` must be NULL or valid for writing a `cudaStream_t`.
+unsafe fn create(stream: *mut CudaStream, flags: c_uint) -> CudaResult {
+    // SAFETY: forwarded from the caller.
+    let out = unsafe { Out::new(stream)? };
+    let kind = match flags {
+        0 => Kind::Blocking,
+        NON_BLOCKING => Kind::NonBlocking,
+        _ => return Err(INVALID_VALUE),
+    };
+    with_state(|st| {
+        let d = current::get();
+        st.use_device(d);
+        let h = handles::create(STREAM_MAGIC);
+        st.streams.add(h, d, kind);
+        out.set(h as CudaStream);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamCreate(stream: *mut CudaStream) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
+    runtime_call(Func::cudaStreamCreate, || unsafe { create(stream, 0) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamCreateWithFlags(
+    stream: *mut CudaStream,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
+    runtime_call(Func::cudaStreamCreateWithFlags, || unsafe {
+        create(stream, flags)
+    })
+}
+
+/// The priority is accepted and ignored.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamCreateWithPriority(
+    stream: *mut CudaStream,
+    flags: c_uint,
+    _priority: c_int,
+) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
+    runtime_call(Func::cudaStreamCreateWithPriority, || unsafe {
+        create(stream, flags)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamDestroy(stream: CudaStream) -> c_int {
+    runtime_call(Func::cudaStreamDestroy, || {
+        with_state(|st| match st.stream(stream as usize)? {
+            StreamId::User(h) => {
+                // Work already enqueued still completes: its completions are queued apart.
+                st.streams.remove(h);
+                // SAFETY: `h` was a registered stream handle, now removed from the registry.
+                unsafe { handles::destroy(h) };
+                Ok(())
+            }
+            StreamId::Legacy(_) | StreamId::PerThread(_) => Err(INVALID_RESOURCE_HANDLE),
+        })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamSynchronize(stream: CudaStream) -> c_int {
+    runtime_call(Func::cudaStreamSynchronize, || {
+        let deadline = with_state(|st| {
+            let s = *st.streams.get(st.stream(stream as usize)?);
+            st.use_device(s.device).counters.stream_syncs += 1;
+            Ok(s.tail)
+        })?;
+        wait_until(deadline)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamQuery(stream: CudaStream) -> c_int {
+    runtime_call(Func::cudaStreamQuery, || {
+        with_state(|st| {
+            let s = st.streams.get(st.stream(stream as usize)?);
+            if s.tail > timeline::now() {
+                Err(NOT_READY)
+            } else {
+                Ok(())
+            }
+        })
+    })
+}
+
+/// The flags a stream was created with: `cudaStreamNonBlocking` for a non-blocking stream,
+/// else 0 (also for the legacy and per-thread default streams).
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_uint) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned int.
+    runtime_call(Func::cudaStreamGetFlags, || unsafe {
+        let out = Out::new(flags)?;
+        with_state(|st| {
+            let kind = st.streams.get(st.stream(stream as usize)?).kind;
+            out.set(if kind == Kind::NonBlocking {
+                NON_BLOCKING
+            } else {
+                0
+            });
+            Ok(())
+        })
+    })
+}
+
+/// `flags` must be `cudaEventWaitDefault` (0) or `cudaEventWaitExternal` (1).
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamWaitEvent(
+    stream: CudaStream,
+    event: CudaEvent,
+    flags: c_uint,
+) -> c_int {
+    runtime_call(Func::cudaStreamWaitEvent, || {
+        if flags > 1 {
+            return Err(INVALID_VALUE);
+        }
+        with_state(|st| {
+            let id = st.stream(stream as usize)?;
+            let dep = st.event(event as usize)?.time.unwrap_or(0);
+            st.streams.enqueue(id, timeline::now(), 0, dep);
+            let d = st.streams.get(id).device;
+            st.use_device(d).counters.stream_wait_events += 1;
+            Ok(())
+        })
+    })
+}

@@ -1,0 +1,38 @@
+//! Opaque handles (`cudaStream_t`, `cudaEvent_t`): heap objects with a magic field. The
+//! registries in the state are keyed by their addresses, so a handle is looked up before it is
+//! ever dereferenced: an invalid one gives `cudaErrorInvalidResourceHandle`, not a crash.
+
+pub const STREAM_MAGIC: u64 = 0x5354_5245_414d_4353; // "SCMAERTS"
+pub const EVENT_MAGIC: u64 = 0x4556_454e_5453_4943; // "CISTNEVE"
+
+/// What a handle points to.
+#[repr(C)]
+pub struct Handle {
+    magic: u64,
+}
+
+/// Allocates a handle; returns its address.
+pub fn create(magic: u64) -> usize {
+    Box::into_raw(Box::new(Handle { magic })) as usize
+}
+
+/// Checks the magic of a handle found in a registry.
+///
+/// # Safety
+/// `addr` must come from `create` and not have been passed to `destroy`.
+pub unsafe fn has_magic(addr: usize, magic: u64) -> bool {
+    // SAFETY: by the caller's contract `addr` is a live `Handle` made by `create`.
+    unsafe { (*(addr as *const Handle)).magic == magic }
+}
+
+/// Frees a handle (its magic is cleared first).
+///
+/// # Safety
+/// `addr` must come from `create` and not have been passed to `destroy` before; it must be
+/// removed from its registry so that it is never dereferenced again.
+pub unsafe fn destroy(addr: usize) {
+    // SAFETY: by the caller's contract `addr` is a live `Handle` made by `Box::into_raw`.
+    let mut handle = unsafe { Box::from_raw(addr as *mut Handle) };
+    handle.magic = 0;
+    drop(handle);
+}

@@ -1,0 +1,219 @@
+//! The simulator's state (devices, allocations, streams, events, queued completions) behind
+//! one lock, and the retirement of completed work.
+
+use crate::config::{self, Config};
+use crate::current;
+use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE};
+use crate::handles::{self, EVENT_MAGIC, STREAM_MAGIC};
+use crate::memory::{self, Allocations};
+use crate::timeline::{self, Completion, Nanos, Queue, StreamId, Streams};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+/// The counters of a device (zeroed by `cudasimResetStats`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub malloc_calls: u64,
+    pub malloc_failures: u64,
+    pub free_calls: u64,
+    pub device_syncs: u64,
+    pub stream_syncs: u64,
+    pub event_syncs: u64,
+    pub implicit_syncs: u64,
+    pub event_records: u64,
+    pub stream_wait_events: u64,
+    pub kernels_launched: u64,
+    pub kernel_writes: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Device {
+    /// Whether the context exists (it takes `CUDASIM_CONTEXT_BYTES` of the capacity).
+    pub context: bool,
+    pub live_allocations: u64,
+    pub live_bytes: u64,
+    pub peak_live_bytes: u64,
+    pub counters: Counters,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Event {
+    pub device: usize,
+    pub flags: u32,
+    /// When the operation that recorded it completes; `None` until recorded.
+    pub time: Option<Nanos>,
+}
+
+pub struct State {
+    pub cfg: &'static Config,
+    pub devices: Vec<Device>,
+    pub allocs: Allocations,
+    pub streams: Streams,
+    pub events: HashMap<usize, Event>,
+    pub queue: Queue,
+}
+
+static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+
+/// Runs `f` under the state lock, after retiring the work completed by now.
+pub fn with_state<R>(f: impl FnOnce(&mut State) -> CudaResult<R>) -> CudaResult<R> {
+    let cfg = config::get()?;
+    let lock = STATE.get_or_init(|| Mutex::new(State::new(cfg)));
+    let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
+    state.retire(timeline::now());
+    f(&mut state)
+}
+
+/// Sleeps (without the lock) until `deadline`, then retires what completed.
+pub fn wait_until(deadline: Nanos) -> CudaResult {
+    timeline::sleep_until(deadline);
+    with_state(|_| Ok(()))
+}
+
+impl State {
+    fn new(cfg: &'static Config) -> State {
+        State {
+            cfg,
+            devices: vec![Device::default(); cfg.devices],
+            allocs: Allocations::default(),
+            streams: Streams::new(cfg.devices),
+            events: HashMap::new(),
+            queue: Queue::default(),
+        }
+    }
+
+    /// Applies the completions due at `now`: kernel fills (if their range is still mapped)
+    /// and stream-ordered frees.
+    pub fn retire(&mut self, now: Nanos) {
+        for done in self.queue.take_due(now) {
+            match done.what {
+                Completion::Kernel {
+                    device,
+                    base,
+                    len,
+                    fill,
+                } => {
+                    let Some(byte) = fill else { continue };
+                    if len > 0 && self.allocs.mapped_range(base, len) {
+                        // SAFETY: `[base, base + len)` lies inside a mapping this simulator
+                        // made and still holds (checked just above, under the lock).
+                        unsafe { std::ptr::write_bytes(base as *mut u8, byte, len) };
+                        self.devices[device].counters.kernel_writes += 1;
+                    }
+                }
+                Completion::AsyncFree { base, .. } => {
+                    if self.allocs.pending_free_at(base) {
+                        self.destroy_allocation(base);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Device `d`, whose context now exists.
+    pub fn use_device(&mut self, d: usize) -> &mut Device {
+        let dev = &mut self.devices[d];
+        dev.context = true;
+        dev
+    }
+
+    /// Bytes of device `d` neither allocated nor taken by its context.
+    pub fn free_bytes(&self, d: usize) -> u64 {
+        let dev = &self.devices[d];
+        let context = if dev.context {
+            self.cfg.context_bytes
+        } else {
+            0
+        };
+        self.cfg
+            .capacity
+            .saturating_sub(context)
+            .saturating_sub(dev.live_bytes)
+    }
+
+    /// Allocates `size` (> 0) bytes of `kind` for device `d`; device memory is accounted
+    /// against the capacity (`cudaErrorMemoryAllocation` when it does not fit).
+    pub fn allocate(&mut self, size: usize, d: usize, kind: memory::Kind) -> CudaResult<usize> {
+        let accounted = match kind {
+            memory::Kind::Host => 0,
+            _ => memory::accounted(size as u64)
+                .filter(|&a| a <= self.free_bytes(d))
+                .ok_or(crate::errors::MEMORY_ALLOCATION)?,
+        };
+        let base = self.allocs.create(size, accounted, d, kind)?;
+        if kind != memory::Kind::Host {
+            let dev = &mut self.devices[d];
+            dev.live_allocations += 1;
+            dev.live_bytes += accounted;
+            dev.peak_live_bytes = dev.peak_live_bytes.max(dev.live_bytes);
+        }
+        Ok(base)
+    }
+
+    /// Unmaps the allocation at `base` and gives its bytes back to its device.
+    pub fn destroy_allocation(&mut self, base: usize) {
+        if let Some(a) = self.allocs.destroy(base) {
+            if a.kind != memory::Kind::Host {
+                let dev = &mut self.devices[a.device];
+                dev.live_allocations -= 1;
+                dev.live_bytes -= a.accounted;
+            }
+        }
+    }
+
+    /// Resolves a `cudaStream_t`: `0`/`cudaStreamLegacy` and `cudaStreamPerThread` are the
+    /// calling thread's current device's; others must be live created streams.
+    pub fn stream(&self, raw: usize) -> CudaResult<StreamId> {
+        match raw {
+            0 | 1 => Ok(StreamId::Legacy(current::get())),
+            2 => Ok(StreamId::PerThread(current::get())),
+            // SAFETY: the handle is in the registry, so it is a live handle made by `create`.
+            h if self.streams.contains(h) && unsafe { handles::has_magic(h, STREAM_MAGIC) } => {
+                Ok(StreamId::User(h))
+            }
+            _ => Err(INVALID_RESOURCE_HANDLE),
+        }
+    }
+
+    /// Resolves a `cudaEvent_t`.
+    pub fn event(&self, raw: usize) -> CudaResult<Event> {
+        match self.events.get(&raw) {
+            // SAFETY: the handle is in the registry, so it is a live handle made by `create`.
+            Some(e) if unsafe { handles::has_magic(raw, EVENT_MAGIC) } => Ok(*e),
+            _ => Err(INVALID_RESOURCE_HANDLE),
+        }
+    }
+
+    /// When all work of device `d` is done.
+    pub fn device_tail(&self, d: usize) -> Nanos {
+        self.streams.device_tail(d)
+    }
+
+    /// Drops everything of device `d` (`cudaDeviceReset`, once its work is done): its
+    /// allocations, streams, events, queued completions and context. Counters stay.
+    pub fn reset_device(&mut self, d: usize) {
+        for base in self.allocs.of_device(d) {
+            self.destroy_allocation(base);
+        }
+        self.queue.forget_device(d);
+        for h in self.streams.reset_device(d) {
+            // SAFETY: `h` was a registered stream handle, now removed from the registry.
+            unsafe { handles::destroy(h) };
+        }
+        let events: Vec<usize> = self
+            .events
+            .iter()
+            .filter(|(_, e)| e.device == d)
+            .map(|(&h, _)| h)
+            .collect();
+        for h in events {
+            self.events.remove(&h);
+            // SAFETY: `h` was a registered event handle, now removed from the registry.
+            unsafe { handles::destroy(h) };
+        }
+        let dev = &mut self.devices[d];
+        dev.context = false;
+        dev.live_allocations = 0;
+        dev.live_bytes = 0;
+    }
+}

@@ -1,0 +1,294 @@
+//! The in-flight model: time, streams and their tails, and the queue of operations whose
+//! completion has an effect (a kernel's fill, a stream-ordered free).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Nanoseconds of `CLOCK_MONOTONIC`.
+pub type Nanos = u64;
+
+/// The current time.
+pub fn now() -> Nanos {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Microseconds as nanoseconds.
+pub fn micros(us: u64) -> Nanos {
+    us.saturating_mul(1_000)
+}
+
+/// Sleeps until `CLOCK_MONOTONIC` reaches `deadline`. Never call it holding the state lock.
+pub fn sleep_until(deadline: Nanos) {
+    loop {
+        let t = now();
+        if t >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_nanos(deadline - t));
+    }
+}
+
+/// How a stream orders itself against the legacy default stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The legacy default stream: waits for every blocking stream of its device.
+    Legacy,
+    /// Waits for the legacy stream (`cudaStreamDefault`, and `cudaStreamPerThread`).
+    Blocking,
+    /// Ignores the legacy stream (`cudaStreamNonBlocking`).
+    NonBlocking,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Stream {
+    pub device: usize,
+    pub kind: Kind,
+    /// When the last operation enqueued on the stream completes.
+    pub tail: Nanos,
+}
+
+impl Stream {
+    fn new(device: usize, kind: Kind) -> Stream {
+        Stream {
+            device,
+            kind,
+            tail: 0,
+        }
+    }
+}
+
+/// A stream, resolved from a `cudaStream_t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamId {
+    /// `0` or `cudaStreamLegacy` of that device.
+    Legacy(usize),
+    /// `cudaStreamPerThread` of that device (one blocking stream per device).
+    PerThread(usize),
+    /// A created stream: the address of its handle.
+    User(usize),
+}
+
+/// Every stream of every device.
+pub struct Streams {
+    legacy: Vec<Stream>,
+    per_thread: Vec<Stream>,
+    user: HashMap<usize, Stream>,
+}
+
+impl Streams {
+    pub fn new(devices: usize) -> Streams {
+        Streams {
+            legacy: (0..devices).map(|d| Stream::new(d, Kind::Legacy)).collect(),
+            per_thread: (0..devices)
+                .map(|d| Stream::new(d, Kind::Blocking))
+                .collect(),
+            user: HashMap::new(),
+        }
+    }
+
+    /// Registers a created stream under its handle's address.
+    pub fn add(&mut self, handle: usize, device: usize, kind: Kind) {
+        self.user.insert(handle, Stream::new(device, kind));
+    }
+
+    /// Unregisters a created stream; false if there is none at that address.
+    pub fn remove(&mut self, handle: usize) -> bool {
+        self.user.remove(&handle).is_some()
+    }
+
+    pub fn contains(&self, handle: usize) -> bool {
+        self.user.contains_key(&handle)
+    }
+
+    pub fn get(&self, id: StreamId) -> &Stream {
+        match id {
+            StreamId::Legacy(d) => &self.legacy[d],
+            StreamId::PerThread(d) => &self.per_thread[d],
+            StreamId::User(h) => &self.user[&h],
+        }
+    }
+
+    fn get_mut(&mut self, id: StreamId) -> &mut Stream {
+        match id {
+            StreamId::Legacy(d) => &mut self.legacy[d],
+            StreamId::PerThread(d) => &mut self.per_thread[d],
+            StreamId::User(h) => self.user.get_mut(&h).expect("stream checked by the caller"),
+        }
+    }
+
+    /// The streams of device `d`.
+    fn of_device(&self, d: usize) -> impl Iterator<Item = &Stream> {
+        [&self.legacy[d], &self.per_thread[d]]
+            .into_iter()
+            .chain(self.user.values().filter(move |s| s.device == d))
+    }
+
+    /// Enqueues an operation of `duration` on stream `id`, after `dep` (an event's time, or 0):
+    /// `start = max(now, tail, dep, what the stream's kind waits for)`, `tail = start + duration`.
+    /// Returns the operation's end.
+    pub fn enqueue(&mut self, id: StreamId, now: Nanos, duration: Nanos, dep: Nanos) -> Nanos {
+        let stream = *self.get(id);
+        let waits_for = match stream.kind {
+            Kind::Legacy => self
+                .of_device(stream.device)
+                .filter(|s| s.kind == Kind::Blocking)
+                .map(|s| s.tail)
+                .max()
+                .unwrap_or(0),
+            Kind::Blocking => self.legacy[stream.device].tail,
+            Kind::NonBlocking => 0,
+        };
+        let start = now.max(stream.tail).max(dep).max(waits_for);
+        let end = start.saturating_add(duration);
+        self.get_mut(id).tail = end;
+        end
+    }
+
+    /// When all work of device `d` is done.
+    pub fn device_tail(&self, d: usize) -> Nanos {
+        self.of_device(d).map(|s| s.tail).max().unwrap_or(0)
+    }
+
+    /// Forgets device `d`'s work and created streams (`cudaDeviceReset`); returns the handles
+    /// of the streams removed.
+    pub fn reset_device(&mut self, d: usize) -> Vec<usize> {
+        self.legacy[d].tail = 0;
+        self.per_thread[d].tail = 0;
+        let gone: Vec<usize> = self
+            .user
+            .iter()
+            .filter(|(_, s)| s.device == d)
+            .map(|(&h, _)| h)
+            .collect();
+        for h in &gone {
+            self.user.remove(h);
+        }
+        gone
+    }
+}
+
+/// What happens when a queued operation completes.
+#[derive(Clone, Copy, Debug)]
+pub enum Completion {
+    /// A simulated kernel busy on `[base, base + len)`, writing `fill` there when it ends.
+    Kernel {
+        device: usize,
+        base: usize,
+        len: usize,
+        fill: Option<u8>,
+    },
+    /// `cudaFreeAsync` of the allocation at `base` reached its point in the stream.
+    AsyncFree { device: usize, base: usize },
+}
+
+impl Completion {
+    pub fn device(&self) -> usize {
+        match *self {
+            Completion::Kernel { device, .. } | Completion::AsyncFree { device, .. } => device,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Pending {
+    pub at: Nanos,
+    seq: u64,
+    pub what: Completion,
+}
+
+/// Operations not yet retired.
+#[derive(Default)]
+pub struct Queue {
+    items: Vec<Pending>,
+    next_seq: u64,
+}
+
+impl Queue {
+    pub fn push(&mut self, at: Nanos, what: Completion) {
+        self.items.push(Pending {
+            at,
+            seq: self.next_seq,
+            what,
+        });
+        self.next_seq += 1;
+    }
+
+    /// Removes and returns the operations complete at `now`, in completion order (ties in
+    /// the order they were enqueued).
+    pub fn take_due(&mut self, now: Nanos) -> Vec<Pending> {
+        if self.items.iter().all(|p| p.at > now) {
+            return Vec::new();
+        }
+        let (mut due, rest): (Vec<Pending>, Vec<Pending>) =
+            self.items.drain(..).partition(|p| p.at <= now);
+        self.items = rest;
+        due.sort_by_key(|p| (p.at, p.seq));
+        due
+    }
+
+    /// The kernels still queued (not complete at the last retirement) overlapping `[lo, hi)`.
+    pub fn kernels_overlapping(&self, lo: usize, hi: usize) -> usize {
+        self.items
+            .iter()
+            .filter(|p| match p.what {
+                Completion::Kernel { base, len, .. } => base < hi && lo < base + len,
+                Completion::AsyncFree { .. } => false,
+            })
+            .count()
+    }
+
+    /// Drops the queued operations of device `d` (`cudaDeviceReset`).
+    pub fn forget_device(&mut self, d: usize) {
+        self.items.retain(|p| p.what.device() != d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_and_blocking_streams_order_each_other() {
+        let mut s = Streams::new(1);
+        s.add(0x100, 0, Kind::Blocking);
+        s.add(0x200, 0, Kind::NonBlocking);
+        assert_eq!(s.enqueue(StreamId::User(0x100), 10, 100, 0), 110);
+        assert_eq!(s.enqueue(StreamId::User(0x200), 10, 500, 0), 510);
+        // The legacy stream waits for the blocking stream, not for the non-blocking one.
+        assert_eq!(s.enqueue(StreamId::Legacy(0), 20, 0, 0), 110);
+        assert_eq!(s.enqueue(StreamId::Legacy(0), 20, 50, 0), 160);
+        // A blocking stream waits for the legacy stream.
+        assert_eq!(s.enqueue(StreamId::PerThread(0), 30, 0, 0), 160);
+        // A dependency (an event) delays the start.
+        assert_eq!(s.enqueue(StreamId::User(0x200), 30, 0, 600), 600);
+        assert_eq!(s.device_tail(0), 600);
+        assert_eq!(s.reset_device(0).len(), 2);
+        assert_eq!(s.device_tail(0), 0);
+    }
+
+    #[test]
+    fn queue_retires_in_completion_order() {
+        let mut q = Queue::default();
+        let k = |base| Completion::Kernel {
+            device: 0,
+            base,
+            len: 16,
+            fill: Some(1),
+        };
+        q.push(30, k(0x1000));
+        q.push(10, k(0x2000));
+        q.push(10, k(0x3000));
+        assert_eq!(q.kernels_overlapping(0x2008, 0x2009), 1);
+        let due: Vec<Nanos> = q.take_due(20).iter().map(|p| p.at).collect();
+        assert_eq!(due, vec![10, 10]);
+        assert_eq!(q.kernels_overlapping(0, usize::MAX), 1);
+        assert!(q.take_due(29).is_empty());
+        assert_eq!(q.take_due(30).len(), 1);
+    }
+}

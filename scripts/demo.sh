@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The main job: build libgpupool and run a training-like allocation workload twice, without and
+# with the pool, then print the pool's exit summary. On a machine with an NVIDIA GPU and the CUDA
+# toolkit it runs on the GPU; otherwise on the project's CUDA runtime simulator.
+#
+# usage: scripts/demo.sh [STEPS] [LAYERS]     (default 20 steps of a 12-layer model)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-20}
+layers=${2:-12}
+export CARGO_TERM_COLOR=never
+echo "== building libgpupool (cargo build --release)"
+cargo build --release --workspace --quiet
+lib=$PWD/target/release/libgpupool.so
+out=$PWD/target/demo
+mkdir -p "$out"
+
+nvcc=$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -n 1 || true)
+if nvidia-smi -L >/dev/null 2>&1 && [ -n "$nvcc" ]; then
+    where="on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
+    "$nvcc" -O2 -cudart shared -x cu examples/train_workload.c -o "$out/train_workload"
+    run_env=()
+else
+    where="on the CUDA runtime simulator (no GPU found); it adds 20 us to every real"
+    where+=" cudaMalloc/cudaFree to model the driver's cost"
+    PROFILE=release
+    # shellcheck source=scripts/simlib.sh
+    source scripts/simlib.sh
+    sim_cc "$out/train_workload" examples/train_workload.c
+    run_env=(CUDASIM_MALLOC_US=20 CUDASIM_FREE_US=20)
+fi
+echo "== running ${steps} steps of a ${layers}-layer transformer's allocations ${where}"
+echo
+echo "-- without the pool: every tensor is a real cudaMalloc/cudaFree"
+env "${run_env[@]}" "$out/train_workload" "$steps" "$layers"
+echo
+echo "-- with the pool: LD_PRELOAD=$lib"
+env "${run_env[@]}" GPUPOOL_SUMMARY=stderr LD_PRELOAD="$lib" \
+    "$out/train_workload" "$steps" "$layers"

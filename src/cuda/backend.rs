@@ -1,0 +1,88 @@
+//! The pool's backend on the real runtime.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use super::runtime::Runtime;
+use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
+use crate::pool::{Addr, Backend, CudaError, MAX_DEVICES};
+
+pub struct CudaBackend {
+    rt: Runtime,
+    /// One never-recorded event per device: waiting on it is the cheapest legacy-stream action.
+    barrier_events: Vec<AtomicPtr<c_void>>,
+}
+
+impl CudaBackend {
+    pub fn new(rt: Runtime) -> Self {
+        CudaBackend {
+            rt,
+            barrier_events: (0..MAX_DEVICES)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+        }
+    }
+
+    fn barrier_event(&self, device: u32) -> Result<Event, CudaError> {
+        let slot = &self.barrier_events[device as usize];
+        let e = slot.load(Ordering::Acquire);
+        if !e.is_null() {
+            return Ok(e);
+        }
+        let mut e: Event = std::ptr::null_mut();
+        // SAFETY: `e` is a valid out-pointer; the device is current (the pool calls barriers
+        // from the allocation path, under the device's lock, so only one thread creates it).
+        check(unsafe { (self.rt.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING) })?;
+        slot.store(e, Ordering::Release);
+        Ok(e)
+    }
+}
+
+fn check(status: i32) -> Result<(), CudaError> {
+    if status == SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError(status))
+    }
+}
+
+impl Backend for CudaBackend {
+    fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        let bytes = usize::try_from(bytes).map_err(|_| CudaError::MEMORY_ALLOCATION)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer for the call.
+        let status = unsafe { (self.rt.malloc)(&mut p, bytes) };
+        if status == SUCCESS {
+            return Ok(p as Addr);
+        }
+        // The pool may recover from this failure; the program must not find it later in
+        // cudaGetLastError. When the pool gives up, the hook asks the runtime once more, which
+        // sets the error again.
+        // SAFETY: no arguments.
+        unsafe { (self.rt.get_last_error)() };
+        Err(CudaError(status))
+    }
+
+    fn free_segment(&self, _device: u32, addr: Addr) -> Result<(), CudaError> {
+        // SAFETY: `addr` is a segment this backend allocated and the pool no longer uses.
+        check(unsafe { (self.rt.free)(addr as *mut c_void) })
+    }
+
+    fn fence(&self, _device: u32) -> Result<(), CudaError> {
+        // SAFETY: no arguments; synchronizes the current device, which is `device`.
+        check(unsafe { (self.rt.device_synchronize)() })
+    }
+
+    fn barrier(&self, device: u32) -> Result<(), CudaError> {
+        let e = self.barrier_event(device)?;
+        // SAFETY: the legacy stream (null) and an event of the current device.
+        check(unsafe { (self.rt.stream_wait_event)(std::ptr::null_mut(), e, 0) })
+    }
+
+    fn total_memory(&self, _device: u32) -> Result<u64, CudaError> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: both out-pointers are valid for the call.
+        check(unsafe { (self.rt.mem_get_info)(&mut free, &mut total) })?;
+        Ok(total as u64)
+    }
+}

@@ -1,0 +1,7 @@
+//! Everything that touches the CUDA runtime: finding the application's own runtime, its typed
+//! entry points, and the pool backend built on them.
+
+pub mod backend;
+pub mod loader;
+pub mod runtime;
+pub mod types;

@@ -1,0 +1,121 @@
+//! The application's CUDA runtime, as a table of its entry points.
+
+use std::ffi::{c_char, c_void};
+
+use super::types::{CudaStatus, Dim3, Event, IpcMemHandle, Stream};
+
+pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaStatus;
+pub type FreeFn = unsafe extern "C" fn(*mut c_void) -> CudaStatus;
+pub type FreeAsyncFn = unsafe extern "C" fn(*mut c_void, Stream) -> CudaStatus;
+pub type GetDeviceFn = unsafe extern "C" fn(*mut i32) -> CudaStatus;
+pub type VoidFn = unsafe extern "C" fn() -> CudaStatus;
+pub type StreamFn = unsafe extern "C" fn(Stream) -> CudaStatus;
+pub type EventFn = unsafe extern "C" fn(Event) -> CudaStatus;
+pub type StreamWaitEventFn = unsafe extern "C" fn(Stream, Event, u32) -> CudaStatus;
+pub type EventCreateWithFlagsFn = unsafe extern "C" fn(*mut Event, u32) -> CudaStatus;
+pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CudaStatus;
+pub type StreamGetFlagsFn = unsafe extern "C" fn(Stream, *mut u32) -> CudaStatus;
+pub type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut Stream, u32) -> CudaStatus;
+pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, u32, i32) -> CudaStatus;
+pub type LaunchKernelFn =
+    unsafe extern "C" fn(*const c_void, Dim3, Dim3, *mut *mut c_void, usize, Stream) -> CudaStatus;
+pub type IpcGetMemHandleFn = unsafe extern "C" fn(*mut IpcMemHandle, *mut c_void) -> CudaStatus;
+pub type GetErrorStringFn = unsafe extern "C" fn(CudaStatus) -> *const c_char;
+
+/// Entry points of the runtime the application uses. The first group must exist for the pool to
+/// work; the rest are forwarded to when the application calls them, so they exist whenever the
+/// application could call them.
+#[derive(Clone, Copy)]
+pub struct Runtime {
+    pub malloc: MallocFn,
+    pub free: FreeFn,
+    pub get_device: GetDeviceFn,
+    pub device_synchronize: VoidFn,
+    pub get_last_error: VoidFn,
+    pub mem_get_info: MemGetInfoFn,
+    pub stream_wait_event: StreamWaitEventFn,
+    pub event_create_with_flags: EventCreateWithFlagsFn,
+    pub free_async: Option<FreeAsyncFn>,
+    pub device_reset: Option<VoidFn>,
+    pub stream_synchronize: Option<StreamFn>,
+    pub event_synchronize: Option<EventFn>,
+    pub stream_get_flags: Option<StreamGetFlagsFn>,
+    pub stream_create_with_flags: Option<StreamCreateWithFlagsFn>,
+    pub stream_create_with_priority: Option<StreamCreateWithPriorityFn>,
+    pub launch_kernel: Option<LaunchKernelFn>,
+    pub ipc_get_mem_handle: Option<IpcGetMemHandleFn>,
+    pub get_error_string: Option<GetErrorStringFn>,
+}
+
+/// Resolves a symbol by name to a raw address, or null.
+pub type Lookup<'a> = &'a dyn Fn(&[u8]) -> *mut c_void;
+
+/// Reinterpret a symbol address as a function pointer.
+///
+/// # Safety
+/// `F` must be a function pointer type matching the function at `p`.
+unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: same size (checked), and the caller vouches for the signature.
+    unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) }
+}
+
+macro_rules! required {
+    ($lookup:expr, $name:literal) => {{
+        let p = $lookup(concat!($name, "\0").as_bytes());
+        if p.is_null() {
+            return Err(concat!("the runtime has no ", $name));
+        }
+        // SAFETY: the symbol is the runtime's own function of that name, whose C signature is
+        // the one the field's type spells out.
+        unsafe { as_fn(p) }
+    }};
+}
+
+macro_rules! optional {
+    ($lookup:expr, $name:literal) => {{
+        let p = $lookup(concat!($name, "\0").as_bytes());
+        if p.is_null() {
+            None
+        } else {
+            // SAFETY: as in `required!`.
+            Some(unsafe { as_fn(p) })
+        }
+    }};
+}
+
+impl Runtime {
+    /// Build the table from a symbol lookup.
+    pub fn resolve(lookup: Lookup) -> Result<Runtime, &'static str> {
+        Ok(Runtime {
+            malloc: required!(lookup, "cudaMalloc"),
+            free: required!(lookup, "cudaFree"),
+            get_device: required!(lookup, "cudaGetDevice"),
+            device_synchronize: required!(lookup, "cudaDeviceSynchronize"),
+            get_last_error: required!(lookup, "cudaGetLastError"),
+            mem_get_info: required!(lookup, "cudaMemGetInfo"),
+            stream_wait_event: required!(lookup, "cudaStreamWaitEvent"),
+            event_create_with_flags: required!(lookup, "cudaEventCreateWithFlags"),
+            free_async: optional!(lookup, "cudaFreeAsync"),
+            device_reset: optional!(lookup, "cudaDeviceReset"),
+            stream_synchronize: optional!(lookup, "cudaStreamSynchronize"),
+            event_synchronize: optional!(lookup, "cudaEventSynchronize"),
+            stream_get_flags: optional!(lookup, "cudaStreamGetFlags"),
+            stream_create_with_flags: optional!(lookup, "cudaStreamCreateWithFlags"),
+            stream_create_with_priority: optional!(lookup, "cudaStreamCreateWithPriority"),
+            launch_kernel: optional!(lookup, "cudaLaunchKernel"),
+            ipc_get_mem_handle: optional!(lookup, "cudaIpcGetMemHandle"),
+            get_error_string: optional!(lookup, "cudaGetErrorString"),
+        })
+    }
+
+    /// The calling thread's current device.
+    pub fn current_device(&self) -> Result<i32, CudaStatus> {
+        let mut d = 0;
+        // SAFETY: `d` is a valid out-pointer for the duration of the call.
+        match unsafe { (self.get_device)(&mut d) } {
+            0 => Ok(d),
+            e => Err(e),
+        }
+    }
+}

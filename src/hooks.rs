@@ -1,0 +1,379 @@
+//! The CUDA runtime entry points this library exports. Thin by design: argument checks, the
+//! reentrancy guard and the panic boundary, then the pool or the real runtime.
+//!
+//! Every call the pool does not handle goes to the application's runtime unchanged, so the
+//! program sees that runtime's own answer (`cudaFree(NULL)`, `cudaMalloc(&p, 0)`, a NULL
+//! out-pointer, pointers from other allocators).
+
+#![allow(non_snake_case)]
+
+use std::ffi::c_void;
+use std::sync::atomic::AtomicBool;
+
+use crate::config::ReuseMode;
+use crate::cuda::runtime::Runtime;
+use crate::cuda::types::*;
+use crate::global::{self, Global};
+use crate::guard::{self, boundary};
+use crate::log;
+use crate::pool::{CudaError, FreeKind, FreeOutcome};
+
+/// The runtime, or the status to return when there is none.
+fn runtime() -> Result<&'static Global, CudaStatus> {
+    global::get().ok_or_else(global::missing_runtime)
+}
+
+/// Calls a runtime entry point the application has (it called it), or reports its absence.
+fn forward<F: Copy>(f: Option<F>, call: impl FnOnce(F) -> CudaStatus) -> CudaStatus {
+    match f {
+        Some(f) => call(f),
+        None => ERROR_INSUFFICIENT_DRIVER,
+    }
+}
+
+/// The current device as the pool indexes it, if it is one the pool serves.
+fn current_device(rt: &Runtime) -> Option<u32> {
+    rt.current_device()
+        .ok()
+        .and_then(|d| u32::try_from(d).ok())
+        .filter(|&d| (d as usize) < crate::pool::MAX_DEVICES)
+}
+
+static INVALID_FREE: AtomicBool = AtomicBool::new(false);
+
+fn refuse_invalid_free(ptr: *mut c_void, what: &str) -> CudaStatus {
+    log::warn_once(&INVALID_FREE, || {
+        format!(
+            "{what}({ptr:p}): not the start of a live allocation (double or interior free); \
+             returned cudaErrorInvalidValue and left the pool intact (reported once)"
+        )
+    });
+    ERROR_INVALID_VALUE
+}
+
+/// # Safety
+/// As `cudaMalloc`: `dev_ptr` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        let rt = &g.runtime;
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let pass = || unsafe { (rt.malloc)(dev_ptr, size) };
+        let (Some(pool), false, false) = (g.pool.as_ref(), dev_ptr.is_null(), size == 0) else {
+            return pass();
+        };
+        let Some(_inside) = guard::enter() else {
+            return pass();
+        };
+        let Some(dev) = current_device(rt) else {
+            return pass();
+        };
+        match pool.alloc(dev, size as u64) {
+            Ok(addr) => {
+                // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
+                unsafe { *dev_ptr = addr as *mut c_void };
+                global::note_allocation();
+                SUCCESS
+            }
+            // The pool released what it could and still failed: the runtime gives the
+            // program its own answer (and sets its last error), or, if memory was freed in the
+            // meantime, a plain allocation that later passes through cudaFree.
+            Err(CudaError::MEMORY_ALLOCATION) => pass(),
+            Err(e) => e.0,
+        }
+    })
+}
+
+/// # Safety
+/// As `cudaFree`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller's argument, passed on unchanged.
+        let pass = || unsafe { (g.runtime.free)(ptr) };
+        let (Some(pool), false) = (g.pool.as_ref(), ptr.is_null()) else {
+            return pass();
+        };
+        let Some(_inside) = guard::enter() else {
+            return pass();
+        };
+        match pool.free(ptr as u64, FreeKind::Sync) {
+            FreeOutcome::Freed => SUCCESS,
+            FreeOutcome::Invalid => refuse_invalid_free(ptr, "cudaFree"),
+            FreeOutcome::NotOurs => pass(),
+        }
+    })
+}
+
+/// Whether work on `stream` is ordered with the legacy stream.
+fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
+    let s = stream as usize;
+    if s == 0 || s == STREAM_LEGACY || s == STREAM_PER_THREAD {
+        return true;
+    }
+    let Some(get_flags) = rt.stream_get_flags else {
+        return false;
+    };
+    let mut flags = 0u32;
+    // SAFETY: a stream handle the program passed, and a valid out-pointer.
+    let r = unsafe { get_flags(stream, &mut flags) };
+    r == SUCCESS && flags & STREAM_NON_BLOCKING == 0
+}
+
+/// # Safety
+/// As `cudaFreeAsync`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        let rt = &g.runtime;
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let pass = || forward(rt.free_async, |f| unsafe { f(ptr, stream) });
+        let (Some(pool), false) = (g.pool.as_ref(), ptr.is_null()) else {
+            return pass();
+        };
+        let Some(_inside) = guard::enter() else {
+            return pass();
+        };
+        let kind = FreeKind::Async {
+            blocking: stream_is_blocking(rt, stream),
+        };
+        match pool.free(ptr as u64, kind) {
+            FreeOutcome::Freed => SUCCESS,
+            FreeOutcome::Invalid => refuse_invalid_free(ptr, "cudaFreeAsync"),
+            FreeOutcome::NotOurs => pass(),
+        }
+    })
+}
+
+/// # Safety
+/// As `cudaDeviceReset`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceReset() -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        let rt = &g.runtime;
+        let dev = current_device(rt);
+        // SAFETY: no arguments.
+        let r = forward(rt.device_reset, |f| unsafe { f() });
+        if let (SUCCESS, Some(pool), Some(dev)) = (r, g.pool.as_ref(), dev) {
+            // The driver freed every allocation of the device: forget, do not free.
+            pool.forget_device(dev);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// As `cudaDeviceSynchronize`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceSynchronize() -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        let rt = &g.runtime;
+        // SAFETY: no arguments.
+        let pass = || unsafe { (rt.device_synchronize)() };
+        let (Some(pool), Some(dev)) = (g.pool.as_ref(), current_device(rt)) else {
+            return pass();
+        };
+        let Some(_inside) = guard::enter() else {
+            return pass();
+        };
+        let seq = pool.seq_before_sync(dev);
+        let r = pass();
+        if r == SUCCESS {
+            // Every block freed before this call is now safe to reuse.
+            pool.observe_fence(dev, seq);
+        }
+        r
+    })
+}
+
+/// After a program synchronization: the release threshold applies.
+fn after_sync(g: &Global, r: CudaStatus) -> CudaStatus {
+    if r == SUCCESS {
+        if let (Some(pool), Some(dev), Some(_inside)) =
+            (g.pool.as_ref(), current_device(&g.runtime), guard::enter())
+        {
+            pool.sync_point(dev);
+        }
+    }
+    r
+}
+
+/// # Safety
+/// As `cudaStreamSynchronize`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamSynchronize(stream: Stream) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller's argument, passed on unchanged.
+        let r = forward(g.runtime.stream_synchronize, |f| unsafe { f(stream) });
+        after_sync(g, r)
+    })
+}
+
+/// # Safety
+/// As `cudaEventSynchronize`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventSynchronize(event: Event) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller's argument, passed on unchanged.
+        let r = forward(g.runtime.event_synchronize, |f| unsafe { f(event) });
+        after_sync(g, r)
+    })
+}
+
+/// # Safety
+/// As `cudaLaunchKernel`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaLaunchKernel(
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: Stream,
+) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        let rt = &g.runtime;
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let pass = || {
+            forward(rt.launch_kernel, |f| unsafe {
+                f(func, grid, block, args, shared_mem, stream)
+            })
+        };
+        // In the modes that use barriers, a kernel on the legacy stream is one: it orders every
+        // later blocking-stream operation after every earlier one.
+        let watching = g.reuse() != ReuseMode::Strict && is_legacy(stream);
+        let (true, Some(pool)) = (watching, g.pool.as_ref()) else {
+            return pass();
+        };
+        let Some(dev) = current_device(rt) else {
+            return pass();
+        };
+        let seq = pool.seq_before_sync(dev);
+        let r = pass();
+        if r == SUCCESS {
+            pool.observe_barrier(dev, seq);
+        }
+        r
+    })
+}
+
+fn note_stream_flags(g: &Global, r: CudaStatus, flags: u32) -> CudaStatus {
+    if r == SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
+        if let Some(pool) = g.pool.as_ref() {
+            pool.note_nonblocking_stream();
+        }
+    }
+    r
+}
+
+/// # Safety
+/// As `cudaStreamCreateWithFlags`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamCreateWithFlags(stream: *mut Stream, flags: u32) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let r = forward(g.runtime.stream_create_with_flags, |f| unsafe {
+            f(stream, flags)
+        });
+        note_stream_flags(g, r, flags)
+    })
+}
+
+/// # Safety
+/// As `cudaStreamCreateWithPriority`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamCreateWithPriority(
+    stream: *mut Stream,
+    flags: u32,
+    priority: i32,
+) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let r = forward(g.runtime.stream_create_with_priority, |f| unsafe {
+            f(stream, flags, priority)
+        });
+        note_stream_flags(g, r, flags)
+    })
+}
+
+static IPC_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// An IPC handle names a whole driver allocation. For a block that does not start its segment,
+/// the importer would map the segment's start instead of the block: refuse clearly rather than
+/// hand out a silently wrong mapping.
+///
+/// # Safety
+/// As `cudaIpcGetMemHandle`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaIpcGetMemHandle(
+    handle: *mut IpcMemHandle,
+    ptr: *mut c_void,
+) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let pass = || forward(g.runtime.ipc_get_mem_handle, |f| unsafe { f(handle, ptr) });
+        let Some(pool) = g.pool.as_ref() else {
+            return pass();
+        };
+        let addr = ptr as u64;
+        let starts_segment = match pool.live_block(addr) {
+            Some((_, b)) => b.addr == b.segment_addr,
+            None => pool.owner_of(addr).is_none(),
+        };
+        if starts_segment {
+            return pass();
+        }
+        log::warn_once(&IPC_REFUSED, || {
+            format!(
+                "cudaIpcGetMemHandle({ptr:p}): the pointer is sub-allocated inside a pool segment, \
+                 and an IPC handle would map the segment's start instead; returned \
+                 cudaErrorInvalidValue (run with GPUPOOL_DISABLE=1 for IPC-heavy programs)"
+            )
+        });
+        ERROR_INVALID_VALUE
+    })
+}

@@ -1,0 +1,152 @@
+//! What the pool tells its user: the summary (at exit or on request).
+
+pub mod summary;
+pub mod units;
+
+use crate::config::SummaryDest;
+use crate::global::Global;
+use crate::log;
+
+/// Write the summary where `GPUPOOL_SUMMARY` says, if it says anything.
+pub fn write_exit_summary(g: &Global) {
+    let Some(pool) = g.pool.as_ref() else { return };
+    if g.config.summary == SummaryDest::Off {
+        return;
+    }
+    let text = summary::render_text(&summary::Report::collect(pool, &g.runtime_path));
+    write_to(&g.config.summary, text.as_bytes());
+}
+
+fn write_to(dest: &SummaryDest, bytes: &[u8]) {
+    match dest {
+        SummaryDest::Off => {}
+        SummaryDest::Stderr => log::write_fd(2, bytes),
+        SummaryDest::Stdout => {
+            // Let the program's buffered output go first.
+            // SAFETY: fflush(NULL) flushes every open stdio stream.
+            unsafe { libc::fflush(std::ptr::null_mut()) };
+            log::write_fd(1, bytes);
+        }
+        SummaryDest::Path(template) => {
+            let path = expand_path(template);
+            if let Err(e) = write_atomically(&path, bytes) {
+                log::warn(&format!(
+                    "cannot write the summary to {}: {e}",
+                    String::from_utf8_lossy(&path)
+                ));
+            }
+        }
+    }
+}
+
+/// `%p` → pid, `%r` → rank (`RANK`, `LOCAL_RANK`, `SLURM_PROCID`, else 0), `%h` → host name,
+/// `%%` → `%`.
+pub fn expand_path(template: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(template.len() + 16);
+    let mut it = template.iter().copied().peekable();
+    while let Some(c) = it.next() {
+        if c != b'%' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some(b'p') => out.extend(std::process::id().to_string().bytes()),
+            Some(b'r') => out.extend(rank().bytes()),
+            Some(b'h') => out.extend(hostname().bytes()),
+            Some(b'%') => out.push(b'%'),
+            Some(other) => {
+                out.push(b'%');
+                out.push(other);
+            }
+            None => out.push(b'%'),
+        }
+    }
+    out
+}
+
+fn rank() -> String {
+    ["RANK", "LOCAL_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|v| {
+            std::env::var(v)
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .unwrap_or_else(|| "0".into())
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or
+    // truncates, and we stop at the first NUL.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    if ok && end > 0 {
+        String::from_utf8_lossy(&buf[..end]).replace('/', "_")
+    } else {
+        "localhost".into()
+    }
+}
+
+/// Write to a temporary file beside `path`, then rename over it: readers never see a partial
+/// file, and a symbolic link at `path` is replaced, never written through.
+fn write_atomically(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_expansion() {
+        let pid = std::process::id().to_string();
+        assert_eq!(
+            expand_path(b"/x/job-%p.txt"),
+            format!("/x/job-{pid}.txt").into_bytes()
+        );
+        assert_eq!(expand_path(b"100%%-%q-%"), b"100%-%q-%".to_vec());
+        assert!(!expand_path(b"%h").contains(&b'/'));
+    }
+
+    #[test]
+    fn atomic_write_replaces_a_symlink_instead_of_following_it() {
+        let dir = std::env::temp_dir().join(format!("gpupool-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("victim");
+        std::fs::write(&target, b"keep").unwrap();
+        let link = dir.join("summary.txt");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        use std::os::unix::ffi::OsStrExt;
+        write_atomically(link.as_os_str().as_bytes(), b"report").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        assert_eq!(std::fs::read(&link).unwrap(), b"report");
+        assert!(!std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,76 @@
+/* The runtime's return codes for bad and edge-case arguments, unchanged under the pool, and a
+ * pool left intact by them. */
+#include "check.h"
+
+int main(void)
+{
+    void *a = NULL, *b = NULL, *p = NULL, *q = NULL;
+    cudaStream_t s;
+
+    /* cudaFree(NULL) creates the context and succeeds. */
+    CHECK(cudaFree(NULL) == cudaSuccess, "cudaFree(NULL)");
+    /* A NULL out-pointer is an invalid value. */
+    CHECK(cudaMalloc(NULL, 4096) == cudaErrorInvalidValue, "cudaMalloc(NULL, n)");
+    /* Size 0 is the runtime's business: success with a NULL pointer. */
+    p = (void *)0x1;
+    CHECK(cudaMalloc(&p, 0) == cudaSuccess && p == NULL, "cudaMalloc(&p, 0) gave %p", p);
+    /* Sizes near SIZE_MAX are out-of-memory, never an overflowed small block. */
+    CHECK(cudaMalloc(&p, (size_t)-1) == cudaErrorMemoryAllocation, "SIZE_MAX");
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation, "last error after SIZE_MAX");
+    CHECK(cudaMalloc(&p, (size_t)-1 - 4096) == cudaErrorMemoryAllocation, "SIZE_MAX - 4096");
+    CHECK(cudaMalloc(&p, ((size_t)1 << 62)) == cudaErrorMemoryAllocation, "2^62");
+    cudaGetLastError();
+
+    CHECK_CUDA(cudaMalloc(&a, 100000));
+    CHECK_CUDA(cudaMalloc(&b, 100000));
+    tag_block(a, 100000, 0xA1);
+    tag_block(b, 100000, 0xB2);
+
+    /* Interior, wild and double frees: invalid value, and nothing else happens. */
+    CHECK(cudaFree((char *)a + 512) == cudaErrorInvalidValue, "interior free");
+    CHECK(cudaFree((void *)0x7777000) == cudaErrorInvalidValue, "wild free");
+    CHECK_CUDA(cudaFree(a));
+    CHECK(cudaFree(a) == cudaErrorInvalidValue, "double free");
+    CHECK(cudaFreeAsync(a, 0) == cudaErrorInvalidValue, "double free async");
+    check_tag(b, 100000, 0xB2);
+
+    /* The pool still works: new blocks never overlap b. */
+    for (int i = 0; i < 100; i++) {
+        CHECK_CUDA(cudaMalloc(&p, 100000));
+        CHECK((char *)p + 100000 <= (char *)b || (char *)b + 100000 <= (char *)p, "overlap");
+        tag_block(p, 100000, 0x33);
+        CHECK_CUDA(cudaFree(p));
+    }
+    check_tag(b, 100000, 0xB2);
+
+    /* cudaFreeAsync of a pooled pointer returns it to the pool; the runtime never sees it. */
+    cudasimStats before = sim_stats(0);
+    CHECK_CUDA(cudaStreamCreate(&s));
+    CHECK_CUDA(cudaFreeAsync(b, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK(sim_stats(0).free_calls == before.free_calls, "a pooled pointer reached cudaFreeAsync");
+    CHECK_CUDA(cudaStreamDestroy(s));
+
+    /* Memory from other allocators passes through untouched. */
+    CHECK_CUDA(cudaMallocAsync(&q, 8192, 0));
+    CHECK_CUDA(cudaFree(q));
+    CHECK_CUDA(cudaMallocManaged(&q, 8192, cudaMemAttachGlobal));
+    CHECK_CUDA(cudaFree(q));
+    CHECK(sim_stats(0).free_calls == before.free_calls + 2, "pass-through frees");
+
+    /* Pointer attributes of a sub-allocated pointer are the runtime's (device memory). */
+    CHECK_CUDA(cudaMalloc(&p, 4096));
+    struct cudaPointerAttributes attr;
+    CHECK_CUDA(cudaPointerGetAttributes(&attr, p));
+    CHECK(attr.type == cudaMemoryTypeDevice && attr.devicePointer == p, "attributes");
+    /* An IPC handle of a block that does not start its segment is refused, not wrong. */
+    CHECK_CUDA(cudaMalloc(&q, 4096));
+    cudaIpcMemHandle_t h;
+    void *first = p < q ? p : q, *second = p < q ? q : p;
+    CHECK(cudaIpcGetMemHandle(&h, second) == cudaErrorInvalidValue, "IPC of an interior block");
+    (void)first;
+    CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudaFree(q));
+    printf("hostile ok\n");
+    return 0;
+}

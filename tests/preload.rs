@@ -1,0 +1,280 @@
+//! Programs run under `LD_PRELOAD=libgpupool.so` against the CUDA runtime simulator: C programs
+//! linked against it, and a Python program that loads a CUDA-using module `RTLD_LOCAL`.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use sim::Sim;
+
+/// `target/<profile>/libgpupool.so`, built with this test's profile.
+fn library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "gpupool", "--lib"]);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().expect("cargo build").success());
+        let lib = Sim::get().profile_dir.join("libgpupool.so");
+        assert!(lib.exists(), "{} missing", lib.display());
+        lib
+    })
+    .clone()
+}
+
+fn c_program(name: &str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> =
+        OnceLock::new();
+    let map = BUILT.get_or_init(Default::default);
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    map.entry(name.to_string())
+        .or_insert_with(|| {
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+            Sim::get().compile(&src, &[])
+        })
+        .clone()
+}
+
+/// Runs `exe` under the preloaded pool with a clean `GPUPOOL_*`/`CUDASIM_*` environment plus
+/// `env`.
+fn run_pooled(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let lib = library();
+    let mut cmd = Command::new(exe);
+    cmd.args(args);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("CUDASIM_") || k.starts_with("GPUPOOL_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("LD_PRELOAD", &lib);
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run program")
+}
+
+fn ok(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let out = run_pooled(exe, args, env);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{} {args:?} with {env:?} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        exe.display(),
+        out.status
+    );
+    (stdout, stderr)
+}
+
+/// The count after `key` on its own line of `text`.
+fn figure(text: &str, key: &str) -> u64 {
+    number(text, key)
+}
+
+/// The number after `key` on its own line of `text`.
+fn number<T: std::str::FromStr>(text: &str, key: &str) -> T {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no '{key}' in:\n{text}"))
+}
+
+#[test]
+fn churn_single_thread_is_served_from_cache() {
+    let (out, err) = ok(&c_program("churn"), &["1", "3000", "1"], &[]);
+    let program = figure(&out, "program mallocs");
+    let real = figure(&out, "real mallocs");
+    assert!(program > 1000);
+    assert!(
+        real * 10 < program,
+        "{real} real cudaMalloc for {program} requests"
+    );
+    assert!(err.is_empty(), "unexpected stderr: {err}");
+}
+
+#[test]
+fn churn_eight_threads_never_hands_out_a_block_twice() {
+    for mode in ["strict", "barrier", "relaxed"] {
+        ok(
+            &c_program("churn"),
+            &["8", "800", "1", "7"],
+            &[("GPUPOOL_REUSE", mode)],
+        );
+    }
+}
+
+#[test]
+fn churn_two_devices_frees_with_the_other_device_current() {
+    let (out, _) = ok(
+        &c_program("churn"),
+        &["4", "800", "2", "11"],
+        &[("CUDASIM_DEVICES", "2")],
+    );
+    assert!(figure(&out, "real mallocs") * 5 < figure(&out, "program mallocs"));
+}
+
+#[test]
+fn churn_with_a_release_threshold_keeps_content_intact() {
+    ok(
+        &c_program("churn"),
+        &["4", "800", "1", "3"],
+        &[("GPUPOOL_RELEASE_THRESHOLD", "8MiB")],
+    );
+}
+
+#[test]
+fn hostile_arguments_get_the_runtimes_answers() {
+    for mode in ["strict", "barrier", "relaxed"] {
+        ok(&c_program("hostile"), &[], &[("GPUPOOL_REUSE", mode)]);
+    }
+}
+
+#[test]
+fn device_reset_makes_the_pool_forget() {
+    ok(&c_program("reset"), &[], &[]);
+}
+
+#[test]
+fn out_of_memory_releases_the_cache_and_retries() {
+    for mode in ["strict", "barrier", "relaxed"] {
+        ok(
+            &c_program("oom"),
+            &[],
+            &[
+                ("CUDASIM_MEM", "1GiB"),
+                ("CUDASIM_CONTEXT_BYTES", "0"),
+                ("GPUPOOL_REUSE", mode),
+            ],
+        );
+    }
+}
+
+#[test]
+fn release_threshold_is_honoured_at_synchronization() {
+    let exe = c_program("threshold");
+    let mib = 1u64 << 20;
+    let (out, _) = ok(&exe, &[], &[("GPUPOOL_RELEASE_THRESHOLD", "256MiB")]);
+    // Nothing is released inside cudaFree itself...
+    assert_eq!(figure(&out, "held after free"), 1024 * mib);
+    // ...and at the synchronization the cache is down to the threshold plus one segment.
+    assert!(
+        figure(&out, "held after sync") <= 256 * mib + 64 * mib,
+        "{out}"
+    );
+    let (out, _) = ok(&exe, &[], &[]);
+    assert_eq!(figure(&out, "held after sync"), 1024 * mib);
+    let (out, _) = ok(&exe, &[], &[("GPUPOOL_RELEASE_THRESHOLD", "0")]);
+    assert_eq!(figure(&out, "held after sync"), 0);
+}
+
+#[test]
+fn no_reuse_while_a_kernel_on_a_nonblocking_stream_uses_the_block() {
+    let exe = c_program("hazard");
+    for mode in ["strict", "barrier"] {
+        ok(&exe, &[], &[("GPUPOOL_REUSE", mode)]);
+        ok(
+            &exe,
+            &["tight"],
+            &[
+                ("GPUPOOL_REUSE", mode),
+                ("CUDASIM_MEM", "64MiB"),
+                ("CUDASIM_CONTEXT_BYTES", "0"),
+            ],
+        );
+    }
+}
+
+#[test]
+fn overlap_loop_runs_and_waits_for_its_kernels() {
+    let (out, _) = ok(
+        &c_program("overlap"),
+        &["50", "2000", "1000", "1048576"],
+        &[],
+    );
+    // Whatever the pool does, the final synchronization waits for every kernel.
+    assert!(number::<f64>(&out, "wall_ms") >= 100.0, "{out}");
+}
+
+#[test]
+fn disabled_pool_passes_every_call_through() {
+    let (out, _) = ok(
+        &c_program("churn"),
+        &["1", "500", "1"],
+        &[("GPUPOOL_DISABLE", "1")],
+    );
+    assert_eq!(
+        figure(&out, "real mallocs"),
+        figure(&out, "program mallocs")
+    );
+}
+
+#[test]
+fn python_module_loaded_rtld_local_is_intercepted() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/framework.c");
+    let module = Sim::get().compile(&src, &["-shared", "-fPIC"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/framework_test.py");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = run_pooled(
+        Path::new(&python),
+        &[script.to_str().unwrap(), module.to_str().unwrap(), "2000"],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let real = figure(&stdout, "real mallocs");
+    assert!(real <= 5, "{real} real cudaMalloc calls for 2000 requests");
+}
+
+#[test]
+fn processes_that_never_use_cuda_print_and_write_nothing() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("quiet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let summary = dir.join("summary-%p.txt");
+    let env = [
+        ("GPUPOOL_SUMMARY", summary.to_str().unwrap()),
+        ("GPUPOOL_RELEASE_THRESHOLD", "garbage"),
+    ];
+    for (prog, args) in [("/bin/true", vec![]), ("python3", vec!["-c", "pass"])] {
+        let out = run_pooled(Path::new(prog), &args, &env);
+        assert!(out.status.success());
+        assert!(
+            out.stdout.is_empty() && out.stderr.is_empty(),
+            "{prog} printed"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "a file was written"
+    );
+}
+
+#[test]
+fn exit_summary_counts_what_the_program_did() {
+    let (out, err) = ok(
+        &c_program("churn"),
+        &["1", "2000", "1"],
+        &[("GPUPOOL_SUMMARY", "stderr")],
+    );
+    let program = figure(&out, "program mallocs");
+    let line = err
+        .lines()
+        .find(|l| l.trim_start().starts_with("calls"))
+        .unwrap_or_else(|| panic!("no calls line in:\n{err}"));
+    assert!(
+        line.contains(&format!(" {program} mallocs, {program} frees")),
+        "{line}"
+    );
+    let real = figure(&out, "real mallocs");
+    assert!(
+        err.contains(&format!("cudaMalloc {real} (")),
+        "summary disagrees with the runtime's {real} calls:\n{err}"
+    );
+}
