@@ -1,0 +1,174 @@
+#define _POSIX_C_SOURCE 200809L
+/* Cost of one allocate+free pair of the same size, with LIVE_BLOCKS other blocks held.
+ *
+ * usage: hit_path LIVE_BLOCKS SIZE ITERATIONS MODE
+ *   MODE cuda:  cudaMalloc/cudaFree (under LD_PRELOAD=libgpupool.so these are the pool's hooks;
+ *               without it, the CUDA runtime's own calls)
+ *   MODE glibc: malloc/free
+ *
+ * LIVE_BLOCKS blocks of mixed sizes (512 B .. 64 KiB, log-uniform, fixed seed) are allocated
+ * with the same allocator before timing and stay live during it. After a warm-up, ITERATIONS
+ * pairs of SIZE bytes are timed with CLOCK_MONOTONIC, REPS times; prints
+ *   ns_per_pair MEDIAN
+ *   ns_min MIN
+ *   ns_max MAX
+ *   real_mallocs_timed N   (cuda mode: the simulator's cudaMalloc calls during the timed pairs)
+ * Every call's return code is checked. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_runtime.h"
+#include "cudasim.h"
+
+#define REPS 7
+#define WARMUP 5000
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fprintf(stderr, "\n");                                                             \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+#define CHECK_CUDA(call)                                                                       \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        CHECK(e_ == cudaSuccess, "%s returned %d", #call, (int)e_);                            \
+    } while (0)
+
+/* Every pointer handed out is folded into this, so the compiler cannot drop a malloc/free
+ * pair. */
+static volatile uintptr_t sink;
+
+static int use_cuda;
+
+static void *alloc(size_t n)
+{
+    void *p = NULL;
+    if (use_cuda) {
+        CHECK_CUDA(cudaMalloc(&p, n));
+    } else {
+        p = malloc(n);
+    }
+    CHECK(p != NULL, "allocation of %zu bytes", n);
+    return p;
+}
+
+static void release(void *p)
+{
+    if (use_cuda) {
+        CHECK_CUDA(cudaFree(p));
+    } else {
+        free(p);
+    }
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return x;
+}
+
+static double now_ns(void)
+{
+    struct timespec t;
+    CHECK(clock_gettime(CLOCK_MONOTONIC, &t) == 0, "clock_gettime");
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static unsigned long long sim_mallocs(void)
+{
+    cudasimStats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK(cudasimGetStats(0, &st) == 0, "cudasimGetStats");
+    return st.malloc_calls;
+}
+
+/* Time `iters` pairs; returns ns per pair. */
+static double timed_pairs(size_t size, long iters)
+{
+    uintptr_t acc = 0;
+    double t0, t1;
+    long i;
+    t0 = now_ns();
+    for (i = 0; i < iters; i++) {
+        void *p = alloc(size);
+        acc += (uintptr_t)p;
+        release(p);
+    }
+    t1 = now_ns();
+    sink += acc;
+    return (t1 - t0) / (double)iters;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    long live, iters, i;
+    size_t size;
+    void **blocks;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    double ns[REPS];
+    unsigned long long mallocs_before = 0;
+    int r;
+
+    CHECK(argc == 5, "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS cuda|glibc");
+    live = atol(argv[1]);
+    size = (size_t)strtoull(argv[2], NULL, 0);
+    iters = atol(argv[3]);
+    CHECK(live >= 0 && size > 0 && iters > 0, "bad arguments");
+    if (strcmp(argv[4], "cuda") == 0) {
+        use_cuda = 1;
+    } else {
+        CHECK(strcmp(argv[4], "glibc") == 0, "MODE is cuda or glibc, not '%s'", argv[4]);
+    }
+    if (use_cuda) {
+        CHECK_CUDA(cudaFree(NULL)); /* initialize the runtime outside the timing */
+    }
+
+    blocks = calloc(live > 0 ? (size_t)live : 1, sizeof *blocks);
+    CHECK(blocks != NULL, "block table");
+    for (i = 0; i < live; i++) {
+        uint64_t lo = 512ull << (rng_next(&seed) % 7); /* 512 .. 32 KiB */
+        size_t n = (size_t)(lo + rng_next(&seed) % (lo + 1)); /* lo .. 2*lo */
+        blocks[i] = alloc(n);
+        sink += (uintptr_t)blocks[i];
+    }
+
+    timed_pairs(size, WARMUP);
+    if (use_cuda) {
+        mallocs_before = sim_mallocs();
+    }
+    for (r = 0; r < REPS; r++) {
+        ns[r] = timed_pairs(size, iters);
+    }
+    qsort(ns, REPS, sizeof ns[0], cmp_double);
+    printf("ns_per_pair %.1f\n", ns[REPS / 2]);
+    printf("ns_min %.1f\n", ns[0]);
+    printf("ns_max %.1f\n", ns[REPS - 1]);
+    if (use_cuda) {
+        printf("real_mallocs_timed %llu\n", sim_mallocs() - mallocs_before);
+    }
+
+    for (i = 0; i < live; i++) {
+        release(blocks[i]);
+    }
+    free(blocks);
+    return 0;
+}

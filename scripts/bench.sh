@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# CPU-side benchmark of libgpupool against the CUDA simulator (no GPU needed).
+#
+# Measures, in one run: the cudaMalloc+cudaFree pair of a cached size through the preloaded
+# hooks next to glibc's malloc+free of the same size (with 0, 1, 1 000 and 100 000 other blocks
+# live), the simulator's own pair without the pool, the pass-through cost with
+# GPUPOOL_DISABLE=1, and the wall time of the overlap loop (tests/c/overlap.c) in each
+# GPUPOOL_REUSE mode against no pool and against the ideal. Prints a Markdown report and
+# rewrites the section of BENCHMARKS.md between <!-- bench:begin --> and <!-- bench:end -->.
+# Targets are reported, never asserted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+# A clean environment: no inherited pool or simulator settings, no foreign preload.
+while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(GPUPOOL|CUDASIM)_' || true)
+unset LD_PRELOAD
+
+SIZE=4096           # the cached size of the hit-path pairs
+HIT_ITERS=500000    # pairs per repetition (hit_path times 7 repetitions, prints the median)
+RAW_ITERS=30000     # the same for pairs that reach the simulator (about 3 us each)
+LIVE_COUNTS=(0 1 1000 100000)
+MODES=(strict barrier relaxed)
+OVERLAP_ITERS=300
+OVERLAP_BYTES=$((1 << 20))
+OVERLAP_CASES=("2000 1000" "1000 3000") # "KERNEL_US HOST_US"
+
+# Build the library and the simulator, and the link directory the tests also make.
+cargo build --release --workspace --quiet >&2
+rel=$root/target/release
+lib=$rel/libgpupool.so
+PROFILE=release
+# shellcheck source=scripts/simlib.sh
+source scripts/simlib.sh
+
+bin=$root/target/bench
+mkdir -p "$bin"
+for src in bench/*.c tests/c/overlap.c; do
+    sim_cc "$bin/$(basename "$src" .c)" "$src"
+done
+
+# Pin the hit-path runs to one CPU (the last one this process may use) when taskset works.
+pin=()
+if command -v taskset >/dev/null 2>&1; then
+    cpus=$(taskset -pc $$ 2>/dev/null | sed 's/.*: *//') || cpus=
+    cpu=${cpus##*[,-]}
+    if [ -n "$cpu" ] && taskset -c "$cpu" true 2>/dev/null; then
+        pin=(taskset -c "$cpu")
+    fi
+fi
+
+log=$bin/bench.log
+: >"$log"
+
+# run PROGRAM ARGS... [-- VAR=VALUE...]: runs it (pinned if asked by $PIN), logs its output,
+# prints it; stops the script if it fails.
+run() {
+    local args=() envs=() out
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    envs=("$@")
+    local prefix=()
+    [ "${PIN:-0}" = 1 ] && prefix=(${pin[@]+"${pin[@]}"})
+    echo "\$ ${envs[*]+${envs[*]} }${args[*]}" >>"$log"
+    if ! out=$(${prefix[@]+"${prefix[@]}"} env ${envs[@]+"${envs[@]}"} "${args[@]}" 2>&1); then
+        printf 'bench: failed: %s %s\n%s\n' "${envs[*]+${envs[*]}}" "${args[*]}" "$out" >&2
+        exit 1
+    fi
+    echo "$out" >>"$log"
+    echo "$out"
+}
+# field NAME: the number after NAME in the output read from stdin.
+field() { awk -v k="$1" '$1 == k { print $2; found = 1 } END { exit !found }'; }
+# ratio A B [DIGITS]: A / B.
+ratio() { awk -v a="$1" -v b="$2" -v d="${3:-1}" 'BEGIN { printf "%.*f", d, a / b }'; }
+# le A B: whether A <= B.
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+hit() { # hit LIVE ITERS cuda|glibc [VAR=VALUE...]
+    local live=$1 iters=$2 what=$3
+    shift 3
+    PIN=1 run "$bin/hit_path" "$live" "$SIZE" "$iters" "$what" -- "$@" | field ns_per_pair
+}
+pooled=("LD_PRELOAD=$lib")
+
+echo "bench: hit path ($SIZE B pairs)..." >&2
+declare -A ns
+for live in "${LIVE_COUNTS[@]}"; do
+    ns[glibc,$live]=$(hit "$live" "$HIT_ITERS" glibc)
+    for mode in "${MODES[@]}"; do
+        ns[$mode,$live]=$(hit "$live" "$HIT_ITERS" cuda "${pooled[@]}" "GPUPOOL_REUSE=$mode")
+    done
+done
+ns[raw]=$(hit 1 "$RAW_ITERS" cuda)
+ns[disabled]=$(hit 1 "$RAW_ITERS" cuda "${pooled[@]}" GPUPOOL_DISABLE=1)
+
+echo "bench: overlap loop..." >&2
+declare -A wall
+for case in "${OVERLAP_CASES[@]}"; do
+    read -r k h <<<"$case"
+    a=("$bin/overlap" "$OVERLAP_ITERS" "$k" "$h" "$OVERLAP_BYTES")
+    out=$(run "${a[@]}")
+    wall[$case,none]=$(field wall_ms <<<"$out")
+    wall[$case,ideal]=$(field ideal_ms <<<"$out")
+    wall[$case,serial]=$(field serial_ms <<<"$out")
+    for mode in "${MODES[@]}"; do
+        wall[$case,$mode]=$(run "${a[@]}" -- "${pooled[@]}" "GPUPOOL_REUSE=$mode" | field wall_ms)
+    done
+done
+
+# The report.
+report=$(mktemp)
+trap 'rm -f "$report"' EXIT
+{
+    cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    [ -n "$(git status --porcelain 2>/dev/null)" ] && commit="$commit (with uncommitted changes)"
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on \`$(uname -srm)\`, $(nproc) CPUs" \
+        "(${cpu_model:-unknown CPU}), commit $commit, by \`scripts/bench.sh\`" \
+        "(hit-path runs pinned: ${pin[*]:-no})."
+    echo
+    echo "### Hit path: one cudaMalloc+cudaFree pair of $SIZE B vs glibc malloc+free"
+    echo
+    echo "Median ns per pair of 7 runs of $HIT_ITERS pairs; *live* blocks (512 B–64 KiB, mixed)"
+    echo "are allocated first and held during the timing. ×glibc: the pool's pair over glibc's."
+    echo
+    printf '| live blocks | glibc ns |'
+    for mode in "${MODES[@]}"; do printf ' pool %s ns | ×glibc |' "$mode"; done
+    echo
+    printf '| ---: | ---: |'
+    for _ in "${MODES[@]}"; do printf ' ---: | ---: |'; done
+    echo
+    for live in "${LIVE_COUNTS[@]}"; do
+        printf '| %s | %s |' "$(sed ':a;s/\B[0-9]\{3\}\>/ &/;ta' <<<"$live")" "${ns[glibc,$live]}"
+        for mode in "${MODES[@]}"; do
+            printf ' %s | %s× |' "${ns[$mode,$live]}" "$(ratio "${ns[$mode,$live]}" "${ns[glibc,$live]}")"
+        done
+        echo
+    done
+    echo
+    echo "Targets (reported, not asserted): pair ≤ 4× glibc's; flat within 1.5× from 1 to 100 000 live blocks."
+    echo
+    echo "| mode | worst ×glibc | ≤ 4×? | 100 000 live / 1 live | ≤ 1.5×? |"
+    echo "| --- | ---: | --- | ---: | --- |"
+    for mode in "${MODES[@]}"; do
+        worst=0
+        for live in "${LIVE_COUNTS[@]}"; do
+            r=$(ratio "${ns[$mode,$live]}" "${ns[glibc,$live]}" 2)
+            le "$r" "$worst" || worst=$r
+        done
+        flat=$(ratio "${ns[$mode,100000]}" "${ns[$mode,1]}" 2)
+        met4=no; le "$worst" 4 && met4=yes
+        met15=no; le "$flat" 1.5 && met15=yes
+        echo "| $mode | $worst× | $met4 | $flat× | $met15 |"
+    done
+    echo
+    echo "### What the pool avoids: the runtime's own pair ($SIZE B, 1 live block, 7 × $RAW_ITERS pairs)"
+    echo
+    echo "| path | ns per pair |"
+    echo "| --- | ---: |"
+    echo "| simulator's cudaMalloc+cudaFree, no pool (CUDASIM_MALLOC_US unset) | ${ns[raw]} |"
+    echo "| preloaded with GPUPOOL_DISABLE=1 (pass-through) | ${ns[disabled]} ($(awk -v a="${ns[disabled]}" -v b="${ns[raw]}" 'BEGIN { printf "%+.0f", a - b }') ns) |"
+    echo "| pool hit, strict (from the table above, 1 live block) | ${ns[strict,1]} |"
+    echo
+    echo "On a GPU the driver's pair costs far more than the simulator's mmap+munmap; see"
+    echo "\`scripts/gpu-check.sh\`."
+    echo
+    echo "### Overlap loop: cudaMalloc, kernel, cudaFree, host work ($OVERLAP_ITERS iterations, $((OVERLAP_BYTES >> 20)) MiB blocks)"
+    echo
+    echo "Wall ms (wall/ideal). No pool: the same program without LD_PRELOAD, whose cudaFree waits"
+    echo "for the kernel each time. Ideal: max(kernel, host) per iteration; serial: their sum."
+    echo
+    printf '| kernel µs | host µs | ideal ms | serial ms | no pool |'
+    for mode in "${MODES[@]}"; do printf ' pool %s |' "$mode"; done
+    echo
+    printf '| ---: | ---: | ---: | ---: | ---: |'
+    for _ in "${MODES[@]}"; do printf ' ---: |'; done
+    echo
+    for case in "${OVERLAP_CASES[@]}"; do
+        read -r k h <<<"$case"
+        ideal=${wall[$case,ideal]}
+        printf '| %s | %s | %s | %s | %s (%s×) |' "$k" "$h" "$ideal" "${wall[$case,serial]}" \
+            "${wall[$case,none]}" "$(ratio "${wall[$case,none]}" "$ideal" 2)"
+        for mode in "${MODES[@]}"; do
+            printf ' %s (%s×) |' "${wall[$case,$mode]}" "$(ratio "${wall[$case,$mode]}" "$ideal" 2)"
+        done
+        echo
+    done
+} >"$report"
+
+cat "$report"
+
+# Rewrite the marked section of BENCHMARKS.md (append the markers if the file lacks them).
+doc=$root/BENCHMARKS.md
+begin='<!-- bench:begin -->'
+end='<!-- bench:end -->'
+[ -f "$doc" ] || echo "# Benchmarks" >"$doc"
+grep -qxF "$begin" "$doc" && grep -qxF "$end" "$doc" || printf '\n%s\n%s\n' "$begin" "$end" >>"$doc"
+awk -v b="$begin" -v e="$end" -v f="$report" '
+    $0 == b { print; print ""; while ((getline l < f) > 0) print l; print ""; skip = 1; next }
+    $0 == e { skip = 0 }
+    !skip
+' "$doc" >"$doc.tmp"
+mv "$doc.tmp" "$doc"
+echo "bench: wrote $doc (raw output: $log)" >&2
