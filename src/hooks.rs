@@ -105,7 +105,7 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
         let Some(_inside) = guard::enter() else {
             return pass();
         };
-        match pool.free(ptr as u64, FreeKind::Sync) {
+        match pool.free(ptr as u64, FreeKind::Sync, current_device(&g.runtime)) {
             FreeOutcome::Freed => SUCCESS,
             FreeOutcome::Invalid => refuse_invalid_free(ptr, "cudaFree"),
             FreeOutcome::NotOurs => pass(),
@@ -149,7 +149,7 @@ pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> Cuda
         let kind = FreeKind::Async {
             blocking: stream_is_blocking(rt, stream),
         };
-        match pool.free(ptr as u64, kind) {
+        match pool.free(ptr as u64, kind, current_device(rt)) {
             FreeOutcome::Freed => SUCCESS,
             FreeOutcome::Invalid => refuse_invalid_free(ptr, "cudaFreeAsync"),
             FreeOutcome::NotOurs => pass(),

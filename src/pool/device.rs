@@ -2,14 +2,24 @@
 //! blocks, split and merge, freed blocks that wait for a fence or barrier before reuse, and
 //! release of whole free segments. Single-threaded: the caller holds the device's lock.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::backend::{Addr, Backend, CudaError};
-use super::size::{class_of, may_serve, round_request, segment_size, should_split, Class};
+use super::size::{
+    class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, SMALL_LIMIT,
+};
 use super::stats::{histogram_bucket, DeviceStats};
-use super::Seqs;
+use super::{AddrHasher, Seqs};
+
+/// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
+/// (or an eighth of its reserved memory, if more): a request of the same size takes one back
+/// without touching the best-fit index. Bins are merged back into the index whenever a request
+/// finds no fit, and before any release, so they never make the pool grow.
+const BIN_BYTES: u64 = 64 << 20;
+const BINS: usize = (SMALL_LIMIT / ALIGN) as usize;
 
 const NONE: u32 = u32::MAX;
 
@@ -20,6 +30,8 @@ enum State {
     Live,
     /// Cached and reusable: in the best-fit index.
     Free,
+    /// Cached and reusable: in the exact-size bin of its size (not merged with neighbours).
+    Binned,
     /// Freed by the program but maybe still used by in-flight work: not reusable yet.
     Pending,
 }
@@ -86,6 +98,10 @@ pub struct LiveBlock {
 
 pub struct DevicePool {
     device: u32,
+    /// Live blocks by address.
+    live: HashMap<Addr, u32, BuildHasherDefault<AddrHasher>>,
+    bins: Vec<Vec<u32>>,
+    binned_bytes: u64,
     blocks: Vec<Block>,
     vacant_blocks: Vec<u32>,
     segments: Vec<Option<Segment>>,
@@ -108,6 +124,9 @@ impl DevicePool {
     pub fn new(device: u32, threshold: u64) -> Self {
         DevicePool {
             device,
+            live: HashMap::default(),
+            bins: vec![Vec::new(); BINS],
+            binned_bytes: 0,
             blocks: Vec::new(),
             vacant_blocks: Vec::new(),
             segments: Vec::new(),
@@ -138,7 +157,48 @@ impl DevicePool {
     pub fn largest_free(&self) -> u64 {
         let small = self.free_small.keys().next_back().map_or(0, |k| k.0);
         let large = self.free_large.keys().next_back().map_or(0, |k| k.0);
-        small.max(large)
+        let binned = self
+            .bins
+            .iter()
+            .rposition(|b| !b.is_empty())
+            .map_or(0, |k| (k as u64 + 1) * ALIGN);
+        small.max(large).max(binned)
+    }
+
+    /// The bin of blocks of exactly `rounded` bytes, for small sizes.
+    fn bin_of(rounded: u64) -> Option<usize> {
+        (rounded <= SMALL_LIMIT).then(|| (rounded / ALIGN) as usize - 1)
+    }
+
+    /// A reusable block: into its exact-size bin while there is room, else merged and indexed.
+    fn recycle(&mut self, idx: u32) {
+        let size = self.blocks[idx as usize].size;
+        let small = self.seg(self.blocks[idx as usize].seg).class == Class::Small;
+        match Self::bin_of(size) {
+            Some(k)
+                if small
+                    && self.binned_bytes + size
+                        <= BIN_BYTES.max(self.stats.reserved.current / 8) =>
+            {
+                self.blocks[idx as usize].state = State::Binned;
+                self.bins[k].push(idx);
+                self.binned_bytes += size;
+            }
+            _ => self.make_free(idx),
+        }
+    }
+
+    /// Merge every binned block back into the best-fit index.
+    fn flush_bins(&mut self) {
+        if self.binned_bytes == 0 {
+            return;
+        }
+        for k in 0..BINS {
+            while let Some(idx) = self.bins[k].pop() {
+                self.make_free(idx);
+            }
+        }
+        self.binned_bytes = 0;
     }
 
     /// Serve a request of `requested` bytes. Returns the address and the block's handle.
@@ -148,21 +208,30 @@ impl DevicePool {
         backend: &dyn Backend,
         seqs: &Seqs,
         policy: &Policy,
-    ) -> Result<(Addr, u32), CudaError> {
+    ) -> Result<Addr, CudaError> {
         let rounded = round_request(requested).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let seg_size = segment_size(rounded).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let class = class_of(rounded);
         self.promote(seqs);
-        let idx = match self.find_fit(class, rounded, policy) {
+        let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
+        let idx = match binned {
             Some(idx) => {
+                self.binned_bytes -= rounded;
                 self.stats.hits += 1;
                 idx
             }
-            None => self.refill(class, rounded, seg_size, backend, seqs, policy)?,
+            None => match self.find_fit(class, rounded, policy) {
+                Some(idx) => {
+                    self.stats.hits += 1;
+                    idx
+                }
+                None => self.refill(class, rounded, seg_size, backend, seqs, policy)?,
+            },
         };
         let addr = self.take(idx, rounded, requested, policy);
+        self.live.insert(addr, idx);
         self.enforce_threshold(backend);
-        Ok((addr, idx))
+        Ok(addr)
     }
 
     /// No cached block fits: make pending blocks reusable, grow, or recover from out-of-memory.
@@ -175,6 +244,13 @@ impl DevicePool {
         seqs: &Seqs,
         policy: &Policy,
     ) -> Result<u32, CudaError> {
+        if self.binned_bytes > 0 {
+            self.flush_bins();
+            if let Some(idx) = self.find_fit(class, rounded, policy) {
+                self.stats.hits += 1;
+                return Ok(idx);
+            }
+        }
         if self.pending_barrier_bytes > 0 {
             self.barrier(backend, seqs)?;
             if let Some(idx) = self.find_fit(class, rounded, policy) {
@@ -242,7 +318,9 @@ impl DevicePool {
 
     /// Hand out the free block `idx` for a request, splitting off the remainder when allowed.
     fn take(&mut self, idx: u32, rounded: u64, requested: u64, policy: &Policy) -> Addr {
-        self.unindex(idx);
+        if self.blocks[idx as usize].state == State::Free {
+            self.unindex(idx);
+        }
         let b = &self.blocks[idx as usize];
         let (addr, size, seg) = (b.addr, b.size, b.seg);
         let class = self.seg(seg).class;
@@ -280,8 +358,27 @@ impl DevicePool {
         addr
     }
 
-    /// The program freed live block `idx`. `stamp` is the device's free sequence number.
-    pub fn free(&mut self, idx: u32, need: Need, stamp: u64) {
+    /// Whether `addr` is a live block of this device.
+    pub fn is_live(&self, addr: Addr) -> bool {
+        self.live.contains_key(&addr)
+    }
+
+    /// Live blocks on this device.
+    pub fn live_count(&self) -> usize {
+        self.live.len()
+    }
+
+    /// The program freed `addr`. Returns false when it is not a live block of this device.
+    /// `stamp` gives the device's free sequence number, taken only for a live block.
+    pub fn free(&mut self, addr: Addr, need: Need, stamp: impl FnOnce() -> u64) -> bool {
+        let Some(idx) = self.live.remove(&addr) else {
+            return false;
+        };
+        self.free_block(idx, need, stamp());
+        true
+    }
+
+    fn free_block(&mut self, idx: u32, need: Need, stamp: u64) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Live);
         let (size, requested, seg) = (b.size, b.requested, b.seg);
@@ -293,7 +390,7 @@ impl DevicePool {
         s.allocated.sub(size);
         s.blocks.sub(1);
         match need {
-            Need::Nothing => self.make_free(idx),
+            Need::Nothing => self.recycle(idx),
             Need::Barrier => {
                 self.set_pending(idx, stamp, false);
                 self.pending_barrier.push_back((idx, stamp));
@@ -331,7 +428,7 @@ impl DevicePool {
             self.pending_fence.pop_front();
             if self.is_pending(idx, stamp) {
                 self.pending_fence_bytes -= self.blocks[idx as usize].size;
-                self.make_free(idx);
+                self.recycle(idx);
             }
         }
         while let Some(&(idx, stamp)) = self.pending_barrier.front() {
@@ -341,7 +438,7 @@ impl DevicePool {
             self.pending_barrier.pop_front();
             if self.is_pending(idx, stamp) {
                 self.pending_barrier_bytes -= self.blocks[idx as usize].size;
-                self.make_free(idx);
+                self.recycle(idx);
             }
         }
     }
@@ -512,6 +609,7 @@ impl DevicePool {
         if self.cached() <= keep {
             return 0;
         }
+        self.flush_bins();
         let mut idle: Vec<(u64, u32)> = self
             .segments
             .iter()
@@ -589,7 +687,9 @@ impl DevicePool {
                         self.pending_barrier_bytes -= sz;
                     }
                 }
-                State::Live | State::Vacant => debug_assert!(false, "released a segment in use"),
+                State::Live | State::Vacant | State::Binned => {
+                    debug_assert!(false, "released a segment in use or binned")
+                }
             }
             self.drop_block(idx);
             idx = next;
@@ -613,6 +713,9 @@ impl DevicePool {
         s.segments.sub(s.segments.current);
         self.blocks.clear();
         self.vacant_blocks.clear();
+        self.live.clear();
+        self.bins.iter_mut().for_each(Vec::clear);
+        self.binned_bytes = 0;
         self.segments.clear();
         self.vacant_segments.clear();
         self.by_addr.clear();
@@ -631,8 +734,13 @@ impl DevicePool {
         (addr < s.addr + s.size).then_some((s.addr, s.size))
     }
 
+    /// The live block at `addr`.
+    pub fn live_block_at(&self, addr: Addr) -> Option<LiveBlock> {
+        self.live_block(*self.live.get(&addr)?)
+    }
+
     /// Live block `idx` as the pool sees it.
-    pub fn live_block(&self, idx: u32) -> Option<LiveBlock> {
+    fn live_block(&self, idx: u32) -> Option<LiveBlock> {
         let b = self.blocks.get(idx as usize)?;
         (b.state == State::Live).then(|| LiveBlock {
             addr: b.addr,
@@ -656,6 +764,7 @@ impl DevicePool {
         let mut requested = 0;
         let mut pending = 0;
         let mut free_count = 0;
+        let mut binned = 0;
         for (si, s) in self.segments.iter().enumerate() {
             let Some(s) = s else { continue };
             reserved += s.size;
@@ -693,6 +802,7 @@ impl DevicePool {
                         }
                     }
                     State::Pending => pending += b.size,
+                    State::Binned => binned += b.size,
                     State::Vacant => return Err("vacant block in a segment".into()),
                 }
                 prev_free = b.state == State::Free;
@@ -723,6 +833,25 @@ impl DevicePool {
                 "accounting: reserved {reserved}/{}, allocated {allocated}/{}, requested {requested}/{}",
                 st.reserved.current, st.allocated.current, st.requested.current
             ));
+        }
+        if binned != self.binned_bytes
+            || binned
+                != self
+                    .bins
+                    .iter()
+                    .flatten()
+                    .map(|&i| self.blocks[i as usize].size)
+                    .sum()
+        {
+            return Err(format!("binned {binned} != {}", self.binned_bytes));
+        }
+        if self.live.len() as u64 != st.blocks.current
+            || self
+                .live
+                .iter()
+                .any(|(&a, &i)| self.blocks[i as usize].addr != a)
+        {
+            return Err("live map disagrees with the blocks".into());
         }
         if pending != self.pending_bytes() {
             return Err(format!("pending {pending} != {}", self.pending_bytes()));

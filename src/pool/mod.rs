@@ -1,17 +1,17 @@
 //! The caching algorithm, in plain Rust with no FFI: one `DevicePool` per device behind its own
-//! lock, and a sharded map from live pointers to their blocks so that a free finds its device
-//! from any thread. Generic over `Backend`, so it is unit-tested and replayed offline.
+//! lock, each with the map of its live pointers. A free looks on the calling thread's current
+//! device first (where a block is almost always freed), then on the others, so it finds its
+//! block from any thread with one lock and one hash lookup on the common path. Generic over
+//! `Backend`, so it is unit-tested and replayed offline.
 
 pub mod backend;
 pub mod device;
 pub mod size;
 pub mod stats;
 
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-
-use dashmap::DashMap;
 
 pub use backend::{Addr, Backend, CudaError};
 pub use device::{DevicePool, LiveBlock, Need, Policy, Release};
@@ -35,16 +35,6 @@ pub struct Seqs {
 struct DeviceSlot {
     pool: Mutex<DevicePool>,
     seqs: Seqs,
-    /// Bumped by `cudaDeviceReset`; a live reference from before the reset is stale.
-    generation: AtomicU64,
-}
-
-/// Where a live pointer's block is.
-#[derive(Clone, Copy, Debug)]
-struct LiveRef {
-    device: u32,
-    block: u32,
-    generation: u64,
 }
 
 /// Device pointers are aligned and well spread: a multiplicative hash is enough and much cheaper
@@ -98,7 +88,6 @@ pub struct Pool<B: Backend> {
     backend: B,
     settings: Settings,
     devices: Vec<OnceLock<DeviceSlot>>,
-    live: DashMap<Addr, LiveRef, BuildHasherDefault<AddrHasher>>,
     /// The program created a non-blocking stream: barriers no longer cover all its work.
     nonblocking_seen: AtomicBool,
     /// Runtime override of the threshold (bytes), `u64::MAX - 1` meaning "not set".
@@ -113,7 +102,6 @@ impl<B: Backend> Pool<B> {
             backend,
             settings,
             devices: (0..MAX_DEVICES).map(|_| OnceLock::new()).collect(),
-            live: DashMap::with_hasher_and_shard_amount(Default::default(), 64),
             nonblocking_seen: AtomicBool::new(false),
             threshold_override: AtomicU64::new(NO_OVERRIDE),
         }
@@ -130,16 +118,22 @@ impl<B: Backend> Pool<B> {
     fn slot(&self, device: u32) -> Option<&DeviceSlot> {
         let cell = self.devices.get(device as usize)?;
         Some(cell.get_or_init(|| {
-            let threshold = match self.threshold_override.load(Ordering::Relaxed) {
-                NO_OVERRIDE => self.resolve_threshold(device),
-                t => t,
-            };
+            let threshold = self.initial_threshold(device);
             DeviceSlot {
                 pool: Mutex::new(DevicePool::new(device, threshold)),
                 seqs: Seqs::default(),
-                generation: AtomicU64::new(0),
             }
         }))
+    }
+
+    /// The threshold `device` starts with: the run-time override, or the configured one.
+    fn initial_threshold(&self, device: u32) -> u64 {
+        match self.threshold_override.load(Ordering::Relaxed) {
+            NO_OVERRIDE => self.resolve_threshold(device),
+            // `set_threshold(u64::MAX)` (keep everything) is stored just below the sentinel.
+            t if t >= NO_OVERRIDE - 1 => u64::MAX,
+            t => t,
+        }
     }
 
     fn resolve_threshold(&self, device: u32) -> u64 {
@@ -185,47 +179,43 @@ impl<B: Backend> Pool<B> {
     /// Allocate `size` bytes on `device`, the calling thread's current device.
     pub fn alloc(&self, device: u32, size: u64) -> Result<Addr, CudaError> {
         let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
-        let generation = slot.generation.load(Ordering::Acquire);
-        let (addr, block) = {
-            let mut p = Self::lock(slot);
-            p.alloc(size, &self.backend, &slot.seqs, &self.settings.policy)?
-        };
-        self.live.insert(
-            addr,
-            LiveRef {
-                device,
-                block,
-                generation,
-            },
-        );
-        Ok(addr)
+        let mut p = Self::lock(slot);
+        p.alloc(size, &self.backend, &slot.seqs, &self.settings.policy)
     }
 
-    /// Give a pointer back. Frees of pointers the pool does not own are reported, not handled.
-    pub fn free(&self, addr: Addr, kind: FreeKind) -> FreeOutcome {
-        let Some((_, r)) = self.live.remove(&addr) else {
-            return match self.owner_of(addr) {
-                Some(device) => {
-                    if let Some(slot) = self.existing(device) {
-                        Self::lock(slot).stats.invalid_frees += 1;
-                    }
-                    FreeOutcome::Invalid
-                }
-                None => FreeOutcome::NotOurs,
-            };
-        };
-        let Some(slot) = self.existing(r.device) else {
-            return FreeOutcome::Invalid;
-        };
+    /// Give a pointer back; `current` is the calling thread's current device, where the block
+    /// is looked for first. Frees of pointers the pool does not own are reported, not handled.
+    pub fn free(&self, addr: Addr, kind: FreeKind, current: Option<u32>) -> FreeOutcome {
         let need = self.need_for(kind);
-        let mut p = Self::lock(slot);
-        if slot.generation.load(Ordering::Acquire) != r.generation {
-            // The device was reset after this block was handed out: the driver freed it.
-            return FreeOutcome::Invalid;
+        let try_free = |device: u32| {
+            self.existing(device).is_some_and(|slot| {
+                Self::lock(slot).free(addr, need, || {
+                    // Only frees, under this device's lock, write the sequence: no atomic
+                    // read-modify-write needed (the hit path's cost is its atomic operations).
+                    let seq = slot.seqs.freed.load(Ordering::Relaxed);
+                    slot.seqs.freed.store(seq + 1, Ordering::Release);
+                    seq
+                })
+            })
+        };
+        if current.is_some_and(try_free) {
+            return FreeOutcome::Freed;
         }
-        let stamp = slot.seqs.freed.fetch_add(1, Ordering::AcqRel);
-        p.free(r.block, need, stamp);
-        FreeOutcome::Freed
+        if (0..MAX_DEVICES as u32)
+            .filter(|&d| Some(d) != current)
+            .any(try_free)
+        {
+            return FreeOutcome::Freed;
+        }
+        match self.owner_of(addr) {
+            Some(device) => {
+                if let Some(slot) = self.existing(device) {
+                    Self::lock(slot).stats.invalid_frees += 1;
+                }
+                FreeOutcome::Invalid
+            }
+            None => FreeOutcome::NotOurs,
+        }
     }
 
     fn need_for(&self, kind: FreeKind) -> Need {
@@ -247,12 +237,12 @@ impl<B: Backend> Pool<B> {
         })
     }
 
-    /// The live block starting at `addr`.
+    /// The live block starting at `addr`, and its device.
     pub fn live_block(&self, addr: Addr) -> Option<(u32, LiveBlock)> {
-        let r = *self.live.get(&addr)?;
-        let slot = self.existing(r.device)?;
-        let p = Self::lock(slot);
-        p.live_block(r.block).map(|b| (r.device, b))
+        (0..MAX_DEVICES as u32).find_map(|d| {
+            let slot = self.existing(d)?;
+            Self::lock(slot).live_block_at(addr).map(|b| (d, b))
+        })
     }
 
     /// The program created a non-blocking stream.
@@ -312,15 +302,32 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    /// Set the release threshold of `device` alone (its pool is made if it was not used yet).
+    /// Returns false for a device the pool does not serve.
+    pub fn set_device_threshold(&self, device: u32, bytes: u64) -> bool {
+        match self.slot(device) {
+            Some(slot) => {
+                Self::lock(slot).threshold = bytes;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The release threshold of `device`: its own, or the one it will start with.
+    pub fn threshold(&self, device: u32) -> u64 {
+        match self.existing(device) {
+            Some(slot) => Self::lock(slot).threshold,
+            None => self.initial_threshold(device),
+        }
+    }
+
     /// `cudaDeviceReset` on `device` succeeded: forget its memory (the driver freed it).
     pub fn forget_device(&self, device: u32) {
         let Some(slot) = self.existing(device) else {
             return;
         };
-        let mut p = Self::lock(slot);
-        slot.generation.fetch_add(1, Ordering::AcqRel);
-        self.live.retain(|_, r| r.device != device);
-        p.forget_all();
+        Self::lock(slot).forget_all();
     }
 
     /// A copy of `device`'s counters, with its cached and pending figures.
@@ -351,20 +358,13 @@ impl<B: Backend> Pool<B> {
             .map_or_else(Vec::new, |p| p.live_blocks())
     }
 
-    /// Check every device's invariants, and that the live map matches the pools.
+    /// Check every device's invariants.
     pub fn check(&self) -> Result<(), String> {
-        let mut live = 0;
         for d in self.used_devices() {
             let slot = self.existing(d).expect("listed");
-            let p = Self::lock(slot);
-            p.check().map_err(|e| format!("device {d}: {e}"))?;
-            live += p.stats.blocks.current;
-        }
-        if live != self.live.len() as u64 {
-            return Err(format!(
-                "{} live pointers, {live} live blocks",
-                self.live.len()
-            ));
+            Self::lock(slot)
+                .check()
+                .map_err(|e| format!("device {d}: {e}"))?;
         }
         Ok(())
     }

@@ -134,20 +134,39 @@ fn small_requests_share_a_segment_and_count_one_malloc() {
 #[test]
 fn best_fit_picks_the_smallest_block_that_fits() {
     let p = relaxed();
-    // Carve one small segment into blocks of 64, 256, 128 KiB, with live separators between.
-    let a = p.alloc(0, 64 << 10).unwrap();
-    let _s1 = p.alloc(0, 512).unwrap();
-    let b = p.alloc(0, 256 << 10).unwrap();
-    let _s2 = p.alloc(0, 512).unwrap();
-    let c = p.alloc(0, 128 << 10).unwrap();
-    let _s3 = p.alloc(0, 512).unwrap();
+    // Carve one 20 MiB medium segment into blocks of 2, 8 and 4 MiB with live separators.
+    let a = p.alloc(0, 2 * MIB).unwrap();
+    let _s1 = p.alloc(0, 3 * MIB / 2).unwrap();
+    let b = p.alloc(0, 8 * MIB).unwrap();
+    let _s2 = p.alloc(0, 3 * MIB / 2).unwrap();
+    let c = p.alloc(0, 4 * MIB).unwrap();
+    let _s3 = p.alloc(0, 3 * MIB / 2).unwrap();
+    assert_eq!(stats(&p, 0).real_mallocs, 1);
     for x in [a, b, c] {
-        assert_eq!(p.free(x, FreeKind::Sync), FreeOutcome::Freed);
+        assert_eq!(p.free(x, FreeKind::Sync, None), FreeOutcome::Freed);
     }
-    // 100 KiB fits in b (256) and c (128) and the segment's tail; best fit is c.
-    assert_eq!(p.alloc(0, 100 << 10).unwrap(), c);
-    assert_eq!(p.alloc(0, 60 << 10).unwrap(), a);
-    assert_eq!(p.alloc(0, 200 << 10).unwrap(), b);
+    // 3 MiB fits in b (8) and c (4); best fit is c.
+    assert_eq!(p.alloc(0, 3 * MIB).unwrap(), c);
+    assert_eq!(p.alloc(0, 2 * MIB).unwrap(), a);
+    assert_eq!(p.alloc(0, 5 * MIB).unwrap(), b);
+    assert_eq!(stats(&p, 0).real_mallocs, 1);
+    p.check().unwrap();
+}
+
+#[test]
+fn small_blocks_come_back_from_exact_size_bins_and_merge_when_needed() {
+    let p = relaxed();
+    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 512 << 10).unwrap()).collect();
+    for a in &v {
+        p.free(*a, FreeKind::Sync, None);
+    }
+    p.check().unwrap();
+    // The same size comes straight back, last freed first.
+    assert_eq!(p.alloc(0, 512 << 10).unwrap(), v[3]);
+    p.free(v[3], FreeKind::Sync, None);
+    // A larger request finds no fit among the separate 512 KiB blocks until they merge.
+    assert_eq!(p.alloc(0, MIB).unwrap(), v[0]);
+    assert_eq!(stats(&p, 0).real_mallocs, 1);
     p.check().unwrap();
 }
 
@@ -157,7 +176,7 @@ fn large_blocks_split_only_with_a_big_remainder() {
     // 15 MiB gets a 16 MiB segment; the 1 MiB remainder is not split off.
     let a = p.alloc(0, 15 * MIB).unwrap();
     assert_eq!(stats(&p, 0).allocated.current, 16 * MIB);
-    p.free(a, FreeKind::Sync);
+    p.free(a, FreeKind::Sync, None);
     // A 12 MiB request splits the cached 16 MiB block (4 MiB remain).
     let b = p.alloc(0, 12 * MIB).unwrap();
     assert_eq!(b, a);
@@ -172,7 +191,7 @@ fn max_split_size_keeps_big_blocks_whole() {
     let mut p = relaxed();
     p.settings.policy.max_split_size = 32 * MIB;
     let big = p.alloc(0, 64 * MIB).unwrap();
-    p.free(big, FreeKind::Sync);
+    p.free(big, FreeKind::Sync, None);
     // A small-ish large request does not carve the 64 MiB block...
     let x = p.alloc(0, 4 * MIB).unwrap();
     assert_ne!(x, big);
@@ -186,19 +205,23 @@ fn max_split_size_keeps_big_blocks_whole() {
 #[test]
 fn freed_neighbours_merge_back_into_one_block() {
     let p = relaxed();
-    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 512 << 10).unwrap()).collect();
-    p.free(v[1], FreeKind::Sync);
-    p.free(v[3], FreeKind::Sync);
+    // Four 4 MiB blocks and a 4 MiB free tail in one 20 MiB segment.
+    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 4 * MIB).unwrap()).collect();
+    let largest = |p: &Pool<Model>| p.device_stats(0).unwrap().largest_free;
+    p.free(v[1], FreeKind::Sync, None);
     p.check().unwrap();
-    assert_eq!(p.device_stats(0).unwrap().largest_free, 512 << 10);
-    p.free(v[2], FreeKind::Sync);
+    assert_eq!(largest(&p), 4 * MIB);
+    p.free(v[3], FreeKind::Sync, None);
     p.check().unwrap();
-    assert_eq!(p.device_stats(0).unwrap().largest_free, 3 * (512 << 10));
-    p.free(v[0], FreeKind::Sync);
+    assert_eq!(largest(&p), 8 * MIB);
+    p.free(v[2], FreeKind::Sync, None);
     p.check().unwrap();
-    assert_eq!(p.device_stats(0).unwrap().largest_free, 2 * MIB);
-    // The whole segment serves a 1 MiB request again from its start.
-    assert_eq!(p.alloc(0, MIB).unwrap(), v[0]);
+    assert_eq!(largest(&p), 16 * MIB);
+    p.free(v[0], FreeKind::Sync, None);
+    p.check().unwrap();
+    assert_eq!(largest(&p), 20 * MIB);
+    // The whole segment serves a 10 MiB request again from its start.
+    assert_eq!(p.alloc(0, 10 * MIB).unwrap(), v[0]);
 }
 
 #[test]
@@ -207,7 +230,7 @@ fn threshold_releases_whole_free_segments_at_the_next_operation() {
     let v: Vec<Addr> = (0..16).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
     assert_eq!(p.backend().live_bytes(0), 1024 * MIB);
     for a in v {
-        p.free(a, FreeKind::Sync);
+        p.free(a, FreeKind::Sync, None);
     }
     // Nothing released inside the frees themselves.
     assert_eq!(p.backend().live_bytes(0), 1024 * MIB);
@@ -225,7 +248,7 @@ fn without_threshold_everything_stays_cached() {
     let p = relaxed();
     let v: Vec<Addr> = (0..16).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
     for a in v {
-        p.free(a, FreeKind::Sync);
+        p.free(a, FreeKind::Sync, None);
     }
     p.sync_point(0);
     assert_eq!(p.backend().live_bytes(0), 1024 * MIB);
@@ -247,7 +270,7 @@ fn out_of_memory_releases_cache_and_retries() {
     let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 64 * MIB);
     let v: Vec<Addr> = (0..56).map(|_| p.alloc(0, MIB).unwrap()).collect();
     for a in v {
-        p.free(a, FreeKind::Sync);
+        p.free(a, FreeKind::Sync, None);
     }
     assert_eq!(p.backend().live_bytes(0), 56 * MIB);
     let big = p.alloc(0, 40 * MIB).unwrap();
@@ -269,7 +292,7 @@ fn out_of_memory_is_reported_and_the_pool_stays_usable() {
     assert_eq!(p.alloc(0, 48 * MIB), Err(CudaError::MEMORY_ALLOCATION));
     assert_eq!(stats(&p, 0).ooms, 1);
     p.check().unwrap();
-    p.free(a, FreeKind::Sync);
+    p.free(a, FreeKind::Sync, None);
     assert!(p.alloc(0, 48 * MIB).is_ok());
     p.check().unwrap();
 }
@@ -306,7 +329,7 @@ fn sizes_near_the_maximum_are_out_of_memory() {
 fn strict_mode_never_reuses_before_a_fence() {
     let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
     let a = p.alloc(0, 4096).unwrap();
-    p.free(a, FreeKind::Sync);
+    p.free(a, FreeKind::Sync, None);
     let b = p.alloc(0, 4096).unwrap();
     assert_ne!(a, b, "reused a block no fence covered");
     assert_eq!(p.backend().get(|s| s.fences), 0);
@@ -325,7 +348,7 @@ fn strict_mode_fences_once_pending_memory_reaches_the_budget() {
     // 64 MiB of frees wait for a fence, then the next miss takes one and reuses.
     let v: Vec<Addr> = (0..8).map(|_| p.alloc(0, 8 * MIB).unwrap()).collect();
     for a in &v {
-        p.free(*a, FreeKind::Sync);
+        p.free(*a, FreeKind::Sync, None);
     }
     let before = stats(&p, 0).real_mallocs;
     let x = p.alloc(0, 8 * MIB).unwrap();
@@ -340,7 +363,7 @@ fn a_fence_does_not_cover_frees_made_after_it_started() {
     let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
     let a = p.alloc(0, 4096).unwrap();
     let seq = p.seq_before_sync(0);
-    p.free(a, FreeKind::Sync);
+    p.free(a, FreeKind::Sync, None);
     p.observe_fence(0, seq);
     assert_ne!(p.alloc(0, 4096).unwrap(), a);
 }
@@ -351,7 +374,7 @@ fn barrier_mode_issues_one_barrier_for_many_blocks() {
     // 12 MiB blocks each have a segment of their own.
     let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 12 * MIB).unwrap()).collect();
     for a in &v {
-        p.free(*a, FreeKind::Sync);
+        p.free(*a, FreeKind::Sync, None);
     }
     for _ in 0..4 {
         assert!(v.contains(&p.alloc(0, 12 * MIB).unwrap()));
@@ -361,7 +384,7 @@ fn barrier_mode_issues_one_barrier_for_many_blocks() {
     // The program's own legacy-stream launch is a barrier too.
     let w = p.alloc(0, 12 * MIB).unwrap();
     let seq = p.seq_before_sync(0) + 1;
-    p.free(w, FreeKind::Sync);
+    p.free(w, FreeKind::Sync, None);
     p.observe_barrier(0, seq);
     assert_eq!(p.alloc(0, 12 * MIB).unwrap(), w);
     assert_eq!(p.backend().get(|s| s.barriers), 1);
@@ -372,7 +395,7 @@ fn barrier_mode_falls_back_to_fences_after_a_nonblocking_stream() {
     let p = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
     p.note_nonblocking_stream();
     let a = p.alloc(0, 4096).unwrap();
-    p.free(a, FreeKind::Sync);
+    p.free(a, FreeKind::Sync, None);
     assert_ne!(p.alloc(0, 4096).unwrap(), a);
     assert_eq!(p.backend().get(|s| s.barriers), 0);
 }
@@ -381,9 +404,9 @@ fn barrier_mode_falls_back_to_fences_after_a_nonblocking_stream() {
 fn relaxed_mode_reuses_at_once_but_not_async_frees_on_nonblocking_streams() {
     let p = relaxed();
     let a = p.alloc(0, 4096).unwrap();
-    p.free(a, FreeKind::Sync);
+    p.free(a, FreeKind::Sync, None);
     assert_eq!(p.alloc(0, 4096).unwrap(), a);
-    p.free(a, FreeKind::Async { blocking: false });
+    p.free(a, FreeKind::Async { blocking: false }, None);
     assert_ne!(p.alloc(0, 4096).unwrap(), a);
     p.check().unwrap();
 }
@@ -393,10 +416,13 @@ fn invalid_frees_are_refused_and_leave_the_pool_intact() {
     let p = relaxed();
     let a = p.alloc(0, 4096).unwrap();
     let b = p.alloc(0, 4096).unwrap();
-    assert_eq!(p.free(a + 512, FreeKind::Sync), FreeOutcome::Invalid);
-    assert_eq!(p.free(a, FreeKind::Sync), FreeOutcome::Freed);
-    assert_eq!(p.free(a, FreeKind::Sync), FreeOutcome::Invalid);
-    assert_eq!(p.free(0xdead_0000, FreeKind::Sync), FreeOutcome::NotOurs);
+    assert_eq!(p.free(a + 512, FreeKind::Sync, None), FreeOutcome::Invalid);
+    assert_eq!(p.free(a, FreeKind::Sync, None), FreeOutcome::Freed);
+    assert_eq!(p.free(a, FreeKind::Sync, None), FreeOutcome::Invalid);
+    assert_eq!(
+        p.free(0xdead_0000, FreeKind::Sync, None),
+        FreeOutcome::NotOurs
+    );
     assert_eq!(stats(&p, 0).invalid_frees, 2);
     p.check().unwrap();
     assert_eq!(p.live_block(b).unwrap().1.size, 4096);
@@ -407,8 +433,8 @@ fn blocks_are_freed_from_any_device() {
     let p = relaxed();
     let a = p.alloc(0, MIB).unwrap();
     let b = p.alloc(1, MIB).unwrap();
-    assert_eq!(p.free(a, FreeKind::Sync), FreeOutcome::Freed);
-    assert_eq!(p.free(b, FreeKind::Sync), FreeOutcome::Freed);
+    assert_eq!(p.free(a, FreeKind::Sync, None), FreeOutcome::Freed);
+    assert_eq!(p.free(b, FreeKind::Sync, None), FreeOutcome::Freed);
     assert_eq!(stats(&p, 0).frees, 1);
     assert_eq!(stats(&p, 1).frees, 1);
     assert_eq!(p.used_devices(), vec![0, 1]);
@@ -422,8 +448,8 @@ fn device_reset_forgets_without_freeing() {
     let b = p.alloc(1, MIB).unwrap();
     p.forget_device(0);
     assert_eq!(p.backend().get(|s| s.frees), 0);
-    assert_eq!(p.free(a, FreeKind::Sync), FreeOutcome::NotOurs);
-    assert_eq!(p.free(b, FreeKind::Sync), FreeOutcome::Freed);
+    assert_eq!(p.free(a, FreeKind::Sync, None), FreeOutcome::NotOurs);
+    assert_eq!(p.free(b, FreeKind::Sync, None), FreeOutcome::Freed);
     let s = stats(&p, 0);
     assert_eq!(
         (s.reserved.current, s.allocated.current, s.resets),
@@ -462,7 +488,7 @@ fn accounting_identities_hold_under_churn() {
         } else {
             let i = (next() % live.len() as u64) as usize;
             let (a, _) = live.swap_remove(i);
-            assert_eq!(p.free(a, FreeKind::Sync), FreeOutcome::Freed);
+            assert_eq!(p.free(a, FreeKind::Sync, None), FreeOutcome::Freed);
         }
         if step % 500 == 0 {
             let seq = p.seq_before_sync(0);
@@ -491,7 +517,7 @@ fn threads_share_a_pool_without_handing_out_a_block_twice() {
                     mine.push(p.alloc((t % 2) as u32, size).unwrap());
                     if i % 3 != 0 {
                         let a = mine.swap_remove((i as usize * 31) % mine.len());
-                        assert_eq!(p.free(a, FreeKind::Sync), FreeOutcome::Freed);
+                        assert_eq!(p.free(a, FreeKind::Sync, None), FreeOutcome::Freed);
                     }
                 }
                 mine
