@@ -73,6 +73,8 @@ pub struct Config {
     /// In strict mode, freed-but-unfenced bytes above which the pool fences rather than growing.
     pub fence_bytes: u64,
     pub summary: SummaryDest,
+    /// `GPUPOOL_TRACE`: the allocation trace's path (`%p`, `%r`, `%h` expanded), if any.
+    pub trace: Option<Vec<u8>>,
 }
 
 impl Default for Config {
@@ -82,8 +84,9 @@ impl Default for Config {
             release_threshold: Threshold::KeepAll,
             reuse: ReuseMode::Strict,
             max_split_size: u64::MAX,
-            fence_bytes: 64 << 20,
+            fence_bytes: 256 << 20,
             summary: SummaryDest::Off,
+            trace: None,
         }
     }
 }
@@ -96,6 +99,7 @@ pub const VARIABLES: &[&str] = &[
     "GPUPOOL_MAX_SPLIT_SIZE",
     "GPUPOOL_FENCE_BYTES",
     "GPUPOOL_SUMMARY",
+    "GPUPOOL_TRACE",
 ];
 
 impl Config {
@@ -154,7 +158,7 @@ impl Config {
         if let Some(v) = get("GPUPOOL_FENCE_BYTES") {
             match parse_bytes_or_none(&v) {
                 Some(b) => c.fence_bytes = b,
-                None => bad("GPUPOOL_FENCE_BYTES", &v, "expected a size", "64MiB"),
+                None => bad("GPUPOOL_FENCE_BYTES", &v, "expected a size", "256MiB"),
             }
         }
         if let Some(v) = get("GPUPOOL_SUMMARY") {
@@ -168,6 +172,13 @@ impl Config {
                 Some("stdout") => SummaryDest::Stdout,
                 Some(_) => SummaryDest::Path(v.clone()),
             };
+        }
+        if let Some(v) = get("GPUPOOL_TRACE") {
+            if v.iter().all(u8::is_ascii_whitespace) {
+                bad("GPUPOOL_TRACE", &v, "empty", "no trace");
+            } else {
+                c.trace = Some(v);
+            }
         }
         (c, warnings)
     }

@@ -56,6 +56,7 @@ fn init() -> Result<Global, String> {
                     max_split_size: config.max_split_size,
                     fence_bytes: config.fence_bytes,
                 },
+                trace: open_trace(&config),
             },
         )
     });
@@ -69,6 +70,22 @@ fn init() -> Result<Global, String> {
         pool,
         config,
     })
+}
+
+/// The trace file `GPUPOOL_TRACE` names, if it can be created (else one warning line).
+fn open_trace(config: &Config) -> Option<std::sync::Arc<dyn crate::pool::TraceSink>> {
+    let template = config.trace.as_ref()?;
+    let path = report::expand_path(template);
+    match report::trace_file::TraceFile::create(&path) {
+        Ok(f) => Some(std::sync::Arc::new(f)),
+        Err(e) => {
+            log::warn(&format!(
+                "cannot write the trace to {}: {e}; tracing is off",
+                String::from_utf8_lossy(&path)
+            ));
+            None
+        }
+    }
 }
 
 /// What a hook returns when there is no runtime to call.
@@ -110,6 +127,9 @@ extern "C" fn at_exit() {
     }
     crate::guard::boundary((), || {
         if let Some(g) = existing() {
+            if let Some(pool) = g.pool.as_ref() {
+                pool.flush_trace();
+            }
             report::write_exit_summary(g);
         }
     });

@@ -248,6 +248,26 @@ pub unsafe extern "C" fn cudaEventSynchronize(event: Event) -> CudaStatus {
     })
 }
 
+/// A kernel launch: in the modes that use barriers, one on the legacy stream is a barrier (it
+/// orders every later blocking-stream operation after every earlier one).
+fn watch_launch(stream: Stream, launch: impl FnOnce(&Runtime) -> CudaStatus) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    let watching = g.reuse() != ReuseMode::Strict && is_legacy(stream);
+    let (true, Some(pool), Some(dev)) = (watching, g.pool.as_ref(), current_device(rt)) else {
+        return launch(rt);
+    };
+    let seq = pool.seq_before_sync(dev);
+    let r = launch(rt);
+    if r == SUCCESS {
+        pool.observe_barrier(dev, seq);
+    }
+    r
+}
+
 /// # Safety
 /// As `cudaLaunchKernel`.
 #[no_mangle]
@@ -260,32 +280,35 @@ pub unsafe extern "C" fn cudaLaunchKernel(
     stream: Stream,
 ) -> CudaStatus {
     boundary(ERROR_UNKNOWN, || {
-        let g = match runtime() {
-            Ok(g) => g,
-            Err(e) => return e,
-        };
-        let rt = &g.runtime;
-        // SAFETY: the caller's arguments, passed on unchanged.
-        let pass = || {
+        watch_launch(stream, |rt| {
+            // SAFETY: the caller's arguments, passed on unchanged.
             forward(rt.launch_kernel, |f| unsafe {
                 f(func, grid, block, args, shared_mem, stream)
             })
-        };
-        // In the modes that use barriers, a kernel on the legacy stream is one: it orders every
-        // later blocking-stream operation after every earlier one.
-        let watching = g.reuse() != ReuseMode::Strict && is_legacy(stream);
-        let (true, Some(pool)) = (watching, g.pool.as_ref()) else {
-            return pass();
-        };
-        let Some(dev) = current_device(rt) else {
-            return pass();
-        };
-        let seq = pool.seq_before_sync(dev);
-        let r = pass();
-        if r == SUCCESS {
-            pool.observe_barrier(dev, seq);
-        }
-        r
+        })
+    })
+}
+
+/// What `<<<...>>>` compiles to since CUDA 13 (same arguments, a `cudaKernel_t` first).
+///
+/// # Safety
+/// As the runtime's `__cudaLaunchKernel`.
+#[no_mangle]
+pub unsafe extern "C" fn __cudaLaunchKernel(
+    kernel: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: Stream,
+) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        watch_launch(stream, |rt| {
+            // SAFETY: the caller's arguments, passed on unchanged.
+            forward(rt.launch_kernel_internal, |f| unsafe {
+                f(kernel, grid, block, args, shared_mem, stream)
+            })
+        })
     })
 }
 

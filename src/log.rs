@@ -3,19 +3,29 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Write raw bytes to a file descriptor, retrying short writes.
-pub fn write_fd(fd: i32, mut bytes: &[u8]) {
+/// Write raw bytes to a file descriptor, retrying short writes; errors are dropped.
+pub fn write_fd(fd: i32, bytes: &[u8]) {
+    let _ = write_all_fd(fd, bytes);
+}
+
+/// Write raw bytes to a file descriptor, retrying short writes and interruptions.
+pub fn write_all_fd(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
     while !bytes.is_empty() {
         // SAFETY: the pointer and length describe a live slice.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n <= 0 {
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return;
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
         }
         bytes = &bytes[n as usize..];
     }
+    Ok(())
 }
 
 /// One line `gpupool: MSG` on stderr.

@@ -127,6 +127,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 /* Kernels */
 cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
                              size_t sharedMem, cudaStream_t stream);
+/* What <<<...>>> compiles to since CUDA 13; the kernel handle comes first. */
+cudaError_t __cudaLaunchKernel(const void *kernel, dim3 gridDim, dim3 blockDim, void **args,
+                               size_t sharedMem, cudaStream_t stream);
 
 /* Errors */
 cudaError_t cudaGetLastError(void);

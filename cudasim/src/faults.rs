@@ -66,6 +66,7 @@ functions!(
     cudaEventElapsedTime,
     cudaEventDestroy,
     cudaLaunchKernel,
+    __cudaLaunchKernel,
     cudaPointerGetAttributes,
     cudaIpcGetMemHandle,
     cudaGetLastError,

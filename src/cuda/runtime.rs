@@ -5,9 +5,11 @@ use std::ffi::{c_char, c_void};
 use super::types::{CudaStatus, Dim3, Event, IpcMemHandle, Stream};
 
 pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaStatus;
+pub type MallocAsyncFn = unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> CudaStatus;
 pub type FreeFn = unsafe extern "C" fn(*mut c_void) -> CudaStatus;
 pub type FreeAsyncFn = unsafe extern "C" fn(*mut c_void, Stream) -> CudaStatus;
 pub type GetDeviceFn = unsafe extern "C" fn(*mut i32) -> CudaStatus;
+pub type SetDeviceFn = unsafe extern "C" fn(i32) -> CudaStatus;
 pub type VoidFn = unsafe extern "C" fn() -> CudaStatus;
 pub type StreamFn = unsafe extern "C" fn(Stream) -> CudaStatus;
 pub type EventFn = unsafe extern "C" fn(Event) -> CudaStatus;
@@ -36,6 +38,9 @@ pub struct Runtime {
     pub stream_wait_event: StreamWaitEventFn,
     pub event_create_with_flags: EventCreateWithFlagsFn,
     pub free_async: Option<FreeAsyncFn>,
+    pub malloc_async: Option<MallocAsyncFn>,
+    pub set_device: Option<SetDeviceFn>,
+    pub get_device_count: Option<GetDeviceFn>,
     pub device_reset: Option<VoidFn>,
     pub stream_synchronize: Option<StreamFn>,
     pub event_synchronize: Option<EventFn>,
@@ -43,6 +48,8 @@ pub struct Runtime {
     pub stream_create_with_flags: Option<StreamCreateWithFlagsFn>,
     pub stream_create_with_priority: Option<StreamCreateWithPriorityFn>,
     pub launch_kernel: Option<LaunchKernelFn>,
+    /// `__cudaLaunchKernel`, the target of `<<<...>>>` since CUDA 13.
+    pub launch_kernel_internal: Option<LaunchKernelFn>,
     pub ipc_get_mem_handle: Option<IpcGetMemHandleFn>,
     pub get_error_string: Option<GetErrorStringFn>,
 }
@@ -97,6 +104,9 @@ impl Runtime {
             stream_wait_event: required!(lookup, "cudaStreamWaitEvent"),
             event_create_with_flags: required!(lookup, "cudaEventCreateWithFlags"),
             free_async: optional!(lookup, "cudaFreeAsync"),
+            malloc_async: optional!(lookup, "cudaMallocAsync"),
+            set_device: optional!(lookup, "cudaSetDevice"),
+            get_device_count: optional!(lookup, "cudaGetDeviceCount"),
             device_reset: optional!(lookup, "cudaDeviceReset"),
             stream_synchronize: optional!(lookup, "cudaStreamSynchronize"),
             event_synchronize: optional!(lookup, "cudaEventSynchronize"),
@@ -104,6 +114,7 @@ impl Runtime {
             stream_create_with_flags: optional!(lookup, "cudaStreamCreateWithFlags"),
             stream_create_with_priority: optional!(lookup, "cudaStreamCreateWithPriority"),
             launch_kernel: optional!(lookup, "cudaLaunchKernel"),
+            launch_kernel_internal: optional!(lookup, "__cudaLaunchKernel"),
             ipc_get_mem_handle: optional!(lookup, "cudaIpcGetMemHandle"),
             get_error_string: optional!(lookup, "cudaGetErrorString"),
         })

@@ -12,7 +12,8 @@ use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, SMALL_LIMIT,
 };
 use super::stats::{histogram_bucket, DeviceStats};
-use super::{AddrHasher, Seqs};
+use super::trace::{Kind, TraceBuf};
+use super::{AddrHasher, FreeKind, Seqs};
 
 /// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
 /// (or an eighth of its reserved memory, if more): a request of the same size takes one back
@@ -113,8 +114,12 @@ pub struct DevicePool {
     pending_barrier: VecDeque<(u32, u64)>,
     pending_fence_bytes: u64,
     pending_barrier_bytes: u64,
-    /// Highest fence sequence this pool has applied, to tell the program's fences from ours.
+    /// Highest fence and barrier sequences this pool has applied, to tell the program's
+    /// synchronizations from its own.
     fenced_seen: u64,
+    barriered_seen: u64,
+    /// The allocation trace, when `GPUPOOL_TRACE` is on.
+    trace: Option<TraceBuf>,
     /// Cached bytes to keep; above it whole free segments go back to the driver.
     pub threshold: u64,
     pub stats: DeviceStats,
@@ -139,8 +144,37 @@ impl DevicePool {
             pending_fence_bytes: 0,
             pending_barrier_bytes: 0,
             fenced_seen: 0,
+            barriered_seen: 0,
+            trace: None,
             threshold,
             stats: DeviceStats::default(),
+        }
+    }
+
+    /// Record every decision from now on into `trace`.
+    pub fn set_trace(&mut self, trace: TraceBuf, policy: &Policy, reuse: u16) {
+        self.trace = Some(trace);
+        self.record(
+            Kind::Settings,
+            policy.max_split_size,
+            policy.fence_bytes,
+            self.threshold,
+            reuse,
+        );
+    }
+
+    /// One trace record, when tracing.
+    #[inline]
+    fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {
+        if let Some(t) = self.trace.as_mut() {
+            t.record(kind, a, b, c, aux);
+        }
+    }
+
+    /// Hand buffered trace records to the sink.
+    pub fn flush_trace(&mut self) {
+        if let Some(t) = self.trace.as_mut() {
+            t.flush();
         }
     }
 
@@ -209,6 +243,23 @@ impl DevicePool {
         seqs: &Seqs,
         policy: &Policy,
     ) -> Result<Addr, CudaError> {
+        let r = self.serve(requested, backend, seqs, policy);
+        match r {
+            Ok((addr, size)) => self.record(Kind::Alloc, requested, addr, size, 0),
+            Err(e) => self.record(Kind::AllocFailed, requested, e.0 as u64, 0, 0),
+        }
+        self.enforce_threshold(backend);
+        r.map(|(addr, _)| addr)
+    }
+
+    /// `alloc` without the trace and the threshold: the address and the block's size.
+    fn serve(
+        &mut self,
+        requested: u64,
+        backend: &dyn Backend,
+        seqs: &Seqs,
+        policy: &Policy,
+    ) -> Result<(Addr, u64), CudaError> {
         let rounded = round_request(requested).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let seg_size = segment_size(rounded).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let class = class_of(rounded);
@@ -223,15 +274,42 @@ impl DevicePool {
             None => match self.find_fit(class, rounded, policy) {
                 Some(idx) => {
                     self.stats.hits += 1;
-                    idx
+                    self.better_fit(idx, class, rounded, backend, seqs, policy)?
                 }
                 None => self.refill(class, rounded, seg_size, backend, seqs, policy)?,
             },
         };
         let addr = self.take(idx, rounded, requested, policy);
         self.live.insert(addr, idx);
-        self.enforce_threshold(backend);
-        Ok(addr)
+        Ok((addr, self.blocks[idx as usize].size))
+    }
+
+    /// The best reusable block for a large request is `idx`, but splitting it would carve a
+    /// block more than twice the request's size while at least the request's size waits for a
+    /// barrier or a fence: blocks freed moments ago are usually the right size (a gradient after
+    /// its activation), and shredding big blocks instead is what makes a cache grow. Make the
+    /// waiting blocks reusable first (a barrier costs no host wait; a fence is taken only here
+    /// and in `refill`) and fit again.
+    fn better_fit(
+        &mut self,
+        idx: u32,
+        class: Class,
+        rounded: u64,
+        backend: &dyn Backend,
+        seqs: &Seqs,
+        policy: &Policy,
+    ) -> Result<u32, CudaError> {
+        if class == Class::Small || self.blocks[idx as usize].size <= 2 * rounded {
+            return Ok(idx);
+        }
+        if self.pending_barrier_bytes >= rounded {
+            self.barrier(backend, seqs)?;
+        } else if self.pending_fence_bytes >= rounded.max(policy.fence_bytes) {
+            self.fence(backend, seqs)?;
+        } else {
+            return Ok(idx);
+        }
+        Ok(self.find_fit(class, rounded, policy).unwrap_or(idx))
     }
 
     /// No cached block fits: make pending blocks reusable, grow, or recover from out-of-memory.
@@ -260,7 +338,7 @@ impl DevicePool {
         }
         // A fence blocks the host until the device is idle, so it is taken only once enough
         // memory waits on it; until then the pool grows instead.
-        let budget = policy.fence_bytes.max(self.stats.reserved.current / 8);
+        let budget = policy.fence_bytes;
         if self.pending_fence_bytes > 0 && self.pending_fence_bytes >= budget {
             self.fence(backend, seqs)?;
             if let Some(idx) = self.find_fit(class, rounded, policy) {
@@ -368,12 +446,21 @@ impl DevicePool {
         self.live.len()
     }
 
-    /// The program freed `addr`. Returns false when it is not a live block of this device.
-    /// `stamp` gives the device's free sequence number, taken only for a live block.
-    pub fn free(&mut self, addr: Addr, need: Need, stamp: impl FnOnce() -> u64) -> bool {
+    /// The program freed `addr` (`how` it did, and what its reuse must wait for). Returns false
+    /// when it is not a live block of this device. `stamp` gives the device's free sequence
+    /// number, taken only for a live block.
+    pub fn free(
+        &mut self,
+        addr: Addr,
+        how: FreeKind,
+        need: Need,
+        stamp: impl FnOnce() -> u64,
+    ) -> bool {
         let Some(idx) = self.live.remove(&addr) else {
             return false;
         };
+        let size = self.blocks[idx as usize].size;
+        self.record(Kind::Free, addr, need as u64, size, how.code());
         self.free_block(idx, need, stamp());
         true
     }
@@ -415,11 +502,17 @@ impl DevicePool {
     pub fn promote(&mut self, seqs: &Seqs) {
         let fenced = seqs.fenced.load(Ordering::Acquire);
         let barriered = seqs.barriered.load(Ordering::Acquire).max(fenced);
-        if fenced > self.fenced_seen {
-            if self.pending_fence.front().is_some_and(|&(_, s)| s < fenced) {
+        if fenced > self.fenced_seen || barriered > self.barriered_seen {
+            // The program synchronized since the last operation (the pool's own fences and
+            // barriers update the seen values themselves).
+            if fenced > self.fenced_seen
+                && self.pending_fence.front().is_some_and(|&(_, s)| s < fenced)
+            {
                 self.stats.observed_fences += 1;
             }
             self.fenced_seen = fenced;
+            self.barriered_seen = barriered;
+            self.record(Kind::Observe, fenced, barriered, 0, 0);
         }
         while let Some(&(idx, stamp)) = self.pending_fence.front() {
             if stamp >= fenced {
@@ -454,10 +547,18 @@ impl DevicePool {
         let covered = seqs.freed.load(Ordering::Acquire);
         let t = Instant::now();
         backend.fence(self.device)?;
+        let ns = t.elapsed().as_nanos() as u64;
         self.stats.fences += 1;
-        self.stats.fence_ns += t.elapsed().as_nanos() as u64;
-        seqs.fenced.fetch_max(covered, Ordering::AcqRel);
-        self.fenced_seen = self.fenced_seen.max(covered);
+        self.stats.fence_ns += ns;
+        self.record(Kind::Fence, ns, 0, 0, 0);
+        let fenced = seqs
+            .fenced
+            .fetch_max(covered, Ordering::AcqRel)
+            .max(covered);
+        if fenced == covered {
+            self.fenced_seen = self.fenced_seen.max(covered);
+            self.barriered_seen = self.barriered_seen.max(covered);
+        }
         self.promote(seqs);
         Ok(())
     }
@@ -466,7 +567,14 @@ impl DevicePool {
         let covered = seqs.freed.load(Ordering::Acquire);
         backend.barrier(self.device)?;
         self.stats.barriers += 1;
-        seqs.barriered.fetch_max(covered, Ordering::AcqRel);
+        self.record(Kind::Barrier, 0, 0, 0, 0);
+        let barriered = seqs
+            .barriered
+            .fetch_max(covered, Ordering::AcqRel)
+            .max(covered);
+        if barriered == covered {
+            self.barriered_seen = self.barriered_seen.max(covered);
+        }
         self.promote(seqs);
         Ok(())
     }
@@ -566,7 +674,14 @@ impl DevicePool {
         let r = backend.alloc_segment(self.device, size);
         self.stats.real_mallocs += 1;
         self.stats.real_malloc_ns += t.elapsed().as_nanos() as u64;
-        let addr = r?;
+        let addr = match r {
+            Ok(addr) => addr,
+            Err(e) => {
+                self.record(Kind::SegmentRefused, size, e.0 as u64, 0, 0);
+                return Err(e);
+            }
+        };
+        self.record(Kind::SegmentAlloc, addr, size, 0, 0);
         let seg = Segment {
             addr,
             size,
@@ -626,7 +741,7 @@ impl DevicePool {
             if self.cached() <= keep {
                 break;
             }
-            if self.release_segment(si, backend).is_err() {
+            if self.release_segment(si, backend, why).is_err() {
                 break;
             }
             released += size;
@@ -663,7 +778,32 @@ impl DevicePool {
         }
     }
 
-    fn release_segment(&mut self, si: u32, backend: &dyn Backend) -> Result<(), CudaError> {
+    /// A synchronization the program made: reuse what it covered, apply the threshold.
+    pub fn sync_point(&mut self, backend: &dyn Backend, seqs: &Seqs) {
+        self.promote(seqs);
+        self.record(Kind::SyncPoint, 0, 0, 0, 0);
+        self.enforce_threshold(backend);
+    }
+
+    /// An explicit request to give every whole free segment back. Returns the bytes released.
+    pub fn empty_cache(&mut self, backend: &dyn Backend, seqs: &Seqs) -> u64 {
+        self.promote(seqs);
+        self.record(Kind::EmptyCache, 0, 0, 0, 0);
+        self.release_segments(backend, 0, Release::EmptyCache)
+    }
+
+    /// Change the release threshold (applied at the next operation).
+    pub fn set_threshold(&mut self, bytes: u64) {
+        self.threshold = bytes;
+        self.record(Kind::Threshold, bytes, 0, 0, 0);
+    }
+
+    fn release_segment(
+        &mut self,
+        si: u32,
+        backend: &dyn Backend,
+        why: Release,
+    ) -> Result<(), CudaError> {
         let (addr, size, first) = {
             let s = self.seg(si);
             (s.addr, s.size, s.first)
@@ -673,6 +813,7 @@ impl DevicePool {
         self.stats.real_frees += 1;
         self.stats.real_free_ns += t.elapsed().as_nanos() as u64;
         r?;
+        self.record(Kind::SegmentFree, addr, size, 0, why as u16);
         let mut idx = first;
         while idx != NONE {
             let next = self.blocks[idx as usize].next;
@@ -704,6 +845,7 @@ impl DevicePool {
 
     /// `cudaDeviceReset` freed everything: forget it all (the driver already took it back).
     pub fn forget_all(&mut self) {
+        self.record(Kind::Reset, 0, 0, 0, 0);
         let s = &mut self.stats;
         s.resets += 1;
         s.requested.sub(s.requested.current);

@@ -6,16 +6,20 @@
 
 pub mod backend;
 pub mod device;
+pub mod replay;
 pub mod size;
 pub mod stats;
+pub mod trace;
 
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
 pub use backend::{Addr, Backend, CudaError};
 pub use device::{DevicePool, LiveBlock, Need, Policy, Release};
 pub use stats::DeviceStats;
+pub use trace::TraceSink;
 
 use crate::config::{ReuseMode, Threshold};
 
@@ -65,6 +69,25 @@ pub enum FreeKind {
     Async { blocking: bool },
 }
 
+impl FreeKind {
+    /// The code the trace records.
+    pub fn code(self) -> u16 {
+        match self {
+            FreeKind::Sync => 0,
+            FreeKind::Async { blocking: true } => 1,
+            FreeKind::Async { blocking: false } => 2,
+        }
+    }
+
+    pub fn from_code(code: u16) -> FreeKind {
+        match code {
+            1 => FreeKind::Async { blocking: true },
+            2 => FreeKind::Async { blocking: false },
+            _ => FreeKind::Sync,
+        }
+    }
+}
+
 /// What happened to a pointer handed to `free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FreeOutcome {
@@ -77,11 +100,13 @@ pub enum FreeOutcome {
 }
 
 /// Settings the pool is built with (from `Config`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct Settings {
     pub reuse: ReuseMode,
     pub threshold: Threshold,
     pub policy: Policy,
+    /// Where the allocation trace goes, when there is one.
+    pub trace: Option<Arc<dyn TraceSink>>,
 }
 
 pub struct Pool<B: Backend> {
@@ -92,6 +117,8 @@ pub struct Pool<B: Backend> {
     nonblocking_seen: AtomicBool,
     /// Runtime override of the threshold (bytes), `u64::MAX - 1` meaning "not set".
     threshold_override: AtomicU64,
+    /// Time zero of the trace.
+    start: Instant,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX - 1;
@@ -104,6 +131,7 @@ impl<B: Backend> Pool<B> {
             devices: (0..MAX_DEVICES).map(|_| OnceLock::new()).collect(),
             nonblocking_seen: AtomicBool::new(false),
             threshold_override: AtomicU64::new(NO_OVERRIDE),
+            start: Instant::now(),
         }
     }
 
@@ -119,8 +147,13 @@ impl<B: Backend> Pool<B> {
         let cell = self.devices.get(device as usize)?;
         Some(cell.get_or_init(|| {
             let threshold = self.initial_threshold(device);
+            let mut pool = DevicePool::new(device, threshold);
+            if let Some(sink) = &self.settings.trace {
+                let buf = trace::TraceBuf::new(Arc::clone(sink), self.start, device);
+                pool.set_trace(buf, &self.settings.policy, reuse_code(self.settings.reuse));
+            }
             DeviceSlot {
-                pool: Mutex::new(DevicePool::new(device, threshold)),
+                pool: Mutex::new(pool),
                 seqs: Seqs::default(),
             }
         }))
@@ -189,7 +222,7 @@ impl<B: Backend> Pool<B> {
         let need = self.need_for(kind);
         let try_free = |device: u32| {
             self.existing(device).is_some_and(|slot| {
-                Self::lock(slot).free(addr, need, || {
+                Self::lock(slot).free(addr, kind, need, || {
                     // Only frees, under this device's lock, write the sequence: no atomic
                     // read-modify-write needed (the hit path's cost is its atomic operations).
                     let seq = slot.seqs.freed.load(Ordering::Relaxed);
@@ -219,14 +252,11 @@ impl<B: Backend> Pool<B> {
     }
 
     fn need_for(&self, kind: FreeKind) -> Need {
-        let nonblocking = self.nonblocking_seen.load(Ordering::Relaxed);
-        match (self.settings.reuse, kind) {
-            (ReuseMode::Strict, _) => Need::Fence,
-            (_, FreeKind::Async { blocking: false }) => Need::Fence,
-            (ReuseMode::Barrier, _) if nonblocking => Need::Fence,
-            (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Need::Barrier,
-            (ReuseMode::Relaxed, FreeKind::Sync) => Need::Nothing,
-        }
+        need_for(
+            self.settings.reuse,
+            kind,
+            self.nonblocking_seen.load(Ordering::Relaxed),
+        )
     }
 
     /// The device whose pool memory contains `addr`, if any.
@@ -275,9 +305,7 @@ impl<B: Backend> Pool<B> {
     /// A synchronization the program made: apply the release threshold.
     pub fn sync_point(&self, device: u32) {
         if let Some(slot) = self.existing(device) {
-            let mut p = Self::lock(slot);
-            p.promote(&slot.seqs);
-            p.enforce_threshold(&self.backend);
+            Self::lock(slot).sync_point(&self.backend, &slot.seqs);
         }
     }
 
@@ -286,9 +314,7 @@ impl<B: Backend> Pool<B> {
         let Some(slot) = self.existing(device) else {
             return 0;
         };
-        let mut p = Self::lock(slot);
-        p.promote(&slot.seqs);
-        p.release_segments(&self.backend, 0, Release::EmptyCache)
+        Self::lock(slot).empty_cache(&self.backend, &slot.seqs)
     }
 
     /// Set the release threshold of every device, now and for devices not yet used.
@@ -297,7 +323,7 @@ impl<B: Backend> Pool<B> {
             .store(bytes.min(NO_OVERRIDE - 1), Ordering::Relaxed);
         for d in 0..MAX_DEVICES as u32 {
             if let Some(slot) = self.existing(d) {
-                Self::lock(slot).threshold = bytes;
+                Self::lock(slot).set_threshold(bytes);
             }
         }
     }
@@ -358,6 +384,16 @@ impl<B: Backend> Pool<B> {
             .map_or_else(Vec::new, |p| p.live_blocks())
     }
 
+    /// Hand every device's buffered trace records to the sink (at exit and on dumps; gives up
+    /// on a device whose lock stays busy).
+    pub fn flush_trace(&self) {
+        for d in self.used_devices() {
+            if let Some(mut p) = self.existing(d).and_then(Self::lock_for_report) {
+                p.flush_trace();
+            }
+        }
+    }
+
     /// Check every device's invariants.
     pub fn check(&self) -> Result<(), String> {
         for d in self.used_devices() {
@@ -383,3 +419,31 @@ pub struct DeviceSnapshot {
 
 #[cfg(test)]
 mod tests;
+
+/// What a free must wait for before its block is reused, by reuse mode and how it was freed.
+pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Need {
+    match (reuse, kind) {
+        (ReuseMode::Strict, _) => Need::Fence,
+        (_, FreeKind::Async { blocking: false }) => Need::Fence,
+        (ReuseMode::Barrier, _) if nonblocking_seen => Need::Fence,
+        (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Need::Barrier,
+        (ReuseMode::Relaxed, FreeKind::Sync) => Need::Nothing,
+    }
+}
+
+/// The trace's code for a reuse mode.
+pub fn reuse_code(reuse: ReuseMode) -> u16 {
+    match reuse {
+        ReuseMode::Strict => 0,
+        ReuseMode::Barrier => 1,
+        ReuseMode::Relaxed => 2,
+    }
+}
+
+pub fn reuse_from_code(code: u16) -> ReuseMode {
+    match code {
+        1 => ReuseMode::Barrier,
+        2 => ReuseMode::Relaxed,
+        _ => ReuseMode::Strict,
+    }
+}

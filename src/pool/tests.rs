@@ -91,6 +91,7 @@ fn pool_with(reuse: ReuseMode, threshold: Threshold, capacity: u64) -> Pool<Mode
                 max_split_size: u64::MAX,
                 fence_bytes: 64 * MIB,
             },
+            trace: None,
         },
     )
 }
@@ -533,4 +534,24 @@ fn threads_share_a_pool_without_handing_out_a_block_twice() {
     all.dedup();
     assert_eq!(all.len(), n, "a block was handed out twice");
     p.check().unwrap();
+}
+
+#[test]
+fn per_device_thresholds_and_keep_all_overrides() {
+    let p = pool_with(ReuseMode::Relaxed, Threshold::Bytes(8 * MIB), 1 << 30);
+    assert_eq!(
+        p.threshold(3),
+        8 * MIB,
+        "an unused device reports what it will start with"
+    );
+    assert!(p.set_device_threshold(1, 0));
+    assert_eq!((p.threshold(0), p.threshold(1)), (8 * MIB, 0));
+    assert!(!p.set_device_threshold(MAX_DEVICES as u32, 0));
+    p.set_threshold(u64::MAX);
+    assert_eq!(p.threshold(1), u64::MAX, "used device");
+    assert_eq!(
+        p.threshold(5),
+        u64::MAX,
+        "device used later: keep all, not a huge number"
+    );
 }

@@ -1,6 +1,7 @@
 //! What the pool tells its user: the summary (at exit or on request).
 
 pub mod summary;
+pub mod trace_file;
 pub mod units;
 
 use crate::config::SummaryDest;

@@ -108,7 +108,7 @@ int main(int argc, char **argv)
 {
     int threads, t, d;
     pthread_t tid[64];
-    unsigned long long real = 0;
+    unsigned long long real = 0, peak = 0;
     CHECK(argc >= 4, "usage: churn THREADS ITERATIONS DEVICES [SEED]");
     threads = atoi(argv[1]);
     g_iters = atoi(argv[2]);
@@ -119,10 +119,13 @@ int main(int argc, char **argv)
         CHECK(pthread_create(&tid[t], NULL, worker, (void *)(uintptr_t)t) == 0, "thread");
     for (t = 0; t < threads; t++)
         pthread_join(tid[t], NULL);
-    for (d = 0; d < g_devices; d++)
+    for (d = 0; d < g_devices; d++) {
         real += sim_stats(d).malloc_calls;
+        peak += sim_stats(d).peak_live_bytes;
+    }
     printf("program mallocs %llu\n", g_mallocs);
     printf("real mallocs %llu\n", real);
+    printf("peak real bytes %llu\n", peak);
     printf("churn ok (seed %llu)\n", (unsigned long long)g_seed);
     return 0;
 }

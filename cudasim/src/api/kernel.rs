@@ -109,14 +109,42 @@ pub unsafe extern "C" fn cudaLaunchKernel(
     _shared_mem: usize,
     stream: CudaStream,
 ) -> c_int {
-    runtime_call(Func::cudaLaunchKernel, || {
-        // Other functions' arguments are not read (the launch fails first).
-        let args = if is_fill_kernel(func as usize) {
-            // SAFETY: for the fill kernel, the caller passes its 4 arguments as documented.
-            unsafe { read_args(args) }
-        } else {
-            Err(INVALID_DEVICE_FUNCTION)
-        };
-        launch(func as usize, args, stream)
+    // SAFETY: forwarded from the caller.
+    runtime_call(Func::cudaLaunchKernel, || unsafe {
+        launch_call(func, args, stream)
     })
+}
+
+/// What `<<<...>>>` compiles to since CUDA 13 (a `cudaKernel_t` handle first); the simulator
+/// takes the fill kernel's address as its handle.
+#[no_mangle]
+pub unsafe extern "C" fn __cudaLaunchKernel(
+    kernel: *const c_void,
+    _grid_dim: Dim3,
+    _block_dim: Dim3,
+    args: *mut *mut c_void,
+    _shared_mem: usize,
+    stream: CudaStream,
+) -> c_int {
+    // SAFETY: forwarded from the caller.
+    runtime_call(Func::__cudaLaunchKernel, || unsafe {
+        launch_call(kernel, args, stream)
+    })
+}
+
+/// # Safety
+/// For the fill kernel, `args` holds its 4 arguments as documented.
+unsafe fn launch_call(
+    func: *const c_void,
+    args: *mut *mut c_void,
+    stream: CudaStream,
+) -> CudaResult {
+    // Other functions' arguments are not read (the launch fails first).
+    let args = if is_fill_kernel(func as usize) {
+        // SAFETY: for the fill kernel, the caller passes its 4 arguments as documented.
+        unsafe { read_args(args) }
+    } else {
+        Err(INVALID_DEVICE_FUNCTION)
+    };
+    launch(func as usize, args, stream)
 }

@@ -6,7 +6,8 @@
 //!   makes `target/<profile>/simlib/` holding `libcudart.so` and `libcudart.so.12`, links to
 //!   `../libcudasim.so`.
 //! - [`Sim::compile`] compiles a C program with `cc` against it (`-lcudart`, with an rpath to
-//!   `simlib/`, so the program runs without `LD_LIBRARY_PATH`).
+//!   `simlib/`, so the program runs without `LD_LIBRARY_PATH`); [`Sim::build`] takes the
+//!   compiler, flags and libraries to put ahead of the runtime (C++, `-lgpupool`).
 //! - [`Sim::run`] runs a program with a clean `CUDASIM_*` environment plus the given variables.
 #![allow(dead_code)]
 
@@ -15,6 +16,19 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock, PoisonError};
+
+/// How [`Sim::build`] builds a program: `compiler [-Wall -Wextra -Werror -O1] -I cudasim/include
+/// FLAGS SRC -o EXE LIBS [-L simlib -lcudart -rpath simlib] -lpthread`.
+pub struct Build<'a> {
+    /// `cc` or `c++`.
+    pub compiler: &'a str,
+    /// Before the source: the language standard, include directories, definitions.
+    pub flags: &'a [&'a str],
+    /// After it, ahead of the runtime: libraries that must come first (`-lgpupool`).
+    pub libs: &'a [&'a str],
+    /// Link against the simulator (`-lcudart`).
+    pub cudart: bool,
+}
 
 /// The built simulator and where things are.
 pub struct Sim {
@@ -66,7 +80,7 @@ fn build_library(cudasim_dir: &Path) {
 }
 
 /// Makes (or refreshes) `link` → `target`.
-fn symlink(target: &str, link: &Path) {
+pub fn symlink(target: &str, link: &Path) {
     match std::fs::read_link(link) {
         Ok(t) if t == Path::new(target) => return,
         Ok(_) => std::fs::remove_file(link).expect("remove stale link"),
@@ -115,23 +129,41 @@ impl Sim {
     }
 
     /// Compiles the C source `src` (with `extra_flags`) into an executable named after it, once
-    /// per test process; panics with the compiler's output on failure. The executable is
-    /// written under a temporary name and renamed, so concurrent test processes never run a
-    /// half-written file.
+    /// per test process; panics with the compiler's output on failure.
     pub fn compile(&self, src: &Path, extra_flags: &[&str]) -> PathBuf {
-        let key = (
-            src.to_path_buf(),
-            extra_flags
-                .iter()
-                .map(|f| f.to_string())
-                .collect::<Vec<_>>(),
-        );
+        let mut flags = vec!["-std=c11"];
+        flags.extend_from_slice(extra_flags);
+        self.build(
+            src,
+            &Build {
+                compiler: "cc",
+                flags: &flags,
+                libs: &[],
+                cudart: true,
+            },
+        )
+    }
+
+    /// Builds `src` as `build` says, once per test process; panics with the compiler's output
+    /// on failure. The executable is written under a temporary name and renamed, so concurrent
+    /// test processes never run a half-written file.
+    pub fn build(&self, src: &Path, build: &Build) -> PathBuf {
+        let mut key_flags: Vec<String> = vec![build.compiler.to_string()];
+        key_flags.extend(build.flags.iter().map(|f| f.to_string()));
+        key_flags.push("--".into());
+        key_flags.extend(build.libs.iter().map(|f| f.to_string()));
+        key_flags.push(build.cudart.to_string());
+        let key = (src.to_path_buf(), key_flags);
         let mut compiled = self.compiled.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(exe) = compiled.get(&key) {
             return exe.clone();
         }
         let stem = src.file_stem().expect("source name").to_string_lossy();
-        let suffix = if extra_flags.is_empty() {
+        let plain = build.compiler == "cc"
+            && build.flags == ["-std=c11"]
+            && build.libs.is_empty()
+            && build.cudart;
+        let suffix = if plain {
             String::new()
         } else {
             let mut hasher = DefaultHasher::new();
@@ -140,24 +172,26 @@ impl Sim {
         };
         let exe = self.scratch().join(format!("{stem}{suffix}"));
         let tmp = exe.with_extension(format!("tmp{}", std::process::id()));
-        let output = Command::new("cc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        let mut cmd = Command::new(build.compiler);
+        cmd.args(["-Wall", "-Wextra", "-Werror", "-O1"])
             .arg("-I")
             .arg(&self.include)
-            .args(extra_flags)
+            .args(build.flags)
             .arg(src)
             .arg("-o")
             .arg(&tmp)
-            .arg("-L")
-            .arg(&self.simlib)
-            .arg("-lcudart")
-            .arg(format!("-Wl,-rpath,{}", self.simlib.display()))
-            .arg("-lpthread")
-            .output()
-            .expect("run cc");
+            .args(build.libs);
+        if build.cudart {
+            cmd.arg("-L")
+                .arg(&self.simlib)
+                .arg("-lcudart")
+                .arg(format!("-Wl,-rpath,{}", self.simlib.display()));
+        }
+        let output = cmd.arg("-lpthread").output().expect("run the compiler");
         assert!(
             output.status.success(),
-            "cc {} failed:\n{}",
+            "{} {} failed:\n{}",
+            build.compiler,
             src.display(),
             String::from_utf8_lossy(&output.stderr)
         );

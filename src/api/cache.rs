@@ -1,0 +1,123 @@
+//! The cache: give it back to the driver, and the release threshold.
+
+use std::ffi::c_int;
+
+use super::context::{devices, enter, on_device, run, state, Devices};
+use super::{GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_KEEP_ALL};
+use crate::config::Threshold;
+use crate::cuda::backend::CudaBackend;
+use crate::global::Global;
+use crate::pool::Pool;
+
+/// Runs `f` about `device`'s threshold. A percentage threshold of a device the pool has not used
+/// yet is resolved from that device's memory, so `device` is made current for it; otherwise
+/// nothing is asked of the device (making a device current can create its context).
+fn for_device<T>(
+    g: &Global,
+    pool: &Pool<CudaBackend>,
+    device: u32,
+    f: impl FnOnce() -> T,
+) -> Result<T, c_int> {
+    let percentage = matches!(pool.settings().threshold, Threshold::Fraction(_));
+    if percentage && !pool.used_devices().contains(&device) {
+        on_device(&g.runtime, device, f)
+    } else {
+        Ok(f())
+    }
+}
+
+/// Gives every cached block that the driver can take back to the driver: all memory of whole
+/// segments that hold no live allocation, on `device`, or on every device for -1
+/// (`GPUPOOL_ALL_DEVICES`). Blocks freed while GPU work may still use them are included (the
+/// driver's `cudaFree` waits for that work). Live allocations are untouched.
+///
+/// `released`, when not NULL, receives the bytes given back. With the pool disabled
+/// (`GPUPOOL_DISABLE=1`) nothing is cached and 0 bytes are released.
+///
+/// Returns 0, 101 (not a device), 35, or 999 (called from inside the pool, e.g. from a runtime
+/// callback).
+///
+/// # Safety
+/// `released` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn gpupool_empty_cache(device: c_int, released: *mut u64) -> c_int {
+    run(|| {
+        let g = state()?;
+        let which = devices(g, device, true)?;
+        let _inside = enter()?;
+        let bytes = match (g.pool.as_ref(), which) {
+            (None, _) => 0,
+            (Some(pool), Devices::All) => pool
+                .used_devices()
+                .into_iter()
+                .map(|d| pool.empty_cache(d))
+                .sum(),
+            (Some(pool), Devices::One(d)) => pool.empty_cache(d),
+        };
+        if !released.is_null() {
+            // SAFETY: non-NULL, and by the caller's contract writable.
+            unsafe { *released = bytes };
+        }
+        Ok(())
+    })
+}
+
+/// Sets the release threshold at run time: the cached-but-unused bytes to keep on `device`, or
+/// on every device, now and used later, for -1 (`GPUPOOL_ALL_DEVICES`). Above it, whole free
+/// segments go back to the driver at the next synchronization the program makes or the next
+/// allocation on that device (the meaning of CUDA's `cudaMemPoolAttrReleaseThreshold`; for an
+/// immediate release call `gpupool_empty_cache`). `UINT64_MAX` (`GPUPOOL_KEEP_ALL`) keeps
+/// everything. Replaces `GPUPOOL_RELEASE_THRESHOLD` for this process. With the pool disabled
+/// the call does nothing.
+///
+/// Returns 0, 101 (not a device, or one beyond the 64 the pool serves), 35, or 999.
+#[no_mangle]
+pub extern "C" fn gpupool_set_release_threshold(device: c_int, bytes: u64) -> c_int {
+    run(|| {
+        let g = state()?;
+        let which = devices(g, device, true)?;
+        let _inside = enter()?;
+        let Some(pool) = g.pool.as_ref() else {
+            return Ok(());
+        };
+        match which {
+            Devices::All => pool.set_threshold(bytes),
+            Devices::One(d) => {
+                if !for_device(g, pool, d, || pool.set_device_threshold(d, bytes))? {
+                    return Err(GPUPOOL_ERROR_INVALID_DEVICE);
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Reads the release threshold of `device` (a device ordinal; -1 is not allowed) into `*bytes`:
+/// the value set at run time, else `GPUPOOL_RELEASE_THRESHOLD` resolved for the device;
+/// `UINT64_MAX` (`GPUPOOL_KEEP_ALL`) means everything is kept, and is also the answer with the
+/// pool disabled.
+///
+/// Returns 0, 1 (`bytes` is NULL), 101, 35, or 999. `*bytes` is written only on success.
+///
+/// # Safety
+/// `bytes` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn gpupool_get_release_threshold(device: c_int, bytes: *mut u64) -> c_int {
+    run(|| {
+        if bytes.is_null() {
+            return Err(GPUPOOL_ERROR_INVALID_VALUE);
+        }
+        let g = state()?;
+        let Devices::One(d) = devices(g, device, false)? else {
+            return Err(GPUPOOL_ERROR_INVALID_DEVICE);
+        };
+        let _inside = enter()?;
+        let value = match g.pool.as_ref() {
+            None => GPUPOOL_KEEP_ALL,
+            Some(pool) => for_device(g, pool, d, || pool.threshold(d))?,
+        };
+        // SAFETY: checked non-NULL above; writable by the caller's contract.
+        unsafe { *bytes = value };
+        Ok(())
+    })
+}

@@ -1,0 +1,86 @@
+//! What the C API functions share: the library state, device arguments, running on a device.
+
+use std::ffi::c_int;
+
+use super::{GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_UNKNOWN};
+use crate::cuda::runtime::{Runtime, SetDeviceFn};
+use crate::cuda::types::{CudaStatus, ERROR_INSUFFICIENT_DRIVER, SUCCESS};
+use crate::global::{self, Global};
+use crate::guard::{self, Inside};
+
+/// The library state (made on first use), or the status to return without a runtime.
+pub fn state() -> Result<&'static Global, c_int> {
+    global::get().ok_or_else(global::missing_runtime)
+}
+
+/// Enter the pool for a call that takes its locks; a call made from inside the pool on this
+/// thread (a runtime callback) is refused rather than deadlocked.
+pub fn enter() -> Result<Inside, c_int> {
+    guard::enter().ok_or(GPUPOOL_ERROR_UNKNOWN)
+}
+
+/// Which devices a call acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Devices {
+    All,
+    One(u32),
+}
+
+/// Check a device argument: `-1` is every device where `all` allows it; anything else must be a
+/// device ordinal the runtime knows.
+pub fn devices(g: &Global, device: c_int, all: bool) -> Result<Devices, c_int> {
+    if device == GPUPOOL_ALL_DEVICES && all {
+        return Ok(Devices::All);
+    }
+    let d = u32::try_from(device).map_err(|_| GPUPOOL_ERROR_INVALID_DEVICE)?;
+    if let Some(get_count) = g.runtime.get_device_count {
+        let mut count = 0;
+        // SAFETY: `count` is a valid out-pointer for the call.
+        let r = unsafe { get_count(&mut count) };
+        if r != SUCCESS {
+            return Err(r);
+        }
+        if device >= count {
+            return Err(GPUPOOL_ERROR_INVALID_DEVICE);
+        }
+    }
+    Ok(Devices::One(d))
+}
+
+/// Puts the previous device back, even when the work in between panicked.
+struct Restore {
+    set: SetDeviceFn,
+    device: i32,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        // SAFETY: a device ordinal that was current a moment ago.
+        unsafe { (self.set)(self.device) };
+    }
+}
+
+/// Run `f` with `device` current on this thread, then make the previous device current again.
+pub fn on_device<T>(rt: &Runtime, device: u32, f: impl FnOnce() -> T) -> Result<T, CudaStatus> {
+    let device = i32::try_from(device).map_err(|_| GPUPOOL_ERROR_INVALID_DEVICE)?;
+    let current = rt.current_device()?;
+    if current == device {
+        return Ok(f());
+    }
+    let set = rt.set_device.ok_or(ERROR_INSUFFICIENT_DRIVER)?;
+    // SAFETY: cudaSetDevice takes any integer and rejects bad ordinals itself.
+    let r = unsafe { set(device) };
+    if r != SUCCESS {
+        return Err(r);
+    }
+    let _restore = Restore {
+        set,
+        device: current,
+    };
+    Ok(f())
+}
+
+/// Run the body of a C API function inside the panic boundary; `Err` carries its status.
+pub fn run(f: impl FnOnce() -> Result<(), c_int>) -> c_int {
+    guard::boundary(GPUPOOL_ERROR_UNKNOWN, || f().err().unwrap_or(SUCCESS))
+}

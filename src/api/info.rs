@@ -1,0 +1,108 @@
+//! About the library: version, whether the pool is on, the summary.
+
+use std::ffi::{c_char, c_int};
+
+use super::context::{run, state};
+use super::{GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
+use crate::guard::boundary;
+use crate::log;
+use crate::report::summary::{render_text, Report};
+
+/// Major version of this header (the version it describes; compare `GPUPOOL_VERSION_NUMBER`
+/// with `gpupool_version_number()`, the version of the library loaded at run time).
+pub const GPUPOOL_VERSION_MAJOR: u32 = 0;
+/// Minor version of this header.
+pub const GPUPOOL_VERSION_MINOR: u32 = 1;
+/// Patch version of this header.
+pub const GPUPOOL_VERSION_PATCH: u32 = 0;
+/// `MAJOR * 10000 + MINOR * 100 + PATCH`.
+pub const GPUPOOL_VERSION_NUMBER: u32 =
+    GPUPOOL_VERSION_MAJOR * 10000 + GPUPOOL_VERSION_MINOR * 100 + GPUPOOL_VERSION_PATCH;
+
+const fn number(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut n = 0;
+    while i < b.len() {
+        n = n * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    n
+}
+
+const _: () = assert!(
+    GPUPOOL_VERSION_MAJOR == number(env!("CARGO_PKG_VERSION_MAJOR"))
+        && GPUPOOL_VERSION_MINOR == number(env!("CARGO_PKG_VERSION_MINOR"))
+        && GPUPOOL_VERSION_PATCH == number(env!("CARGO_PKG_VERSION_PATCH")),
+    "GPUPOOL_VERSION_* must match the version in Cargo.toml"
+);
+
+/// The library's version as text, such as "0.1.0" (a static string: do not free it).
+#[no_mangle]
+pub extern "C" fn gpupool_version() -> *const c_char {
+    boundary(std::ptr::null(), || {
+        concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+    })
+}
+
+/// The library's version as `MAJOR * 10000 + MINOR * 100 + PATCH` (0.1.0 is 100).
+#[no_mangle]
+pub extern "C" fn gpupool_version_number() -> u32 {
+    boundary(0, || GPUPOOL_VERSION_NUMBER)
+}
+
+/// 1 when the pool serves allocations; 0 when it is disabled (`GPUPOOL_DISABLE=1`: every call
+/// goes to the CUDA runtime) or no CUDA runtime could be found. The first call finds the
+/// runtime, as any other call of the library does.
+#[no_mangle]
+pub extern "C" fn gpupool_enabled() -> c_int {
+    boundary(0, || c_int::from(crate::global::pool().is_some()))
+}
+
+/// Writes the summary (the table `GPUPOOL_SUMMARY` prints at exit: memory requested, allocated
+/// and reserved, hits and misses, driver calls, releases, live blocks) to the file descriptor
+/// `fd`, after flushing the program's stdio buffers so that its own output comes first. With
+/// the pool disabled, one line says so.
+///
+/// Returns 0, 1 (`fd` is negative or not open for writing), 35, or 999 (the write failed; see
+/// `errno`).
+#[no_mangle]
+pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
+    run(|| {
+        if fd < 0 {
+            return Err(GPUPOOL_ERROR_INVALID_VALUE);
+        }
+        let g = state()?;
+        let text = match g.pool.as_ref() {
+            Some(pool) => render_text(&Report::collect(pool, &g.runtime_path)),
+            None => format!(
+                "gpupool: disabled (GPUPOOL_DISABLE=1); every call goes to {}\n",
+                g.runtime_path
+            ),
+        };
+        // SAFETY: fflush(NULL) flushes every open stdio output stream.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        log::write_all_fd(fd, text.as_bytes()).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBADF) => GPUPOOL_ERROR_INVALID_VALUE,
+            _ => GPUPOOL_ERROR_UNKNOWN,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_string_and_number_agree() {
+        // SAFETY: a static NUL-terminated string.
+        let text = unsafe { std::ffi::CStr::from_ptr(gpupool_version()) };
+        assert_eq!(text.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+        let n = gpupool_version_number();
+        let parts: Vec<u32> = env!("CARGO_PKG_VERSION")
+            .split('.')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert_eq!(n, parts[0] * 10000 + parts[1] * 100 + parts[2]);
+    }
+}

@@ -1,0 +1,94 @@
+//! PyTorch's pluggable allocator: `torch.cuda.memory.CUDAPluggableAllocator(path,
+//! "gpupool_torch_malloc", "gpupool_torch_free")` loads these two by name.
+
+use std::ffi::{c_int, c_void};
+
+use super::context::{on_device, state};
+use super::{
+    cudaStream_t, gpupool_empty_cache, gpupool_free_async, gpupool_malloc_async, ssize_t,
+    GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_MEMORY_ALLOCATION,
+    GPUPOOL_SUCCESS,
+};
+use crate::guard::boundary;
+use crate::log;
+
+/// PyTorch's allocation function (`void *alloc(ssize_t size, int device, cudaStream_t
+/// stream)`): `size` bytes on `device` for use on `stream`, whatever device is current (it is
+/// made current for the call, then the previous one is restored). Returns NULL for size 0, and
+/// when the memory cannot be had (out of memory, a bad device, a negative size): PyTorch does
+/// not check for NULL, so each such failure also prints one line on stderr.
+///
+/// # Safety
+/// `stream` is NULL, `cudaStreamLegacy`, `cudaStreamPerThread` or a live stream of `device`.
+#[no_mangle]
+pub unsafe extern "C" fn gpupool_torch_malloc(
+    size: ssize_t,
+    device: c_int,
+    stream: cudaStream_t,
+) -> *mut c_void {
+    boundary(std::ptr::null_mut(), || {
+        let g = match state() {
+            Ok(g) => g,
+            Err(e) => return refuse(size, device, e),
+        };
+        let (Ok(size), Ok(device)) = (usize::try_from(size), u32::try_from(device)) else {
+            return refuse(size, device, GPUPOOL_ERROR_INVALID_VALUE);
+        };
+        let mut p = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; the caller's stream.
+        let r = on_device(&g.runtime, device, || unsafe {
+            gpupool_malloc_async(&mut p, size, stream)
+        });
+        match r {
+            Ok(GPUPOOL_SUCCESS) => p,
+            Ok(e) | Err(e) => refuse(size as ssize_t, device as c_int, e),
+        }
+    })
+}
+
+/// A failed allocation: NULL, and the line PyTorch will not print.
+fn refuse(size: ssize_t, device: c_int, status: c_int) -> *mut c_void {
+    log::warn(&format!(
+        "gpupool_torch_malloc({size} bytes, device {device}) failed with CUDA error {status}{}; \
+         returned NULL",
+        if status == GPUPOOL_ERROR_MEMORY_ALLOCATION {
+            " (out of memory)"
+        } else {
+            ""
+        }
+    ));
+    std::ptr::null_mut()
+}
+
+/// PyTorch's free function (`void free(void *ptr, ssize_t size, int device, cudaStream_t
+/// stream)`): gives `ptr` back in the order of `stream`, the stream it was allocated on (see
+/// `gpupool_free_async`). `size` and `device` are not needed: the pool knows its blocks. A
+/// pointer that is not a live allocation is refused with one line on stderr.
+///
+/// # Safety
+/// `ptr` is NULL or came from `gpupool_torch_malloc`; `stream` as there.
+#[no_mangle]
+pub unsafe extern "C" fn gpupool_torch_free(
+    ptr: *mut c_void,
+    size: ssize_t,
+    device: c_int,
+    stream: cudaStream_t,
+) {
+    let _ = (size, device);
+    boundary((), || {
+        // SAFETY: the caller's arguments, as gpupool_free_async takes them.
+        unsafe { gpupool_free_async(ptr, stream) };
+    })
+}
+
+/// Empties the cache of every device (`gpupool_empty_cache(-1, NULL)`), with the `void(void)`
+/// signature of PyTorch's C++ `CUDAPluggableAllocator::set_reset_fn`, which
+/// `torch.cuda.empty_cache()` calls. The Python class offers no way to register it: call it
+/// through ctypes, or register it from a C++ extension.
+#[no_mangle]
+pub extern "C" fn gpupool_torch_empty_cache() {
+    boundary((), || {
+        // SAFETY: NULL is an allowed `released` argument.
+        unsafe { gpupool_empty_cache(GPUPOOL_ALL_DEVICES, std::ptr::null_mut()) };
+    })
+}

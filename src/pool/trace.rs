@@ -1,0 +1,237 @@
+//! The allocation trace: every decision a device pool makes, as fixed-size binary records.
+//!
+//! Records are appended under the device's lock into a per-device buffer and handed to a sink in
+//! large chunks, so tracing costs a clock read and a 40-byte copy per event. Within a device the
+//! order of records is the order the pool applied them, which is what lets `replay` reproduce a
+//! run exactly; records of different devices interleave by chunk.
+//!
+//! File layout: the 8-byte magic `GPTRACE1`, then records of `RECORD_SIZE` bytes, little-endian:
+//! `t_ns u64 | a u64 | b u64 | c u64 | thread u32 | kind u8 | device u8 | aux u16`.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub const MAGIC: &[u8; 8] = b"GPTRACE1";
+pub const RECORD_SIZE: usize = 40;
+/// A device's buffer is handed to the sink when it holds this many bytes.
+const FLUSH_BYTES: usize = 64 * 1024;
+
+/// What a record says. The meaning of `a`, `b`, `c` and `aux` per kind is documented on each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// The device's pool was made: `a` max split size, `b` fence bytes, `c` threshold,
+    /// `aux` reuse mode (0 strict, 1 barrier, 2 relaxed).
+    Settings = 0,
+    /// An allocation served: `a` requested bytes, `b` address, `c` block size.
+    Alloc = 1,
+    /// An allocation the pool could not serve: `a` requested bytes, `b` error code (2: out of
+    /// memory after releasing the cache and retrying).
+    AllocFailed = 2,
+    /// A block given back: `a` address, `b` what its reuse waits for (0 nothing, 1 barrier,
+    /// 2 fence), `c` block size, `aux` how (0 `cudaFree`, 1 `cudaFreeAsync` on a blocking
+    /// stream, 2 on a non-blocking stream).
+    Free = 3,
+    /// A segment from the driver: `a` address, `b` size.
+    SegmentAlloc = 4,
+    /// The driver refused a segment: `a` size, `b` error code.
+    SegmentRefused = 5,
+    /// A segment given back to the driver: `a` address, `b` size, `aux` why (0 threshold,
+    /// 1 empty cache, 2 out of memory).
+    SegmentFree = 6,
+    /// A fence the pool took: `a` nanoseconds the host waited.
+    Fence = 7,
+    /// A barrier the pool issued.
+    Barrier = 8,
+    /// The program synchronized: `a` fence sequence, `b` barrier sequence now covered.
+    Observe = 9,
+    /// A release point (a program synchronization): the threshold was applied.
+    SyncPoint = 10,
+    /// An explicit empty-cache request.
+    EmptyCache = 11,
+    /// The release threshold changed: `a` bytes.
+    Threshold = 12,
+    /// `cudaDeviceReset`: the pool forgot the device.
+    Reset = 13,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        use Kind::*;
+        Some(match v {
+            0 => Settings,
+            1 => Alloc,
+            2 => AllocFailed,
+            3 => Free,
+            4 => SegmentAlloc,
+            5 => SegmentRefused,
+            6 => SegmentFree,
+            7 => Fence,
+            8 => Barrier,
+            9 => Observe,
+            10 => SyncPoint,
+            11 => EmptyCache,
+            12 => Threshold,
+            13 => Reset,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub t_ns: u64,
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub thread: u32,
+    pub kind: Kind,
+    pub device: u8,
+    pub aux: u16,
+}
+
+impl Record {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.t_ns.to_le_bytes());
+        out.extend_from_slice(&self.a.to_le_bytes());
+        out.extend_from_slice(&self.b.to_le_bytes());
+        out.extend_from_slice(&self.c.to_le_bytes());
+        out.extend_from_slice(&self.thread.to_le_bytes());
+        out.push(self.kind as u8);
+        out.push(self.device);
+        out.extend_from_slice(&self.aux.to_le_bytes());
+    }
+
+    pub fn decode(r: &[u8]) -> Option<Record> {
+        if r.len() < RECORD_SIZE {
+            return None;
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap_or([0; 8]));
+        Some(Record {
+            t_ns: u64_at(0),
+            a: u64_at(8),
+            b: u64_at(16),
+            c: u64_at(24),
+            thread: u32::from_le_bytes(r[32..36].try_into().ok()?),
+            kind: Kind::from_u8(r[36])?,
+            device: r[37],
+            aux: u16::from_le_bytes(r[38..40].try_into().ok()?),
+        })
+    }
+}
+
+/// Parse a whole trace file. Returns the records, or why it is not a trace. A truncated last
+/// record (a process killed mid-write) is ignored.
+pub fn parse(bytes: &[u8]) -> Result<Vec<Record>, String> {
+    let body = bytes
+        .strip_prefix(MAGIC.as_slice())
+        .ok_or("not a gpupool trace (bad magic)")?;
+    body.chunks_exact(RECORD_SIZE)
+        .enumerate()
+        .map(|(i, c)| {
+            Record::decode(c).ok_or_else(|| format!("record {i}: unknown kind {}", c[36]))
+        })
+        .collect()
+}
+
+/// Where full buffers go (a file, in the library).
+pub trait TraceSink: Send + Sync {
+    fn write(&self, bytes: &[u8]);
+}
+
+/// A small per-thread number for records (stable for the thread's life, no system call).
+fn thread_number() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    thread_local! {
+        static ID: Cell<u32> = const { Cell::new(0) };
+    }
+    ID.try_with(|id| {
+        if id.get() == 0 {
+            id.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        id.get()
+    })
+    .unwrap_or(0)
+}
+
+/// One device's trace buffer.
+pub struct TraceBuf {
+    sink: Arc<dyn TraceSink>,
+    start: Instant,
+    device: u8,
+    buf: Vec<u8>,
+}
+
+impl TraceBuf {
+    pub fn new(sink: Arc<dyn TraceSink>, start: Instant, device: u32) -> Self {
+        TraceBuf {
+            sink,
+            start,
+            device: device.min(255) as u8,
+            buf: Vec::with_capacity(FLUSH_BYTES + RECORD_SIZE),
+        }
+    }
+
+    pub fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {
+        Record {
+            t_ns: self.start.elapsed().as_nanos() as u64,
+            a,
+            b,
+            c,
+            thread: thread_number(),
+            kind,
+            device: self.device,
+            aux,
+        }
+        .encode(&mut self.buf);
+        if self.buf.len() >= FLUSH_BYTES {
+            self.flush();
+        }
+    }
+
+    pub fn flush(&mut self) {
+        if !self.buf.is_empty() {
+            self.sink.write(&self.buf);
+            self.buf.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let r = Record {
+            t_ns: 123_456_789,
+            a: u64::MAX,
+            b: 0x7f00_0000_1000,
+            c: 512,
+            thread: 7,
+            kind: Kind::Free,
+            device: 3,
+            aux: 65535,
+        };
+        let mut v = MAGIC.to_vec();
+        r.encode(&mut v);
+        assert_eq!(v.len(), 8 + RECORD_SIZE);
+        // A truncated tail is ignored.
+        v.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(parse(&v).unwrap(), vec![r]);
+        assert!(parse(b"nonsense").is_err());
+        let mut bad = MAGIC.to_vec();
+        Record {
+            kind: Kind::Reset,
+            ..r
+        }
+        .encode(&mut bad);
+        bad[8 + 36] = 200;
+        assert!(parse(&bad).is_err());
+        for k in 0..=13u8 {
+            assert_eq!(Kind::from_u8(k).map(|k| k as u8), Some(k));
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The `gpupool_*` C API: C and C++ programs built against `include/gpupool.h` with
+//! `-Wall -Wextra -Werror`, linked with `-lgpupool` (ahead of the runtime, or without it), and
+//! PyTorch's pluggable-allocator entry points called the way PyTorch calls them (ctypes).
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use sim::{Build, Sim};
+use support::{clean_command, gpupool_libs, library, number, ok, root, texts};
+
+/// `tests/c/api.c`, linked with `-lgpupool` ahead of `-lcudart`.
+fn api_program() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build_linked(&root().join("tests/c/api.c"), "cc", "-std=c11", true))
+        .clone()
+}
+
+/// Builds `src` against the header and `-lgpupool` (and the simulator's runtime if `cudart`).
+fn build_linked(src: &Path, compiler: &str, std: &str, cudart: bool) -> PathBuf {
+    let include = format!("-I{}", root().join("include").display());
+    let libs = gpupool_libs();
+    let libs: Vec<&str> = libs.iter().map(String::as_str).collect();
+    let mut flags = vec![std, include.as_str()];
+    if std == "-std=c99" {
+        flags.push("-pedantic");
+    }
+    Sim::get().build(
+        src,
+        &Build {
+            compiler,
+            flags: &flags,
+            libs: &libs,
+            cudart,
+        },
+    )
+}
+
+fn api(mode: &str, env: &[(&str, &str)]) -> (String, String) {
+    ok(clean_command(&api_program())
+        .arg(mode)
+        .envs(env.iter().copied()))
+}
+
+#[test]
+fn statistics_equal_what_the_program_did() {
+    let (out, _) = api("stats", &[]);
+    assert!(out.contains("stats ok"), "{out}");
+    // The summary written through the API agrees with the struct.
+    assert!(out.contains("gpupool summary"), "{out}");
+}
+
+#[test]
+fn empty_cache_gives_memory_back_to_the_driver() {
+    let (out, _) = api("empty", &[("CUDASIM_DEVICES", "2")]);
+    assert!(out.contains("empty ok"), "{out}");
+    assert!(number::<u64>(&out, "released") > 0);
+}
+
+#[test]
+fn a_percentage_threshold_is_read_for_the_device_asked_about() {
+    let env = [
+        ("CUDASIM_DEVICES", "2"),
+        ("GPUPOOL_RELEASE_THRESHOLD", "25%"),
+    ];
+    let (out, _) = api("percent", &env);
+    assert!(out.contains("percent ok"), "{out}");
+}
+
+#[test]
+fn null_and_bad_arguments_are_refused() {
+    for mode in ["strict", "barrier", "relaxed"] {
+        let (out, err) = api("args", &[("GPUPOOL_REUSE", mode)]);
+        assert!(out.contains("args ok"), "{out}");
+        // The invalid frees are reported once, on one line.
+        assert_eq!(
+            err.matches("not the start of a live allocation").count(),
+            1,
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn disabled_pool_passes_api_calls_through_to_the_runtime() {
+    let (out, _) = api("disabled", &[("GPUPOOL_DISABLE", "1")]);
+    assert!(out.contains("disabled ok"), "{out}");
+    assert!(out.contains("gpupool: disabled"), "{out}");
+}
+
+#[test]
+fn a_preloaded_library_and_a_linked_one_are_the_same_copy() {
+    // The preloaded file has the soname the program needs (libgpupool.so.0), so the dynamic
+    // linker loads one copy: the program's cudaMalloc and its gpupool_* calls share one pool
+    // (the stats mode checks that cudaMalloc allocations show in gpupool_get_stats).
+    let (out, _) = ok(clean_command(&api_program())
+        .arg("stats")
+        .env("LD_PRELOAD", library()));
+    assert!(out.contains("stats ok"), "{out}");
+}
+
+#[test]
+fn linking_gpupool_ahead_of_cudart_pools_without_preload() {
+    let exe = build_linked(&root().join("tests/c/churn.c"), "cc", "-std=c11", true);
+    let (out, _) = ok(clean_command(&exe).args(["1", "3000", "1"]));
+    let program: u64 = number(&out, "program mallocs");
+    let real: u64 = number(&out, "real mallocs");
+    assert!(
+        real * 10 < program,
+        "{real} real cudaMalloc calls for {program}: the pool was not used"
+    );
+}
+
+fn example(name: &str, compiler: &str, std: &str) -> PathBuf {
+    // Linked with libgpupool alone: the library finds (loads) the runtime itself.
+    build_linked(&root().join("examples").join(name), compiler, std, false)
+}
+
+fn simulator_runtime() -> String {
+    Sim::get()
+        .simlib
+        .join("libcudart.so.12")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn c_and_cxx_examples_build_with_werror_and_run_on_the_simulator() {
+    for (exe, name) in [
+        (example("api_demo.c", "cc", "-std=c99"), "C"),
+        (example("api_demo.cpp", "c++", "-std=c++17"), "C++"),
+    ] {
+        let (out, err) = ok(clean_command(&exe).env("GPUPOOL_CUDART", simulator_runtime()));
+        let released = out
+            .lines()
+            .find_map(|l| l.strip_prefix("empty_cache released ")?.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(released.is_some_and(|n| n > 0), "{name}: {out}");
+        assert!(
+            out.contains("gpupool summary"),
+            "{name}: no summary in\n{out}"
+        );
+        assert!(err.is_empty(), "{name}: stderr: {err}");
+    }
+}
+
+#[test]
+fn a_program_that_calls_only_gpupool_finds_the_runtime_by_name() {
+    let exe = example("api_demo.c", "cc", "-std=c99");
+    let needed = Command::new("readelf").arg("-d").arg(&exe).output();
+    if let Ok(needed) = needed {
+        let text = String::from_utf8_lossy(&needed.stdout);
+        assert!(
+            text.contains("libgpupool.so.0") && !text.contains("libcudart"),
+            "{text}"
+        );
+    }
+    // Found through the library search path, as libcudart.so.12.
+    let (out, _) = ok(clean_command(&exe).env("LD_LIBRARY_PATH", &Sim::get().simlib));
+    assert!(out.contains("pool on"), "{out}");
+    // No runtime anywhere: error 35 and one line that says why.
+    let out = clean_command(&exe)
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .env("GPUPOOL_CUDART", "/nonexistent/libcudart.so")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("pool off"), "{stdout}");
+    assert!(stderr.contains("failed with error 35"), "{stderr}");
+    assert_eq!(
+        stderr.matches("cannot find the CUDA runtime").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+/// The ctypes script that calls the PyTorch entry points as `CUDAPluggableAllocator` does.
+fn torch_script(preload: bool) -> (String, String) {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut cmd = clean_command(Path::new(&python));
+    cmd.arg(root().join("tests/torch_allocator.py"))
+        .arg(library())
+        .arg(simulator_runtime())
+        .env("CUDASIM_DEVICES", "2");
+    if preload {
+        cmd.env("LD_PRELOAD", library());
+    }
+    ok(&mut cmd)
+}
+
+#[test]
+fn torch_pluggable_allocator_entry_points_through_ctypes() {
+    let (out, err) = torch_script(false);
+    assert!(out.contains("torch allocator ok"), "{out}");
+    // PyTorch does not check for NULL: each refused allocation is explained on stderr.
+    assert!(
+        err.contains("gpupool_torch_malloc(-1 bytes, device 0) failed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("gpupool_torch_malloc(1048576 bytes, device 7) failed with CUDA error 101"),
+        "{err}"
+    );
+    let (out, _) = torch_script(true);
+    assert!(out.contains("torch allocator ok"), "preloaded: {out}");
+}

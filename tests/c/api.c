@@ -1,0 +1,317 @@
+/* The gpupool_* C API, checked against what the program did and what the simulator saw.
+ * Linked with -lgpupool ahead of -lcudart, so the program's own cudaMalloc is pooled too.
+ *
+ * usage: api stats | empty | args | disabled | percent */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gpupool.h"
+
+#define CHECK_POOL(call)                                                                       \
+    do {                                                                                       \
+        int e_ = (call);                                                                       \
+        CHECK(e_ == GPUPOOL_SUCCESS, "%s returned %d", #call, e_);                             \
+    } while (0)
+
+#define MIB ((size_t)1 << 20)
+
+static gpupool_stats pool_stats(int device)
+{
+    gpupool_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK_POOL(gpupool_get_stats(device, &st));
+    CHECK(st.struct_size == sizeof st, "struct_size %zu", st.struct_size);
+    return st;
+}
+
+/* Every figure the API reports equals what this program did, and the driver side equals what
+ * the simulator saw. Half the allocations go through cudaMalloc (pooled: -lgpupool comes first),
+ * half through gpupool_malloc/gpupool_malloc_async. */
+static void stats(void)
+{
+    static const size_t sizes[] = {1, 512, 513, 4096, MIB, MIB + 1, 3 * MIB, 12 * MIB, 25 * MIB};
+    enum { N = sizeof sizes / sizeof sizes[0], ROUNDS = 4 };
+    void *p[ROUNDS][N];
+    unsigned long long requested = 0, count = 0;
+    cudaStream_t s;
+    CHECK(gpupool_enabled() == 1, "the pool is off");
+    CHECK_CUDA(cudaStreamCreate(&s));
+    cudasimResetStats();
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < N; i++) {
+            if (r == 0)
+                CHECK_CUDA(cudaMalloc(&p[r][i], sizes[i]));
+            else if (r == 1)
+                CHECK_POOL(gpupool_malloc(&p[r][i], sizes[i]));
+            else
+                CHECK_POOL(gpupool_malloc_async(&p[r][i], sizes[i], r == 2 ? s : NULL));
+            CHECK(((uintptr_t)p[r][i] & 255) == 0, "pointer %p not 256-byte aligned", p[r][i]);
+            requested += sizes[i];
+            count++;
+        }
+    }
+    gpupool_stats st = pool_stats(0);
+    CHECK(st.alloc_calls == count, "alloc_calls %llu, made %llu",
+          (unsigned long long)st.alloc_calls, count);
+    CHECK(st.requested_bytes == requested && st.requested_bytes_peak == requested,
+          "requested %llu (peak %llu), made %llu", (unsigned long long)st.requested_bytes,
+          (unsigned long long)st.requested_bytes_peak, requested);
+    CHECK(st.active_allocations == count, "active %llu", (unsigned long long)st.active_allocations);
+    CHECK(st.allocated_bytes >= requested && st.allocated_bytes % 512 == 0, "allocated %llu",
+          (unsigned long long)st.allocated_bytes);
+    CHECK(st.allocated_bytes_total == st.allocated_bytes, "total %llu",
+          (unsigned long long)st.allocated_bytes_total);
+    CHECK(st.cache_hits + st.cache_misses == count, "hits %llu + misses %llu",
+          (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses);
+    cudasimStats sim = sim_stats(0);
+    CHECK(st.driver_mallocs == sim.malloc_calls, "driver mallocs %llu, simulator saw %llu",
+          (unsigned long long)st.driver_mallocs, sim.malloc_calls);
+    CHECK(st.reserved_bytes == sim.live_bytes, "reserved %llu, simulator live %llu",
+          (unsigned long long)st.reserved_bytes, sim.live_bytes);
+    CHECK(st.segments == sim.live_allocations, "segments %llu, simulator %llu",
+          (unsigned long long)st.segments, sim.live_allocations);
+    CHECK(st.cached_bytes == st.reserved_bytes - st.allocated_bytes, "cached %llu",
+          (unsigned long long)st.cached_bytes);
+
+    /* Free rounds 0 (cudaFree), 1 (gpupool_free) and 2 (gpupool_free_async on its stream). */
+    unsigned long long freed = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_CUDA(cudaFree(p[0][i]));
+        CHECK_POOL(gpupool_free(p[1][i]));
+        CHECK_POOL(gpupool_free_async(p[2][i], s));
+        freed += 3 * sizes[i];
+    }
+    st = pool_stats(GPUPOOL_ALL_DEVICES); /* one device: the same figures */
+    CHECK(st.free_calls == 3 * N, "free_calls %llu", (unsigned long long)st.free_calls);
+    CHECK(st.requested_bytes == requested - freed, "requested %llu after frees",
+          (unsigned long long)st.requested_bytes);
+    CHECK(st.requested_bytes_peak == requested, "peak moved");
+    CHECK(st.active_allocations == N, "active %llu", (unsigned long long)st.active_allocations);
+
+    /* An older caller's struct: only the fields that fit are written. */
+    unsigned char raw[sizeof(gpupool_stats) + 16];
+    memset(raw, 0xAB, sizeof raw);
+    gpupool_stats *old = (gpupool_stats *)(void *)raw;
+    size_t old_size = offsetof(gpupool_stats, allocated_bytes);
+    old->struct_size = old_size;
+    CHECK_POOL(gpupool_get_stats(0, old));
+    CHECK(old->struct_size == old_size && old->requested_bytes == st.requested_bytes,
+          "old struct: size %zu requested %llu", old->struct_size,
+          (unsigned long long)old->requested_bytes);
+    for (size_t i = old_size; i < sizeof raw; i++)
+        CHECK(raw[i] == 0xAB, "byte %zu beyond the caller's struct_size was written", i);
+
+    for (int i = 0; i < N; i++)
+        CHECK_POOL(gpupool_free(p[3][i]));
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_POOL(gpupool_write_summary(1));
+    printf("stats ok\n");
+}
+
+/* gpupool_empty_cache gives memory back: the simulator's live bytes drop by what it says; a
+ * live block keeps its segment; -1 covers every device. The release threshold is per device. */
+static void empty(void)
+{
+    void *small[64], *large[4], *keep;
+    uint64_t released = 0, t = 0;
+    CHECK_CUDA(cudaSetDevice(1));
+    for (int i = 0; i < 4; i++)
+        CHECK_POOL(gpupool_malloc(&large[i], 30 * MIB));
+    for (int i = 0; i < 4; i++)
+        CHECK_POOL(gpupool_free(large[i]));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_POOL(gpupool_malloc(&keep, 4096));
+    for (int i = 0; i < 64; i++)
+        CHECK_POOL(gpupool_malloc(&small[i], MIB));
+    for (int i = 0; i < 64; i++)
+        CHECK_POOL(gpupool_free(small[i]));
+    unsigned long long before0 = sim_stats(0).live_bytes, before1 = sim_stats(1).live_bytes;
+    CHECK(before0 >= 64 * MIB && before1 >= 120 * MIB, "live %llu / %llu", before0, before1);
+
+    CHECK_POOL(gpupool_empty_cache(0, &released));
+    unsigned long long after0 = sim_stats(0).live_bytes;
+    CHECK(released > 0 && after0 == before0 - released,
+          "released %llu: simulator live bytes %llu -> %llu", (unsigned long long)released,
+          before0, after0);
+    CHECK(after0 > 0 && after0 <= 2 * MIB, "the live block's segment stays: %llu", after0);
+    CHECK(sim_stats(1).live_bytes == before1, "device 1 was touched");
+    gpupool_stats st = pool_stats(0);
+    CHECK(st.empty_cache_released_bytes == released && st.reserved_bytes == after0,
+          "stats: released %llu reserved %llu", (unsigned long long)st.empty_cache_released_bytes,
+          (unsigned long long)st.reserved_bytes);
+
+    CHECK_POOL(gpupool_empty_cache(GPUPOOL_ALL_DEVICES, NULL));
+    CHECK(sim_stats(1).live_bytes == 0, "device 1 still holds %llu", sim_stats(1).live_bytes);
+    CHECK(sim_stats(0).live_bytes == after0, "device 0 changed");
+    CHECK_POOL(gpupool_free(keep));
+    CHECK_POOL(gpupool_empty_cache(0, &released));
+    CHECK(sim_stats(0).live_bytes == 0 && released == after0, "device 0 keeps %llu",
+          sim_stats(0).live_bytes);
+    printf("released %llu\n", (unsigned long long)released);
+
+    /* Thresholds: per device, and -1 for every device including ones used later. */
+    CHECK_POOL(gpupool_get_release_threshold(1, &t));
+    CHECK(t == GPUPOOL_KEEP_ALL, "default threshold %llu", (unsigned long long)t);
+    CHECK_POOL(gpupool_set_release_threshold(0, 0));
+    CHECK_POOL(gpupool_get_release_threshold(0, &t));
+    CHECK(t == 0, "device 0 threshold %llu", (unsigned long long)t);
+    CHECK_POOL(gpupool_get_release_threshold(1, &t));
+    CHECK(t == GPUPOOL_KEEP_ALL, "device 1 changed: %llu", (unsigned long long)t);
+    /* With threshold 0, a synchronization gives device 0's cache back. */
+    for (int i = 0; i < 8; i++)
+        CHECK_POOL(gpupool_malloc(&small[i], 12 * MIB));
+    for (int i = 0; i < 8; i++)
+        CHECK_POOL(gpupool_free(small[i]));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK(sim_stats(0).live_bytes == 0, "threshold 0 kept %llu", sim_stats(0).live_bytes);
+    CHECK_POOL(gpupool_set_release_threshold(GPUPOOL_ALL_DEVICES, 4 * MIB));
+    CHECK_POOL(gpupool_get_release_threshold(1, &t));
+    CHECK(t == 4 * MIB, "device 1 threshold %llu", (unsigned long long)t);
+    printf("empty ok\n");
+}
+
+/* NULL and bad arguments give errors, never crashes, and leave out-parameters alone. */
+static void args(void)
+{
+    void *sentinel = (void *)0x1234, *p = sentinel, *q;
+    uint64_t n = 77;
+    int stack_byte = 0;
+    gpupool_stats st;
+
+    CHECK(gpupool_malloc(NULL, 16) == GPUPOOL_ERROR_INVALID_VALUE, "malloc(NULL)");
+    CHECK(gpupool_malloc_async(NULL, 16, NULL) == GPUPOOL_ERROR_INVALID_VALUE, "malloc_async");
+    CHECK(gpupool_malloc(&p, SIZE_MAX) == GPUPOOL_ERROR_MEMORY_ALLOCATION && p == sentinel,
+          "malloc(SIZE_MAX) gave %p", p);
+    (void)cudaGetLastError();
+    CHECK(gpupool_malloc(&p, 0) == GPUPOOL_SUCCESS && p == NULL, "malloc(0) gave %p", p);
+    CHECK(gpupool_free(NULL) == GPUPOOL_SUCCESS, "free(NULL)");
+    CHECK(gpupool_free_async(NULL, NULL) == GPUPOOL_SUCCESS, "free_async(NULL)");
+    CHECK_POOL(gpupool_malloc(&q, 4096));
+    CHECK(gpupool_free((char *)q + 512) == GPUPOOL_ERROR_INVALID_VALUE, "interior free");
+    CHECK_POOL(gpupool_free(q));
+    CHECK(gpupool_free(q) == GPUPOOL_ERROR_INVALID_VALUE, "double free");
+    CHECK(gpupool_free(&stack_byte) == GPUPOOL_ERROR_INVALID_VALUE, "wild free");
+    (void)cudaGetLastError();
+
+    memset(&st, 0x5A, sizeof st);
+    CHECK(gpupool_get_stats(0, NULL) == GPUPOOL_ERROR_INVALID_VALUE, "stats(NULL)");
+    st.struct_size = 0;
+    CHECK(gpupool_get_stats(0, &st) == GPUPOOL_ERROR_INVALID_VALUE, "struct_size 0");
+    st.struct_size = 4;
+    CHECK(gpupool_get_stats(0, &st) == GPUPOOL_ERROR_INVALID_VALUE, "struct_size 4");
+    st.struct_size = sizeof st;
+    CHECK(gpupool_get_stats(7, &st) == GPUPOOL_ERROR_INVALID_DEVICE, "stats(7)");
+    CHECK(gpupool_get_stats(-2, &st) == GPUPOOL_ERROR_INVALID_DEVICE, "stats(-2)");
+    CHECK(st.requested_bytes == 0x5A5A5A5A5A5A5A5AULL, "stats written on failure");
+
+    CHECK(gpupool_empty_cache(5, &n) == GPUPOOL_ERROR_INVALID_DEVICE && n == 77, "empty(5)");
+    CHECK(gpupool_empty_cache(-7, &n) == GPUPOOL_ERROR_INVALID_DEVICE && n == 77, "empty(-7)");
+    CHECK(gpupool_set_release_threshold(9, 0) == GPUPOOL_ERROR_INVALID_DEVICE, "set(9)");
+    CHECK(gpupool_get_release_threshold(0, NULL) == GPUPOOL_ERROR_INVALID_VALUE, "get NULL");
+    CHECK(gpupool_get_release_threshold(GPUPOOL_ALL_DEVICES, &n) == GPUPOOL_ERROR_INVALID_DEVICE
+              && n == 77,
+          "get(-1)");
+    CHECK(gpupool_get_release_threshold(3, &n) == GPUPOOL_ERROR_INVALID_DEVICE && n == 77,
+          "get(3)");
+
+    CHECK(gpupool_write_summary(-1) == GPUPOOL_ERROR_INVALID_VALUE, "summary(-1)");
+    int fd = open("/dev/null", O_WRONLY);
+    CHECK(fd >= 0, "open /dev/null");
+    close(fd);
+    CHECK(gpupool_write_summary(fd) == GPUPOOL_ERROR_INVALID_VALUE, "summary to a closed fd");
+
+    CHECK(gpupool_torch_malloc(-1, 0, NULL) == NULL, "torch size -1");
+    CHECK(gpupool_torch_malloc(16, 9, NULL) == NULL, "torch device 9");
+    CHECK(gpupool_torch_malloc(16, -1, NULL) == NULL, "torch device -1");
+    int dev = -1;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK(dev == 0, "a failed torch call changed the device to %d", dev);
+    (void)cudaGetLastError();
+    gpupool_torch_free(NULL, 0, 0, NULL);
+    gpupool_torch_free(&stack_byte, 4, 0, NULL); /* refused with a warning, no crash */
+
+    char expect[32];
+    snprintf(expect, sizeof expect, "%d.%d.%d", GPUPOOL_VERSION_MAJOR, GPUPOOL_VERSION_MINOR,
+             GPUPOOL_VERSION_PATCH);
+    CHECK(strcmp(gpupool_version(), expect) == 0, "version %s, header %s", gpupool_version(),
+          expect);
+    CHECK(gpupool_version_number() == GPUPOOL_VERSION_NUMBER, "version number %u",
+          gpupool_version_number());
+    printf("args ok\n");
+}
+
+/* GPUPOOL_RELEASE_THRESHOLD=25%: a device not used yet reports a quarter of its own memory,
+ * and reading it leaves the current device alone. */
+static void percent(void)
+{
+    uint64_t t = 0;
+    size_t free_bytes, total;
+    int dev = -1;
+    CHECK_POOL(gpupool_get_release_threshold(1, &t));
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK(dev == 0, "current device became %d", dev);
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK(t == total / 4, "threshold %llu of %zu bytes", (unsigned long long)t, total);
+    CHECK_POOL(gpupool_set_release_threshold(1, 0));
+    CHECK_POOL(gpupool_get_release_threshold(1, &t));
+    CHECK(t == 0, "set on an unused device: %llu", (unsigned long long)t);
+    printf("percent ok\n");
+}
+
+/* GPUPOOL_DISABLE=1: the API passes through to the runtime. */
+static void disabled(void)
+{
+    void *p[8];
+    uint64_t n = 5;
+    cudaStream_t s;
+    CHECK(gpupool_enabled() == 0, "enabled");
+    CHECK_CUDA(cudaStreamCreate(&s));
+    cudasimResetStats();
+    for (int i = 0; i < 4; i++)
+        CHECK_POOL(gpupool_malloc(&p[i], MIB));
+    for (int i = 4; i < 8; i++)
+        CHECK_POOL(gpupool_malloc_async(&p[i], MIB, s));
+    CHECK(sim_stats(0).malloc_calls == 8, "runtime saw %llu mallocs", sim_stats(0).malloc_calls);
+    for (int i = 0; i < 4; i++)
+        CHECK_POOL(gpupool_free(p[i]));
+    for (int i = 4; i < 8; i++)
+        CHECK_POOL(gpupool_free_async(p[i], s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK(sim_stats(0).live_bytes == 0, "live %llu", sim_stats(0).live_bytes);
+    gpupool_stats st = pool_stats(0);
+    CHECK(st.alloc_calls == 0 && st.reserved_bytes == 0, "a disabled pool counted");
+    CHECK_POOL(gpupool_empty_cache(GPUPOOL_ALL_DEVICES, &n));
+    CHECK(n == 0, "released %llu", (unsigned long long)n);
+    CHECK_POOL(gpupool_set_release_threshold(0, 0));
+    CHECK_POOL(gpupool_get_release_threshold(0, &n));
+    CHECK(n == GPUPOOL_KEEP_ALL, "threshold %llu", (unsigned long long)n);
+    CHECK_POOL(gpupool_write_summary(1));
+    CHECK_CUDA(cudaStreamDestroy(s));
+    printf("disabled ok\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "stats") == 0)
+        stats();
+    else if (strcmp(mode, "empty") == 0)
+        empty();
+    else if (strcmp(mode, "args") == 0)
+        args();
+    else if (strcmp(mode, "disabled") == 0)
+        disabled();
+    else if (strcmp(mode, "percent") == 0)
+        percent();
+    else {
+        fprintf(stderr, "usage: api stats|empty|args|disabled|percent\n");
+        return 2;
+    }
+    return 0;
+}

@@ -1,0 +1,69 @@
+/* hit_bench: nanoseconds per allocate+free pair, per size (a benchmark, not a check).
+ *
+ * usage: hit_bench malloc   cudaMalloc + cudaFree pairs: run without LD_PRELOAD this is the
+ *                           driver's cost; with libgpupool preloaded, the pool's (cache hits).
+ *        hit_bench async    cudaMallocAsync + cudaFreeAsync on the legacy default stream, from
+ *                           the device's default memory pool with its release threshold set to
+ *                           UINT64_MAX (stream-ordered pool hits), for comparison.
+ * Each size is measured in doubling batches until ~TARGET_MS of wall time (or MAX_ITERS pairs)
+ * has passed, after one warm-up pair. Prints "hit SIZE_BYTES NS_PER_PAIR PAIRS" per size. */
+#include "common.cuh"
+
+#define TARGET_MS 200.0
+#define MAX_ITERS (1L << 21)
+
+static void pair(size_t n, int async)
+{
+    void *p = NULL;
+    if (async) {
+        CHECK(cudaMallocAsync(&p, n, 0));
+        CHECK(cudaFreeAsync(p, 0));
+    } else {
+        CHECK(cudaMalloc(&p, n));
+        CHECK(cudaFree(p));
+    }
+}
+
+static double measure(size_t n, int async, long *pairs)
+{
+    pair(n, async); /* warm-up: the first pair fills the cache */
+    CHECK(cudaDeviceSynchronize());
+    long total = 0, batch = 1;
+    double elapsed = 0;
+    while (elapsed < TARGET_MS && total < MAX_ITERS) {
+        double t0 = now_ms();
+        for (long i = 0; i < batch; i++)
+            pair(n, async);
+        if (async)
+            CHECK(cudaStreamSynchronize(0));
+        elapsed += now_ms() - t0;
+        total += batch;
+        batch *= 2;
+    }
+    *pairs = total;
+    return elapsed * 1e6 / (double)total;
+}
+
+int main(int argc, char **argv)
+{
+    REQUIRE(argc == 2 && (strcmp(argv[1], "malloc") == 0 || strcmp(argv[1], "async") == 0),
+            "usage: hit_bench malloc|async");
+    int async = strcmp(argv[1], "async") == 0;
+    static const size_t sizes[] = {512, (size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20,
+                                   (size_t)256 << 20, (size_t)1 << 30};
+    CHECK(cudaFree(NULL));
+    if (async) {
+        cudaMemPool_t pool;
+        uint64_t keep = UINT64_MAX;
+        CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+        CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    }
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        long pairs = 0;
+        double ns = measure(sizes[i], async, &pairs);
+        printf("hit %zu %.0f %ld\n", sizes[i], ns, pairs);
+        fflush(stdout);
+    }
+    printf("hit_bench %s done\n", argv[1]);
+    return 0;
+}

@@ -1,0 +1,217 @@
+//! Packaging: `scripts/install.sh` into a temporary prefix, a program built with
+//! `pkg-config --cflags --libs gpupool`, and the `gpupool-run` wrapper.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sim::Sim;
+use support::{clean_command, library, number, ok, root, scratch, texts};
+
+fn profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+/// Installs into a fresh prefix with the library this test built; returns the prefix.
+fn install(name: &str) -> PathBuf {
+    library();
+    let prefix = scratch(name);
+    ok(clean_command(&root().join("scripts/install.sh"))
+        .args(["--no-build", "--profile", profile(), "--prefix"])
+        .arg(&prefix));
+    prefix
+}
+
+fn pkg_config_available() -> bool {
+    let found = Command::new("pkg-config").arg("--version").output().is_ok();
+    if !found {
+        eprintln!("SKIPPED: pkg-config is not installed (.ci/run installs pkgconf)");
+    }
+    found
+}
+
+#[test]
+fn install_lays_out_library_links_header_pc_and_wrapper() {
+    let prefix = install("install-layout");
+    let lib = prefix.join("lib");
+    let version = env!("CARGO_PKG_VERSION");
+    let real = format!("libgpupool.so.{version}");
+    assert!(lib.join(&real).is_file());
+    let link = |name: &str| std::fs::read_link(lib.join(name)).unwrap();
+    assert_eq!(link("libgpupool.so.0"), Path::new(&real));
+    assert_eq!(link("libgpupool.so"), Path::new("libgpupool.so.0"));
+    assert_eq!(
+        std::fs::read(prefix.join("include/gpupool.h")).unwrap(),
+        std::fs::read(root().join("include/gpupool.h")).unwrap()
+    );
+    assert!(prefix.join("bin/gpupool-run").is_file());
+    let pc = std::fs::read_to_string(lib.join("pkgconfig/gpupool.pc")).unwrap();
+    assert!(pc.contains(&format!("Version: {version}")), "{pc}");
+    assert!(!pc.contains('@'), "unfilled field in:\n{pc}");
+    if let Ok(out) = Command::new("readelf")
+        .arg("-d")
+        .arg(lib.join(&real))
+        .output()
+    {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Library soname: [libgpupool.so.0]"), "{text}");
+        assert!(
+            !text.contains("libcudart"),
+            "DT_NEEDED on the runtime:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn a_program_builds_with_pkg_config_against_the_installed_library() {
+    if !pkg_config_available() {
+        return;
+    }
+    let prefix = install("install-pkgconfig");
+    let pcdir = prefix.join("lib/pkgconfig");
+    let out = ok(Command::new("pkg-config")
+        .args(["--cflags", "--libs", "gpupool"])
+        .env("PKG_CONFIG_PATH", &pcdir));
+    let flags: Vec<String> = out.0.split_whitespace().map(String::from).collect();
+    assert!(flags.iter().any(|f| f == "-lgpupool"), "{flags:?}");
+    let exe = prefix.join("api_demo");
+    ok(Command::new("cc")
+        .args(["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror"])
+        .arg(root().join("examples/api_demo.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(&flags));
+    // Runs without LD_LIBRARY_PATH (the .pc file's rpath) and finds the runtime by name.
+    let runtime = Sim::get().simlib.join("libcudart.so.12");
+    let (stdout, _) = ok(clean_command(&exe).env("GPUPOOL_CUDART", &runtime));
+    assert!(
+        stdout.contains("pool on") && stdout.contains("gpupool summary"),
+        "{stdout}"
+    );
+    let maps_lib = std::fs::canonicalize(prefix.join("lib/libgpupool.so.0")).unwrap();
+    assert!(maps_lib.starts_with(&prefix));
+}
+
+fn churn() -> PathBuf {
+    Sim::get().compile(&root().join("tests/c/churn.c"), &[])
+}
+
+#[test]
+fn gpupool_run_preloads_and_sets_variables_from_flags() {
+    let (out, err) = ok(clean_command(&root().join("scripts/gpupool-run"))
+        .args(["--lib"])
+        .arg(library())
+        .args([
+            "--summary",
+            "stderr",
+            "--threshold",
+            "0",
+            "--reuse",
+            "relaxed",
+            "--",
+        ])
+        .arg(churn())
+        .args(["1", "2000", "1"]));
+    let program: u64 = number(&out, "program mallocs");
+    assert!(number::<u64>(&out, "real mallocs") * 10 < program, "{out}");
+    assert!(
+        err.contains("gpupool summary") && err.contains("reuse relaxed"),
+        "{err}"
+    );
+    assert!(err.contains("release threshold 0 B"), "{err}");
+}
+
+#[test]
+fn gpupool_run_keeps_an_existing_preload() {
+    let marker = Sim::get().build(
+        &root().join("tests/c/marker.c"),
+        &sim::Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC"],
+            libs: &[],
+            cudart: false,
+        },
+    );
+    let run = |preload: Option<&Path>| {
+        let mut cmd = clean_command(&root().join("scripts/gpupool-run"));
+        // Relaxed reuse: every free is reusable at once, so the cache's effect is plain to see.
+        cmd.arg("--lib")
+            .arg(library())
+            .args(["--reuse", "relaxed", "--"])
+            .arg(churn());
+        cmd.args(["1", "500", "1"]);
+        if let Some(p) = preload {
+            cmd.env("LD_PRELOAD", p);
+        }
+        ok(&mut cmd)
+    };
+    let (out, err) = run(Some(&marker));
+    assert!(err.contains("marker library loaded"), "{err}");
+    assert!(number::<u64>(&out, "real mallocs") * 10 < number::<u64>(&out, "program mallocs"));
+    let (out, err) = run(None);
+    assert!(!err.contains("marker"), "{err}");
+    assert!(number::<u64>(&out, "real mallocs") * 10 < number::<u64>(&out, "program mallocs"));
+
+    // The resulting LD_PRELOAD: the old entry first, libgpupool once.
+    let dry = |env: &str| {
+        ok(clean_command(&root().join("scripts/gpupool-run"))
+            .arg("--lib")
+            .arg(library())
+            .args(["--dry-run", "--", "true"])
+            .env("LD_PRELOAD", env))
+        .0
+    };
+    let lib = library().display().to_string();
+    let line = |text: String| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("LD_PRELOAD=").map(String::from))
+            .unwrap()
+    };
+    let m = marker.display().to_string();
+    assert_eq!(line(dry(&m)), format!("{m}:{lib}"));
+    assert_eq!(line(dry(&lib)), lib, "added twice");
+    assert_eq!(line(dry("")), lib);
+}
+
+#[test]
+fn installed_gpupool_run_finds_the_library_beside_it() {
+    let prefix = install("install-wrapper");
+    let (out, _) = ok(clean_command(&prefix.join("bin/gpupool-run")).args([
+        "--dry-run",
+        "--disable",
+        "--",
+        "true",
+    ]));
+    let expected = format!(
+        "LD_PRELOAD={}",
+        prefix.join("lib/libgpupool.so.0").display()
+    );
+    assert!(out.lines().any(|l| l == expected), "{out}");
+    assert!(out.lines().any(|l| l == "GPUPOOL_DISABLE=1"), "{out}");
+}
+
+#[test]
+fn gpupool_run_rejects_bad_usage() {
+    let run = |args: &[&str]| {
+        clean_command(&root().join("scripts/gpupool-run"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--reuse", "sometimes", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(texts(&out).1.contains("strict, barrier or relaxed"));
+    let out = run(&["--bogus", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["--help"]);
+    assert!(out.status.success() && texts(&out).0.contains("usage: gpupool-run"));
+}

@@ -1,0 +1,106 @@
+//! Helpers the integration tests share on top of the simulator's (`sim`, which the including
+//! test declares with `#[path = "../cudasim/tests/common/mod.rs"] mod sim;`): the library built
+//! in the test's profile, a link directory for `-lgpupool`, and running programs with a clean
+//! `GPUPOOL_*`/`CUDASIM_*` environment.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use crate::sim::{self, Sim};
+
+/// The repository root.
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>/libgpupool.so`, built with this test's profile.
+pub fn library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "gpupool", "--lib"]);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().expect("cargo build").success());
+        let lib = Sim::get().profile_dir.join("libgpupool.so");
+        assert!(lib.exists(), "{} missing", lib.display());
+        lib
+    })
+    .clone()
+}
+
+/// `target/<profile>/gpupoollib/`: `libgpupool.so` (for `-lgpupool`) and `libgpupool.so.0`
+/// (its soname, which linked programs load), links to the built library.
+pub fn link_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        library();
+        let dir = Sim::get().profile_dir.join("gpupoollib");
+        std::fs::create_dir_all(&dir).expect("create gpupoollib/");
+        for name in ["libgpupool.so", "libgpupool.so.0"] {
+            sim::symlink("../libgpupool.so", &dir.join(name));
+        }
+        dir
+    })
+    .clone()
+}
+
+/// Linker arguments that put libgpupool ahead of the runtime, with an rpath to it.
+pub fn gpupool_libs() -> Vec<String> {
+    let dir = link_dir();
+    vec![
+        "-L".into(),
+        dir.display().to_string(),
+        "-lgpupool".into(),
+        format!("-Wl,-rpath,{}", dir.display()),
+    ]
+}
+
+/// A command for `exe` without any inherited `GPUPOOL_*`, `CUDASIM_*` or `LD_PRELOAD`.
+pub fn clean_command(exe: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("CUDASIM_") || k.starts_with("GPUPOOL_") || k == "LD_PRELOAD" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// Runs `cmd`; asserts it succeeded; returns (stdout, stderr).
+pub fn ok(cmd: &mut Command) -> (String, String) {
+    let out = cmd.output().expect("run program");
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    (stdout, stderr)
+}
+
+pub fn texts(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The number after `key` on its own line of `text`.
+pub fn number<T: std::str::FromStr>(text: &str, key: &str) -> T {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no '{key}' in:\n{text}"))
+}
+
+/// A fresh scratch directory under the target's temporary directory.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
