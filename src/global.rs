@@ -1,7 +1,6 @@
 //! The process-wide state, made on the first CUDA call that reaches a hook (never at load time:
 //! a process that does not use CUDA pays nothing and prints nothing).
 
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
@@ -39,8 +38,7 @@ fn init() -> Result<Global, String> {
     for w in &warnings {
         log::warn(w);
     }
-    let own = crate::hooks::cudaMalloc as *const c_void;
-    let located = loader::locate(own).map_err(|why| {
+    let located = loader::locate().map_err(|why| {
         log::warn(&format!(
             "cannot find the CUDA runtime: {why}; CUDA calls fail with cudaErrorInsufficientDriver"
         ));

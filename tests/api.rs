@@ -180,7 +180,7 @@ fn a_program_that_calls_only_gpupool_finds_the_runtime_by_name() {
 }
 
 /// The ctypes script that calls the PyTorch entry points as `CUDAPluggableAllocator` does.
-fn torch_script(preload: bool) -> (String, String) {
+fn torch_script(preload: bool, runtime_global: bool) -> (String, String) {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let mut cmd = clean_command(Path::new(&python));
     cmd.arg(root().join("tests/torch_allocator.py"))
@@ -190,12 +190,15 @@ fn torch_script(preload: bool) -> (String, String) {
     if preload {
         cmd.env("LD_PRELOAD", library());
     }
+    if runtime_global {
+        cmd.env("CUDART_GLOBAL", "1");
+    }
     ok(&mut cmd)
 }
 
 #[test]
 fn torch_pluggable_allocator_entry_points_through_ctypes() {
-    let (out, err) = torch_script(false);
+    let (out, err) = torch_script(false, false);
     assert!(out.contains("torch allocator ok"), "{out}");
     // PyTorch does not check for NULL: each refused allocation is explained on stderr.
     assert!(
@@ -206,6 +209,16 @@ fn torch_pluggable_allocator_entry_points_through_ctypes() {
         err.contains("gpupool_torch_malloc(1048576 bytes, device 7) failed with CUDA error 101"),
         "{err}"
     );
-    let (out, _) = torch_script(true);
+    let (out, _) = torch_script(true, false);
     assert!(out.contains("torch allocator ok"), "preloaded: {out}");
+}
+
+/// PyTorch's wheels load the runtime into the global scope before the allocator library: the
+/// library must still find the runtime (not take its own hooks for it) and its entry points
+/// must still reach the pool, not the runtime's `cudaMalloc` (found on the H200).
+#[test]
+fn torch_entry_points_work_when_the_runtime_was_loaded_globally_first() {
+    let (out, err) = torch_script(false, true);
+    assert!(out.contains("torch allocator ok"), "{out}\n{err}");
+    assert!(!err.contains("cannot find the CUDA runtime"), "{err}");
 }

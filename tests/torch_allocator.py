@@ -3,8 +3,10 @@ the library is opened with ctypes, the two functions are taken by name as raw ad
 called through those addresses with PyTorch's signatures
     void *alloc(ssize_t size, int device, cudaStream_t stream)
     void free(void *ptr, ssize_t size, int device, cudaStream_t stream)
-on the CUDA runtime simulator, loaded RTLD_LOCAL first as PyTorch's extension modules load the
-runtime.
+on the CUDA runtime simulator, loaded first as PyTorch's extension modules load the runtime:
+RTLD_LOCAL, or RTLD_GLOBAL with CUDART_GLOBAL=1 (torch's own wheels, where the runtime then
+precedes libgpupool in the global scope: the library's calls to its own hooks must still bind
+inside it).
 
 usage: torch_allocator.py LIBGPUPOOL LIBCUDART   (with CUDASIM_DEVICES=2)"""
 import ctypes
@@ -13,7 +15,8 @@ import sys
 
 MIB = 1 << 20
 
-cudart = ctypes.CDLL(sys.argv[2], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+scope = os.RTLD_GLOBAL if os.environ.get("CUDART_GLOBAL") == "1" else os.RTLD_LOCAL
+cudart = ctypes.CDLL(sys.argv[2], mode=scope | os.RTLD_NOW)
 allocator = ctypes.CDLL(sys.argv[1])  # what CUDAPluggableAllocator does with path_to_so_file
 
 ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)

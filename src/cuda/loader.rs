@@ -21,22 +21,28 @@ pub struct Located {
     _library: Option<Library>,
 }
 
-/// Find the runtime. `own` is the address of one of this library's exported hooks, so a lookup
-/// that lands on ourselves is recognised.
-pub fn locate(own: *const c_void) -> Result<Located, String> {
+/// Find the runtime. A lookup that lands on this library's own hooks is recognised by the object
+/// the symbol lives in: comparing addresses would not do, since a reference to an exported
+/// function from inside a shared library binds through the global scope, and so to the
+/// runtime's own `cudaMalloc` when the runtime was loaded first (PyTorch loading this library as
+/// its pluggable allocator).
+pub fn locate() -> Result<Located, String> {
+    let own = own_object();
     if let Some(found) = via_rtld_next(own) {
         return Ok(found);
     }
     let loaded = loaded_runtimes();
+    let mut why = Vec::new();
     for path in &loaded {
-        if let Some(found) = open_and_resolve(path, libc::RTLD_NOLOAD | RTLD_LAZY, own) {
-            return Ok(found);
+        match open_and_resolve(path, libc::RTLD_NOLOAD | RTLD_LAZY, own) {
+            Ok(found) => return Ok(found),
+            Err(e) => why.push(format!("{path}: {e}")),
         }
     }
     if !loaded.is_empty() {
         return Err(format!(
-            "a CUDA runtime is loaded ({}) but its entry points could not be resolved",
-            loaded.join(", ")
+            "a CUDA runtime is loaded but could not be used ({})",
+            why.join("; ")
         ));
     }
     let mut candidates: Vec<String> = Vec::new();
@@ -49,7 +55,7 @@ pub fn locate(own: *const c_void) -> Result<Located, String> {
             .map(|s| s.to_string()),
     );
     for name in &candidates {
-        if let Some(found) = open_and_resolve(name, RTLD_NOW | RTLD_LOCAL, own) {
+        if let Ok(found) = open_and_resolve(name, RTLD_NOW | RTLD_LOCAL, own) {
             return Ok(found);
         }
     }
@@ -59,37 +65,45 @@ pub fn locate(own: *const c_void) -> Result<Located, String> {
     ))
 }
 
-fn via_rtld_next(own: *const c_void) -> Option<Located> {
-    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no preconditions.
-    let sym = unsafe { libc::dlsym(libc::RTLD_NEXT, c"cudaMalloc".as_ptr()) };
-    if sym.is_null() || std::ptr::eq(sym, own) {
-        return None;
-    }
-    let mut info: libc::Dl_info = unsafe_zeroed_dl_info();
-    // SAFETY: `sym` is an address inside a loaded object; `info` is a valid out-parameter.
-    if unsafe { libc::dladdr(sym, &mut info) } == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dladdr returned a NUL-terminated path owned by the dynamic linker.
-    let path = unsafe { CStr::from_ptr(info.dli_fname) }
-        .to_string_lossy()
-        .into_owned();
-    open_and_resolve(&path, libc::RTLD_NOLOAD | RTLD_LAZY, own)
-}
-
-fn unsafe_zeroed_dl_info() -> libc::Dl_info {
-    libc::Dl_info {
+/// The loaded object `addr` lies in: its load address and path.
+fn object_of(addr: *const c_void) -> Option<(*mut c_void, String)> {
+    let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),
         dli_sname: std::ptr::null(),
         dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the dynamic linker's tables; `info` is a valid out-parameter.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
     }
+    // SAFETY: dladdr returned a NUL-terminated path owned by the dynamic linker.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+    Some((info.dli_fbase, path.into_owned()))
 }
 
-fn open_and_resolve(path: &str, flags: c_int, own: *const c_void) -> Option<Located> {
+/// This library's load address, found through a private function (not interposable).
+fn own_object() -> *mut c_void {
+    object_of(own_object as *const c_void).map_or(std::ptr::null_mut(), |o| o.0)
+}
+
+fn via_rtld_next(own: *mut c_void) -> Option<Located> {
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no preconditions.
+    let sym = unsafe { libc::dlsym(libc::RTLD_NEXT, c"cudaMalloc".as_ptr()) };
+    if sym.is_null() {
+        return None;
+    }
+    let (base, path) = object_of(sym)?;
+    if base == own {
+        return None;
+    }
+    open_and_resolve(&path, libc::RTLD_NOLOAD | RTLD_LAZY, own).ok()
+}
+
+fn open_and_resolve(path: &str, flags: c_int, own: *mut c_void) -> Result<Located, String> {
     // SAFETY: opening a library runs its initialisers; with RTLD_NOLOAD the library is already
     // loaded and initialised, and otherwise it is a CUDA runtime the program would load itself.
-    let lib = unsafe { Library::open(Some(path), flags) }.ok()?;
+    let lib = unsafe { Library::open(Some(path), flags) }.map_err(|e| e.to_string())?;
     let lookup = |name: &[u8]| -> *mut c_void {
         // SAFETY: looking up a symbol address has no side effects; the address is only used
         // through the typed table `Runtime::resolve` builds.
@@ -99,11 +113,14 @@ fn open_and_resolve(path: &str, flags: c_int, own: *const c_void) -> Option<Loca
         }
     };
     let malloc = lookup(b"cudaMalloc\0");
-    if malloc.is_null() || std::ptr::eq(malloc, own) {
-        return None;
+    if malloc.is_null() {
+        return Err("no cudaMalloc".into());
     }
-    let runtime = Runtime::resolve(&lookup).ok()?;
-    Some(Located {
+    if object_of(malloc).is_some_and(|(base, _)| base == own) {
+        return Err("its cudaMalloc is libgpupool's".into());
+    }
+    let runtime = Runtime::resolve(&lookup)?;
+    Ok(Located {
         runtime,
         path: path.to_string(),
         _library: Some(lib),

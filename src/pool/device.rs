@@ -18,8 +18,9 @@ use super::{AddrHasher, FreeKind, Seqs};
 /// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
 /// (or an eighth of its reserved memory, if more): a request of the same size takes one back
 /// without touching the best-fit index. Bins are merged back into the index whenever a request
-/// finds no fit, and before any release, so they never make the pool grow.
-const BIN_BYTES: u64 = 64 << 20;
+/// finds no fit, and before any release, so they never make the pool grow. As large as the
+/// default fence budget, so that what one fence makes reusable fits in the bins.
+const BIN_BYTES: u64 = 256 << 20;
 const BINS: usize = (SMALL_LIMIT / ALIGN) as usize;
 
 const NONE: u32 = u32::MAX;
