@@ -19,14 +19,19 @@ unset LD_PRELOAD
 SIZE=4096           # the cached size of the hit-path pairs
 HIT_ITERS=500000    # pairs per repetition (hit_path times 7 repetitions, prints the median)
 RAW_ITERS=30000     # the same for pairs that reach the simulator (about 3 us each)
+TRACE_ITERS=100000  # pairs per repetition with the trace on (80 bytes of trace per pair)
 LIVE_COUNTS=(0 1 1000 100000)
 MODES=(strict barrier relaxed)
 OVERLAP_ITERS=300
 OVERLAP_BYTES=$((1 << 20))
 OVERLAP_CASES=("2000 1000" "1000 3000") # "KERNEL_US HOST_US"
 
-# Build the library and the simulator, and the link directory the tests also make.
+# Build the library and the simulator, and the link directory the tests also make; and the
+# library once more without its hit-path counters (the `stats` feature), to price them.
 cargo build --release --workspace --quiet >&2
+cargo build --release --quiet -p gpupool --lib --no-default-features \
+    --target-dir "$root/target/bench-nostats" >&2
+lib_nostats=$root/target/bench-nostats/release/libgpupool.so
 rel=$root/target/release
 lib=$rel/libgpupool.so
 PROFILE=release
@@ -91,6 +96,26 @@ for live in "${LIVE_COUNTS[@]}"; do
     done
 done
 ns[raw]=$(hit 1 "$RAW_ITERS" cuda)
+
+echo "bench: counters and trace..." >&2
+# Counters: the same pairs, alternating the two builds three times (medians of medians).
+for round in 1 2 3; do
+    for mode in strict relaxed; do
+        ns[stats,$mode,$round]=$(hit 1 "$HIT_ITERS" cuda "${pooled[@]}" "GPUPOOL_REUSE=$mode")
+        ns[nostats,$mode,$round]=$(hit 1 "$HIT_ITERS" cuda "LD_PRELOAD=$lib_nostats" "GPUPOOL_REUSE=$mode")
+    done
+done
+median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+for mode in strict relaxed; do
+    ns[stats,$mode]=$(median3 "${ns[stats,$mode,1]}" "${ns[stats,$mode,2]}" "${ns[stats,$mode,3]}")
+    ns[nostats,$mode]=$(median3 "${ns[nostats,$mode,1]}" "${ns[nostats,$mode,2]}" "${ns[nostats,$mode,3]}")
+done
+# Trace: pairs with GPUPOOL_TRACE to a real file (two records per pair).
+trace_file=$bin/bench.trace
+ns[notrace]=$(hit 1 "$TRACE_ITERS" cuda "${pooled[@]}" GPUPOOL_REUSE=relaxed)
+ns[trace]=$(hit 1 "$TRACE_ITERS" cuda "${pooled[@]}" GPUPOOL_REUSE=relaxed "GPUPOOL_TRACE=$trace_file")
+trace_bytes=$(stat -c %s "$trace_file" 2>/dev/null || echo 0)
+rm -f "$trace_file"
 ns[disabled]=$(hit 1 "$RAW_ITERS" cuda "${pooled[@]}" GPUPOOL_DISABLE=1)
 
 echo "bench: overlap loop..." >&2
@@ -152,6 +177,22 @@ trap 'rm -f "$report"' EXIT
         met15=no; le "$flat" 1.5 && met15=yes
         echo "| $mode | $worst× | $met4 | $flat× | $met15 |"
     done
+    echo
+    echo "### What the counters and the trace cost (1 live block, $SIZE B pairs)"
+    echo
+    echo "The same pairs with the hit-path counters compiled out (\`--no-default-features\`, the"
+    echo "\`stats\` feature), alternating the two builds three times; and with \`GPUPOOL_TRACE\` writing"
+    echo "to a file ($TRACE_ITERS pairs, 7 runs: two 40-byte records per pair). Target: counters ≤ 10%."
+    echo
+    echo "| mode | with counters ns | without ns | counters cost |"
+    echo "| --- | ---: | ---: | ---: |"
+    for mode in strict relaxed; do
+        echo "| $mode | ${ns[stats,$mode]} | ${ns[nostats,$mode]} | $(awk -v a="${ns[stats,$mode]}" -v b="${ns[nostats,$mode]}" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }') |"
+    done
+    echo
+    echo "Trace (relaxed): ${ns[notrace]} ns per pair without, ${ns[trace]} ns with:" \
+        "$(awk -v a="${ns[trace]}" -v b="${ns[notrace]}" 'BEGIN { printf "%.1f", (a - b) / 2 }') ns per event;" \
+        "the file grew by $(awk -v b="$trace_bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB."
     echo
     echo "### What the pool avoids: the runtime's own pair ($SIZE B, 1 live block, 7 × $RAW_ITERS pairs)"
     echo

@@ -7,4 +7,6 @@ export CARGO_TERM_COLOR=never
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace
+# tests/report.rs validates the Prometheus summary with the reference parser.
+python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus_client
 cargo test --workspace

@@ -73,6 +73,11 @@ pub struct Config {
     /// In strict mode, freed-but-unfenced bytes above which the pool fences rather than growing.
     pub fence_bytes: u64,
     pub summary: SummaryDest,
+    /// `GPUPOOL_SUMMARY=always:...`: write a summary even when no allocation was intercepted
+    /// (saying so, and why that may be).
+    pub summary_always: bool,
+    /// `GPUPOOL_SUMMARY_INTERVAL`: write the summary this often (nanoseconds).
+    pub summary_interval_ns: Option<u64>,
     /// `GPUPOOL_TRACE`: the allocation trace's path (`%p`, `%r`, `%h` expanded), if any.
     pub trace: Option<Vec<u8>>,
 }
@@ -86,6 +91,8 @@ impl Default for Config {
             max_split_size: u64::MAX,
             fence_bytes: 256 << 20,
             summary: SummaryDest::Off,
+            summary_always: false,
+            summary_interval_ns: None,
             trace: None,
         }
     }
@@ -99,6 +106,7 @@ pub const VARIABLES: &[&str] = &[
     "GPUPOOL_MAX_SPLIT_SIZE",
     "GPUPOOL_FENCE_BYTES",
     "GPUPOOL_SUMMARY",
+    "GPUPOOL_SUMMARY_INTERVAL",
     "GPUPOOL_TRACE",
 ];
 
@@ -162,16 +170,33 @@ impl Config {
             }
         }
         if let Some(v) = get("GPUPOOL_SUMMARY") {
-            c.summary = match trimmed(&v).as_deref() {
-                Some("") | None => {
-                    bad("GPUPOOL_SUMMARY", &v, "empty", "off");
-                    SummaryDest::Off
-                }
-                Some("0") | Some("off") => SummaryDest::Off,
-                Some("stderr") | Some("1") => SummaryDest::Stderr,
-                Some("stdout") => SummaryDest::Stdout,
-                Some(_) => SummaryDest::Path(v.clone()),
+            let (always, dest) = match v.strip_prefix(b"always:") {
+                Some(rest) => (true, rest),
+                None => (false, v.as_slice()),
             };
+            match parse_summary_dest(dest) {
+                Some(d) => {
+                    c.summary = d;
+                    c.summary_always = always && c.summary != SummaryDest::Off;
+                }
+                None => bad(
+                    "GPUPOOL_SUMMARY",
+                    &v,
+                    "expected stderr, stdout, a file path, or always:<one of those>",
+                    "off",
+                ),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_SUMMARY_INTERVAL") {
+            match parse_duration_ns(&v) {
+                Some(ns) if ns >= 100_000_000 => c.summary_interval_ns = Some(ns),
+                _ => bad(
+                    "GPUPOOL_SUMMARY_INTERVAL",
+                    &v,
+                    "expected a duration of at least 100ms such as 30s, 5m or 500ms",
+                    "no periodic summary",
+                ),
+            }
         }
         if let Some(v) = get("GPUPOOL_TRACE") {
             if v.iter().all(u8::is_ascii_whitespace) {
@@ -231,6 +256,37 @@ pub fn parse_bytes(v: &[u8]) -> Option<u64> {
         return None;
     }
     Some(bytes as u64)
+}
+
+/// `stderr`, `stdout`, `off`, or a path (any bytes: paths need not be UTF-8).
+pub fn parse_summary_dest(v: &[u8]) -> Option<SummaryDest> {
+    match std::str::from_utf8(v).map(str::trim) {
+        Ok("") => None,
+        Ok("0") | Ok("off") => Some(SummaryDest::Off),
+        Ok("stderr") | Ok("1") => Some(SummaryDest::Stderr),
+        Ok("stdout") => Some(SummaryDest::Stdout),
+        _ if v.contains(&0) => None,
+        _ => Some(SummaryDest::Path(v.to_vec())),
+    }
+}
+
+/// `30s`, `5m`, `1h`, `500ms`, `1.5s`; a bare number is seconds.
+pub fn parse_duration_ns(v: &[u8]) -> Option<u64> {
+    let s = trimmed(v)?;
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let scale = match unit.trim() {
+        "" | "s" => 1e9,
+        "ms" => 1e6,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => return None,
+    };
+    let ns = n * scale;
+    (ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64).then_some(ns as u64)
 }
 
 fn parse_bytes_or_none(v: &[u8]) -> Option<u64> {
@@ -339,5 +395,28 @@ mod tests {
         assert_eq!(c.reuse, ReuseMode::Relaxed);
         assert!(c.disable);
         assert_eq!(c.summary, SummaryDest::Path(b"/tmp/x-%p.txt".to_vec()));
+        assert!(!c.summary_always);
+        let (c, w) = parse(&[
+            ("GPUPOOL_SUMMARY", b"always:stderr"),
+            ("GPUPOOL_SUMMARY_INTERVAL", b"1.5m"),
+        ]);
+        assert!(w.is_empty());
+        assert_eq!(c.summary, SummaryDest::Stderr);
+        assert!(c.summary_always);
+        assert_eq!(c.summary_interval_ns, Some(90_000_000_000));
+        let (c, _) = parse(&[("GPUPOOL_SUMMARY", &[b'/', 0xff, b'x'])]);
+        assert_eq!(c.summary, SummaryDest::Path(vec![b'/', 0xff, b'x']));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ns(b"30s"), Some(30_000_000_000));
+        assert_eq!(parse_duration_ns(b"500ms"), Some(500_000_000));
+        assert_eq!(parse_duration_ns(b"2"), Some(2_000_000_000));
+        assert_eq!(parse_duration_ns(b"1h"), Some(3_600_000_000_000));
+        assert_eq!(parse_duration_ns(b"-1s"), None);
+        assert_eq!(parse_duration_ns(b"soon"), None);
+        let (c, w) = parse(&[("GPUPOOL_SUMMARY_INTERVAL", b"10ms")]);
+        assert_eq!((c.summary_interval_ns, w.len()), (None, 1));
     }
 }

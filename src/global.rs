@@ -114,7 +114,51 @@ pub fn note_allocation() {
         OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         // SAFETY: registering a plain extern "C" function with atexit.
         unsafe { libc::atexit(at_exit) };
+        if let Some(g) = existing() {
+            report::dump::start(g);
+        }
     }
+}
+
+/// The pid that registered the `always:` exit hook.
+static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
+
+/// At load: only when `GPUPOOL_SUMMARY=always:...` asks for a summary even if the pool never
+/// runs, register the exit hook that writes it. libc-level work only (getenv, atexit), as a
+/// library constructor must.
+#[ctor::ctor]
+fn register_always_summary() {
+    // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
+    // of the program could change the environment.
+    let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };
+    // SAFETY: a non-NULL getenv result is a NUL-terminated string.
+    if !v.is_null()
+        && unsafe { std::ffi::CStr::from_ptr(v) }
+            .to_bytes()
+            .starts_with(b"always:")
+    {
+        // SAFETY: getpid has no preconditions; atexit takes a plain extern "C" function.
+        unsafe {
+            ALWAYS_PID.store(libc::getpid(), Ordering::Relaxed);
+            libc::atexit(at_exit_always);
+        }
+    }
+}
+
+extern "C" fn at_exit_always() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    // The pool's own exit hook reports a process that allocated through it.
+    if pid != ALWAYS_PID.load(Ordering::Relaxed) || FIRST_ALLOCATION.load(Ordering::Acquire) {
+        return;
+    }
+    crate::guard::boundary((), || match existing() {
+        Some(g) => report::write_exit_summary(g),
+        None => {
+            let (config, _) = Config::from_env();
+            report::write_not_intercepted(&config.summary);
+        }
+    });
 }
 
 extern "C" fn at_exit() {

@@ -82,7 +82,13 @@ pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> C
             // The pool released what it could and still failed: the runtime gives the
             // program its own answer (and sets its last error), or, if memory was freed in the
             // meantime, a plain allocation that later passes through cudaFree.
-            Err(CudaError::MEMORY_ALLOCATION) => pass(),
+            Err(CudaError::MEMORY_ALLOCATION) => {
+                let r = pass();
+                if r == ERROR_MEMORY_ALLOCATION {
+                    crate::report::oom::report(g, dev, size as u64);
+                }
+                r
+            }
             Err(e) => e.0,
         }
     })

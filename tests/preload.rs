@@ -315,3 +315,20 @@ fn trace_replay_reproduces_the_live_runs_peak_reserved_bytes() {
         assert!(relaxed.contains("cudaFree"), "{relaxed}");
     }
 }
+
+#[test]
+fn a_forked_child_does_not_repeat_its_parents_summary() {
+    for how in ["exit", "_exit"] {
+        let (_, err) = ok(
+            &c_program("fork_summary"),
+            &[how],
+            &[("GPUPOOL_SUMMARY", "stderr")],
+        );
+        assert_eq!(
+            err.matches("gpupool summary").count(),
+            1,
+            "{how}: expected the parent's summary only:\n{err}"
+        );
+        assert!(err.contains(" 1 mallocs, 1 frees"), "{err}");
+    }
+}

@@ -79,10 +79,10 @@ impl Backend for CudaBackend {
         check(unsafe { (self.rt.stream_wait_event)(std::ptr::null_mut(), e, 0) })
     }
 
-    fn total_memory(&self, _device: u32) -> Result<u64, CudaError> {
+    fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: both out-pointers are valid for the call.
         check(unsafe { (self.rt.mem_get_info)(&mut free, &mut total) })?;
-        Ok(total as u64)
+        Ok((free as u64, total as u64))
     }
 }

@@ -128,7 +128,7 @@ fn open_and_resolve(path: &str, flags: c_int, own: *mut c_void) -> Result<Locate
 }
 
 /// Paths of loaded objects whose file name starts with `libcudart.so`.
-fn loaded_runtimes() -> Vec<String> {
+pub fn loaded_runtimes() -> Vec<String> {
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: usize,

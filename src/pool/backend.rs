@@ -27,6 +27,7 @@ pub trait Backend: Send + Sync {
     /// Enqueue one action on the legacy default stream of `device` (the current device), which
     /// orders all later blocking-stream work after all earlier blocking-stream work. No host wait.
     fn barrier(&self, device: u32) -> Result<(), CudaError>;
-    /// Total memory of `device` (only asked when the threshold is a percentage).
-    fn total_memory(&self, device: u32) -> Result<u64, CudaError>;
+    /// Free and total memory of `device`, the current device (`cudaMemGetInfo`). Asked when the
+    /// threshold is a percentage, after each new segment and at out-of-memory: never at exit.
+    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError>;
 }

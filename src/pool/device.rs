@@ -11,7 +11,7 @@ use super::backend::{Addr, Backend, CudaError};
 use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, SMALL_LIMIT,
 };
-use super::stats::{histogram_bucket, DeviceStats};
+use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
 use super::{AddrHasher, FreeKind, Seqs};
 
@@ -89,6 +89,40 @@ pub enum Release {
     OutOfMemory,
 }
 
+/// What `cudaMemGetInfo` said of the device, sampled after each new segment and at
+/// out-of-memory (never at exit, when the runtime may be unloading).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemorySample {
+    pub free: u64,
+    pub total: u64,
+    /// The pool's reserved bytes at that moment.
+    pub reserved: u64,
+}
+
+impl MemorySample {
+    /// Device memory in use outside the pool: the CUDA context, other allocators, other
+    /// processes.
+    pub fn outside_pool(&self) -> u64 {
+        self.total
+            .saturating_sub(self.free)
+            .saturating_sub(self.reserved)
+    }
+}
+
+/// The last out-of-memory the pool gave back to the program, and what it had tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomEvent {
+    /// The request, rounded.
+    pub requested: u64,
+    /// The segment the pool asked the driver for first.
+    pub segment: u64,
+    /// Cached bytes it released to the driver before retrying.
+    pub released: u64,
+    /// Whether it fenced to make pending blocks reusable first.
+    pub fenced: bool,
+    pub memory: Option<MemorySample>,
+}
+
 /// A live block as the pool reports it (for the leak list and IPC checks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveBlock {
@@ -123,6 +157,9 @@ pub struct DevicePool {
     trace: Option<TraceBuf>,
     /// Cached bytes to keep; above it whole free segments go back to the driver.
     pub threshold: u64,
+    /// The device's memory as last sampled.
+    pub memory: Option<MemorySample>,
+    pub last_oom: Option<OomEvent>,
     pub stats: DeviceStats,
 }
 
@@ -148,6 +185,8 @@ impl DevicePool {
             barriered_seen: 0,
             trace: None,
             threshold,
+            memory: None,
+            last_oom: None,
             stats: DeviceStats::default(),
         }
     }
@@ -269,12 +308,12 @@ impl DevicePool {
         let idx = match binned {
             Some(idx) => {
                 self.binned_bytes -= rounded;
-                self.stats.hits += 1;
+                counted! { self.stats.hits += 1; }
                 idx
             }
             None => match self.find_fit(class, rounded, policy) {
                 Some(idx) => {
-                    self.stats.hits += 1;
+                    counted! { self.stats.hits += 1; }
                     self.better_fit(idx, class, rounded, backend, seqs, policy)?
                 }
                 None => self.refill(class, rounded, seg_size, backend, seqs, policy)?,
@@ -357,7 +396,8 @@ impl DevicePool {
         }
         // Out of memory: make every cached block safe, give whole free segments back, retry.
         self.stats.oom_retries += 1;
-        if self.pending_bytes() > 0 {
+        let fenced = self.pending_bytes() > 0;
+        if fenced {
             self.fence(backend, seqs)?;
             if let Some(idx) = self.find_fit(class, rounded, policy) {
                 self.stats.hits += 1;
@@ -365,7 +405,7 @@ impl DevicePool {
                 return Ok(idx);
             }
         }
-        self.release_segments(backend, 0, Release::OutOfMemory);
+        let released = self.release_segments(backend, 0, Release::OutOfMemory);
         let mut sizes = vec![seg_size];
         if rounded != seg_size {
             // A segment larger than the request may not fit where the request alone would.
@@ -383,7 +423,26 @@ impl DevicePool {
             }
         }
         self.stats.ooms += 1;
+        self.sample_memory(backend);
+        self.last_oom = Some(OomEvent {
+            requested: rounded,
+            segment: seg_size,
+            released,
+            fenced,
+            memory: self.memory,
+        });
         Err(CudaError::MEMORY_ALLOCATION)
+    }
+
+    /// What the driver says of the device's memory now (during normal operation only).
+    fn sample_memory(&mut self, backend: &dyn Backend) {
+        if let Ok((free, total)) = backend.memory_info(self.device) {
+            self.memory = Some(MemorySample {
+                free,
+                total,
+                reserved: self.stats.reserved.current,
+            });
+        }
     }
 
     fn find_fit(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
@@ -429,11 +488,13 @@ impl DevicePool {
         let size = b.size;
         self.seg_mut(seg).live += 1;
         let s = &mut self.stats;
-        s.allocs += 1;
-        s.requested.add(requested);
         s.allocated.add(size);
-        s.blocks.add(1);
-        s.histogram[histogram_bucket(requested)] += 1;
+        counted! {
+            s.allocs += 1;
+            s.requested.add(requested);
+            s.blocks.add(1);
+            s.histogram[super::stats::histogram_bucket(requested)] += 1;
+        }
         addr
     }
 
@@ -466,6 +527,7 @@ impl DevicePool {
         true
     }
 
+    #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
     fn free_block(&mut self, idx: u32, need: Need, stamp: u64) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Live);
@@ -473,10 +535,12 @@ impl DevicePool {
         b.requested = 0;
         self.seg_mut(seg).live -= 1;
         let s = &mut self.stats;
-        s.frees += 1;
-        s.requested.sub(requested);
         s.allocated.sub(size);
-        s.blocks.sub(1);
+        counted! {
+            s.frees += 1;
+            s.requested.sub(requested);
+            s.blocks.sub(1);
+        }
         match need {
             Need::Nothing => self.recycle(idx),
             Need::Barrier => {
@@ -683,6 +747,9 @@ impl DevicePool {
             }
         };
         self.record(Kind::SegmentAlloc, addr, size, 0, 0);
+        self.stats.reserved.add(size);
+        self.stats.segments.add(1);
+        self.sample_memory(backend);
         let seg = Segment {
             addr,
             size,
@@ -714,8 +781,6 @@ impl DevicePool {
         self.seg_mut(si).first = idx;
         self.by_addr.insert(addr, si);
         self.index(idx);
-        self.stats.reserved.add(size);
-        self.stats.segments.add(1);
         Ok(idx)
     }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 pub use backend::{Addr, Backend, CudaError};
-pub use device::{DevicePool, LiveBlock, Need, Policy, Release};
+pub use device::{DevicePool, LiveBlock, MemorySample, Need, OomEvent, Policy, Release};
 pub use stats::DeviceStats;
 pub use trace::TraceSink;
 
@@ -171,8 +171,8 @@ impl<B: Backend> Pool<B> {
 
     fn resolve_threshold(&self, device: u32) -> u64 {
         match self.settings.threshold {
-            Threshold::Fraction(_) => match self.backend.total_memory(device) {
-                Ok(total) => self.settings.threshold.resolve(total),
+            Threshold::Fraction(_) => match self.backend.memory_info(device) {
+                Ok((_, total)) => self.settings.threshold.resolve(total),
                 Err(_) => u64::MAX,
             },
             t => t.resolve(0),
@@ -367,6 +367,8 @@ impl<B: Backend> Pool<B> {
             pending: p.pending_bytes(),
             largest_free: p.largest_free(),
             threshold: p.threshold,
+            memory: p.memory,
+            last_oom: p.last_oom,
         })
     }
 
@@ -415,6 +417,8 @@ pub struct DeviceSnapshot {
     pub pending: u64,
     pub largest_free: u64,
     pub threshold: u64,
+    pub memory: Option<MemorySample>,
+    pub last_oom: Option<OomEvent>,
 }
 
 #[cfg(test)]

@@ -108,9 +108,9 @@ impl Backend for ReplayBackend {
         Ok(())
     }
 
-    fn total_memory(&self, _device: u32) -> Result<u64, CudaError> {
+    fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(s.capacity)
+        Ok((s.capacity.saturating_sub(s.used), s.capacity))
     }
 }
 

@@ -1,6 +1,20 @@
 //! Counters each device pool keeps under its own lock. The summary is built from these alone:
 //! nothing is asked of CUDA at exit.
 
+/// Updates of counters that only reports read, on the allocation hit path. The `stats` feature
+/// (on by default) keeps them; `--no-default-features` compiles them out, which is how
+/// `scripts/bench.sh` measures what they cost. The algorithm's own figures (allocated and
+/// reserved bytes) are always kept.
+macro_rules! counted {
+    ($($t:tt)*) => {
+        #[cfg(feature = "stats")]
+        {
+            $($t)*
+        }
+    };
+}
+pub(crate) use counted;
+
 /// A quantity with a current value, its peak, and what went in and out over the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Gauge {
@@ -23,7 +37,7 @@ impl Gauge {
 }
 
 /// Buckets of the request-size histogram: bucket `i` holds requests in `[2^(i-1), 2^i)`, bucket
-/// 0 holds size 0 and 1.
+/// 0 holds size 0.
 pub const HISTOGRAM_BUCKETS: usize = 48;
 
 #[derive(Clone, Debug, PartialEq, Eq)]

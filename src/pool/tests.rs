@@ -74,8 +74,10 @@ impl Backend for Model {
         self.state.lock().unwrap().barriers += 1;
         Ok(())
     }
-    fn total_memory(&self, _device: u32) -> Result<u64, CudaError> {
-        Ok(self.state.lock().unwrap().capacity)
+    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
+        let s = self.state.lock().unwrap();
+        let used: u64 = s.live.values().filter(|v| v.0 == device).map(|v| v.1).sum();
+        Ok((s.capacity - used, s.capacity))
     }
 }
 

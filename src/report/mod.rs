@@ -1,5 +1,10 @@
-//! What the pool tells its user: the summary (at exit or on request).
+//! What the pool tells its user: the summary (at exit, on `SIGUSR1`, periodically), the
+//! out-of-memory report, and the trace file.
 
+pub mod dump;
+pub mod json;
+pub mod oom;
+pub mod prometheus;
 pub mod summary;
 pub mod trace_file;
 pub mod units;
@@ -8,17 +13,96 @@ use crate::config::SummaryDest;
 use crate::global::Global;
 use crate::log;
 
-/// Write the summary where `GPUPOOL_SUMMARY` says, if it says anything.
-pub fn write_exit_summary(g: &Global) {
-    let Some(pool) = g.pool.as_ref() else { return };
-    if g.config.summary == SummaryDest::Off {
-        return;
-    }
-    let text = summary::render_text(&summary::Report::collect(pool, &g.runtime_path));
-    write_to(&g.config.summary, text.as_bytes());
+/// The summary's form, chosen by the destination's extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+    Prometheus,
 }
 
-fn write_to(dest: &SummaryDest, bytes: &[u8]) {
+impl Format {
+    pub fn of(dest: &SummaryDest) -> Format {
+        match dest {
+            SummaryDest::Path(p) if p.ends_with(b".json") => Format::Json,
+            SummaryDest::Path(p) if p.ends_with(b".prom") => Format::Prometheus,
+            _ => Format::Text,
+        }
+    }
+}
+
+pub fn render(r: &summary::Report, format: Format) -> String {
+    match format {
+        Format::Text => summary::render_text(r),
+        Format::Json => json::render_json(r),
+        Format::Prometheus => prometheus::render_prometheus(r),
+    }
+}
+
+/// Write the summary to `dest` now (the exit hook, the live dump, the periodic dump). Only a
+/// process that allocated through the pool writes one, unless `GPUPOOL_SUMMARY=always:...`.
+pub fn write_summary(g: &Global, dest: &SummaryDest) {
+    let Some(pool) = g.pool.as_ref() else { return };
+    let report = summary::Report::collect(pool, &g.runtime_path);
+    if report.intercepted() {
+        write_to(dest, render(&report, Format::of(dest)).as_bytes());
+    } else if g.config.summary_always {
+        // The pool started (a hooked call reached it) but served no allocation: the same
+        // answer, with its likely cause, as when it never started.
+        write_not_intercepted(dest);
+    }
+}
+
+/// Write the summary where `GPUPOOL_SUMMARY` says, if it says anything; after it, no live dump.
+pub fn write_exit_summary(g: &Global) {
+    dump::last_write(|| {
+        if g.config.summary != SummaryDest::Off {
+            write_summary(g, &g.config.summary);
+        }
+    });
+}
+
+/// `GPUPOOL_SUMMARY=always:...` in a process where the pool never started (no CUDA call reached
+/// it): say so, and why that may be. Runs at exit; makes no CUDA call.
+pub fn write_not_intercepted(dest: &SummaryDest) {
+    let loaded = crate::cuda::loader::loaded_runtimes();
+    let why = if loaded.is_empty() {
+        "no CUDA runtime was loaded dynamically: the program does not use CUDA, or it links the \
+         runtime statically (nvcc's default; build with -cudart shared)"
+            .to_string()
+    } else {
+        format!(
+            "a CUDA runtime was loaded ({}) but no cudaMalloc reached libgpupool: the program \
+             allocates otherwise (cudaMallocAsync, cudaMallocManaged, the driver API) or the \
+             library that allocates links the runtime statically",
+            loaded.join(", ")
+        )
+    };
+    let text = match Format::of(dest) {
+        Format::Json => format!(
+            "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"intercepted\":false,\"reason\":{},\"devices\":[]}}\n",
+            json::quote(env!("CARGO_PKG_VERSION")),
+            std::process::id(),
+            json::quote(&rank()),
+            json::quote(&hostname()),
+            json::quote(&why)
+        ),
+        Format::Prometheus => format!(
+            "# HELP gpupool_intercepted Whether any CUDA allocation went through libgpupool.\n\
+             # TYPE gpupool_intercepted gauge\n\
+             gpupool_intercepted{{rank=\"{}\",pid=\"{}\"}} 0\n",
+            rank(),
+            std::process::id()
+        ),
+        Format::Text => format!(
+            "gpupool summary   pid {}: no CUDA allocations were intercepted: {why}\n",
+            std::process::id()
+        ),
+    };
+    write_to(dest, text.as_bytes());
+}
+
+pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
     match dest {
         SummaryDest::Off => {}
         SummaryDest::Stderr => log::write_fd(2, bytes),
@@ -65,7 +149,7 @@ pub fn expand_path(template: &[u8]) -> Vec<u8> {
     out
 }
 
-fn rank() -> String {
+pub(crate) fn rank() -> String {
     ["RANK", "LOCAL_RANK", "SLURM_PROCID"]
         .iter()
         .find_map(|v| {
@@ -76,7 +160,7 @@ fn rank() -> String {
         .unwrap_or_else(|| "0".into())
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or
     // truncates, and we stop at the first NUL.
@@ -96,8 +180,11 @@ fn write_atomically(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+    // Unique per write: a periodic dump and the exit summary may overlap.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp.{}", std::process::id()));
+    tmp.push(format!(".tmp.{}.{n}", std::process::id()));
     let tmp = std::path::PathBuf::from(tmp);
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()

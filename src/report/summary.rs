@@ -1,18 +1,73 @@
-//! The summary: built from the pool's counters alone (no CUDA call), rendered as a compact table
-//! in the shape PyTorch users know from `torch.cuda.memory_summary()`.
+//! The summary's content: built from the pool's counters alone (no CUDA call, so it can be made
+//! at exit), and its human form, a compact table in the shape PyTorch users know from
+//! `torch.cuda.memory_summary()`. `json.rs` and `prometheus.rs` render the same `Report`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::units::{bytes, duration_ns};
-use crate::pool::stats::Gauge;
+use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
 use crate::pool::{Backend, DeviceSnapshot, LiveBlock, Pool};
 
 pub struct Report {
     pub pid: u32,
+    pub rank: String,
+    pub host: String,
     pub runtime: String,
     pub reuse: &'static str,
-    pub devices: Vec<(DeviceSnapshot, Vec<LiveBlock>)>,
+    pub devices: Vec<DeviceReport>,
+}
+
+pub struct DeviceReport {
+    pub snap: DeviceSnapshot,
+    /// Blocks still allocated: (requested size, count), largest size first.
+    pub leaks: Vec<(u64, u64)>,
+    pub leaked_blocks: u64,
+    pub leaked_bytes: u64,
+}
+
+impl DeviceReport {
+    /// Cached bytes that could be handed out now (not waiting for in-flight work).
+    pub fn cached_free(&self) -> u64 {
+        self.snap.cached - self.snap.pending
+    }
+
+    /// Share of the reusable cache that is not in its largest block: 0 when all of it could
+    /// serve one request, near 1 when it is scattered in small pieces.
+    pub fn fragmentation(&self) -> f64 {
+        let free = self.cached_free();
+        if free == 0 {
+            0.0
+        } else {
+            1.0 - self.snap.largest_free.min(free) as f64 / free as f64
+        }
+    }
+
+    /// Non-empty histogram buckets as (upper bound in bytes, count): requests of size
+    /// `< bound` (and at least the previous bound).
+    pub fn histogram(&self) -> Vec<(u64, u64)> {
+        (0..HISTOGRAM_BUCKETS)
+            .filter(|&i| self.snap.stats.histogram[i] > 0)
+            .map(|i| (bucket_bound(i), self.snap.stats.histogram[i]))
+            .collect()
+    }
+}
+
+/// The exclusive upper bound of histogram bucket `i` (`u64::MAX` for the last).
+pub fn bucket_bound(i: usize) -> u64 {
+    if i + 1 >= HISTOGRAM_BUCKETS {
+        u64::MAX
+    } else {
+        1u64 << i
+    }
+}
+
+fn group_leaks(leaks: &[LiveBlock]) -> Vec<(u64, u64)> {
+    let mut by_size: BTreeMap<u64, u64> = BTreeMap::new();
+    for b in leaks {
+        *by_size.entry(b.requested).or_default() += 1;
+    }
+    by_size.into_iter().rev().collect()
 }
 
 impl Report {
@@ -20,14 +75,30 @@ impl Report {
         let devices = pool
             .used_devices()
             .into_iter()
-            .filter_map(|d| Some((pool.device_stats(d)?, pool.live_blocks(d))))
+            .filter_map(|d| {
+                let snap = pool.device_stats(d)?;
+                let live = pool.live_blocks(d);
+                Some(DeviceReport {
+                    leaks: group_leaks(&live),
+                    leaked_blocks: live.len() as u64,
+                    leaked_bytes: live.iter().map(|b| b.requested).sum(),
+                    snap,
+                })
+            })
             .collect();
         Report {
             pid: std::process::id(),
+            rank: super::rank(),
+            host: super::hostname(),
             runtime: runtime.to_string(),
             reuse: pool.settings().reuse.name(),
             devices,
         }
+    }
+
+    /// Whether the pool served any allocation at all.
+    pub fn intercepted(&self) -> bool {
+        self.devices.iter().any(|d| d.snap.stats.allocs > 0)
     }
 }
 
@@ -40,38 +111,37 @@ fn pct(part: u64, whole: u64) -> String {
     }
 }
 
-/// Fragmentation of the cache: the share of cached free memory that is not in its largest block
-/// (0% when all of it could serve one request).
-pub fn fragmentation(cached_free: u64, largest_free: u64) -> f64 {
-    if cached_free == 0 {
-        0.0
+fn threshold_text(t: u64) -> String {
+    if t == u64::MAX {
+        "none (keep all)".into()
     } else {
-        1.0 - largest_free as f64 / cached_free as f64
+        bytes(t)
     }
 }
 
 pub fn render_text(r: &Report) -> String {
     let mut o = String::new();
     let rule = "=".repeat(78);
+    let thin = "-".repeat(78);
     let _ = writeln!(o, "{rule}");
     let _ = writeln!(
         o,
-        " gpupool summary   pid {}   reuse {}   runtime {}",
-        r.pid, r.reuse, r.runtime
+        " gpupool summary   pid {}   rank {}   reuse {}   runtime {}",
+        r.pid, r.rank, r.reuse, r.runtime
     );
-    if r.devices.is_empty() {
+    if !r.intercepted() {
         let _ = writeln!(o, " no CUDA allocations were intercepted");
     }
-    for (d, leaks) in &r.devices {
-        let s = &d.stats;
-        let threshold = if d.threshold == u64::MAX {
-            "none (keep all)".to_string()
-        } else {
-            bytes(d.threshold)
-        };
+    for d in &r.devices {
+        let s = &d.snap.stats;
         let _ = writeln!(o, "{rule}");
-        let _ = writeln!(o, " device {}   release threshold {threshold}", d.device);
-        let _ = writeln!(o, "{}", "-".repeat(78));
+        let _ = writeln!(
+            o,
+            " device {}   release threshold {}",
+            d.snap.device,
+            threshold_text(d.snap.threshold)
+        );
+        let _ = writeln!(o, "{thin}");
         let _ = writeln!(
             o,
             " {:<26}{:>12}{:>12}{:>14}{:>14}",
@@ -93,17 +163,25 @@ pub fn render_text(r: &Report) -> String {
         row("reserved (from driver)", &s.reserved, &bytes);
         row("allocations", &s.blocks, &|n| n.to_string());
         row("segments", &s.segments, &|n| n.to_string());
-        let _ = writeln!(o, "{}", "-".repeat(78));
-        let cached_free = d.cached - d.pending;
+        let _ = writeln!(o, "{thin}");
         let _ = writeln!(
             o,
             " cached {}  (free {}, awaiting in-flight work {})   largest free block {}   fragmentation {:.0}%",
-            bytes(d.cached),
-            bytes(cached_free),
-            bytes(d.pending),
-            bytes(d.largest_free),
-            fragmentation(cached_free, d.largest_free) * 100.0
+            bytes(d.snap.cached),
+            bytes(d.cached_free()),
+            bytes(d.snap.pending),
+            bytes(d.snap.largest_free),
+            d.fragmentation() * 100.0
         );
+        if let Some(m) = d.snap.memory {
+            let _ = writeln!(
+                o,
+                " device     {} total; at the last sample {} free, {} used outside the pool (CUDA context, other allocators, other processes)",
+                bytes(m.total),
+                bytes(m.free),
+                bytes(m.outside_pool())
+            );
+        }
         let _ = writeln!(
             o,
             " calls      {} mallocs, {} frees; served from cache {} ({} hits, {} misses)",
@@ -144,25 +222,34 @@ pub fn render_text(r: &Report) -> String {
             " out of mem {} retries, {} recovered, {} returned to the program; invalid frees {}; resets {}",
             s.oom_retries, s.oom_recovered, s.ooms, s.invalid_frees, s.resets
         );
-        if !leaks.is_empty() {
-            let mut by_size: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-            for b in leaks {
-                let e = by_size.entry(b.requested).or_default();
-                e.0 += 1;
-                e.1 += b.size;
+        let hist = d.histogram();
+        if !hist.is_empty() {
+            let _ = writeln!(o, " request sizes (count of requests below each bound):");
+            for chunk in hist.chunks(5) {
+                let mut line = String::from("   ");
+                for &(bound, count) in chunk {
+                    let b = if bound == u64::MAX {
+                        "larger".to_string()
+                    } else {
+                        format!("<{}", bytes(bound))
+                    };
+                    let _ = write!(line, "{b:>11} {count:<9}");
+                }
+                let _ = writeln!(o, "{}", line.trim_end());
             }
-            let total: u64 = leaks.iter().map(|b| b.requested).sum();
+        }
+        if d.leaked_blocks > 0 {
             let _ = writeln!(
                 o,
                 " still allocated at exit: {} blocks, {} requested",
-                leaks.len(),
-                bytes(total)
+                d.leaked_blocks,
+                bytes(d.leaked_bytes)
             );
-            for (size, (count, _)) in by_size.iter().rev().take(10) {
+            for (size, count) in d.leaks.iter().take(10) {
                 let _ = writeln!(o, "   {count:>8} x {}", bytes(*size));
             }
-            if by_size.len() > 10 {
-                let _ = writeln!(o, "   ... and {} more sizes", by_size.len() - 10);
+            if d.leaks.len() > 10 {
+                let _ = writeln!(o, "   ... and {} more sizes", d.leaks.len() - 10);
             }
         }
     }

@@ -4,7 +4,8 @@
  *
  * usage: churn THREADS ITERATIONS DEVICES [SEED]
  * With several devices, each thread allocates on a random device and frees with another
- * device current. Prints "program mallocs N" and the simulator's real cudaMalloc count. */
+ * device current. Prints "program mallocs N", the simulator's real cudaMalloc count and peak
+ * live bytes (summed over devices, then per device). */
 #include <pthread.h>
 
 #include "check.h"
@@ -126,6 +127,10 @@ int main(int argc, char **argv)
     printf("program mallocs %llu\n", g_mallocs);
     printf("real mallocs %llu\n", real);
     printf("peak real bytes %llu\n", peak);
+    for (d = 0; d < g_devices; d++) {
+        printf("device %d real mallocs %llu peak real bytes %llu\n", d, sim_stats(d).malloc_calls,
+               sim_stats(d).peak_live_bytes);
+    }
     printf("churn ok (seed %llu)\n", (unsigned long long)g_seed);
     return 0;
 }

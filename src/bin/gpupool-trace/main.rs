@@ -1,0 +1,142 @@
+//! `gpupool-trace`: read an allocation trace written with `GPUPOOL_TRACE=PATH`.
+//!
+//! ```text
+//! gpupool-trace stats TRACE                      what the trace holds, per device
+//! gpupool-trace replay TRACE [options]           replay it through the pool algorithm
+//!     --threshold SIZE|none  --max-split SIZE|none  --fence-bytes SIZE
+//!     --reuse strict|barrier|relaxed  --capacity SIZE
+//! gpupool-trace perfetto TRACE [OUT.json]        Chrome/Perfetto trace-event JSON
+//! gpupool-trace plot TRACE [OUT.svg]             allocated and reserved bytes over time, as SVG
+//! ```
+//!
+//! Output goes to stdout unless OUT is given. Any error (arguments, an unreadable or corrupt
+//! trace, a failed write) gives a message on stderr and exit code 2.
+
+mod fold;
+mod perfetto;
+mod plot;
+mod text;
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::process::ExitCode;
+
+use gpupool::pool::trace::{self, Record, MAGIC, RECORD_SIZE};
+
+const USAGE: &str = "usage: gpupool-trace stats TRACE
+       gpupool-trace replay TRACE [--threshold SIZE|none] [--max-split SIZE|none]
+                                  [--fence-bytes SIZE] [--reuse strict|barrier|relaxed]
+                                  [--capacity SIZE]
+       gpupool-trace perfetto TRACE [OUT.json]   (trace-event JSON for ui.perfetto.dev)
+       gpupool-trace plot TRACE [OUT.svg]        (allocated and reserved bytes over time)";
+
+enum Error {
+    /// The command line is wrong: the message and the usage.
+    Usage(String),
+    /// Anything else: the message alone.
+    Other(String),
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Usage(e)) => {
+            eprintln!("gpupool-trace: {e}\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Error::Other(e)) => {
+            eprintln!("gpupool-trace: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Reads and parses a trace. A record cut short at the end (a process killed while the library
+/// wrote a chunk) is left out with a warning, as the library's parser does.
+fn load(path: &str) -> Result<Vec<Record>, Error> {
+    let data = std::fs::read(path).map_err(|e| Error::Other(format!("{path}: {e}")))?;
+    let records = trace::parse(&data).map_err(|e| {
+        Error::Other(format!(
+            "{path}: {e}{}",
+            if data.len() < MAGIC.len() && MAGIC.starts_with(&data) {
+                " (the file is empty or cut short)"
+            } else {
+                ""
+            }
+        ))
+    })?;
+    let tail = data.len().saturating_sub(MAGIC.len()) % RECORD_SIZE;
+    if tail != 0 {
+        eprintln!(
+            "gpupool-trace: {path}: warning: the trace ends with {tail} bytes of a cut-off \
+             record (the process was probably killed while writing it); ignored"
+        );
+    }
+    Ok(records)
+}
+
+/// Where a command's output goes: the file named, or stdout.
+fn output(path: Option<&String>) -> Result<(Box<dyn Write>, String), Error> {
+    match path {
+        None => Ok((
+            Box::new(BufWriter::new(io::stdout().lock())),
+            "stdout".into(),
+        )),
+        Some(p) => {
+            let f = File::create(p).map_err(|e| Error::Other(format!("{p}: {e}")))?;
+            Ok((Box::new(BufWriter::new(f)), p.clone()))
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<(), Error> {
+    let (cmd, path, rest) = match args {
+        [cmd, path, rest @ ..] => (cmd.as_str(), path, rest),
+        [cmd] if matches!(cmd.as_str(), "-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        _ => return Err(Error::Usage("missing arguments".into())),
+    };
+    if !matches!(cmd, "stats" | "replay" | "perfetto" | "plot") {
+        return Err(Error::Usage(format!("unknown command {cmd:?}")));
+    }
+    let (text, dest): (Option<String>, Option<&String>) = match cmd {
+        "stats" => {
+            if let Some(extra) = rest.first() {
+                return Err(Error::Usage(format!("unexpected argument {extra:?}")));
+            }
+            (Some(text::stats(&load(path)?)), None)
+        }
+        "replay" => {
+            let o = text::overrides(rest).map_err(Error::Usage)?;
+            (Some(text::replay(&load(path)?, &o)), None)
+        }
+        _ => match rest {
+            [] => (None, None),
+            [out] => (None, Some(out)),
+            [_, extra, ..] => return Err(Error::Usage(format!("unexpected argument {extra:?}"))),
+        },
+    };
+    let written = |e: io::Error, to: &str| Error::Other(format!("writing {to}: {e}"));
+    if let Some(t) = text {
+        let (mut out, to) = output(None)?;
+        return out
+            .write_all(t.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|e| written(e, &to));
+    }
+    // Parse before creating the output, so a bad trace leaves no empty file behind.
+    let records = load(path)?;
+    let source = Path::new(path)
+        .file_name()
+        .map_or_else(|| path.clone(), |n| n.to_string_lossy().into_owned());
+    let (mut out, to) = output(dest)?;
+    let result = match cmd {
+        "perfetto" => perfetto::write(&records, &source, &mut out),
+        _ => plot::write(&records, &source, &mut out),
+    };
+    result.map_err(|e| written(e, &to))
+}

@@ -1,0 +1,93 @@
+//! The text commands: `stats` (what the trace holds) and `replay` (the trace through the pool
+//! algorithm, with other settings if asked).
+
+use gpupool::config::{parse_bytes, ReuseMode};
+use gpupool::pool::replay::{replay as run_replay, Overrides};
+use gpupool::pool::trace::Record;
+use gpupool::report::units::bytes;
+
+use crate::fold::{devices, fold};
+
+fn size_or_none(v: &str) -> Result<u64, String> {
+    if v == "none" {
+        return Ok(u64::MAX);
+    }
+    parse_bytes(v.as_bytes()).ok_or_else(|| format!("bad size {v:?}"))
+}
+
+/// `replay`'s options.
+pub fn overrides(args: &[String]) -> Result<Overrides, String> {
+    let mut o = Overrides::default();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--threshold" => o.threshold = Some(size_or_none(value)?),
+            "--max-split" => o.max_split_size = Some(size_or_none(value)?),
+            "--fence-bytes" => o.fence_bytes = Some(size_or_none(value)?),
+            "--capacity" => o.capacity = Some(size_or_none(value)?),
+            "--reuse" => {
+                o.reuse = Some(match value.as_str() {
+                    "strict" => ReuseMode::Strict,
+                    "barrier" => ReuseMode::Barrier,
+                    "relaxed" => ReuseMode::Relaxed,
+                    _ => return Err(format!("bad reuse mode {value:?}")),
+                })
+            }
+            _ => return Err(format!("unknown option {flag:?}")),
+        }
+    }
+    Ok(o)
+}
+
+pub fn stats(records: &[Record]) -> String {
+    let mut o = String::new();
+    for d in devices(records) {
+        let f = fold(records, d);
+        o += &format!(
+            "device {d}: {} records over {:.3} s; {} allocations, {} frees, {} failed; \
+             {} segments, {} fences\n  peak allocated {} ({} bytes), peak reserved {} ({} bytes)\n",
+            f.records,
+            f.t_ns as f64 / 1e9,
+            f.allocs,
+            f.frees,
+            f.failed,
+            f.segments,
+            f.fences,
+            bytes(f.peak_allocated),
+            f.peak_allocated,
+            bytes(f.peak_reserved),
+            f.peak_reserved
+        );
+    }
+    o
+}
+
+pub fn replay(records: &[Record], o: &Overrides) -> String {
+    let mut out = String::new();
+    for r in run_replay(records, o) {
+        let s = &r.stats;
+        out += &format!(
+            "device {}: peak reserved {} ({} bytes), peak allocated {} ({} bytes), \
+             reserved/allocated {:.3}\n  driver calls: {} cudaMalloc, {} cudaFree; fences {}, \
+             barriers {}; requests that failed {}{}\n",
+            r.device,
+            bytes(s.reserved.peak),
+            s.reserved.peak,
+            bytes(s.allocated.peak),
+            s.allocated.peak,
+            s.reserved.peak as f64 / s.allocated.peak.max(1) as f64,
+            s.real_mallocs,
+            s.real_frees,
+            s.fences,
+            s.barriers,
+            r.failed,
+            if r.diverged {
+                " (diverged from the recorded run)"
+            } else {
+                ""
+            }
+        );
+    }
+    out
+}

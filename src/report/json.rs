@@ -1,0 +1,155 @@
+//! The summary as JSON (`GPUPOOL_SUMMARY=/path/job-%p.json`), for dashboards and post-mortems.
+//! Sizes in bytes, times in nanoseconds; one object per device.
+
+use std::fmt::Write;
+
+use super::summary::{DeviceReport, Report};
+use crate::pool::stats::Gauge;
+
+/// A JSON string literal.
+pub fn quote(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            '\t' => o.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn gauge(g: &Gauge) -> String {
+    format!(
+        "{{\"current\":{},\"peak\":{},\"total_in\":{},\"total_out\":{}}}",
+        g.current, g.peak, g.total_in, g.total_out
+    )
+}
+
+fn device(d: &DeviceReport) -> String {
+    let s = &d.snap.stats;
+    let threshold = if d.snap.threshold == u64::MAX {
+        "null".to_string()
+    } else {
+        d.snap.threshold.to_string()
+    };
+    let memory = match d.snap.memory {
+        Some(m) => format!(
+            "{{\"total_bytes\":{},\"free_bytes\":{},\"outside_pool_bytes\":{}}}",
+            m.total,
+            m.free,
+            m.outside_pool()
+        ),
+        None => "null".into(),
+    };
+    let histogram: Vec<String> = d
+        .histogram()
+        .iter()
+        .map(|&(bound, count)| {
+            let le = if bound == u64::MAX {
+                "null".to_string()
+            } else {
+                bound.to_string()
+            };
+            format!("{{\"below\":{le},\"count\":{count}}}")
+        })
+        .collect();
+    let leaks: Vec<String> = d
+        .leaks
+        .iter()
+        .map(|&(size, count)| format!("{{\"requested_bytes\":{size},\"count\":{count}}}"))
+        .collect();
+    format!(
+        concat!(
+            "{{\"device\":{},\"release_threshold_bytes\":{},",
+            "\"requested_bytes\":{},\"allocated_bytes\":{},\"reserved_bytes\":{},",
+            "\"live_blocks\":{},\"segments\":{},",
+            "\"cached_bytes\":{},\"cached_free_bytes\":{},\"pending_bytes\":{},",
+            "\"largest_free_block_bytes\":{},\"fragmentation\":{:.4},",
+            "\"memory\":{},",
+            "\"allocations\":{},\"frees\":{},\"cache_hits\":{},\"cache_misses\":{},",
+            "\"driver\":{{\"mallocs\":{},\"mallocs_avoided\":{},\"malloc_ns\":{},\"frees\":{},\"free_ns\":{}}},",
+            "\"released\":{{\"threshold_segments\":{},\"threshold_bytes\":{},",
+            "\"empty_cache_segments\":{},\"empty_cache_bytes\":{},\"out_of_memory_bytes\":{}}},",
+            "\"out_of_memory\":{{\"retries\":{},\"recovered\":{},\"returned\":{}}},",
+            "\"in_flight\":{{\"fences\":{},\"fence_wait_ns\":{},\"program_syncs_used\":{},\"barriers\":{}}},",
+            "\"invalid_frees\":{},\"resets\":{},",
+            "\"request_histogram\":[{}],",
+            "\"still_allocated\":{{\"blocks\":{},\"requested_bytes\":{},\"by_size\":[{}]}}}}"
+        ),
+        d.snap.device,
+        threshold,
+        gauge(&s.requested),
+        gauge(&s.allocated),
+        gauge(&s.reserved),
+        gauge(&s.blocks),
+        gauge(&s.segments),
+        d.snap.cached,
+        d.cached_free(),
+        d.snap.pending,
+        d.snap.largest_free,
+        d.fragmentation(),
+        memory,
+        s.allocs,
+        s.frees,
+        s.hits,
+        s.misses,
+        s.real_mallocs,
+        s.allocs.saturating_sub(s.misses),
+        s.real_malloc_ns,
+        s.real_frees,
+        s.real_free_ns,
+        s.threshold_releases,
+        s.threshold_released_bytes,
+        s.empty_cache_releases,
+        s.empty_cache_released_bytes,
+        s.oom_released_bytes,
+        s.oom_retries,
+        s.oom_recovered,
+        s.ooms,
+        s.fences,
+        s.fence_ns,
+        s.observed_fences,
+        s.barriers,
+        s.invalid_frees,
+        s.resets,
+        histogram.join(","),
+        d.leaked_blocks,
+        d.leaked_bytes,
+        leaks.join(",")
+    )
+}
+
+pub fn render_json(r: &Report) -> String {
+    let devices: Vec<String> = r.devices.iter().map(device).collect();
+    format!(
+        "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"runtime\":{},\"reuse\":{},\"intercepted\":{},\"devices\":[{}]}}\n",
+        quote(env!("CARGO_PKG_VERSION")),
+        r.pid,
+        quote(&r.rank),
+        quote(&r.host),
+        quote(&r.runtime),
+        quote(r.reuse),
+        r.intercepted(),
+        devices.join(",")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote;
+
+    #[test]
+    fn strings_are_escaped() {
+        assert_eq!(quote("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+        assert_eq!(quote("/opt/ü.so"), "\"/opt/ü.so\"");
+    }
+}

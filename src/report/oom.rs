@@ -1,0 +1,124 @@
+//! The out-of-memory report: when the pool finally returns `cudaErrorMemoryAllocation`, one
+//! block on stderr says what was asked, what the device and the pool held, what the pool already
+//! tried, and what the user can change. Once per distinct situation (device and order of
+//! magnitude of the request), not per retry.
+
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use super::summary::{DeviceReport, Report};
+use super::units::bytes;
+use crate::global::Global;
+use crate::log;
+use crate::pool::stats::histogram_bucket;
+
+/// Situations already reported; bounded so a program retrying forever cannot grow it.
+static REPORTED: Mutex<Vec<(u32, usize)>> = Mutex::new(Vec::new());
+const MAX_REPORTS: usize = 32;
+
+/// Report the out-of-memory of a `size`-byte request on `device`, if this situation is new.
+pub fn report(g: &Global, device: u32, size: u64) {
+    let key = (device, histogram_bucket(size));
+    {
+        let mut seen = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(&key) || seen.len() >= MAX_REPORTS {
+            return;
+        }
+        seen.push(key);
+    }
+    let Some(pool) = g.pool.as_ref() else { return };
+    let report = Report::collect(pool, &g.runtime_path);
+    if let Some(d) = report.devices.iter().find(|d| d.snap.device == device) {
+        log::write_fd(2, render(d, size).as_bytes());
+    }
+}
+
+pub fn render(d: &DeviceReport, size: u64) -> String {
+    let s = &d.snap.stats;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "gpupool: out of memory on device {}: cudaMalloc of {} ({size} bytes) failed",
+        d.snap.device,
+        bytes(size)
+    );
+    let oom = d.snap.last_oom;
+    if let Some(m) = oom.and_then(|o| o.memory).or(d.snap.memory) {
+        let _ = writeln!(
+            o,
+            "  device     {} total, {} free when it failed; {} used outside this pool (CUDA context, other allocators, other processes)",
+            bytes(m.total),
+            bytes(m.free),
+            bytes(m.outside_pool())
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  the pool   reserves {}: {} allocated to the program ({} requested), {} cached \
+         (largest free block {}, fragmentation {:.0}%, {} awaiting in-flight work)",
+        bytes(s.reserved.current),
+        bytes(s.allocated.current),
+        bytes(s.requested.current),
+        bytes(d.snap.cached),
+        bytes(d.snap.largest_free),
+        d.fragmentation() * 100.0,
+        bytes(d.snap.pending)
+    );
+    if let Some(e) = oom {
+        let _ = writeln!(
+            o,
+            "  it tried   {}released {} of cached segments to the driver, then retried with a {} \
+             segment{} and with the runtime's own cudaMalloc",
+            if e.fenced {
+                "waited for the device's in-flight work, "
+            } else {
+                ""
+            },
+            bytes(e.released),
+            bytes(e.segment),
+            if e.segment != e.requested {
+                format!(" and an exact {} one", bytes(e.requested))
+            } else {
+                String::new()
+            }
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  peak       {} allocated at most, {} reserved at most; {} live blocks now",
+        bytes(s.allocated.peak),
+        bytes(s.reserved.peak),
+        s.blocks.current
+    );
+    let mut advice = Vec::new();
+    let total = d.snap.memory.map_or(u64::MAX, |m| m.total);
+    if size > total {
+        advice.push(format!(
+            "the request alone is larger than the device's {}: split it",
+            bytes(total)
+        ));
+    } else if s.allocated.current + size > total {
+        advice.push("the program's live allocations alone do not fit: smaller batches or model shards, or free tensors sooner (look for references kept across steps)".to_string());
+    } else {
+        advice.push(
+            "free tensors the program no longer needs (references kept across steps are the usual leak)"
+                .to_string(),
+        );
+    }
+    if d.fragmentation() > 0.3 && d.cached_free() >= size {
+        advice.push(format!(
+            "the cache holds enough but in pieces: GPUPOOL_MAX_SPLIT_SIZE={} keeps big blocks whole",
+            bytes(size.next_power_of_two().max(64 << 20)).replace(' ', "")
+        ));
+    }
+    if d.snap.memory.is_some_and(|m| m.outside_pool() > size) {
+        advice.push("memory used outside this pool is larger than the request: other allocators in the process (a framework's own cache), or other processes on the GPU".to_string());
+    }
+    // Only when freed blocks still await in-flight work after the retry: the fence taken at
+    // out-of-memory (strict mode always takes one) says nothing about the reuse mode helping.
+    if d.snap.pending > 0 {
+        advice.push("GPUPOOL_REUSE=barrier reuses freed blocks sooner when the program's work is on the default and blocking streams".to_string());
+    }
+    let _ = writeln!(o, "  you can    {}", advice.join(";\n             "));
+    o
+}

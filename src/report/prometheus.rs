@@ -1,0 +1,276 @@
+//! The summary in the Prometheus text exposition format (`GPUPOOL_SUMMARY=/path/job-%r.prom`),
+//! for node_exporter's textfile collector. One family per figure, one sample per device,
+//! labelled with the device, the rank and the pid.
+
+use std::fmt::Write;
+
+use super::summary::{bucket_bound, DeviceReport, Report};
+use crate::pool::stats::HISTOGRAM_BUCKETS;
+
+/// A label value with `\`, `"` and newlines escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+type Getter = fn(&DeviceReport) -> f64;
+
+/// (name, type, help, value) of every family with one sample per device.
+const FAMILIES: &[(&str, &str, &str, Getter)] = &[
+    (
+        "gpupool_requested_bytes",
+        "gauge",
+        "Bytes the program asked for and has not freed.",
+        |d| d.snap.stats.requested.current as f64,
+    ),
+    (
+        "gpupool_requested_bytes_peak",
+        "gauge",
+        "Highest requested bytes.",
+        |d| d.snap.stats.requested.peak as f64,
+    ),
+    (
+        "gpupool_allocated_bytes",
+        "gauge",
+        "Bytes handed out after rounding.",
+        |d| d.snap.stats.allocated.current as f64,
+    ),
+    (
+        "gpupool_allocated_bytes_peak",
+        "gauge",
+        "Highest allocated bytes.",
+        |d| d.snap.stats.allocated.peak as f64,
+    ),
+    (
+        "gpupool_reserved_bytes",
+        "gauge",
+        "Bytes held from the driver.",
+        |d| d.snap.stats.reserved.current as f64,
+    ),
+    (
+        "gpupool_reserved_bytes_peak",
+        "gauge",
+        "Highest reserved bytes.",
+        |d| d.snap.stats.reserved.peak as f64,
+    ),
+    (
+        "gpupool_cached_bytes",
+        "gauge",
+        "Reserved bytes not handed out (free or awaiting in-flight work).",
+        |d| d.snap.cached as f64,
+    ),
+    (
+        "gpupool_pending_bytes",
+        "gauge",
+        "Cached bytes awaiting a fence or barrier before reuse.",
+        |d| d.snap.pending as f64,
+    ),
+    (
+        "gpupool_largest_free_block_bytes",
+        "gauge",
+        "Largest block that could be handed out now.",
+        |d| d.snap.largest_free as f64,
+    ),
+    (
+        "gpupool_fragmentation_ratio",
+        "gauge",
+        "Share of reusable cached bytes outside the largest free block.",
+        |d| d.fragmentation(),
+    ),
+    (
+        "gpupool_live_blocks",
+        "gauge",
+        "Blocks allocated and not freed.",
+        |d| d.snap.stats.blocks.current as f64,
+    ),
+    (
+        "gpupool_segments",
+        "gauge",
+        "Segments held from the driver.",
+        |d| d.snap.stats.segments.current as f64,
+    ),
+    (
+        "gpupool_release_threshold_bytes",
+        "gauge",
+        "Cached bytes kept (+Inf: keep all).",
+        |d| {
+            if d.snap.threshold == u64::MAX {
+                f64::INFINITY
+            } else {
+                d.snap.threshold as f64
+            }
+        },
+    ),
+    (
+        "gpupool_allocations_total",
+        "counter",
+        "Allocations served.",
+        |d| d.snap.stats.allocs as f64,
+    ),
+    (
+        "gpupool_frees_total",
+        "counter",
+        "Blocks given back.",
+        |d| d.snap.stats.frees as f64,
+    ),
+    (
+        "gpupool_cache_hits_total",
+        "counter",
+        "Allocations served from cached memory.",
+        |d| d.snap.stats.hits as f64,
+    ),
+    (
+        "gpupool_cache_misses_total",
+        "counter",
+        "Allocations that needed a new segment.",
+        |d| d.snap.stats.misses as f64,
+    ),
+    (
+        "gpupool_driver_mallocs_total",
+        "counter",
+        "Real cudaMalloc calls.",
+        |d| d.snap.stats.real_mallocs as f64,
+    ),
+    (
+        "gpupool_driver_frees_total",
+        "counter",
+        "Real cudaFree calls.",
+        |d| d.snap.stats.real_frees as f64,
+    ),
+    (
+        "gpupool_driver_malloc_seconds_total",
+        "counter",
+        "Time inside real cudaMalloc.",
+        |d| d.snap.stats.real_malloc_ns as f64 / 1e9,
+    ),
+    (
+        "gpupool_driver_free_seconds_total",
+        "counter",
+        "Time inside real cudaFree.",
+        |d| d.snap.stats.real_free_ns as f64 / 1e9,
+    ),
+    (
+        "gpupool_threshold_released_bytes_total",
+        "counter",
+        "Bytes released because the threshold was exceeded.",
+        |d| d.snap.stats.threshold_released_bytes as f64,
+    ),
+    (
+        "gpupool_empty_cache_released_bytes_total",
+        "counter",
+        "Bytes released by empty-cache requests.",
+        |d| d.snap.stats.empty_cache_released_bytes as f64,
+    ),
+    (
+        "gpupool_oom_released_bytes_total",
+        "counter",
+        "Bytes released to recover from out-of-memory.",
+        |d| d.snap.stats.oom_released_bytes as f64,
+    ),
+    (
+        "gpupool_oom_retries_total",
+        "counter",
+        "Driver out-of-memory failures the pool retried after releasing cache.",
+        |d| d.snap.stats.oom_retries as f64,
+    ),
+    (
+        "gpupool_ooms_total",
+        "counter",
+        "Out-of-memory errors returned to the program.",
+        |d| d.snap.stats.ooms as f64,
+    ),
+    (
+        "gpupool_fences_total",
+        "counter",
+        "Device fences the pool took.",
+        |d| d.snap.stats.fences as f64,
+    ),
+    (
+        "gpupool_fence_wait_seconds_total",
+        "counter",
+        "Time the host waited in those fences.",
+        |d| d.snap.stats.fence_ns as f64 / 1e9,
+    ),
+    (
+        "gpupool_barriers_total",
+        "counter",
+        "Legacy-stream barriers the pool issued.",
+        |d| d.snap.stats.barriers as f64,
+    ),
+    (
+        "gpupool_invalid_frees_total",
+        "counter",
+        "Double or interior frees refused.",
+        |d| d.snap.stats.invalid_frees as f64,
+    ),
+    (
+        "gpupool_device_total_bytes",
+        "gauge",
+        "Device memory (last cudaMemGetInfo sample; absent before one).",
+        |d| d.snap.memory.map_or(f64::NAN, |m| m.total as f64),
+    ),
+    (
+        "gpupool_device_outside_pool_bytes",
+        "gauge",
+        "Device memory used outside the pool at the last sample.",
+        |d| d.snap.memory.map_or(f64::NAN, |m| m.outside_pool() as f64),
+    ),
+];
+
+fn value(v: f64) -> String {
+    if v.is_infinite() {
+        "+Inf".into()
+    } else if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+pub fn render_prometheus(r: &Report) -> String {
+    let mut o = String::new();
+    let labels = |d: &DeviceReport| {
+        format!(
+            "device=\"{}\",rank=\"{}\",pid=\"{}\"",
+            d.snap.device,
+            label(&r.rank),
+            r.pid
+        )
+    };
+    for (name, kind, help, get) in FAMILIES {
+        let samples: Vec<String> = r
+            .devices
+            .iter()
+            .filter(|d| !get(d).is_nan())
+            .map(|d| format!("{name}{{{}}} {}", labels(d), value(get(d))))
+            .collect();
+        if samples.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} {kind}");
+        for s in samples {
+            let _ = writeln!(o, "{s}");
+        }
+    }
+    if !r.devices.is_empty() {
+        let name = "gpupool_request_size_bytes";
+        let _ = writeln!(o, "# HELP {name} Sizes the program requested.");
+        let _ = writeln!(o, "# TYPE {name} histogram");
+        for d in &r.devices {
+            let s = &d.snap.stats;
+            let mut cumulative = 0;
+            for i in 0..HISTOGRAM_BUCKETS - 1 {
+                cumulative += s.histogram[i];
+                // Bucket i holds sizes below 2^i: the largest it holds is 2^i - 1.
+                let le = bucket_bound(i) - 1;
+                let _ = writeln!(o, "{name}_bucket{{{},le=\"{le}\"}} {cumulative}", labels(d));
+            }
+            let _ = writeln!(o, "{name}_bucket{{{},le=\"+Inf\"}} {}", labels(d), s.allocs);
+            let _ = writeln!(o, "{name}_sum{{{}}} {}", labels(d), s.requested.total_in);
+            let _ = writeln!(o, "{name}_count{{{}}} {}", labels(d), s.allocs);
+        }
+    }
+    o
+}
