@@ -177,8 +177,10 @@ pub unsafe extern "C" fn cudaDeviceReset() -> CudaStatus {
         // SAFETY: no arguments.
         let r = forward(rt.device_reset, |f| unsafe { f() });
         if let (SUCCESS, Some(pool), Some(dev)) = (r, g.pool.as_ref(), dev) {
-            // The driver freed every allocation of the device: forget, do not free.
+            // The driver freed every allocation of the device, and its events: forget, do not
+            // free.
             pool.forget_device(dev);
+            pool.backend().forget_device(dev);
         }
         r
     })

@@ -104,7 +104,9 @@ fn hostile_arguments_get_the_runtimes_answers() {
 
 #[test]
 fn device_reset_makes_the_pool_forget() {
-    ok(&c_program("reset"), &[], &[]);
+    for mode in ["strict", "barrier", "relaxed"] {
+        ok(&c_program("reset"), &[], &[("GPUPOOL_REUSE", mode)]);
+    }
 }
 
 #[test]

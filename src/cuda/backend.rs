@@ -23,6 +23,14 @@ impl CudaBackend {
         }
     }
 
+    /// `cudaDeviceReset` destroyed the device's context and its events with it: the next barrier
+    /// makes a new event.
+    pub fn forget_device(&self, device: u32) {
+        if let Some(slot) = self.barrier_events.get(device as usize) {
+            slot.store(std::ptr::null_mut(), Ordering::Release);
+        }
+    }
+
     fn barrier_event(&self, device: u32) -> Result<Event, CudaError> {
         let slot = &self.barrier_events[device as usize];
         let e = slot.load(Ordering::Acquire);

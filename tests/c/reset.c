@@ -26,6 +26,20 @@ int main(void)
         check_tag(p[i], (size_t)(i + 1) << 20, (unsigned char)(i + 1));
         CHECK_CUDA(cudaFree(p[i]));
     }
+    /* Reuse after the reset: in barrier mode this issues a barrier on the reset device (its
+     * old barrier event died with the context). */
+    for (i = 0; i < 4; i++) {
+        void *q;
+        CHECK_CUDA(cudaMalloc(&q, 12u << 20));
+        tag_block(q, 12u << 20, 0x77);
+        CHECK_CUDA(cudaFree(q));
+    }
+    CHECK_CUDA(cudaDeviceReset());
+    for (i = 0; i < 4; i++) {
+        void *q;
+        CHECK_CUDA(cudaMalloc(&q, 12u << 20));
+        CHECK_CUDA(cudaFree(q));
+    }
     printf("reset ok\n");
     return 0;
 }
