@@ -7,7 +7,11 @@
 # GPUPOOL_DISABLE=1, and the wall time of the overlap loop (tests/c/overlap.c) in each
 # GPUPOOL_REUSE mode against no pool and against the ideal. Prints a Markdown report and
 # rewrites the section of BENCHMARKS.md between <!-- bench:begin --> and <!-- bench:end -->.
-# Targets are reported, never asserted.
+# Then the policy comparison: the generated workloads (training, inference, RMM's random
+# allocations) replayed through our pool and the policies it is compared with
+# (`gpupool-trace compare`), the trace replay's own speed, and the pool API's multi-thread
+# scaling (benches/threads.rs); rewrites the section between <!-- policies:begin --> and
+# <!-- policies:end -->, and the charts in bench/figures/. Targets are reported, never asserted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -25,6 +29,10 @@ MODES=(strict barrier relaxed)
 OVERLAP_ITERS=300
 OVERLAP_BYTES=$((1 << 20))
 OVERLAP_CASES=("2000 1000" "1000 3000") # "KERNEL_US HOST_US"
+SEED=1              # the generated workloads' seed
+WORKLOADS=(training inference)
+for max in 1MiB 64MiB 1GiB; do for n in 10000 100000; do WORKLOADS+=("random:$max:$n"); done; done
+THREAD_STEPS=500000 # churn steps per thread in benches/threads.rs
 
 # Build the library and the simulator, and the link directory the tests also make; and the
 # library once more without its hit-path counters (the `stats` feature), to price them.
@@ -132,9 +140,36 @@ for case in "${OVERLAP_CASES[@]}"; do
     done
 done
 
+echo "bench: policy comparison..." >&2
+tool=$rel/gpupool-trace
+figures=$bin/figures
+mkdir -p "$figures"
+compare_md=$(PIN=1 run "$tool" compare "${WORKLOADS[@]}" --seed "$SEED" --svg-dir "$figures")
+# The trace replay itself (gpupool-trace replay: parse and replay a file), on the generated
+# inference trace.
+replay_trace=$bin/inference.trace
+"$tool" generate inference --seed "$SEED" --out "$replay_trace"
+replay_records=$(( ($(stat -c %s "$replay_trace") - 8) / 40 ))
+replay_best=
+for _ in 1 2 3 4 5; do
+    t0=$(date +%s%N)
+    PIN=1 run "$tool" replay "$replay_trace" >/dev/null
+    t1=$(date +%s%N)
+    d=$(( t1 - t0 ))
+    if [ -z "$replay_best" ] || [ "$d" -lt "$replay_best" ]; then replay_best=$d; fi
+done
+rm -f "$replay_trace"
+
+echo "bench: threads..." >&2
+cargo bench --quiet --bench threads --no-run >&2
+threads_out=$(run cargo bench --quiet --bench threads -- "THREAD_STEPS=$THREAD_STEPS")
+declare -A thr
+while read -r mode case value; do thr[$mode,$case]=$value; done <<<"$threads_out"
+
 # The report.
 report=$(mktemp)
-trap 'rm -f "$report"' EXIT
+policies=$(mktemp)
+trap 'rm -f "$report" "$policies"' EXIT
 {
     cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)
     commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -228,18 +263,62 @@ trap 'rm -f "$report"' EXIT
     done
 } >"$report"
 
-cat "$report"
+{
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on \`$(uname -srm)\`, $(nproc) CPUs" \
+        "(${cpu_model:-unknown CPU}), commit $commit, by \`scripts/bench.sh\`" \
+        "(\`gpupool-trace compare ${WORKLOADS[*]} --seed $SEED\`, pinned: ${pin[*]:-no})."
+    echo
+    echo "Each workload is generated from seed $SEED and replayed through every policy, each on"
+    echo "its own simulated driver. *Peak reserved*: the most bytes the policy held from the"
+    echo "driver; *÷ peak requested*: that over the most bytes the program held at once (1.000 is"
+    echo "no overhead at all); *cudaMalloc per 1 000 requests*: real allocation calls (the cost a"
+    echo "cache exists to avoid); *OOMs*: requests that failed, after the policy's own recovery,"
+    echo "with the driver capped (RMM's 16 GiB for the random workloads, 1.1 × peak requested"
+    echo "otherwise); *replay events/s*: allocations and frees per second through the policy on"
+    echo "one core (median of repeated replays). The threshold policy releases cached memory above"
+    echo "1 GiB. Frees are stream-ordered (\`relaxed\`: reusable at once), as PyTorch's allocator"
+    echo "assumes and as the PyTorch-rules policy works."
+    echo
+    echo "$compare_md"
+    echo
+    echo "Charts (reserved bytes over the run, one line per policy):"
+    echo "[training](bench/figures/training.svg), [inference](bench/figures/inference.svg)."
+    echo
+    echo "**Trace replay** (\`gpupool-trace replay\` of the generated inference trace, parse"
+    echo "included, best of 5): $replay_records records in $(awk -v n="$replay_best" 'BEGIN { printf "%.0f", n / 1e6 }') ms," \
+        "$(awk -v r="$replay_records" -v n="$replay_best" 'BEGIN { printf "%.1f", r / (n / 1e9) / 1e6 }') million records/s."
+    echo
+    echo "**Threads** (\`THREAD_STEPS=$THREAD_STEPS cargo bench --bench threads\`: the pool API, a churn of"
+    echo "64 held blocks of 512 B–4 MiB per thread, one free and one allocation per step; million"
+    echo "operations per second, median of 5 runs; this machine has $(nproc) CPUs):"
+    echo
+    echo "| mode | one thread | two threads, two devices | ×one | two threads, one device | ×one |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+    for mode in strict relaxed; do
+        one=${thr[$mode,one_thread]}
+        two=${thr[$mode,two_threads_two_devices]}
+        same=${thr[$mode,two_threads_one_device]}
+        echo "| $mode | $(ratio "$one" 1e6) | $(ratio "$two" 1e6) | $(ratio "$two" "$one" 2)× | $(ratio "$same" 1e6) | $(ratio "$same" "$one" 2)× |"
+    done
+} >"$policies"
 
-# Rewrite the marked section of BENCHMARKS.md (append the markers if the file lacks them).
+cat "$report" "$policies"
+
+# Rewrite a marked section of BENCHMARKS.md (append the markers if the file lacks them).
 doc=$root/BENCHMARKS.md
-begin='<!-- bench:begin -->'
-end='<!-- bench:end -->'
 [ -f "$doc" ] || echo "# Benchmarks" >"$doc"
-grep -qxF "$begin" "$doc" && grep -qxF "$end" "$doc" || printf '\n%s\n%s\n' "$begin" "$end" >>"$doc"
-awk -v b="$begin" -v e="$end" -v f="$report" '
-    $0 == b { print; print ""; while ((getline l < f) > 0) print l; print ""; skip = 1; next }
-    $0 == e { skip = 0 }
-    !skip
-' "$doc" >"$doc.tmp"
-mv "$doc.tmp" "$doc"
-echo "bench: wrote $doc (raw output: $log)" >&2
+rewrite() { # rewrite NAME FILE
+    local begin="<!-- $1:begin -->" end="<!-- $1:end -->"
+    grep -qxF "$begin" "$doc" && grep -qxF "$end" "$doc" || printf '\n%s\n%s\n' "$begin" "$end" >>"$doc"
+    awk -v b="$begin" -v e="$end" -v f="$2" '
+        $0 == b { print; print ""; while ((getline l < f) > 0) print l; print ""; skip = 1; next }
+        $0 == e { skip = 0 }
+        !skip
+    ' "$doc" >"$doc.tmp"
+    mv "$doc.tmp" "$doc"
+}
+rewrite bench "$report"
+rewrite policies "$policies"
+mkdir -p bench/figures
+cp "$figures/training.svg" "$figures/inference.svg" bench/figures/
+echo "bench: wrote $doc and bench/figures/ (raw output: $log)" >&2

@@ -10,3 +10,7 @@ cargo build --workspace
 # tests/report.rs validates the Prometheus summary with the reference parser.
 python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus_client
 cargo test --workspace
+# The C programs under valgrind's memcheck (installs valgrind if missing).
+scripts/valgrind.sh
+# The fuzz targets' corpus plus seeded mutations, on stable (cargo-fuzz itself needs nightly).
+cargo test --quiet --manifest-path fuzz/Cargo.toml

@@ -2,7 +2,7 @@
 //! a process that does not use CUDA pays nothing and prints nothing).
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 
 use crate::config::{Config, ReuseMode};
 use crate::cuda::backend::CudaBackend;
@@ -16,29 +16,93 @@ use crate::report;
 pub struct Global {
     pub runtime: Runtime,
     pub runtime_path: String,
-    /// `None` when `GPUPOOL_DISABLE=1`: every call passes through.
-    pub pool: Option<Pool<CudaBackend>>,
+    /// `None` when `GPUPOOL_DISABLE=1`: every call passes through. Read it through `pool()`,
+    /// which also answers `None` in a forked child.
+    pool: Option<Pool<CudaBackend>>,
     pub config: Config,
 }
 
 static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 
+/// Set in a child made by `fork()` from a process whose pool existed (or was being made): the
+/// child's copy of the pool is never used. Another thread of the parent may have held a device's
+/// lock, or been in the middle of making the pool, at the moment of the fork; in the child that
+/// thread does not exist, so the lock would stay taken forever. In the child every CUDA call
+/// goes straight to the runtime, which gives it the runtime's own answer (a real CUDA runtime
+/// does not support a child using its parent's context either).
+static FORKED: AtomicBool = AtomicBool::new(false);
+/// The state of a forked child whose parent was still making `GLOBAL` when it forked: that
+/// `OnceLock` stays "in progress" forever in the child, so the child makes its own, pool off.
+static CHILD_GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
+
 /// The state, made on first use; `None` when no runtime could be found.
 pub fn get() -> Option<&'static Global> {
+    if FORKED.load(Ordering::Relaxed) {
+        return forked_child();
+    }
     GLOBAL.get_or_init(init).as_ref().ok()
 }
 
 /// The state if it was made already (for exit and reports).
 pub fn existing() -> Option<&'static Global> {
+    if FORKED.load(Ordering::Relaxed) {
+        return CHILD_GLOBAL.get().or(GLOBAL.get())?.as_ref().ok();
+    }
     GLOBAL.get()?.as_ref().ok()
 }
 
+/// `get()` in a forked child: the parent's state if it was complete (its pool is then never
+/// used: see `Global::pool`), else a pass-through state of the child's own. Never waits on the
+/// parent's `OnceLock`.
+fn forked_child() -> Option<&'static Global> {
+    if let Some(g) = GLOBAL.get() {
+        return g.as_ref().ok();
+    }
+    CHILD_GLOBAL
+        .get_or_init(|| {
+            let (config, _) = Config::from_env();
+            let mut located = loader::locate()?;
+            let g = Global {
+                runtime: located.runtime,
+                runtime_path: std::mem::take(&mut located.path),
+                pool: None,
+                config,
+            };
+            std::mem::forget(located);
+            Ok(g)
+        })
+        .as_ref()
+        .ok()
+}
+
+/// `pthread_atfork`'s child handler: async-signal-safe (one atomic store).
+extern "C" fn after_fork_in_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// Register the fork handler, once, when the pool starts being made (not at load time: a
+/// process that never calls CUDA registers nothing).
+fn watch_forks() {
+    static REGISTERED: Once = Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registering a plain extern "C" function that only stores an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+}
+
+/// Whether this process is a child forked after the pool was made (for tests and reports).
+pub fn is_forked_child() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
 fn init() -> Result<Global, String> {
+    // First, so that a fork while the rest of this runs is seen by the child.
+    watch_forks();
     let (config, warnings) = Config::from_env();
     for w in &warnings {
         log::warn(w);
     }
-    let located = loader::locate().map_err(|why| {
+    let mut located = loader::locate().map_err(|why| {
         log::warn(&format!(
             "cannot find the CUDA runtime: {why}; CUDA calls fail with cudaErrorInsufficientDriver"
         ));
@@ -59,7 +123,8 @@ fn init() -> Result<Global, String> {
         )
     });
     let runtime = located.runtime;
-    let runtime_path = located.path.clone();
+    // Taken, not cloned: `located` is forgotten below, and a copy left in it would leak.
+    let runtime_path = std::mem::take(&mut located.path);
     // The library handle stays open for the life of the process.
     std::mem::forget(located);
     Ok(Global {
@@ -94,10 +159,19 @@ pub fn missing_runtime() -> CudaStatus {
 /// The pool, when it is on.
 pub fn pool() -> Option<(&'static Global, &'static Pool<CudaBackend>)> {
     let g = get()?;
-    g.pool.as_ref().map(|p| (g, p))
+    g.pool().map(|p| (g, p))
 }
 
 impl Global {
+    /// The pool, when it is on: not with `GPUPOOL_DISABLE=1`, and never in a forked child.
+    #[inline]
+    pub fn pool(&self) -> Option<&Pool<CudaBackend>> {
+        if FORKED.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.pool.as_ref()
+    }
+
     pub fn reuse(&self) -> ReuseMode {
         self.config.reuse
     }
@@ -169,7 +243,7 @@ extern "C" fn at_exit() {
     }
     crate::guard::boundary((), || {
         if let Some(g) = existing() {
-            if let Some(pool) = g.pool.as_ref() {
+            if let Some(pool) = g.pool() {
                 pool.flush_trace();
             }
             report::write_exit_summary(g);

@@ -63,7 +63,7 @@ pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> C
         let rt = &g.runtime;
         // SAFETY: the caller's arguments, passed on unchanged.
         let pass = || unsafe { (rt.malloc)(dev_ptr, size) };
-        let (Some(pool), false, false) = (g.pool.as_ref(), dev_ptr.is_null(), size == 0) else {
+        let (Some(pool), false, false) = (g.pool(), dev_ptr.is_null(), size == 0) else {
             return pass();
         };
         let Some(_inside) = guard::enter() else {
@@ -105,7 +105,7 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
         };
         // SAFETY: the caller's argument, passed on unchanged.
         let pass = || unsafe { (g.runtime.free)(ptr) };
-        let (Some(pool), false) = (g.pool.as_ref(), ptr.is_null()) else {
+        let (Some(pool), false) = (g.pool(), ptr.is_null()) else {
             return pass();
         };
         let Some(_inside) = guard::enter() else {
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> Cuda
         let rt = &g.runtime;
         // SAFETY: the caller's arguments, passed on unchanged.
         let pass = || forward(rt.free_async, |f| unsafe { f(ptr, stream) });
-        let (Some(pool), false) = (g.pool.as_ref(), ptr.is_null()) else {
+        let (Some(pool), false) = (g.pool(), ptr.is_null()) else {
             return pass();
         };
         let Some(_inside) = guard::enter() else {
@@ -176,7 +176,7 @@ pub unsafe extern "C" fn cudaDeviceReset() -> CudaStatus {
         let dev = current_device(rt);
         // SAFETY: no arguments.
         let r = forward(rt.device_reset, |f| unsafe { f() });
-        if let (SUCCESS, Some(pool), Some(dev)) = (r, g.pool.as_ref(), dev) {
+        if let (SUCCESS, Some(pool), Some(dev)) = (r, g.pool(), dev) {
             // The driver freed every allocation of the device, and its events: forget, do not
             // free.
             pool.forget_device(dev);
@@ -198,7 +198,7 @@ pub unsafe extern "C" fn cudaDeviceSynchronize() -> CudaStatus {
         let rt = &g.runtime;
         // SAFETY: no arguments.
         let pass = || unsafe { (rt.device_synchronize)() };
-        let (Some(pool), Some(dev)) = (g.pool.as_ref(), current_device(rt)) else {
+        let (Some(pool), Some(dev)) = (g.pool(), current_device(rt)) else {
             return pass();
         };
         let Some(_inside) = guard::enter() else {
@@ -218,7 +218,7 @@ pub unsafe extern "C" fn cudaDeviceSynchronize() -> CudaStatus {
 fn after_sync(g: &Global, r: CudaStatus) -> CudaStatus {
     if r == SUCCESS {
         if let (Some(pool), Some(dev), Some(_inside)) =
-            (g.pool.as_ref(), current_device(&g.runtime), guard::enter())
+            (g.pool(), current_device(&g.runtime), guard::enter())
         {
             pool.sync_point(dev);
         }
@@ -265,7 +265,7 @@ fn watch_launch(stream: Stream, launch: impl FnOnce(&Runtime) -> CudaStatus) -> 
     };
     let rt = &g.runtime;
     let watching = g.reuse() != ReuseMode::Strict && is_legacy(stream);
-    let (true, Some(pool), Some(dev)) = (watching, g.pool.as_ref(), current_device(rt)) else {
+    let (true, Some(pool), Some(dev)) = (watching, g.pool(), current_device(rt)) else {
         return launch(rt);
     };
     let seq = pool.seq_before_sync(dev);
@@ -322,7 +322,7 @@ pub unsafe extern "C" fn __cudaLaunchKernel(
 
 fn note_stream_flags(g: &Global, r: CudaStatus, flags: u32) -> CudaStatus {
     if r == SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
-        if let Some(pool) = g.pool.as_ref() {
+        if let Some(pool) = g.pool() {
             pool.note_nonblocking_stream();
         }
     }
@@ -387,7 +387,7 @@ pub unsafe extern "C" fn cudaIpcGetMemHandle(
         };
         // SAFETY: the caller's arguments, passed on unchanged.
         let pass = || forward(g.runtime.ipc_get_mem_handle, |f| unsafe { f(handle, ptr) });
-        let Some(pool) = g.pool.as_ref() else {
+        let Some(pool) = g.pool() else {
             return pass();
         };
         let addr = ptr as u64;

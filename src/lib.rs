@@ -7,6 +7,8 @@
 //! - `report`: the summary.
 //! - `cuda`: finding the application's runtime, its entry points, the pool backend on them.
 //! - `pool`: the caching algorithm, free of FFI.
+//! - `workloads`, `policies`: generated request streams, and the allocation policies the pool is
+//!   compared with on them (offline only; `gpupool-trace generate`, `compare`).
 //! - `config`: every `GPUPOOL_*` variable.
 //! - `guard`, `log`: panic boundary, reentrancy guard, stderr lines.
 
@@ -27,6 +29,10 @@ pub mod hooks;
 /// cbindgen:ignore
 pub mod log;
 /// cbindgen:ignore
+pub mod policies;
+/// cbindgen:ignore
 pub mod pool;
 /// cbindgen:ignore
 pub mod report;
+/// cbindgen:ignore
+pub mod workloads;

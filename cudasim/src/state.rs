@@ -55,10 +55,36 @@ pub struct State {
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
 
+thread_local! {
+    /// The state lock, held by the forking thread from `pthread_atfork`'s prepare handler to its
+    /// parent and child handlers (which run on the same thread), so that a child never starts
+    /// with the lock held by a thread it does not have. Like a real runtime's own fork handling,
+    /// it makes the simulator safe to call in a child (with a copy of the parent's memory).
+    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, State>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn fork_prepare() {
+    if let Some(lock) = STATE.get() {
+        let guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = FORK_GUARD.try_with(|g| *g.borrow_mut() = Some(guard));
+    }
+}
+
+extern "C" fn fork_release() {
+    let _ = FORK_GUARD.try_with(|g| g.borrow_mut().take());
+}
+
+fn make_state(cfg: &'static Config) -> Mutex<State> {
+    // SAFETY: registering plain extern "C" functions; called once, when the state is made.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+    Mutex::new(State::new(cfg))
+}
+
 /// Runs `f` under the state lock, after retiring the work completed by now.
 pub fn with_state<R>(f: impl FnOnce(&mut State) -> CudaResult<R>) -> CudaResult<R> {
     let cfg = config::get()?;
-    let lock = STATE.get_or_init(|| Mutex::new(State::new(cfg)));
+    let lock = STATE.get_or_init(|| make_state(cfg));
     let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
     state.retire(timeline::now());
     f(&mut state)

@@ -45,7 +45,7 @@ pub unsafe extern "C" fn gpupool_empty_cache(device: c_int, released: *mut u64) 
         let g = state()?;
         let which = devices(g, device, true)?;
         let _inside = enter()?;
-        let bytes = match (g.pool.as_ref(), which) {
+        let bytes = match (g.pool(), which) {
             (None, _) => 0,
             (Some(pool), Devices::All) => pool
                 .used_devices()
@@ -77,7 +77,7 @@ pub extern "C" fn gpupool_set_release_threshold(device: c_int, bytes: u64) -> c_
         let g = state()?;
         let which = devices(g, device, true)?;
         let _inside = enter()?;
-        let Some(pool) = g.pool.as_ref() else {
+        let Some(pool) = g.pool() else {
             return Ok(());
         };
         match which {
@@ -112,7 +112,7 @@ pub unsafe extern "C" fn gpupool_get_release_threshold(device: c_int, bytes: *mu
             return Err(GPUPOOL_ERROR_INVALID_DEVICE);
         };
         let _inside = enter()?;
-        let value = match g.pool.as_ref() {
+        let value = match g.pool() {
             None => GPUPOOL_KEEP_ALL,
             Some(pool) => for_device(g, pool, d, || pool.threshold(d))?,
         };

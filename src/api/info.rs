@@ -73,7 +73,7 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
             return Err(GPUPOOL_ERROR_INVALID_VALUE);
         }
         let g = state()?;
-        let text = match g.pool.as_ref() {
+        let text = match g.pool() {
             Some(pool) => render_text(&Report::collect(pool, &g.runtime_path)),
             None => format!(
                 "gpupool: disabled (GPUPOOL_DISABLE=1); every call goes to {}\n",

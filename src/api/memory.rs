@@ -92,7 +92,7 @@ pub unsafe extern "C" fn gpupool_malloc_async(
             Err(e) => return e,
         };
         let mut p = std::ptr::null_mut();
-        let r = match (g.pool.as_ref(), g.runtime.malloc_async) {
+        let r = match (g.pool(), g.runtime.malloc_async) {
             // SAFETY: a valid out-pointer and the caller's stream, as cudaMallocAsync takes them.
             (None, Some(malloc_async)) => unsafe { malloc_async(&mut p, size, stream) },
             // SAFETY: a valid out-pointer.

@@ -155,7 +155,7 @@ pub unsafe extern "C" fn gpupool_get_stats(device: c_int, out: *mut gpupool_stat
         let g = state()?;
         let which = devices(g, device, true)?;
         let mut stats = gpupool_stats::default();
-        if let Some(pool) = g.pool.as_ref() {
+        if let Some(pool) = g.pool() {
             let list = match which {
                 Devices::All => pool.used_devices(),
                 Devices::One(d) => vec![d],

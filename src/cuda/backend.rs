@@ -40,7 +40,9 @@ impl CudaBackend {
         let mut e: Event = std::ptr::null_mut();
         // SAFETY: `e` is a valid out-pointer; the device is current (the pool calls barriers
         // from the allocation path, under the device's lock, so only one thread creates it).
-        check(unsafe { (self.rt.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING) })?;
+        self.check_internal(unsafe {
+            (self.rt.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING)
+        })?;
         slot.store(e, Ordering::Release);
         Ok(e)
     }
@@ -54,6 +56,20 @@ fn check(status: i32) -> Result<(), CudaError> {
     }
 }
 
+impl CudaBackend {
+    /// `check` for a call the pool made on its own (a fence, a barrier, a segment's release, a
+    /// memory sample): the program did not make it, so a failure must not stay behind in its
+    /// `cudaGetLastError`. The pool carries on without what the call would have given it; a
+    /// sticky error fails the program's next runtime call anyway, with the runtime's own code.
+    fn check_internal(&self, status: i32) -> Result<(), CudaError> {
+        if status != SUCCESS {
+            // SAFETY: no arguments.
+            unsafe { (self.rt.get_last_error)() };
+        }
+        check(status)
+    }
+}
+
 impl Backend for CudaBackend {
     fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
         let bytes = usize::try_from(bytes).map_err(|_| CudaError::MEMORY_ALLOCATION)?;
@@ -63,34 +79,37 @@ impl Backend for CudaBackend {
         if status == SUCCESS {
             return Ok(p as Addr);
         }
-        // The pool may recover from this failure; the program must not find it later in
-        // cudaGetLastError. When the pool gives up, the hook asks the runtime once more, which
-        // sets the error again.
-        // SAFETY: no arguments.
-        unsafe { (self.rt.get_last_error)() };
+        if status == CudaError::MEMORY_ALLOCATION.0 {
+            // The pool may recover from this failure; the program must not find it later in
+            // cudaGetLastError. When the pool gives up, the hook asks the runtime once more,
+            // which sets the error again. Any other error goes back to the program as the
+            // result of its cudaMalloc, with the runtime's last error, as without the pool.
+            // SAFETY: no arguments.
+            unsafe { (self.rt.get_last_error)() };
+        }
         Err(CudaError(status))
     }
 
     fn free_segment(&self, _device: u32, addr: Addr) -> Result<(), CudaError> {
         // SAFETY: `addr` is a segment this backend allocated and the pool no longer uses.
-        check(unsafe { (self.rt.free)(addr as *mut c_void) })
+        self.check_internal(unsafe { (self.rt.free)(addr as *mut c_void) })
     }
 
     fn fence(&self, _device: u32) -> Result<(), CudaError> {
         // SAFETY: no arguments; synchronizes the current device, which is `device`.
-        check(unsafe { (self.rt.device_synchronize)() })
+        self.check_internal(unsafe { (self.rt.device_synchronize)() })
     }
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
         let e = self.barrier_event(device)?;
         // SAFETY: the legacy stream (null) and an event of the current device.
-        check(unsafe { (self.rt.stream_wait_event)(std::ptr::null_mut(), e, 0) })
+        self.check_internal(unsafe { (self.rt.stream_wait_event)(std::ptr::null_mut(), e, 0) })
     }
 
     fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: both out-pointers are valid for the call.
-        check(unsafe { (self.rt.mem_get_info)(&mut free, &mut total) })?;
+        self.check_internal(unsafe { (self.rt.mem_get_info)(&mut free, &mut total) })?;
         Ok((free as u64, total as u64))
     }
 }

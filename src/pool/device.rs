@@ -137,6 +137,10 @@ pub struct DevicePool {
     /// Live blocks by address.
     live: HashMap<Addr, u32, BuildHasherDefault<AddrHasher>>,
     bins: Vec<Vec<u32>>,
+    /// Bins that may hold blocks (a bit set on every push, all cleared by a flush), so a flush
+    /// visits those alone rather than all 2 048: a workload of ever-different small sizes
+    /// flushes often.
+    bin_mask: [u64; BINS / 64],
     binned_bytes: u64,
     blocks: Vec<Block>,
     vacant_blocks: Vec<u32>,
@@ -169,6 +173,7 @@ impl DevicePool {
             device,
             live: HashMap::default(),
             bins: vec![Vec::new(); BINS],
+            bin_mask: [0; BINS / 64],
             binned_bytes: 0,
             blocks: Vec::new(),
             vacant_blocks: Vec::new(),
@@ -256,6 +261,7 @@ impl DevicePool {
             {
                 self.blocks[idx as usize].state = State::Binned;
                 self.bins[k].push(idx);
+                self.bin_mask[k / 64] |= 1 << (k % 64);
                 self.binned_bytes += size;
             }
             _ => self.make_free(idx),
@@ -267,11 +273,17 @@ impl DevicePool {
         if self.binned_bytes == 0 {
             return;
         }
-        for k in 0..BINS {
-            while let Some(idx) = self.bins[k].pop() {
-                self.make_free(idx);
+        for w in 0..self.bin_mask.len() {
+            let mut bits = std::mem::take(&mut self.bin_mask[w]);
+            while bits != 0 {
+                let k = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                while let Some(idx) = self.bins[k].pop() {
+                    self.make_free(idx);
+                }
             }
         }
+        debug_assert!(self.bins.iter().all(Vec::is_empty));
         self.binned_bytes = 0;
     }
 
@@ -342,11 +354,15 @@ impl DevicePool {
         if class == Class::Small || self.blocks[idx as usize].size <= 2 * rounded {
             return Ok(idx);
         }
-        if self.pending_barrier_bytes >= rounded {
-            self.barrier(backend, seqs)?;
+        // A failed barrier or fence leaves the waiting blocks waiting; `idx` still fits.
+        let made_reusable = if self.pending_barrier_bytes >= rounded {
+            self.barrier(backend, seqs).is_ok()
         } else if self.pending_fence_bytes >= rounded.max(policy.fence_bytes) {
-            self.fence(backend, seqs)?;
+            self.fence(backend, seqs).is_ok()
         } else {
+            false
+        };
+        if !made_reusable {
             return Ok(idx);
         }
         Ok(self.find_fit(class, rounded, policy).unwrap_or(idx))
@@ -369,8 +385,10 @@ impl DevicePool {
                 return Ok(idx);
             }
         }
-        if self.pending_barrier_bytes > 0 {
-            self.barrier(backend, seqs)?;
+        // A failed barrier or fence (the runtime's error is not the program's: the backend
+        // cleared it) leaves the waiting blocks waiting; the pool grows instead. A sticky error
+        // fails the segment's allocation below with the runtime's own code.
+        if self.pending_barrier_bytes > 0 && self.barrier(backend, seqs).is_ok() {
             if let Some(idx) = self.find_fit(class, rounded, policy) {
                 self.stats.hits += 1;
                 return Ok(idx);
@@ -379,8 +397,10 @@ impl DevicePool {
         // A fence blocks the host until the device is idle, so it is taken only once enough
         // memory waits on it; until then the pool grows instead.
         let budget = policy.fence_bytes;
-        if self.pending_fence_bytes > 0 && self.pending_fence_bytes >= budget {
-            self.fence(backend, seqs)?;
+        if self.pending_fence_bytes > 0
+            && self.pending_fence_bytes >= budget
+            && self.fence(backend, seqs).is_ok()
+        {
             if let Some(idx) = self.find_fit(class, rounded, policy) {
                 self.stats.hits += 1;
                 return Ok(idx);
@@ -396,9 +416,8 @@ impl DevicePool {
         }
         // Out of memory: make every cached block safe, give whole free segments back, retry.
         self.stats.oom_retries += 1;
-        let fenced = self.pending_bytes() > 0;
+        let fenced = self.pending_bytes() > 0 && self.fence(backend, seqs).is_ok();
         if fenced {
-            self.fence(backend, seqs)?;
             if let Some(idx) = self.find_fit(class, rounded, policy) {
                 self.stats.hits += 1;
                 self.stats.oom_recovered += 1;
@@ -923,6 +942,7 @@ impl DevicePool {
         self.vacant_blocks.clear();
         self.live.clear();
         self.bins.iter_mut().for_each(Vec::clear);
+        self.bin_mask = [0; BINS / 64];
         self.binned_bytes = 0;
         self.segments.clear();
         self.vacant_segments.clear();

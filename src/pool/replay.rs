@@ -65,14 +65,28 @@ struct ReplayState {
     used: u64,
 }
 
+/// Whether a recorded segment could be real: 512-byte aligned, non-null, ending below 2^63, and
+/// overlapping no live segment.
+fn plausible(live: &HashMap<Addr, u64>, addr: Addr, bytes: u64) -> bool {
+    addr != 0
+        && addr % 512 == 0
+        && addr.checked_add(bytes).is_some_and(|end| end < 1 << 63)
+        && live
+            .iter()
+            .all(|(&a, &n)| addr + bytes <= a || a.saturating_add(n) <= addr)
+}
+
 impl Backend for ReplayBackend {
     fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.use_recorded {
             match s.recorded.pop_front() {
-                Some(Ok((addr, size))) if size == bytes => {
+                // A corrupt trace can name any address and size: take only what a driver
+                // could have returned (aligned, not wrapping around, not overlapping a live
+                // segment), else diverge.
+                Some(Ok((addr, size))) if size == bytes && plausible(&s.live, addr, bytes) => {
                     s.live.insert(addr, bytes);
-                    s.used += bytes;
+                    s.used = s.used.saturating_add(bytes);
                     return Ok(addr);
                 }
                 Some(Err((size, code))) if size == bytes => return Err(CudaError(code)),
@@ -87,16 +101,24 @@ impl Backend for ReplayBackend {
         }
         // Synthetic addresses above any real one, 2 MiB aligned, with a gap between segments.
         let addr = s.next;
-        s.next += bytes.div_ceil(2 << 20) * (2 << 20) + (2 << 20);
+        let Some(next) = bytes
+            .div_ceil(2 << 20)
+            .checked_mul(2 << 20)
+            .and_then(|b| b.checked_add(2 << 20))
+            .and_then(|b| b.checked_add(addr))
+        else {
+            return Err(CudaError::MEMORY_ALLOCATION);
+        };
+        s.next = next;
         s.live.insert(addr, bytes);
-        s.used += bytes;
+        s.used = s.used.saturating_add(bytes);
         Ok(addr)
     }
 
     fn free_segment(&self, _device: u32, addr: Addr) -> Result<(), CudaError> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let size = s.live.remove(&addr).ok_or(CudaError::INVALID_VALUE)?;
-        s.used -= size;
+        s.used = s.used.saturating_sub(size);
         Ok(())
     }
 

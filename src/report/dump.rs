@@ -118,7 +118,7 @@ fn run(g: &'static Global, read_fd: i32, interval_ns: Option<u64>) {
 
 /// Write the summary now, to `GPUPOOL_SUMMARY`'s destination or stderr when there is none.
 pub fn dump(g: &Global) {
-    let Some(pool) = g.pool.as_ref() else { return };
+    let Some(pool) = g.pool() else { return };
     let done = WRITING.lock().unwrap_or_else(|e| e.into_inner());
     if *done {
         return;

@@ -42,7 +42,7 @@ pub fn render(r: &summary::Report, format: Format) -> String {
 /// Write the summary to `dest` now (the exit hook, the live dump, the periodic dump). Only a
 /// process that allocated through the pool writes one, unless `GPUPOOL_SUMMARY=always:...`.
 pub fn write_summary(g: &Global, dest: &SummaryDest) {
-    let Some(pool) = g.pool.as_ref() else { return };
+    let Some(pool) = g.pool() else { return };
     let report = summary::Report::collect(pool, &g.runtime_path);
     if report.intercepted() {
         write_to(dest, render(&report, Format::of(dest)).as_bytes());
@@ -174,12 +174,24 @@ pub(crate) fn hostname() -> String {
 }
 
 /// Write to a temporary file beside `path`, then rename over it: readers never see a partial
-/// file, and a symbolic link at `path` is replaced, never written through.
+/// file, and a symbolic link at `path` is replaced, never written through. A device, FIFO or
+/// socket at `path` (`/dev/null`, `/dev/full`, a named pipe a collector reads) is written to as
+/// it is, never replaced: renaming over `/dev/null` as root would break the machine.
 fn write_atomically(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let t = meta.file_type();
+        if t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket() {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+                .open(path)?;
+            return f.write_all(bytes);
+        }
+    }
     // Unique per write: a periodic dump and the exit summary may overlap.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

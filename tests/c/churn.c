@@ -2,15 +2,18 @@
  * before it is freed, and every new block is checked against every live block for overlap.
  * A block handed out twice, or reused while live, shows as a clobbered tag or an overlap.
  *
- * usage: churn THREADS ITERATIONS DEVICES [SEED]
+ * usage: churn THREADS ITERATIONS DEVICES [SEED [CROSS]]
  * With several devices, each thread allocates on a random device and frees with another
- * device current. Prints "program mallocs N", the simulator's real cudaMalloc count and peak
+ * device current. With CROSS (a percentage, default 0), that share of frees goes through a
+ * queue shared by the threads: the block is freed by whichever thread takes it next, usually
+ * not the one that allocated it. Prints "program mallocs N", the simulator's real cudaMalloc count and peak
  * live bytes (summed over devices, then per device). */
 #include <pthread.h>
 
 #include "check.h"
 
 #define MAX_LIVE 64
+#define QUEUE 512
 
 typedef struct {
     void *p;
@@ -22,9 +25,14 @@ typedef struct {
 static int g_iters, g_devices;
 static uint64_t g_seed;
 static pthread_mutex_t g_ranges = PTHREAD_MUTEX_INITIALIZER;
-static live_t g_all[64 * MAX_LIVE];
+static live_t g_all[64 * MAX_LIVE + QUEUE];
 static int g_count;
 static unsigned long long g_mallocs;
+static int g_cross;
+static pthread_mutex_t g_queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static live_t g_queue[QUEUE];
+static int g_queued;
+static unsigned long long g_cross_frees;
 
 static void register_block(live_t b)
 {
@@ -53,6 +61,40 @@ static void unregister_block(void *p)
     pthread_mutex_unlock(&g_ranges);
 }
 
+/* Hand a block to the other threads; false when the queue is full. */
+static int enqueue(live_t b)
+{
+    int ok = 0;
+    pthread_mutex_lock(&g_queue_lock);
+    if (g_queued < QUEUE) {
+        g_queue[g_queued++] = b;
+        ok = 1;
+    }
+    pthread_mutex_unlock(&g_queue_lock);
+    return ok;
+}
+
+static int dequeue(live_t *b)
+{
+    int ok = 0;
+    pthread_mutex_lock(&g_queue_lock);
+    if (g_queued > 0) {
+        *b = g_queue[--g_queued];
+        ok = 1;
+    }
+    pthread_mutex_unlock(&g_queue_lock);
+    return ok;
+}
+
+/* Check, unregister and free a block, with another device current when there is one. */
+static void release(live_t b)
+{
+    check_tag(b.p, b.n, b.tag);
+    CHECK_CUDA(cudaSetDevice((b.dev + 1) % g_devices));
+    unregister_block(b.p);
+    CHECK_CUDA(cudaFree(b.p));
+}
+
 static size_t pick_size(uint64_t *rng)
 {
     uint64_t r = rng_next(rng);
@@ -73,6 +115,11 @@ static void *worker(void *arg)
     live_t mine[MAX_LIVE];
     int n = 0, i;
     for (i = 0; i < g_iters; i++) {
+        live_t other;
+        if (g_cross > 0 && (int)(rng_next(&rng) % 100) < g_cross && dequeue(&other)) {
+            release(other);
+            __atomic_fetch_add(&g_cross_frees, 1, __ATOMIC_RELAXED);
+        }
         int do_alloc = n == 0 || (n < MAX_LIVE && rng_next(&rng) % 100 < 55);
         if (do_alloc) {
             live_t b;
@@ -89,11 +136,8 @@ static void *worker(void *arg)
             int k = (int)(rng_next(&rng) % (uint64_t)n);
             live_t b = mine[k];
             mine[k] = mine[--n];
-            check_tag(b.p, b.n, b.tag);
-            /* Free with another device current when there is one. */
-            CHECK_CUDA(cudaSetDevice((b.dev + 1) % g_devices));
-            unregister_block(b.p);
-            CHECK_CUDA(cudaFree(b.p));
+            if (!(g_cross > 0 && (int)(rng_next(&rng) % 100) < g_cross && enqueue(b)))
+                release(b);
         }
     }
     while (n > 0) {
@@ -115,11 +159,19 @@ int main(int argc, char **argv)
     g_iters = atoi(argv[2]);
     g_devices = atoi(argv[3]);
     g_seed = argc > 4 ? strtoull(argv[4], NULL, 0) : 42;
+    g_cross = argc > 5 ? atoi(argv[5]) : 0;
     CHECK(threads >= 1 && threads <= 64 && g_devices >= 1, "arguments");
     for (t = 0; t < threads; t++)
         CHECK(pthread_create(&tid[t], NULL, worker, (void *)(uintptr_t)t) == 0, "thread");
     for (t = 0; t < threads; t++)
         pthread_join(tid[t], NULL);
+    {
+        live_t b;
+        while (dequeue(&b))
+            release(b);
+    }
+    if (g_cross > 0)
+        printf("freed by another thread %llu\n", g_cross_frees);
     for (d = 0; d < g_devices; d++) {
         real += sim_stats(d).malloc_calls;
         peak += sim_stats(d).peak_live_bytes;

@@ -71,6 +71,47 @@ int main(void)
     (void)first;
     CHECK_CUDA(cudaFree(p));
     CHECK_CUDA(cudaFree(q));
+
+    /* More sizes near SIZE_MAX, through both free entry points afterwards: never a block. */
+    size_t huge[] = {(size_t)-1 - 511, (size_t)-1 - 512, ((size_t)-1 >> 1) + 1, (size_t)-1 - 20971520};
+    for (unsigned i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        p = (void *)0x1;
+        CHECK(cudaMalloc(&p, huge[i]) == cudaErrorMemoryAllocation, "size %zu", huge[i]);
+        CHECK(p == (void *)0x1, "out-pointer written on failure");
+    }
+    cudaGetLastError();
+    /* Wild frees at the ends of the address space, NULL through cudaFreeAsync. */
+    CHECK(cudaFree((void *)(uintptr_t)-512) == cudaErrorInvalidValue, "free near the top");
+    CHECK(cudaFree((void *)512) == cudaErrorInvalidValue, "free near zero");
+    CHECK(cudaFreeAsync(NULL, 0) == cudaSuccess, "cudaFreeAsync(NULL)");
+    cudaGetLastError();
+
+    /* Cross-device frees: a block of device 1 freed with device 0 current is fine; an interior
+     * or double free of it is refused whichever device is current. */
+    int devices = 0;
+    CHECK_CUDA(cudaGetDeviceCount(&devices));
+    if (devices >= 2) {
+        void *d1;
+        CHECK_CUDA(cudaSetDevice(1));
+        CHECK_CUDA(cudaMalloc(&d1, 300000));
+        tag_block(d1, 300000, 0xD1);
+        CHECK_CUDA(cudaMalloc(&q, 300000));
+        CHECK_CUDA(cudaSetDevice(0));
+        CHECK(cudaFree((char *)d1 + 4096) == cudaErrorInvalidValue, "cross-device interior");
+        check_tag(d1, 300000, 0xD1);
+        CHECK_CUDA(cudaFree(d1));
+        CHECK(cudaFree(d1) == cudaErrorInvalidValue, "cross-device double free");
+        CHECK(cudaFreeAsync(d1, 0) == cudaErrorInvalidValue, "cross-device double free async");
+        CHECK_CUDA(cudaFreeAsync(q, 0));
+        cudaGetLastError();
+        CHECK_CUDA(cudaSetDevice(1));
+        CHECK_CUDA(cudaMalloc(&d1, 300000));
+        tag_block(d1, 300000, 0xD2);
+        check_tag(d1, 300000, 0xD2);
+        CHECK_CUDA(cudaFree(d1));
+        CHECK_CUDA(cudaSetDevice(0));
+        printf("cross-device ok\n");
+    }
     printf("hostile ok\n");
     return 0;
 }

@@ -104,3 +104,73 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
 }
+
+/// `tests/c/NAME.c` compiled against the simulator (once per test process).
+pub fn c_program(name: &str) -> PathBuf {
+    let src = root().join(format!("tests/c/{name}.c"));
+    Sim::get().compile(&src, &[])
+}
+
+/// `tests/c/NAME.c` compiled as a shared library against the simulator.
+pub fn c_library(name: &str) -> PathBuf {
+    let src = root().join(format!("tests/c/{name}.c"));
+    Sim::get().compile(&src, &["-shared", "-fPIC"])
+}
+
+/// A command running `exe` under `LD_PRELOAD=libgpupool.so`, with a clean `GPUPOOL_*` and
+/// `CUDASIM_*` environment plus `env`.
+pub fn pooled(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = clean_command(exe);
+    cmd.args(args).env("LD_PRELOAD", library());
+    cmd.envs(env.iter().copied());
+    cmd
+}
+
+/// The same program without the pool (for comparisons), same clean environment.
+pub fn unpooled(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = clean_command(exe);
+    cmd.args(args).envs(env.iter().copied());
+    cmd
+}
+
+/// Runs `cmd` with a deadline; a program still running then is killed and the test fails (a
+/// deadlock). Returns its output.
+pub fn output_within(cmd: &mut Command, seconds: u64) -> Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start program");
+    // Read both pipes on threads so a chatty program never blocks on a full pipe.
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still running after {seconds} s: deadlock");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap_or_default(),
+        stderr: t_err.join().unwrap_or_default(),
+    }
+}

@@ -7,14 +7,22 @@
 //!     --reuse strict|barrier|relaxed  --capacity SIZE
 //! gpupool-trace perfetto TRACE [OUT.json]        Chrome/Perfetto trace-event JSON
 //! gpupool-trace plot TRACE [OUT.svg]             allocated and reserved bytes over time, as SVG
+//! gpupool-trace generate WORKLOAD [--seed N] [--out FILE]
+//!     a workload's trace: training[:STEPS], inference[:REQUESTS], random[:MAX_SIZE[:OPS]]
+//! gpupool-trace compare (WORKLOAD|TRACE)... [--seed N] [--threshold SIZE] [--capacity SIZE]
+//!     [--reuse MODE] [--svg-dir DIR] [--min-time SECONDS]
+//!     every policy side by side on each, as Markdown tables
 //! ```
 //!
 //! Output goes to stdout unless OUT is given. Any error (arguments, an unreadable or corrupt
 //! trace, a failed write) gives a message on stderr and exit code 2.
 
+mod chart;
+mod compare;
 mod fold;
 mod perfetto;
 mod plot;
+mod svg;
 mod text;
 
 use std::fs::File;
@@ -29,7 +37,12 @@ const USAGE: &str = "usage: gpupool-trace stats TRACE
                                   [--fence-bytes SIZE] [--reuse strict|barrier|relaxed]
                                   [--capacity SIZE]
        gpupool-trace perfetto TRACE [OUT.json]   (trace-event JSON for ui.perfetto.dev)
-       gpupool-trace plot TRACE [OUT.svg]        (allocated and reserved bytes over time)";
+       gpupool-trace plot TRACE [OUT.svg]        (allocated and reserved bytes over time)
+       gpupool-trace generate WORKLOAD [--seed N] [--out FILE]
+       gpupool-trace compare (WORKLOAD|TRACE)... [--seed N] [--threshold SIZE|none]
+                             [--capacity SIZE] [--reuse strict|barrier|relaxed]
+                             [--svg-dir DIR] [--min-time SECONDS]
+  WORKLOAD: training[:STEPS] | inference[:REQUESTS] | random[:MAX_SIZE[:OPS]]";
 
 enum Error {
     /// The command line is wrong: the message and the usage.
@@ -91,7 +104,51 @@ fn output(path: Option<&String>) -> Result<(Box<dyn Write>, String), Error> {
     }
 }
 
+/// `generate` and `compare`, which take workloads as well as traces.
+fn run_workloads(cmd: &str, args: &[String]) -> Result<(), Error> {
+    let written = |e: io::Error, to: &str| Error::Other(format!("writing {to}: {e}"));
+    if cmd == "generate" {
+        let (bytes, out) = compare::generate(args).map_err(Error::Usage)?;
+        let (mut w, to) = output(out.as_ref())?;
+        return w
+            .write_all(&bytes)
+            .and_then(|()| w.flush())
+            .map_err(|e| written(e, &to));
+    }
+    let (sources, o) = compare::options(args).map_err(Error::Usage)?;
+    let mut all = Vec::new();
+    let (mut out, to) = output(None)?;
+    for source in &sources {
+        for (title, w) in compare::load(source, o.seed).map_err(Error::Other)? {
+            let w = compare::with_reuse(w, o.reuse);
+            let c = compare::compare(&title, &w, &o);
+            out.write_all(compare::markdown(&c).as_bytes())
+                .and_then(|()| out.write_all(b"\n"))
+                .and_then(|()| out.flush())
+                .map_err(|e| written(e, &to))?;
+            if let Some(dir) = &o.svg_dir {
+                let file: String = title
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                let path = Path::new(dir).join(format!("{file}.svg"));
+                let svg = compare::chart(&title, &w, o.threshold);
+                std::fs::write(&path, svg).map_err(|e| written(e, &path.display().to_string()))?;
+            }
+            all.push(c);
+        }
+    }
+    out.write_all(compare::against_torch(&all).as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| written(e, &to))
+}
+
 fn run(args: &[String]) -> Result<(), Error> {
+    if let Some((cmd, rest)) = args.split_first() {
+        if matches!(cmd.as_str(), "generate" | "compare") {
+            return run_workloads(cmd, rest);
+        }
+    }
     let (cmd, path, rest) = match args {
         [cmd, path, rest @ ..] => (cmd.as_str(), path, rest),
         [cmd] if matches!(cmd.as_str(), "-h" | "--help" | "help") => {

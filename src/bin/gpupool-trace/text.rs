@@ -8,11 +8,20 @@ use gpupool::report::units::bytes;
 
 use crate::fold::{devices, fold};
 
-fn size_or_none(v: &str) -> Result<u64, String> {
+pub fn size_or_none(v: &str) -> Result<u64, String> {
     if v == "none" {
         return Ok(u64::MAX);
     }
     parse_bytes(v.as_bytes()).ok_or_else(|| format!("bad size {v:?}"))
+}
+
+pub fn reuse_mode(value: &str) -> Result<ReuseMode, String> {
+    match value {
+        "strict" => Ok(ReuseMode::Strict),
+        "barrier" => Ok(ReuseMode::Barrier),
+        "relaxed" => Ok(ReuseMode::Relaxed),
+        _ => Err(format!("bad reuse mode {value:?}")),
+    }
 }
 
 /// `replay`'s options.
@@ -26,14 +35,7 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
             "--max-split" => o.max_split_size = Some(size_or_none(value)?),
             "--fence-bytes" => o.fence_bytes = Some(size_or_none(value)?),
             "--capacity" => o.capacity = Some(size_or_none(value)?),
-            "--reuse" => {
-                o.reuse = Some(match value.as_str() {
-                    "strict" => ReuseMode::Strict,
-                    "barrier" => ReuseMode::Barrier,
-                    "relaxed" => ReuseMode::Relaxed,
-                    _ => return Err(format!("bad reuse mode {value:?}")),
-                })
-            }
+            "--reuse" => o.reuse = Some(reuse_mode(value)?),
             _ => return Err(format!("unknown option {flag:?}")),
         }
     }

@@ -1,0 +1,120 @@
+//! Multi-thread scaling of the pool API (no CUDA, no preload): each thread runs the same churn —
+//! 64 blocks of mixed sizes (512 B–4 MiB, fixed seed) held, one freed and one allocated per
+//! step — on the `Pool` with a backend that hands out addresses. One thread on device 0, two
+//! threads on devices 0 and 1, two threads both on device 0. Prints operations per second (an
+//! allocation or a free each) per case, the median of five runs; `scripts/bench.sh` reads them.
+//!
+//! `[THREAD_STEPS=N] cargo bench --bench threads` (steps per thread, default 1 000 000)
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use gpupool::config::{ReuseMode, Threshold};
+use gpupool::pool::{Addr, Backend, CudaError, FreeKind, Policy, Pool, Settings};
+use gpupool::workloads::rng::Rng;
+
+struct Addresses(AtomicU64);
+
+impl Backend for Addresses {
+    fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        let step = bytes.next_multiple_of(2 << 20) + (2 << 20);
+        Ok(self.0.fetch_add(step, Ordering::Relaxed))
+    }
+    fn free_segment(&self, _device: u32, _addr: Addr) -> Result<(), CudaError> {
+        Ok(())
+    }
+    fn fence(&self, _device: u32) -> Result<(), CudaError> {
+        Ok(())
+    }
+    fn barrier(&self, _device: u32) -> Result<(), CudaError> {
+        Ok(())
+    }
+    fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
+        Ok((1 << 40, 1 << 40))
+    }
+}
+
+fn pool(reuse: ReuseMode) -> Pool<Addresses> {
+    Pool::new(
+        Addresses(AtomicU64::new(1 << 40)),
+        Settings {
+            reuse,
+            threshold: Threshold::KeepAll,
+            policy: Policy {
+                max_split_size: u64::MAX,
+                fence_bytes: 256 << 20,
+            },
+            trace: None,
+        },
+    )
+}
+
+/// `steps` churn steps on `device`; returns the operations done.
+fn churn(p: &Pool<Addresses>, device: u32, seed: u64, steps: u64) -> u64 {
+    let mut rng = Rng::new(seed);
+    let mut size = || 512 << rng.range(0, 13);
+    let mut held: Vec<Addr> = (0..64)
+        .map(|_| p.alloc(device, size()).expect("alloc"))
+        .collect();
+    let mut rng = Rng::new(seed ^ 1);
+    for _ in 0..steps {
+        let i = rng.range(0, 63) as usize;
+        p.free(held[i], FreeKind::Sync, Some(device));
+        held[i] = p.alloc(device, 512 << rng.range(0, 13)).expect("alloc");
+    }
+    for a in held {
+        p.free(a, FreeKind::Sync, Some(device));
+    }
+    2 * steps
+}
+
+/// Operations per second of threads on `devices` (one thread each), all started together.
+fn case(reuse: ReuseMode, devices: &[u32], steps: u64) -> f64 {
+    let mut runs: Vec<f64> = (0..5)
+        .map(|_| {
+            let p = Arc::new(pool(reuse));
+            // Warm every device's cache first.
+            for &d in devices {
+                churn(&p, d, 7, 1000);
+            }
+            let go = Arc::new(Barrier::new(devices.len() + 1));
+            let threads: Vec<_> = devices
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| {
+                    let (p, go) = (Arc::clone(&p), Arc::clone(&go));
+                    std::thread::spawn(move || {
+                        go.wait();
+                        churn(&p, d, 100 + i as u64, steps)
+                    })
+                })
+                .collect();
+            go.wait();
+            let t = Instant::now();
+            let ops: u64 = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+            ops as f64 / t.elapsed().as_secs_f64()
+        })
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
+fn main() {
+    let steps = std::env::var("THREAD_STEPS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1_000_000);
+    for (name, reuse) in [
+        ("strict", ReuseMode::Strict),
+        ("relaxed", ReuseMode::Relaxed),
+    ] {
+        let one = case(reuse, &[0], steps);
+        let two_devices = case(reuse, &[0, 1], steps);
+        let one_device = case(reuse, &[0, 0], steps);
+        println!("{name} one_thread {one:.0}");
+        println!("{name} two_threads_two_devices {two_devices:.0}");
+        println!("{name} two_threads_one_device {one_device:.0}");
+    }
+}

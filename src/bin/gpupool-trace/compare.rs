@@ -1,0 +1,285 @@
+//! `gpupool-trace compare` and `generate`: workloads (generated from a seed, or the requests of a
+//! recorded trace) replayed through every policy of `gpupool::policies`, side by side.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use gpupool::config::ReuseMode;
+use gpupool::policies::{lineup, run, series, Outcome, LINEUP};
+use gpupool::pool::{need_for, FreeKind};
+use gpupool::report::units::bytes;
+use gpupool::workloads::{self, record, Kind, Op, Workload};
+
+use crate::chart::{self, Line};
+use crate::text::{reuse_mode, size_or_none};
+
+pub struct Options {
+    pub seed: u64,
+    pub threshold: u64,
+    pub capacity: Option<u64>,
+    pub reuse: Option<ReuseMode>,
+    pub svg_dir: Option<String>,
+    /// Replays of each policy are repeated until they took this long (throughput).
+    pub min_seconds: f64,
+}
+
+/// Splits `args` into sources and options.
+pub fn options(args: &[String]) -> Result<(Vec<String>, Options), String> {
+    let mut o = Options {
+        seed: 1,
+        threshold: 1 << 30,
+        capacity: None,
+        reuse: None,
+        svg_dir: None,
+        min_seconds: 0.2,
+    };
+    let mut sources = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if !a.starts_with("--") {
+            sources.push(a.clone());
+            continue;
+        }
+        let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+        match a.as_str() {
+            "--seed" => o.seed = v.parse().map_err(|_| format!("bad seed {v:?}"))?,
+            "--threshold" => o.threshold = size_or_none(v)?,
+            "--capacity" => o.capacity = Some(size_or_none(v)?),
+            "--reuse" => o.reuse = Some(reuse_mode(v)?),
+            "--svg-dir" => o.svg_dir = Some(v.clone()),
+            "--min-time" => {
+                o.min_seconds = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| (0.0..=60.0).contains(s))
+                    .ok_or_else(|| format!("bad time {v:?}"))?
+            }
+            _ => return Err(format!("unknown option {a:?}")),
+        }
+    }
+    if sources.is_empty() {
+        return Err("no workload or trace given".into());
+    }
+    Ok((sources, o))
+}
+
+/// The workloads a source names: a generated one, or one per device of a trace file.
+pub fn load(source: &str, seed: u64) -> Result<Vec<(String, Workload)>, String> {
+    if let Some(kind) = Kind::parse(source) {
+        let w = kind?.generate(seed);
+        return Ok(vec![(source.to_string(), w)]);
+    }
+    let data = std::fs::read(source).map_err(|e| format!("{source}: {e}"))?;
+    let records = gpupool::pool::trace::parse(&data).map_err(|e| format!("{source}: {e}"))?;
+    let name = std::path::Path::new(source)
+        .file_name()
+        .map_or_else(|| source.to_string(), |n| n.to_string_lossy().into_owned());
+    let ws = workloads::from_records(&records, &name);
+    if ws.is_empty() {
+        return Err(format!("{source}: the trace holds no allocations"));
+    }
+    Ok(ws
+        .into_iter()
+        .map(|(d, w)| (format!("{name}, device {d}"), w))
+        .collect())
+}
+
+/// `generate SPEC [--seed N] [--out FILE]`: the trace bytes.
+pub fn generate(args: &[String]) -> Result<(Vec<u8>, Option<String>), String> {
+    let (spec, rest) = args.split_first().ok_or("generate needs a workload")?;
+    let kind = Kind::parse(spec).ok_or_else(|| format!("unknown workload {spec:?}"))??;
+    let (mut seed, mut out) = (1u64, None);
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+        match a.as_str() {
+            "--seed" => seed = v.parse().map_err(|_| format!("bad seed {v:?}"))?,
+            "--out" => out = Some(v.clone()),
+            _ => return Err(format!("unknown option {a:?}")),
+        }
+    }
+    Ok((record::to_trace(&kind.generate(seed)), out))
+}
+
+/// One workload's results.
+pub struct Row {
+    pub outcome: Outcome,
+    pub capped_ooms: u64,
+}
+
+pub struct Comparison {
+    pub title: String,
+    pub requests: u64,
+    pub events: u64,
+    pub peak_requested: u64,
+    pub cap: u64,
+    pub rows: Vec<Row>,
+}
+
+pub fn with_reuse(mut w: Workload, reuse: Option<ReuseMode>) -> Workload {
+    if let Some(mode) = reuse {
+        for op in w.ops.iter_mut() {
+            if let Op::Free { need, .. } = op {
+                *need = need_for(mode, FreeKind::Sync, false);
+            }
+        }
+    }
+    w
+}
+
+/// Every policy on `w`: uncapped (peaks, calls, throughput: the median of repeated replays),
+/// then under the capacity (out-of-memory failures).
+pub fn compare(title: &str, w: &Workload, o: &Options) -> Comparison {
+    let peak_requested = w.peak_requested();
+    let cap = o
+        .capacity
+        .or(w.capacity)
+        .unwrap_or_else(|| (peak_requested + peak_requested / 10).next_multiple_of(1 << 20));
+    let mut rows = Vec::new();
+    for i in 0..LINEUP {
+        let fresh = || lineup(o.threshold, None).swap_remove(i);
+        let mut times = Vec::new();
+        let started = Instant::now();
+        let mut outcome = None;
+        while times.len() < 3
+            || (started.elapsed().as_secs_f64() < o.min_seconds && times.len() < 25)
+        {
+            let mut p = fresh();
+            let r = run(p.as_mut(), w);
+            times.push(r.seconds);
+            outcome.get_or_insert(r);
+        }
+        times.sort_by(f64::total_cmp);
+        let mut outcome = outcome.expect("ran at least once");
+        outcome.seconds = times[times.len() / 2];
+        let mut capped = lineup(o.threshold, Some(cap)).swap_remove(i);
+        let capped_ooms = run(capped.as_mut(), w).ooms;
+        rows.push(Row {
+            outcome,
+            capped_ooms,
+        });
+    }
+    Comparison {
+        title: title.to_string(),
+        requests: w.requests(),
+        events: w.ops.len() as u64,
+        peak_requested,
+        cap,
+        rows,
+    }
+}
+
+/// Digits in groups of three: `12 345`.
+pub fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn rate(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1} M", v / 1e6)
+    } else {
+        format!("{:.0} k", v / 1e3)
+    }
+}
+
+/// The comparison as a Markdown section.
+pub fn markdown(c: &Comparison) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "#### {}\n", c.title);
+    let _ = writeln!(
+        s,
+        "{} requests, {} operations; peak requested {}. OOMs: requests failed with every \
+         policy's driver capped at {}.\n",
+        grouped(c.requests),
+        grouped(c.events),
+        bytes(c.peak_requested),
+        bytes(c.cap)
+    );
+    let _ = writeln!(
+        s,
+        "| policy | peak reserved | ÷ peak requested | cudaMalloc per 1 000 requests | \
+         cudaFree calls | OOMs at {} | replay events/s |",
+        bytes(c.cap)
+    );
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for r in &c.rows {
+        let o = &r.outcome;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.3} | {:.2} | {} | {} | {} |",
+            o.policy,
+            bytes(o.counters.peak_reserved),
+            o.counters.peak_reserved as f64 / c.peak_requested.max(1) as f64,
+            o.mallocs_per_1000(),
+            grouped(o.counters.frees),
+            grouped(r.capped_ooms),
+            rate(o.events_per_second())
+        );
+    }
+    s
+}
+
+/// The row of `name` (`gpupool`, `PyTorch rules`).
+pub fn row<'a>(c: &'a Comparison, name: &str) -> Option<&'a Outcome> {
+    c.rows.iter().map(|r| &r.outcome).find(|o| o.policy == name)
+}
+
+/// gpupool against the PyTorch rules, one line per workload.
+pub fn against_torch(cs: &[Comparison]) -> String {
+    let mut s = String::from(
+        "| workload | gpupool peak reserved vs PyTorch rules | cudaMalloc calls vs PyTorch rules | gpupool ÷ peak requested | gpupool replay events/s |\n\
+         | --- | ---: | ---: | ---: | ---: |\n",
+    );
+    for c in cs {
+        let (Some(us), Some(pt)) = (row(c, "gpupool"), row(c, "PyTorch rules")) else {
+            continue;
+        };
+        let pct = |a: u64, b: u64| (a as f64 / b.max(1) as f64 - 1.0) * 100.0;
+        let _ = writeln!(
+            s,
+            "| {} | {:+.1}% | {:+.1}% ({} vs {}) | {:.3} | {} |",
+            c.title,
+            pct(us.counters.peak_reserved, pt.counters.peak_reserved),
+            pct(us.counters.mallocs, pt.counters.mallocs),
+            grouped(us.counters.mallocs),
+            grouped(pt.counters.mallocs),
+            us.counters.peak_reserved as f64 / c.peak_requested.max(1) as f64,
+            rate(us.events_per_second())
+        );
+    }
+    s
+}
+
+/// The chart of `w` (reserved over operations per policy), for `--svg-dir`.
+pub fn chart(title: &str, w: &Workload, threshold: u64) -> String {
+    let mut sizes = vec![0u64; w.slots as usize];
+    let mut requested = vec![(0u64, 0u64)];
+    let mut cur = 0u64;
+    for (i, op) in w.ops.iter().enumerate() {
+        match *op {
+            Op::Alloc { slot, size } => {
+                sizes[slot as usize] = size;
+                cur += size;
+            }
+            Op::Free { slot, .. } => cur -= std::mem::take(&mut sizes[slot as usize]),
+            _ => continue,
+        }
+        requested.push((i as u64 + 1, cur));
+    }
+    let lines: Vec<Line> = lineup(threshold, None)
+        .into_iter()
+        .map(|mut p| Line {
+            name: p.name(),
+            points: series(p.as_mut(), w),
+        })
+        .collect();
+    chart::svg(title, w.ops.len() as u64, &requested, &lines)
+}

@@ -1,0 +1,90 @@
+//! Our pool's algorithm (`crate::pool::DevicePool`, unchanged) behind the comparison's trait.
+
+use std::sync::atomic::Ordering;
+
+use super::{CachePolicy, Driver};
+use crate::pool::device::{DevicePool, Policy};
+use crate::pool::{Addr, FreeKind, Need, Seqs};
+use crate::workloads::Op;
+
+pub struct Ours {
+    name: String,
+    driver: Driver,
+    pool: DevicePool,
+    seqs: Seqs,
+    policy: Policy,
+}
+
+impl Ours {
+    /// The pool with its default settings and release threshold `threshold` (`u64::MAX`: none).
+    pub fn new(capacity: Option<u64>, threshold: u64) -> Ours {
+        let name = if threshold == u64::MAX {
+            "gpupool".to_string()
+        } else {
+            format!(
+                "gpupool, threshold {}",
+                crate::report::units::bytes(threshold)
+            )
+        };
+        Ours {
+            name,
+            driver: Driver::new(capacity),
+            pool: DevicePool::new(0, threshold),
+            seqs: Seqs::default(),
+            policy: Policy {
+                max_split_size: u64::MAX,
+                fence_bytes: 256 << 20,
+            },
+        }
+    }
+}
+
+impl CachePolicy for Ours {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn alloc(&mut self, size: u64) -> Option<Addr> {
+        self.pool
+            .alloc(size, &self.driver, &self.seqs, &self.policy)
+            .ok()
+    }
+    fn free(&mut self, addr: Addr, need: Need) -> bool {
+        let seqs = &self.seqs;
+        self.pool.free(addr, FreeKind::Sync, need, || {
+            let s = seqs.freed.load(Ordering::Relaxed);
+            seqs.freed.store(s + 1, Ordering::Relaxed);
+            s
+        })
+    }
+    fn sync(&mut self, op: &Op) {
+        match *op {
+            Op::Observe { fenced, barriered } => {
+                self.seqs.fenced.fetch_max(fenced, Ordering::Relaxed);
+                self.seqs.barriered.fetch_max(barriered, Ordering::Relaxed);
+                self.pool.promote(&self.seqs);
+            }
+            Op::SyncPoint => self.pool.sync_point(&self.driver, &self.seqs),
+            Op::Alloc { .. } | Op::Free { .. } => {}
+        }
+    }
+    fn driver(&self) -> &Driver {
+        &self.driver
+    }
+    fn allocated(&self) -> u64 {
+        self.pool.stats.allocated.current
+    }
+    fn cached(&self) -> u64 {
+        self.pool.cached()
+    }
+    fn check(&self) -> Result<(), String> {
+        self.pool.check()?;
+        let reserved = self.driver.counters().reserved;
+        if self.pool.stats.reserved.current != reserved {
+            return Err(format!(
+                "pool reserved {} != driver {reserved}",
+                self.pool.stats.reserved.current
+            ));
+        }
+        Ok(())
+    }
+}

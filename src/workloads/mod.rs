@@ -1,0 +1,346 @@
+//! Workloads: the allocation requests of a program, as a stream the pool and the policies it is
+//! compared with (`crate::policies`) replay. Three generators, seeded and deterministic —
+//! `training` (GPT-2 small), `inference` (serving with growing KV caches), `random` (RMM's
+//! `random_allocations`) — and `from_records`, which takes the requests out of any trace
+//! recorded with `GPUPOOL_TRACE`. `record` turns a generated stream into such a trace, so the
+//! `gpupool-trace` tools read both alike.
+
+pub mod inference;
+pub mod random;
+pub mod record;
+pub mod rng;
+pub mod training;
+
+use std::collections::HashMap;
+
+use crate::pool::trace::{Kind as RecordKind, Record};
+use crate::pool::{Addr, Need};
+
+/// One step of the program, as the allocator sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// The program asks for `size` bytes; the block is called `slot` until it is freed (slots
+    /// are dense and reused, so a replay keeps its addresses in a vector).
+    Alloc { slot: u32, size: u64 },
+    /// The program frees `slot`'s block; `need` is what the recording pool made its reuse wait
+    /// for (`Need::Nothing` in generated workloads: stream-ordered, as PyTorch's allocator
+    /// assumes). Only our pool looks at it.
+    Free { slot: u32, need: Need },
+    /// The program synchronized: blocks freed before these fence and barrier sequence numbers
+    /// are safe to reuse (recorded traces only; only our pool looks at it).
+    Observe { fenced: u64, barriered: u64 },
+    /// A synchronization at which a release threshold applies (recorded traces only).
+    SyncPoint,
+}
+
+/// A request stream and what comes with it.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub name: String,
+    pub ops: Vec<Op>,
+    /// How many slots the stream uses (one more than the highest).
+    pub slots: u32,
+    /// The device capacity the workload is defined with (RMM's 16 GiB), if any.
+    pub capacity: Option<u64>,
+}
+
+impl Workload {
+    /// Allocation requests in the stream.
+    pub fn requests(&self) -> u64 {
+        self.ops
+            .iter()
+            .filter(|o| matches!(o, Op::Alloc { .. }))
+            .count() as u64
+    }
+
+    /// The most bytes the program held at once, as requested (no rounding).
+    pub fn peak_requested(&self) -> u64 {
+        let mut sizes = vec![0u64; self.slots as usize];
+        let (mut cur, mut peak) = (0u64, 0u64);
+        for op in &self.ops {
+            match *op {
+                Op::Alloc { slot, size } => {
+                    sizes[slot as usize] = size;
+                    cur += size;
+                    peak = peak.max(cur);
+                }
+                Op::Free { slot, .. } => cur -= std::mem::take(&mut sizes[slot as usize]),
+                _ => {}
+            }
+        }
+        peak
+    }
+}
+
+/// A block a generator holds; freeing it consumes it, so a generator cannot free twice.
+#[derive(Debug)]
+#[must_use = "a block must be freed or kept"]
+pub struct Block {
+    slot: u32,
+    pub size: u64,
+}
+
+/// What generators write their programs against.
+pub struct Program {
+    ops: Vec<Op>,
+    vacant: Vec<u32>,
+    slots: u32,
+}
+
+impl Program {
+    pub fn new() -> Program {
+        Program {
+            ops: Vec::new(),
+            vacant: Vec::new(),
+            slots: 0,
+        }
+    }
+
+    pub fn alloc(&mut self, size: u64) -> Block {
+        let slot = self.vacant.pop().unwrap_or_else(|| {
+            self.slots += 1;
+            self.slots - 1
+        });
+        self.ops.push(Op::Alloc { slot, size });
+        Block { slot, size }
+    }
+
+    pub fn free(&mut self, b: Block) {
+        self.free_after(b, Need::Nothing);
+    }
+
+    /// Free `b`, recording that its reuse waited for `need` (recorded traces).
+    pub fn free_after(&mut self, b: Block, need: Need) {
+        self.ops.push(Op::Free { slot: b.slot, need });
+        self.vacant.push(b.slot);
+    }
+
+    pub fn free_all(&mut self, blocks: impl IntoIterator<Item = Block>) {
+        for b in blocks {
+            self.free(b);
+        }
+    }
+
+    pub fn finish(self, name: String, capacity: Option<u64>) -> Workload {
+        Workload {
+            name,
+            ops: self.ops,
+            slots: self.slots,
+            capacity,
+        }
+    }
+}
+
+impl Default for Program {
+    fn default() -> Self {
+        Program::new()
+    }
+}
+
+/// The generated workloads, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `steps` training steps of GPT-2 small.
+    Training { steps: u32 },
+    /// `requests` inference requests.
+    Inference { requests: u32 },
+    /// RMM's random allocations: `ops` operations, sizes uniform in 1..=`max_size`.
+    Random { max_size: u64, ops: u64 },
+}
+
+impl Kind {
+    /// A workload by name: `training[:STEPS]` (default 6), `inference[:REQUESTS]` (200),
+    /// `random[:MAX_SIZE[:OPS]]` (64MiB, 10000). `None` when `spec` names none of them; an error
+    /// when it does with a bad parameter.
+    pub fn parse(spec: &str) -> Option<Result<Kind, String>> {
+        let mut parts = spec.split(':');
+        let name = parts.next().unwrap_or("");
+        let params: Vec<&str> = parts.collect();
+        let count = |v: Option<&&str>, default: u64| -> Result<u64, String> {
+            match v {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&n| n > 0 && n <= 10_000_000)
+                    .ok_or_else(|| format!("bad count {v:?} in {spec:?}")),
+            }
+        };
+        let max = |n: usize| -> Result<(), String> {
+            if params.len() > n {
+                Err(format!("too many parameters in {spec:?}"))
+            } else {
+                Ok(())
+            }
+        };
+        Some(match name {
+            "training" => max(1)
+                .and_then(|()| count(params.first(), 6))
+                .map(|n| Kind::Training { steps: n as u32 }),
+            "inference" => max(1)
+                .and_then(|()| count(params.first(), 200))
+                .map(|n| Kind::Inference { requests: n as u32 }),
+            "random" => max(2).and_then(|()| {
+                let max_size = match params.first() {
+                    None => 64 << 20,
+                    Some(v) => crate::config::parse_bytes(v.as_bytes())
+                        .filter(|&b| b > 0 && b <= 1 << 40)
+                        .ok_or_else(|| format!("bad size {v:?} in {spec:?}"))?,
+                };
+                let ops = count(params.get(1), 10_000)?;
+                Ok(Kind::Random { max_size, ops })
+            }),
+            _ => return None,
+        })
+    }
+
+    pub fn generate(self, seed: u64) -> Workload {
+        match self {
+            Kind::Training { steps } => training::generate(seed, steps),
+            Kind::Inference { requests } => inference::generate(seed, requests),
+            Kind::Random { max_size, ops } => random::generate(seed, max_size, ops),
+        }
+    }
+}
+
+/// What a free's recorded code says its reuse waited for.
+fn need_from_code(code: u64) -> Need {
+    match code {
+        0 => Need::Nothing,
+        1 => Need::Barrier,
+        _ => Need::Fence,
+    }
+}
+
+/// The request streams of a recorded trace, one per device (in device order). Allocations the
+/// live run failed are left out (the program never held them); frees of unknown addresses are
+/// ignored; a device reset frees every live block.
+pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
+    struct Dev {
+        p: Program,
+        live: HashMap<Addr, Block>,
+    }
+    let mut devs: Vec<Option<Dev>> = (0..256).map(|_| None).collect();
+    for r in records {
+        let d = devs[usize::from(r.device)].get_or_insert_with(|| Dev {
+            p: Program::new(),
+            live: HashMap::new(),
+        });
+        match r.kind {
+            RecordKind::Alloc => {
+                let b = d.p.alloc(r.a);
+                if let Some(old) = d.live.insert(r.b, b) {
+                    // An address handed out twice without a free between: a corrupt trace.
+                    d.p.free(old);
+                }
+            }
+            RecordKind::Free => {
+                if let Some(b) = d.live.remove(&r.a) {
+                    d.p.free_after(b, need_from_code(r.b));
+                }
+            }
+            RecordKind::Observe => d.p.ops.push(Op::Observe {
+                fenced: r.a,
+                barriered: r.b,
+            }),
+            RecordKind::SyncPoint => d.p.ops.push(Op::SyncPoint),
+            RecordKind::Reset => {
+                let mut live: Vec<(Addr, Block)> = d.live.drain().collect();
+                live.sort_by_key(|e| e.0);
+                d.p.free_all(live.into_iter().map(|e| e.1));
+            }
+            _ => {}
+        }
+    }
+    devs.into_iter()
+        .enumerate()
+        .filter_map(|(i, d)| {
+            let d = d?;
+            let dev = i as u8;
+            Some((dev, d.p.finish(format!("{name} (device {dev})"), None)))
+        })
+        .collect()
+}
+
+/// Binary units for sizes in generators.
+pub const KIB: u64 = 1 << 10;
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse() {
+        assert_eq!(
+            Kind::parse("training"),
+            Some(Ok(Kind::Training { steps: 6 }))
+        );
+        assert_eq!(
+            Kind::parse("inference:7"),
+            Some(Ok(Kind::Inference { requests: 7 }))
+        );
+        assert_eq!(
+            Kind::parse("random:1GiB:100000"),
+            Some(Ok(Kind::Random {
+                max_size: GIB,
+                ops: 100_000
+            }))
+        );
+        assert_eq!(Kind::parse("trace.bin"), None);
+        for bad in [
+            "training:0",
+            "training:x",
+            "random:0",
+            "random:1MiB:5:6",
+            "inference:1:2",
+        ] {
+            assert!(matches!(Kind::parse(bad), Some(Err(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn program_reuses_slots_and_counts_peaks() {
+        let mut p = Program::new();
+        let a = p.alloc(100);
+        let b = p.alloc(50);
+        p.free(a);
+        let c = p.alloc(10);
+        p.free_all([b, c]);
+        let w = p.finish("t".into(), None);
+        assert_eq!(w.slots, 2);
+        assert_eq!(w.requests(), 3);
+        assert_eq!(w.peak_requested(), 150);
+        assert_eq!(w.ops[3], Op::Alloc { slot: 0, size: 10 });
+    }
+
+    #[test]
+    fn generated_workloads_are_deterministic() {
+        for k in [
+            Kind::Training { steps: 2 },
+            Kind::Inference { requests: 10 },
+            Kind::Random {
+                max_size: MIB,
+                ops: 2000,
+            },
+        ] {
+            let a = k.generate(3);
+            assert_eq!(a.ops, k.generate(3).ops, "{k:?}");
+            assert!(a.requests() > 100, "{k:?}");
+            // Every block is freed by the end.
+            let allocs = a.requests() as usize;
+            let frees = a
+                .ops
+                .iter()
+                .filter(|o| matches!(o, Op::Free { .. }))
+                .count();
+            assert_eq!(allocs, frees, "{k:?}");
+        }
+        let r = Kind::Random {
+            max_size: MIB,
+            ops: 2000,
+        };
+        assert_ne!(r.generate(1).ops, r.generate(2).ops);
+    }
+}

@@ -1,0 +1,105 @@
+//! A request stream as the trace `GPUPOOL_TRACE` would have recorded had the program run under
+//! the pool in `relaxed` mode (stream-ordered reuse, what PyTorch's allocator assumes): the
+//! pool's own decisions (segments, releases) included, so `gpupool-trace stats`, `replay`,
+//! `plot` and `compare` read a generated workload as they read a recorded one, and a replay with
+//! the recorded settings reproduces it exactly. Time is synthetic — one microsecond per
+//! operation — so the same seed gives the same bytes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::{Op, Workload};
+use crate::pool::backend::{Addr, Backend, CudaError};
+use crate::pool::device::{DevicePool, Policy};
+use crate::pool::trace::{TraceBuf, TraceSink, MAGIC, RECORD_SIZE};
+use crate::pool::{FreeKind, Seqs};
+
+/// Nanoseconds of synthetic time per operation.
+pub const NS_PER_OP: u64 = 1000;
+
+#[derive(Default)]
+struct Sink(Mutex<Vec<u8>>);
+
+impl TraceSink for Sink {
+    fn write(&self, bytes: &[u8]) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(bytes);
+    }
+}
+
+/// Addresses in order, 2 MiB aligned, never reused; no capacity.
+struct Bump(AtomicU64);
+
+impl Backend for Bump {
+    fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        let step = bytes
+            .checked_next_multiple_of(2 << 20)
+            .ok_or(CudaError::MEMORY_ALLOCATION)?;
+        Ok(self.0.fetch_add(step, Ordering::Relaxed))
+    }
+    fn free_segment(&self, _device: u32, _addr: Addr) -> Result<(), CudaError> {
+        Ok(())
+    }
+    fn fence(&self, _device: u32) -> Result<(), CudaError> {
+        Ok(())
+    }
+    fn barrier(&self, _device: u32) -> Result<(), CudaError> {
+        Ok(())
+    }
+    fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
+        Ok((u64::MAX / 2, u64::MAX / 2))
+    }
+}
+
+/// The trace file's bytes for `w` on device 0, with the pool's default settings.
+pub fn to_trace(w: &Workload) -> Vec<u8> {
+    let sink = Arc::new(Sink::default());
+    let policy = Policy {
+        max_split_size: u64::MAX,
+        fence_bytes: 256 << 20,
+    };
+    let backend = Bump(AtomicU64::new(1 << 40));
+    let seqs = Seqs::default();
+    let mut pool = DevicePool::new(0, u64::MAX);
+    let dyn_sink: Arc<dyn TraceSink> = sink.clone();
+    pool.set_trace(TraceBuf::new(dyn_sink, Instant::now(), 0), &policy, 2);
+    let mut addrs: Vec<Option<Addr>> = vec![None; w.slots as usize];
+    let mut out = MAGIC.to_vec();
+    let mut stamp = |pool: &mut DevicePool, t: u64| {
+        pool.flush_trace();
+        let mut buf = sink.0.lock().unwrap_or_else(|e| e.into_inner());
+        for rec in buf.chunks_exact_mut(RECORD_SIZE) {
+            rec[..8].copy_from_slice(&t.to_le_bytes());
+        }
+        out.extend_from_slice(&buf);
+        buf.clear();
+    };
+    stamp(&mut pool, 0);
+    for (i, op) in w.ops.iter().enumerate() {
+        match *op {
+            Op::Alloc { slot, size } => {
+                addrs[slot as usize] = pool.alloc(size, &backend, &seqs, &policy).ok();
+            }
+            Op::Free { slot, need } => {
+                if let Some(addr) = addrs[slot as usize].take() {
+                    pool.free(addr, FreeKind::Sync, need, || {
+                        let s = seqs.freed.load(Ordering::Relaxed);
+                        seqs.freed.store(s + 1, Ordering::Relaxed);
+                        s
+                    });
+                }
+            }
+            Op::Observe { fenced, barriered } => {
+                seqs.fenced.fetch_max(fenced, Ordering::Relaxed);
+                seqs.barriered.fetch_max(barriered, Ordering::Relaxed);
+                pool.promote(&seqs);
+            }
+            Op::SyncPoint => pool.sync_point(&backend, &seqs),
+        }
+        stamp(&mut pool, (i as u64 + 1) * NS_PER_OP);
+    }
+    out
+}

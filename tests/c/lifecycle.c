@@ -1,0 +1,194 @@
+/* Process lifecycle under the pool: fork while other threads allocate, exit and _exit while
+ * threads are inside the pool, CUDA from a static constructor before main, and dlopen/dlclose of
+ * a library that uses CUDA.
+ *
+ * usage: lifecycle fork exit|_exit|exec|cuda ROUNDS
+ *        lifecycle exit-storm|_exit-storm
+ *        lifecycle ctor
+ *        lifecycle dlopen LIBRARY ROUNDS
+ * Every wait has a deadline: a child that does not finish in time is killed and reported as a
+ * deadlock. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define THREADS 4
+
+static volatile int g_stop;
+static int g_devices = 1;
+static void *g_ctor_block;
+
+/* Before main: the pool starts from a constructor of the program. */
+__attribute__((constructor)) static void early(void)
+{
+    if (getenv("LIFECYCLE_CTOR") == NULL)
+        return;
+    CHECK_CUDA(cudaMalloc(&g_ctor_block, 4096));
+    tag_block(g_ctor_block, 4096, 0x5C);
+}
+
+static void *storm(void *arg)
+{
+    uint64_t rng = 0x1234567ull + (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull;
+    while (!g_stop) {
+        int dev = (int)(rng_next(&rng) % (uint64_t)g_devices);
+        size_t n = (size_t)(rng_next(&rng) % (96u << 10)) + 1;
+        unsigned char tag = (unsigned char)(rng_next(&rng) % 255 + 1);
+        void *p;
+        CHECK_CUDA(cudaSetDevice(dev));
+        CHECK_CUDA(cudaMalloc(&p, n));
+        tag_block(p, n < 4096 ? n : 4096, tag);
+        check_tag(p, n < 4096 ? n : 4096, tag);
+        CHECK_CUDA(cudaFree(p));
+    }
+    return NULL;
+}
+
+static void start_storm(pthread_t *tid)
+{
+    int count = 0;
+    for (int t = 0; t < THREADS; t++)
+        CHECK(pthread_create(&tid[t], NULL, storm, (void *)(uintptr_t)t) == 0, "thread");
+    /* Let every thread get going (the pool exists and is busy). */
+    while (count < 3) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        count++;
+    }
+}
+
+static void stop_storm(pthread_t *tid)
+{
+    g_stop = 1;
+    for (int t = 0; t < THREADS; t++)
+        pthread_join(tid[t], NULL);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Wait for `pid` at most `seconds`; a child still running then is killed: a deadlock. */
+static int wait_child(pid_t pid, double seconds, const char *what)
+{
+    double deadline = now() + seconds;
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        CHECK(r >= 0, "waitpid");
+        if (r == pid)
+            break;
+        if (now() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            CHECK(0, "%s: child %d did not finish in %.0f s (deadlock)", what, (int)pid, seconds);
+        }
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK(WIFEXITED(status), "%s: child ended by signal %d", what,
+          WIFSIGNALED(status) ? WTERMSIG(status) : -1);
+    return WEXITSTATUS(status);
+}
+
+/* In a forked child: the runtime's answers, and no deadlock. */
+static void child_uses_cuda(void)
+{
+    void *p = NULL;
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&p, 100000));
+    tag_block(p, 100000, 0x7E);
+    check_tag(p, 100000, 0x7E);
+    CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK(cudaFree((void *)0x7777000) == cudaErrorInvalidValue, "wild free in the child");
+    cudaGetLastError();
+}
+
+static int fork_rounds(const char *how, int rounds)
+{
+    pthread_t tid[THREADS];
+    start_storm(tid);
+    for (int i = 0; i < rounds; i++) {
+        pid_t pid = fork();
+        CHECK(pid >= 0, "fork");
+        if (pid == 0) {
+            if (strcmp(how, "exit") == 0)
+                exit(0);
+            if (strcmp(how, "_exit") == 0)
+                _exit(0);
+            if (strcmp(how, "exec") == 0) {
+                execl("/bin/true", "true", (char *)NULL);
+                _exit(127);
+            }
+            child_uses_cuda();
+            exit(0);
+        }
+        CHECK(wait_child(pid, 20, how) == 0, "child %d (%s) failed", i, how);
+    }
+    stop_storm(tid);
+    printf("fork %s ok: %d children\n", how, rounds);
+    return 0;
+}
+
+typedef int (*steps_fn)(int, size_t);
+
+static int dlopen_rounds(const char *lib, int rounds)
+{
+    void *mine;
+    for (int i = 0; i < rounds; i++) {
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        CHECK(h != NULL, "dlopen %s: %s", lib, dlerror());
+        steps_fn steps = (steps_fn)dlsym(h, "fw_train_steps");
+        CHECK(steps != NULL, "dlsym fw_train_steps");
+        CHECK(steps(50, (size_t)(i + 1) * 10000) == 0, "fw_train_steps in round %d", i);
+        CHECK(dlclose(h) == 0, "dlclose");
+        /* The program's own allocations still work between loads. */
+        CHECK_CUDA(cudaMalloc(&mine, 5000));
+        tag_block(mine, 5000, 0x42);
+        check_tag(mine, 5000, 0x42);
+        CHECK_CUDA(cudaFree(mine));
+    }
+    printf("dlopen ok: %d rounds\n", rounds);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int count = 0;
+    CHECK(argc >= 2, "usage: lifecycle MODE ...");
+    CHECK_CUDA(cudaGetDeviceCount(&count));
+    g_devices = count > 1 ? 2 : 1;
+    const char *mode = argv[1];
+    if (strcmp(mode, "fork") == 0 && argc >= 4)
+        return fork_rounds(argv[2], atoi(argv[3]));
+    if (strcmp(mode, "exit-storm") == 0 || strcmp(mode, "_exit-storm") == 0) {
+        pthread_t tid[THREADS];
+        start_storm(tid);
+        printf("exiting with threads inside the pool\n");
+        fflush(stdout);
+        if (mode[0] == '_')
+            _exit(0);
+        exit(0);
+    }
+    if (strcmp(mode, "ctor") == 0) {
+        CHECK(g_ctor_block != NULL, "the constructor did not allocate (set LIFECYCLE_CTOR)");
+        check_tag(g_ctor_block, 4096, 0x5C);
+        CHECK_CUDA(cudaFree(g_ctor_block));
+        printf("ctor ok\n");
+        return 0;
+    }
+    if (strcmp(mode, "dlopen") == 0 && argc >= 4)
+        return dlopen_rounds(argv[2], atoi(argv[3]));
+    CHECK(0, "unknown mode %s", mode);
+    return 1;
+}

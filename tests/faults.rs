@@ -1,0 +1,97 @@
+//! Fault injection through the simulator: the N-th call of each runtime function the pool uses
+//! (`cudaMalloc` for segments, `cudaFree` to release them, `cudaDeviceSynchronize` as the fence,
+//! `cudaEventCreateWithFlags` + `cudaStreamWaitEvent` as the barrier, `cudaMemGetInfo` for
+//! samples) fails with each error the runtime can return. `tests/c/faults.c` checks, with and
+//! without the pool, that a failing call the program makes gives exactly the runtime's answer
+//! (return code and `cudaGetLastError`), that a failing call the pool makes on its own leaves no
+//! error behind and hands out no block still used by a kernel, and that the pool's figures then
+//! agree with the runtime's and later calls work.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::PathBuf;
+
+use sim::Sim;
+use support::{output_within, pooled, root, texts, unpooled};
+
+const FUNCTIONS: &[&str] = &[
+    "cudaMalloc",
+    "cudaFree",
+    "cudaDeviceSynchronize",
+    "cudaEventCreateWithFlags",
+    "cudaStreamWaitEvent",
+    "cudaMemGetInfo",
+];
+
+/// Errors a runtime call can return: invalid value, out of memory, initialization error,
+/// insufficient driver, no device, invalid device, illegal address (sticky on a GPU), unknown.
+const ERRORS: &[i32] = &[1, 2, 3, 35, 100, 101, 700, 999];
+
+fn program() -> PathBuf {
+    let include = root().join("include");
+    let flag = format!("-I{}", include.display());
+    Sim::get().compile(&root().join("tests/c/faults.c"), &[&flag])
+}
+
+/// The settings under which the pool makes the call in question on its own.
+fn env_for(function: &str) -> Vec<(&'static str, &'static str)> {
+    match function {
+        "cudaFree" => vec![("GPUPOOL_RELEASE_THRESHOLD", "0")],
+        "cudaDeviceSynchronize" => {
+            vec![("GPUPOOL_REUSE", "strict"), ("GPUPOOL_FENCE_BYTES", "8MiB")]
+        }
+        "cudaEventCreateWithFlags" | "cudaStreamWaitEvent" => vec![("GPUPOOL_REUSE", "barrier")],
+        _ => vec![],
+    }
+}
+
+#[test]
+fn every_runtime_failure_gives_the_runtimes_answer_and_leaves_the_pool_consistent() {
+    let exe = program();
+    let cases: Vec<(&str, i32, bool)> = FUNCTIONS
+        .iter()
+        .flat_map(|&f| {
+            ERRORS
+                .iter()
+                .flat_map(move |&e| [(f, e, true), (f, e, false)])
+        })
+        .collect();
+    // Eight at a time: each run waits for a few simulated kernels.
+    let failures: Vec<String> = std::thread::scope(|s| {
+        cases
+            .chunks(cases.len().div_ceil(8))
+            .map(|chunk| {
+                let exe = &exe;
+                s.spawn(move || {
+                    let mut bad = Vec::new();
+                    for &(function, error, with_pool) in chunk {
+                        let err = error.to_string();
+                        let args = [function, err.as_str()];
+                        let env = env_for(function);
+                        let mut cmd = if with_pool {
+                            pooled(exe, &args, &env)
+                        } else {
+                            unpooled(exe, &args, &env)
+                        };
+                        let out = output_within(&mut cmd, 60);
+                        let (stdout, stderr) = texts(&out);
+                        if !out.status.success() {
+                            bad.push(format!(
+                                "faults {function} {error} ({}): {}\n{stdout}{stderr}",
+                                if with_pool { "pooled" } else { "runtime" },
+                                out.status
+                            ));
+                        }
+                    }
+                    bad
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .flat_map(|h| h.join().expect("runner thread"))
+            .collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,0 +1,150 @@
+//! Hostile input from outside the program: every `GPUPOOL_*` variable with garbage, negative,
+//! huge, empty and non-UTF-8 values (one warning line each at most, exactly as many as the
+//! parser reports; defaults used; the program runs), summary and trace paths that cannot be
+//! written (missing directory, a directory, a symbolic link, `/dev/full`, a full file system),
+//! and hostile arguments across two devices (`tests/c/hostile.c`).
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+use gpupool::config::{Config, VARIABLES};
+use support::{c_program, ok, pooled, scratch};
+
+const VALUES: &[&[u8]] = &[
+    b"zzz",
+    b"-5",
+    b"-1GiB",
+    b"99999999999999999999999999TiB",
+    b"1e400",
+    b"18446744073709551616",
+    b"",
+    b"\t",
+    &[0xfe, 0xff],
+    b"50%%",
+    b"always:",
+];
+
+/// The pool's warning lines about the value of `var`.
+fn warnings_about(stderr: &str, var: &str) -> usize {
+    let prefix = format!("gpupool: {var}=");
+    stderr.lines().filter(|l| l.starts_with(&prefix)).count()
+}
+
+#[test]
+fn every_variable_with_a_bad_value_warns_at_most_once_and_the_program_runs() {
+    let exe = c_program("hostile");
+    let dir = scratch("hostile-env");
+    for &var in VARIABLES {
+        for &value in VALUES {
+            let (_, expected) = Config::parse(|name| (name == var).then(|| value.to_vec()));
+            assert!(expected.len() <= 1, "{var}={value:?}: {expected:?}");
+            let mut cmd = pooled(&exe, &[], &[]);
+            cmd.env(var, OsStr::from_bytes(value)).current_dir(&dir);
+            let (out, err) = ok(&mut cmd);
+            assert!(out.contains("hostile ok"), "{var}={value:?}: {out}");
+            assert_eq!(
+                warnings_about(&err, var),
+                expected.len(),
+                "{var}={:?}: expected {expected:?}, got:\n{err}",
+                String::from_utf8_lossy(value)
+            );
+        }
+    }
+    // The numeric and enumerated settings reject garbage with one line each.
+    for var in [
+        "GPUPOOL_RELEASE_THRESHOLD",
+        "GPUPOOL_REUSE",
+        "GPUPOOL_MAX_SPLIT_SIZE",
+        "GPUPOOL_FENCE_BYTES",
+        "GPUPOOL_SUMMARY_INTERVAL",
+        "GPUPOOL_DISABLE",
+    ] {
+        for value in [&b"zzz"[..], b"-5GiB", &[0xfe, 0xff]] {
+            let (c, w) = Config::parse(|name| (name == var).then(|| value.to_vec()));
+            assert_eq!(w.len(), 1, "{var}={value:?}");
+            assert_eq!(c, Config::default(), "{var}={value:?}: defaults not kept");
+        }
+    }
+}
+
+#[test]
+fn hostile_arguments_across_two_devices() {
+    let mut cmd = pooled(&c_program("hostile"), &[], &[("CUDASIM_DEVICES", "2")]);
+    let (out, _) = ok(&mut cmd);
+    assert!(
+        out.contains("cross-device ok") && out.contains("hostile ok"),
+        "{out}"
+    );
+}
+
+/// Runs a small churn with `var=path`; returns the pool's stderr lines.
+fn churn_with(var: &str, path: &Path) -> Vec<String> {
+    let mut cmd = pooled(&c_program("churn"), &["2", "200", "1"], &[]);
+    cmd.env(var, path.as_os_str());
+    let (out, err) = ok(&mut cmd);
+    assert!(out.contains("churn ok"), "{out}");
+    err.lines()
+        .filter(|l| l.starts_with("gpupool:"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn unwritable_summary_and_trace_paths_give_one_warning_and_the_program_runs() {
+    let dir = scratch("bad-paths");
+    let target = dir.join("elsewhere.txt");
+    std::fs::write(&target, "keep me").expect("write");
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let missing = Path::new("/nonexistent-gpupool-dir/summary.txt");
+    for var in ["GPUPOOL_SUMMARY", "GPUPOOL_TRACE"] {
+        for path in [missing, dir.as_path(), Path::new("/dev/full")] {
+            let lines = churn_with(var, path);
+            assert_eq!(lines.len(), 1, "{var}={}: {lines:?}", path.display());
+        }
+    }
+    // A symbolic link is never written through: the trace refuses it (one warning), the summary
+    // replaces the link (tests/report.rs checks that in detail).
+    assert_eq!(churn_with("GPUPOOL_TRACE", &link).len(), 1);
+    assert!(churn_with("GPUPOOL_SUMMARY", &link).is_empty());
+    assert_eq!(std::fs::read_to_string(&target).expect("read"), "keep me");
+    // A device at the path is written to, never replaced (as root, a rename would replace it).
+    let full = std::fs::symlink_metadata("/dev/full").expect("/dev/full");
+    assert!(full.file_type().is_char_device(), "/dev/full was replaced");
+    assert!(churn_with("GPUPOOL_SUMMARY", Path::new("/dev/null")).is_empty());
+    let null = std::fs::symlink_metadata("/dev/null").expect("/dev/null");
+    assert!(null.file_type().is_char_device(), "/dev/null was replaced");
+}
+
+#[test]
+fn a_full_file_system_gives_one_warning() {
+    let dir = scratch("full-fs");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&dir)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a small tmpfs here (needs privileges)");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&dir);
+    // Fill it.
+    let _ = std::fs::write(dir.join("filler"), vec![0u8; 1 << 20]);
+    for var in ["GPUPOOL_SUMMARY", "GPUPOOL_TRACE"] {
+        let lines = churn_with(var, &dir.join("out.txt"));
+        assert_eq!(lines.len(), 1, "{var} on a full file system: {lines:?}");
+    }
+}

@@ -1,0 +1,736 @@
+//! Model-based property tests of the pool core (`gpupool::pool`, no FFI): random sequences of
+//! allocate / free / free-async / fence (a program synchronization) / barrier (a program action
+//! on the legacy stream) / release point / empty-cache / set-threshold / device-reset / wild
+//! frees / injected backend failures on three devices, run against a model driver, and checked
+//! after every step against a simple reference model:
+//!
+//! - the pool's own structural check (`Pool::check`);
+//! - no two live blocks overlap; every live block lies inside a segment the driver handed out to
+//!   that device; every pointer is 512-byte aligned;
+//! - reserved = the driver's segments of the device, allocated = the live blocks' rounded sizes,
+//!   cached = reserved − allocated ≥ pending;
+//! - a segment is never given back while a live block lies in it (checked inside the driver);
+//! - after each release point (an allocation, a program synchronization, `sync_point`,
+//!   `empty_cache` with threshold 0) and unless the driver refused a release in that step:
+//!   cached ≤ threshold, or every segment still holding cached memory also holds a live block
+//!   (the pool releases whole segments only: this is exactly what it guarantees);
+//! - a block freed in `strict` mode (or on a non-blocking stream, or in `barrier` mode after a
+//!   non-blocking stream was seen) is not handed out again before a fence (the pool's or the
+//!   program's) that started after the free; one freed in `barrier` mode (or asynchronously on a
+//!   blocking stream in `relaxed` mode) not before a barrier or fence; `relaxed` synchronous
+//!   frees at once;
+//! - an allocation fails only with an error the driver gave for a segment allocation in that
+//!   step, or with out-of-memory when the request (rounded) does not fit beside the segments
+//!   that still hold live blocks; a failed fence, barrier or memory sample never fails it;
+//! - a wild, interior or double free is refused and changes nothing.
+//!
+//! Deterministic: the seed is fixed (`GPUPOOL_PROPTEST_SEED` overrides it, `PROPTEST_CASES` the
+//! number of sequences); a failure prints the seed and the shortest sequence proptest shrank it
+//! to.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use gpupool::config::{ReuseMode, Threshold};
+use gpupool::pool::{Addr, Backend, CudaError, FreeKind, FreeOutcome, Policy, Pool, Settings};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+
+const DEVICES: u32 = 3;
+const MIB: u64 = 1 << 20;
+const CAPACITY: u64 = 160 * MIB;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Call {
+    Malloc,
+    Free,
+    Fence,
+    Barrier,
+    MemInfo,
+}
+
+#[derive(Default)]
+struct DriverState {
+    next: Addr,
+    /// Segments handed out: base → (device, bytes).
+    segments: BTreeMap<Addr, (u32, u64)>,
+    /// The next call of each kind fails with this code.
+    armed: HashMap<Call, i32>,
+    /// Failures delivered during the current step.
+    delivered: Vec<(Call, i32)>,
+    /// The step being run, and per device the last step in which a fence / barrier succeeded.
+    clock: u64,
+    last_fence: [u64; DEVICES as usize],
+    last_barrier: [u64; DEVICES as usize],
+    /// The reference model's live blocks (base → (device, rounded bytes)), to catch a segment
+    /// released with a live block in it.
+    live: BTreeMap<Addr, (u32, u64)>,
+    violations: Vec<String>,
+}
+
+/// The model driver: a capacity per device, never-reused addresses, injected failures.
+struct Driver(Mutex<DriverState>);
+
+impl Driver {
+    fn new() -> Self {
+        Driver(Mutex::new(DriverState {
+            next: 1 << 40,
+            ..DriverState::default()
+        }))
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut DriverState) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn used(s: &DriverState, device: u32) -> u64 {
+        s.segments
+            .values()
+            .filter(|v| v.0 == device)
+            .map(|v| v.1)
+            .sum()
+    }
+
+    /// A failure armed for this call, delivered now.
+    fn fault(s: &mut DriverState, call: Call) -> Result<(), CudaError> {
+        match s.armed.remove(&call) {
+            Some(code) => {
+                s.delivered.push((call, code));
+                Err(CudaError(code))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Backend for Driver {
+    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        self.with(|s| {
+            Self::fault(s, Call::Malloc)?;
+            if !Self::used(s, device)
+                .checked_add(bytes)
+                .is_some_and(|t| t <= CAPACITY)
+            {
+                return Err(CudaError::MEMORY_ALLOCATION);
+            }
+            let addr = s.next;
+            s.next += bytes.div_ceil(2 * MIB) * 2 * MIB + 2 * MIB;
+            s.segments.insert(addr, (device, bytes));
+            Ok(addr)
+        })
+    }
+
+    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
+        self.with(|s| {
+            Self::fault(s, Call::Free)?;
+            let Some(&(dev, bytes)) = s.segments.get(&addr) else {
+                s.violations
+                    .push(format!("released {addr:#x}, not a segment of the driver"));
+                return Err(CudaError::INVALID_VALUE);
+            };
+            if dev != device {
+                s.violations.push(format!(
+                    "released segment {addr:#x} of device {dev} as device {device}'s"
+                ));
+            }
+            if let Some((b, _)) = s.live.range(addr..addr + bytes).next() {
+                s.violations.push(format!(
+                    "released segment {addr:#x}+{bytes} with live block {b:#x} in it"
+                ));
+            }
+            s.segments.remove(&addr);
+            Ok(())
+        })
+    }
+
+    fn fence(&self, device: u32) -> Result<(), CudaError> {
+        self.with(|s| {
+            Self::fault(s, Call::Fence)?;
+            s.last_fence[device as usize] = s.clock;
+            Ok(())
+        })
+    }
+
+    fn barrier(&self, device: u32) -> Result<(), CudaError> {
+        self.with(|s| {
+            Self::fault(s, Call::Barrier)?;
+            s.last_barrier[device as usize] = s.clock;
+            Ok(())
+        })
+    }
+
+    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
+        self.with(|s| {
+            Self::fault(s, Call::MemInfo)?;
+            Ok((CAPACITY - Self::used(s, device), CAPACITY))
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Wild {
+    /// Inside a live block, not its start.
+    Interior,
+    /// A block already freed (and not handed out again).
+    Double,
+    /// An address no one handed out.
+    Random,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc {
+        dev: u32,
+        size: u64,
+    },
+    /// Free the `pick`-th live block (modulo their number) with `current` the current device.
+    Free {
+        pick: usize,
+        current: u32,
+    },
+    FreeAsync {
+        pick: usize,
+        current: u32,
+        blocking: bool,
+    },
+    /// The program's `cudaDeviceSynchronize` on `dev`.
+    Fence {
+        dev: u32,
+    },
+    /// A program action on `dev`'s legacy stream (a kernel launch).
+    Barrier {
+        dev: u32,
+    },
+    /// A program stream/event synchronization: the release threshold applies.
+    Release {
+        dev: u32,
+    },
+    EmptyCache {
+        dev: u32,
+    },
+    SetThreshold {
+        bytes: u64,
+    },
+    SetDeviceThreshold {
+        dev: u32,
+        bytes: u64,
+    },
+    Reset {
+        dev: u32,
+    },
+    NonBlockingStream,
+    WildFree {
+        how: Wild,
+        pick: usize,
+    },
+    /// The next call of this kind fails with `code`.
+    Fail {
+        call: Call,
+        code: i32,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Setup {
+    reuse: ReuseMode,
+    threshold: Threshold,
+    max_split_size: u64,
+    fence_bytes: u64,
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    (
+        prop_oneof![
+            Just(ReuseMode::Strict),
+            Just(ReuseMode::Barrier),
+            Just(ReuseMode::Relaxed)
+        ],
+        prop_oneof![
+            Just(Threshold::KeepAll),
+            Just(Threshold::Bytes(0)),
+            Just(Threshold::Bytes(4 * MIB)),
+            Just(Threshold::Bytes(40 * MIB)),
+            Just(Threshold::Fraction(0.25)),
+        ],
+        prop_oneof![Just(u64::MAX), Just(2 * MIB), Just(16 * MIB)],
+        prop_oneof![Just(0), Just(4 * MIB), Just(64 * MIB)],
+    )
+        .prop_map(|(reuse, threshold, max_split_size, fence_bytes)| Setup {
+            reuse,
+            threshold,
+            max_split_size,
+            fence_bytes,
+        })
+}
+
+fn size() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        6 => 1..=MIB,
+        2 => prop_oneof![Just(512u64), Just(4096), Just(65536), Just(MIB)],
+        3 => MIB + 1..=10 * MIB,
+        2 => 10 * MIB + 1..=64 * MIB,
+        1 => 100 * MIB..=200 * MIB,
+        1 => prop_oneof![Just(u64::MAX), Just(u64::MAX - 511), Just(u64::MAX - 4096), Just(1 << 62)],
+    ]
+}
+
+fn threshold_bytes() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0), Just(2 * MIB), Just(30 * MIB), Just(u64::MAX)]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let dev = 0..DEVICES;
+    prop_oneof![
+        12 => (dev.clone(), size()).prop_map(|(dev, size)| Op::Alloc { dev, size }),
+        8 => (any::<usize>(), dev.clone()).prop_map(|(pick, current)| Op::Free { pick, current }),
+        3 => (any::<usize>(), dev.clone(), any::<bool>())
+            .prop_map(|(pick, current, blocking)| Op::FreeAsync { pick, current, blocking }),
+        2 => dev.clone().prop_map(|dev| Op::Fence { dev }),
+        2 => dev.clone().prop_map(|dev| Op::Barrier { dev }),
+        2 => dev.clone().prop_map(|dev| Op::Release { dev }),
+        1 => dev.clone().prop_map(|dev| Op::EmptyCache { dev }),
+        1 => threshold_bytes().prop_map(|bytes| Op::SetThreshold { bytes }),
+        1 => (dev.clone(), threshold_bytes())
+            .prop_map(|(dev, bytes)| Op::SetDeviceThreshold { dev, bytes }),
+        1 => dev.clone().prop_map(|dev| Op::Reset { dev }),
+        1 => Just(Op::NonBlockingStream),
+        1 => (
+            prop_oneof![Just(Wild::Interior), Just(Wild::Double), Just(Wild::Random)],
+            any::<usize>()
+        )
+            .prop_map(|(how, pick)| Op::WildFree { how, pick }),
+        2 => (
+            prop_oneof![
+                Just(Call::Malloc),
+                Just(Call::Free),
+                Just(Call::Fence),
+                Just(Call::Barrier),
+                Just(Call::MemInfo)
+            ],
+            prop_oneof![Just(1), Just(2), Just(3), Just(100), Just(700), Just(999)]
+        )
+            .prop_map(|(call, code)| Op::Fail { call, code }),
+    ]
+}
+
+/// What a freed block waits for, as the README states the reuse modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    Nothing,
+    Barrier,
+    Fence,
+}
+
+fn wait_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Wait {
+    match (reuse, kind) {
+        (ReuseMode::Strict, _) | (_, FreeKind::Async { blocking: false }) => Wait::Fence,
+        (ReuseMode::Barrier, _) if nonblocking_seen => Wait::Fence,
+        (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Wait::Barrier,
+        (ReuseMode::Relaxed, FreeKind::Sync) => Wait::Nothing,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Dirty {
+    dev: u32,
+    addr: Addr,
+    len: u64,
+    freed_at: u64,
+    wait: Wait,
+}
+
+/// The reference model.
+struct Reference {
+    setup: Setup,
+    /// Live blocks: base → (device, rounded, requested).
+    live: BTreeMap<Addr, (u32, u64, u64)>,
+    /// Freed ranges not yet covered by what their reuse waits for.
+    dirty: Vec<Dirty>,
+    /// Addresses freed and not handed out since (for double frees).
+    freed: Vec<Addr>,
+    nonblocking_seen: bool,
+}
+
+fn round(size: u64) -> Option<u64> {
+    size.max(1).checked_add(511).map(|v| v & !511)
+}
+
+fn fail(msg: String) -> Result<(), String> {
+    Err(msg)
+}
+
+fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
+    let pool = Pool::new(
+        Driver::new(),
+        Settings {
+            reuse: setup.reuse,
+            threshold: setup.threshold,
+            policy: Policy {
+                max_split_size: setup.max_split_size,
+                fence_bytes: setup.fence_bytes,
+            },
+            trace: None,
+        },
+    );
+    let driver = pool.backend();
+    let mut m = Reference {
+        setup: setup.clone(),
+        live: BTreeMap::new(),
+        dirty: Vec::new(),
+        freed: Vec::new(),
+        nonblocking_seen: false,
+    };
+    for (step, op) in ops.iter().enumerate() {
+        let clock = step as u64 + 1;
+        driver.with(|s| {
+            s.clock = clock;
+            s.delivered.clear();
+        });
+        let release_point =
+            apply(&pool, &mut m, op, clock).map_err(|e| format!("step {step} {op:?}: {e}"))?;
+        check(&pool, &m, release_point).map_err(|e| format!("after step {step} {op:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Runs one step against the pool and the model; returns the device whose release threshold
+/// must hold afterwards (`Some((dev, keep))`, `keep` overriding the threshold for empty-cache).
+fn apply(
+    pool: &Pool<Driver>,
+    m: &mut Reference,
+    op: &Op,
+    clock: u64,
+) -> Result<Option<(u32, Option<u64>)>, String> {
+    let driver = pool.backend();
+    let pick_live = |m: &Reference, pick: usize| -> Option<(Addr, u32, u64)> {
+        let n = m.live.len();
+        (n > 0).then(|| {
+            let (&a, &(d, len, _)) = m.live.iter().nth(pick % n).expect("in range");
+            (a, d, len)
+        })
+    };
+    match *op {
+        Op::Alloc { dev, size } => {
+            let r = pool.alloc(dev, size);
+            let delivered = driver.with(|s| s.delivered.clone());
+            match r {
+                Ok(addr) => {
+                    let rounded = round(size).ok_or("a size that does not round was served")?;
+                    // The block may be larger than the request when the rest is too small to
+                    // split off (or `max_split_size` keeps it whole).
+                    let (bdev, block) = pool.live_block(addr).ok_or("not a live block")?;
+                    let len = block.size;
+                    if bdev != dev || len < rounded || block.requested != size {
+                        return Err(format!(
+                            "{addr:#x}: block of {len} bytes on device {bdev} for {size} on {dev}"
+                        ));
+                    }
+                    if addr % 512 != 0 {
+                        return Err(format!("{addr:#x} is not 512-byte aligned"));
+                    }
+                    if let Some((&b, &(bd, blen, _))) = m.live.range(..addr + len).next_back() {
+                        if b + blen > addr {
+                            return Err(format!(
+                                "{addr:#x}+{len} overlaps live {b:#x}+{blen} (device {bd})"
+                            ));
+                        }
+                    }
+                    reuse_allowed(driver, m, dev, addr, len, clock)?;
+                    m.live.insert(addr, (dev, len, size));
+                    m.freed.retain(|&f| f < addr || f >= addr + len);
+                    driver.with(|s| s.live.insert(addr, (dev, len)));
+                }
+                Err(CudaError::MEMORY_ALLOCATION) => {
+                    let Some(len) = round(size) else {
+                        return Ok(Some((dev, None)));
+                    };
+                    let refused_release = delivered.iter().any(|d| d.0 == Call::Free);
+                    let used = driver.with(|s| Driver::used(s, dev));
+                    if !refused_release && used.checked_add(len).is_some_and(|t| t <= CAPACITY) {
+                        return Err(format!(
+                            "out of memory for {len} bytes with {used} of {CAPACITY} in segments"
+                        ));
+                    }
+                }
+                Err(CudaError(code)) => {
+                    if !delivered.contains(&(Call::Malloc, code)) {
+                        return Err(format!(
+                            "failed with {code}; the driver's failures in this step: {delivered:?}"
+                        ));
+                    }
+                }
+            }
+            return Ok(Some((dev, None)));
+        }
+        Op::Free { pick, current } | Op::FreeAsync { pick, current, .. } => {
+            let Some((addr, dev, len)) = pick_live(m, pick) else {
+                return Ok(None);
+            };
+            let kind = match *op {
+                Op::FreeAsync { blocking, .. } => FreeKind::Async { blocking },
+                _ => FreeKind::Sync,
+            };
+            let out = pool.free(addr, kind, Some(current));
+            if out != FreeOutcome::Freed {
+                return Err(format!("free of live {addr:#x} gave {out:?}"));
+            }
+            m.live.remove(&addr);
+            driver.with(|s| s.live.remove(&addr));
+            m.freed.push(addr);
+            let wait = wait_for(m.setup.reuse, kind, m.nonblocking_seen);
+            if wait != Wait::Nothing {
+                m.dirty.push(Dirty {
+                    dev,
+                    addr,
+                    len,
+                    freed_at: clock,
+                    wait,
+                });
+            }
+        }
+        Op::Fence { dev } => {
+            let seq = pool.seq_before_sync(dev);
+            pool.observe_fence(dev, seq);
+            driver.with(|s| s.last_fence[dev as usize] = clock);
+            return Ok(Some((dev, None)));
+        }
+        Op::Barrier { dev } => {
+            let seq = pool.seq_before_sync(dev);
+            pool.observe_barrier(dev, seq);
+            driver.with(|s| s.last_barrier[dev as usize] = clock);
+        }
+        Op::Release { dev } => {
+            pool.sync_point(dev);
+            return Ok(Some((dev, None)));
+        }
+        Op::EmptyCache { dev } => {
+            pool.empty_cache(dev);
+            return Ok(Some((dev, Some(0))));
+        }
+        Op::SetThreshold { bytes } => {
+            pool.set_threshold(bytes);
+            for d in pool.used_devices() {
+                if pool.threshold(d) != bytes {
+                    return Err(format!("device {d}'s threshold is {}", pool.threshold(d)));
+                }
+            }
+        }
+        Op::SetDeviceThreshold { dev, bytes } => {
+            pool.set_device_threshold(dev, bytes);
+            if pool.threshold(dev) != bytes {
+                return Err(format!("threshold is {}", pool.threshold(dev)));
+            }
+        }
+        Op::Reset { dev } => {
+            // The driver frees everything of the device; the pool forgets it.
+            driver.with(|s| {
+                s.segments.retain(|_, v| v.0 != dev);
+                s.live.retain(|_, v| v.0 != dev);
+                s.last_fence[dev as usize] = clock;
+            });
+            pool.forget_device(dev);
+            m.live.retain(|_, v| v.0 != dev);
+            m.dirty.retain(|d| d.dev != dev);
+        }
+        Op::NonBlockingStream => {
+            pool.note_nonblocking_stream();
+            m.nonblocking_seen = true;
+        }
+        Op::WildFree { how, pick } => {
+            let addr = match how {
+                Wild::Interior => match pick_live(m, pick) {
+                    Some((a, _, len)) if len > 512 => {
+                        a + 512 * (1 + (pick as u64 % (len / 512 - 1)))
+                    }
+                    _ => return Ok(None),
+                },
+                Wild::Double => match m.freed.len() {
+                    0 => return Ok(None),
+                    n => m.freed[pick % n],
+                },
+                Wild::Random => 0x7000_0000 + (pick as u64 % 4096) * 512,
+            };
+            if m.live.contains_key(&addr) {
+                return Ok(None);
+            }
+            let kind = if pick % 2 == 0 {
+                FreeKind::Sync
+            } else {
+                FreeKind::Async { blocking: true }
+            };
+            let out = pool.free(addr, kind, Some((pick % DEVICES as usize) as u32));
+            if out == FreeOutcome::Freed {
+                return Err(format!("{how:?} free of {addr:#x} was accepted"));
+            }
+        }
+        Op::Fail { call, code } => {
+            driver.with(|s| s.armed.insert(call, code));
+        }
+    }
+    Ok(None)
+}
+
+/// A block handed out at `[addr, addr+len)` on `dev` must not overlap a freed range whose wait
+/// is not over; ranges it takes over are no longer dirty.
+fn reuse_allowed(
+    driver: &Driver,
+    m: &mut Reference,
+    dev: u32,
+    addr: Addr,
+    len: u64,
+    clock: u64,
+) -> Result<(), String> {
+    let (fence, barrier) =
+        driver.with(|s| (s.last_fence[dev as usize], s.last_barrier[dev as usize]));
+    let end = addr + len;
+    let mut kept = Vec::new();
+    for d in m.dirty.drain(..) {
+        if d.dev != dev || d.addr + d.len <= addr || end <= d.addr {
+            kept.push(d);
+            continue;
+        }
+        let covered = match d.wait {
+            Wait::Nothing => true,
+            Wait::Barrier => fence.max(barrier) > d.freed_at,
+            Wait::Fence => fence > d.freed_at,
+        };
+        if !covered {
+            return Err(format!(
+                "handed out {addr:#x}+{len} in step {}, overlapping {:#x}+{} freed in step {} \
+                 and waiting for a {:?} (last fence {fence}, last barrier {barrier})",
+                clock - 1,
+                d.addr,
+                d.len,
+                d.freed_at - 1,
+                d.wait
+            ));
+        }
+        if d.addr < addr {
+            kept.push(Dirty {
+                len: addr - d.addr,
+                ..d
+            });
+        }
+        if d.addr + d.len > end {
+            kept.push(Dirty {
+                addr: end,
+                len: d.addr + d.len - end,
+                ..d
+            });
+        }
+    }
+    m.dirty = kept;
+    Ok(())
+}
+
+fn check(
+    pool: &Pool<Driver>,
+    m: &Reference,
+    release: Option<(u32, Option<u64>)>,
+) -> Result<(), String> {
+    pool.check()?;
+    let driver = pool.backend();
+    let (segments, violations, delivered) = driver.with(|s| {
+        (
+            s.segments.clone(),
+            s.violations.clone(),
+            s.delivered.clone(),
+        )
+    });
+    if let Some(v) = violations.first() {
+        return fail(v.clone());
+    }
+    for (&addr, &(dev, len, _)) in &m.live {
+        let inside = segments
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&s, &(sd, slen))| sd == dev && addr + len <= s + slen);
+        if !inside {
+            return fail(format!(
+                "live {addr:#x}+{len} (device {dev}) is in no segment of its device"
+            ));
+        }
+    }
+    for dev in pool.used_devices() {
+        let snap = pool.device_stats(dev).ok_or("no statistics")?;
+        let reserved: u64 = segments.values().filter(|v| v.0 == dev).map(|v| v.1).sum();
+        let allocated: u64 = m.live.values().filter(|v| v.0 == dev).map(|v| v.1).sum();
+        let requested: u64 = m.live.values().filter(|v| v.0 == dev).map(|v| v.2).sum();
+        let st = &snap.stats;
+        if st.reserved.current != reserved
+            || st.allocated.current != allocated
+            || st.requested.current != requested
+        {
+            return fail(format!(
+                "device {dev}: pool says reserved {} allocated {} requested {}, model {reserved} \
+                 {allocated} {requested}",
+                st.reserved.current, st.allocated.current, st.requested.current
+            ));
+        }
+        if snap.cached != reserved - allocated || snap.pending > snap.cached {
+            return fail(format!(
+                "device {dev}: cached {} pending {} with reserved {reserved} allocated {allocated}",
+                snap.cached, snap.pending
+            ));
+        }
+    }
+    if let Some((dev, keep)) = release {
+        let refused = delivered.iter().any(|d| d.0 == Call::Free);
+        let Some(snap) = pool.device_stats(dev) else {
+            return Ok(());
+        };
+        let keep = keep.unwrap_or(snap.threshold);
+        if !refused && snap.cached > keep {
+            for (&s, &(sd, slen)) in segments.iter().filter(|(_, v)| v.0 == dev) {
+                if m.live.range(s..s + slen).next().is_none() {
+                    return fail(format!(
+                        "device {dev}: cached {} above {keep}, yet segment {s:#x}+{slen} (device \
+                         {sd}) holds no live block",
+                        snap.cached
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn random_sequences_keep_every_invariant() {
+    let seed: u64 = std::env::var("GPUPOOL_PROPTEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x6770_7570_6f6f_6c21);
+    let cases: u32 = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 20_000,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+    let strategy = (setup(), proptest::collection::vec(op(), 1..120));
+    let result = runner.run(&strategy, |(setup, ops)| {
+        run(&setup, &ops).map_err(TestCaseError::fail)
+    });
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, (setup, ops))) => panic!(
+            "pool model check failed (seed {seed}; rerun with GPUPOOL_PROPTEST_SEED={seed}): \
+             {why}\nminimal reproduction ({} steps):\n{setup:?}\n{}",
+            ops.len(),
+            ops.iter()
+                .enumerate()
+                .map(|(i, o)| format!("  {i}: {o:?}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+        Err(e) => panic!("seed {seed}: {e}"),
+    }
+}
