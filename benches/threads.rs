@@ -6,38 +6,17 @@
 //!
 //! `[THREAD_STEPS=N] cargo bench --bench threads` (steps per thread, default 1 000 000)
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use gpupool::config::{ReuseMode, Threshold};
-use gpupool::pool::{Addr, Backend, CudaError, FreeKind, Policy, Pool, Settings};
+use gpupool::pool::{Addr, FreeKind, Policy, Pool, Settings};
+use gpupool::workloads::record::Bump;
 use gpupool::workloads::rng::Rng;
 
-struct Addresses(AtomicU64);
-
-impl Backend for Addresses {
-    fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        let step = bytes.next_multiple_of(2 << 20) + (2 << 20);
-        Ok(self.0.fetch_add(step, Ordering::Relaxed))
-    }
-    fn free_segment(&self, _device: u32, _addr: Addr) -> Result<(), CudaError> {
-        Ok(())
-    }
-    fn fence(&self, _device: u32) -> Result<(), CudaError> {
-        Ok(())
-    }
-    fn barrier(&self, _device: u32) -> Result<(), CudaError> {
-        Ok(())
-    }
-    fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
-        Ok((1 << 40, 1 << 40))
-    }
-}
-
-fn pool(reuse: ReuseMode) -> Pool<Addresses> {
+fn pool(reuse: ReuseMode) -> Pool<Bump> {
     Pool::new(
-        Addresses(AtomicU64::new(1 << 40)),
+        Bump::new(),
         Settings {
             reuse,
             threshold: Threshold::KeepAll,
@@ -51,7 +30,7 @@ fn pool(reuse: ReuseMode) -> Pool<Addresses> {
 }
 
 /// `steps` churn steps on `device`; returns the operations done.
-fn churn(p: &Pool<Addresses>, device: u32, seed: u64, steps: u64) -> u64 {
+fn churn(p: &Pool<Bump>, device: u32, seed: u64, steps: u64) -> u64 {
     let mut rng = Rng::new(seed);
     let mut size = || 512 << rng.range(0, 13);
     let mut held: Vec<Addr> = (0..64)

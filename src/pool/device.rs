@@ -165,6 +165,8 @@ pub struct DevicePool {
     pub memory: Option<MemorySample>,
     pub last_oom: Option<OomEvent>,
     pub stats: DeviceStats,
+    /// The largest large segment allocated so far (a larger request rounds its segment up).
+    largest_segment: u64,
 }
 
 impl DevicePool {
@@ -193,6 +195,7 @@ impl DevicePool {
             memory: None,
             last_oom: None,
             stats: DeviceStats::default(),
+            largest_segment: 0,
         }
     }
 
@@ -304,6 +307,18 @@ impl DevicePool {
         r.map(|(addr, _)| addr)
     }
 
+    /// Requests larger than this get a segment with room to grow (`size::segment_size`): those
+    /// larger than every segment so far; none while a release threshold is set (its releases
+    /// would give the room back, and the rounding would raise the peak) or a `max_split_size`
+    /// (which would hand the whole rounded block to the request).
+    fn grow_above(&self, policy: &Policy) -> u64 {
+        if self.threshold == u64::MAX && policy.max_split_size == u64::MAX {
+            self.largest_segment
+        } else {
+            u64::MAX
+        }
+    }
+
     /// `alloc` without the trace and the threshold: the address and the block's size.
     fn serve(
         &mut self,
@@ -313,7 +328,8 @@ impl DevicePool {
         policy: &Policy,
     ) -> Result<(Addr, u64), CudaError> {
         let rounded = round_request(requested).ok_or(CudaError::MEMORY_ALLOCATION)?;
-        let seg_size = segment_size(rounded).ok_or(CudaError::MEMORY_ALLOCATION)?;
+        let seg_size =
+            segment_size(rounded, self.grow_above(policy)).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let class = class_of(rounded);
         self.promote(seqs);
         let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
@@ -406,13 +422,23 @@ impl DevicePool {
                 return Ok(idx);
             }
         }
-        match self.new_segment(class, seg_size, backend) {
-            Ok(idx) => {
-                self.stats.misses += 1;
-                return Ok(idx);
+        // A segment rounded up for growth that the driver refuses is asked for again at the
+        // request's own size before anything cached is given back.
+        let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
+        let first = if exact < seg_size {
+            &[seg_size, exact][..]
+        } else {
+            &[seg_size][..]
+        };
+        for &size in first {
+            match self.new_segment(class, size, backend) {
+                Ok(idx) => {
+                    self.stats.misses += 1;
+                    return Ok(idx);
+                }
+                Err(e) if e != CudaError::MEMORY_ALLOCATION => return Err(e),
+                Err(_) => {}
             }
-            Err(e) if e != CudaError::MEMORY_ALLOCATION => return Err(e),
-            Err(_) => {}
         }
         // Out of memory: make every cached block safe, give whole free segments back, retry.
         self.stats.oom_retries += 1;
@@ -425,8 +451,8 @@ impl DevicePool {
             }
         }
         let released = self.release_segments(backend, 0, Release::OutOfMemory);
-        let mut sizes = vec![seg_size];
-        if rounded != seg_size {
+        let mut sizes = vec![exact];
+        if rounded != exact {
             // A segment larger than the request may not fit where the request alone would.
             sizes.push(rounded);
         }
@@ -766,6 +792,9 @@ impl DevicePool {
             }
         };
         self.record(Kind::SegmentAlloc, addr, size, 0, 0);
+        if class == Class::Large {
+            self.largest_segment = self.largest_segment.max(size);
+        }
         self.stats.reserved.add(size);
         self.stats.segments.add(1);
         self.sample_memory(backend);
@@ -953,6 +982,7 @@ impl DevicePool {
         self.pending_barrier.clear();
         self.pending_fence_bytes = 0;
         self.pending_barrier_bytes = 0;
+        self.largest_segment = 0;
     }
 
     /// The segment holding `addr`, as (base, size).

@@ -6,6 +6,13 @@
 //! segments; larger requests get a segment of their own rounded to 2 MiB. Small blocks split
 //! freely; a large block is split only when the remainder exceeds 1 MiB, so big blocks are not
 //! shredded into slivers.
+//!
+//! One rule of our own: a request above `GROW_FROM` that is larger than every large segment the
+//! device has had gets a segment rounded up to the next `2^k` or `1.5 × 2^k`. Programs whose
+//! biggest tensors grow (an inference server's logits as prompts get longer) then reuse that
+//! headroom instead of adding a new, slightly larger segment each time; the remainder is an
+//! ordinary free block meanwhile. Requests no larger than an earlier segment get the plain
+//! 2 MiB rounding, so a size that repeats costs the rounding once.
 
 /// Every block is a multiple of this, and so 512-byte aligned (the runtime guarantees 256).
 pub const ALIGN: u64 = 512;
@@ -17,6 +24,8 @@ pub const MEDIUM_LIMIT: u64 = 10 << 20;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 /// Larger requests get a segment of their own, rounded up to this.
 pub const LARGE_ROUND: u64 = 2 << 20;
+/// A record-setting request above this gets a segment rounded up to a half power of two.
+pub const GROW_FROM: u64 = 512 << 20;
 /// A large block is split only when what remains is larger than this.
 pub const LARGE_SPLIT_REMAINDER: u64 = 1 << 20;
 /// A cached block at least `max_split_size` large serves a request of at least that size only if
@@ -45,17 +54,28 @@ pub fn class_of(rounded: u64) -> Class {
     }
 }
 
-/// The size of the segment to ask the driver for when no cached block fits.
-pub fn segment_size(rounded: u64) -> Option<u64> {
+/// The size of the segment to ask the driver for when no cached block fits; `largest` is the
+/// largest large segment the device has allocated so far.
+pub fn segment_size(rounded: u64, largest: u64) -> Option<u64> {
     if rounded <= SMALL_LIMIT {
         Some(SMALL_SEGMENT)
     } else if rounded <= MEDIUM_LIMIT {
         Some(MEDIUM_SEGMENT)
     } else {
-        rounded
-            .checked_add(LARGE_ROUND - 1)
-            .map(|v| v & !(LARGE_ROUND - 1))
+        let exact = round_up(rounded, LARGE_ROUND)?;
+        if rounded <= GROW_FROM || rounded <= largest {
+            return Some(exact);
+        }
+        // Half the power of two at or below the request: the step between 2^k, 1.5 × 2^k and
+        // 2^(k+1).
+        let step = 1u64 << (63 - rounded.leading_zeros() - 1);
+        Some(round_up(rounded, step).unwrap_or(exact))
     }
+}
+
+/// `n` rounded up to a multiple of `step`, a power of two.
+fn round_up(n: u64, step: u64) -> Option<u64> {
+    n.checked_add(step - 1).map(|v| v & !(step - 1))
 }
 
 /// Whether a cached block of `block` bytes may serve a request of `rounded` bytes.
@@ -97,12 +117,29 @@ mod tests {
 
     #[test]
     fn segment_sizes() {
-        assert_eq!(segment_size(512), Some(SMALL_SEGMENT));
-        assert_eq!(segment_size(1 << 20), Some(SMALL_SEGMENT));
-        assert_eq!(segment_size((1 << 20) + 512), Some(MEDIUM_SEGMENT));
-        assert_eq!(segment_size(10 << 20), Some(MEDIUM_SEGMENT));
-        assert_eq!(segment_size((10 << 20) + 512), Some(12 << 20));
-        assert_eq!(segment_size(u64::MAX - 511), None);
+        assert_eq!(segment_size(512, 0), Some(SMALL_SEGMENT));
+        assert_eq!(segment_size(1 << 20, 0), Some(SMALL_SEGMENT));
+        assert_eq!(segment_size((1 << 20) + 512, 0), Some(MEDIUM_SEGMENT));
+        assert_eq!(segment_size(10 << 20, 0), Some(MEDIUM_SEGMENT));
+        assert_eq!(segment_size((10 << 20) + 512, 0), Some(12 << 20));
+        assert_eq!(segment_size(GROW_FROM, 0), Some(GROW_FROM));
+        assert_eq!(segment_size(u64::MAX - 511, 0), None);
+        assert_eq!(
+            segment_size(u64::MAX - (1 << 30), 0),
+            Some(u64::MAX - (1 << 30) + 1)
+        );
+        // A new largest request above GROW_FROM: the next 2^k or 1.5 × 2^k.
+        assert_eq!(segment_size(GROW_FROM + 512, 0), Some(768 << 20));
+        assert_eq!(segment_size(785 << 20, 600 << 20), Some(1 << 30));
+        assert_eq!(segment_size(1001 << 20, 768 << 20), Some(1 << 30));
+        assert_eq!(segment_size(1064 << 20, 1 << 30), Some(1536 << 20));
+        assert_eq!(segment_size(3 << 30, 0), Some(3 << 30));
+        // No larger than a segment the device has had: 2 MiB rounding.
+        assert_eq!(segment_size(1570 << 20, 2 << 30), Some(1570 << 20));
+        assert_eq!(
+            segment_size((1570 << 20) + 512, 1572 << 20),
+            Some(1572 << 20)
+        );
         assert_eq!(class_of(1 << 20), Class::Small);
         assert_eq!(class_of((1 << 20) + 512), Class::Large);
     }

@@ -190,6 +190,57 @@ fn large_blocks_split_only_with_a_big_remainder() {
 }
 
 #[test]
+fn a_new_largest_request_gets_room_to_grow() {
+    let p = relaxed();
+    // 600 MiB, larger than any segment so far and above 512 MiB: a 768 MiB segment.
+    let a = p.alloc(0, 600 * MIB).unwrap();
+    assert_eq!(stats(&p, 0).reserved.current, 768 * MIB);
+    p.free(a, FreeKind::Sync, None);
+    // A larger one later fits in the room.
+    let b = p.alloc(0, 700 * MIB).unwrap();
+    assert_eq!(b, a);
+    // Sizes up to the largest segment so far get the plain 2 MiB rounding.
+    let c = p.alloc(0, 701 * MIB).unwrap();
+    assert_eq!(stats(&p, 0).reserved.current, (768 + 702) * MIB);
+    // A new record: 1 GiB.
+    let d = p.alloc(0, 900 * MIB).unwrap();
+    assert_eq!(stats(&p, 0).reserved.current, (768 + 702 + 1024) * MIB);
+    for x in [b, c, d] {
+        p.free(x, FreeKind::Sync, None);
+    }
+    p.check().unwrap();
+    // With a release threshold, segments are never rounded up for growth.
+    let t = pool_with(ReuseMode::Relaxed, Threshold::Bytes(1 << 40), 80 << 30);
+    t.alloc(0, 600 * MIB).unwrap();
+    assert_eq!(stats(&t, 0).reserved.current, 600 * MIB);
+    // Nor with a maximum split size.
+    let m = Pool::new(
+        Model::with_capacity(80 << 30),
+        Settings {
+            reuse: ReuseMode::Relaxed,
+            threshold: Threshold::KeepAll,
+            policy: Policy {
+                max_split_size: 256 * MIB,
+                fence_bytes: 64 * MIB,
+            },
+            trace: None,
+        },
+    );
+    m.alloc(0, 600 * MIB).unwrap();
+    assert_eq!(stats(&m, 0).reserved.current, 600 * MIB);
+    // Near the capacity, a refused rounded segment is asked for again at the exact size
+    // before anything cached is released.
+    let q = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 700 * MIB);
+    let s = q.alloc(0, 10 * MIB).unwrap();
+    q.free(s, FreeKind::Sync, None);
+    q.alloc(0, 600 * MIB).unwrap();
+    let st = stats(&q, 0);
+    assert_eq!(st.reserved.current, 620 * MIB);
+    assert_eq!((st.real_mallocs, st.oom_retries), (3, 0));
+    q.check().unwrap();
+}
+
+#[test]
 fn max_split_size_keeps_big_blocks_whole() {
     let mut p = relaxed();
     p.settings.policy.max_split_size = 32 * MIB;

@@ -31,7 +31,20 @@ impl TraceSink for Sink {
 }
 
 /// Addresses in order, 2 MiB aligned, never reused; no capacity.
-struct Bump(AtomicU64);
+pub struct Bump(AtomicU64);
+
+impl Bump {
+    /// Addresses from 1 TiB up.
+    pub fn new() -> Bump {
+        Bump(AtomicU64::new(1 << 40))
+    }
+}
+
+impl Default for Bump {
+    fn default() -> Self {
+        Bump::new()
+    }
+}
 
 impl Backend for Bump {
     fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
@@ -61,7 +74,7 @@ pub fn to_trace(w: &Workload) -> Vec<u8> {
         max_split_size: u64::MAX,
         fence_bytes: 256 << 20,
     };
-    let backend = Bump(AtomicU64::new(1 << 40));
+    let backend = Bump::new();
     let seqs = Seqs::default();
     let mut pool = DevicePool::new(0, u64::MAX);
     let dyn_sink: Arc<dyn TraceSink> = sink.clone();
