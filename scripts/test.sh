@@ -7,6 +7,10 @@ export CARGO_TERM_COLOR=never
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace
+# tests/packaging.rs builds a program with pkg-config against an installed prefix.
+if ! command -v pkg-config >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq pkgconf >/dev/null
+fi
 # tests/report.rs validates the Prometheus summary with the reference parser.
 python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus_client
 cargo test --workspace

@@ -32,7 +32,7 @@ fn install(name: &str) -> PathBuf {
 fn pkg_config_available() -> bool {
     let found = Command::new("pkg-config").arg("--version").output().is_ok();
     if !found {
-        eprintln!("SKIPPED: pkg-config is not installed (.ci/run installs pkgconf)");
+        eprintln!("SKIPPED: pkg-config is not installed (scripts/test.sh installs pkgconf)");
     }
     found
 }
