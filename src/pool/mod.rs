@@ -11,9 +11,10 @@ pub mod size;
 pub mod stats;
 pub mod trace;
 
+use parking_lot::{Mutex, MutexGuard};
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 pub use backend::{Addr, Backend, CudaError};
@@ -190,22 +191,14 @@ impl<B: Backend> Pool<B> {
     /// The lock for reports, which may run at exit while another thread is stopped inside the
     /// pool: give up after a short wait rather than hang the exit.
     fn lock_for_report(slot: &DeviceSlot) -> Option<MutexGuard<'_, DevicePool>> {
-        for _ in 0..200 {
-            match slot.pool.try_lock() {
-                Ok(g) => return Some(g),
-                Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    std::thread::sleep(std::time::Duration::from_millis(1))
-                }
-            }
-        }
-        None
+        slot.pool
+            .try_lock_for(std::time::Duration::from_millis(200))
     }
 
     fn lock(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
-        // A panic never happens while the lock is held by design; if one did, the state it left
-        // is still structurally valid at every await-free step we take, so keep serving.
-        slot.pool.lock().unwrap_or_else(|e| e.into_inner())
+        // No poisoning: a panic while the lock is held is caught at the FFI boundary, and the
+        // pool's state is structurally valid between any two of its steps.
+        slot.pool.lock()
     }
 
     /// Whether the pool serves `device` (its ordinal is within range).

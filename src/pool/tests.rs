@@ -3,6 +3,7 @@
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 /// A backend with a capacity per device, address ranges handed out in order, and counters.
 #[derive(Default)]
