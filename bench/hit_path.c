@@ -20,27 +20,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_runtime.h"
-#include "cudasim.h"
+/* CHECK, CHECK_CUDA and the simulator's headers, shared with the test programs. */
+#include "../tests/c/check.h"
 
 #define REPS 7
 #define WARMUP 5000
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-#define CHECK_CUDA(call)                                                                       \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        CHECK(e_ == cudaSuccess, "%s returned %d", #call, (int)e_);                            \
-    } while (0)
 
 /* Every pointer handed out is folded into this, so the compiler cannot drop a malloc/free
  * pair. */
@@ -67,16 +51,6 @@ static void release(void *p)
     } else {
         free(p);
     }
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *s = x;
-    return x;
 }
 
 static double now_ns(void)
