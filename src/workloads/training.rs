@@ -72,6 +72,29 @@ struct Saved {
     w_fc2: Block,
 }
 
+/// A layer norm's backward and the residual add after it: frees the block's input gradient
+/// `g_in`, the norm's statistics and saved input `x`, and returns the new running gradient
+/// (replacing `g`).
+fn norm_backward(
+    p: &mut Program,
+    x32: u64,
+    g_in: Block,
+    stats: [Block; 2],
+    x: Block,
+    g: Block,
+) -> Block {
+    let g_norm = p.alloc(x32);
+    p.free(g_in);
+    let g_ln = p.alloc(x32);
+    p.free(g_norm);
+    p.free_all(stats);
+    p.free(x);
+    let g2 = p.alloc(x32);
+    p.free(g);
+    p.free(g_ln);
+    g2
+}
+
 /// A weight gradient: computed in bf16, cast to fp32, accumulated into its bucket view.
 fn weight_grad(p: &mut Program, elems: u64) {
     let g16 = p.alloc(elems * 2);
@@ -222,16 +245,7 @@ pub fn generate(seed: u64, steps: u32) -> super::Workload {
             p.free(g_fc);
             p.free(s.ln2_cast);
             p.free(s.w_fc);
-            let g_ln2 = p.alloc(x32);
-            p.free(g_in);
-            let g_ln = p.alloc(x32);
-            p.free(g_ln2);
-            p.free_all(s.ln2_stats);
-            p.free(s.x2);
-            let g2 = p.alloc(x32);
-            p.free(g);
-            p.free(g_ln);
-            g = g2;
+            g = norm_backward(&mut p, x32, g_in, s.ln2_stats, s.x2, g);
             // Attention.
             let g_proj = p.alloc(a);
             let g_y = p.alloc(a);
@@ -251,16 +265,7 @@ pub fn generate(seed: u64, steps: u32) -> super::Workload {
             p.free(g_qkv);
             p.free(s.ln1_cast);
             p.free(s.w_attn);
-            let g_ln1 = p.alloc(x32);
-            p.free(g_in);
-            let g_ln = p.alloc(x32);
-            p.free(g_ln1);
-            p.free_all(s.ln1_stats);
-            p.free(s.x);
-            let g2 = p.alloc(x32);
-            p.free(g);
-            p.free(g_ln);
-            g = g2;
+            g = norm_backward(&mut p, x32, g_in, s.ln1_stats, s.x, g);
         }
         // Embedding backward: dense gradients, added into the buckets.
         let g_wte = p.alloc(VOCAB * C * 4);
