@@ -1,20 +1,22 @@
 //! Multi-thread scaling of the pool API (no CUDA, no preload): each thread runs the same churn —
 //! 64 blocks of mixed sizes (512 B–4 MiB, fixed seed) held, one freed and one allocated per
 //! step — on the `Pool` with a backend that hands out addresses. One thread on device 0, two
-//! threads on devices 0 and 1, two threads both on device 0. Prints operations per second (an
-//! allocation or a free each) per case, the median of five runs; `scripts/bench.sh` reads them.
+//! threads on devices 0 and 1, two threads both on device 0 (and that again with the thread
+//! caches off). Each thread warms its device up itself, so the one-thread case is a
+//! single-threaded program. Prints operations per second (an allocation or a free each) per
+//! case, the median of five runs; `scripts/bench.sh` reads them.
 //!
 //! `[THREAD_STEPS=N] cargo bench --bench threads` (steps per thread, default 1 000 000)
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use gpupool::config::{ReuseMode, Threshold};
+use gpupool::config::{ReuseMode, Threshold, DEFAULT_THREAD_CACHE};
 use gpupool::pool::{Addr, FreeKind, Policy, Pool, Settings};
 use gpupool::workloads::record::Bump;
 use gpupool::workloads::rng::Rng;
 
-fn pool(reuse: ReuseMode) -> Pool<Bump> {
+fn pool(reuse: ReuseMode, thread_cache: u64) -> Pool<Bump> {
     Pool::new(
         Bump::new(),
         Settings {
@@ -25,6 +27,7 @@ fn pool(reuse: ReuseMode) -> Pool<Bump> {
                 fence_bytes: 256 << 20,
             },
             trace: None,
+            thread_cache,
         },
     )
 }
@@ -49,14 +52,10 @@ fn churn(p: &Pool<Bump>, device: u32, seed: u64, steps: u64) -> u64 {
 }
 
 /// Operations per second of threads on `devices` (one thread each), all started together.
-fn case(reuse: ReuseMode, devices: &[u32], steps: u64) -> f64 {
+fn case(reuse: ReuseMode, thread_cache: u64, devices: &[u32], steps: u64) -> f64 {
     let mut runs: Vec<f64> = (0..5)
         .map(|_| {
-            let p = Arc::new(pool(reuse));
-            // Warm every device's cache first.
-            for &d in devices {
-                churn(&p, d, 7, 1000);
-            }
+            let p = Arc::new(pool(reuse, thread_cache));
             let go = Arc::new(Barrier::new(devices.len() + 1));
             let threads: Vec<_> = devices
                 .iter()
@@ -64,6 +63,7 @@ fn case(reuse: ReuseMode, devices: &[u32], steps: u64) -> f64 {
                 .map(|(i, &d)| {
                     let (p, go) = (Arc::clone(&p), Arc::clone(&go));
                     std::thread::spawn(move || {
+                        churn(&p, d, 7 + i as u64, 1000);
                         go.wait();
                         churn(&p, d, 100 + i as u64, steps)
                     })
@@ -89,11 +89,14 @@ fn main() {
         ("strict", ReuseMode::Strict),
         ("relaxed", ReuseMode::Relaxed),
     ] {
-        let one = case(reuse, &[0], steps);
-        let two_devices = case(reuse, &[0, 1], steps);
-        let one_device = case(reuse, &[0, 0], steps);
+        let tc = DEFAULT_THREAD_CACHE;
+        let one = case(reuse, tc, &[0], steps);
+        let two_devices = case(reuse, tc, &[0, 1], steps);
+        let one_device = case(reuse, tc, &[0, 0], steps);
+        let one_device_no_tc = case(reuse, 0, &[0, 0], steps);
         println!("{name} one_thread {one:.0}");
         println!("{name} two_threads_two_devices {two_devices:.0}");
         println!("{name} two_threads_one_device {one_device:.0}");
+        println!("{name} two_threads_one_device_no_thread_cache {one_device_no_tc:.0}");
     }
 }

@@ -72,6 +72,9 @@ pub struct Config {
     pub max_split_size: u64,
     /// In strict mode, freed-but-unfenced bytes above which the pool fences rather than growing.
     pub fence_bytes: u64,
+    /// `GPUPOOL_THREAD_CACHE`: free bytes each thread may keep for itself once two threads
+    /// allocate on one device (0: no thread caches).
+    pub thread_cache: u64,
     pub summary: SummaryDest,
     /// `GPUPOOL_SUMMARY=always:...`: write a summary even when no allocation was intercepted
     /// (saying so, and why that may be).
@@ -90,6 +93,7 @@ impl Default for Config {
             reuse: ReuseMode::Strict,
             max_split_size: u64::MAX,
             fence_bytes: 256 << 20,
+            thread_cache: DEFAULT_THREAD_CACHE,
             summary: SummaryDest::Off,
             summary_always: false,
             summary_interval_ns: None,
@@ -98,6 +102,9 @@ impl Default for Config {
     }
 }
 
+/// Default bound of each thread's cache of free blocks.
+pub const DEFAULT_THREAD_CACHE: u64 = 64 << 20;
+
 /// The variables this module understands, for the warning about misspelled ones.
 pub const VARIABLES: &[&str] = &[
     "GPUPOOL_DISABLE",
@@ -105,6 +112,7 @@ pub const VARIABLES: &[&str] = &[
     "GPUPOOL_REUSE",
     "GPUPOOL_MAX_SPLIT_SIZE",
     "GPUPOOL_FENCE_BYTES",
+    "GPUPOOL_THREAD_CACHE",
     "GPUPOOL_SUMMARY",
     "GPUPOOL_SUMMARY_INTERVAL",
     "GPUPOOL_TRACE",
@@ -167,6 +175,18 @@ impl Config {
             match parse_bytes_or_none(&v) {
                 Some(b) => c.fence_bytes = b,
                 None => bad("GPUPOOL_FENCE_BYTES", &v, "expected a size", "256MiB"),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_THREAD_CACHE") {
+            match parse_bytes_or_none(&v) {
+                Some(b) if b == u64::MAX => c.thread_cache = 0,
+                Some(b) if b <= 1 << 30 => c.thread_cache = b,
+                _ => bad(
+                    "GPUPOOL_THREAD_CACHE",
+                    &v,
+                    "expected a size up to 1GiB, 0 or 'none'",
+                    "8MiB",
+                ),
             }
         }
         if let Some(v) = get("GPUPOOL_SUMMARY") {
@@ -382,6 +402,22 @@ mod tests {
             .any(|l| l.contains("GPUPOOL_RELEASE_THRESHOLD=\"lots\"")));
         let (_, w) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"150%")]);
         assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn thread_cache_bound() {
+        assert_eq!(Config::default().thread_cache, 64 << 20);
+        let (c, w) = parse(&[("GPUPOOL_THREAD_CACHE", b"16MiB")]);
+        assert_eq!((c.thread_cache, w.len()), (16 << 20, 0));
+        for off in [&b"0"[..], b"none"] {
+            let (c, w) = parse(&[("GPUPOOL_THREAD_CACHE", off)]);
+            assert_eq!((c.thread_cache, w.len()), (0, 0));
+        }
+        for bad in [&b"2GiB"[..], b"lots", b"-1"] {
+            let (c, w) = parse(&[("GPUPOOL_THREAD_CACHE", bad)]);
+            assert_eq!(c.thread_cache, DEFAULT_THREAD_CACHE);
+            assert!(w[0].contains("GPUPOOL_THREAD_CACHE"), "{w:?}");
+        }
     }
 
     #[test]

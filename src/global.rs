@@ -119,6 +119,7 @@ fn init() -> Result<Global, String> {
                     fence_bytes: config.fence_bytes,
                 },
                 trace: open_trace(&config),
+                thread_cache: config.thread_cache,
             },
         )
     });

@@ -370,6 +370,7 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
                 fence_bytes: setup.fence_bytes,
             },
             trace: None,
+            thread_cache: gpupool::config::DEFAULT_THREAD_CACHE,
         },
     );
     let driver = pool.backend();

@@ -39,3 +39,39 @@ fn threads_on_two_devices_with_cross_thread_frees_keep_every_block_intact() {
         assert!(crossed > 300, "only {crossed} cross-thread frees");
     }
 }
+
+#[test]
+fn thread_caches_under_churn_keep_every_block_intact() {
+    // Relaxed mode without a release threshold: threads allocating on one device get their own
+    // caches, and blocks cross between them through the shared queue.
+    let summary = support::scratch("stress-thread-caches").join("summary.json");
+    let summary_s = summary.to_str().expect("utf-8 path");
+    let env = [
+        ("CUDASIM_DEVICES", "2"),
+        ("CUDASIM_MEM", "4GiB"),
+        ("GPUPOOL_REUSE", "relaxed"),
+        ("GPUPOOL_SUMMARY", summary_s),
+    ];
+    let args = ["8", "700", "2", "20240611", "35", "few"];
+    let out = output_within(&mut pooled(&c_program("churn"), &args, &env), 120);
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success(),
+        "churn {} with {env:?} failed:\n{stdout}\n{stderr}",
+        args.join(" ")
+    );
+    let crossed: u64 = number(&stdout, "freed by another thread");
+    assert!(crossed > 300, "only {crossed} cross-thread frees");
+    let json = std::fs::read_to_string(&summary).expect("summary written");
+    let hits: u64 = json
+        .split("\"thread_cache_hits\":")
+        .skip(1)
+        .map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .expect("a number")
+        })
+        .sum();
+    assert!(hits > 100, "thread caches served only {hits}: {json}");
+}

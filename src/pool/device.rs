@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::backend::{Addr, Backend, CudaError};
@@ -25,6 +26,28 @@ const BINS: usize = (SMALL_LIMIT / ALIGN) as usize;
 
 const NONE: u32 = u32::MAX;
 
+/// Extra blocks one `alloc_lent` lends, at most.
+pub const EXTRAS: usize = 32;
+
+/// Blocks lent besides the one served (a fixed array: the miss path allocates nothing).
+#[derive(Default)]
+pub struct Extras {
+    items: [(Addr, u32); EXTRAS],
+    len: usize,
+}
+
+impl Extras {
+    fn push(&mut self, item: (Addr, u32)) {
+        self.items[self.len] = item;
+        self.len += 1;
+    }
+
+    /// (address, handle) of each block lent.
+    pub fn iter(&self) -> impl Iterator<Item = (Addr, u32)> + '_ {
+        self.items[..self.len].iter().copied()
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// The slot holds no block.
@@ -36,6 +59,9 @@ enum State {
     Binned,
     /// Freed by the program but maybe still used by in-flight work: not reusable yet.
     Pending,
+    /// Held by a thread cache (`tcache.rs`), handed out from there or waiting there for reuse;
+    /// counted as allocated at its full size until it comes back.
+    Lent,
 }
 
 /// What must happen before a freed block may be handed out again.
@@ -167,6 +193,21 @@ pub struct DevicePool {
     pub stats: DeviceStats,
     /// The largest large segment allocated so far (a larger request rounds its segment up).
     largest_segment: u64,
+    /// Blocks lent to thread caches.
+    lent: u64,
+    /// Bumped by `forget_all`: thread caches drop what they hold from an earlier generation.
+    pub generation: u64,
+    /// Whoever holds blocks this pool lent (the device's thread caches).
+    lenders: Option<Arc<dyn Lenders>>,
+}
+
+/// What a device pool asks of the holders of the blocks it lent (`tcache.rs`). Called under
+/// the device's lock.
+pub trait Lenders: Send + Sync {
+    /// Give every free block back (out of memory).
+    fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs);
+    /// Give the reusable blocks back (the pool would grow otherwise). Whether any came back.
+    fn reclaim_ready(&self, p: &mut DevicePool, seqs: &Seqs) -> bool;
 }
 
 impl DevicePool {
@@ -196,7 +237,15 @@ impl DevicePool {
             last_oom: None,
             stats: DeviceStats::default(),
             largest_segment: 0,
+            lent: 0,
+            generation: 0,
+            lenders: None,
         }
+    }
+
+    /// Who will hold the blocks this pool lends.
+    pub fn set_lenders(&mut self, lenders: Arc<dyn Lenders>) {
+        self.lenders = Some(lenders);
     }
 
     /// Record every decision from now on into `trace`.
@@ -300,11 +349,16 @@ impl DevicePool {
     ) -> Result<Addr, CudaError> {
         let r = self.serve(requested, backend, seqs, policy);
         match r {
-            Ok((addr, size)) => self.record(Kind::Alloc, requested, addr, size, 0),
+            Ok(idx) => {
+                let b = &self.blocks[idx as usize];
+                let (addr, size) = (b.addr, b.size);
+                self.live.insert(addr, idx);
+                self.record(Kind::Alloc, requested, addr, size, 0);
+            }
             Err(e) => self.record(Kind::AllocFailed, requested, e.0 as u64, 0, 0),
         }
         self.enforce_threshold(backend);
-        r.map(|(addr, _)| addr)
+        r.map(|idx| self.blocks[idx as usize].addr)
     }
 
     /// Requests larger than this get a segment with room to grow (`size::segment_size`): those
@@ -319,14 +373,14 @@ impl DevicePool {
         }
     }
 
-    /// `alloc` without the trace and the threshold: the address and the block's size.
+    /// `alloc` without the trace, the live map and the threshold: the block's handle.
     fn serve(
         &mut self,
         requested: u64,
         backend: &dyn Backend,
         seqs: &Seqs,
         policy: &Policy,
-    ) -> Result<(Addr, u64), CudaError> {
+    ) -> Result<u32, CudaError> {
         let rounded = round_request(requested).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let seg_size =
             segment_size(rounded, self.grow_above(policy)).ok_or(CudaError::MEMORY_ALLOCATION)?;
@@ -347,9 +401,8 @@ impl DevicePool {
                 None => self.refill(class, rounded, seg_size, backend, seqs, policy)?,
             },
         };
-        let addr = self.take(idx, rounded, requested, policy);
-        self.live.insert(addr, idx);
-        Ok((addr, self.blocks[idx as usize].size))
+        self.take(idx, rounded, requested, policy);
+        Ok(idx)
     }
 
     /// The best reusable block for a large request is `idx`, but splitting it would carve a
@@ -422,6 +475,25 @@ impl DevicePool {
                 return Ok(idx);
             }
         }
+        // Before the pool grows, the reusable blocks thread caches hold come back: what one
+        // thread keeps must not make the device grow for another.
+        if self.lent > 0 {
+            if let Some(l) = self.lenders.clone() {
+                if l.reclaim_ready(self, seqs) {
+                    let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
+                    if let Some(idx) = binned {
+                        self.binned_bytes -= rounded;
+                        self.stats.hits += 1;
+                        return Ok(idx);
+                    }
+                    self.flush_bins();
+                    if let Some(idx) = self.find_fit(class, rounded, policy) {
+                        self.stats.hits += 1;
+                        return Ok(idx);
+                    }
+                }
+            }
+        }
         // A segment rounded up for growth that the driver refuses is asked for again at the
         // request's own size before anything cached is given back.
         let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
@@ -440,8 +512,14 @@ impl DevicePool {
                 Err(_) => {}
             }
         }
-        // Out of memory: make every cached block safe, give whole free segments back, retry.
+        // Out of memory: take back what thread caches hold, make every cached block safe, give
+        // whole free segments back, retry.
         self.stats.oom_retries += 1;
+        if self.lent > 0 {
+            if let Some(l) = self.lenders.clone() {
+                l.reclaim(self, seqs);
+            }
+        }
         let fenced = self.pending_bytes() > 0 && self.fence(backend, seqs).is_ok();
         if fenced {
             if let Some(idx) = self.find_fit(class, rounded, policy) {
@@ -586,6 +664,12 @@ impl DevicePool {
             s.requested.sub(requested);
             s.blocks.sub(1);
         }
+        self.after_free(idx, need, stamp);
+    }
+
+    /// A block the program no longer uses: reusable now, or once `need` is met.
+    fn after_free(&mut self, idx: u32, need: Need, stamp: u64) {
+        let size = self.blocks[idx as usize].size;
         match need {
             Need::Nothing => self.recycle(idx),
             Need::Barrier => {
@@ -599,6 +683,116 @@ impl DevicePool {
                 self.pending_fence_bytes += size;
             }
         }
+    }
+
+    // Lending to thread caches (`tcache.rs`). A lent block stays out of the live map and the
+    // free structures; the device counts it as allocated, requested and live at its full size
+    // (so its peaks include what thread caches hold) until it comes back through `take_back`
+    // or `adopt`. Moving blocks in and out of the caches leaves the gauges' totals alone: the
+    // thread caches count the program's own allocations and frees.
+
+    /// Serve `requested` bytes like `alloc` but lend the block to a thread cache, and lend up to
+    /// `extra` more reusable blocks of the same size from its bin into `extras`. Returns the
+    /// block's address, handle and size (a large block may be larger than the request's
+    /// rounding). Never called while tracing.
+    pub fn alloc_lent(
+        &mut self,
+        requested: u64,
+        backend: &dyn Backend,
+        seqs: &Seqs,
+        policy: &Policy,
+        extra: usize,
+        extras: &mut Extras,
+    ) -> Result<(Addr, u32, u64), CudaError> {
+        debug_assert!(self.trace.is_none(), "thread caches are off while tracing");
+        let r = self.serve(requested, backend, seqs, policy);
+        self.enforce_threshold(backend);
+        let idx = r?;
+        let b = &mut self.blocks[idx as usize];
+        let (addr, size, req) = (b.addr, b.size, b.requested);
+        b.state = State::Lent;
+        b.requested = size;
+        self.lent += 1;
+        self.stats.thread_cache_borrowed += 1;
+        counted! { self.stats.requested.lend(size - req); }
+        if let Some(k) = Self::bin_of(size) {
+            for _ in 0..extra.min(EXTRAS) {
+                let Some(i) = self.bins[k].pop() else { break };
+                self.binned_bytes -= size;
+                let b = &mut self.blocks[i as usize];
+                b.state = State::Lent;
+                b.requested = size;
+                let (a, seg) = (b.addr, b.seg);
+                self.seg_mut(seg).live += 1;
+                self.lent += 1;
+                let s = &mut self.stats;
+                s.thread_cache_borrowed += 1;
+                s.allocated.lend(size);
+                counted! {
+                    s.requested.lend(size);
+                    s.blocks.lend(1);
+                }
+                extras.push((a, i));
+            }
+        }
+        Ok((addr, idx, size))
+    }
+
+    /// A thread cache gives lent block `idx` back, free: reusable once `need` is met. `stamp`
+    /// gives the free sequence number (taken now, later than the program's free, which only
+    /// makes the wait longer).
+    pub fn take_back(&mut self, idx: u32, need: Need, stamp: impl FnOnce() -> u64) {
+        let b = &mut self.blocks[idx as usize];
+        debug_assert_eq!(b.state, State::Lent);
+        let (size, seg) = (b.size, b.seg);
+        b.requested = 0;
+        self.lent -= 1;
+        self.seg_mut(seg).live -= 1;
+        let s = &mut self.stats;
+        s.thread_cache_returned += 1;
+        s.allocated.unlend(size);
+        counted! {
+            s.requested.unlend(size);
+            s.blocks.unlend(1);
+        }
+        let stamp = if need == Need::Nothing { 0 } else { stamp() };
+        self.after_free(idx, need, stamp);
+    }
+
+    /// A lent block the program still holds comes back as an ordinary live block (its thread
+    /// cache's thread exited).
+    pub fn adopt(&mut self, idx: u32, requested: u64) {
+        let b = &mut self.blocks[idx as usize];
+        debug_assert_eq!(b.state, State::Lent);
+        let (addr, size) = (b.addr, b.size);
+        b.state = State::Live;
+        b.requested = requested;
+        self.lent -= 1;
+        counted! { self.stats.requested.unlend(size - requested); }
+        self.live.insert(addr, idx);
+    }
+
+    /// Lent block `idx`, as the live block the program holds with `requested` bytes.
+    pub fn lent_block(&self, idx: u32, requested: u64) -> Option<LiveBlock> {
+        let b = self.blocks.get(idx as usize)?;
+        (b.state == State::Lent).then(|| LiveBlock {
+            addr: b.addr,
+            size: b.size,
+            requested,
+            segment_addr: self.seg(b.seg).addr,
+        })
+    }
+
+    /// Whether `idx` is a block lent at `addr` (for the thread caches' own checks).
+    pub fn is_lent(&self, idx: u32, addr: Addr) -> bool {
+        self.blocks
+            .get(idx as usize)
+            .is_some_and(|b| b.state == State::Lent && b.addr == addr)
+    }
+
+    /// Blocks lent to thread caches.
+    pub fn lent_count(&self) -> u64 {
+        self.lent
     }
 
     fn set_pending(&mut self, idx: u32, stamp: u64, wants_fence: bool) {
@@ -942,7 +1136,7 @@ impl DevicePool {
                         self.pending_barrier_bytes -= sz;
                     }
                 }
-                State::Live | State::Vacant | State::Binned => {
+                State::Live | State::Lent | State::Vacant | State::Binned => {
                     debug_assert!(false, "released a segment in use or binned")
                 }
             }
@@ -983,6 +1177,8 @@ impl DevicePool {
         self.pending_fence_bytes = 0;
         self.pending_barrier_bytes = 0;
         self.largest_segment = 0;
+        self.lent = 0;
+        self.generation += 1;
     }
 
     /// The segment holding `addr`, as (base, size).
@@ -1023,6 +1219,7 @@ impl DevicePool {
         let mut pending = 0;
         let mut free_count = 0;
         let mut binned = 0;
+        let mut lent = 0;
         for (si, s) in self.segments.iter().enumerate() {
             let Some(s) = s else { continue };
             reserved += s.size;
@@ -1058,6 +1255,12 @@ impl DevicePool {
                         if index.get(&key) != Some(&idx) {
                             return Err(format!("free block {:#x} not indexed", b.addr));
                         }
+                    }
+                    State::Lent => {
+                        live += 1;
+                        lent += 1;
+                        allocated += b.size;
+                        requested += b.size;
                     }
                     State::Pending => pending += b.size,
                     State::Binned => binned += b.size,
@@ -1103,7 +1306,10 @@ impl DevicePool {
         {
             return Err(format!("binned {binned} != {}", self.binned_bytes));
         }
-        if self.live.len() as u64 != st.blocks.current
+        if lent != self.lent {
+            return Err(format!("lent {lent} != {}", self.lent));
+        }
+        if self.live.len() as u64 + lent != st.blocks.current
             || self
                 .live
                 .iter()

@@ -9,6 +9,7 @@ pub mod device;
 pub mod replay;
 pub mod size;
 pub mod stats;
+pub mod tcache;
 pub mod trace;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -37,6 +38,16 @@ pub struct Seqs {
     pub barriered: AtomicU64,
 }
 
+impl Seqs {
+    /// The stamp of a block freed now. Only frees under the device's lock write the sequence:
+    /// no atomic read-modify-write needed (the hit path's cost is its atomic operations).
+    pub fn stamp_under_lock(&self) -> u64 {
+        let seq = self.freed.load(Ordering::Relaxed);
+        self.freed.store(seq + 1, Ordering::Release);
+        seq
+    }
+}
+
 /// Aligned to two cache lines (the adjacent-line prefetcher pairs them): threads on different
 /// devices then never write to a line another device's lock or sequences live on (measured by
 /// `benches/threads.rs`: without it, two threads on two devices ran no faster than one).
@@ -44,6 +55,7 @@ pub struct Seqs {
 struct DeviceSlot {
     pool: Mutex<DevicePool>,
     seqs: Seqs,
+    caches: Arc<tcache::Registry>,
 }
 
 /// Device pointers are aligned and well spread: a multiplicative hash is enough and much cheaper
@@ -112,9 +124,14 @@ pub struct Settings {
     pub policy: Policy,
     /// Where the allocation trace goes, when there is one.
     pub trace: Option<Arc<dyn TraceSink>>,
+    /// Bytes of free blocks each thread may keep in its own cache once two threads allocate on a
+    /// device (`tcache.rs`); 0 turns thread caches off.
+    pub thread_cache: u64,
 }
 
 pub struct Pool<B: Backend> {
+    /// Tells this pool's thread caches from another pool's.
+    id: u64,
     backend: B,
     settings: Settings,
     devices: Vec<OnceLock<DeviceSlot>>,
@@ -131,6 +148,7 @@ const NO_OVERRIDE: u64 = u64::MAX - 1;
 impl<B: Backend> Pool<B> {
     pub fn new(backend: B, settings: Settings) -> Self {
         Pool {
+            id: tcache::new_pool_id(),
             backend,
             settings,
             devices: (0..MAX_DEVICES).map(|_| OnceLock::new()).collect(),
@@ -157,9 +175,12 @@ impl<B: Backend> Pool<B> {
                 let buf = trace::TraceBuf::new(Arc::clone(sink), self.start, device);
                 pool.set_trace(buf, &self.settings.policy, reuse_code(self.settings.reuse));
             }
+            let caches = Arc::new(tcache::Registry::default());
+            pool.set_lenders(Arc::clone(&caches) as Arc<dyn device::Lenders>);
             DeviceSlot {
                 pool: Mutex::new(pool),
                 seqs: Seqs::default(),
+                caches,
             }
         }))
     }
@@ -209,23 +230,101 @@ impl<B: Backend> Pool<B> {
     /// Allocate `size` bytes on `device`, the calling thread's current device.
     pub fn alloc(&self, device: u32, size: u64) -> Result<Addr, CudaError> {
         let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
+        if slot.caches.enabled.load(Ordering::Relaxed) {
+            if let Some(r) = self.alloc_cached(slot, device, size) {
+                return r;
+            }
+        }
         let mut p = Self::lock(slot);
-        p.alloc(size, &self.backend, &slot.seqs, &self.settings.policy)
+        slot.caches.sweep_orphans(&mut p, &slot.seqs);
+        let r = p.alloc(size, &self.backend, &slot.seqs, &self.settings.policy);
+        if slot.caches.second_thread_arrived() {
+            self.update_caches(slot, &mut p);
+        }
+        r
+    }
+
+    /// Whether thread caches may take new blocks on this device, and if not, take back what
+    /// they hold. Under the device lock.
+    fn update_caches(&self, slot: &DeviceSlot, p: &mut DevicePool) {
+        let on = slot.caches.multi()
+            && self.settings.reuse == ReuseMode::Relaxed
+            && self.settings.thread_cache > 0
+            && self.settings.trace.is_none()
+            && p.threshold == u64::MAX;
+        slot.caches.enabled.store(on, Ordering::Relaxed);
+        if !on {
+            slot.caches.reclaim(p, &slot.seqs);
+        }
+    }
+
+    /// A small allocation through the calling thread's cache: `None` when the request is not
+    /// for it (too large) or the thread has none (it is exiting).
+    fn alloc_cached(
+        &self,
+        slot: &DeviceSlot,
+        device: u32,
+        size: u64,
+    ) -> Option<Result<Addr, CudaError>> {
+        let rounded = size::round_request(size).filter(|&r| r <= tcache::LIMIT)?;
+        let bound = self.settings.thread_cache;
+        slot.caches.with_mine(self.id, device, true, |c| {
+            let mut st = c.state.lock();
+            if let Some(addr) = st.take_ready(rounded, size) {
+                return Ok(addr);
+            }
+            // A miss: one trip to the device serves it, gives back what is on its way there,
+            // and borrows a few ready blocks of this size.
+            let held = st.take_returning();
+            let (held_gen, room) = (st.generation, bound.saturating_sub(st.ready_bytes));
+            drop(st);
+            let extra = tcache::BATCH.min((room / rounded) as usize);
+            let mut extras = tcache::Extras::default();
+            let mut p = Self::lock(slot);
+            slot.caches.sweep_orphans(&mut p, &slot.seqs);
+            if held_gen == p.generation {
+                tcache::give_back(&mut p, &slot.seqs, &held);
+            }
+            let r = p.alloc_lent(
+                size,
+                &self.backend,
+                &slot.seqs,
+                &self.settings.policy,
+                extra,
+                &mut extras,
+            );
+            let gen = p.generation;
+            drop(p);
+            let (addr, idx, block) = r?;
+            let mut st = c.state.lock();
+            if st.generation != gen {
+                if st.generation > gen {
+                    // The device was reset while this request was served: the block is gone.
+                    return Err(CudaError::MEMORY_ALLOCATION);
+                }
+                st.clear(gen);
+            }
+            st.hand_out(addr, idx, block, size);
+            for (a, i) in extras.iter() {
+                // Extras come from the exact-size bin of the block served.
+                st.push_ready(a, i, block);
+            }
+            Ok(addr)
+        })
     }
 
     /// Give a pointer back; `current` is the calling thread's current device, where the block
     /// is looked for first. Frees of pointers the pool does not own are reported, not handled.
     pub fn free(&self, addr: Addr, kind: FreeKind, current: Option<u32>) -> FreeOutcome {
         let need = self.need_for(kind);
+        if let Some((d, slot)) = current.and_then(|d| Some((d, self.existing(d)?))) {
+            if slot.caches.any.load(Ordering::Relaxed) && self.free_cached(slot, d, addr, need) {
+                return FreeOutcome::Freed;
+            }
+        }
         let try_free = |device: u32| {
             self.existing(device).is_some_and(|slot| {
-                Self::lock(slot).free(addr, kind, need, || {
-                    // Only frees, under this device's lock, write the sequence: no atomic
-                    // read-modify-write needed (the hit path's cost is its atomic operations).
-                    let seq = slot.seqs.freed.load(Ordering::Relaxed);
-                    slot.seqs.freed.store(seq + 1, Ordering::Release);
-                    seq
-                })
+                Self::lock(slot).free(addr, kind, need, || slot.seqs.stamp_under_lock())
             })
         };
         if current.is_some_and(try_free) {
@@ -237,6 +336,9 @@ impl<B: Backend> Pool<B> {
         {
             return FreeOutcome::Freed;
         }
+        if self.free_from_any_cache(addr, need) {
+            return FreeOutcome::Freed;
+        }
         match self.owner_of(addr) {
             Some(device) => {
                 if let Some(slot) = self.existing(device) {
@@ -246,6 +348,80 @@ impl<B: Backend> Pool<B> {
             }
             None => FreeOutcome::NotOurs,
         }
+    }
+
+    /// A free of a block the calling thread's cache handed out: kept there when reusable at
+    /// once, else (and when the cache outgrows its bound) given back to the device in a batch.
+    fn free_cached(&self, slot: &DeviceSlot, device: u32, addr: Addr, need: Need) -> bool {
+        let bound = self.settings.thread_cache;
+        let enabled = slot.caches.enabled.load(Ordering::Relaxed);
+        let handled = slot.caches.with_mine(self.id, device, false, |c| {
+            let mut st = c.state.lock();
+            let Some(o) = st.take_out(addr) else {
+                return false;
+            };
+            let mut held = Vec::new();
+            if !enabled {
+                st.push_returning(addr, o.idx, o.size, need);
+                held = st.spill_all();
+            } else if need == Need::Nothing {
+                // Full: the sizes held most of make room (what is freed now is likelier to be
+                // asked for again than what waited longest).
+                if st.ready_bytes + o.size > bound {
+                    st.spill_ready(bound / 2, &mut held);
+                }
+                st.push_ready(addr, o.idx, o.size);
+            } else {
+                // Waits for a barrier: back to the device, a batch at a time.
+                st.push_returning(addr, o.idx, o.size, need);
+                if st.returning_bytes > bound / 2 {
+                    held = st.take_returning();
+                }
+            }
+            if !held.is_empty() {
+                let gen = st.generation;
+                drop(st);
+                let mut p = Self::lock(slot);
+                if gen == p.generation {
+                    tcache::give_back(&mut p, &slot.seqs, &held);
+                }
+            }
+            true
+        });
+        handled == Some(true)
+    }
+
+    /// A free of a block some thread's cache handed out (another thread's, or one whose thread
+    /// exited): straight back to its device.
+    fn free_from_any_cache(&self, addr: Addr, need: Need) -> bool {
+        for d in 0..MAX_DEVICES as u32 {
+            let Some(slot) = self.existing(d) else {
+                continue;
+            };
+            if !slot.caches.any.load(Ordering::Relaxed) {
+                continue;
+            }
+            for c in slot.caches.caches() {
+                let mut st = c.state.lock();
+                let Some(o) = st.take_out(addr) else {
+                    continue;
+                };
+                let gen = st.generation;
+                drop(st);
+                let mut p = Self::lock(slot);
+                if gen == p.generation {
+                    let held = [tcache::Held {
+                        idx: o.idx,
+                        addr,
+                        size: o.size,
+                        need,
+                    }];
+                    tcache::give_back(&mut p, &slot.seqs, &held);
+                }
+                return true;
+            }
+        }
+        false
     }
 
     fn need_for(&self, kind: FreeKind) -> Need {
@@ -268,7 +444,21 @@ impl<B: Backend> Pool<B> {
     pub fn live_block(&self, addr: Addr) -> Option<(u32, LiveBlock)> {
         (0..MAX_DEVICES as u32).find_map(|d| {
             let slot = self.existing(d)?;
-            Self::lock(slot).live_block_at(addr).map(|b| (d, b))
+            let p = Self::lock(slot);
+            if let Some(b) = p.live_block_at(addr) {
+                return Some((d, b));
+            }
+            if !slot.caches.any.load(Ordering::Relaxed) {
+                return None;
+            }
+            slot.caches.caches().iter().find_map(|c| {
+                let st = c.state.lock();
+                let o = st.out.get(&addr)?;
+                (st.generation == p.generation)
+                    .then(|| p.lent_block(o.idx, o.requested))
+                    .flatten()
+                    .map(|b| (d, b))
+            })
         })
     }
 
@@ -302,7 +492,9 @@ impl<B: Backend> Pool<B> {
     /// A synchronization the program made: apply the release threshold.
     pub fn sync_point(&self, device: u32) {
         if let Some(slot) = self.existing(device) {
-            Self::lock(slot).sync_point(&self.backend, &slot.seqs);
+            let mut p = Self::lock(slot);
+            slot.caches.sweep_orphans(&mut p, &slot.seqs);
+            p.sync_point(&self.backend, &slot.seqs);
         }
     }
 
@@ -311,7 +503,10 @@ impl<B: Backend> Pool<B> {
         let Some(slot) = self.existing(device) else {
             return 0;
         };
-        Self::lock(slot).empty_cache(&self.backend, &slot.seqs)
+        let mut p = Self::lock(slot);
+        slot.caches.sweep_orphans(&mut p, &slot.seqs);
+        slot.caches.reclaim(&mut p, &slot.seqs);
+        p.empty_cache(&self.backend, &slot.seqs)
     }
 
     /// Set the release threshold of every device, now and for devices not yet used.
@@ -320,7 +515,9 @@ impl<B: Backend> Pool<B> {
             .store(bytes.min(NO_OVERRIDE - 1), Ordering::Relaxed);
         for d in 0..MAX_DEVICES as u32 {
             if let Some(slot) = self.existing(d) {
-                Self::lock(slot).set_threshold(bytes);
+                let mut p = Self::lock(slot);
+                p.set_threshold(bytes);
+                self.update_caches(slot, &mut p);
             }
         }
     }
@@ -330,7 +527,9 @@ impl<B: Backend> Pool<B> {
     pub fn set_device_threshold(&self, device: u32, bytes: u64) -> bool {
         match self.slot(device) {
             Some(slot) => {
-                Self::lock(slot).threshold = bytes;
+                let mut p = Self::lock(slot);
+                p.threshold = bytes;
+                self.update_caches(slot, &mut p);
                 true
             }
             None => false,
@@ -350,18 +549,33 @@ impl<B: Backend> Pool<B> {
         let Some(slot) = self.existing(device) else {
             return;
         };
-        Self::lock(slot).forget_all();
+        let mut p = Self::lock(slot);
+        p.forget_all();
+        slot.caches.forget(p.generation);
     }
 
     /// A copy of `device`'s counters, with its cached and pending figures.
     pub fn device_stats(&self, device: u32) -> Option<DeviceSnapshot> {
         let slot = self.existing(device)?;
         let p = Self::lock_for_report(slot)?;
+        let mut stats = p.stats.clone();
+        let mut pending = p.pending_bytes();
+        for c in slot.caches.caches() {
+            let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
+                continue;
+            };
+            if st.generation == p.generation {
+                tcache::merge_into(&mut stats, &st);
+                pending += st.returning_bytes;
+            } else {
+                tcache::add_counts(&mut stats, &st.counts);
+            }
+        }
         Some(DeviceSnapshot {
             device,
-            stats: p.stats.clone(),
-            cached: p.cached(),
-            pending: p.pending_bytes(),
+            cached: stats.reserved.current - stats.allocated.current,
+            stats,
+            pending,
             largest_free: p.largest_free(),
             threshold: p.threshold,
             memory: p.memory,
@@ -378,9 +592,27 @@ impl<B: Backend> Pool<B> {
 
     /// Live blocks of `device`.
     pub fn live_blocks(&self, device: u32) -> Vec<LiveBlock> {
-        self.existing(device)
-            .and_then(Self::lock_for_report)
-            .map_or_else(Vec::new, |p| p.live_blocks())
+        let Some(slot) = self.existing(device) else {
+            return Vec::new();
+        };
+        let Some(p) = Self::lock_for_report(slot) else {
+            return Vec::new();
+        };
+        let mut blocks = p.live_blocks();
+        for c in slot.caches.caches() {
+            let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
+                continue;
+            };
+            if st.generation == p.generation {
+                blocks.extend(
+                    st.out
+                        .values()
+                        .filter_map(|o| p.lent_block(o.idx, o.requested)),
+                );
+            }
+        }
+        blocks.sort_unstable_by_key(|b| b.addr);
+        blocks
     }
 
     /// Hand every device's buffered trace records to the sink (at exit and on dumps; gives up
@@ -397,9 +629,32 @@ impl<B: Backend> Pool<B> {
     pub fn check(&self) -> Result<(), String> {
         for d in self.used_devices() {
             let slot = self.existing(d).expect("listed");
-            Self::lock(slot)
-                .check()
-                .map_err(|e| format!("device {d}: {e}"))?;
+            let p = Self::lock(slot);
+            p.check().map_err(|e| format!("device {d}: {e}"))?;
+            let mut lent = 0;
+            for c in slot.caches.caches() {
+                let st = c.state.lock();
+                if st.generation != p.generation {
+                    if !st.out.is_empty() || st.held_bytes() > 0 {
+                        return Err(format!("device {d}: a thread cache holds forgotten blocks"));
+                    }
+                    continue;
+                }
+                let held = st.held_blocks();
+                let out = st.out.iter().map(|(&a, o)| (a, o.idx));
+                for (addr, idx) in held.map(|h| (h.addr, h.idx)).chain(out) {
+                    if !p.is_lent(idx, addr) {
+                        return Err(format!("device {d}: cached block {addr:#x} is not lent"));
+                    }
+                    lent += 1;
+                }
+            }
+            if lent != p.lent_count() {
+                return Err(format!(
+                    "device {d}: thread caches hold {lent} blocks, the device lent {}",
+                    p.lent_count()
+                ));
+            }
         }
         Ok(())
     }

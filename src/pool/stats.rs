@@ -34,6 +34,15 @@ impl Gauge {
         self.current -= n;
         self.total_out += n;
     }
+    /// Held by a thread cache: counted now, but not as the program's own traffic (the thread
+    /// cache counts that).
+    pub fn lend(&mut self, n: u64) {
+        self.current += n;
+        self.peak = self.peak.max(self.current);
+    }
+    pub fn unlend(&mut self, n: u64) {
+        self.current -= n;
+    }
 }
 
 /// Buckets of the request-size histogram: bucket `i` holds requests in `[2^(i-1), 2^i)`, bucket
@@ -58,6 +67,11 @@ pub struct DeviceStats {
     pub hits: u64,
     /// Allocations that needed a new segment from the driver.
     pub misses: u64,
+    /// Allocations served by a thread's own cache, without the device's lock (part of `hits`).
+    pub thread_cache_hits: u64,
+    /// Blocks thread caches borrowed from the device or gave back to it.
+    pub thread_cache_borrowed: u64,
+    pub thread_cache_returned: u64,
     /// Real `cudaMalloc` / `cudaFree` calls made.
     pub real_mallocs: u64,
     pub real_frees: u64,
@@ -103,6 +117,9 @@ impl Default for DeviceStats {
             frees: 0,
             hits: 0,
             misses: 0,
+            thread_cache_hits: 0,
+            thread_cache_borrowed: 0,
+            thread_cache_returned: 0,
             real_mallocs: 0,
             real_frees: 0,
             real_malloc_ns: 0,

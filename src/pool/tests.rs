@@ -95,6 +95,7 @@ fn pool_with(reuse: ReuseMode, threshold: Threshold, capacity: u64) -> Pool<Mode
                 fence_bytes: 64 * MIB,
             },
             trace: None,
+            thread_cache: crate::config::DEFAULT_THREAD_CACHE,
         },
     )
 }
@@ -225,6 +226,7 @@ fn a_new_largest_request_gets_room_to_grow() {
                 fence_bytes: 64 * MIB,
             },
             trace: None,
+            thread_cache: crate::config::DEFAULT_THREAD_CACHE,
         },
     );
     m.alloc(0, 600 * MIB).unwrap();
@@ -608,4 +610,378 @@ fn per_device_thresholds_and_keep_all_overrides() {
         u64::MAX,
         "device used later: keep all, not a huge number"
     );
+}
+
+// Thread caches (`tcache.rs`).
+
+/// Run `f` on a new thread and wait for it (each thread has its own caches).
+fn on_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(f).join().unwrap())
+}
+
+/// A relaxed pool on which a second thread has allocated, so thread caches are on.
+fn shared_relaxed(capacity: u64) -> Pool<Model> {
+    let p = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, capacity);
+    let a = p.alloc(0, 4096).unwrap();
+    on_thread(|| {
+        let b = p.alloc(0, 4096).unwrap();
+        assert_eq!(p.free(b, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    });
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    p
+}
+
+#[test]
+fn thread_caches_start_with_a_second_allocating_thread() {
+    let p = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 80 << 30);
+    for _ in 0..10 {
+        let a = p.alloc(0, 4096).unwrap();
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    assert_eq!(stats(&p, 0).thread_cache_hits, 0, "one thread: no caches");
+    on_thread(|| {
+        // A thread that only frees does not count.
+        let a = p.alloc(0, 4096).unwrap();
+        p.free(a, FreeKind::Sync, Some(0));
+    });
+    for _ in 0..10 {
+        let a = p.alloc(0, 4096).unwrap();
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    let s = stats(&p, 0);
+    assert!(s.thread_cache_hits >= 9, "{s:?}");
+    assert_eq!((s.allocs, s.frees), (21, 21));
+    assert_eq!((s.allocated.current, s.requested.current), (0, 0));
+    assert_eq!(s.blocks.current, 0);
+    assert_eq!(s.allocated.total_in, s.allocated.total_out);
+    assert_eq!(s.requested.total_in, 21 * 4096);
+    assert_eq!(s.histogram.iter().sum::<u64>(), 21);
+    p.check().unwrap();
+}
+
+#[test]
+fn thread_caches_are_off_in_strict_mode_and_while_tracing() {
+    for p in [
+        pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30),
+        pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30),
+    ] {
+        let a = p.alloc(0, 4096).unwrap();
+        on_thread(|| p.alloc(0, 4096).unwrap());
+        p.free(a, FreeKind::Sync, Some(0));
+        for _ in 0..5 {
+            p.alloc(0, 4096).unwrap();
+        }
+        assert_eq!(stats(&p, 0).thread_cache_hits, 0);
+        assert_eq!(stats(&p, 0).thread_cache_borrowed, 0);
+    }
+    struct Discard;
+    impl TraceSink for Discard {
+        fn write(&self, _: &[u8]) {}
+    }
+    let sink: Arc<dyn TraceSink> = Arc::new(Discard);
+    let mut settings = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 1)
+        .settings()
+        .clone();
+    settings.trace = Some(sink);
+    let p = Pool::new(Model::with_capacity(80 << 30), settings);
+    let a = p.alloc(0, 4096).unwrap();
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    p.free(a, FreeKind::Sync, Some(0));
+    p.alloc(0, 4096).unwrap();
+    assert_eq!(stats(&p, 0).thread_cache_borrowed, 0);
+}
+
+#[test]
+fn two_threads_on_one_device_never_share_a_block_and_account_exactly() {
+    let p = Arc::new(shared_relaxed(80 << 30));
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let p = Arc::clone(&p);
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                let mut freed = 0u64;
+                for i in 0..3000u64 {
+                    let size = 512 << ((i * 7 + t * 3) % 14);
+                    mine.push((p.alloc(0, size).unwrap(), size));
+                    if i % 3 != 0 {
+                        let (a, _) = mine.swap_remove((i as usize * 31) % mine.len());
+                        assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+                        freed += 1;
+                    }
+                }
+                p.check().unwrap();
+                (mine, freed)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut spans: Vec<(Addr, u64)> = results.iter().flat_map(|r| r.0.clone()).collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(w[0].0 + w[0].1 <= w[1].0, "live blocks overlap: {w:?}");
+    }
+    let s = stats(&p, 0);
+    assert!(s.thread_cache_hits > 1000, "{s:?}");
+    assert_eq!(s.allocs, 2 + 4 * 3000);
+    let freed: u64 = results.iter().map(|r| r.1).sum();
+    assert_eq!(s.frees, 2 + freed);
+    assert_eq!(s.blocks.current, spans.len() as u64);
+    assert_eq!(
+        s.requested.current,
+        spans.iter().map(|&(_, n)| n).sum::<u64>(),
+        "requested bytes of the live blocks"
+    );
+    // The leak list shows every live block, whichever way it was served.
+    let mut live: Vec<Addr> = p.live_blocks(0).iter().map(|b| b.addr).collect();
+    live.sort();
+    assert_eq!(live, spans.iter().map(|s| s.0).collect::<Vec<_>>());
+    p.check().unwrap();
+}
+
+#[test]
+fn a_block_from_one_threads_cache_is_freed_by_another() {
+    let p = shared_relaxed(80 << 30);
+    let a = on_thread(|| p.alloc(0, 8192).unwrap());
+    assert!(p.live_block(a).is_some());
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Invalid);
+    assert_eq!(
+        p.free(a + 512, FreeKind::Sync, Some(0)),
+        FreeOutcome::Invalid
+    );
+    assert_eq!(stats(&p, 0).invalid_frees, 2);
+    assert_eq!(stats(&p, 0).allocated.current, 0);
+    p.check().unwrap();
+}
+
+#[test]
+fn a_double_free_into_a_thread_cache_is_refused() {
+    let p = shared_relaxed(80 << 30);
+    let a = p.alloc(0, 4096).unwrap();
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Invalid);
+    // The cached block is handed out once, not twice.
+    let b = p.alloc(0, 4096).unwrap();
+    let c = p.alloc(0, 4096).unwrap();
+    assert_ne!(b, c);
+    p.check().unwrap();
+}
+
+#[test]
+fn blocks_of_an_exited_thread_come_back_to_the_device() {
+    let p = shared_relaxed(80 << 30);
+    let kept = on_thread(|| {
+        let kept: Vec<Addr> = (0..20).map(|_| p.alloc(0, 64 << 10).unwrap()).collect();
+        for &a in &kept[10..] {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        kept[..10].to_vec()
+    });
+    // The thread is gone; its cache held 10 free blocks and 10 the program still holds.
+    p.alloc(0, 1 << 20).unwrap();
+    p.check().unwrap();
+    for a in kept {
+        assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    }
+    let s = stats(&p, 0);
+    assert_eq!(s.blocks.current, 1);
+    assert_eq!(s.allocs, s.frees + 1);
+    p.check().unwrap();
+}
+
+/// Allocate `n` blocks of `size` on device 0 and free them all (into the thread's cache).
+fn alloc_and_free(p: &Pool<Model>, n: usize, size: u64) {
+    let v: Vec<Addr> = (0..n).map(|_| p.alloc(0, size).unwrap()).collect();
+    for a in v {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+}
+
+/// Run `holder` on a thread that stays alive (its cache full) while `main` runs here.
+fn while_a_thread_holds(p: &Pool<Model>, holder: impl FnOnce() + Send, main: impl FnOnce()) {
+    std::thread::scope(|s| {
+        // Made here so that a failing `main` drops the sender and the holder ends too.
+        let (filled_tx, filled_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        s.spawn(move || {
+            holder();
+            filled_tx.send(()).unwrap();
+            let _ = done_rx.recv();
+        });
+        filled_rx.recv().unwrap();
+        main();
+        p.check().unwrap();
+        done_tx.send(()).unwrap();
+    });
+}
+
+#[test]
+fn out_of_memory_takes_back_what_a_live_threads_cache_holds() {
+    let p = shared_relaxed(64 * MIB);
+    let fill = || alloc_and_free(&p, 40, 512 << 10);
+    while_a_thread_holds(&p, fill, || {
+        let s = p.device_stats(0).unwrap();
+        assert!(
+            s.stats.reserved.current >= 20 * MIB && s.cached >= 20 * MIB,
+            "{s:?}"
+        );
+        // Most of the device is in small segments the other thread's cache holds.
+        let big = p
+            .alloc(0, 56 * MIB)
+            .expect("the cache gives its blocks back");
+        assert_eq!(stats(&p, 0).ooms, 0);
+        p.free(big, FreeKind::Sync, Some(0));
+    });
+}
+
+#[test]
+fn empty_cache_takes_back_what_a_live_threads_cache_holds() {
+    let p = shared_relaxed(80 << 30);
+    let fill = || alloc_and_free(&p, 20, 256 << 10);
+    while_a_thread_holds(&p, fill, || {
+        assert!(p.device_stats(0).unwrap().cached > 0);
+        p.empty_cache(0);
+        let s = p.device_stats(0).unwrap();
+        assert_eq!((s.stats.reserved.current, s.cached), (0, 0), "{s:?}");
+        assert_eq!(p.backend().live_bytes(0), 0);
+    });
+}
+
+#[test]
+fn one_threads_cache_does_not_make_the_device_grow_for_another() {
+    let p = shared_relaxed(80 << 30);
+    let fill = || alloc_and_free(&p, 64, 64 << 10);
+    while_a_thread_holds(&p, fill, || {
+        let before = stats(&p, 0).reserved.current;
+        let v: Vec<Addr> = (0..32).map(|_| p.alloc(0, 64 << 10).unwrap()).collect();
+        assert_eq!(
+            stats(&p, 0).reserved.current,
+            before,
+            "grew while another cache held"
+        );
+        for a in v {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+    });
+}
+
+#[test]
+fn a_thread_cache_keeps_at_most_its_bound() {
+    let p = shared_relaxed(80 << 30);
+    let bound = p.settings().thread_cache;
+    let n = (2 * bound / MIB) as usize;
+    let v: Vec<Addr> = (0..n).map(|_| p.alloc(0, MIB).unwrap()).collect();
+    for a in v {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    let s = p.device_stats(0).unwrap();
+    assert!(s.stats.thread_cache_returned > 0, "{s:?}");
+    // What the cache holds is counted as cached and is at most its bound.
+    assert!(s.cached >= bound, "{s:?}");
+    p.check().unwrap();
+}
+
+#[test]
+fn a_release_threshold_turns_thread_caches_off_and_empties_them() {
+    let p = shared_relaxed(80 << 30);
+    let a = p.alloc(0, 4096).unwrap();
+    p.free(a, FreeKind::Sync, Some(0));
+    assert!(p.device_stats(0).unwrap().cached > 0);
+    p.set_threshold(0);
+    p.sync_point(0);
+    assert_eq!(p.device_stats(0).unwrap().stats.reserved.current, 0);
+    let hits = stats(&p, 0).thread_cache_hits;
+    let b = p.alloc(0, 4096).unwrap();
+    p.free(b, FreeKind::Sync, Some(0));
+    assert_eq!(stats(&p, 0).thread_cache_hits, hits);
+    p.check().unwrap();
+}
+
+#[test]
+fn a_device_reset_empties_thread_caches() {
+    let p = shared_relaxed(80 << 30);
+    let a = p.alloc(0, 4096).unwrap();
+    let b = p.alloc(0, 4096).unwrap();
+    p.free(b, FreeKind::Sync, Some(0));
+    p.forget_device(0);
+    p.check().unwrap();
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::NotOurs);
+    let s = p.device_stats(0).unwrap();
+    assert_eq!((s.stats.allocated.current, s.cached), (0, 0));
+    let c = p.alloc(0, 4096).unwrap();
+    assert_eq!(p.free(c, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    p.check().unwrap();
+}
+
+#[test]
+fn async_frees_in_a_thread_cache_wait_for_a_barrier() {
+    let p = shared_relaxed(80 << 30);
+    let a = p.alloc(0, 4096).unwrap();
+    p.free(a, FreeKind::Async { blocking: true }, Some(0));
+    // Not reusable from the cache: it waits to go back to the device, which needs a barrier.
+    let b = p.alloc(0, 4096).unwrap();
+    assert_ne!(a, b, "reused before a barrier");
+    p.check().unwrap();
+}
+
+#[test]
+fn thread_caches_account_exactly_with_cross_thread_frees_and_exits() {
+    let p = Arc::new(pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 80 << 30));
+    let queue = Arc::new(Mutex::new(Vec::<(Addr, u32)>::new()));
+    let handles: Vec<_> = (0..6u64)
+        .map(|t| {
+            let (p, queue) = (Arc::clone(&p), Arc::clone(&queue));
+            std::thread::spawn(move || {
+                let mut rng = crate::workloads::rng::Rng::new(t + 1);
+                let mut mine = Vec::new();
+                for _ in 0..1500 {
+                    let dev = rng.range(0, 1) as u32;
+                    let shift = rng.range(0, 12);
+                    let size = rng.range(1, (32 << 20) >> shift);
+                    mine.push((p.alloc(dev, size).unwrap(), dev));
+                    if rng.range(0, 2) == 0 {
+                        let (a, d) = mine.swap_remove(rng.range(0, mine.len() as u64 - 1) as usize);
+                        if rng.range(0, 2) == 0 {
+                            queue.lock().unwrap().push((a, d));
+                        } else {
+                            assert_eq!(p.free(a, FreeKind::Sync, Some(1 - d)), FreeOutcome::Freed);
+                        }
+                    }
+                    let other = queue.lock().unwrap().pop();
+                    if let Some((a, d)) = other {
+                        assert_eq!(p.free(a, FreeKind::Sync, Some(d)), FreeOutcome::Freed);
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let left: Vec<(Addr, u32)> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    p.check().unwrap();
+    for d in 0..2 {
+        let s = stats(&p, d);
+        let live = left.iter().filter(|x| x.1 == d).count() as u64;
+        let queued = queue.lock().unwrap().iter().filter(|x| x.1 == d).count() as u64;
+        assert_eq!(s.blocks.current, live + queued, "device {d}: {s:?}");
+        let queued = queue.lock().unwrap().iter().filter(|x| x.1 == d).count() as u64;
+        assert_eq!(s.allocs - s.frees, live + queued, "device {d}");
+    }
+    for (a, d) in left.into_iter().chain(queue.lock().unwrap().drain(..)) {
+        assert_eq!(p.free(a, FreeKind::Sync, Some(d)), FreeOutcome::Freed);
+    }
+    for d in 0..2 {
+        let s = stats(&p, d);
+        assert_eq!(
+            (s.allocated.current, s.requested.current, s.blocks.current),
+            (0, 0, 0),
+            "device {d}: {s:?}"
+        );
+        assert_eq!(s.allocated.total_in, s.allocated.total_out, "device {d}");
+        assert_eq!(s.requested.total_in, s.requested.total_out, "device {d}");
+        assert_eq!(s.allocs, s.frees);
+    }
+    p.check().unwrap();
 }

@@ -121,6 +121,12 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.hits as f64,
     ),
     (
+        "gpupool_thread_cache_hits_total",
+        "counter",
+        "Allocations served by a thread's own cache (part of the cache hits).",
+        |d| d.snap.stats.thread_cache_hits as f64,
+    ),
+    (
         "gpupool_cache_misses_total",
         "counter",
         "Allocations that needed a new segment.",

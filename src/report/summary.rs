@@ -184,12 +184,17 @@ pub fn render_text(r: &Report) -> String {
         }
         let _ = writeln!(
             o,
-            " calls      {} mallocs, {} frees; served from cache {} ({} hits, {} misses)",
+            " calls      {} mallocs, {} frees; served from cache {} ({} hits, {} misses){}",
             s.allocs,
             s.frees,
             pct(s.hits, s.allocs),
             s.hits,
-            s.misses
+            s.misses,
+            if s.thread_cache_hits > 0 {
+                format!("; {} by thread caches", s.thread_cache_hits)
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(
             o,

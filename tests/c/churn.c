@@ -2,11 +2,12 @@
  * before it is freed, and every new block is checked against every live block for overlap.
  * A block handed out twice, or reused while live, shows as a clobbered tag or an overlap.
  *
- * usage: churn THREADS ITERATIONS DEVICES [SEED [CROSS]]
+ * usage: churn THREADS ITERATIONS DEVICES [SEED [CROSS [SIZES]]]
  * With several devices, each thread allocates on a random device and frees with another
  * device current. With CROSS (a percentage, default 0), that share of frees goes through a
  * queue shared by the threads: the block is freed by whichever thread takes it next, usually
- * not the one that allocated it. Prints "program mallocs N", the simulator's real cudaMalloc count and peak
+ * not the one that allocated it. SIZES "few" draws every size from twelve fixed ones (as a
+ * model's tensors repeat), so that freed blocks are asked for again at their exact size. Prints "program mallocs N", the simulator's real cudaMalloc count and peak
  * live bytes (summed over devices, then per device). */
 #include <pthread.h>
 
@@ -29,6 +30,7 @@ static live_t g_all[64 * MAX_LIVE + QUEUE];
 static int g_count;
 static unsigned long long g_mallocs;
 static int g_cross;
+static int g_few_sizes;
 static pthread_mutex_t g_queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static live_t g_queue[QUEUE];
 static int g_queued;
@@ -97,7 +99,12 @@ static void release(live_t b)
 
 static size_t pick_size(uint64_t *rng)
 {
+    static const size_t few[12] = {300,       4096,      6000,      65536,
+                                   100000,    262144,    1 << 20,   1500000,
+                                   3u << 20,  5000000,   12u << 20, 20000000};
     uint64_t r = rng_next(rng);
+    if (g_few_sizes)
+        return few[r % 12];
     switch (r % 8) {
     case 0:
         return (size_t)(rng_next(rng) % (24u << 20)) + 1; /* large */
@@ -160,6 +167,7 @@ int main(int argc, char **argv)
     g_devices = atoi(argv[3]);
     g_seed = argc > 4 ? strtoull(argv[4], NULL, 0) : 42;
     g_cross = argc > 5 ? atoi(argv[5]) : 0;
+    g_few_sizes = argc > 6 && strcmp(argv[6], "few") == 0;
     CHECK(threads >= 1 && threads <= 64 && g_devices >= 1, "arguments");
     for (t = 0; t < threads; t++)
         CHECK(pthread_create(&tid[t], NULL, worker, (void *)(uintptr_t)t) == 0, "thread");

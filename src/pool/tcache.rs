@@ -1,0 +1,467 @@
+//! Per-thread caches of small blocks in front of a device's lock.
+//!
+//! One lock per device serializes every thread that allocates on it; two threads then run no
+//! faster than one, and usually slower (the lock and the pool's lines move between cores on
+//! every call). In `relaxed` mode, once a second thread allocates on a device, each thread gets
+//! a cache of its own for blocks up to `LIMIT`: the blocks it handed out (so that its own frees
+//! find them without the device lock) and the blocks it freed, reusable at once. A miss takes
+//! the device lock once and borrows a few more ready blocks of the size. Blocks freed with
+//! `cudaFreeAsync` wait for a barrier: they go back to the device, a batch at a time.
+//!
+//! Why `relaxed` only: in `strict` and `barrier` modes a freed block becomes reusable at the
+//! next fence or barrier, which the pool takes once enough freed memory waits (the fence
+//! budget); until then every thread draws on what the last one made reusable. Keeping that stock
+//! per thread multiplies it by the number of threads; sharing it is what the device lock does.
+//! `BENCHMARKS.md` has the measurements.
+//!
+//! The device pool sees every block a cache holds as lent (`DevicePool::alloc_lent`): out of its
+//! free structures, counted as allocated at full size. Caches give free blocks back when they
+//! hold more than `Settings::thread_cache` bytes, before the small pool grows (half of what each
+//! keeps), when the device runs out of memory (all), on `empty_cache`, when a release threshold
+//! is set, and when their thread exits (the next pool operation on the device takes them back,
+//! with the blocks the program still holds). They are never used while tracing, so a trace
+//! replays exactly.
+//!
+//! Lock order: device lock, then the list of caches, then one cache. A thread never holds its
+//! cache's lock while it waits for the device lock.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::backend::Addr;
+pub use super::device::Extras;
+use super::device::{DevicePool, Lenders, Need};
+use super::size::MEDIUM_LIMIT;
+use super::stats::{histogram_bucket, DeviceStats, HISTOGRAM_BUCKETS};
+use super::{AddrHasher, Seqs};
+
+/// Blocks up to this size (after rounding) go through thread caches: the small pool's, whose
+/// segments are 2 MiB, so a cache pins little.
+pub const LIMIT: u64 = MEDIUM_LIMIT;
+/// Ready blocks a miss borrows from the device besides the one it serves, at most.
+pub const BATCH: usize = super::device::EXTRAS;
+
+type AddrMap<V> = HashMap<Addr, V, BuildHasherDefault<AddrHasher>>;
+
+/// A block the cache handed out and the program holds.
+#[derive(Clone, Copy, Debug)]
+pub struct Out {
+    pub idx: u32,
+    pub size: u64,
+    pub requested: u64,
+}
+
+/// A free block the cache holds: reusable (in `ready`), or waiting for `need` (in `returning`).
+#[derive(Clone, Copy, Debug)]
+pub struct Held {
+    pub idx: u32,
+    pub addr: Addr,
+    pub size: u64,
+    pub need: Need,
+}
+
+/// What the program did through one cache (added to the device's counters in reports).
+#[derive(Clone, Debug)]
+pub struct CacheCounts {
+    pub allocs: u64,
+    pub frees: u64,
+    pub hits: u64,
+    pub allocated_in: u64,
+    pub allocated_out: u64,
+    pub requested_in: u64,
+    pub requested_out: u64,
+    pub histogram: [u64; HISTOGRAM_BUCKETS],
+}
+
+impl Default for CacheCounts {
+    fn default() -> Self {
+        CacheCounts {
+            allocs: 0,
+            frees: 0,
+            hits: 0,
+            allocated_in: 0,
+            allocated_out: 0,
+            requested_in: 0,
+            requested_out: 0,
+            histogram: [0; HISTOGRAM_BUCKETS],
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct CacheState {
+    /// The device pool's generation these blocks belong to (`DevicePool::generation`).
+    pub generation: u64,
+    pub out: AddrMap<Out>,
+    /// Reusable blocks by size, oldest first.
+    ready: HashMap<u64, Vec<Held>, BuildHasherDefault<AddrHasher>>,
+    pub ready_bytes: u64,
+    pub ready_count: u64,
+    /// Freed blocks that wait for a barrier or fence: on their way back to the device.
+    pub returning: Vec<Held>,
+    pub returning_bytes: u64,
+    /// Over the blocks handed out: their size minus what was requested.
+    pub out_slack: u64,
+    pub counts: CacheCounts,
+}
+
+impl CacheState {
+    /// A reusable block of `rounded` bytes for a request of `requested`, if the cache has one.
+    pub fn take_ready(&mut self, rounded: u64, requested: u64) -> Option<Addr> {
+        let h = self.ready.get_mut(&rounded)?.pop()?;
+        self.ready_bytes -= h.size;
+        self.ready_count -= 1;
+        self.counts.hits += 1;
+        self.counts.allocs += 1;
+        self.counts.allocated_in += h.size;
+        self.counts.requested_in += requested;
+        self.counts.histogram[histogram_bucket(requested)] += 1;
+        self.hand_out(h.addr, h.idx, h.size, requested);
+        Some(h.addr)
+    }
+
+    /// Record a block handed out (the device counted the allocation if it served it).
+    pub fn hand_out(&mut self, addr: Addr, idx: u32, size: u64, requested: u64) {
+        self.out_slack += size - requested;
+        self.out.insert(
+            addr,
+            Out {
+                idx,
+                size,
+                requested,
+            },
+        );
+    }
+
+    /// The program freed `addr`: the block, if this cache handed it out.
+    pub fn take_out(&mut self, addr: Addr) -> Option<Out> {
+        let o = self.out.remove(&addr)?;
+        self.out_slack -= o.size - o.requested;
+        self.counts.frees += 1;
+        self.counts.allocated_out += o.size;
+        self.counts.requested_out += o.requested;
+        Some(o)
+    }
+
+    pub fn push_ready(&mut self, addr: Addr, idx: u32, size: u64) {
+        self.ready.entry(size).or_default().push(Held {
+            idx,
+            addr,
+            size,
+            need: Need::Nothing,
+        });
+        self.ready_bytes += size;
+        self.ready_count += 1;
+    }
+
+    pub fn push_returning(&mut self, addr: Addr, idx: u32, size: u64, need: Need) {
+        self.returning.push(Held {
+            idx,
+            addr,
+            size,
+            need,
+        });
+        self.returning_bytes += size;
+    }
+
+    /// Free bytes held, reusable or not.
+    pub fn held_bytes(&self) -> u64 {
+        self.ready_bytes + self.returning_bytes
+    }
+
+    /// Free blocks held.
+    pub fn held_count(&self) -> u64 {
+        self.ready_count + self.returning.len() as u64
+    }
+
+    /// Every free block (to give back to the device).
+    pub fn spill_all(&mut self) -> Vec<Held> {
+        let mut out = self.take_returning();
+        self.spill_ready(0, &mut out);
+        out
+    }
+
+    /// Every block on its way back to the device.
+    pub fn take_returning(&mut self) -> Vec<Held> {
+        self.returning_bytes = 0;
+        std::mem::take(&mut self.returning)
+    }
+
+    /// Move reusable blocks into `out` until at most `keep` reusable bytes remain (the sizes
+    /// held most of first).
+    pub fn spill_ready(&mut self, keep: u64, out: &mut Vec<Held>) {
+        while self.ready_bytes > keep {
+            // The size holding the most bytes gives back its older half (the newest stay for
+            // the next request of this size).
+            let Some((&size, _)) = self
+                .ready
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .max_by_key(|(&s, v)| s * v.len() as u64)
+            else {
+                break;
+            };
+            let list = self.ready.get_mut(&size).expect("listed");
+            let n = if keep == 0 {
+                list.len()
+            } else {
+                list.len().div_ceil(2)
+            };
+            for h in list.drain(..n) {
+                self.ready_bytes -= h.size;
+                self.ready_count -= 1;
+                out.push(h);
+            }
+        }
+    }
+
+    /// Forget every block (the device forgot them: `cudaDeviceReset`).
+    pub fn clear(&mut self, generation: u64) {
+        self.out.clear();
+        self.ready.clear();
+        self.returning.clear();
+        self.ready_bytes = 0;
+        self.ready_count = 0;
+        self.returning_bytes = 0;
+        self.out_slack = 0;
+        self.generation = generation;
+    }
+
+    /// Every free block held.
+    pub fn held_blocks(&self) -> impl Iterator<Item = &Held> {
+        self.ready.values().flatten().chain(self.returning.iter())
+    }
+}
+
+/// Aligned so that two threads' caches never share a cache line.
+#[repr(align(128))]
+pub struct ThreadCache {
+    pub state: Mutex<CacheState>,
+    /// Its thread exited: the device takes its blocks back at its next operation.
+    orphaned: AtomicBool,
+    orphans: Arc<AtomicUsize>,
+}
+
+/// The thread caches of one device, and whether they are in use. Aligned: every operation reads
+/// its flags, which must not share a line with the device's lock.
+#[derive(Default)]
+#[repr(align(128))]
+pub struct Registry {
+    caches: Mutex<Vec<Arc<ThreadCache>>>,
+    /// Caches whose thread exited and whose blocks the device has not taken back yet.
+    orphans: Arc<AtomicUsize>,
+    /// New blocks may go through thread caches (two threads allocate here, no trace, no release
+    /// threshold, a non-zero bound).
+    pub enabled: AtomicBool,
+    /// Some cache was made (frees look there first).
+    pub any: AtomicBool,
+    /// A second thread allocated on the device.
+    multi: AtomicBool,
+    first_thread: AtomicUsize,
+}
+
+/// Identifies pools, so that a thread's caches of one pool are never taken for another's.
+static POOL_IDS: AtomicU64 = AtomicU64::new(1);
+
+pub fn new_pool_id() -> u64 {
+    POOL_IDS.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The calling thread's caches: (pool, device, cache).
+struct Mine(Vec<(u64, u32, Arc<ThreadCache>)>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        for (_, _, c) in &self.0 {
+            c.orphaned.store(true, Ordering::Release);
+            c.orphans.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
+    static TOKEN: u8 = const { 0 };
+}
+
+/// A number that tells the calling thread from every other live thread.
+fn thread_token() -> usize {
+    TOKEN.with(|t| t as *const u8 as usize)
+}
+
+impl Registry {
+    /// Run `f` on the calling thread's cache for (`pool`, `device`), made if `create`. `None`
+    /// when there is none, or the thread is exiting.
+    pub fn with_mine<R>(
+        &self,
+        pool: u64,
+        device: u32,
+        create: bool,
+        f: impl FnOnce(&ThreadCache) -> R,
+    ) -> Option<R> {
+        MINE.try_with(|m| {
+            if let Ok(m) = m.try_borrow() {
+                if let Some((_, _, c)) = m.0.iter().find(|(p, d, _)| *p == pool && *d == device) {
+                    return Some(f(c));
+                }
+            }
+            if !create {
+                return None;
+            }
+            let c = Arc::new(ThreadCache {
+                state: Mutex::new(CacheState::default()),
+                orphaned: AtomicBool::new(false),
+                orphans: Arc::clone(&self.orphans),
+            });
+            m.try_borrow_mut()
+                .ok()?
+                .0
+                .push((pool, device, Arc::clone(&c)));
+            self.caches.lock().push(Arc::clone(&c));
+            self.any.store(true, Ordering::Release);
+            Some(f(&c))
+        })
+        .ok()?
+    }
+
+    /// Called under the device lock after each allocation there: the first time a second thread
+    /// allocates on the device, returns true (the caller then decides whether to enable caches).
+    pub fn second_thread_arrived(&self) -> bool {
+        if self.multi.load(Ordering::Relaxed) {
+            return false;
+        }
+        let me = thread_token();
+        match self.first_thread.load(Ordering::Relaxed) {
+            0 => {
+                self.first_thread.store(me, Ordering::Relaxed);
+                false
+            }
+            t if t == me => false,
+            _ => {
+                self.multi.store(true, Ordering::Relaxed);
+                true
+            }
+        }
+    }
+
+    pub fn multi(&self) -> bool {
+        self.multi.load(Ordering::Relaxed)
+    }
+
+    /// Every cache, for reports and checks (not to be called with a cache's lock held).
+    pub fn caches(&self) -> Vec<Arc<ThreadCache>> {
+        self.caches.lock().clone()
+    }
+
+    /// Under the device lock: take back every free block the caches hold.
+    pub fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs) {
+        for c in self.caches.lock().iter() {
+            let mut st = c.state.lock();
+            if st.generation != p.generation {
+                continue;
+            }
+            let held = st.spill_all();
+            drop(st);
+            give_back(p, seqs, &held);
+        }
+    }
+
+    /// Under the device lock: take back the blocks of caches whose thread exited, and add what
+    /// they counted to the device's counters.
+    pub fn sweep_orphans(&self, p: &mut DevicePool, seqs: &Seqs) {
+        if self.orphans.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        self.caches.lock().retain(|c| {
+            if !c.orphaned.load(Ordering::Acquire) {
+                return true;
+            }
+            let mut st = c.state.lock();
+            if st.generation == p.generation {
+                let held = st.spill_all();
+                give_back(p, seqs, &held);
+                for (_, o) in st.out.drain() {
+                    p.adopt(o.idx, o.requested);
+                }
+            }
+            add_counts(&mut p.stats, &st.counts);
+            st.clear(p.generation);
+            self.orphans.fetch_sub(1, Ordering::AcqRel);
+            false
+        });
+    }
+
+    /// Under the device lock, after `forget_all`: the caches forget their blocks too.
+    pub fn forget(&self, generation: u64) {
+        for c in self.caches.lock().iter() {
+            c.state.lock().clear(generation);
+        }
+    }
+}
+
+impl Lenders for Registry {
+    fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs) {
+        Registry::reclaim(self, p, seqs);
+    }
+
+    fn reclaim_ready(&self, p: &mut DevicePool, seqs: &Seqs) -> bool {
+        let mut any = false;
+        for c in self.caches.lock().iter() {
+            let mut st = c.state.lock();
+            if st.generation != p.generation {
+                continue;
+            }
+            // Half of what each cache keeps: all of it would leave every cache to borrow it
+            // again at once.
+            let mut held = st.take_returning();
+            let keep = st.ready_bytes / 2;
+            st.spill_ready(keep, &mut held);
+            drop(st);
+            give_back(p, seqs, &held);
+            any |= !held.is_empty();
+        }
+        any
+    }
+}
+
+/// Under the device lock: blocks a cache gives back.
+pub fn give_back(p: &mut DevicePool, seqs: &Seqs, held: &[Held]) {
+    for h in held {
+        p.take_back(h.idx, h.need, || seqs.stamp_under_lock());
+    }
+}
+
+/// Add what a cache counted to a device's counters.
+pub fn add_counts(s: &mut DeviceStats, c: &CacheCounts) {
+    s.allocs += c.allocs;
+    s.frees += c.frees;
+    s.hits += c.hits;
+    s.thread_cache_hits += c.hits;
+    s.allocated.total_in += c.allocated_in;
+    s.allocated.total_out += c.allocated_out;
+    s.requested.total_in += c.requested_in;
+    s.requested.total_out += c.requested_out;
+    s.blocks.total_in += c.allocs;
+    s.blocks.total_out += c.frees;
+    for (h, n) in s.histogram.iter_mut().zip(c.histogram.iter()) {
+        *h += n;
+    }
+}
+
+/// A device's counters with what its caches hold and counted: current values exclude the free
+/// blocks the caches hold (the device counts them as allocated), and what the program holds is
+/// counted at its requested size. Peaks stay the device's, which counted cached blocks as
+/// allocated: with thread caches in use they may exceed the true peak by what the caches held.
+pub fn merge_into(s: &mut DeviceStats, st: &CacheState) {
+    add_counts(s, &st.counts);
+    let held = st.held_bytes();
+    let held_blocks = st.held_count();
+    s.allocated.current = s.allocated.current.saturating_sub(held);
+    s.requested.current = s.requested.current.saturating_sub(held + st.out_slack);
+    s.blocks.current = s.blocks.current.saturating_sub(held_blocks);
+}
