@@ -185,7 +185,7 @@ impl Config {
                     "GPUPOOL_THREAD_CACHE",
                     &v,
                     "expected a size up to 1GiB, 0 or 'none'",
-                    "8MiB",
+                    "64MiB",
                 ),
             }
         }

@@ -454,6 +454,18 @@ impl DevicePool {
                 return Ok(idx);
             }
         }
+        // Before the pool grows, the reusable blocks thread caches hold come back (half of
+        // each; and those waiting for a barrier, which the step below can then issue): what one
+        // thread keeps must not make the device grow for another.
+        if self.lent > 0 {
+            if let Some(l) = self.lenders.clone() {
+                if l.reclaim_ready(self, seqs) {
+                    if let Some(idx) = self.fit_after_return(class, rounded, policy) {
+                        return Ok(idx);
+                    }
+                }
+            }
+        }
         // A failed barrier or fence (the runtime's error is not the program's: the backend
         // cleared it) leaves the waiting blocks waiting; the pool grows instead. A sticky error
         // fails the segment's allocation below with the runtime's own code.
@@ -473,25 +485,6 @@ impl DevicePool {
             if let Some(idx) = self.find_fit(class, rounded, policy) {
                 self.stats.hits += 1;
                 return Ok(idx);
-            }
-        }
-        // Before the pool grows, the reusable blocks thread caches hold come back: what one
-        // thread keeps must not make the device grow for another.
-        if self.lent > 0 {
-            if let Some(l) = self.lenders.clone() {
-                if l.reclaim_ready(self, seqs) {
-                    let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
-                    if let Some(idx) = binned {
-                        self.binned_bytes -= rounded;
-                        self.stats.hits += 1;
-                        return Ok(idx);
-                    }
-                    self.flush_bins();
-                    if let Some(idx) = self.find_fit(class, rounded, policy) {
-                        self.stats.hits += 1;
-                        return Ok(idx);
-                    }
-                }
             }
         }
         // A segment rounded up for growth that the driver refuses is asked for again at the
@@ -518,6 +511,10 @@ impl DevicePool {
         if self.lent > 0 {
             if let Some(l) = self.lenders.clone() {
                 l.reclaim(self, seqs);
+                if let Some(idx) = self.fit_after_return(class, rounded, policy) {
+                    self.stats.oom_recovered += 1;
+                    return Ok(idx);
+                }
             }
         }
         let fenced = self.pending_bytes() > 0 && self.fence(backend, seqs).is_ok();
@@ -555,6 +552,24 @@ impl DevicePool {
             memory: self.memory,
         });
         Err(CudaError::MEMORY_ALLOCATION)
+    }
+
+    /// A block for `rounded` bytes among those thread caches just gave back: from its bin, or
+    /// with the bins merged into the index.
+    fn fit_after_return(&mut self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
+        let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
+        let idx = match binned {
+            Some(idx) => {
+                self.binned_bytes -= rounded;
+                idx
+            }
+            None => {
+                self.flush_bins();
+                self.find_fit(class, rounded, policy)?
+            }
+        };
+        self.stats.hits += 1;
+        Some(idx)
     }
 
     /// What the driver says of the device's memory now (during normal operation only).

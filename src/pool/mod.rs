@@ -324,7 +324,9 @@ impl<B: Backend> Pool<B> {
         }
         let try_free = |device: u32| {
             self.existing(device).is_some_and(|slot| {
-                Self::lock(slot).free(addr, kind, need, || slot.seqs.stamp_under_lock())
+                let mut p = Self::lock(slot);
+                slot.caches.sweep_orphans(&mut p, &slot.seqs);
+                p.free(addr, kind, need, || slot.seqs.stamp_under_lock())
             })
         };
         if current.is_some_and(try_free) {
@@ -337,6 +339,11 @@ impl<B: Backend> Pool<B> {
             return FreeOutcome::Freed;
         }
         if self.free_from_any_cache(addr, need) {
+            return FreeOutcome::Freed;
+        }
+        // A block moves from an exited thread's cache to the live map (under the device lock)
+        // and never back: if that happened since the first look, it is in the live map now.
+        if (0..MAX_DEVICES as u32).any(try_free) {
             return FreeOutcome::Freed;
         }
         match self.owner_of(addr) {
@@ -354,16 +361,26 @@ impl<B: Backend> Pool<B> {
     /// once, else (and when the cache outgrows its bound) given back to the device in a batch.
     fn free_cached(&self, slot: &DeviceSlot, device: u32, addr: Addr, need: Need) -> bool {
         let bound = self.settings.thread_cache;
-        let enabled = slot.caches.enabled.load(Ordering::Relaxed);
         let handled = slot.caches.with_mine(self.id, device, false, |c| {
             let mut st = c.state.lock();
             let Some(o) = st.take_out(addr) else {
                 return false;
             };
+            // Read under the cache's lock: a threshold set meanwhile reclaims after this.
+            let enabled = slot.caches.enabled.load(Ordering::Relaxed);
             let mut held = Vec::new();
             if !enabled {
                 st.push_returning(addr, o.idx, o.size, need);
                 held = st.spill_all();
+            } else if o.size > tcache::LIMIT {
+                // Larger than any request a cache serves (a large block the device did not
+                // split): back to the device now.
+                held.push(tcache::Held {
+                    idx: o.idx,
+                    addr,
+                    size: o.size,
+                    need,
+                });
             } else if need == Need::Nothing {
                 // Full: the sizes held most of make room (what is freed now is likelier to be
                 // asked for again than what waited longest).
@@ -550,6 +567,8 @@ impl<B: Backend> Pool<B> {
             return;
         };
         let mut p = Self::lock(slot);
+        // Settle the caches first, so that the device's totals account for their blocks.
+        slot.caches.settle(&mut p, &slot.seqs);
         p.forget_all();
         slot.caches.forget(p.generation);
     }
@@ -560,7 +579,7 @@ impl<B: Backend> Pool<B> {
         let p = Self::lock_for_report(slot)?;
         let mut stats = p.stats.clone();
         let mut pending = p.pending_bytes();
-        for c in slot.caches.caches() {
+        for c in slot.caches.caches_for_report() {
             let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
                 continue;
             };
@@ -599,7 +618,7 @@ impl<B: Backend> Pool<B> {
             return Vec::new();
         };
         let mut blocks = p.live_blocks();
-        for c in slot.caches.caches() {
+        for c in slot.caches.caches_for_report() {
             let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
                 continue;
             };
@@ -625,8 +644,18 @@ impl<B: Backend> Pool<B> {
         }
     }
 
-    /// Check every device's invariants.
+    /// Check every device's invariants. Safe while other threads use the pool: blocks on their
+    /// way between a device and a thread cache are allowed for.
     pub fn check(&self) -> Result<(), String> {
+        self.check_with(false)
+    }
+
+    /// `check`, for a pool no thread is using: every block the devices lent is in a cache.
+    pub fn check_settled(&self) -> Result<(), String> {
+        self.check_with(true)
+    }
+
+    fn check_with(&self, settled: bool) -> Result<(), String> {
         for d in self.used_devices() {
             let slot = self.existing(d).expect("listed");
             let p = Self::lock(slot);
@@ -649,7 +678,7 @@ impl<B: Backend> Pool<B> {
                     lent += 1;
                 }
             }
-            if lent != p.lent_count() {
+            if lent > p.lent_count() || (settled && lent != p.lent_count()) {
                 return Err(format!(
                     "device {d}: thread caches hold {lent} blocks, the device lent {}",
                     p.lent_count()

@@ -278,8 +278,10 @@ struct Mine(Vec<(u64, u32, Arc<ThreadCache>)>);
 impl Drop for Mine {
     fn drop(&mut self) {
         for (_, _, c) in &self.0 {
-            c.orphaned.store(true, Ordering::Release);
+            // Counted first: a sweep that sees the count but not yet the flag keeps it for the
+            // next sweep.
             c.orphans.fetch_add(1, Ordering::Release);
+            c.orphaned.store(true, Ordering::Release);
         }
     }
 }
@@ -383,17 +385,32 @@ impl Registry {
             }
             let mut st = c.state.lock();
             if st.generation == p.generation {
-                let held = st.spill_all();
-                give_back(p, seqs, &held);
-                for (_, o) in st.out.drain() {
-                    p.adopt(o.idx, o.requested);
-                }
+                settle_one(&mut st, p, seqs);
             }
             add_counts(&mut p.stats, &st.counts);
             st.clear(p.generation);
             self.orphans.fetch_sub(1, Ordering::AcqRel);
             false
         });
+    }
+
+    /// Under the device lock, before `forget_all`: every free block back, and the blocks the
+    /// program holds become ordinary live blocks (the caches keep serving their frees no more).
+    pub fn settle(&self, p: &mut DevicePool, seqs: &Seqs) {
+        for c in self.caches.lock().iter() {
+            let mut st = c.state.lock();
+            if st.generation == p.generation {
+                settle_one(&mut st, p, seqs);
+            }
+        }
+    }
+
+    /// The caches for a report, which may run at exit while another thread is stopped holding
+    /// the list's lock: none after a short wait.
+    pub fn caches_for_report(&self) -> Vec<Arc<ThreadCache>> {
+        self.caches
+            .try_lock_for(std::time::Duration::from_millis(200))
+            .map_or_else(Vec::new, |l| l.clone())
     }
 
     /// Under the device lock, after `forget_all`: the caches forget their blocks too.
@@ -427,6 +444,17 @@ impl Lenders for Registry {
         }
         any
     }
+}
+
+/// Under the device lock: a cache gives every free block back, and the blocks the program holds
+/// become ordinary live blocks of the device.
+fn settle_one(st: &mut CacheState, p: &mut DevicePool, seqs: &Seqs) {
+    let held = st.spill_all();
+    give_back(p, seqs, &held);
+    for (_, o) in st.out.drain() {
+        p.adopt(o.idx, o.requested);
+    }
+    st.out_slack = 0;
 }
 
 /// Under the device lock: blocks a cache gives back.
