@@ -195,6 +195,8 @@ pub struct DevicePool {
     largest_segment: u64,
     /// Blocks lent to thread caches.
     lent: u64,
+    /// Allocations served under the device lock (to sample which threads allocate).
+    pub lock_allocs: u64,
     /// Bumped by `forget_all`: thread caches drop what they hold from an earlier generation.
     pub generation: u64,
     /// Whoever holds blocks this pool lent (the device's thread caches).
@@ -238,6 +240,7 @@ impl DevicePool {
             stats: DeviceStats::default(),
             largest_segment: 0,
             lent: 0,
+            lock_allocs: 0,
             generation: 0,
             lenders: None,
         }
@@ -347,18 +350,16 @@ impl DevicePool {
         seqs: &Seqs,
         policy: &Policy,
     ) -> Result<Addr, CudaError> {
-        let r = self.serve(requested, backend, seqs, policy);
+        let r = self.serve(requested, backend, seqs, policy, true);
         match r {
-            Ok(idx) => {
-                let b = &self.blocks[idx as usize];
-                let (addr, size) = (b.addr, b.size);
-                self.live.insert(addr, idx);
+            Ok((addr, idx)) => {
+                let size = self.blocks[idx as usize].size;
                 self.record(Kind::Alloc, requested, addr, size, 0);
             }
             Err(e) => self.record(Kind::AllocFailed, requested, e.0 as u64, 0, 0),
         }
         self.enforce_threshold(backend);
-        r.map(|idx| self.blocks[idx as usize].addr)
+        r.map(|(addr, _)| addr)
     }
 
     /// Requests larger than this get a segment with room to grow (`size::segment_size`): those
@@ -373,14 +374,17 @@ impl DevicePool {
         }
     }
 
-    /// `alloc` without the trace, the live map and the threshold: the block's handle.
+    /// `alloc` without the trace and the threshold: the block's address and handle, entered in
+    /// the live map if `live`.
+    #[inline(always)]
     fn serve(
         &mut self,
         requested: u64,
         backend: &dyn Backend,
         seqs: &Seqs,
         policy: &Policy,
-    ) -> Result<u32, CudaError> {
+        live: bool,
+    ) -> Result<(Addr, u32), CudaError> {
         let rounded = round_request(requested).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let seg_size =
             segment_size(rounded, self.grow_above(policy)).ok_or(CudaError::MEMORY_ALLOCATION)?;
@@ -401,8 +405,11 @@ impl DevicePool {
                 None => self.refill(class, rounded, seg_size, backend, seqs, policy)?,
             },
         };
-        self.take(idx, rounded, requested, policy);
-        Ok(idx)
+        let addr = self.take(idx, rounded, requested, policy);
+        if live {
+            self.live.insert(addr, idx);
+        }
+        Ok((addr, idx))
     }
 
     /// The best reusable block for a large request is `idx`, but splitting it would carve a
@@ -593,6 +600,7 @@ impl DevicePool {
     }
 
     /// Hand out the free block `idx` for a request, splitting off the remainder when allowed.
+    #[inline(always)]
     fn take(&mut self, idx: u32, rounded: u64, requested: u64, policy: &Policy) -> Addr {
         if self.blocks[idx as usize].state == State::Free {
             self.unindex(idx);
@@ -683,6 +691,7 @@ impl DevicePool {
     }
 
     /// A block the program no longer uses: reusable now, or once `need` is met.
+    #[inline(always)]
     fn after_free(&mut self, idx: u32, need: Need, stamp: u64) {
         let size = self.blocks[idx as usize].size;
         match need {
@@ -720,9 +729,9 @@ impl DevicePool {
         extras: &mut Extras,
     ) -> Result<(Addr, u32, u64), CudaError> {
         debug_assert!(self.trace.is_none(), "thread caches are off while tracing");
-        let r = self.serve(requested, backend, seqs, policy);
+        let r = self.serve(requested, backend, seqs, policy, false);
         self.enforce_threshold(backend);
-        let idx = r?;
+        let (_, idx) = r?;
         let b = &mut self.blocks[idx as usize];
         let (addr, size, req) = (b.addr, b.size, b.requested);
         b.state = State::Lent;

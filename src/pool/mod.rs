@@ -51,10 +51,11 @@ impl Seqs {
 /// Aligned to two cache lines (the adjacent-line prefetcher pairs them): threads on different
 /// devices then never write to a line another device's lock or sequences live on (measured by
 /// `benches/threads.rs`: without it, two threads on two devices ran no faster than one).
-#[repr(align(128))]
+#[repr(C, align(128))]
 struct DeviceSlot {
     pool: Mutex<DevicePool>,
     seqs: Seqs,
+    flags: tcache::Flags,
     caches: Arc<tcache::Registry>,
 }
 
@@ -180,6 +181,7 @@ impl<B: Backend> Pool<B> {
             DeviceSlot {
                 pool: Mutex::new(pool),
                 seqs: Seqs::default(),
+                flags: tcache::Flags::default(),
                 caches,
             }
         }))
@@ -230,15 +232,21 @@ impl<B: Backend> Pool<B> {
     /// Allocate `size` bytes on `device`, the calling thread's current device.
     pub fn alloc(&self, device: u32, size: u64) -> Result<Addr, CudaError> {
         let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
-        if slot.caches.enabled.load(Ordering::Relaxed) {
+        if slot.flags.enabled.load(Ordering::Relaxed) {
             if let Some(r) = self.alloc_cached(slot, device, size) {
                 return r;
             }
         }
         let mut p = Self::lock(slot);
-        slot.caches.sweep_orphans(&mut p, &slot.seqs);
+        if slot.flags.any.load(Ordering::Relaxed) {
+            slot.caches.sweep_orphans(&mut p, &slot.seqs);
+        }
         let r = p.alloc(size, &self.backend, &slot.seqs, &self.settings.policy);
-        if slot.caches.second_thread_arrived() {
+        // Which thread allocates is sampled (every allocation at first, then one in 64): a
+        // second thread that allocates often is seen soon, and one thread pays almost nothing.
+        p.lock_allocs += 1;
+        if (p.lock_allocs <= 1024 || p.lock_allocs % 64 == 0) && slot.flags.second_thread_arrived()
+        {
             self.update_caches(slot, &mut p);
         }
         r
@@ -247,12 +255,12 @@ impl<B: Backend> Pool<B> {
     /// Whether thread caches may take new blocks on this device, and if not, take back what
     /// they hold. Under the device lock.
     fn update_caches(&self, slot: &DeviceSlot, p: &mut DevicePool) {
-        let on = slot.caches.multi()
+        let on = slot.flags.multi()
             && self.settings.reuse == ReuseMode::Relaxed
             && self.settings.thread_cache > 0
             && self.settings.trace.is_none()
             && p.threshold == u64::MAX;
-        slot.caches.enabled.store(on, Ordering::Relaxed);
+        slot.flags.enabled.store(on, Ordering::Relaxed);
         if !on {
             slot.caches.reclaim(p, &slot.seqs);
         }
@@ -268,74 +276,98 @@ impl<B: Backend> Pool<B> {
     ) -> Option<Result<Addr, CudaError>> {
         let rounded = size::round_request(size).filter(|&r| r <= tcache::LIMIT)?;
         let bound = self.settings.thread_cache;
-        slot.caches.with_mine(self.id, device, true, |c| {
-            let mut st = c.state.lock();
-            if let Some(addr) = st.take_ready(rounded, size) {
-                return Ok(addr);
-            }
-            // A miss: one trip to the device serves it, gives back what is on its way there,
-            // and borrows a few ready blocks of this size.
-            let held = st.take_returning();
-            let (held_gen, room) = (st.generation, bound.saturating_sub(st.ready_bytes));
-            drop(st);
-            let extra = tcache::BATCH.min((room / rounded) as usize);
-            let mut extras = tcache::Extras::default();
-            let mut p = Self::lock(slot);
-            slot.caches.sweep_orphans(&mut p, &slot.seqs);
-            if held_gen == p.generation {
-                tcache::give_back(&mut p, &slot.seqs, &held);
-            }
-            let r = p.alloc_lent(
-                size,
-                &self.backend,
-                &slot.seqs,
-                &self.settings.policy,
-                extra,
-                &mut extras,
-            );
-            let gen = p.generation;
-            drop(p);
-            let (addr, idx, block) = r?;
-            let mut st = c.state.lock();
-            if st.generation != gen {
-                if st.generation > gen {
-                    // The device was reset while this request was served: the block is gone.
-                    return Err(CudaError::MEMORY_ALLOCATION);
+        slot.caches
+            .with_mine(&slot.flags, self.id, device, true, |c| {
+                let mut st = c.state.lock();
+                if let Some(addr) = st.take_ready(rounded, size) {
+                    return Ok(addr);
                 }
-                st.clear(gen);
-            }
-            st.hand_out(addr, idx, block, size);
-            for (a, i) in extras.iter() {
-                // Extras come from the exact-size bin of the block served.
-                st.push_ready(a, i, block);
-            }
-            Ok(addr)
-        })
+                // A miss: one trip to the device serves it, gives back what is on its way there,
+                // and borrows a few ready blocks of this size.
+                let held = st.take_returning();
+                let (held_gen, room) = (st.generation, bound.saturating_sub(st.ready_bytes));
+                drop(st);
+                let extra = tcache::BATCH.min((room / rounded) as usize);
+                let mut extras = tcache::Extras::default();
+                let mut p = Self::lock(slot);
+                slot.caches.sweep_orphans(&mut p, &slot.seqs);
+                if held_gen == p.generation {
+                    tcache::give_back(&mut p, &slot.seqs, &held);
+                }
+                let r = p.alloc_lent(
+                    size,
+                    &self.backend,
+                    &slot.seqs,
+                    &self.settings.policy,
+                    extra,
+                    &mut extras,
+                );
+                let gen = p.generation;
+                drop(p);
+                let (addr, idx, block) = r?;
+                let mut st = c.state.lock();
+                if st.generation != gen {
+                    if st.generation > gen {
+                        // The device was reset while this request was served: the block is gone.
+                        return Err(CudaError::MEMORY_ALLOCATION);
+                    }
+                    st.clear(gen);
+                }
+                st.hand_out(addr, idx, block, size);
+                for (a, i) in extras.iter() {
+                    // Extras come from the exact-size bin of the block served.
+                    st.push_ready(a, i, block);
+                }
+                Ok(addr)
+            })
     }
 
     /// Give a pointer back; `current` is the calling thread's current device, where the block
     /// is looked for first. Frees of pointers the pool does not own are reported, not handled.
     pub fn free(&self, addr: Addr, kind: FreeKind, current: Option<u32>) -> FreeOutcome {
         let need = self.need_for(kind);
-        if let Some((d, slot)) = current.and_then(|d| Some((d, self.existing(d)?))) {
-            if slot.caches.any.load(Ordering::Relaxed) && self.free_cached(slot, d, addr, need) {
-                return FreeOutcome::Freed;
+        if let Some(d) = current {
+            if let Some(slot) = self.existing(d) {
+                if slot.flags.any.load(Ordering::Relaxed) {
+                    if self.free_cached(slot, d, addr, need) || self.free_in(slot, addr, kind, need)
+                    {
+                        return FreeOutcome::Freed;
+                    }
+                } else if Self::lock(slot).free(addr, kind, need, || slot.seqs.stamp_under_lock()) {
+                    // The hit path: no thread caches on this device.
+                    return FreeOutcome::Freed;
+                }
             }
         }
-        let try_free = |device: u32| {
-            self.existing(device).is_some_and(|slot| {
-                let mut p = Self::lock(slot);
-                slot.caches.sweep_orphans(&mut p, &slot.seqs);
-                p.free(addr, kind, need, || slot.seqs.stamp_under_lock())
-            })
-        };
-        if current.is_some_and(try_free) {
-            return FreeOutcome::Freed;
+        self.free_elsewhere(addr, kind, need, current)
+    }
+
+    /// A free of a live block of `slot`'s device (after taking back exited threads' caches).
+    fn free_in(&self, slot: &DeviceSlot, addr: Addr, kind: FreeKind, need: Need) -> bool {
+        let mut p = Self::lock(slot);
+        if slot.flags.any.load(Ordering::Relaxed) {
+            slot.caches.sweep_orphans(&mut p, &slot.seqs);
         }
-        if (0..MAX_DEVICES as u32)
-            .filter(|&d| Some(d) != current)
-            .any(try_free)
-        {
+        p.free(addr, kind, need, || slot.seqs.stamp_under_lock())
+    }
+
+    /// `free` of a block not found on the current device: on the others, in any thread's cache,
+    /// or not ours.
+    #[inline(never)]
+    fn free_elsewhere(
+        &self,
+        addr: Addr,
+        kind: FreeKind,
+        need: Need,
+        current: Option<u32>,
+    ) -> FreeOutcome {
+        let try_free = |d: u32| {
+            d < MAX_DEVICES as u32 && Some(d) != current && {
+                self.existing(d)
+                    .is_some_and(|slot| self.free_in(slot, addr, kind, need))
+            }
+        };
+        if (0..MAX_DEVICES as u32).any(try_free) {
             return FreeOutcome::Freed;
         }
         if self.free_from_any_cache(addr, need) {
@@ -343,7 +375,11 @@ impl<B: Backend> Pool<B> {
         }
         // A block moves from an exited thread's cache to the live map (under the device lock)
         // and never back: if that happened since the first look, it is in the live map now.
-        if (0..MAX_DEVICES as u32).any(try_free) {
+        let again = |d: u32| {
+            self.existing(d)
+                .is_some_and(|slot| self.free_in(slot, addr, kind, need))
+        };
+        if (0..MAX_DEVICES as u32).any(again) {
             return FreeOutcome::Freed;
         }
         match self.owner_of(addr) {
@@ -361,50 +397,52 @@ impl<B: Backend> Pool<B> {
     /// once, else (and when the cache outgrows its bound) given back to the device in a batch.
     fn free_cached(&self, slot: &DeviceSlot, device: u32, addr: Addr, need: Need) -> bool {
         let bound = self.settings.thread_cache;
-        let handled = slot.caches.with_mine(self.id, device, false, |c| {
-            let mut st = c.state.lock();
-            let Some(o) = st.take_out(addr) else {
-                return false;
-            };
-            // Read under the cache's lock: a threshold set meanwhile reclaims after this.
-            let enabled = slot.caches.enabled.load(Ordering::Relaxed);
-            let mut held = Vec::new();
-            if !enabled {
-                st.push_returning(addr, o.idx, o.size, need);
-                held = st.spill_all();
-            } else if o.size > tcache::LIMIT {
-                // Larger than any request a cache serves (a large block the device did not
-                // split): back to the device now.
-                held.push(tcache::Held {
-                    idx: o.idx,
-                    addr,
-                    size: o.size,
-                    need,
-                });
-            } else if need == Need::Nothing {
-                // Full: the sizes held most of make room (what is freed now is likelier to be
-                // asked for again than what waited longest).
-                if st.ready_bytes + o.size > bound {
-                    st.spill_ready(bound / 2, &mut held);
+        let handled = slot
+            .caches
+            .with_mine(&slot.flags, self.id, device, false, |c| {
+                let mut st = c.state.lock();
+                let Some(o) = st.take_out(addr) else {
+                    return false;
+                };
+                // Read under the cache's lock: a threshold set meanwhile reclaims after this.
+                let enabled = slot.flags.enabled.load(Ordering::Relaxed);
+                let mut held = Vec::new();
+                if !enabled {
+                    st.push_returning(addr, o.idx, o.size, need);
+                    held = st.spill_all();
+                } else if o.size > tcache::LIMIT {
+                    // Larger than any request a cache serves (a large block the device did not
+                    // split): back to the device now.
+                    held.push(tcache::Held {
+                        idx: o.idx,
+                        addr,
+                        size: o.size,
+                        need,
+                    });
+                } else if need == Need::Nothing {
+                    // Full: the sizes held most of make room (what is freed now is likelier to be
+                    // asked for again than what waited longest).
+                    if st.ready_bytes + o.size > bound {
+                        st.spill_ready(bound / 2, &mut held);
+                    }
+                    st.push_ready(addr, o.idx, o.size);
+                } else {
+                    // Waits for a barrier: back to the device, a batch at a time.
+                    st.push_returning(addr, o.idx, o.size, need);
+                    if st.returning_bytes > bound / 2 {
+                        held = st.take_returning();
+                    }
                 }
-                st.push_ready(addr, o.idx, o.size);
-            } else {
-                // Waits for a barrier: back to the device, a batch at a time.
-                st.push_returning(addr, o.idx, o.size, need);
-                if st.returning_bytes > bound / 2 {
-                    held = st.take_returning();
+                if !held.is_empty() {
+                    let gen = st.generation;
+                    drop(st);
+                    let mut p = Self::lock(slot);
+                    if gen == p.generation {
+                        tcache::give_back(&mut p, &slot.seqs, &held);
+                    }
                 }
-            }
-            if !held.is_empty() {
-                let gen = st.generation;
-                drop(st);
-                let mut p = Self::lock(slot);
-                if gen == p.generation {
-                    tcache::give_back(&mut p, &slot.seqs, &held);
-                }
-            }
-            true
-        });
+                true
+            });
         handled == Some(true)
     }
 
@@ -415,7 +453,7 @@ impl<B: Backend> Pool<B> {
             let Some(slot) = self.existing(d) else {
                 continue;
             };
-            if !slot.caches.any.load(Ordering::Relaxed) {
+            if !slot.flags.any.load(Ordering::Relaxed) {
                 continue;
             }
             for c in slot.caches.caches() {
@@ -465,7 +503,7 @@ impl<B: Backend> Pool<B> {
             if let Some(b) = p.live_block_at(addr) {
                 return Some((d, b));
             }
-            if !slot.caches.any.load(Ordering::Relaxed) {
+            if !slot.flags.any.load(Ordering::Relaxed) {
                 return None;
             }
             slot.caches.caches().iter().find_map(|c| {

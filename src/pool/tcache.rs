@@ -247,22 +247,52 @@ pub struct ThreadCache {
     orphans: Arc<AtomicUsize>,
 }
 
-/// The thread caches of one device, and whether they are in use. Aligned: every operation reads
-/// its flags, which must not share a line with the device's lock.
+/// The thread caches of one device.
 #[derive(Default)]
-#[repr(align(128))]
 pub struct Registry {
     caches: Mutex<Vec<Arc<ThreadCache>>>,
     /// Caches whose thread exited and whose blocks the device has not taken back yet.
     orphans: Arc<AtomicUsize>,
-    /// New blocks may go through thread caches (two threads allocate here, no trace, no release
-    /// threshold, a non-zero bound).
+}
+
+/// Whether a device's thread caches are in use: read by every operation, kept in the device's
+/// slot (no pointer to follow on the hit path).
+#[derive(Default)]
+pub struct Flags {
+    /// New blocks may go through thread caches (two threads allocate here, `relaxed` mode, no
+    /// trace, no release threshold, a non-zero bound).
     pub enabled: AtomicBool,
-    /// Some cache was made (frees look there first).
+    /// Some cache was made (frees look there first; exited threads' caches may wait).
     pub any: AtomicBool,
     /// A second thread allocated on the device.
     multi: AtomicBool,
     first_thread: AtomicUsize,
+}
+
+impl Flags {
+    /// Called under the device lock after each allocation there: the first time a second thread
+    /// allocates on the device, returns true (the caller then decides whether to enable caches).
+    pub fn second_thread_arrived(&self) -> bool {
+        if self.multi.load(Ordering::Relaxed) {
+            return false;
+        }
+        let me = thread_token();
+        match self.first_thread.load(Ordering::Relaxed) {
+            0 => {
+                self.first_thread.store(me, Ordering::Relaxed);
+                false
+            }
+            t if t == me => false,
+            _ => {
+                self.multi.store(true, Ordering::Relaxed);
+                true
+            }
+        }
+    }
+
+    pub fn multi(&self) -> bool {
+        self.multi.load(Ordering::Relaxed)
+    }
 }
 
 /// Identifies pools, so that a thread's caches of one pool are never taken for another's.
@@ -288,12 +318,14 @@ impl Drop for Mine {
 
 thread_local! {
     static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
-    static TOKEN: u8 = const { 0 };
 }
 
-/// A number that tells the calling thread from every other live thread.
+/// A number that tells the calling thread from every other live thread. `pthread_self` reads
+/// the thread's control block: a thread-local variable would cost a `__tls_get_addr` call in a
+/// preloaded library, on every allocation of a single-threaded program.
 fn thread_token() -> usize {
-    TOKEN.with(|t| t as *const u8 as usize)
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    unsafe { libc::pthread_self() as usize }
 }
 
 impl Registry {
@@ -301,6 +333,7 @@ impl Registry {
     /// when there is none, or the thread is exiting.
     pub fn with_mine<R>(
         &self,
+        flags: &Flags,
         pool: u64,
         device: u32,
         create: bool,
@@ -325,34 +358,10 @@ impl Registry {
                 .0
                 .push((pool, device, Arc::clone(&c)));
             self.caches.lock().push(Arc::clone(&c));
-            self.any.store(true, Ordering::Release);
+            flags.any.store(true, Ordering::Release);
             Some(f(&c))
         })
         .ok()?
-    }
-
-    /// Called under the device lock after each allocation there: the first time a second thread
-    /// allocates on the device, returns true (the caller then decides whether to enable caches).
-    pub fn second_thread_arrived(&self) -> bool {
-        if self.multi.load(Ordering::Relaxed) {
-            return false;
-        }
-        let me = thread_token();
-        match self.first_thread.load(Ordering::Relaxed) {
-            0 => {
-                self.first_thread.store(me, Ordering::Relaxed);
-                false
-            }
-            t if t == me => false,
-            _ => {
-                self.multi.store(true, Ordering::Relaxed);
-                true
-            }
-        }
-    }
-
-    pub fn multi(&self) -> bool {
-        self.multi.load(Ordering::Relaxed)
     }
 
     /// Every cache, for reports and checks (not to be called with a cache's lock held).
