@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use super::backend::Addr;
 pub use super::device::Extras;
 use super::device::{DevicePool, Lenders, Need};
-use super::size::MEDIUM_LIMIT;
+use super::size::{ALIGN, MEDIUM_LIMIT, SMALL_LIMIT};
 use super::stats::{histogram_bucket, DeviceStats, HISTOGRAM_BUCKETS};
 use super::{AddrHasher, Seqs};
 
@@ -93,13 +93,59 @@ impl Default for CacheCounts {
     }
 }
 
+/// Lists of reusable blocks by size: small sizes (every 512 bytes up to 1 MiB, the common case)
+/// indexed directly, larger ones in a map.
+#[derive(Default)]
+struct ReadyLists {
+    small: Vec<Vec<Held>>,
+    large: HashMap<u64, Vec<Held>, BuildHasherDefault<AddrHasher>>,
+}
+
+const SMALL_SLOTS: usize = (SMALL_LIMIT / ALIGN) as usize;
+
+impl ReadyLists {
+    fn get_mut(&mut self, size: u64) -> Option<&mut Vec<Held>> {
+        if size <= SMALL_LIMIT {
+            self.small.get_mut((size / ALIGN) as usize - 1)
+        } else {
+            self.large.get_mut(&size)
+        }
+    }
+
+    fn entry(&mut self, size: u64) -> &mut Vec<Held> {
+        if size <= SMALL_LIMIT {
+            if self.small.is_empty() {
+                self.small.resize_with(SMALL_SLOTS, Vec::new);
+            }
+            &mut self.small[(size / ALIGN) as usize - 1]
+        } else {
+            self.large.entry(size).or_default()
+        }
+    }
+
+    /// (size, list) of every size with a list.
+    fn iter(&self) -> impl Iterator<Item = (u64, &Vec<Held>)> {
+        let small = self
+            .small
+            .iter()
+            .enumerate()
+            .map(|(i, v)| ((i as u64 + 1) * ALIGN, v));
+        small.chain(self.large.iter().map(|(&s, v)| (s, v)))
+    }
+
+    fn clear(&mut self) {
+        self.small.iter_mut().for_each(Vec::clear);
+        self.large.clear();
+    }
+}
+
 #[derive(Default)]
 pub struct CacheState {
     /// The device pool's generation these blocks belong to (`DevicePool::generation`).
     pub generation: u64,
     pub out: AddrMap<Out>,
     /// Reusable blocks by size, oldest first.
-    ready: HashMap<u64, Vec<Held>, BuildHasherDefault<AddrHasher>>,
+    ready: ReadyLists,
     pub ready_bytes: u64,
     pub ready_count: u64,
     /// Freed blocks that wait for a barrier or fence: on their way back to the device.
@@ -113,7 +159,7 @@ pub struct CacheState {
 impl CacheState {
     /// A reusable block of `rounded` bytes for a request of `requested`, if the cache has one.
     pub fn take_ready(&mut self, rounded: u64, requested: u64) -> Option<Addr> {
-        let h = self.ready.get_mut(&rounded)?.pop()?;
+        let h = self.ready.get_mut(rounded)?.pop()?;
         self.ready_bytes -= h.size;
         self.ready_count -= 1;
         self.counts.hits += 1;
@@ -149,7 +195,7 @@ impl CacheState {
     }
 
     pub fn push_ready(&mut self, addr: Addr, idx: u32, size: u64) {
-        self.ready.entry(size).or_default().push(Held {
+        self.ready.entry(size).push(Held {
             idx,
             addr,
             size,
@@ -198,15 +244,15 @@ impl CacheState {
         while self.ready_bytes > keep {
             // The size holding the most bytes gives back its older half (the newest stay for
             // the next request of this size).
-            let Some((&size, _)) = self
+            let Some((size, _)) = self
                 .ready
                 .iter()
                 .filter(|(_, v)| !v.is_empty())
-                .max_by_key(|(&s, v)| s * v.len() as u64)
+                .max_by_key(|(s, v)| s * v.len() as u64)
             else {
                 break;
             };
-            let list = self.ready.get_mut(&size).expect("listed");
+            let list = self.ready.entry(size);
             let n = if keep == 0 {
                 list.len()
             } else {
@@ -234,7 +280,10 @@ impl CacheState {
 
     /// Every free block held.
     pub fn held_blocks(&self) -> impl Iterator<Item = &Held> {
-        self.ready.values().flatten().chain(self.returning.iter())
+        self.ready
+            .iter()
+            .flat_map(|(_, v)| v.iter())
+            .chain(self.returning.iter())
     }
 }
 
