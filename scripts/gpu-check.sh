@@ -199,7 +199,7 @@ write_report() {
         echo
         echo "| run | result | program mallocs | churn ms |"
         echo "| --- | --- | ---: | ---: |"
-        for f in churn_nopool churn_pool_strict churn_pool_barrier churn_pool_relaxed; do
+        for f in churn_nopool churn_pool_strict churn_pool_barrier churn_pool_relaxed churn_pool_relaxed_few; do
             echo "| $f | $(status_of $f) | $(awk '/^program mallocs/ { print $3 }' "$LOGS/$f.log" 2>/dev/null) | $(awk '/^init_ms/ { print $4 }' "$LOGS/$f.log" 2>/dev/null) |"
         done
         echo
@@ -498,8 +498,11 @@ if have churn; then
         pool $mode
         run_step "churn_pool_$mode" check 120 "churn ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/churn" $CHURN_THREADS $CHURN_ITERS 1
     done
+    # Repeating sizes: what the thread caches serve (relaxed mode, several threads, one device).
+    pool relaxed
+    run_step churn_pool_relaxed_few check 120 "churn ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/churn" $CHURN_THREADS $CHURN_ITERS 1 1073741824 few
 else
-    for f in churn_nopool churn_pool_strict churn_pool_barrier churn_pool_relaxed; do missing $f check; done
+    for f in churn_nopool churn_pool_strict churn_pool_barrier churn_pool_relaxed churn_pool_relaxed_few; do missing $f check; done
 fi
 
 # hazard: must pass without the pool and under strict and barrier; relaxed is informational.

@@ -10,8 +10,10 @@
  * A block handed out twice, or reused while live or while a kernel still writes it, shows as an
  * overlap or a clobbered pattern.
  *
- * usage: churn THREADS ITERATIONS [SEED [MAX_BYTES]]
- *   MAX_BYTES caps the block size (default 1 GiB; the largest class is rare). Prints
+ * usage: churn THREADS ITERATIONS [SEED [MAX_BYTES [SIZES]]]
+ *   MAX_BYTES caps the block size (default 1 GiB; the largest class is rare). SIZES "few" draws
+ *   every size from twelve fixed ones (as a model's tensors repeat), which the pool's thread
+ *   caches serve in relaxed mode. Prints
  *   "program mallocs N" and "churn ok". Exit 1 on any failure. */
 #include <pthread.h>
 
@@ -29,6 +31,7 @@ typedef struct {
 static int g_iters;
 static uint64_t g_seed;
 static size_t g_max_bytes = (size_t)1 << 30;
+static int g_few_sizes;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static live_t g_all[MAX_THREADS * MAX_LIVE];
 static int g_count;
@@ -103,6 +106,10 @@ static size_t cap(size_t n)
 
 static size_t pick_size(uint64_t *rng)
 {
+    static const size_t few[12] = {300,     4096,    6000,     65536,     100000,    262144,
+                                   1 << 20, 1500000, 3u << 20, 5000000,   12u << 20, 20000000};
+    if (g_few_sizes)
+        return cap(few[rng_next(rng) % 12]);
     uint64_t r = rng_next(rng) % 64;
     if (r == 0) /* huge: 64 MiB .. 1 GiB */
         return cap((64u << 20) + (size_t)(rng_next(rng) % ((size_t)960 << 20)) + 1);
@@ -179,12 +186,13 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
     pthread_t tid[MAX_THREADS];
-    REQUIRE(argc >= 3, "usage: churn THREADS ITERATIONS [SEED [MAX_BYTES]]");
+    REQUIRE(argc >= 3, "usage: churn THREADS ITERATIONS [SEED [MAX_BYTES [SIZES]]]");
     int threads = atoi(argv[1]);
     g_iters = atoi(argv[2]);
     g_seed = argc > 3 ? strtoull(argv[3], NULL, 0) : 42;
     if (argc > 4)
         g_max_bytes = (size_t)strtoull(argv[4], NULL, 0);
+    g_few_sizes = argc > 5 && strcmp(argv[5], "few") == 0;
     REQUIRE(threads >= 1 && threads <= MAX_THREADS && g_iters >= 0 && g_max_bytes >= 1,
             "arguments: threads 1..%d, iterations >= 0, max bytes >= 1", MAX_THREADS);
     double t0 = now_ms();
