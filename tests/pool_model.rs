@@ -1,5 +1,5 @@
 //! Model-based property tests of the pool core (`gpupool::pool`, no FFI): random sequences of
-//! allocate / free / free-async / fence (a program synchronization) / barrier (a program action
+//! allocate / free / free-and-allocate-the-same-size / free-async / fence (a program synchronization) / barrier (a program action
 //! on the legacy stream) / release point / empty-cache / set-threshold / device-reset / wild
 //! frees / injected backend failures on three devices, run against a model driver, and checked
 //! after every step against a simple reference model:
@@ -24,11 +24,16 @@
 //!   that still hold live blocks; a failed fence, barrier or memory sample never fails it;
 //! - a wild, interior or double free is refused and changes nothing.
 //!
+//! Half the sequences start with another thread allocating on every device, so that in
+//! `relaxed` mode (without a threshold) the test thread's blocks go through its thread cache
+//! (bounds of 1, 8 and 64 MiB); the test checks that caches served some allocations.
+//!
 //! Deterministic: the seed is fixed (`GPUPOOL_PROPTEST_SEED` overrides it, `PROPTEST_CASES` the
 //! number of sequences); a failure prints the seed and the shortest sequence proptest shrank it
 //! to.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use gpupool::config::{ReuseMode, Threshold};
@@ -228,6 +233,11 @@ enum Op {
         call: Call,
         code: i32,
     },
+    /// Free a live block (its device current) and allocate its size again on its device, as a
+    /// program does with a tensor of the same shape each step.
+    Again {
+        pick: usize,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -236,6 +246,10 @@ struct Setup {
     threshold: Threshold,
     max_split_size: u64,
     fence_bytes: u64,
+    /// Another thread allocated on every device first, so in `relaxed` mode (without a
+    /// threshold) this thread's small blocks go through its own cache, of this bound.
+    shared: bool,
+    thread_cache: u64,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -254,13 +268,21 @@ fn setup() -> impl Strategy<Value = Setup> {
         ],
         prop_oneof![Just(u64::MAX), Just(2 * MIB), Just(16 * MIB)],
         prop_oneof![Just(0), Just(4 * MIB), Just(64 * MIB)],
+        (
+            any::<bool>(),
+            prop_oneof![Just(MIB), Just(8 * MIB), Just(64 * MIB)],
+        ),
     )
-        .prop_map(|(reuse, threshold, max_split_size, fence_bytes)| Setup {
-            reuse,
-            threshold,
-            max_split_size,
-            fence_bytes,
-        })
+        .prop_map(
+            |(reuse, threshold, max_split_size, fence_bytes, (shared, thread_cache))| Setup {
+                reuse,
+                threshold,
+                max_split_size,
+                fence_bytes,
+                shared,
+                thread_cache,
+            },
+        )
 }
 
 fn size() -> impl Strategy<Value = u64> {
@@ -310,6 +332,7 @@ fn op() -> impl Strategy<Value = Op> {
             prop_oneof![Just(1), Just(2), Just(3), Just(100), Just(700), Just(999)]
         )
             .prop_map(|(call, code)| Op::Fail { call, code }),
+        3 => any::<usize>().prop_map(|pick| Op::Again { pick }),
     ]
 }
 
@@ -370,9 +393,20 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
                 fence_bytes: setup.fence_bytes,
             },
             trace: None,
-            thread_cache: gpupool::config::DEFAULT_THREAD_CACHE,
+            thread_cache: setup.thread_cache,
         },
     );
+    if setup.shared {
+        // A second thread: the next allocation here turns thread caches on (relaxed mode).
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                for dev in 0..DEVICES {
+                    let a = pool.alloc(dev, 4096).expect("first allocation");
+                    pool.free(a, FreeKind::Sync, Some(dev));
+                }
+            });
+        });
+    }
     let driver = pool.backend();
     let mut m = Reference {
         setup: setup.clone(),
@@ -382,7 +416,8 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
         nonblocking_seen: false,
     };
     for (step, op) in ops.iter().enumerate() {
-        let clock = step as u64 + 1;
+        // Odd: `Again` runs its allocation at the next (even) tick, after its free.
+        let clock = 2 * step as u64 + 1;
         driver.with(|s| {
             s.clock = clock;
             s.delivered.clear();
@@ -391,8 +426,16 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
             apply(&pool, &mut m, op, clock).map_err(|e| format!("step {step} {op:?}: {e}"))?;
         check(&pool, &m, release_point).map_err(|e| format!("after step {step} {op:?}: {e}"))?;
     }
+    for dev in 0..DEVICES {
+        if let Some(s) = pool.device_stats(dev) {
+            CACHE_HITS.fetch_add(s.stats.thread_cache_hits, Ordering::Relaxed);
+        }
+    }
     Ok(())
 }
+
+/// Allocations thread caches served over all sequences: the test checks the caches were used.
+static CACHE_HITS: AtomicU64 = AtomicU64::new(0);
 
 /// Runs one step against the pool and the model; returns the device whose release threshold
 /// must hold afterwards (`Some((dev, keep))`, `keep` overriding the threshold for empty-cache).
@@ -411,6 +454,15 @@ fn apply(
         })
     };
     match *op {
+        Op::Again { pick } => {
+            let Some((addr, dev, _)) = pick_live(m, pick) else {
+                return Ok(None);
+            };
+            let size = m.live[&addr].2;
+            apply(pool, m, &Op::Free { pick, current: dev }, clock)?;
+            driver.with(|s| s.clock = clock + 1);
+            return apply(pool, m, &Op::Alloc { dev, size }, clock + 1);
+        }
         Op::Alloc { dev, size } => {
             let r = pool.alloc(dev, size);
             let delivered = driver.with(|s| s.delivered.clone());
@@ -629,7 +681,7 @@ fn check(
     m: &Reference,
     release: Option<(u32, Option<u64>)>,
 ) -> Result<(), String> {
-    pool.check()?;
+    pool.check_settled()?;
     let driver = pool.backend();
     let (segments, violations, delivered) = driver.with(|s| {
         (
@@ -721,7 +773,10 @@ fn random_sequences_keep_every_invariant() {
         run(&setup, &ops).map_err(TestCaseError::fail)
     });
     match result {
-        Ok(()) => {}
+        Ok(()) => assert!(
+            CACHE_HITS.load(Ordering::Relaxed) > 0,
+            "no sequence went through a thread cache"
+        ),
         Err(TestError::Fail(why, (setup, ops))) => panic!(
             "pool model check failed (seed {seed}; rerun with GPUPOOL_PROPTEST_SEED={seed}): \
              {why}\nminimal reproduction ({} steps):\n{setup:?}\n{}",

@@ -370,7 +370,15 @@ impl<B: Backend> Pool<B> {
         if (0..MAX_DEVICES as u32).any(try_free) {
             return FreeOutcome::Freed;
         }
-        if self.free_from_any_cache(addr, need) {
+        // This thread's own caches on the other devices (a block freed with another device
+        // current), then every thread's.
+        let mine = |d: u32| {
+            Some(d) != current
+                && self.existing(d).is_some_and(|slot| {
+                    slot.flags.any.load(Ordering::Relaxed) && self.free_cached(slot, d, addr, need)
+                })
+        };
+        if (0..MAX_DEVICES as u32).any(mine) || self.free_from_any_cache(addr, need) {
             return FreeOutcome::Freed;
         }
         // A block moves from an exited thread's cache to the live map (under the device lock)
