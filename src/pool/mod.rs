@@ -361,13 +361,11 @@ impl<B: Backend> Pool<B> {
         need: Need,
         current: Option<u32>,
     ) -> FreeOutcome {
-        let try_free = |d: u32| {
-            d < MAX_DEVICES as u32 && Some(d) != current && {
-                self.existing(d)
-                    .is_some_and(|slot| self.free_in(slot, addr, kind, need))
-            }
+        let free_on = |d: u32| {
+            self.existing(d)
+                .is_some_and(|slot| self.free_in(slot, addr, kind, need))
         };
-        if (0..MAX_DEVICES as u32).any(try_free) {
+        if (0..MAX_DEVICES as u32).any(|d| Some(d) != current && free_on(d)) {
             return FreeOutcome::Freed;
         }
         // This thread's own caches on the other devices (a block freed with another device
@@ -383,11 +381,7 @@ impl<B: Backend> Pool<B> {
         }
         // A block moves from an exited thread's cache to the live map (under the device lock)
         // and never back: if that happened since the first look, it is in the live map now.
-        let again = |d: u32| {
-            self.existing(d)
-                .is_some_and(|slot| self.free_in(slot, addr, kind, need))
-        };
-        if (0..MAX_DEVICES as u32).any(again) {
+        if (0..MAX_DEVICES as u32).any(free_on) {
             return FreeOutcome::Freed;
         }
         match self.owner_of(addr) {
@@ -444,14 +438,21 @@ impl<B: Backend> Pool<B> {
                 if !held.is_empty() {
                     let gen = st.generation;
                     drop(st);
-                    let mut p = Self::lock(slot);
-                    if gen == p.generation {
-                        tcache::give_back(&mut p, &slot.seqs, &held);
-                    }
+                    Self::give_back(slot, gen, &held);
                 }
                 true
             });
         handled == Some(true)
+    }
+
+    /// Blocks a cache of generation `gen` gives back to `slot`'s device (dropped if the device
+    /// was reset since: they went with it). Takes the device lock; not to be called with a
+    /// cache's lock held.
+    fn give_back(slot: &DeviceSlot, gen: u64, held: &[tcache::Held]) {
+        let mut p = Self::lock(slot);
+        if gen == p.generation {
+            tcache::give_back(&mut p, &slot.seqs, held);
+        }
     }
 
     /// A free of a block some thread's cache handed out (another thread's, or one whose thread
@@ -471,16 +472,13 @@ impl<B: Backend> Pool<B> {
                 };
                 let gen = st.generation;
                 drop(st);
-                let mut p = Self::lock(slot);
-                if gen == p.generation {
-                    let held = [tcache::Held {
-                        idx: o.idx,
-                        addr,
-                        size: o.size,
-                        need,
-                    }];
-                    tcache::give_back(&mut p, &slot.seqs, &held);
-                }
+                let held = [tcache::Held {
+                    idx: o.idx,
+                    addr,
+                    size: o.size,
+                    need,
+                }];
+                Self::give_back(slot, gen, &held);
                 return true;
             }
         }
