@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::backend::{Addr, Backend, CudaError};
+use super::free_lists::FreeLists;
 use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, SMALL_LIMIT,
 };
@@ -173,7 +174,8 @@ pub struct DevicePool {
     segments: Vec<Option<Segment>>,
     vacant_segments: Vec<u32>,
     by_addr: BTreeMap<Addr, u32>,
-    free_small: BTreeMap<(u64, Addr), u32>,
+    /// Free small blocks by exact size (`free_lists.rs`); large ones by (size, address).
+    free_small: FreeLists,
     free_large: BTreeMap<(u64, Addr), u32>,
     pending_fence: VecDeque<(u32, u64)>,
     pending_barrier: VecDeque<(u32, u64)>,
@@ -225,7 +227,7 @@ impl DevicePool {
             segments: Vec::new(),
             vacant_segments: Vec::new(),
             by_addr: BTreeMap::new(),
-            free_small: BTreeMap::new(),
+            free_small: FreeLists::default(),
             free_large: BTreeMap::new(),
             pending_fence: VecDeque::new(),
             pending_barrier: VecDeque::new(),
@@ -289,7 +291,7 @@ impl DevicePool {
 
     /// The largest block that could be handed out now.
     pub fn largest_free(&self) -> u64 {
-        let small = self.free_small.keys().next_back().map_or(0, |k| k.0);
+        let small = self.free_small.largest().unwrap_or(0);
         let large = self.free_large.keys().next_back().map_or(0, |k| k.0);
         let binned = self
             .bins
@@ -591,11 +593,14 @@ impl DevicePool {
     }
 
     fn find_fit(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
-        let index = match class {
-            Class::Small => &self.free_small,
-            Class::Large => &self.free_large,
+        let (size, idx) = match class {
+            Class::Small => self.free_small.best_fit(rounded)?,
+            Class::Large => self
+                .free_large
+                .range((rounded, 0)..)
+                .next()
+                .map(|(&(size, _), &idx)| (size, idx))?,
         };
-        let (&(size, _), &idx) = index.range((rounded, 0)..).next()?;
         may_serve(size, rounded, policy.max_split_size).then_some(idx)
     }
 
@@ -719,6 +724,7 @@ impl DevicePool {
     /// `extra` more reusable blocks of the same size from its bin into `extras`. Returns the
     /// block's address, handle and size (a large block may be larger than the request's
     /// rounding). Never called while tracing.
+    #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
     pub fn alloc_lent(
         &mut self,
         requested: u64,
@@ -785,6 +791,7 @@ impl DevicePool {
 
     /// A lent block the program still holds comes back as an ordinary live block (its thread
     /// cache's thread exited).
+    #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
     pub fn adopt(&mut self, idx: u32, requested: u64) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Lent);
@@ -941,21 +948,23 @@ impl DevicePool {
 
     fn index(&mut self, idx: u32) {
         let b = &self.blocks[idx as usize];
-        let key = (b.size, b.addr);
+        let (size, addr) = (b.size, b.addr);
         match self.seg(b.seg).class {
-            Class::Small => self.free_small.insert(key, idx),
-            Class::Large => self.free_large.insert(key, idx),
-        };
+            Class::Small => self.free_small.insert(idx, size),
+            Class::Large => {
+                self.free_large.insert((size, addr), idx);
+            }
+        }
     }
 
     fn unindex(&mut self, idx: u32) {
         let b = &self.blocks[idx as usize];
-        let key = (b.size, b.addr);
+        let (size, addr) = (b.size, b.addr);
         let removed = match self.seg(b.seg).class {
-            Class::Small => self.free_small.remove(&key),
-            Class::Large => self.free_large.remove(&key),
+            Class::Small => self.free_small.remove(idx, size),
+            Class::Large => self.free_large.remove(&(size, addr)) == Some(idx),
         };
-        debug_assert_eq!(removed, Some(idx));
+        debug_assert!(removed, "free block {addr:#x} not indexed");
     }
 
     fn new_block(&mut self, b: Block) -> u32 {
@@ -1271,12 +1280,11 @@ impl DevicePool {
                         if prev_free {
                             return Err(format!("adjacent free blocks at {:#x}", b.addr));
                         }
-                        let key = (b.size, b.addr);
-                        let index = match s.class {
-                            Class::Small => &self.free_small,
-                            Class::Large => &self.free_large,
+                        let indexed = match s.class {
+                            Class::Small => self.free_small.contains(idx, b.size),
+                            Class::Large => self.free_large.get(&(b.size, b.addr)) == Some(&idx),
                         };
-                        if index.get(&key) != Some(&idx) {
+                        if !indexed {
                             return Err(format!("free block {:#x} not indexed", b.addr));
                         }
                     }

@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod device;
+pub mod free_lists;
 pub mod replay;
 pub mod size;
 pub mod stats;
