@@ -179,6 +179,11 @@ typedef struct gpupool_stats {
      * `cudaDeviceReset` calls that made the pool forget a device.
      */
     uint64_t resets;
+    /**
+     * Bytes of idle segments given back to the driver because a request larger than every
+     * segment so far outgrew them (added after `resets`).
+     */
+    uint64_t outgrown_released_bytes;
 } gpupool_stats;
 
 #ifdef __cplusplus

@@ -445,6 +445,10 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
                 "/released/empty_cache_bytes",
             ),
             (
+                "gpupool_outgrown_released_bytes_total",
+                "/released/outgrown_bytes",
+            ),
+            (
                 "gpupool_oom_released_bytes_total",
                 "/released/out_of_memory_bytes",
             ),

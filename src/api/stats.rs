@@ -67,6 +67,9 @@ pub struct gpupool_stats {
     pub invalid_frees: u64,
     /// `cudaDeviceReset` calls that made the pool forget a device.
     pub resets: u64,
+    /// Bytes of idle segments given back to the driver because a request larger than every
+    /// segment so far outgrew them (added after `resets`).
+    pub outgrown_released_bytes: u64,
 }
 
 // The layout is a `size_t` then `uint64_t` fields with no padding: `copy_out` relies on it.
@@ -108,6 +111,7 @@ impl gpupool_stats {
         self.ooms += s.ooms;
         self.invalid_frees += s.invalid_frees;
         self.resets += s.resets;
+        self.outgrown_released_bytes += s.outgrown_released_bytes;
     }
 }
 
@@ -179,7 +183,8 @@ mod tests {
             struct_size: size_of::<gpupool_stats>(),
             requested_bytes: 11,
             requested_bytes_peak: 22,
-            resets: 99,
+            resets: 98,
+            outgrown_released_bytes: 99,
             ..Default::default()
         }
     }
@@ -204,7 +209,7 @@ mod tests {
         // SAFETY: as above.
         unsafe { copy_out(&sample(), buf.as_mut_ptr().cast()) }.unwrap();
         assert_eq!(buf[0] as usize, size_of::<gpupool_stats>());
-        assert_eq!(buf[words - 1], 99);
+        assert_eq!(&buf[words - 2..words], &[98, 99], "the last fields");
         assert_eq!(&buf[words..], &[7; 4]);
     }
 

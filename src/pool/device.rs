@@ -11,7 +11,8 @@ use std::time::Instant;
 use super::backend::{Addr, Backend, CudaError};
 use super::free_lists::FreeLists;
 use super::size::{
-    class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, SMALL_LIMIT,
+    class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, GROW_FROM,
+    SMALL_LIMIT,
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
@@ -114,6 +115,8 @@ pub enum Release {
     Threshold,
     EmptyCache,
     OutOfMemory,
+    /// A request larger than every segment so far replaced idle segments it outgrew.
+    Outgrown,
 }
 
 /// What `cudaMemGetInfo` said of the device, sampled after each new segment and at
@@ -364,8 +367,9 @@ impl DevicePool {
         r.map(|(addr, _)| addr)
     }
 
-    /// Requests larger than this get a segment with room to grow (`size::segment_size`): those
-    /// larger than every segment so far; none while a release threshold is set (its releases
+    /// Requests larger than this get a segment with room to grow (`size::segment_size`), after
+    /// the idle segments they outgrew are released (`release_outgrown`): those larger than every
+    /// segment so far; none while a release threshold is set (its releases
     /// would give the room back, and the rounding would raise the peak) or a `max_split_size`
     /// (which would hand the whole rounded block to the request).
     fn grow_above(&self, policy: &Policy) -> u64 {
@@ -499,6 +503,9 @@ impl DevicePool {
         // A segment rounded up for growth that the driver refuses is asked for again at the
         // request's own size before anything cached is given back.
         let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
+        if rounded > self.grow_above(policy) {
+            self.release_outgrown(rounded, backend);
+        }
         let first = if exact < seg_size {
             &[seg_size, exact][..]
         } else {
@@ -1066,13 +1073,38 @@ impl DevicePool {
             return 0;
         }
         self.flush_bins();
+        self.release_idle(backend, keep, why, |_| true)
+    }
+
+    /// A request of `rounded` bytes, larger than every segment the device has had, is about to
+    /// get a segment of its own: the idle segments above `GROW_FROM` it outgrew go back first.
+    /// They cannot serve it, and a program whose largest buffer keeps growing (an inference
+    /// server's logits as prompts get longer) would otherwise hold every earlier size at once:
+    /// reserved memory follows the largest buffer instead of the sum of their sizes. Smaller
+    /// segments, which later requests are likelier to reuse, stay. Whole segments only; large
+    /// segments are never binned.
+    fn release_outgrown(&mut self, rounded: u64, backend: &dyn Backend) {
+        self.release_idle(backend, 0, Release::Outgrown, |s| {
+            s.class == Class::Large && s.size >= GROW_FROM && s.size < rounded
+        });
+    }
+
+    /// Release idle segments (no live or lent block) that `pick` accepts, largest first, until
+    /// the cache holds at most `keep` bytes. Binned blocks must have been merged back.
+    fn release_idle(
+        &mut self,
+        backend: &dyn Backend,
+        keep: u64,
+        why: Release,
+        pick: impl Fn(&Segment) -> bool,
+    ) -> u64 {
         let mut idle: Vec<(u64, u32)> = self
             .segments
             .iter()
             .enumerate()
             .filter_map(|(i, s)| {
                 s.as_ref()
-                    .filter(|s| s.live == 0)
+                    .filter(|s| s.live == 0 && pick(s))
                     .map(|s| (s.size, i as u32))
             })
             .collect();
@@ -1097,6 +1129,10 @@ impl DevicePool {
                     s.empty_cache_released_bytes += size;
                 }
                 Release::OutOfMemory => s.oom_released_bytes += size,
+                Release::Outgrown => {
+                    s.outgrown_releases += 1;
+                    s.outgrown_released_bytes += size;
+                }
             }
         }
         if released > 0 {

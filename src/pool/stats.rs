@@ -84,6 +84,9 @@ pub struct DeviceStats {
     /// Segments (and bytes) released by an explicit empty-cache request.
     pub empty_cache_releases: u64,
     pub empty_cache_released_bytes: u64,
+    /// Idle segments (and bytes) released because a larger request outgrew them.
+    pub outgrown_releases: u64,
+    pub outgrown_released_bytes: u64,
     /// Real `cudaMalloc` failures the pool recovered from by releasing cache, and those it could
     /// not (returned to the program as out-of-memory).
     pub oom_retries: u64,
@@ -128,6 +131,8 @@ impl Default for DeviceStats {
             threshold_released_bytes: 0,
             empty_cache_releases: 0,
             empty_cache_released_bytes: 0,
+            outgrown_releases: 0,
+            outgrown_released_bytes: 0,
             oom_retries: 0,
             oom_recovered: 0,
             ooms: 0,

@@ -244,6 +244,61 @@ fn a_new_largest_request_gets_room_to_grow() {
 }
 
 #[test]
+fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
+    let p = relaxed();
+    let a = p.alloc(0, 600 * MIB).unwrap(); // a record: a 768 MiB segment
+    let k = p.alloc(0, 700 * MIB).unwrap(); // no record: 700 MiB
+    let m = p.alloc(0, 200 * MIB).unwrap(); // below 512 MiB: 200 MiB
+    p.free(a, FreeKind::Sync, None);
+    p.free(m, FreeKind::Sync, None);
+    assert_eq!(stats(&p, 0).reserved.current, (768 + 700 + 200) * MIB);
+    // A new record (1 GiB segment): the idle 768 MiB segment, which cannot serve it, goes back
+    // first; the live 700 MiB one and the idle 200 MiB one stay.
+    let b = p.alloc(0, 1000 * MIB).unwrap();
+    let s = stats(&p, 0);
+    assert_eq!(s.reserved.current, (700 + 200 + 1024) * MIB);
+    // The peak is the new state, not the 2 692 MiB of keeping the old segment too.
+    assert_eq!(s.reserved.peak, (700 + 200 + 1024) * MIB);
+    assert_eq!(
+        (s.outgrown_releases, s.outgrown_released_bytes),
+        (1, 768 * MIB)
+    );
+    assert_eq!((s.real_mallocs, s.real_frees), (4, 1));
+    assert_eq!(p.backend().live_bytes(0), s.reserved.current);
+    // The smaller segment still serves what fits in it; a request that is no record (the
+    // 700 MiB one freed, then 900 MiB) releases nothing.
+    assert_eq!(p.alloc(0, 90 * MIB).unwrap(), m);
+    p.free(k, FreeKind::Sync, None);
+    p.free(b, FreeKind::Sync, None);
+    p.alloc(0, 900 * MIB).unwrap();
+    assert_eq!(stats(&p, 0).outgrown_releases, 1);
+    p.check().unwrap();
+
+    // Strict mode: the outgrown segment's block still waits for a fence (the budget is larger
+    // than the block); the release (a real cudaFree, which waits for the device) takes it along
+    // and the pending accounting stays exact.
+    let mut q = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    q.settings.policy.fence_bytes = 4 << 30;
+    let a = q.alloc(0, 600 * MIB).unwrap();
+    q.free(a, FreeKind::Sync, None);
+    assert_eq!(q.device_stats(0).unwrap().pending, 600 * MIB);
+    q.alloc(0, 1000 * MIB).unwrap();
+    let d = q.device_stats(0).unwrap();
+    assert_eq!((d.pending, d.stats.reserved.current), (0, 1024 * MIB));
+    assert_eq!(d.stats.outgrown_released_bytes, 768 * MIB);
+    q.check().unwrap();
+
+    // With a release threshold (which gives idle segments back itself) records neither round
+    // up nor release.
+    let t = pool_with(ReuseMode::Relaxed, Threshold::Bytes(1 << 40), 80 << 30);
+    let a = t.alloc(0, 600 * MIB).unwrap();
+    t.free(a, FreeKind::Sync, None);
+    t.alloc(0, 1000 * MIB).unwrap();
+    let s = stats(&t, 0);
+    assert_eq!((s.reserved.current, s.outgrown_releases), (1600 * MIB, 0));
+}
+
+#[test]
 fn max_split_size_keeps_big_blocks_whole() {
     let mut p = relaxed();
     p.settings.policy.max_split_size = 32 * MIB;

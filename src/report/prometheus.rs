@@ -169,6 +169,12 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.empty_cache_released_bytes as f64,
     ),
     (
+        "gpupool_outgrown_released_bytes_total",
+        "counter",
+        "Bytes of idle segments released because a larger request outgrew them.",
+        |d| d.snap.stats.outgrown_released_bytes as f64,
+    ),
+    (
         "gpupool_oom_released_bytes_total",
         "counter",
         "Bytes released to recover from out-of-memory.",

@@ -215,11 +215,13 @@ pub fn render_text(r: &Report) -> String {
         );
         let _ = writeln!(
             o,
-            " released   by threshold {} ({}), by empty_cache {} ({}), at out-of-memory {}",
+            " released   by threshold {} ({}), by empty_cache {} ({}), outgrown {} ({}), at out-of-memory {}",
             s.threshold_releases,
             bytes(s.threshold_released_bytes),
             s.empty_cache_releases,
             bytes(s.empty_cache_released_bytes),
+            s.outgrown_releases,
+            bytes(s.outgrown_released_bytes),
             bytes(s.oom_released_bytes)
         );
         let _ = writeln!(

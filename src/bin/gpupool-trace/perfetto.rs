@@ -213,6 +213,7 @@ fn instant(ev: &mut Events, r: &Record, t_ns: u64) -> io::Result<()> {
                 0 => "threshold".to_string(),
                 1 => "empty cache".to_string(),
                 2 => "out of memory".to_string(),
+                3 => "outgrown".to_string(),
                 n => format!("unknown ({n})"),
             };
             ev.instant(
