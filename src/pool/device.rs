@@ -503,7 +503,9 @@ impl DevicePool {
         // A segment rounded up for growth that the driver refuses is asked for again at the
         // request's own size before anything cached is given back.
         let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
-        if rounded > self.grow_above(policy) {
+        // Only a request above `GROW_FROM` can outgrow a segment that large (and a scan of
+        // every segment on each new small segment would cost the replay half its speed).
+        if rounded > GROW_FROM && rounded > self.grow_above(policy) {
             self.release_outgrown(rounded, backend);
         }
         let first = if exact < seg_size {
