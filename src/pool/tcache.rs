@@ -94,10 +94,13 @@ impl Default for CacheCounts {
 }
 
 /// Lists of reusable blocks by size: small sizes (every 512 bytes up to 1 MiB, the common case)
-/// indexed directly, larger ones in a map.
+/// indexed directly, larger ones in a map; a bitmap of the small sizes that got a block since
+/// the last clear, so that a walk over the lists (a full cache choosing what to give back)
+/// visits those alone rather than all 2 048.
 #[derive(Default)]
 struct ReadyLists {
     small: Vec<Vec<Held>>,
+    small_used: [u64; SMALL_SLOTS / 64],
     large: HashMap<u64, Vec<Held>, BuildHasherDefault<AddrHasher>>,
 }
 
@@ -117,24 +120,49 @@ impl ReadyLists {
             if self.small.is_empty() {
                 self.small.resize_with(SMALL_SLOTS, Vec::new);
             }
-            &mut self.small[(size / ALIGN) as usize - 1]
+            let i = (size / ALIGN) as usize - 1;
+            self.small_used[i / 64] |= 1 << (i % 64);
+            &mut self.small[i]
         } else {
             self.large.entry(size).or_default()
         }
     }
 
-    /// (size, list) of every size with a list.
+    /// (size, list) of every size that got a block since the last `prune` or `clear` (some
+    /// lists may be empty).
     fn iter(&self) -> impl Iterator<Item = (u64, &Vec<Held>)> {
-        let small = self
-            .small
-            .iter()
-            .enumerate()
-            .map(|(i, v)| ((i as u64 + 1) * ALIGN, v));
+        let small = self.small_used.iter().enumerate().flat_map(move |(w, &bits)| {
+            let mut bits = bits;
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                Some(((i as u64 + 1) * ALIGN, &self.small[i]))
+            })
+        });
         small.chain(self.large.iter().map(|(&s, v)| (s, v)))
+    }
+
+    /// Forget the sizes whose lists are empty now.
+    fn prune(&mut self) {
+        for (w, bits) in self.small_used.iter_mut().enumerate() {
+            let mut b = *bits;
+            while b != 0 {
+                let i = w * 64 + b.trailing_zeros() as usize;
+                b &= b - 1;
+                if self.small[i].is_empty() {
+                    *bits &= !(1 << (i % 64));
+                }
+            }
+        }
+        self.large.retain(|_, v| !v.is_empty());
     }
 
     fn clear(&mut self) {
         self.small.iter_mut().for_each(Vec::clear);
+        self.small_used = [0; SMALL_SLOTS / 64];
         self.large.clear();
     }
 }
@@ -241,6 +269,7 @@ impl CacheState {
     /// Move reusable blocks into `out` until at most `keep` reusable bytes remain (the sizes
     /// held most of first).
     pub fn spill_ready(&mut self, keep: u64, out: &mut Vec<Held>) {
+        self.ready.prune();
         while self.ready_bytes > keep {
             // The size holding the most bytes gives back its older half (the newest stay for
             // the next request of this size).
