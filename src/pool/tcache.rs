@@ -131,17 +131,21 @@ impl ReadyLists {
     /// (size, list) of every size that got a block since the last `prune` or `clear` (some
     /// lists may be empty).
     fn iter(&self) -> impl Iterator<Item = (u64, &Vec<Held>)> {
-        let small = self.small_used.iter().enumerate().flat_map(move |(w, &bits)| {
-            let mut bits = bits;
-            std::iter::from_fn(move || {
-                if bits == 0 {
-                    return None;
-                }
-                let i = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                Some(((i as u64 + 1) * ALIGN, &self.small[i]))
-            })
-        });
+        let small = self
+            .small_used
+            .iter()
+            .enumerate()
+            .flat_map(move |(w, &bits)| {
+                let mut bits = bits;
+                std::iter::from_fn(move || {
+                    if bits == 0 {
+                        return None;
+                    }
+                    let i = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    Some(((i as u64 + 1) * ALIGN, &self.small[i]))
+                })
+            });
         small.chain(self.large.iter().map(|(&s, v)| (s, v)))
     }
 
