@@ -62,6 +62,18 @@ fn empty_cache_gives_memory_back_to_the_driver() {
 }
 
 #[test]
+fn idle_segments_a_larger_request_outgrew_go_back_to_the_driver() {
+    let (out, _) = api("outgrown", &[]);
+    assert!(out.contains("outgrown ok"), "{out}");
+    // The summary says why the memory went back.
+    let line = out
+        .lines()
+        .find(|l| l.contains(" released "))
+        .unwrap_or_else(|| panic!("no released line: {out}"));
+    assert!(line.contains("outgrown 1 (768 MiB)"), "{line}");
+}
+
+#[test]
 fn a_percentage_threshold_is_read_for_the_device_asked_about() {
     let env = [
         ("CUDASIM_DEVICES", "2"),

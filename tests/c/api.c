@@ -1,7 +1,7 @@
 /* The gpupool_* C API, checked against what the program did and what the simulator saw.
  * Linked with -lgpupool ahead of -lcudart, so the program's own cudaMalloc is pooled too.
  *
- * usage: api stats | empty | args | disabled | percent */
+ * usage: api stats | empty | args | disabled | percent | outgrown */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <stdint.h>
@@ -296,6 +296,37 @@ static void disabled(void)
     printf("disabled ok\n");
 }
 
+/* A request larger than every segment so far gives the idle segments it outgrew back first:
+ * the counters, the simulator and the peak agree. */
+static void outgrown(void)
+{
+    void *a, *b, *c;
+    cudasimResetStats();
+    /* 600 MiB: a record, in a 768 MiB segment (room to grow); a 200 MiB one beside it. */
+    CHECK_CUDA(cudaMalloc(&a, 600 * MIB));
+    CHECK_CUDA(cudaMalloc(&c, 200 * MIB));
+    CHECK_CUDA(cudaFree(a));
+    /* 1000 MiB does not fit in the idle 768 MiB segment: that one goes back, then 1 GiB. */
+    CHECK_CUDA(cudaMalloc(&b, 1000 * MIB));
+    gpupool_stats st = pool_stats(0);
+    cudasimStats sim = sim_stats(0);
+    CHECK(st.outgrown_released_bytes == 768 * MIB, "outgrown %llu",
+          (unsigned long long)st.outgrown_released_bytes);
+    CHECK(st.driver_frees == 1 && sim.free_calls == 1, "driver frees %llu, simulator saw %llu",
+          (unsigned long long)st.driver_frees, sim.free_calls);
+    CHECK(st.reserved_bytes == (200 + 1024) * MIB && st.reserved_bytes == sim.live_bytes,
+          "reserved %llu, simulator live %llu", (unsigned long long)st.reserved_bytes,
+          sim.live_bytes);
+    CHECK(st.reserved_bytes_peak == (200 + 1024) * MIB &&
+              sim.peak_live_bytes == st.reserved_bytes_peak,
+          "peak %llu, simulator peak %llu", (unsigned long long)st.reserved_bytes_peak,
+          sim.peak_live_bytes);
+    CHECK_CUDA(cudaFree(b));
+    CHECK_CUDA(cudaFree(c));
+    CHECK_POOL(gpupool_write_summary(1));
+    printf("outgrown ok\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -309,8 +340,10 @@ int main(int argc, char **argv)
         disabled();
     else if (strcmp(mode, "percent") == 0)
         percent();
+    else if (strcmp(mode, "outgrown") == 0)
+        outgrown();
     else {
-        fprintf(stderr, "usage: api stats|empty|args|disabled|percent\n");
+        fprintf(stderr, "usage: api stats|empty|args|disabled|percent|outgrown\n");
         return 2;
     }
     return 0;
