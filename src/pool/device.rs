@@ -504,9 +504,17 @@ impl DevicePool {
         // request's own size before anything cached is given back.
         let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
         // Only a request above `GROW_FROM` can outgrow a segment that large (and a scan of
-        // every segment on each new small segment would cost the replay half its speed).
-        if rounded > GROW_FROM && rounded > self.grow_above(policy) {
-            self.release_outgrown(rounded, backend);
+        // every segment on each new small segment would cost the replay half its speed). A
+        // request that replaced segments it outgrew gets its own size, without room to grow:
+        // its predecessors went idle, so it will likely be replaced in turn, and room would
+        // only raise the peak (24 inference seeds: 19 meet the target this way, 17
+        // with the room; BENCHMARKS.md).
+        let mut seg_size = seg_size;
+        if rounded > GROW_FROM
+            && rounded > self.grow_above(policy)
+            && self.release_outgrown(rounded, backend) > 0
+        {
+            seg_size = exact;
         }
         let first = if exact < seg_size {
             &[seg_size, exact][..]
@@ -1084,11 +1092,11 @@ impl DevicePool {
     /// server's logits as prompts get longer) would otherwise hold every earlier size at once:
     /// reserved memory follows the largest buffer instead of the sum of their sizes. Smaller
     /// segments, which later requests are likelier to reuse, stay. Whole segments only; large
-    /// segments are never binned.
-    fn release_outgrown(&mut self, rounded: u64, backend: &dyn Backend) {
+    /// segments are never binned. Returns the bytes released.
+    fn release_outgrown(&mut self, rounded: u64, backend: &dyn Backend) -> u64 {
         self.release_idle(backend, 0, Release::Outgrown, |s| {
             s.class == Class::Large && s.size >= GROW_FROM && s.size < rounded
-        });
+        })
     }
 
     /// Release idle segments (no live or lent block) that `pick` accepts, largest first, until
