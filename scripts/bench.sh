@@ -30,6 +30,7 @@ OVERLAP_ITERS=300
 OVERLAP_BYTES=$((1 << 20))
 OVERLAP_CASES=("2000 1000" "1000 3000") # "KERNEL_US HOST_US"
 SEED=1              # the generated workloads' seed
+INFERENCE_SEEDS=24  # the inference workload is also compared over seeds 1..N
 WORKLOADS=(training inference)
 for max in 1MiB 64MiB 1GiB; do for n in 10000 100000; do WORKLOADS+=("random:$max:$n"); done; done
 THREAD_STEPS=500000 # churn steps per thread in benches/threads.rs
@@ -159,6 +160,14 @@ for _ in 1 2 3 4 5; do
     if [ -z "$replay_best" ] || [ "$d" -lt "$replay_best" ]; then replay_best=$d; fi
 done
 rm -f "$replay_trace"
+# The inference workload's shapes come from the seed: how the comparison goes over many seeds
+# (peak reserved against the PyTorch rules, and cudaMalloc calls, from the summary row).
+declare -a seed_rows
+for s in $(seq 1 "$INFERENCE_SEEDS"); do
+    row=$("$tool" compare inference --seed "$s" --min-time 0 |
+        awk -F'|' '$2 ~ /^ inference $/ { gsub(/^ +| +$/, "", $3); gsub(/^ +| +$/, "", $4); print $3 "|" $4 }')
+    seed_rows+=("$s|$row")
+done
 
 echo "bench: threads..." >&2
 cargo bench --quiet --bench threads --no-run >&2
@@ -287,6 +296,23 @@ trap 'rm -f "$report" "$policies"' EXIT
     echo "**Trace replay** (\`gpupool-trace replay\` of the generated inference trace, parse"
     echo "included, best of 5): $replay_records records in $(awk -v n="$replay_best" 'BEGIN { printf "%.0f", n / 1e6 }') ms," \
         "$(awk -v r="$replay_records" -v n="$replay_best" 'BEGIN { printf "%.1f", r / (n / 1e9) / 1e6 }') million records/s."
+    echo
+    echo "**Inference across seeds** (\`gpupool-trace compare inference --seed N --min-time 0\`,"
+    echo "N = 1–$INFERENCE_SEEDS; the target: at least 10% less peak reserved than the PyTorch rules with"
+    echo "no more \`cudaMalloc\` calls):"
+    echo
+    echo "| seed | peak reserved vs PyTorch rules | cudaMalloc calls vs PyTorch rules |"
+    echo "| ---: | ---: | ---: |"
+    for r in "${seed_rows[@]}"; do
+        IFS='|' read -r s mem calls <<<"$r"
+        echo "| $s | $mem | $calls |"
+    done
+    echo
+    printf '%s\n' "${seed_rows[@]}" | awk -F'|' '
+        { m = $2; gsub(/[ %+]/, "", m); m += 0; sum += m; n++
+          split($3, c, /[()]/); split(c[2], v, / vs /)
+          if (m <= -10 && v[1] + 0 <= v[2] + 0) met++ }
+        END { printf "Mean %+.1f%%; the target met on %d of %d seeds.\n", sum / n, met, n }'
     echo
     echo "**Threads** (\`THREAD_STEPS=$THREAD_STEPS cargo bench --bench threads\`: the pool API, a churn of"
     echo "64 held blocks of 512 B–4 MiB per thread, one free and one allocation per step; million"
