@@ -26,14 +26,17 @@
 //!
 //! Half the sequences start with another thread allocating on every device, so that in
 //! `relaxed` mode (without a threshold) the test thread's blocks go through its thread cache
-//! (bounds of 1, 8 and 64 MiB); the test checks that caches served some allocations.
+//! (bounds of 1, 8 and 64 MiB); the test checks that caches served some allocations. A second
+//! test runs the same checks with 3 000 MiB devices and requests of 500–1 400 MiB among the
+//! others, without a threshold or a maximum split size: the segments with room to grow and
+//! the release of idle segments a larger request outgrew; it checks that such releases
+//! happened.
 //!
 //! Deterministic: the seed is fixed (`GPUPOOL_PROPTEST_SEED` overrides it, `PROPTEST_CASES` the
 //! number of sequences); a failure prints the seed and the shortest sequence proptest shrank it
 //! to.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use gpupool::config::{ReuseMode, Threshold};
@@ -43,7 +46,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 
 const DEVICES: u32 = 3;
 const MIB: u64 = 1 << 20;
+/// The devices' capacity; `BIG_CAPACITY` for the test with requests above 512 MiB.
 const CAPACITY: u64 = 160 * MIB;
+const BIG_CAPACITY: u64 = 3000 * MIB;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Call {
@@ -71,15 +76,17 @@ struct DriverState {
     /// released with a live block in it.
     live: BTreeMap<Addr, (u32, u64)>,
     violations: Vec<String>,
+    capacity: u64,
 }
 
 /// The model driver: a capacity per device, never-reused addresses, injected failures.
 struct Driver(Mutex<DriverState>);
 
 impl Driver {
-    fn new() -> Self {
+    fn new(capacity: u64) -> Self {
         Driver(Mutex::new(DriverState {
             next: 1 << 40,
+            capacity,
             ..DriverState::default()
         }))
     }
@@ -114,7 +121,7 @@ impl Backend for Driver {
             Self::fault(s, Call::Malloc)?;
             if !Self::used(s, device)
                 .checked_add(bytes)
-                .is_some_and(|t| t <= CAPACITY)
+                .is_some_and(|t| t <= s.capacity)
             {
                 return Err(CudaError::MEMORY_ALLOCATION);
             }
@@ -167,7 +174,7 @@ impl Backend for Driver {
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
         self.with(|s| {
             Self::fault(s, Call::MemInfo)?;
-            Ok((CAPACITY - Self::used(s, device), CAPACITY))
+            Ok((s.capacity - Self::used(s, device), s.capacity))
         })
     }
 }
@@ -250,6 +257,7 @@ struct Setup {
     /// threshold) this thread's small blocks go through its own cache, of this bound.
     shared: bool,
     thread_cache: u64,
+    capacity: u64,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -281,29 +289,46 @@ fn setup() -> impl Strategy<Value = Setup> {
                 fence_bytes,
                 shared,
                 thread_cache,
+                capacity: CAPACITY,
             },
         )
 }
 
-fn size() -> impl Strategy<Value = u64> {
-    prop_oneof![
+/// Devices large enough for requests above 512 MiB, without the settings that turn the growth
+/// rules off (a threshold, a maximum split size).
+fn big_setup() -> impl Strategy<Value = Setup> {
+    setup().prop_map(|s| Setup {
+        threshold: Threshold::KeepAll,
+        max_split_size: u64::MAX,
+        capacity: BIG_CAPACITY,
+        ..s
+    })
+}
+
+fn size(big: bool) -> BoxedStrategy<u64> {
+    let common = prop_oneof![
         6 => 1..=MIB,
         2 => prop_oneof![Just(512u64), Just(4096), Just(65536), Just(MIB)],
         3 => MIB + 1..=10 * MIB,
         2 => 10 * MIB + 1..=64 * MIB,
         1 => 100 * MIB..=200 * MIB,
         1 => prop_oneof![Just(u64::MAX), Just(u64::MAX - 511), Just(u64::MAX - 4096), Just(1 << 62)],
-    ]
+    ];
+    if big {
+        prop_oneof![6 => common, 1 => 500 * MIB..=1400 * MIB].boxed()
+    } else {
+        common.boxed()
+    }
 }
 
 fn threshold_bytes() -> impl Strategy<Value = u64> {
     prop_oneof![Just(0), Just(2 * MIB), Just(30 * MIB), Just(u64::MAX)]
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn op(big: bool) -> impl Strategy<Value = Op> {
     let dev = 0..DEVICES;
     prop_oneof![
-        12 => (dev.clone(), size()).prop_map(|(dev, size)| Op::Alloc { dev, size }),
+        12 => (dev.clone(), size(big)).prop_map(|(dev, size)| Op::Alloc { dev, size }),
         8 => (any::<usize>(), dev.clone()).prop_map(|(pick, current)| Op::Free { pick, current }),
         3 => (any::<usize>(), dev.clone(), any::<bool>())
             .prop_map(|(pick, current, blocking)| Op::FreeAsync { pick, current, blocking }),
@@ -384,7 +409,7 @@ fn fail(msg: String) -> Result<(), String> {
 
 fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
     let pool = Pool::new(
-        Driver::new(),
+        Driver::new(setup.capacity),
         Settings {
             reuse: setup.reuse,
             threshold: setup.threshold,
@@ -428,14 +453,24 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
     }
     for dev in 0..DEVICES {
         if let Some(s) = pool.device_stats(dev) {
-            CACHE_HITS.fetch_add(s.stats.thread_cache_hits, Ordering::Relaxed);
+            SEEN.with(|c| {
+                let (hits, outgrown) = c.get();
+                c.set((
+                    hits + s.stats.thread_cache_hits,
+                    outgrown + s.stats.outgrown_releases,
+                ))
+            });
         }
     }
     Ok(())
 }
 
-/// Allocations thread caches served over all sequences: the test checks the caches were used.
-static CACHE_HITS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Over the sequences a test ran (on its own thread): allocations thread caches served, and
+    /// idle segments released because a larger request outgrew them; the tests check that the
+    /// mechanisms they are after were used.
+    static SEEN: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
 
 /// Runs one step against the pool and the model; returns the device whose release threshold
 /// must hold afterwards (`Some((dev, keep))`, `keep` overriding the threshold for empty-cache).
@@ -499,9 +534,10 @@ fn apply(
                     };
                     let refused_release = delivered.iter().any(|d| d.0 == Call::Free);
                     let used = driver.with(|s| Driver::used(s, dev));
-                    if !refused_release && used.checked_add(len).is_some_and(|t| t <= CAPACITY) {
+                    let capacity = m.setup.capacity;
+                    if !refused_release && used.checked_add(len).is_some_and(|t| t <= capacity) {
                         return Err(format!(
-                            "out of memory for {len} bytes with {used} of {CAPACITY} in segments"
+                            "out of memory for {len} bytes with {used} of {capacity} in segments"
                         ));
                     }
                 }
@@ -748,8 +784,9 @@ fn check(
     Ok(())
 }
 
-#[test]
-fn random_sequences_keep_every_invariant() {
+/// Runs `cases` sequences (`PROPTEST_CASES` overrides) of setups from `setups`, with requests
+/// above 512 MiB if `big`.
+fn check_sequences(setups: impl Strategy<Value = Setup>, big: bool, cases: u32) {
     let seed: u64 = std::env::var("GPUPOOL_PROPTEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -757,7 +794,7 @@ fn random_sequences_keep_every_invariant() {
     let cases: u32 = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(400);
+        .unwrap_or(cases);
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     let config = Config {
@@ -768,15 +805,12 @@ fn random_sequences_keep_every_invariant() {
     };
     let mut runner =
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
-    let strategy = (setup(), proptest::collection::vec(op(), 1..120));
+    let strategy = (setups, proptest::collection::vec(op(big), 1..120));
     let result = runner.run(&strategy, |(setup, ops)| {
         run(&setup, &ops).map_err(TestCaseError::fail)
     });
     match result {
-        Ok(()) => assert!(
-            CACHE_HITS.load(Ordering::Relaxed) > 0,
-            "no sequence went through a thread cache"
-        ),
+        Ok(()) => {}
         Err(TestError::Fail(why, (setup, ops))) => panic!(
             "pool model check failed (seed {seed}; rerun with GPUPOOL_PROPTEST_SEED={seed}): \
              {why}\nminimal reproduction ({} steps):\n{setup:?}\n{}",
@@ -789,4 +823,23 @@ fn random_sequences_keep_every_invariant() {
         ),
         Err(e) => panic!("seed {seed}: {e}"),
     }
+}
+
+#[test]
+fn random_sequences_keep_every_invariant() {
+    check_sequences(setup(), false, 400);
+    assert!(
+        SEEN.with(|c| c.get().0) > 0,
+        "no sequence went through a thread cache"
+    );
+}
+
+#[test]
+fn random_sequences_with_requests_above_512_mib_keep_every_invariant() {
+    check_sequences(big_setup(), true, 400);
+    let outgrown = SEEN.with(|c| c.get().1);
+    assert!(
+        outgrown > 0,
+        "no sequence released a segment a larger request outgrew"
+    );
 }

@@ -367,11 +367,11 @@ impl DevicePool {
         r.map(|(addr, _)| addr)
     }
 
-    /// Requests larger than this get a segment with room to grow (`size::segment_size`), after
-    /// the idle segments they outgrew are released (`release_outgrown`): those larger than every
-    /// segment so far; none while a release threshold is set (its releases
-    /// would give the room back, and the rounding would raise the peak) or a `max_split_size`
-    /// (which would hand the whole rounded block to the request).
+    /// Requests larger than this, the largest segment so far, release the idle segments they
+    /// outgrew (`release_outgrown`), and the first above `GROW_FROM` gets room to grow
+    /// (`size::segment_size`); none while a release threshold is set (its releases would give
+    /// the room back, and the rounding would raise the peak) or a `max_split_size` (which would
+    /// hand the whole rounded block to the request).
     fn grow_above(&self, policy: &Policy) -> u64 {
         if self.threshold == u64::MAX && policy.max_split_size == u64::MAX {
             self.largest_segment
@@ -504,17 +504,10 @@ impl DevicePool {
         // request's own size before anything cached is given back.
         let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
         // Only a request above `GROW_FROM` can outgrow a segment that large (and a scan of
-        // every segment on each new small segment would cost the replay half its speed). A
-        // request that replaced segments it outgrew gets its own size, without room to grow:
-        // its predecessors went idle, so it will likely be replaced in turn, and room would
-        // only raise the peak (24 inference seeds: 19 meet the target this way, 17
-        // with the room; BENCHMARKS.md).
-        let mut seg_size = seg_size;
-        if rounded > GROW_FROM
-            && rounded > self.grow_above(policy)
-            && self.release_outgrown(rounded, backend) > 0
-        {
-            seg_size = exact;
+        // every segment on each new small segment would cost the replay half its speed).
+        let mut outgrown = 0;
+        if rounded > GROW_FROM && rounded > self.grow_above(policy) {
+            outgrown = self.release_outgrown(rounded, backend, seqs);
         }
         let first = if exact < seg_size {
             &[seg_size, exact][..]
@@ -551,7 +544,7 @@ impl DevicePool {
                 return Ok(idx);
             }
         }
-        let released = self.release_segments(backend, 0, Release::OutOfMemory);
+        let released = outgrown + self.release_segments(backend, 0, Release::OutOfMemory);
         let mut sizes = vec![exact];
         if rounded != exact {
             // A segment larger than the request may not fit where the request alone would.
@@ -1087,13 +1080,20 @@ impl DevicePool {
     }
 
     /// A request of `rounded` bytes, larger than every segment the device has had, is about to
-    /// get a segment of its own: the idle segments above `GROW_FROM` it outgrew go back first.
-    /// They cannot serve it, and a program whose largest buffer keeps growing (an inference
+    /// get a segment of its own: the idle segments of at least `GROW_FROM` it outgrew go back
+    /// first. They cannot serve it, and a program whose largest buffer keeps growing (an inference
     /// server's logits as prompts get longer) would otherwise hold every earlier size at once:
     /// reserved memory follows the largest buffer instead of the sum of their sizes. Smaller
     /// segments, which later requests are likelier to reuse, stay. Whole segments only; large
     /// segments are never binned. Returns the bytes released.
-    fn release_outgrown(&mut self, rounded: u64, backend: &dyn Backend) -> u64 {
+    fn release_outgrown(&mut self, rounded: u64, backend: &dyn Backend, seqs: &Seqs) -> u64 {
+        // Free blocks thread caches hold (medium blocks carved from a large segment's room)
+        // would keep a segment busy: they come back first.
+        if self.lent > 0 {
+            if let Some(l) = self.lenders.clone() {
+                l.reclaim(self, seqs);
+            }
+        }
         self.release_idle(backend, 0, Release::Outgrown, |s| {
             s.class == Class::Large && s.size >= GROW_FROM && s.size < rounded
         })

@@ -6,7 +6,9 @@
 //! while every allocation that its exact-size bin cannot serve looks for the best fit. An ordered
 //! map pays a tree search with cache misses for each; here each step is a few word operations.
 //! Best fit is kept exactly (the smallest size that is large enough); among blocks of one size
-//! the most recently freed is taken first, whose memory is the likeliest to be warm.
+//! the last one listed is taken: the most recently freed, whose memory is the likeliest to be
+//! warm, unless a merge took a block out of the middle of the list (the last one moves into its
+//! place).
 
 use super::size::{ALIGN, SMALL_SEGMENT};
 

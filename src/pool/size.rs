@@ -7,12 +7,13 @@
 //! freely; a large block is split only when the remainder exceeds 1 MiB, so big blocks are not
 //! shredded into slivers.
 //!
-//! One rule of our own: a request above `GROW_FROM` that is larger than every large segment the
-//! device has had gets a segment rounded up to the next `2^k` or `1.5 × 2^k`. Programs whose
-//! biggest tensors grow (an inference server's logits as prompts get longer) then reuse that
-//! headroom instead of adding a new, slightly larger segment each time; the remainder is an
-//! ordinary free block meanwhile. Requests no larger than an earlier segment get the plain
-//! 2 MiB rounding, so a size that repeats costs the rounding once.
+//! One rule of our own: the first request above `GROW_FROM` a device sees gets a segment rounded
+//! up to the next `2^k` or `1.5 × 2^k`. Programs whose biggest tensors grow (a model's fp32
+//! logits after its bf16 ones, an inference server's logits as prompts get longer) then reuse
+//! that headroom; the remainder is an ordinary free block meanwhile. Later large requests get
+//! the plain 2 MiB rounding: by then the device replaces idle segments a larger request
+//! outgrew (`DevicePool::release_outgrown`), and room in every segment would only raise the
+//! peak.
 
 /// Every block is a multiple of this, and so 512-byte aligned (the runtime guarantees 256).
 pub const ALIGN: u64 = 512;
@@ -55,7 +56,7 @@ pub fn class_of(rounded: u64) -> Class {
 }
 
 /// The size of the segment to ask the driver for when no cached block fits; `largest` is the
-/// largest large segment the device has allocated so far.
+/// largest large segment the device has allocated so far (`u64::MAX`: never round up).
 pub fn segment_size(rounded: u64, largest: u64) -> Option<u64> {
     if rounded <= SMALL_LIMIT {
         Some(SMALL_SEGMENT)
@@ -63,7 +64,7 @@ pub fn segment_size(rounded: u64, largest: u64) -> Option<u64> {
         Some(MEDIUM_SEGMENT)
     } else {
         let exact = round_up(rounded, LARGE_ROUND)?;
-        if rounded <= GROW_FROM || rounded <= largest {
+        if rounded <= GROW_FROM || largest > GROW_FROM {
             return Some(exact);
         }
         // Half the power of two at or below the request: the step between 2^k, 1.5 × 2^k and
@@ -128,17 +129,21 @@ mod tests {
             segment_size(u64::MAX - (1 << 30), 0),
             Some(u64::MAX - (1 << 30) + 1)
         );
-        // A new largest request above GROW_FROM: the next 2^k or 1.5 × 2^k.
+        // The first request above GROW_FROM: the next 2^k or 1.5 × 2^k.
         assert_eq!(segment_size(GROW_FROM + 512, 0), Some(768 << 20));
-        assert_eq!(segment_size(785 << 20, 600 << 20), Some(1 << 30));
-        assert_eq!(segment_size(1001 << 20, 768 << 20), Some(1 << 30));
-        assert_eq!(segment_size(1064 << 20, 1 << 30), Some(1536 << 20));
+        assert_eq!(segment_size(785 << 20, 300 << 20), Some(1 << 30));
+        assert_eq!(segment_size(1064 << 20, GROW_FROM), Some(1536 << 20));
         assert_eq!(segment_size(3 << 30, 0), Some(3 << 30));
-        // No larger than a segment the device has had: 2 MiB rounding.
+        // Once the device has had a segment above GROW_FROM: 2 MiB rounding, larger or not.
+        assert_eq!(segment_size(1001 << 20, 768 << 20), Some(1002 << 20));
         assert_eq!(segment_size(1570 << 20, 2 << 30), Some(1570 << 20));
         assert_eq!(
             segment_size((1570 << 20) + 512, 1572 << 20),
             Some(1572 << 20)
+        );
+        assert_eq!(
+            segment_size(GROW_FROM + 512, u64::MAX),
+            Some(GROW_FROM + (2 << 20))
         );
         assert_eq!(class_of(1 << 20), Class::Small);
         assert_eq!(class_of((1 << 20) + 512), Class::Large);

@@ -204,9 +204,10 @@ fn a_new_largest_request_gets_room_to_grow() {
     // Sizes up to the largest segment so far get the plain 2 MiB rounding.
     let c = p.alloc(0, 701 * MIB).unwrap();
     assert_eq!(stats(&p, 0).reserved.current, (768 + 702) * MIB);
-    // A new record: 1 GiB.
+    // A new record, but not the first above 512 MiB: its own size (nothing idle to release).
     let d = p.alloc(0, 900 * MIB).unwrap();
-    assert_eq!(stats(&p, 0).reserved.current, (768 + 702 + 1024) * MIB);
+    assert_eq!(stats(&p, 0).reserved.current, (768 + 702 + 900) * MIB);
+    assert_eq!(stats(&p, 0).outgrown_releases, 0);
     for x in [b, c, d] {
         p.free(x, FreeKind::Sync, None);
     }
@@ -253,7 +254,7 @@ fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
     p.free(m, FreeKind::Sync, None);
     assert_eq!(stats(&p, 0).reserved.current, (768 + 700 + 200) * MIB);
     // A new record: the idle 768 MiB segment, which cannot serve it, goes back first; the live
-    // 700 MiB one and the idle 200 MiB one stay. Having replaced a segment, the record gets its
+    // 700 MiB one and the idle 200 MiB one stay. Not the first above 512 MiB, the record gets its
     // own size, without room to grow.
     let b = p.alloc(0, 1000 * MIB).unwrap();
     let s = stats(&p, 0);
@@ -297,6 +298,46 @@ fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
     t.alloc(0, 1000 * MIB).unwrap();
     let s = stats(&t, 0);
     assert_eq!((s.reserved.current, s.outgrown_releases), (1600 * MIB, 0));
+}
+
+#[test]
+fn free_blocks_in_thread_caches_do_not_keep_an_outgrown_segment() {
+    // Found in review: medium blocks carved from a big segment's room and cached by a thread
+    // kept the segment busy, so the record behind them released nothing.
+    let p = relaxed();
+    on_thread(|| p.alloc(0, 4096).unwrap()); // a second thread: caches on
+    let a = p.alloc(0, 600 * MIB).unwrap(); // 768 MiB segment, 168 MiB of room
+    let x = p.alloc(0, 5 * MIB).unwrap(); // through this thread's cache, from the room
+    let y = p.alloc(0, 5 * MIB).unwrap();
+    p.free(x, FreeKind::Sync, Some(0));
+    p.free(y, FreeKind::Sync, Some(0));
+    p.free(a, FreeKind::Sync, Some(0));
+    p.alloc(0, 1000 * MIB).unwrap();
+    let s = stats(&p, 0);
+    assert_eq!(s.outgrown_released_bytes, 768 * MIB);
+    assert_eq!(
+        s.reserved.current,
+        2 * MIB + 1000 * MIB,
+        "a small segment and the record's"
+    );
+    p.check().unwrap();
+}
+
+#[test]
+fn an_out_of_memory_report_counts_what_the_outgrown_release_gave_back() {
+    // Found in review: the report said nothing was released before the failure.
+    let p = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 1800 * MIB);
+    let a = p.alloc(0, 600 * MIB).unwrap(); // 768 MiB segment
+    let _k = p.alloc(0, 700 * MIB).unwrap();
+    p.free(a, FreeKind::Sync, None);
+    // A record: the idle 768 MiB segment goes back, and 1 200 MiB still does not fit.
+    assert!(p.alloc(0, 1200 * MIB).is_err());
+    let d = p.device_stats(0).unwrap();
+    assert_eq!(d.stats.outgrown_released_bytes, 768 * MIB);
+    assert_eq!(
+        d.last_oom.expect("an out-of-memory event").released,
+        768 * MIB
+    );
 }
 
 #[test]

@@ -39,7 +39,7 @@ pub enum Kind {
     /// The driver refused a segment: `a` size, `b` error code.
     SegmentRefused = 5,
     /// A segment given back to the driver: `a` address, `b` size, `aux` why (0 threshold,
-    /// 1 empty cache, 2 out of memory).
+    /// 1 empty cache, 2 out of memory, 3 outgrown by a larger request).
     SegmentFree = 6,
     /// A fence the pool took: `a` nanoseconds the host waited.
     Fence = 7,
