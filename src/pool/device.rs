@@ -198,6 +198,9 @@ pub struct DevicePool {
     pub stats: DeviceStats,
     /// The largest large segment allocated so far (a larger request rounds its segment up).
     largest_segment: u64,
+    /// Bytes of the segments without a live or lent block: the most a release could give back
+    /// (zero lets a release threshold that cannot be met skip the scan of every segment).
+    idle_bytes: u64,
     /// Blocks lent to thread caches.
     lent: u64,
     /// Allocations served under the device lock (to sample which threads allocate).
@@ -244,6 +247,7 @@ impl DevicePool {
             last_oom: None,
             stats: DeviceStats::default(),
             largest_segment: 0,
+            idle_bytes: 0,
             lent: 0,
             lock_allocs: 0,
             generation: 0,
@@ -647,7 +651,7 @@ impl DevicePool {
         b.state = State::Live;
         b.requested = requested;
         let size = b.size;
-        self.seg_mut(seg).live += 1;
+        self.seg_busy(seg);
         let s = &mut self.stats;
         s.allocated.add(size);
         counted! {
@@ -694,7 +698,7 @@ impl DevicePool {
         debug_assert_eq!(b.state, State::Live);
         let (size, requested, seg) = (b.size, b.requested, b.seg);
         b.requested = 0;
-        self.seg_mut(seg).live -= 1;
+        self.seg_quiet(seg);
         let s = &mut self.stats;
         s.allocated.sub(size);
         counted! {
@@ -763,7 +767,7 @@ impl DevicePool {
                 b.state = State::Lent;
                 b.requested = size;
                 let (a, seg) = (b.addr, b.seg);
-                self.seg_mut(seg).live += 1;
+                self.seg_busy(seg);
                 self.lent += 1;
                 let s = &mut self.stats;
                 s.thread_cache_borrowed += 1;
@@ -787,7 +791,7 @@ impl DevicePool {
         let (size, seg) = (b.size, b.seg);
         b.requested = 0;
         self.lent -= 1;
-        self.seg_mut(seg).live -= 1;
+        self.seg_quiet(seg);
         let s = &mut self.stats;
         s.thread_cache_returned += 1;
         s.allocated.unlend(size);
@@ -1010,6 +1014,28 @@ impl DevicePool {
             .expect("block in a released segment")
     }
 
+    /// Segment `i` gets a live (or lent) block.
+    #[inline(always)]
+    fn seg_busy(&mut self, i: u32) {
+        let s = self.seg_mut(i);
+        s.live += 1;
+        if s.live == 1 {
+            let size = s.size;
+            self.idle_bytes -= size;
+        }
+    }
+
+    /// Segment `i` loses a live (or lent) block.
+    #[inline(always)]
+    fn seg_quiet(&mut self, i: u32) {
+        let s = self.seg_mut(i);
+        s.live -= 1;
+        if s.live == 0 {
+            let size = s.size;
+            self.idle_bytes += size;
+        }
+    }
+
     /// Ask the driver for a segment; returns its single free block, already indexed.
     fn new_segment(
         &mut self,
@@ -1034,6 +1060,7 @@ impl DevicePool {
         }
         self.stats.reserved.add(size);
         self.stats.segments.add(1);
+        self.idle_bytes += size;
         self.sample_memory(backend);
         let seg = Segment {
             addr,
@@ -1072,7 +1099,7 @@ impl DevicePool {
     /// Give whole free segments back, largest first, until the cache holds at most `keep` bytes.
     /// Returns the bytes released.
     pub fn release_segments(&mut self, backend: &dyn Backend, keep: u64, why: Release) -> u64 {
-        if self.cached() <= keep {
+        if self.cached() <= keep || self.idle_bytes == 0 {
             return 0;
         }
         self.flush_bins();
@@ -1108,6 +1135,9 @@ impl DevicePool {
         why: Release,
         pick: impl Fn(&Segment) -> bool,
     ) -> u64 {
+        if self.idle_bytes == 0 {
+            return 0;
+        }
         let mut idle: Vec<(u64, u32)> = self
             .segments
             .iter()
@@ -1193,6 +1223,7 @@ impl DevicePool {
     ) -> Result<(), CudaError> {
         let (addr, size, first) = {
             let s = self.seg(si);
+            debug_assert_eq!(s.live, 0, "released a segment in use");
             (s.addr, s.size, s.first)
         };
         let t = Instant::now();
@@ -1225,6 +1256,7 @@ impl DevicePool {
         self.by_addr.remove(&addr);
         self.segments[si as usize] = None;
         self.vacant_segments.push(si);
+        self.idle_bytes -= size;
         self.stats.reserved.sub(size);
         self.stats.segments.sub(1);
         Ok(())
@@ -1256,6 +1288,7 @@ impl DevicePool {
         self.pending_fence_bytes = 0;
         self.pending_barrier_bytes = 0;
         self.largest_segment = 0;
+        self.idle_bytes = 0;
         self.lent = 0;
         self.generation += 1;
     }
@@ -1299,6 +1332,7 @@ impl DevicePool {
         let mut free_count = 0;
         let mut binned = 0;
         let mut lent = 0;
+        let mut idle = 0;
         for (si, s) in self.segments.iter().enumerate() {
             let Some(s) = s else { continue };
             reserved += s.size;
@@ -1359,6 +1393,12 @@ impl DevicePool {
             if live != s.live {
                 return Err(format!("segment {si}: live count {} != {live}", s.live));
             }
+            if live == 0 {
+                idle += s.size;
+            }
+        }
+        if idle != self.idle_bytes {
+            return Err(format!("idle segments {idle} != {}", self.idle_bytes));
         }
         let st = &self.stats;
         if free_count != self.free_small.len() + self.free_large.len() {
