@@ -166,6 +166,10 @@ declare -a seed_rows
 for s in $(seq 1 "$INFERENCE_SEEDS"); do
     row=$("$tool" compare inference --seed "$s" --min-time 0 |
         awk -F'|' '$2 ~ /^ inference $/ { gsub(/^ +| +$/, "", $3); gsub(/^ +| +$/, "", $4); print $3 "|" $4 }')
+    if [ -z "$row" ]; then
+        echo "bench: no inference row in gpupool-trace compare's output for seed $s" >&2
+        exit 1
+    fi
     seed_rows+=("$s|$row")
 done
 
@@ -310,7 +314,7 @@ trap 'rm -f "$report" "$policies"' EXIT
     echo
     printf '%s\n' "${seed_rows[@]}" | awk -F'|' '
         { m = $2; gsub(/[ %+]/, "", m); m += 0; sum += m; n++
-          split($3, c, /[()]/); split(c[2], v, / vs /)
+          split($3, c, /[()]/); split(c[2], v, / vs /); gsub(/ /, "", v[1]); gsub(/ /, "", v[2])
           if (m <= -10 && v[1] + 0 <= v[2] + 0) met++ }
         END { printf "Mean %+.1f%%; the target met on %d of %d seeds.\n", sum / n, met, n }'
     echo

@@ -144,7 +144,8 @@ impl MemorySample {
 pub struct OomEvent {
     /// The request, rounded.
     pub requested: u64,
-    /// The segment the pool asked the driver for first.
+    /// The segment the pool asked the driver for again after releasing cached memory (the
+    /// request's own segment size, without room to grow).
     pub segment: u64,
     /// Cached bytes it released to the driver before retrying.
     pub released: u64,
@@ -196,7 +197,8 @@ pub struct DevicePool {
     pub memory: Option<MemorySample>,
     pub last_oom: Option<OomEvent>,
     pub stats: DeviceStats,
-    /// The largest large segment allocated so far (a larger request rounds its segment up).
+    /// The largest large segment allocated so far (a larger request releases the idle segments
+    /// it outgrew; none above `GROW_FROM` yet: the next such request gets room to grow).
     largest_segment: u64,
     /// Bytes of the segments without a live or lent block: the most a release could give back
     /// (zero lets a release threshold that cannot be met skip the scan of every segment).
@@ -486,9 +488,9 @@ impl DevicePool {
         // A failed barrier or fence (the runtime's error is not the program's: the backend
         // cleared it) leaves the waiting blocks waiting; the pool grows instead. A sticky error
         // fails the segment's allocation below with the runtime's own code.
+        // What a barrier or fence makes reusable goes to the bins first: fit from there too.
         if self.pending_barrier_bytes > 0 && self.barrier(backend, seqs).is_ok() {
-            if let Some(idx) = self.find_fit(class, rounded, policy) {
-                self.stats.hits += 1;
+            if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                 return Ok(idx);
             }
         }
@@ -499,8 +501,7 @@ impl DevicePool {
             && self.pending_fence_bytes >= budget
             && self.fence(backend, seqs).is_ok()
         {
-            if let Some(idx) = self.find_fit(class, rounded, policy) {
-                self.stats.hits += 1;
+            if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                 return Ok(idx);
             }
         }
@@ -542,8 +543,7 @@ impl DevicePool {
         }
         let fenced = self.pending_bytes() > 0 && self.fence(backend, seqs).is_ok();
         if fenced {
-            if let Some(idx) = self.find_fit(class, rounded, policy) {
-                self.stats.hits += 1;
+            if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                 self.stats.oom_recovered += 1;
                 return Ok(idx);
             }
@@ -569,7 +569,7 @@ impl DevicePool {
         self.sample_memory(backend);
         self.last_oom = Some(OomEvent {
             requested: rounded,
-            segment: seg_size,
+            segment: exact,
             released,
             fenced,
             memory: self.memory,
@@ -577,8 +577,9 @@ impl DevicePool {
         Err(CudaError::MEMORY_ALLOCATION)
     }
 
-    /// A block for `rounded` bytes among those thread caches just gave back: from its bin, or
-    /// with the bins merged into the index.
+    /// A block for `rounded` bytes among those just made reusable (given back by thread caches,
+    /// or by a barrier or fence, which put small ones in their bins): from its bin, or with the
+    /// bins merged into the index.
     fn fit_after_return(&mut self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
         let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
         let idx = match binned {
@@ -1114,6 +1115,13 @@ impl DevicePool {
     /// segments, which later requests are likelier to reuse, stay. Whole segments only; large
     /// segments are never binned. Returns the bytes released.
     fn release_outgrown(&mut self, rounded: u64, backend: &dyn Backend, seqs: &Seqs) -> u64 {
+        let outgrown =
+            |s: &Segment| s.class == Class::Large && s.size >= GROW_FROM && s.size < rounded;
+        // The first request above `GROW_FROM` has nothing to outgrow (and must not empty the
+        // thread caches for nothing).
+        if self.largest_segment < GROW_FROM || !self.segments.iter().flatten().any(outgrown) {
+            return 0;
+        }
         // Free blocks thread caches hold (medium blocks carved from a large segment's room)
         // would keep a segment busy: they come back first.
         if self.lent > 0 {
@@ -1121,9 +1129,7 @@ impl DevicePool {
                 l.reclaim(self, seqs);
             }
         }
-        self.release_idle(backend, 0, Release::Outgrown, |s| {
-            s.class == Class::Large && s.size >= GROW_FROM && s.size < rounded
-        })
+        self.release_idle(backend, 0, Release::Outgrown, outgrown)
     }
 
     /// Release idle segments (no live or lent block) that `pick` accepts, largest first, until

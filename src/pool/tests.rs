@@ -341,6 +341,50 @@ fn an_out_of_memory_report_counts_what_the_outgrown_release_gave_back() {
 }
 
 #[test]
+fn the_first_large_request_leaves_thread_caches_alone() {
+    // Found in review: with nothing of 512 MiB or more to outgrow, the first such request
+    // still emptied every thread cache.
+    let p = relaxed();
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    p.alloc(0, 4096).unwrap(); // the device sees a second thread: caches on
+    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 3 * MIB).unwrap()).collect();
+    for a in v {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    let s = stats(&p, 0);
+    assert_eq!((s.thread_cache_borrowed, s.thread_cache_returned), (4, 0));
+    p.alloc(0, 600 * MIB).unwrap();
+    // Half of what the cache holds, as before any growth; not all of it.
+    assert_eq!(stats(&p, 0).thread_cache_returned, 2);
+}
+
+#[test]
+fn a_block_a_barrier_made_reusable_serves_the_request_that_took_it() {
+    // Found in review: the barrier the pool issued before growing put the block in its bin,
+    // where the fit that followed did not look, and the pool grew beside it. The same with a
+    // fence in strict mode (a budget the one block reaches).
+    for (mode, budget) in [(ReuseMode::Barrier, 64 * MIB), (ReuseMode::Strict, MIB)] {
+        let mut p = pool_with(mode, Threshold::KeepAll, 80 << 30);
+        p.settings.policy.fence_bytes = budget;
+        let a = p.alloc(0, MIB).unwrap();
+        let _b = p.alloc(0, MIB).unwrap();
+        p.free(a, FreeKind::Sync, None);
+        assert_eq!(p.alloc(0, MIB).unwrap(), a, "{mode:?}");
+        let syncs = p.backend().get(|s| (s.barriers, s.fences));
+        assert_eq!(
+            syncs,
+            if mode == ReuseMode::Strict {
+                (0, 1)
+            } else {
+                (1, 0)
+            }
+        );
+        assert_eq!(stats(&p, 0).reserved.current, 2 * MIB, "{mode:?}");
+        p.check().unwrap();
+    }
+}
+
+#[test]
 fn max_split_size_keeps_big_blocks_whole() {
     let mut p = relaxed();
     p.settings.policy.max_split_size = 32 * MIB;
