@@ -213,16 +213,36 @@ pub fn render_text(r: &Report) -> String {
             s.observed_fences,
             s.barriers
         );
+        // Segments given back, by reason: only the reasons that released any.
+        let released: Vec<String> = [
+            (
+                "by threshold",
+                s.threshold_releases,
+                s.threshold_released_bytes,
+            ),
+            (
+                "by empty_cache",
+                s.empty_cache_releases,
+                s.empty_cache_released_bytes,
+            ),
+            ("outgrown", s.outgrown_releases, s.outgrown_released_bytes),
+        ]
+        .into_iter()
+        .filter(|&(_, n, _)| n > 0)
+        .map(|(why, n, b)| format!("{why} {n} ({})", bytes(b)))
+        .chain(
+            (s.oom_released_bytes > 0)
+                .then(|| format!("at out-of-memory {}", bytes(s.oom_released_bytes))),
+        )
+        .collect();
         let _ = writeln!(
             o,
-            " released   by threshold {} ({}), by empty_cache {} ({}), outgrown {} ({}), at out-of-memory {}",
-            s.threshold_releases,
-            bytes(s.threshold_released_bytes),
-            s.empty_cache_releases,
-            bytes(s.empty_cache_released_bytes),
-            s.outgrown_releases,
-            bytes(s.outgrown_released_bytes),
-            bytes(s.oom_released_bytes)
+            " released   {}",
+            if released.is_empty() {
+                "nothing to the driver".to_string()
+            } else {
+                released.join(", ")
+            }
         );
         let _ = writeln!(
             o,
