@@ -220,6 +220,8 @@ pub trait Lenders: Send + Sync {
     fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs);
     /// Give the reusable blocks back (the pool would grow otherwise). Whether any came back.
     fn reclaim_ready(&self, p: &mut DevicePool, seqs: &Seqs) -> bool;
+    /// Bytes held that wait for a barrier, and for a fence.
+    fn waiting(&self, p: &DevicePool) -> (u64, u64);
 }
 
 impl DevicePool {
@@ -473,23 +475,20 @@ impl DevicePool {
                 return Ok(idx);
             }
         }
-        // Before the pool grows, the reusable blocks thread caches hold come back (half of
-        // each; and those waiting for a barrier, which the step below can then issue): what one
-        // thread keeps must not make the device grow for another.
-        if self.lent > 0 {
-            if let Some(l) = self.lenders.clone() {
-                if l.reclaim_ready(self, seqs) {
-                    if let Some(idx) = self.fit_after_return(class, rounded, policy) {
-                        return Ok(idx);
-                    }
-                }
-            }
-        }
+        // Blocks thread caches hold until a barrier or fence covers them count with the
+        // device's own: the same barriers and fences cover them (they become reusable where they
+        // are, and come back below).
+        let lenders = if self.lent > 0 {
+            self.lenders.clone()
+        } else {
+            None
+        };
+        let (cache_barrier, cache_fence) = lenders.as_ref().map_or((0, 0), |l| l.waiting(self));
         // A failed barrier or fence (the runtime's error is not the program's: the backend
         // cleared it) leaves the waiting blocks waiting; the pool grows instead. A sticky error
         // fails the segment's allocation below with the runtime's own code.
         // What a barrier or fence makes reusable goes to the bins first: fit from there too.
-        if self.pending_barrier_bytes > 0 && self.barrier(backend, seqs).is_ok() {
+        if self.pending_barrier_bytes + cache_barrier > 0 && self.barrier(backend, seqs).is_ok() {
             if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                 return Ok(idx);
             }
@@ -497,12 +496,20 @@ impl DevicePool {
         // A fence blocks the host until the device is idle, so it is taken only once enough
         // memory waits on it; until then the pool grows instead.
         let budget = policy.fence_bytes;
-        if self.pending_fence_bytes > 0
-            && self.pending_fence_bytes >= budget
-            && self.fence(backend, seqs).is_ok()
-        {
+        let waiting = self.pending_fence_bytes + cache_fence;
+        if waiting > 0 && waiting >= budget && self.fence(backend, seqs).is_ok() {
             if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                 return Ok(idx);
+            }
+        }
+        // Before the pool grows, the reusable blocks thread caches hold come back (half of
+        // each), and those still waiting: what one thread keeps must not make the device grow
+        // for another.
+        if let Some(l) = lenders {
+            if l.reclaim_ready(self, seqs) {
+                if let Some(idx) = self.fit_after_return(class, rounded, policy) {
+                    return Ok(idx);
+                }
             }
         }
         // A segment rounded up for growth that the driver refuses is asked for again at the
@@ -894,17 +901,15 @@ impl DevicePool {
 
     /// Wait for the whole device, then make every pending block reusable.
     pub fn fence(&mut self, backend: &dyn Backend, seqs: &Seqs) -> Result<(), CudaError> {
-        let covered = seqs.freed.load(Ordering::Acquire);
+        let at = seqs.before_sync();
+        let covered = at.freed;
         let t = Instant::now();
         backend.fence(self.device)?;
         let ns = t.elapsed().as_nanos() as u64;
         self.stats.fences += 1;
         self.stats.fence_ns += ns;
         self.record(Kind::Fence, ns, 0, 0, 0);
-        let fenced = seqs
-            .fenced
-            .fetch_max(covered, Ordering::AcqRel)
-            .max(covered);
+        let fenced = seqs.fenced_at(at);
         if fenced == covered {
             self.fenced_seen = self.fenced_seen.max(covered);
             self.barriered_seen = self.barriered_seen.max(covered);
@@ -914,14 +919,12 @@ impl DevicePool {
     }
 
     fn barrier(&mut self, backend: &dyn Backend, seqs: &Seqs) -> Result<(), CudaError> {
-        let covered = seqs.freed.load(Ordering::Acquire);
+        let at = seqs.before_sync();
+        let covered = at.freed;
         backend.barrier(self.device)?;
         self.stats.barriers += 1;
         self.record(Kind::Barrier, 0, 0, 0, 0);
-        let barriered = seqs
-            .barriered
-            .fetch_max(covered, Ordering::AcqRel)
-            .max(covered);
+        let barriered = seqs.barriered_at(at);
         if barriered == covered {
             self.barriered_seen = self.barriered_seen.max(covered);
         }

@@ -32,14 +32,55 @@ pub const MAX_DEVICES: usize = 64;
 /// Sequence numbers of one device, readable without its lock. A free takes the next `freed`
 /// number; a fence or barrier that started after `freed` reached `n` sets `fenced`/`barriered`
 /// to at least `n`, which makes every block stamped below `n` reusable.
+///
+/// Thread caches stamp their frees with `cache_epoch` as it is, without the device's lock and
+/// without writing it (a write on every free would move its line between the threads); every
+/// fence or barrier, the pool's or the program's, moves the epoch on before it starts and
+/// raises `cache_fenced`/`cache_barriered` to the epoch it started in once it completed.
 #[derive(Default)]
 pub struct Seqs {
     pub freed: AtomicU64,
     pub fenced: AtomicU64,
     pub barriered: AtomicU64,
+    pub cache_epoch: AtomicU64,
+    pub cache_fenced: AtomicU64,
+    pub cache_barriered: AtomicU64,
+}
+
+/// What a fence or barrier will cover, read before it starts (`Seqs::before_sync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncSeq {
+    /// Blocks the device stamped below this.
+    pub freed: u64,
+    /// Blocks thread caches stamped below this.
+    pub epoch: u64,
 }
 
 impl Seqs {
+    /// Read before a fence or barrier starts: what it will cover once it completed.
+    pub fn before_sync(&self) -> SyncSeq {
+        SyncSeq {
+            freed: self.freed.load(Ordering::Acquire),
+            epoch: self.cache_epoch.fetch_add(1, Ordering::SeqCst) + 1,
+        }
+    }
+
+    /// A fence that started at `at` completed. Returns the device's fenced sequence.
+    pub fn fenced_at(&self, at: SyncSeq) -> u64 {
+        self.cache_fenced.fetch_max(at.epoch, Ordering::SeqCst);
+        self.fenced
+            .fetch_max(at.freed, Ordering::AcqRel)
+            .max(at.freed)
+    }
+
+    /// A barrier that started at `at` completed. Returns the device's barriered sequence.
+    pub fn barriered_at(&self, at: SyncSeq) -> u64 {
+        self.cache_barriered.fetch_max(at.epoch, Ordering::SeqCst);
+        self.barriered
+            .fetch_max(at.freed, Ordering::AcqRel)
+            .max(at.freed)
+    }
+
     /// The stamp of a block freed now. Only frees under the device's lock write the sequence:
     /// no atomic read-modify-write needed (the hit path's cost is its atomic operations).
     pub fn stamp_under_lock(&self) -> u64 {
@@ -257,7 +298,6 @@ impl<B: Backend> Pool<B> {
     /// they hold. Under the device lock.
     fn update_caches(&self, slot: &DeviceSlot, p: &mut DevicePool) {
         let on = slot.flags.multi()
-            && self.settings.reuse == ReuseMode::Relaxed
             && self.settings.thread_cache > 0
             && self.settings.trace.is_none()
             && p.threshold == u64::MAX;
@@ -283,18 +323,26 @@ impl<B: Backend> Pool<B> {
                 if let Some(addr) = st.take_ready(rounded, size) {
                     return Ok(addr);
                 }
-                // A miss: one trip to the device serves it, gives back what is on its way there,
-                // and borrows a few ready blocks of this size.
-                let held = st.take_returning();
-                let (held_gen, room) = (st.generation, bound.saturating_sub(st.ready_bytes));
+                // Blocks this thread freed may have become reusable since (a fence or barrier),
+                // or this thread holds its share of the fence budget waiting: it fences itself,
+                // without the device's lock.
+                if st.promote(&slot.seqs)
+                    || (st.waiting_fence_bytes > 0
+                        && st.waiting_fence_bytes >= self.fence_share(slot)
+                        && self.fence_for_cache(slot, device, &mut st))
+                {
+                    if let Some(addr) = st.take_ready(rounded, size) {
+                        return Ok(addr);
+                    }
+                }
+                // A miss: one trip to the device serves it and borrows a few ready blocks of
+                // this size.
+                let room = bound.saturating_sub(st.ready_bytes);
                 drop(st);
                 let extra = tcache::BATCH.min((room / rounded) as usize);
                 let mut extras = tcache::Extras::default();
                 let mut p = Self::lock(slot);
                 slot.caches.sweep_orphans(&mut p, &slot.seqs);
-                if held_gen == p.generation {
-                    tcache::give_back(&mut p, &slot.seqs, &held);
-                }
                 let r = p.alloc_lent(
                     size,
                     &self.backend,
@@ -410,18 +458,25 @@ impl<B: Backend> Pool<B> {
                 // Read under the cache's lock: a threshold set meanwhile reclaims after this.
                 let enabled = slot.flags.enabled.load(Ordering::Relaxed);
                 let mut held = Vec::new();
-                if !enabled {
-                    st.push_returning(addr, o.idx, o.size, need);
-                    held = st.spill_all();
-                } else if o.size > tcache::LIMIT {
-                    // Larger than any request a cache serves (a large block the device did not
-                    // split): back to the device now.
+                // Stamped now, after the program's free: a fence or barrier that starts later
+                // covers it (`Seqs::before_sync`).
+                let stamp = match need {
+                    Need::Nothing => 0,
+                    _ => slot.seqs.cache_epoch.load(Ordering::SeqCst),
+                };
+                if !enabled || o.size > tcache::LIMIT {
+                    // Caches are off (everything goes back), or the block is larger than any
+                    // request a cache serves (a large block the device did not split).
                     held.push(tcache::Held {
                         idx: o.idx,
                         addr,
                         size: o.size,
                         need,
+                        stamp,
                     });
+                    if !enabled {
+                        held.extend(st.spill_all());
+                    }
                 } else if need == Need::Nothing {
                     // Full: the sizes held most of make room (what is freed now is likelier to be
                     // asked for again than what waited longest).
@@ -430,10 +485,11 @@ impl<B: Backend> Pool<B> {
                     }
                     st.push_ready(addr, o.idx, o.size);
                 } else {
-                    // Waits for a barrier: back to the device, a batch at a time.
-                    st.push_returning(addr, o.idx, o.size, need);
-                    if st.returning_bytes > bound / 2 {
-                        held = st.take_returning();
+                    // Waits for a barrier or fence here, where it becomes reusable; past a
+                    // whole fence budget, the waiting blocks go back to wait in the device.
+                    st.push_waiting(addr, o.idx, o.size, need, stamp);
+                    if st.waiting_bytes > self.settings.policy.fence_bytes {
+                        held = st.take_waiting();
                     }
                 }
                 if !held.is_empty() {
@@ -444,6 +500,27 @@ impl<B: Backend> Pool<B> {
                 true
             });
         handled == Some(true)
+    }
+
+    /// The fence budget's share of one thread cache: once its blocks waiting for a fence reach
+    /// it, the thread fences itself (the caches together then fence about as often as the
+    /// device would).
+    fn fence_share(&self, slot: &DeviceSlot) -> u64 {
+        self.settings.policy.fence_bytes / slot.caches.count().max(1)
+    }
+
+    /// A fence the calling thread takes for its cache, outside the device's lock: every block
+    /// freed before it, in any cache or in the device, becomes reusable. Whether it succeeded.
+    fn fence_for_cache(&self, slot: &DeviceSlot, device: u32, st: &mut tcache::CacheState) -> bool {
+        let at = slot.seqs.before_sync();
+        let t = std::time::Instant::now();
+        if self.backend.fence(device).is_err() {
+            return false;
+        }
+        st.counts.fences += 1;
+        st.counts.fence_ns += t.elapsed().as_nanos() as u64;
+        slot.seqs.fenced_at(at);
+        st.promote(&slot.seqs)
     }
 
     /// Blocks a cache of generation `gen` gives back to `slot`'s device (dropped if the device
@@ -473,11 +550,13 @@ impl<B: Backend> Pool<B> {
                 };
                 let gen = st.generation;
                 drop(st);
+                // The device stamps it when it takes it back.
                 let held = [tcache::Held {
                     idx: o.idx,
                     addr,
                     size: o.size,
                     need,
+                    stamp: 0,
                 }];
                 Self::give_back(slot, gen, &held);
                 return true;
@@ -530,24 +609,32 @@ impl<B: Backend> Pool<B> {
     }
 
     /// The current sequence number of `device`, read before a program synchronization starts.
-    pub fn seq_before_sync(&self, device: u32) -> u64 {
-        self.existing(device)
-            .map_or(0, |s| s.seqs.freed.load(Ordering::Acquire))
+    /// (The thread caches' epoch moves on only while caches exist: a kernel launch in `barrier`
+    /// mode reads this too, and needs no shared write otherwise.)
+    pub fn seq_before_sync(&self, device: u32) -> SyncSeq {
+        match self.existing(device) {
+            None => SyncSeq::default(),
+            Some(s) if s.flags.any.load(Ordering::Acquire) => s.seqs.before_sync(),
+            Some(s) => SyncSeq {
+                freed: s.seqs.freed.load(Ordering::Acquire),
+                epoch: 0,
+            },
+        }
     }
 
     /// The program's `cudaDeviceSynchronize` on `device` returned: every block freed before
-    /// `seq` is safe. Also a release point for the threshold.
-    pub fn observe_fence(&self, device: u32, seq: u64) {
+    /// `at` is safe. Also a release point for the threshold.
+    pub fn observe_fence(&self, device: u32, at: SyncSeq) {
         if let Some(slot) = self.existing(device) {
-            slot.seqs.fenced.fetch_max(seq, Ordering::AcqRel);
+            slot.seqs.fenced_at(at);
             self.sync_point(device);
         }
     }
 
-    /// The program put an action on `device`'s legacy stream after `seq`.
-    pub fn observe_barrier(&self, device: u32, seq: u64) {
+    /// The program put an action on `device`'s legacy stream after `at`.
+    pub fn observe_barrier(&self, device: u32, at: SyncSeq) {
         if let Some(slot) = self.existing(device) {
-            slot.seqs.barriered.fetch_max(seq, Ordering::AcqRel);
+            slot.seqs.barriered_at(at);
         }
     }
 
@@ -630,7 +717,7 @@ impl<B: Backend> Pool<B> {
             };
             if st.generation == p.generation {
                 tcache::merge_into(&mut stats, &st);
-                pending += st.returning_bytes;
+                pending += st.waiting_bytes;
             } else {
                 tcache::add_counts(&mut stats, &st.counts);
             }

@@ -2,17 +2,20 @@
 //!
 //! One lock per device serializes every thread that allocates on it; two threads then run no
 //! faster than one, and usually slower (the lock and the pool's lines move between cores on
-//! every call). In `relaxed` mode, once a second thread allocates on a device, each thread gets
-//! a cache of its own for blocks up to `LIMIT`: the blocks it handed out (so that its own frees
-//! find them without the device lock) and the blocks it freed, reusable at once. A miss takes
-//! the device lock once and borrows a few more ready blocks of the size. Blocks freed with
-//! `cudaFreeAsync` wait for a barrier: they go back to the device, a batch at a time.
+//! every call). Once a second thread allocates on a device, each thread gets a cache of its own
+//! for blocks up to `LIMIT`: the blocks it handed out (so that its own frees find them without
+//! the device lock) and the blocks it freed. A miss takes the device lock once and borrows a few
+//! more ready blocks of the size.
 //!
-//! Why `relaxed` only: in `strict` and `barrier` modes a freed block becomes reusable at the
-//! next fence or barrier, which the pool takes once enough freed memory waits (the fence
-//! budget); until then every thread draws on what the last one made reusable. Keeping that stock
-//! per thread multiplies it by the number of threads; sharing it is what the device lock does.
-//! `BENCHMARKS.md` has the measurements.
+//! A freed block is reusable at once in `relaxed` mode. Otherwise (`strict`, `barrier`,
+//! `cudaFreeAsync`) it waits in the cache, stamped with the device's cache epoch
+//! (`Seqs::cache_epoch`, read, not written: no shared line moves on a free), until a fence or
+//! barrier that started after the free completed — the program's, the pool's, or one the
+//! thread takes itself, outside the device lock, once the blocks waiting in its cache reach its
+//! share of the fence budget (`GPUPOOL_FENCE_BYTES` divided among the caches, so that the
+//! caches together fence about as often as the device would). The device counts what caches
+//! hold waiting towards its own budget before it grows; past a whole budget a cache gives its
+//! waiting blocks back to wait in the device. `BENCHMARKS.md` has the measurements.
 //!
 //! The device pool sees every block a cache holds as lent (`DevicePool::alloc_lent`): out of its
 //! free structures, counted as allocated at full size. Caches give free blocks back when they
@@ -26,7 +29,7 @@
 //! cache's lock while it waits for the device lock.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -56,13 +59,15 @@ pub struct Out {
     pub requested: u64,
 }
 
-/// A free block the cache holds: reusable (in `ready`), or waiting for `need` (in `returning`).
+/// A free block the cache holds: reusable (in `ready`), or waiting for `need` (in `waiting`),
+/// freed at cache epoch `stamp` (`Seqs::cache_epoch`).
 #[derive(Clone, Copy, Debug)]
 pub struct Held {
     pub idx: u32,
     pub addr: Addr,
     pub size: u64,
     pub need: Need,
+    pub stamp: u64,
 }
 
 /// What the program did through one cache (added to the device's counters in reports).
@@ -76,6 +81,9 @@ pub struct CacheCounts {
     pub requested_in: u64,
     pub requested_out: u64,
     pub histogram: [u64; HISTOGRAM_BUCKETS],
+    /// Fences the cache's thread took itself, and the time they blocked it.
+    pub fences: u64,
+    pub fence_ns: u64,
 }
 
 impl Default for CacheCounts {
@@ -89,6 +97,8 @@ impl Default for CacheCounts {
             requested_in: 0,
             requested_out: 0,
             histogram: [0; HISTOGRAM_BUCKETS],
+            fences: 0,
+            fence_ns: 0,
         }
     }
 }
@@ -180,9 +190,12 @@ pub struct CacheState {
     ready: ReadyLists,
     pub ready_bytes: u64,
     pub ready_count: u64,
-    /// Freed blocks that wait for a barrier or fence: on their way back to the device.
-    pub returning: Vec<Held>,
-    pub returning_bytes: u64,
+    /// Freed blocks that wait for a barrier or fence, in the order of their stamps: reusable
+    /// from here once one covers them (`promote`), or given back to the device.
+    waiting: VecDeque<Held>,
+    pub waiting_bytes: u64,
+    /// Of `waiting_bytes`, those waiting for a fence.
+    pub waiting_fence_bytes: u64,
     /// Over the blocks handed out: their size minus what was requested.
     pub out_slack: u64,
     pub counts: CacheCounts,
@@ -232,42 +245,77 @@ impl CacheState {
             addr,
             size,
             need: Need::Nothing,
+            stamp: 0,
         });
         self.ready_bytes += size;
         self.ready_count += 1;
     }
 
-    pub fn push_returning(&mut self, addr: Addr, idx: u32, size: u64, need: Need) {
-        self.returning.push(Held {
+    /// A block freed at cache epoch `stamp` that must wait for `need`.
+    pub fn push_waiting(&mut self, addr: Addr, idx: u32, size: u64, need: Need, stamp: u64) {
+        self.waiting.push_back(Held {
             idx,
             addr,
             size,
             need,
+            stamp,
         });
-        self.returning_bytes += size;
+        self.waiting_bytes += size;
+        if need == Need::Fence {
+            self.waiting_fence_bytes += size;
+        }
+    }
+
+    /// Waiting blocks that a fence or barrier covered since become reusable. Whether any did.
+    pub fn promote(&mut self, seqs: &Seqs) -> bool {
+        let Some(front) = self.waiting.front() else {
+            return false;
+        };
+        let fenced = seqs.cache_fenced.load(Ordering::SeqCst);
+        let barriered = seqs.cache_barriered.load(Ordering::SeqCst).max(fenced);
+        let covered = |h: &Held| match h.need {
+            Need::Nothing => true,
+            Need::Barrier => h.stamp < barriered,
+            Need::Fence => h.stamp < fenced,
+        };
+        if !covered(front) {
+            return false;
+        }
+        // In stamp order: the first block still waiting stops the walk (a barrier-bound block
+        // behind a fence-bound one waits a little longer, never less).
+        while let Some(h) = self.waiting.front().copied().filter(covered) {
+            self.waiting.pop_front();
+            self.waiting_bytes -= h.size;
+            if h.need == Need::Fence {
+                self.waiting_fence_bytes -= h.size;
+            }
+            self.push_ready(h.addr, h.idx, h.size);
+        }
+        true
     }
 
     /// Free bytes held, reusable or not.
     pub fn held_bytes(&self) -> u64 {
-        self.ready_bytes + self.returning_bytes
+        self.ready_bytes + self.waiting_bytes
     }
 
     /// Free blocks held.
     pub fn held_count(&self) -> u64 {
-        self.ready_count + self.returning.len() as u64
+        self.ready_count + self.waiting.len() as u64
     }
 
     /// Every free block (to give back to the device).
     pub fn spill_all(&mut self) -> Vec<Held> {
-        let mut out = self.take_returning();
+        let mut out = self.take_waiting();
         self.spill_ready(0, &mut out);
         out
     }
 
-    /// Every block on its way back to the device.
-    pub fn take_returning(&mut self) -> Vec<Held> {
-        self.returning_bytes = 0;
-        std::mem::take(&mut self.returning)
+    /// Every block still waiting (given back to the device, they wait there).
+    pub fn take_waiting(&mut self) -> Vec<Held> {
+        self.waiting_bytes = 0;
+        self.waiting_fence_bytes = 0;
+        self.waiting.drain(..).collect()
     }
 
     /// Move reusable blocks into `out` until at most `keep` reusable bytes remain (the sizes
@@ -303,10 +351,11 @@ impl CacheState {
     pub fn clear(&mut self, generation: u64) {
         self.out.clear();
         self.ready.clear();
-        self.returning.clear();
+        self.waiting.clear();
         self.ready_bytes = 0;
         self.ready_count = 0;
-        self.returning_bytes = 0;
+        self.waiting_bytes = 0;
+        self.waiting_fence_bytes = 0;
         self.out_slack = 0;
         self.generation = generation;
     }
@@ -316,7 +365,7 @@ impl CacheState {
         self.ready
             .iter()
             .flat_map(|(_, v)| v.iter())
-            .chain(self.returning.iter())
+            .chain(self.waiting.iter())
     }
 }
 
@@ -333,6 +382,8 @@ pub struct ThreadCache {
 #[derive(Default)]
 pub struct Registry {
     caches: Mutex<Vec<Arc<ThreadCache>>>,
+    /// How many caches the list holds (read without its lock).
+    count: AtomicUsize,
     /// Caches whose thread exited and whose blocks the device has not taken back yet.
     orphans: Arc<AtomicUsize>,
 }
@@ -439,7 +490,10 @@ impl Registry {
                 .ok()?
                 .0
                 .push((pool, device, Arc::clone(&c)));
-            self.caches.lock().push(Arc::clone(&c));
+            let mut list = self.caches.lock();
+            list.push(Arc::clone(&c));
+            self.count.store(list.len(), Ordering::Relaxed);
+            drop(list);
             flags.any.store(true, Ordering::Release);
             Some(f(&c))
         })
@@ -483,6 +537,13 @@ impl Registry {
             self.orphans.fetch_sub(1, Ordering::AcqRel);
             false
         });
+        self.count
+            .store(self.caches.lock().len(), Ordering::Relaxed);
+    }
+
+    /// How many thread caches the device has.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed) as u64
     }
 
     /// Under the device lock, before `forget_all`: every free block back, and the blocks the
@@ -525,8 +586,9 @@ impl Lenders for Registry {
                 continue;
             }
             // Half of what each cache keeps: all of it would leave every cache to borrow it
-            // again at once.
-            let mut held = st.take_returning();
+            // again at once. What still waits goes back to wait in the device.
+            st.promote(seqs);
+            let mut held = st.take_waiting();
             let keep = st.ready_bytes / 2;
             st.spill_ready(keep, &mut held);
             drop(st);
@@ -534,6 +596,18 @@ impl Lenders for Registry {
             any |= !held.is_empty();
         }
         any
+    }
+
+    fn waiting(&self, p: &DevicePool) -> (u64, u64) {
+        let (mut barrier, mut fence) = (0, 0);
+        for c in self.caches.lock().iter() {
+            let st = c.state.lock();
+            if st.generation == p.generation {
+                fence += st.waiting_fence_bytes;
+                barrier += st.waiting_bytes - st.waiting_fence_bytes;
+            }
+        }
+        (barrier, fence)
     }
 }
 
@@ -567,6 +641,8 @@ pub fn add_counts(s: &mut DeviceStats, c: &CacheCounts) {
     s.requested.total_out += c.requested_out;
     s.blocks.total_in += c.allocs;
     s.blocks.total_out += c.frees;
+    s.fences += c.fences;
+    s.fence_ns += c.fence_ns;
     for (h, n) in s.histogram.iter_mut().zip(c.histogram.iter()) {
         *h += n;
     }
