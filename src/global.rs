@@ -120,6 +120,7 @@ fn init() -> Result<Global, String> {
                 },
                 trace: open_trace(&config),
                 thread_cache: config.thread_cache,
+                cache_contention: crate::pool::tcache::CONTENTION,
             },
         )
     });

@@ -419,6 +419,8 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
             },
             trace: None,
             thread_cache: setup.thread_cache,
+            // Caches from the second thread on, in every mode: the sequences have no contention.
+            cache_contention: 0,
         },
     );
     if setup.shared {

@@ -170,6 +170,10 @@ pub struct Settings {
     /// Bytes of free blocks each thread may keep in its own cache once two threads allocate on a
     /// device (`tcache.rs`); 0 turns thread caches off.
     pub thread_cache: u64,
+    /// In `strict` and `barrier` mode, thread caches start only once the device's lock has been
+    /// found taken this many times (`tcache::CONTENTION`): threads that seldom allocate at the
+    /// same moment gain nothing from them there, and would pay the fences caches take.
+    pub cache_contention: u64,
 }
 
 pub struct Pool<B: Backend> {
@@ -260,10 +264,18 @@ impl<B: Backend> Pool<B> {
             .try_lock_for(std::time::Duration::from_millis(200))
     }
 
+    #[inline(always)]
     fn lock(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
         // No poisoning: a panic while the lock is held is caught at the FFI boundary, and the
-        // pool's state is structurally valid between any two of its steps.
-        slot.pool.lock()
+        // pool's state is structurally valid between any two of its steps. A lock found taken is
+        // counted (`Settings::cache_contention`).
+        match slot.pool.try_lock() {
+            Some(g) => g,
+            None => {
+                slot.flags.contended.fetch_add(1, Ordering::Relaxed);
+                slot.pool.lock()
+            }
+        }
     }
 
     /// Whether the pool serves `device` (its ordinal is within range).
@@ -287,17 +299,28 @@ impl<B: Backend> Pool<B> {
         // Which thread allocates is sampled (every allocation at first, then one in 64): a
         // second thread that allocates often is seen soon, and one thread pays almost nothing.
         p.lock_allocs += 1;
-        if (p.lock_allocs <= 1024 || p.lock_allocs % 64 == 0) && slot.flags.second_thread_arrived()
+        if (p.lock_allocs <= 1024 || p.lock_allocs % 64 == 0)
+            && (slot.flags.second_thread_arrived() || self.caches_due(slot))
         {
             self.update_caches(slot, &mut p);
         }
         r
     }
 
+    /// Thread caches are off on `slot`'s device only for want of contention, which has come.
+    fn caches_due(&self, slot: &DeviceSlot) -> bool {
+        slot.flags.multi()
+            && !slot.flags.enabled.load(Ordering::Relaxed)
+            && self.settings.reuse != ReuseMode::Relaxed
+            && slot.flags.contended.load(Ordering::Relaxed) >= self.settings.cache_contention
+    }
+
     /// Whether thread caches may take new blocks on this device, and if not, take back what
     /// they hold. Under the device lock.
     fn update_caches(&self, slot: &DeviceSlot, p: &mut DevicePool) {
         let on = slot.flags.multi()
+            && (self.settings.reuse == ReuseMode::Relaxed
+                || slot.flags.contended.load(Ordering::Relaxed) >= self.settings.cache_contention)
             && self.settings.thread_cache > 0
             && self.settings.trace.is_none()
             && p.threshold == u64::MAX;

@@ -2,7 +2,8 @@
 //!
 //! One lock per device serializes every thread that allocates on it; two threads then run no
 //! faster than one, and usually slower (the lock and the pool's lines move between cores on
-//! every call). Once a second thread allocates on a device, each thread gets a cache of its own
+//! every call). Once a second thread allocates on a device (in `strict` and `barrier` mode: and
+//! the threads have found its lock taken `CONTENTION` times), each thread gets a cache of its own
 //! for blocks up to `LIMIT`: the blocks it handed out (so that its own frees find them without
 //! the device lock) and the blocks it freed. A miss takes the device lock once and borrows a few
 //! more ready blocks of the size.
@@ -46,6 +47,10 @@ use super::{AddrHasher, Seqs};
 /// Blocks up to this size (after rounding) go through thread caches: the small pool's, whose
 /// segments are 2 MiB, so a cache pins little.
 pub const LIMIT: u64 = MEDIUM_LIMIT;
+/// `Settings::cache_contention` by default: in `strict` and `barrier` mode, thread caches start
+/// once the device's lock has been found taken this often (a churn of two threads gets there in
+/// about a millisecond; PyTorch's forward and backward threads, which take turns, never do).
+pub const CONTENTION: u64 = 1024;
 /// Ready blocks a miss borrows from the device besides the one it serves, at most.
 pub const BATCH: usize = super::device::EXTRAS;
 
@@ -399,6 +404,8 @@ pub struct Flags {
     pub any: AtomicBool,
     /// A second thread allocated on the device.
     multi: AtomicBool,
+    /// Times the device's lock was found taken (`Settings::cache_contention`).
+    pub contended: AtomicU64,
     first_thread: AtomicUsize,
 }
 

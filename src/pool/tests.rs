@@ -96,6 +96,7 @@ fn pool_with(reuse: ReuseMode, threshold: Threshold, capacity: u64) -> Pool<Mode
             },
             trace: None,
             thread_cache: crate::config::DEFAULT_THREAD_CACHE,
+            cache_contention: 0,
         },
     )
 }
@@ -228,6 +229,7 @@ fn a_new_largest_request_gets_room_to_grow() {
             },
             trace: None,
             thread_cache: crate::config::DEFAULT_THREAD_CACHE,
+            cache_contention: 0,
         },
     );
     m.alloc(0, 600 * MIB).unwrap();
@@ -828,6 +830,44 @@ fn thread_caches_are_off_while_tracing() {
     p.free(a, FreeKind::Sync, Some(0));
     p.alloc(0, 4096).unwrap();
     assert_eq!(stats(&p, 0).thread_cache_borrowed, 0);
+}
+
+#[test]
+fn in_strict_mode_thread_caches_wait_for_contention() {
+    // Two threads that take turns (PyTorch's forward and backward threads do): no caches in
+    // strict mode, which would only add fences; in relaxed mode, caches at once.
+    for (reuse, cached) in [(ReuseMode::Strict, false), (ReuseMode::Relaxed, true)] {
+        let mut p = pool_with(reuse, Threshold::KeepAll, 80 << 30);
+        p.settings.cache_contention = tcache::CONTENTION;
+        on_thread(|| p.alloc(0, 4096).unwrap());
+        for _ in 0..2000 {
+            let a = p.alloc(0, 4096).unwrap();
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        assert_eq!(stats(&p, 0).thread_cache_borrowed > 0, cached, "{reuse:?}");
+    }
+    // A thread that finds the device's lock taken counts it; once the count reaches the
+    // setting, caches start (here: the lock held while another thread allocates).
+    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    p.settings.cache_contention = 1;
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    let slot = p.existing(0).unwrap();
+    let held = Pool::<Model>::lock(slot);
+    std::thread::scope(|t| {
+        let waiter = t.spawn(|| p.alloc(0, 4096).unwrap());
+        while slot.flags.contended.load(Ordering::Relaxed) == 0 {
+            std::hint::spin_loop();
+        }
+        drop(held);
+        waiter.join().unwrap();
+    });
+    assert_eq!(slot.flags.contended.load(Ordering::Relaxed), 1);
+    for _ in 0..4 {
+        let a = p.alloc(0, 4096).unwrap();
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    assert!(stats(&p, 0).thread_cache_borrowed > 0);
+    p.check_settled().unwrap();
 }
 
 #[test]
