@@ -275,7 +275,7 @@ fn setup() -> impl Strategy<Value = Setup> {
             Just(Threshold::Fraction(0.25)),
         ],
         prop_oneof![Just(u64::MAX), Just(2 * MIB), Just(16 * MIB)],
-        prop_oneof![Just(0), Just(4 * MIB), Just(64 * MIB)],
+        prop_oneof![Just(0), Just(MIB), Just(4 * MIB), Just(64 * MIB)],
         (
             any::<bool>(),
             prop_oneof![Just(MIB), Just(8 * MIB), Just(64 * MIB)],

@@ -348,12 +348,23 @@ impl<B: Backend> Pool<B> {
                 }
                 // Blocks this thread freed may have become reusable since (a fence or barrier),
                 // or this thread holds its share of the fence budget waiting: it fences itself,
-                // without the device's lock.
-                if st.promote(&slot.seqs)
-                    || (st.waiting_fence_bytes > 0
-                        && st.waiting_fence_bytes >= self.fence_share(slot)
-                        && self.fence_for_cache(slot, device, &mut st))
+                // without the device's lock (and without its cache's: the device may need it
+                // meanwhile).
+                let mut covered = st.promote(&slot.seqs);
+                if !covered
+                    && st.waiting_fence_bytes > 0
+                    && st.waiting_fence_bytes >= self.fence_share(slot)
                 {
+                    drop(st);
+                    let fenced = self.fence_for_cache(slot, device);
+                    st = c.state.lock();
+                    if let Some(ns) = fenced {
+                        st.counts.fences += 1;
+                        st.counts.fence_ns += ns;
+                        covered = st.promote(&slot.seqs);
+                    }
+                }
+                if covered {
                     if let Some(addr) = st.take_ready(rounded, size) {
                         return Ok(addr);
                     }
@@ -532,18 +543,16 @@ impl<B: Backend> Pool<B> {
         self.settings.policy.fence_bytes / slot.caches.count().max(1)
     }
 
-    /// A fence the calling thread takes for its cache, outside the device's lock: every block
-    /// freed before it, in any cache or in the device, becomes reusable. Whether it succeeded.
-    fn fence_for_cache(&self, slot: &DeviceSlot, device: u32, st: &mut tcache::CacheState) -> bool {
+    /// A fence the calling thread takes for its cache, outside the device's lock and its
+    /// cache's: every block freed before it, in any cache or in the device, becomes reusable.
+    /// The nanoseconds it waited, or `None` if it failed (the blocks keep waiting).
+    fn fence_for_cache(&self, slot: &DeviceSlot, device: u32) -> Option<u64> {
         let at = slot.seqs.before_sync();
         let t = std::time::Instant::now();
-        if self.backend.fence(device).is_err() {
-            return false;
-        }
-        st.counts.fences += 1;
-        st.counts.fence_ns += t.elapsed().as_nanos() as u64;
+        self.backend.fence(device).ok()?;
+        let ns = t.elapsed().as_nanos() as u64;
         slot.seqs.fenced_at(at);
-        st.promote(&slot.seqs)
+        Some(ns)
     }
 
     /// Blocks a cache of generation `gen` gives back to `slot`'s device (dropped if the device
