@@ -26,6 +26,9 @@ pub use trace::TraceSink;
 
 use crate::config::{ReuseMode, Threshold};
 
+/// Allocations under a device's lock over which `Settings::cache_contention` is counted.
+const CONTENTION_WINDOW: u64 = 1 << 16;
+
 /// Devices the pool serves; calls for higher ordinals pass through to the runtime.
 pub const MAX_DEVICES: usize = 64;
 
@@ -304,6 +307,11 @@ impl<B: Backend> Pool<B> {
         {
             self.update_caches(slot, &mut p);
         }
+        // Contention is a rate: the count starts over every 65 536 allocations under the lock, so
+        // threads that take turns and collide now and then never start caches in a long run.
+        if p.lock_allocs % CONTENTION_WINDOW == 0 {
+            slot.flags.contended.store(0, Ordering::Relaxed);
+        }
         r
     }
 
@@ -365,8 +373,23 @@ impl<B: Backend> Pool<B> {
                     }
                 }
                 if covered {
-                    if let Some(addr) = st.take_ready(rounded, size) {
-                        return Ok(addr);
+                    // What became reusable counts against the bound like any ready block
+                    // (found in review: a fence could leave a cache holding its whole budget).
+                    let mut spilled = Vec::new();
+                    if st.ready_bytes > bound {
+                        st.spill_ready(bound / 2, &mut spilled);
+                    }
+                    let hit = st.take_ready(rounded, size);
+                    if !spilled.is_empty() || hit.is_some() {
+                        let gen = st.generation;
+                        drop(st);
+                        if !spilled.is_empty() {
+                            Self::give_back(slot, gen, &spilled);
+                        }
+                        if let Some(addr) = hit {
+                            return Ok(addr);
+                        }
+                        st = c.state.lock();
                     }
                 }
                 // A miss: one trip to the device serves it and borrows a few ready blocks of
@@ -496,7 +519,12 @@ impl<B: Backend> Pool<B> {
                 // covers it (`Seqs::before_sync`).
                 let stamp = match need {
                     Need::Nothing => 0,
-                    _ => slot.seqs.cache_epoch.load(Ordering::SeqCst),
+                    _ => {
+                        // Orders the program's work issued before this free ahead of the read
+                        // on every architecture, not only where locked instructions do it.
+                        std::sync::atomic::fence(Ordering::SeqCst);
+                        slot.seqs.cache_epoch.load(Ordering::SeqCst)
+                    }
                 };
                 if !enabled || o.size > tcache::LIMIT {
                     // Caches are off (everything goes back), or the block is larger than any
@@ -551,7 +579,9 @@ impl<B: Backend> Pool<B> {
         let t = std::time::Instant::now();
         self.backend.fence(device).ok()?;
         let ns = t.elapsed().as_nanos() as u64;
-        slot.seqs.fenced_at(at);
+        // Caches only: the device, which takes a raised `fenced` for a program synchronization
+        // (its summary counts those), keeps its own pending blocks for its own fences.
+        slot.seqs.cache_fenced.fetch_max(at.epoch, Ordering::SeqCst);
         Some(ns)
     }
 

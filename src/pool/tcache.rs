@@ -19,9 +19,10 @@
 //! waiting blocks back to wait in the device. `BENCHMARKS.md` has the measurements.
 //!
 //! The device pool sees every block a cache holds as lent (`DevicePool::alloc_lent`): out of its
-//! free structures, counted as allocated at full size. Caches give free blocks back when they
-//! hold more than `Settings::thread_cache` bytes, before the small pool grows (half of what each
-//! keeps), when the device runs out of memory (all), on `empty_cache`, when a release threshold
+//! free structures, counted as allocated at full size. Caches give reusable blocks back when
+//! they hold more than `Settings::thread_cache` bytes of them (waiting ones past a fence
+//! budget), before the small pool grows (half of the reusable ones and all waiting ones), when
+//! the device runs out of memory (all), on `empty_cache`, when a release threshold
 //! is set, and when their thread exits (the next pool operation on the device takes them back,
 //! with the blocks the program still holds). They are never used while tracing, so a trace
 //! replays exactly.
@@ -397,8 +398,8 @@ pub struct Registry {
 /// slot (no pointer to follow on the hit path).
 #[derive(Default)]
 pub struct Flags {
-    /// New blocks may go through thread caches (two threads allocate here, `relaxed` mode, no
-    /// trace, no release threshold, a non-zero bound).
+    /// New blocks may go through thread caches (two threads allocate here, and in `strict` and
+    /// `barrier` mode contend for the lock; no trace, no release threshold, a non-zero bound).
     pub enabled: AtomicBool,
     /// Some cache was made (frees look there first; exited threads' caches may wait).
     pub any: AtomicBool,

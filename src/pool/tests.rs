@@ -833,6 +833,52 @@ fn thread_caches_are_off_while_tracing() {
 }
 
 #[test]
+fn a_threads_own_fence_is_not_counted_as_a_program_sync() {
+    // Found in review: the summary's "program syncs used" counted the caches' own fences.
+    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    p.settings.policy.fence_bytes = 2 * MIB;
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    p.alloc(0, 4096).unwrap(); // caches on
+    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 512 << 10).unwrap()).collect();
+    let big = p.alloc(0, 12 * MIB).unwrap(); // not through caches: waits in the device
+    for &a in &v {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    p.free(big, FreeKind::Sync, Some(0));
+    p.alloc(0, 512 << 10).unwrap(); // the thread's own fence
+    assert_eq!(p.backend().get(|s| s.fences), 1);
+    p.alloc(0, 12 * MIB).unwrap();
+    assert_eq!(stats(&p, 0).observed_fences, 0);
+    p.check().unwrap();
+}
+
+#[test]
+fn a_strict_thread_cache_keeps_at_most_its_bound_of_reusable_blocks() {
+    // Found in review: blocks a fence made reusable went to the ready lists whatever the bound.
+    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    p.settings.policy.fence_bytes = 1 << 30;
+    p.settings.thread_cache = 8 * MIB;
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    p.alloc(0, 4096).unwrap(); // caches on
+    let v: Vec<Addr> = (0..64).map(|_| p.alloc(0, MIB).unwrap()).collect();
+    for &a in &v {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    let at = p.seq_before_sync(0);
+    p.observe_fence(0, at);
+    p.alloc(0, 4096).unwrap(); // a miss of another size promotes what the fence covered
+    let slot = p.existing(0).unwrap();
+    let most = slot
+        .caches
+        .caches()
+        .iter()
+        .map(|c| c.state.lock().ready_bytes)
+        .max();
+    assert!(most.unwrap() <= 8 * MIB, "{most:?}");
+    p.check().unwrap();
+}
+
+#[test]
 fn in_strict_mode_thread_caches_wait_for_contention() {
     // Two threads that take turns (PyTorch's forward and backward threads do): no caches in
     // strict mode, which would only add fences; in relaxed mode, caches at once.
