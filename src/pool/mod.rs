@@ -373,11 +373,13 @@ impl<B: Backend> Pool<B> {
                     }
                 }
                 if covered {
-                    // What became reusable counts against the bound like any ready block
-                    // (found in review: a fence could leave a cache holding its whole budget).
+                    // What became reusable counts against the bound like any ready block, or
+                    // against the fence share the thread held waiting (found in review: a
+                    // fence could leave a cache holding a whole budget).
                     let mut spilled = Vec::new();
-                    if st.ready_bytes > bound {
-                        st.spill_ready(bound / 2, &mut spilled);
+                    let keep = bound.max(self.fence_share(slot));
+                    if st.ready_bytes > keep {
+                        st.spill_ready(keep / 2, &mut spilled);
                     }
                     let hit = st.take_ready(rounded, size);
                     if !spilled.is_empty() || hit.is_some() {

@@ -48,10 +48,11 @@ use super::{AddrHasher, Seqs};
 /// Blocks up to this size (after rounding) go through thread caches: the small pool's, whose
 /// segments are 2 MiB, so a cache pins little.
 pub const LIMIT: u64 = MEDIUM_LIMIT;
-/// `Settings::cache_contention` by default: in `strict` and `barrier` mode, thread caches start
-/// once the device's lock has been found taken this often (a churn of two threads gets there in
-/// about a millisecond; PyTorch's forward and backward threads, which take turns, never do).
-pub const CONTENTION: u64 = 1024;
+/// `Settings::cache_contention` by default: never, so thread caches serve `relaxed` mode only.
+/// In `strict` and `barrier` mode they work (tests set 0) but did not pay once correct: two
+/// threads on one device ran 0.44-0.7x one thread's rate with them against 0.26-0.96x for the
+/// shared lock, with more fences (BENCHMARKS.md).
+pub const CONTENTION: u64 = u64::MAX;
 /// Ready blocks a miss borrows from the device besides the one it serves, at most.
 pub const BATCH: usize = super::device::EXTRAS;
 

@@ -855,26 +855,39 @@ fn a_threads_own_fence_is_not_counted_as_a_program_sync() {
 #[test]
 fn a_strict_thread_cache_keeps_at_most_its_bound_of_reusable_blocks() {
     // Found in review: blocks a fence made reusable went to the ready lists whatever the bound.
+    // They may stay up to the bound or the thread's fence share, whichever is larger (it held
+    // that much waiting anyway).
     let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
-    p.settings.policy.fence_bytes = 1 << 30;
+    p.settings.policy.fence_bytes = 64 * MIB;
     p.settings.thread_cache = 8 * MIB;
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // caches on
-    let v: Vec<Addr> = (0..64).map(|_| p.alloc(0, MIB).unwrap()).collect();
-    for &a in &v {
-        p.free(a, FreeKind::Sync, Some(0));
-    }
-    let at = p.seq_before_sync(0);
-    p.observe_fence(0, at);
-    p.alloc(0, 4096).unwrap(); // a miss of another size promotes what the fence covered
-    let slot = p.existing(0).unwrap();
-    let most = slot
-        .caches
-        .caches()
-        .iter()
-        .map(|c| c.state.lock().ready_bytes)
-        .max();
-    assert!(most.unwrap() <= 8 * MIB, "{most:?}");
+    let (made, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|t| {
+        // A second live cache: shares of 32 MiB.
+        t.spawn(|| {
+            p.alloc(0, 4096).unwrap();
+            made.wait();
+            done.wait();
+        });
+        made.wait();
+        let v: Vec<Addr> = (0..40).map(|_| p.alloc(0, MIB).unwrap()).collect();
+        for &a in &v {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        let at = p.seq_before_sync(0);
+        p.observe_fence(0, at);
+        p.alloc(0, 4096).unwrap(); // a miss of another size promotes what the fence covered
+        let slot = p.existing(0).unwrap();
+        let most = slot
+            .caches
+            .caches()
+            .iter()
+            .map(|c| c.state.lock().ready_bytes)
+            .max();
+        done.wait(); // before the check: a failure must not leave the other thread waiting
+        assert!(most.unwrap() <= 32 * MIB, "{most:?}");
+    });
     p.check().unwrap();
 }
 
