@@ -3,7 +3,8 @@
 //! One lock per device serializes every thread that allocates on it; two threads then run no
 //! faster than one, and usually slower (the lock and the pool's lines move between cores on
 //! every call). Once a second thread allocates on a device (in `strict` and `barrier` mode: and
-//! the threads have found its lock taken `CONTENTION` times), each thread gets a cache of its own
+//! the threads have found its lock taken `Settings::cache_contention` times, by default never:
+//! `CONTENTION`), each thread gets a cache of its own
 //! for blocks up to `LIMIT`: the blocks it handed out (so that its own frees find them without
 //! the device lock) and the blocks it freed. A miss takes the device lock once and borrows a few
 //! more ready blocks of the size.
