@@ -160,6 +160,28 @@ fn no_reuse_while_a_kernel_on_a_nonblocking_stream_uses_the_block() {
 }
 
 #[test]
+fn thread_caches_never_hand_out_a_block_a_kernel_still_uses() {
+    // Two threads in turns on one device start thread caches in `strict` and `barrier` mode
+    // too; blocks freed under running kernels then wait in the caches for a fence.
+    let exe = c_program("thread_hazard");
+    for (mode, seed) in [("strict", "1"), ("barrier", "2")] {
+        let (out, err) = ok(
+            &exe,
+            &["2", "4000", seed],
+            &[("GPUPOOL_REUSE", mode), ("GPUPOOL_SUMMARY", "stderr")],
+        );
+        assert!(out.contains("thread hazard ok"), "{out}");
+        assert!(figure(&out, "allocations checked") > 3000, "{out}");
+        let by_caches: u64 = err
+            .lines()
+            .flat_map(|l| l.split("; "))
+            .find_map(|part| part.strip_suffix(" by thread caches")?.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(by_caches > 500, "{mode}: thread caches unused:\n{err}");
+    }
+}
+
+#[test]
 fn legacy_stream_launches_are_barriers_through_either_launch_entry_point() {
     for how in ["api", "internal"] {
         ok(

@@ -207,6 +207,8 @@ pub struct DevicePool {
     lent: u64,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
+    /// How threads competed for the device's lock while thread caches were off.
+    pub contention: super::tcache::Contention,
     /// Bumped by `forget_all`: thread caches drop what they hold from an earlier generation.
     pub generation: u64,
     /// Whoever holds blocks this pool lent (the device's thread caches).
@@ -220,6 +222,9 @@ pub trait Lenders: Send + Sync {
     fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs);
     /// Give the reusable blocks back (the pool would grow otherwise). Whether any came back.
     fn reclaim_ready(&self, p: &mut DevicePool, seqs: &Seqs) -> bool;
+    /// Give back some of the reusable blocks of exactly `size` bytes (what one holder keeps
+    /// of a size another lacks). Whether any came back.
+    fn reclaim_size(&self, p: &mut DevicePool, seqs: &Seqs, size: u64) -> bool;
     /// Bytes held that wait for a barrier, and for a fence.
     fn waiting(&self, p: &DevicePool) -> (u64, u64);
 }
@@ -254,6 +259,7 @@ impl DevicePool {
             idle_bytes: 0,
             lent: 0,
             lock_allocs: 0,
+            contention: Default::default(),
             generation: 0,
             lenders: None,
         }
@@ -483,6 +489,15 @@ impl DevicePool {
         } else {
             None
         };
+        // Another thread's cache may keep blocks of this very size: some of them serve at no
+        // cost (no synchronization, no growth, the other caches keep the rest).
+        if let Some(l) = &lenders {
+            if l.reclaim_size(self, seqs, rounded) {
+                if let Some(idx) = self.fit_after_return(class, rounded, policy) {
+                    return Ok(idx);
+                }
+            }
+        }
         let (cache_barrier, cache_fence) = lenders.as_ref().map_or((0, 0), |l| l.waiting(self));
         // A failed barrier or fence (the runtime's error is not the program's: the backend
         // cleared it) leaves the waiting blocks waiting; the pool grows instead. A sticky error

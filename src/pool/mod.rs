@@ -173,9 +173,11 @@ pub struct Settings {
     /// Bytes of free blocks each thread may keep in its own cache once two threads allocate on a
     /// device (`tcache.rs`); 0 turns thread caches off.
     pub thread_cache: u64,
-    /// In `strict` and `barrier` mode, thread caches start only once the device's lock has been
-    /// found taken this many times (`tcache::CONTENTION`): threads that seldom allocate at the
-    /// same moment gain nothing from them there, and would pay the fences caches take.
+    /// In `strict` and `barrier` mode, thread caches start only once threads compete for the
+    /// device's lock: it went from one thread to another (or was found taken) this many times
+    /// within `CONTENTION_WINDOW` allocations (`tcache::CONTENTION`), or they waited for it
+    /// `tcache::CONTENTION_WAIT_NS` and a quarter of the time. Threads that take turns by
+    /// phases gain nothing from caches there. 0: at once.
     pub cache_contention: u64,
 }
 
@@ -270,15 +272,23 @@ impl<B: Backend> Pool<B> {
     #[inline(always)]
     fn lock(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
         // No poisoning: a panic while the lock is held is caught at the FFI boundary, and the
-        // pool's state is structurally valid between any two of its steps. A lock found taken is
-        // counted (`Settings::cache_contention`).
-        match slot.pool.try_lock() {
-            Some(g) => g,
+        // pool's state is structurally valid between any two of its steps.
+        let mut waited = None;
+        let mut p = match slot.pool.try_lock() {
+            Some(p) => p,
             None => {
-                slot.flags.contended.fetch_add(1, Ordering::Relaxed);
-                slot.pool.lock()
+                let t = Instant::now();
+                let p = slot.pool.lock();
+                waited = Some(t.elapsed().as_nanos() as u64);
+                p
             }
+        };
+        // While thread caches are off, count how threads compete for the lock
+        // (`Settings::cache_contention`).
+        if !slot.flags.enabled.load(Ordering::Relaxed) {
+            p.contention.took(waited);
         }
+        p
     }
 
     /// Whether the pool serves `device` (its ordinal is within range).
@@ -303,24 +313,24 @@ impl<B: Backend> Pool<B> {
         // second thread that allocates often is seen soon, and one thread pays almost nothing.
         p.lock_allocs += 1;
         if (p.lock_allocs <= 1024 || p.lock_allocs % 64 == 0)
-            && (slot.flags.second_thread_arrived() || self.caches_due(slot))
+            && (slot.flags.second_thread_arrived() || self.caches_due(slot, &p))
         {
             self.update_caches(slot, &mut p);
         }
         // Contention is a rate: the count starts over every 65 536 allocations under the lock, so
-        // threads that take turns and collide now and then never start caches in a long run.
+        // threads that take turns by phases never start caches in a long run.
         if p.lock_allocs % CONTENTION_WINDOW == 0 {
-            slot.flags.contended.store(0, Ordering::Relaxed);
+            p.contention.restart();
         }
         r
     }
 
     /// Thread caches are off on `slot`'s device only for want of contention, which has come.
-    fn caches_due(&self, slot: &DeviceSlot) -> bool {
+    fn caches_due(&self, slot: &DeviceSlot, p: &DevicePool) -> bool {
         slot.flags.multi()
             && !slot.flags.enabled.load(Ordering::Relaxed)
             && self.settings.reuse != ReuseMode::Relaxed
-            && slot.flags.contended.load(Ordering::Relaxed) >= self.settings.cache_contention
+            && p.contention.reached(self.settings.cache_contention)
     }
 
     /// Whether thread caches may take new blocks on this device, and if not, take back what
@@ -328,7 +338,8 @@ impl<B: Backend> Pool<B> {
     fn update_caches(&self, slot: &DeviceSlot, p: &mut DevicePool) {
         let on = slot.flags.multi()
             && (self.settings.reuse == ReuseMode::Relaxed
-                || slot.flags.contended.load(Ordering::Relaxed) >= self.settings.cache_contention)
+                || slot.flags.enabled.load(Ordering::Relaxed)
+                || p.contention.reached(self.settings.cache_contention))
             && self.settings.thread_cache > 0
             && self.settings.trace.is_none()
             && p.threshold == u64::MAX;
@@ -347,7 +358,6 @@ impl<B: Backend> Pool<B> {
         size: u64,
     ) -> Option<Result<Addr, CudaError>> {
         let rounded = size::round_request(size).filter(|&r| r <= tcache::LIMIT)?;
-        let bound = self.settings.thread_cache;
         slot.caches
             .with_mine(&slot.flags, self.id, device, true, |c| {
                 let mut st = c.state.lock();
@@ -359,12 +369,14 @@ impl<B: Backend> Pool<B> {
                 // without the device's lock (and without its cache's: the device may need it
                 // meanwhile).
                 let mut covered = st.promote(&slot.seqs);
-                if !covered
-                    && st.waiting_fence_bytes > 0
-                    && st.waiting_fence_bytes >= self.fence_share(slot)
-                {
+                let own = st.waiting_fence_bytes;
+                if !covered && own > 0 && own >= self.fence_share(slot) {
                     drop(st);
-                    let fenced = self.fence_for_cache(slot, device);
+                    let fenced = if self.fence_due(slot, own) {
+                        self.fence_for_cache(slot, device)
+                    } else {
+                        None
+                    };
                     st = c.state.lock();
                     if let Some(ns) = fenced {
                         st.counts.fences += 1;
@@ -373,13 +385,13 @@ impl<B: Backend> Pool<B> {
                     }
                 }
                 if covered {
-                    // What became reusable counts against the bound like any ready block, or
-                    // against the fence share the thread held waiting (found in review: a
-                    // fence could leave a cache holding a whole budget).
+                    c.publish(&st);
+                    // What became reusable counts against what the cache keeps (found in
+                    // review: a fence could leave a cache holding any amount).
                     let mut spilled = Vec::new();
-                    let keep = bound.max(self.fence_share(slot));
+                    let keep = self.cache_keep(slot);
                     if st.ready_bytes > keep {
-                        st.spill_ready(keep / 2, &mut spilled);
+                        st.spill_ready(keep, &mut spilled);
                     }
                     let hit = st.take_ready(rounded, size);
                     if !spilled.is_empty() || hit.is_some() {
@@ -396,7 +408,7 @@ impl<B: Backend> Pool<B> {
                 }
                 // A miss: one trip to the device serves it and borrows a few ready blocks of
                 // this size.
-                let room = bound.saturating_sub(st.ready_bytes);
+                let room = self.cache_keep(slot).saturating_sub(st.ready_bytes);
                 drop(st);
                 let extra = tcache::BATCH.min((room / rounded) as usize);
                 let mut extras = tcache::Extras::default();
@@ -522,8 +534,11 @@ impl<B: Backend> Pool<B> {
                 let stamp = match need {
                     Need::Nothing => 0,
                     _ => {
-                        // Orders the program's work issued before this free ahead of the read
-                        // on every architecture, not only where locked instructions do it.
+                        // The program's work issued before this free must be ordered ahead of
+                        // the read. On x86-64 the locked instruction that took the cache's lock
+                        // above did it (a full barrier there; one more cost a fifth of the free
+                        // path under two threads); elsewhere a fence does.
+                        #[cfg(not(target_arch = "x86_64"))]
                         std::sync::atomic::fence(Ordering::SeqCst);
                         slot.seqs.cache_epoch.load(Ordering::SeqCst)
                     }
@@ -549,13 +564,16 @@ impl<B: Backend> Pool<B> {
                     }
                     st.push_ready(addr, o.idx, o.size);
                 } else {
-                    // Waits for a barrier or fence here, where it becomes reusable; past a
-                    // whole fence budget, the waiting blocks go back to wait in the device.
+                    // Waits for a barrier or fence here, where it becomes reusable (the thread
+                    // fences itself at its next miss once it holds a whole budget); past two,
+                    // a thread that frees without missing gives its waiting blocks back to
+                    // wait in the device.
                     st.push_waiting(addr, o.idx, o.size, need, stamp);
-                    if st.waiting_bytes > self.settings.policy.fence_bytes {
+                    if st.waiting_bytes > 2 * self.settings.policy.fence_bytes {
                         held = st.take_waiting();
                     }
                 }
+                c.publish(&st);
                 if !held.is_empty() {
                     let gen = st.generation;
                     drop(st);
@@ -571,6 +589,30 @@ impl<B: Backend> Pool<B> {
     /// device would).
     fn fence_share(&self, slot: &DeviceSlot) -> u64 {
         self.settings.policy.fence_bytes / slot.caches.count().max(1)
+    }
+
+    /// The reusable bytes a thread cache keeps: `Settings::thread_cache` in `relaxed` mode, where
+    /// a free is reusable at once. Otherwise a thread reuses between two fences only what the
+    /// last one made reusable, about its share of the budget, whose sizes follow its frees, not
+    /// its next requests: twice the larger of the two, so that a size it frees less often than
+    /// it asks for it does not send it to the device's lock (measured: 90-94% of allocations
+    /// served by the caches at once the share, 97-98% at twice; BENCHMARKS.md).
+    fn cache_keep(&self, slot: &DeviceSlot) -> u64 {
+        let bound = self.settings.thread_cache;
+        if self.settings.reuse == ReuseMode::Relaxed {
+            bound
+        } else {
+            2 * bound.max(self.fence_share(slot))
+        }
+    }
+
+    /// Whether the calling thread, whose cache holds its share of the fence budget waiting
+    /// (`own` bytes), fences itself now: when the caches together hold the budget (the device's
+    /// rule: each fence then covers about a budget, as the device's own do, however the
+    /// threads' cycles fall). Not to be called with a cache's lock held (it takes the list's).
+    fn fence_due(&self, slot: &DeviceSlot, own: u64) -> bool {
+        let budget = self.settings.policy.fence_bytes;
+        own >= budget || slot.caches.waiting_fence() >= budget
     }
 
     /// A fence the calling thread takes for its cache, outside the device's lock and its

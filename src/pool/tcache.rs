@@ -3,8 +3,7 @@
 //! One lock per device serializes every thread that allocates on it; two threads then run no
 //! faster than one, and usually slower (the lock and the pool's lines move between cores on
 //! every call). Once a second thread allocates on a device (in `strict` and `barrier` mode: and
-//! the threads have found its lock taken `Settings::cache_contention` times, by default never:
-//! `CONTENTION`), each thread gets a cache of its own
+//! the threads compete for its lock, `Contention`), each thread gets a cache of its own
 //! for blocks up to `LIMIT`: the blocks it handed out (so that its own frees find them without
 //! the device lock) and the blocks it freed. A miss takes the device lock once and borrows a few
 //! more ready blocks of the size.
@@ -13,20 +12,23 @@
 //! `cudaFreeAsync`) it waits in the cache, stamped with the device's cache epoch
 //! (`Seqs::cache_epoch`, read, not written: no shared line moves on a free), until a fence or
 //! barrier that started after the free completed — the program's, the pool's, or one the
-//! thread takes itself, outside the device lock, once the blocks waiting in its cache reach its
-//! share of the fence budget (`GPUPOOL_FENCE_BYTES` divided among the caches, so that the
-//! caches together fence about as often as the device would). The device counts what caches
-//! hold waiting towards its own budget before it grows; past a whole budget a cache gives its
-//! waiting blocks back to wait in the device. `BENCHMARKS.md` has the measurements.
+//! thread takes itself, outside the device lock, at a miss once its cache holds its share of
+//! the fence budget waiting (`GPUPOOL_FENCE_BYTES` divided among the caches) and the caches
+//! together hold the whole budget (each cache publishes what it holds waiting in an atomic the
+//! others read only then), so that a fence covers about a budget, as the device's own do. The
+//! device counts what caches hold waiting towards its own budget before it grows; past two
+//! budgets a cache gives its waiting blocks back to wait in the device. `BENCHMARKS.md` has
+//! the measurements.
 //!
 //! The device pool sees every block a cache holds as lent (`DevicePool::alloc_lent`): out of its
 //! free structures, counted as allocated at full size. Caches give reusable blocks back when
-//! they hold more than `Settings::thread_cache` bytes of them (waiting ones past a fence
-//! budget), before the small pool grows (half of the reusable ones and all waiting ones), when
-//! the device runs out of memory (all), on `empty_cache`, when a release threshold
-//! is set, and when their thread exits (the next pool operation on the device takes them back,
-//! with the blocks the program still holds). They are never used while tracing, so a trace
-//! replays exactly.
+//! they hold more than they keep (`Pool::cache_keep`), when another thread's request of a size
+//! they hold reaches the device and finds no block there (half of that size: threads that free
+//! a size more often than they ask for it feed those that ask for it more often), before the
+//! device grows (half of the reusable ones and all waiting ones), when the device runs out of
+//! memory (all), on `empty_cache`, when a release threshold is set, and when their thread exits
+//! (the next pool operation on the device takes them back, with the blocks the program still
+//! holds). They are never used while tracing, so a trace replays exactly.
 //!
 //! Lock order: device lock, then the list of caches, then one cache. A thread never holds its
 //! cache's lock while it waits for the device lock.
@@ -49,11 +51,67 @@ use super::{AddrHasher, Seqs};
 /// Blocks up to this size (after rounding) go through thread caches: the small pool's, whose
 /// segments are 2 MiB, so a cache pins little.
 pub const LIMIT: u64 = MEDIUM_LIMIT;
-/// `Settings::cache_contention` by default: never, so thread caches serve `relaxed` mode only.
-/// In `strict` and `barrier` mode they work (tests set 0) but did not pay once correct: two
-/// threads on one device ran 0.44-0.7x one thread's rate with them against 0.26-0.96x for the
-/// shared lock, with more fences (BENCHMARKS.md).
-pub const CONTENTION: u64 = u64::MAX;
+/// `Settings::cache_contention` by default: in `strict` and `barrier` mode, thread caches start
+/// once the device's lock went from one thread to another (or was found taken) this many times
+/// within 65 536 allocations under it, or threads waited for it long enough
+/// (`CONTENTION_WAIT_NS`). Threads that take turns by phases (PyTorch's forward and backward)
+/// keep the one lock and the device's own fences; threads that allocate at the same time reach
+/// one or the other within milliseconds. Changes of hands count, not only collisions: two
+/// threads that alternate on the lock pay for moving it and the pool's lines between cores even
+/// when neither finds it taken.
+pub const CONTENTION: u64 = 1024;
+/// Waiting for the device's lock that also starts thread caches in `strict` and `barrier` mode:
+/// at least this long in all, and a quarter of the time since the count started over. A lock
+/// whose holder takes it again before a woken waiter runs (as `parking_lot`'s does, for speed)
+/// changes hands seldom, yet every release then wakes the waiter in the kernel: measured on the
+/// two-thread churn, 15-800 handoffs per 65 536 allocations at a quarter of one thread's rate.
+pub const CONTENTION_WAIT_NS: u64 = 1_000_000;
+
+/// How threads competed for a device's lock since the count last started over (every 65 536
+/// allocations under it): kept under the lock, in the pool's own lines.
+#[derive(Default)]
+pub struct Contention {
+    holder: usize,
+    handoffs: u64,
+    waited_ns: u64,
+    since: Option<std::time::Instant>,
+}
+
+impl Contention {
+    /// The calling thread took the lock, after waiting `waited_ns` if it found it taken.
+    pub fn took(&mut self, waited_ns: Option<u64>) {
+        let me = thread_token();
+        if self.holder != me || waited_ns.is_some() {
+            self.holder = me;
+            self.handoffs += 1;
+        }
+        if let Some(ns) = waited_ns {
+            self.waited_ns += ns;
+        }
+        self.since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// Whether threads compete enough for caches to pay: `handoffs` changes of hands (or
+    /// collisions), or `CONTENTION_WAIT_NS` of waiting that make a quarter of the time.
+    pub fn reached(&self, handoffs: u64) -> bool {
+        if self.handoffs >= handoffs {
+            return true;
+        }
+        self.waited_ns >= CONTENTION_WAIT_NS
+            && self.since.is_some_and(|t| {
+                let elapsed = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+                self.waited_ns >= elapsed / 4
+            })
+    }
+
+    /// Start the count over.
+    pub fn restart(&mut self) {
+        self.handoffs = 0;
+        self.waited_ns = 0;
+        self.since = None;
+    }
+}
+
 /// Ready blocks a miss borrows from the device besides the one it serves, at most.
 pub const BATCH: usize = super::device::EXTRAS;
 
@@ -355,6 +413,19 @@ impl CacheState {
         }
     }
 
+    /// Move the older half of the reusable blocks of `size` bytes into `out`.
+    pub fn spill_size(&mut self, size: u64, out: &mut Vec<Held>) {
+        let Some(list) = self.ready.get_mut(size) else {
+            return;
+        };
+        let n = list.len().div_ceil(2);
+        for h in list.drain(..n) {
+            self.ready_bytes -= h.size;
+            self.ready_count -= 1;
+            out.push(h);
+        }
+    }
+
     /// Forget every block (the device forgot them: `cudaDeviceReset`).
     pub fn clear(&mut self, generation: u64) {
         self.out.clear();
@@ -381,6 +452,9 @@ impl CacheState {
 #[repr(align(128))]
 pub struct ThreadCache {
     pub state: Mutex<CacheState>,
+    /// `CacheState::waiting_fence_bytes` as of the owner's last operation, for other threads to
+    /// read without the cache's lock (`Registry::waiting_fence`): it times fences, nothing else.
+    published: AtomicU64,
     /// Its thread exited: the device takes its blocks back at its next operation.
     orphaned: AtomicBool,
     orphans: Arc<AtomicUsize>,
@@ -401,14 +475,12 @@ pub struct Registry {
 #[derive(Default)]
 pub struct Flags {
     /// New blocks may go through thread caches (two threads allocate here, and in `strict` and
-    /// `barrier` mode contend for the lock; no trace, no release threshold, a non-zero bound).
+    /// `barrier` mode take its lock in turn; no trace, no release threshold, a non-zero bound).
     pub enabled: AtomicBool,
     /// Some cache was made (frees look there first; exited threads' caches may wait).
     pub any: AtomicBool,
     /// A second thread allocated on the device.
     multi: AtomicBool,
-    /// Times the device's lock was found taken (`Settings::cache_contention`).
-    pub contended: AtomicU64,
     first_thread: AtomicUsize,
 }
 
@@ -471,7 +543,24 @@ fn thread_token() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
+impl ThreadCache {
+    /// Publish what `st` (this cache's state) holds waiting for a fence.
+    pub fn publish(&self, st: &CacheState) {
+        self.published
+            .store(st.waiting_fence_bytes, Ordering::Relaxed);
+    }
+}
+
 impl Registry {
+    /// Bytes every cache holds waiting for a fence, as they last published them.
+    pub fn waiting_fence(&self) -> u64 {
+        self.caches
+            .lock()
+            .iter()
+            .map(|c| c.published.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Run `f` on the calling thread's cache for (`pool`, `device`), made if `create`. `None`
     /// when there is none, or the thread is exiting.
     pub fn with_mine<R>(
@@ -493,6 +582,7 @@ impl Registry {
             }
             let c = Arc::new(ThreadCache {
                 state: Mutex::new(CacheState::default()),
+                published: AtomicU64::new(0),
                 orphaned: AtomicBool::new(false),
                 orphans: Arc::clone(&self.orphans),
             });
@@ -523,6 +613,7 @@ impl Registry {
                 continue;
             }
             let held = st.spill_all();
+            c.publish(&st);
             drop(st);
             give_back(p, seqs, &held);
         }
@@ -563,6 +654,7 @@ impl Registry {
             let mut st = c.state.lock();
             if st.generation == p.generation {
                 settle_one(&mut st, p, seqs);
+                c.publish(&st);
             }
         }
     }
@@ -578,7 +670,9 @@ impl Registry {
     /// Under the device lock, after `forget_all`: the caches forget their blocks too.
     pub fn forget(&self, generation: u64) {
         for c in self.caches.lock().iter() {
-            c.state.lock().clear(generation);
+            let mut st = c.state.lock();
+            st.clear(generation);
+            c.publish(&st);
         }
     }
 }
@@ -601,6 +695,23 @@ impl Lenders for Registry {
             let mut held = st.take_waiting();
             let keep = st.ready_bytes / 2;
             st.spill_ready(keep, &mut held);
+            c.publish(&st);
+            drop(st);
+            give_back(p, seqs, &held);
+            any |= !held.is_empty();
+        }
+        any
+    }
+
+    fn reclaim_size(&self, p: &mut DevicePool, seqs: &Seqs, size: u64) -> bool {
+        let mut any = false;
+        for c in self.caches.lock().iter() {
+            let mut st = c.state.lock();
+            if st.generation != p.generation {
+                continue;
+            }
+            let mut held = Vec::new();
+            st.spill_size(size, &mut held);
             drop(st);
             give_back(p, seqs, &held);
             any |= !held.is_empty();
