@@ -465,6 +465,7 @@ impl DevicePool {
     }
 
     /// No cached block fits: make pending blocks reusable, grow, or recover from out-of-memory.
+    #[inline(never)]
     fn refill(
         &mut self,
         class: Class,

@@ -273,20 +273,20 @@ impl<B: Backend> Pool<B> {
     fn lock(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
         // No poisoning: a panic while the lock is held is caught at the FFI boundary, and the
         // pool's state is structurally valid between any two of its steps.
-        let mut waited = None;
-        let mut p = match slot.pool.try_lock() {
+        match slot.pool.try_lock() {
             Some(p) => p,
-            None => {
-                let t = Instant::now();
-                let p = slot.pool.lock();
-                waited = Some(t.elapsed().as_nanos() as u64);
-                p
-            }
-        };
-        // While thread caches are off, count how threads compete for the lock
-        // (`Settings::cache_contention`).
+            None => Self::lock_contended(slot),
+        }
+    }
+
+    /// `lock` when the lock was found taken: wait, and count how long (while caches are off).
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
+        let t = Instant::now();
+        let mut p = slot.pool.lock();
         if !slot.flags.enabled.load(Ordering::Relaxed) {
-            p.contention.took(waited);
+            p.contention.took(Some(t.elapsed().as_nanos() as u64));
         }
         p
     }
@@ -307,6 +307,12 @@ impl<B: Backend> Pool<B> {
         let mut p = Self::lock(slot);
         if slot.flags.any.load(Ordering::Relaxed) {
             slot.caches.sweep_orphans(&mut p, &slot.seqs);
+        }
+        // While a second thread allocates here and thread caches are off, count the lock going
+        // from one allocating thread to another (`Settings::cache_contention`); one thread pays
+        // a load.
+        if slot.flags.multi() {
+            p.contention.took(None);
         }
         let r = p.alloc(size, &self.backend, &slot.seqs, &self.settings.policy);
         // Which thread allocates is sampled (every allocation at first, then one in 64): a

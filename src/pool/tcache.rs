@@ -79,6 +79,7 @@ pub struct Contention {
 
 impl Contention {
     /// The calling thread took the lock, after waiting `waited_ns` if it found it taken.
+    #[inline(never)]
     pub fn took(&mut self, waited_ns: Option<u64>) {
         let me = thread_token();
         if self.holder != me || waited_ns.is_some() {

@@ -906,25 +906,27 @@ fn in_strict_mode_thread_caches_wait_for_contention() {
         }
         assert_eq!(stats(&p, 0).thread_cache_borrowed > 0, cached, "{reuse:?}");
     }
-    // Each time the device's lock goes from one thread to another counts; once the count
-    // reaches the setting, caches start.
+    // Once a second thread allocated, each allocation by another thread than the last counts;
+    // once the count reaches the setting, caches start.
     let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
-    p.settings.cache_contention = 6;
+    p.settings.cache_contention = 4;
     let turn = |p: &Pool<Model>| {
         let a = p.alloc(0, 4096).unwrap();
         p.free(a, FreeKind::Sync, Some(0));
     };
-    for _ in 0..2 {
-        turn(&p);
-        on_thread(|| turn(&p));
+    turn(&p);
+    on_thread(|| turn(&p)); // the second thread: counting starts
+    for _ in 0..1000 {
+        turn(&p); // one change of hands
     }
+    on_thread(|| turn(&p));
     turn(&p);
     assert_eq!(
         stats(&p, 0).thread_cache_borrowed,
         0,
-        "five holders (the first counts)"
+        "three changes of hands"
     );
-    on_thread(|| turn(&p)); // the sixth: caches start after this allocation
+    on_thread(|| turn(&p)); // the fourth: caches start after this allocation
     turn(&p);
     assert!(stats(&p, 0).thread_cache_borrowed > 0);
     p.check_settled().unwrap();
