@@ -332,8 +332,8 @@ trap 'rm -f "$report" "$policies"' EXIT
         echo "| $mode | $(ratio "$one" 1e6) | $(ratio "$two" 1e6) | $(ratio "$two" "$one" 2)× | $(ratio "$same" 1e6) | $(ratio "$same" "$one" 2)× | $(ratio "$off" 1e6) | $(ratio "$off" "$one" 2)× |"
     done
     echo
-    echo "Thread caches (\`GPUPOOL_THREAD_CACHE\`, 64 MiB per thread by default) serve \`relaxed\` mode;"
-    echo "in \`strict\` the two one-device columns run the same code."
+    echo "Thread caches (\`GPUPOOL_THREAD_CACHE\`, 64 MiB per thread by default) start with the second"
+    echo "thread in \`relaxed\` mode, and in \`strict\` once the threads compete for the device's lock."
 } >"$policies"
 
 cat "$report" "$policies"
