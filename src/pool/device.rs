@@ -12,7 +12,7 @@ use super::backend::{Addr, Backend, CudaError};
 use super::free_lists::FreeLists;
 use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, GROW_FROM,
-    SMALL_LIMIT,
+    OUTGROWN_FROM, SMALL_LIMIT,
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
@@ -1127,7 +1127,7 @@ impl DevicePool {
     }
 
     /// A request of `rounded` bytes, larger than every segment the device has had, is about to
-    /// get a segment of its own: the idle segments of at least `GROW_FROM` it outgrew go back
+    /// get a segment of its own: the idle segments of at least `OUTGROWN_FROM` it outgrew go back
     /// first. They cannot serve it, and a program whose largest buffer keeps growing (an inference
     /// server's logits as prompts get longer) would otherwise hold every earlier size at once:
     /// reserved memory follows the largest buffer instead of the sum of their sizes. Smaller
@@ -1135,10 +1135,9 @@ impl DevicePool {
     /// segments are never binned. Returns the bytes released.
     fn release_outgrown(&mut self, rounded: u64, backend: &dyn Backend, seqs: &Seqs) -> u64 {
         let outgrown =
-            |s: &Segment| s.class == Class::Large && s.size >= GROW_FROM && s.size < rounded;
-        // The first request above `GROW_FROM` has nothing to outgrow (and must not empty the
-        // thread caches for nothing).
-        if self.largest_segment < GROW_FROM || !self.segments.iter().flatten().any(outgrown) {
+            |s: &Segment| s.class == Class::Large && s.size >= OUTGROWN_FROM && s.size < rounded;
+        // Nothing to outgrow: the thread caches are not emptied for nothing.
+        if self.largest_segment < OUTGROWN_FROM || !self.segments.iter().flatten().any(outgrown) {
             return 0;
         }
         // Free blocks thread caches hold (medium blocks carved from a large segment's room)

@@ -27,6 +27,9 @@ pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 pub const LARGE_ROUND: u64 = 2 << 20;
 /// A record-setting request above this gets a segment rounded up to a half power of two.
 pub const GROW_FROM: u64 = 512 << 20;
+/// Such a request first releases the idle large segments of at least this size it outgrew
+/// (`DevicePool::release_outgrown`).
+pub const OUTGROWN_FROM: u64 = 256 << 20;
 /// A large block is split only when what remains is larger than this.
 pub const LARGE_SPLIT_REMAINDER: u64 = 1 << 20;
 /// A cached block at least `max_split_size` large serves a request of at least that size only if

@@ -303,6 +303,31 @@ fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
 }
 
 #[test]
+fn the_first_request_above_512_mib_releases_the_idle_segments_of_256_mib_it_outgrew() {
+    // An inference server's logits: idle 300 MiB segments of earlier prompts cannot serve the
+    // first buffer above 512 MiB; they go back before it gets its segment. Below 256 MiB they
+    // stay (later requests are likelier to reuse them).
+    let p = relaxed();
+    let a = p.alloc(0, 300 * MIB).unwrap();
+    let m = p.alloc(0, 200 * MIB).unwrap();
+    p.free(a, FreeKind::Sync, None);
+    p.free(m, FreeKind::Sync, None);
+    p.alloc(0, 600 * MIB).unwrap(); // with room to grow: 768 MiB
+    let s = stats(&p, 0);
+    assert_eq!(
+        (s.outgrown_releases, s.outgrown_released_bytes),
+        (1, 300 * MIB)
+    );
+    assert_eq!(s.reserved.current, (200 + 768) * MIB);
+    assert_eq!(
+        s.reserved.peak,
+        (200 + 768) * MIB,
+        "never the old and the new at once"
+    );
+    p.check().unwrap();
+}
+
+#[test]
 fn free_blocks_in_thread_caches_do_not_keep_an_outgrown_segment() {
     // Found in review: medium blocks carved from a big segment's room and cached by a thread
     // kept the segment busy, so the record behind them released nothing.
