@@ -29,6 +29,10 @@ use crate::config::{ReuseMode, Threshold};
 /// Allocations under a device's lock over which `Settings::cache_contention` is counted.
 const CONTENTION_WINDOW: u64 = 1 << 16;
 
+/// The most of a fence share a strict- or barrier-mode thread cache keeps reusable (twice this at
+/// most): `GPUPOOL_THREAD_CACHE`'s own limit (a budget of `none` would be unbounded).
+const MAX_CACHE_SHARE: u64 = 1 << 30;
+
 /// Devices the pool serves; calls for higher ordinals pass through to the runtime.
 pub const MAX_DEVICES: usize = 64;
 
@@ -84,6 +88,17 @@ impl Seqs {
             .max(at.freed)
     }
 
+    /// The cache epoch a block freed now into the cache behind `_locked` waits on. The program's
+    /// work issued before the free must be ordered ahead of this read. On x86-64 the locked
+    /// instruction that took the cache's lock did it (a full barrier there; one more cost a fifth
+    /// of the free path under two threads): hence the guard, which keeps the read after the lock;
+    /// elsewhere a fence does.
+    pub fn cache_stamp<T>(&self, _locked: &parking_lot::MutexGuard<'_, T>) -> u64 {
+        #[cfg(not(target_arch = "x86_64"))]
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.cache_epoch.load(Ordering::SeqCst)
+    }
+
     /// The stamp of a block freed now. Only frees under the device's lock write the sequence:
     /// no atomic read-modify-write needed (the hit path's cost is its atomic operations).
     pub fn stamp_under_lock(&self) -> u64 {
@@ -102,6 +117,45 @@ struct DeviceSlot {
     seqs: Seqs,
     flags: tcache::Flags,
     caches: Arc<tcache::Registry>,
+    /// Nanoseconds the device's pool spent in the backend under its lock (`Timed`).
+    backend_ns: AtomicU64,
+}
+
+/// The backend as a device's pool calls it under the device's lock: the time spent there is
+/// added to `ns`, so that a thread that waited for the lock meanwhile does not take a fence or a
+/// driver call for contention (`tcache::Contention`: a program that synchronizes the device
+/// under the pool's lock is not one whose threads compete for it).
+struct Timed<'a, B: Backend> {
+    inner: &'a B,
+    ns: &'a AtomicU64,
+}
+
+impl<B: Backend> Timed<'_, B> {
+    fn time<R>(&self, f: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let r = f();
+        self.ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
+    }
+}
+
+impl<B: Backend> Backend for Timed<'_, B> {
+    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        self.time(|| self.inner.alloc_segment(device, bytes))
+    }
+    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
+        self.time(|| self.inner.free_segment(device, addr))
+    }
+    fn fence(&self, device: u32) -> Result<(), CudaError> {
+        self.time(|| self.inner.fence(device))
+    }
+    fn barrier(&self, device: u32) -> Result<(), CudaError> {
+        self.time(|| self.inner.barrier(device))
+    }
+    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
+        self.time(|| self.inner.memory_info(device))
+    }
 }
 
 /// Device pointers are aligned and well spread: a multiplicative hash is enough and much cheaper
@@ -234,6 +288,7 @@ impl<B: Backend> Pool<B> {
                 seqs: Seqs::default(),
                 flags: tcache::Flags::default(),
                 caches,
+                backend_ns: AtomicU64::new(0),
             }
         }))
     }
@@ -273,22 +328,48 @@ impl<B: Backend> Pool<B> {
     fn lock(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
         // No poisoning: a panic while the lock is held is caught at the FFI boundary, and the
         // pool's state is structurally valid between any two of its steps.
+        slot.pool.lock()
+    }
+
+    /// `lock` for an allocation: while a second thread allocates here and thread caches are off,
+    /// it counts how allocating threads compete for the lock (`Settings::cache_contention`); one
+    /// thread pays a load.
+    #[inline(always)]
+    fn lock_to_allocate(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
         match slot.pool.try_lock() {
-            Some(p) => p,
+            Some(mut p) => {
+                if slot.flags.multi() {
+                    p.contention.took(None);
+                }
+                p
+            }
             None => Self::lock_contended(slot),
         }
     }
 
-    /// `lock` when the lock was found taken: wait, and count how long (while caches are off).
+    /// `lock_to_allocate` when the lock was found taken: wait, and count how long, less the time
+    /// the holder spent in the backend meanwhile (`Timed`).
     #[cold]
     #[inline(never)]
     fn lock_contended(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
+        let in_backend = slot.backend_ns.load(Ordering::Relaxed);
         let t = Instant::now();
         let mut p = slot.pool.lock();
-        if !slot.flags.enabled.load(Ordering::Relaxed) {
-            p.contention.took(Some(t.elapsed().as_nanos() as u64));
+        let waited = t.elapsed().as_nanos() as u64;
+        if slot.flags.multi() && !slot.flags.enabled.load(Ordering::Relaxed) {
+            let holder_in_backend = slot.backend_ns.load(Ordering::Relaxed) - in_backend;
+            p.contention
+                .took(Some(waited.saturating_sub(holder_in_backend)));
         }
         p
+    }
+
+    /// The backend for `slot`'s pool under its lock.
+    fn timed<'a>(&'a self, slot: &'a DeviceSlot) -> Timed<'a, B> {
+        Timed {
+            inner: &self.backend,
+            ns: &slot.backend_ns,
+        }
     }
 
     /// Whether the pool serves `device` (its ordinal is within range).
@@ -304,17 +385,11 @@ impl<B: Backend> Pool<B> {
                 return r;
             }
         }
-        let mut p = Self::lock(slot);
+        let mut p = Self::lock_to_allocate(slot);
         if slot.flags.any.load(Ordering::Relaxed) {
             slot.caches.sweep_orphans(&mut p, &slot.seqs);
         }
-        // While a second thread allocates here and thread caches are off, count the lock going
-        // from one allocating thread to another (`Settings::cache_contention`); one thread pays
-        // a load.
-        if slot.flags.multi() {
-            p.contention.took(None);
-        }
-        let r = p.alloc(size, &self.backend, &slot.seqs, &self.settings.policy);
+        let r = p.alloc(size, &self.timed(slot), &slot.seqs, &self.settings.policy);
         // Which thread allocates is sampled (every allocation at first, then one in 64): a
         // second thread that allocates often is seen soon, and one thread pays almost nothing.
         p.lock_allocs += 1;
@@ -422,7 +497,7 @@ impl<B: Backend> Pool<B> {
                 slot.caches.sweep_orphans(&mut p, &slot.seqs);
                 let r = p.alloc_lent(
                     size,
-                    &self.backend,
+                    &self.timed(slot),
                     &slot.seqs,
                     &self.settings.policy,
                     extra,
@@ -539,15 +614,7 @@ impl<B: Backend> Pool<B> {
                 // covers it (`Seqs::before_sync`).
                 let stamp = match need {
                     Need::Nothing => 0,
-                    _ => {
-                        // The program's work issued before this free must be ordered ahead of
-                        // the read. On x86-64 the locked instruction that took the cache's lock
-                        // above did it (a full barrier there; one more cost a fifth of the free
-                        // path under two threads); elsewhere a fence does.
-                        #[cfg(not(target_arch = "x86_64"))]
-                        std::sync::atomic::fence(Ordering::SeqCst);
-                        slot.seqs.cache_epoch.load(Ordering::SeqCst)
-                    }
+                    _ => slot.seqs.cache_stamp(&st),
                 };
                 if !enabled || o.size > tcache::LIMIT {
                     // Caches are off (everything goes back), or the block is larger than any
@@ -575,7 +642,7 @@ impl<B: Backend> Pool<B> {
                     // a thread that frees without missing gives its waiting blocks back to
                     // wait in the device.
                     st.push_waiting(addr, o.idx, o.size, need, stamp);
-                    if st.waiting_bytes > 2 * self.settings.policy.fence_bytes {
+                    if st.waiting_bytes > self.settings.policy.fence_bytes.saturating_mul(2) {
                         held = st.take_waiting();
                     }
                 }
@@ -608,7 +675,7 @@ impl<B: Backend> Pool<B> {
         if self.settings.reuse == ReuseMode::Relaxed {
             bound
         } else {
-            2 * bound.max(self.fence_share(slot))
+            2 * bound.max(self.fence_share(slot).min(MAX_CACHE_SHARE))
         }
     }
 
@@ -755,7 +822,7 @@ impl<B: Backend> Pool<B> {
         if let Some(slot) = self.existing(device) {
             let mut p = Self::lock(slot);
             slot.caches.sweep_orphans(&mut p, &slot.seqs);
-            p.sync_point(&self.backend, &slot.seqs);
+            p.sync_point(&self.timed(slot), &slot.seqs);
         }
     }
 
@@ -767,7 +834,7 @@ impl<B: Backend> Pool<B> {
         let mut p = Self::lock(slot);
         slot.caches.sweep_orphans(&mut p, &slot.seqs);
         slot.caches.reclaim(&mut p, &slot.seqs);
-        p.empty_cache(&self.backend, &slot.seqs)
+        p.empty_cache(&self.timed(slot), &slot.seqs)
     }
 
     /// Set the release threshold of every device, now and for devices not yet used.

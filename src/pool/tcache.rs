@@ -547,8 +547,10 @@ fn thread_token() -> usize {
 impl ThreadCache {
     /// Publish what `st` (this cache's state) holds waiting for a fence.
     pub fn publish(&self, st: &CacheState) {
-        self.published
-            .store(st.waiting_fence_bytes, Ordering::Relaxed);
+        if self.published.load(Ordering::Relaxed) != st.waiting_fence_bytes {
+            self.published
+                .store(st.waiting_fence_bytes, Ordering::Relaxed);
+        }
     }
 }
 

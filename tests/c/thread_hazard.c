@@ -4,8 +4,10 @@
  * checks that no kernel in flight uses the block it got. Threads that allocate at the same time
  * on one device make the pool start thread caches (in `strict` and `barrier` mode too), where
  * a freed block waits for a fence in its thread's cache: this checks that the caches' epochs
- * and own fences never hand such a block out early. A kernel's late write also lands on a
- * block's tag, which is checked at the end.
+ * and own fences never hand such a block out early. A fifth of the frees go through a shared
+ * mailbox to whichever thread takes them (a free into another thread's cache), and now and then
+ * a thread synchronizes the device (a program fence the caches' blocks wait on too). A
+ * kernel's late write also lands on a block's tag, which is checked at the end.
  *
  * The threads first allocate and free small blocks in strict turns, so that the device's lock
  * goes from one to the next on every call and the pool starts the caches (however the machine
@@ -32,6 +34,35 @@ typedef struct {
     unsigned char tag;
 } block_t;
 
+/* Blocks one thread hands to another to free. */
+#define MAILBOX 32
+static void *g_box[MAILBOX];
+static int g_boxed;
+static pthread_mutex_t g_box_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Put `p` in the mailbox; false when it is full. */
+static int post(void *p)
+{
+    int ok;
+    pthread_mutex_lock(&g_box_lock);
+    ok = g_boxed < MAILBOX;
+    if (ok)
+        g_box[g_boxed++] = p;
+    pthread_mutex_unlock(&g_box_lock);
+    return ok;
+}
+
+/* A block from the mailbox, or NULL. */
+static void *collect(void)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&g_box_lock);
+    if (g_boxed > 0)
+        p = g_box[--g_boxed];
+    pthread_mutex_unlock(&g_box_lock);
+    return p;
+}
+
 static void *worker(void *arg)
 {
     uint64_t rng = g_seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(uintptr_t)arg + 1);
@@ -52,10 +83,16 @@ static void *worker(void *arg)
         __atomic_fetch_add(&g_turn, 1, __ATOMIC_RELEASE);
     }
     for (i = 0; i < g_iters; i++) {
+        void *other;
+        if (rng_next(&rng) % 100 < 20 && (other = collect()) != NULL)
+            CHECK_CUDA(cudaFree(other)); /* another thread's block, its kernel maybe running */
+        if (rng_next(&rng) % 500 == 0)
+            CHECK_CUDA(cudaDeviceSynchronize());
         if (n == MAX_LIVE || (n > 0 && rng_next(&rng) % 100 < 45)) {
             int k = (int)(rng_next(&rng) % (uint64_t)n);
-            /* Freed while its kernel may still run. */
-            CHECK_CUDA(cudaFree(live[k].p));
+            /* Freed while its kernel may still run, here or by another thread. */
+            if (rng_next(&rng) % 100 >= 20 || !post(live[k].p))
+                CHECK_CUDA(cudaFree(live[k].p));
             live[k] = live[--n];
             continue;
         }
@@ -98,6 +135,8 @@ int main(int argc, char **argv)
         CHECK(pthread_create(&tid[t], NULL, worker, (void *)(uintptr_t)t) == 0, "thread");
     for (t = 0; t < threads; t++)
         pthread_join(tid[t], NULL);
+    for (void *p = collect(); p != NULL; p = collect())
+        CHECK_CUDA(cudaFree(p));
     printf("allocations checked %llu\n", g_checked);
     printf("thread hazard ok\n");
     return 0;
