@@ -88,11 +88,11 @@ impl Seqs {
             .max(at.freed)
     }
 
-    /// The cache epoch a block freed now into the cache behind `_locked` waits on. The program's
-    /// work issued before the free must be ordered ahead of this read. On x86-64 the locked
-    /// instruction that took the cache's lock did it (a full barrier there; one more cost a fifth
-    /// of the free path under two threads): hence the guard, which keeps the read after the lock;
-    /// elsewhere a fence does.
+    /// The cache epoch a block freed now into a thread cache waits on. The program's work issued
+    /// before the free must be ordered ahead of this read. Contract: the caller holds `_locked`,
+    /// the cache's lock, taken during this free after the program's call. On x86-64 the locked
+    /// instruction that took it did the ordering (a full barrier there; one more cost a fifth of
+    /// the free path under two threads); elsewhere a fence does.
     pub fn cache_stamp<T>(&self, _locked: &parking_lot::MutexGuard<'_, T>) -> u64 {
         #[cfg(not(target_arch = "x86_64"))]
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -227,11 +227,11 @@ pub struct Settings {
     /// Bytes of free blocks each thread may keep in its own cache once two threads allocate on a
     /// device (`tcache.rs`); 0 turns thread caches off.
     pub thread_cache: u64,
-    /// In `strict` and `barrier` mode, thread caches start only once threads compete for the
-    /// device's lock: it went from one thread to another (or was found taken) this many times
-    /// within `CONTENTION_WINDOW` allocations (`tcache::CONTENTION`), or they waited for it
-    /// `tcache::CONTENTION_WAIT_NS` and a quarter of the time. Threads that take turns by
-    /// phases gain nothing from caches there. 0: at once.
+    /// In `strict` and `barrier` mode, thread caches start only once allocating threads compete
+    /// for the device's lock: it went from one to another (or an allocation found it taken) this
+    /// many times within `CONTENTION_WINDOW` allocations (`tcache::CONTENTION`), or they waited
+    /// for it as `tcache::CONTENTION_WAIT_NS` says. Threads that take turns by phases gain
+    /// nothing from caches there. 0: at once.
     pub cache_contention: u64,
 }
 
@@ -331,15 +331,16 @@ impl<B: Backend> Pool<B> {
         slot.pool.lock()
     }
 
-    /// `lock` for an allocation: while a second thread allocates here and thread caches are off,
-    /// it counts how allocating threads compete for the lock (`Settings::cache_contention`); one
-    /// thread pays a load.
+    /// `lock` for an allocation: once a second thread allocated here, it counts how allocating
+    /// threads compete for the lock (`Settings::cache_contention`; consulted only while thread
+    /// caches are off); one thread pays a load.
     #[inline(always)]
     fn lock_to_allocate(slot: &DeviceSlot) -> MutexGuard<'_, DevicePool> {
         match slot.pool.try_lock() {
             Some(mut p) => {
                 if slot.flags.multi() {
-                    p.contention.took(None);
+                    p.contention
+                        .took(None, slot.backend_ns.load(Ordering::Relaxed));
                 }
                 p
             }
@@ -357,9 +358,11 @@ impl<B: Backend> Pool<B> {
         let mut p = slot.pool.lock();
         let waited = t.elapsed().as_nanos() as u64;
         if slot.flags.multi() && !slot.flags.enabled.load(Ordering::Relaxed) {
-            let holder_in_backend = slot.backend_ns.load(Ordering::Relaxed) - in_backend;
-            p.contention
-                .took(Some(waited.saturating_sub(holder_in_backend)));
+            // All of a backend call that ended during the wait is left out, also the part
+            // before this thread came: a little waiting may go uncounted, never a fence.
+            let now_in_backend = slot.backend_ns.load(Ordering::Relaxed);
+            let waited = waited.saturating_sub(now_in_backend - in_backend);
+            p.contention.took(Some(waited), now_in_backend);
         }
         p
     }
@@ -411,7 +414,10 @@ impl<B: Backend> Pool<B> {
         slot.flags.multi()
             && !slot.flags.enabled.load(Ordering::Relaxed)
             && self.settings.reuse != ReuseMode::Relaxed
-            && p.contention.reached(self.settings.cache_contention)
+            && p.contention.reached(
+                self.settings.cache_contention,
+                slot.backend_ns.load(Ordering::Relaxed),
+            )
     }
 
     /// Whether thread caches may take new blocks on this device, and if not, take back what
@@ -420,7 +426,10 @@ impl<B: Backend> Pool<B> {
         let on = slot.flags.multi()
             && (self.settings.reuse == ReuseMode::Relaxed
                 || slot.flags.enabled.load(Ordering::Relaxed)
-                || p.contention.reached(self.settings.cache_contention))
+                || p.contention.reached(
+                    self.settings.cache_contention,
+                    slot.backend_ns.load(Ordering::Relaxed),
+                ))
             && self.settings.thread_cache > 0
             && self.settings.trace.is_none()
             && p.threshold == u64::MAX;

@@ -962,22 +962,39 @@ fn in_strict_mode_long_waits_for_the_device_lock_start_thread_caches() {
     // A lock whose holder takes it again before a woken waiter runs changes hands seldom; the
     // waiting shows the contention.
     let mut c = tcache::Contention::default();
-    c.took(None);
-    c.took(Some(10_000));
-    assert!(!c.reached(u64::MAX), "10 us of waiting");
+    c.took(None, 0);
+    c.took(Some(10_000), 0);
+    assert!(!c.reached(u64::MAX, 0), "10 us of waiting");
+    c.took(Some(1_000_000_000), 0);
+    assert!(
+        !c.reached(u64::MAX, 0),
+        "one long wait: a holder preempted once"
+    );
     for _ in 0..10 {
-        c.took(Some(1_000_000_000));
+        c.took(Some(1_000_000_000), 0);
     }
     assert!(
-        c.reached(u64::MAX),
-        "10 s of waiting, more than all the time since the count started"
+        c.reached(u64::MAX, 0),
+        "11 s of waiting, more than all the time since the count started"
     );
     c.restart();
-    assert!(!c.reached(u64::MAX));
-    c.took(None); // the same thread again
-    assert!(!c.reached(1));
-    c.took(Some(0));
-    assert!(c.reached(1), "a collision counts as a change of hands");
+    assert!(!c.reached(u64::MAX, 0));
+    c.took(None, 0); // the same thread again
+    assert!(!c.reached(1, 0));
+    c.took(Some(0), 0);
+    assert!(c.reached(1, 0), "a collision counts as a change of hands");
+    // Time in the backend is left out of the time since the count started.
+    let mut c = tcache::Contention::default();
+    c.took(None, 0);
+    std::thread::sleep(std::time::Duration::from_millis(40));
+    for _ in 0..4 {
+        c.took(Some(1_000_000), 0);
+    }
+    assert!(!c.reached(u64::MAX, 0), "4 ms of 40");
+    assert!(
+        c.reached(u64::MAX, 40_000_000),
+        "4 ms of 40, all but 4 of it fences"
+    );
 
     // Through the pool: a thread that waits for the device's lock (held here) while it
     // allocates, for longer each try until the waiting thread was there to wait.
@@ -990,7 +1007,7 @@ fn in_strict_mode_long_waits_for_the_device_lock_start_thread_caches() {
     turn(&p);
     on_thread(|| turn(&p));
     let slot = p.existing(0).unwrap();
-    for hold_ms in [20, 80, 320, 1280] {
+    for hold_ms in [20, 20, 20, 20, 80, 80, 320, 320, 1280] {
         let held = Pool::<Model>::lock(slot);
         std::thread::scope(|t| {
             let waiter = t.spawn(|| turn(&p));
@@ -1008,7 +1025,7 @@ fn in_strict_mode_long_waits_for_the_device_lock_start_thread_caches() {
 }
 
 #[test]
-fn waiting_behind_the_pools_own_fence_is_not_contention() {
+fn time_behind_the_pools_own_fence_is_not_counted_as_waiting() {
     // Found in review: a thread that waited for the device's lock while the holder synchronized
     // the device under it (a fence before growing) counted the wait, so two threads that take
     // turns could start caches in strict mode. The holder's time in the backend is left out.
@@ -1046,8 +1063,12 @@ fn waiting_behind_the_pools_own_fence_is_not_contention() {
             assert_eq!(p.backend().inner.get(|s| s.fences), fences + 1);
             let waited = waiter.join().unwrap();
             p.free(again, FreeKind::Sync, Some(0));
-            // The waiter came while the 100 ms fence ran, and waited for the lock.
-            waited_behind_a_fence |= waited >= std::time::Duration::from_millis(30);
+            // The waiter came while the 100 ms fence ran, found the lock taken and waited.
+            let (collisions, counted) = p.existing(0).unwrap().pool.lock().contention.collisions();
+            if collisions > 0 && waited >= std::time::Duration::from_millis(30) {
+                waited_behind_a_fence = true;
+                assert!(counted < 20_000_000, "{counted} ns counted of {waited:?}");
+            }
         });
         if waited_behind_a_fence {
             break;
