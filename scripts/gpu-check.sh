@@ -199,18 +199,20 @@ write_report() {
         echo
         echo "| run | result | program mallocs | churn ms |"
         echo "| --- | --- | ---: | ---: |"
-        for f in churn_nopool churn_pool_strict churn_pool_barrier churn_pool_relaxed churn_pool_relaxed_few; do
+        for f in churn_nopool churn_pool_strict churn_pool_barrier churn_pool_relaxed churn_pool_relaxed_few churn_pool_strict_few; do
             echo "| $f | $(status_of $f) | $(awk '/^program mallocs/ { print $3 }' "$LOGS/$f.log" 2>/dev/null) | $(awk '/^init_ms/ { print $4 }' "$LOGS/$f.log" 2>/dev/null) |"
         done
         echo
-        if [ -f "$LOGS/churn_pool_strict.log" ]; then
-            echo "Pool summary of churn_pool_strict:"
-            echo
-            echo '```'
-            summary_block "$LOGS/churn_pool_strict.log"
-            echo '```'
-            echo
-        fi
+        for f in churn_pool_strict churn_pool_strict_few; do
+            if [ -f "$LOGS/$f.log" ]; then
+                echo "Pool summary of $f:"
+                echo
+                echo '```'
+                summary_block "$LOGS/$f.log"
+                echo '```'
+                echo
+            fi
+        done
         echo "## hazard (a kernel still writing a freed block; 0x42 must survive)"
         echo
         echo "| run | result | rounds with the same address | clobbered rounds |"
@@ -498,11 +500,14 @@ if have churn; then
         pool $mode
         run_step "churn_pool_$mode" check 120 "churn ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/churn" $CHURN_THREADS $CHURN_ITERS 1
     done
-    # Repeating sizes: what the thread caches serve (relaxed mode, several threads, one device).
-    pool relaxed
-    run_step churn_pool_relaxed_few check 120 "churn ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/churn" $CHURN_THREADS $CHURN_ITERS 1 1073741824 few
+    # Repeating sizes: what the thread caches serve (several threads, one device; in strict mode
+    # once the threads compete for the device's lock, blocks waiting in the caches for fences).
+    for mode in relaxed strict; do
+        pool $mode
+        run_step "churn_pool_${mode}_few" check 120 "churn ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/churn" $CHURN_THREADS $CHURN_ITERS 1 1073741824 few
+    done
 else
-    for f in churn_nopool churn_pool_strict churn_pool_barrier churn_pool_relaxed churn_pool_relaxed_few; do missing $f check; done
+    for f in churn_nopool churn_pool_strict churn_pool_barrier churn_pool_relaxed churn_pool_relaxed_few churn_pool_strict_few; do missing $f check; done
 fi
 
 # hazard: must pass without the pool and under strict and barrier; relaxed is informational.
