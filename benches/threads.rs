@@ -88,6 +88,7 @@ fn main() {
         .unwrap_or(1_000_000);
     for (name, reuse) in [
         ("strict", ReuseMode::Strict),
+        ("barrier", ReuseMode::Barrier),
         ("relaxed", ReuseMode::Relaxed),
     ] {
         let tc = DEFAULT_THREAD_CACHE;

@@ -324,7 +324,7 @@ trap 'rm -f "$report" "$policies"' EXIT
     echo
     echo "| mode | one thread | two threads, two devices | ×one | two threads, one device | ×one | same, thread caches off | ×one |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    for mode in strict relaxed; do
+    for mode in strict barrier relaxed; do
         one=${thr[$mode,one_thread]}
         two=${thr[$mode,two_threads_two_devices]}
         same=${thr[$mode,two_threads_one_device]}
@@ -333,7 +333,7 @@ trap 'rm -f "$report" "$policies"' EXIT
     done
     echo
     echo "Thread caches (\`GPUPOOL_THREAD_CACHE\`, 64 MiB per thread by default) start with the second"
-    echo "thread in \`relaxed\` mode, and in \`strict\` once the threads compete for the device's lock."
+    echo "thread in \`relaxed\` mode, and in \`strict\` and \`barrier\` once the threads compete for the device's lock."
 } >"$policies"
 
 cat "$report" "$policies"

@@ -11,6 +11,8 @@ pub struct CudaBackend {
     rt: Runtime,
     /// One never-recorded event per device: waiting on it is the cheapest legacy-stream action.
     barrier_events: Vec<AtomicPtr<c_void>>,
+    /// Taken to make one: thread caches take barriers outside the device's lock.
+    making_event: parking_lot::Mutex<()>,
 }
 
 impl CudaBackend {
@@ -20,6 +22,7 @@ impl CudaBackend {
             barrier_events: (0..MAX_DEVICES)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
+            making_event: parking_lot::Mutex::new(()),
         }
     }
 
@@ -37,9 +40,15 @@ impl CudaBackend {
         if !e.is_null() {
             return Ok(e);
         }
+        // One thread makes it (barriers come from the device's lock and from thread caches).
+        let _making = self.making_event.lock();
+        let e = slot.load(Ordering::Acquire);
+        if !e.is_null() {
+            return Ok(e);
+        }
         let mut e: Event = std::ptr::null_mut();
         // SAFETY: `e` is a valid out-pointer; the device is current (the pool calls barriers
-        // from the allocation path, under the device's lock, so only one thread creates it).
+        // from the allocating thread).
         self.check_internal(unsafe {
             (self.rt.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING)
         })?;

@@ -459,6 +459,17 @@ impl<B: Backend> Pool<B> {
                 // without the device's lock (and without its cache's: the device may need it
                 // meanwhile).
                 let mut covered = st.promote(&slot.seqs);
+                // Blocks waiting for a barrier, as many bytes as the request: a barrier costs no
+                // host wait, so the thread takes one (the device's rule in `better_fit`).
+                if !covered && st.waiting_bytes - st.waiting_fence_bytes >= rounded {
+                    drop(st);
+                    let barriered = self.barrier_for_cache(slot, device);
+                    st = c.state.lock();
+                    if barriered {
+                        st.counts.barriers += 1;
+                        covered = st.promote(&slot.seqs);
+                    }
+                }
                 let own = st.waiting_fence_bytes;
                 if !covered && own > 0 && own >= self.fence_share(slot) {
                     drop(st);
@@ -709,6 +720,21 @@ impl<B: Backend> Pool<B> {
         // (its summary counts those), keeps its own pending blocks for its own fences.
         slot.seqs.cache_fenced.fetch_max(at.epoch, Ordering::SeqCst);
         Some(ns)
+    }
+
+    /// A barrier the calling thread takes for its cache, outside the device's lock and its
+    /// cache's: blocks freed into caches before it that wait for a barrier become reusable.
+    /// Whether it was taken.
+    fn barrier_for_cache(&self, slot: &DeviceSlot, device: u32) -> bool {
+        let at = slot.seqs.before_sync();
+        if self.backend.barrier(device).is_err() {
+            return false;
+        }
+        // Caches only, as for `fence_for_cache`.
+        slot.seqs
+            .cache_barriered
+            .fetch_max(at.epoch, Ordering::SeqCst);
+        true
     }
 
     /// Blocks a cache of generation `gen` gives back to `slot`'s device (dropped if the device

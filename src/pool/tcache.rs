@@ -175,9 +175,10 @@ pub struct CacheCounts {
     pub requested_in: u64,
     pub requested_out: u64,
     pub histogram: [u64; HISTOGRAM_BUCKETS],
-    /// Fences the cache's thread took itself, and the time they blocked it.
+    /// Fences the cache's thread took itself, and the time they blocked it; barriers likewise.
     pub fences: u64,
     pub fence_ns: u64,
+    pub barriers: u64,
 }
 
 impl Default for CacheCounts {
@@ -193,6 +194,7 @@ impl Default for CacheCounts {
             histogram: [0; HISTOGRAM_BUCKETS],
             fences: 0,
             fence_ns: 0,
+            barriers: 0,
         }
     }
 }
@@ -794,6 +796,7 @@ pub fn add_counts(s: &mut DeviceStats, c: &CacheCounts) {
     s.blocks.total_out += c.frees;
     s.fences += c.fences;
     s.fence_ns += c.fence_ns;
+    s.barriers += c.barriers;
     for (h, n) in s.histogram.iter_mut().zip(c.histogram.iter()) {
         *h += n;
     }

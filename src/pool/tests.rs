@@ -1674,6 +1674,39 @@ fn async_frees_in_a_thread_cache_wait_for_a_barrier() {
 }
 
 #[test]
+fn in_barrier_mode_a_thread_takes_a_barrier_for_its_cache() {
+    // Blocks freed into a cache wait for a barrier; a barrier costs no host wait, so a miss
+    // with at least the request's bytes waiting takes one itself, without the device's lock,
+    // and reuses them.
+    let p = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    p.alloc(0, 4096).unwrap(); // caches on
+    let size = 256 << 10;
+    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, size).unwrap()).collect();
+    for &a in &v {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    let mut reused = false;
+    for _ in 0..64 {
+        if v.contains(&p.alloc(0, size).unwrap()) {
+            reused = true;
+            break;
+        }
+    }
+    assert!(reused);
+    let slot = p.existing(0).unwrap();
+    let own: u64 = slot
+        .caches
+        .caches()
+        .iter()
+        .map(|c| c.state.lock().counts.barriers)
+        .sum();
+    assert!(own >= 1, "the thread's own barrier");
+    assert_eq!(p.backend().get(|s| s.fences), 0);
+    p.check().unwrap();
+}
+
+#[test]
 fn thread_caches_account_exactly_with_cross_thread_frees_and_exits() {
     let p = Arc::new(pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 80 << 30));
     let queue = Arc::new(Mutex::new(Vec::<(Addr, u32)>::new()));
