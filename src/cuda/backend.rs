@@ -30,6 +30,8 @@ impl CudaBackend {
     /// makes a new event.
     pub fn forget_device(&self, device: u32) {
         if let Some(slot) = self.barrier_events.get(device as usize) {
+            // Not while another thread makes one (it would store it after this).
+            let _making = self.making_event.lock();
             slot.store(std::ptr::null_mut(), Ordering::Release);
         }
     }
@@ -112,7 +114,18 @@ impl Backend for CudaBackend {
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
         let e = self.barrier_event(device)?;
         // SAFETY: the legacy stream (null) and an event of the current device.
-        self.check_internal(unsafe { (self.rt.stream_wait_event)(std::ptr::null_mut(), e, 0) })
+        let r =
+            self.check_internal(unsafe { (self.rt.stream_wait_event)(std::ptr::null_mut(), e, 0) });
+        if r.is_err() {
+            // An event a reset destroyed meanwhile: the next barrier makes a new one.
+            let _ = self.barrier_events[device as usize].compare_exchange(
+                e,
+                std::ptr::null_mut(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        r
     }
 
     fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {

@@ -459,9 +459,14 @@ impl<B: Backend> Pool<B> {
                 // without the device's lock (and without its cache's: the device may need it
                 // meanwhile).
                 let mut covered = st.promote(&slot.seqs);
-                // Blocks waiting for a barrier, as many bytes as the request: a barrier costs no
-                // host wait, so the thread takes one (the device's rule in `better_fit`).
-                if !covered && st.waiting_bytes - st.waiting_fence_bytes >= rounded {
+                // Enough blocks wait for a barrier, first in line (behind one that waits for a
+                // fence, a barrier would make none reusable): a barrier costs no host wait, so
+                // the thread takes one (`tcache::BARRIER_BATCH`).
+                if !covered
+                    && st.front_waits_for() == Some(Need::Barrier)
+                    && st.waiting_bytes - st.waiting_fence_bytes
+                        >= (rounded * tcache::BARRIER_BATCH).max(size::SMALL_SEGMENT)
+                {
                     drop(st);
                     let barriered = self.barrier_for_cache(slot, device);
                     st = c.state.lock();

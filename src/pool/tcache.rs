@@ -140,6 +140,12 @@ impl Contention {
     }
 }
 
+/// A thread takes a barrier for its cache at a miss once the blocks waiting for one would serve
+/// this many requests of the size (or fill a small segment), so that one barrier — a driver call
+/// that joins the blocking streams, if no host wait — serves many allocations: without the bound,
+/// a thread that frees and allocates one block in turn took one per allocation (found in review).
+pub const BARRIER_BATCH: u64 = 8;
+
 /// Ready blocks a miss borrows from the device besides the one it serves, at most.
 pub const BATCH: usize = super::device::EXTRAS;
 
@@ -360,6 +366,11 @@ impl CacheState {
         if need == Need::Fence {
             self.waiting_fence_bytes += size;
         }
+    }
+
+    /// What the oldest waiting block waits for (`promote` stops at the first block not covered).
+    pub fn front_waits_for(&self) -> Option<Need> {
+        self.waiting.front().map(|h| h.need)
     }
 
     /// Waiting blocks that a fence or barrier covered since become reusable. Whether any did.

@@ -1673,16 +1673,26 @@ fn async_frees_in_a_thread_cache_wait_for_a_barrier() {
     p.check_settled().unwrap();
 }
 
+/// Barriers the thread caches of device 0 took themselves.
+fn own_barriers<B: Backend>(p: &Pool<B>) -> u64 {
+    let slot = p.existing(0).unwrap();
+    slot.caches
+        .caches()
+        .iter()
+        .map(|c| c.state.lock().counts.barriers)
+        .sum()
+}
+
 #[test]
 fn in_barrier_mode_a_thread_takes_a_barrier_for_its_cache() {
     // Blocks freed into a cache wait for a barrier; a barrier costs no host wait, so a miss
-    // with at least the request's bytes waiting takes one itself, without the device's lock,
-    // and reuses them.
+    // with enough bytes waiting for one (`tcache::BARRIER_BATCH`) takes one itself, without the
+    // device's lock, and reuses them.
     let p = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // caches on
     let size = 256 << 10;
-    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, size).unwrap()).collect();
+    let v: Vec<Addr> = (0..12).map(|_| p.alloc(0, size).unwrap()).collect();
     for &a in &v {
         p.free(a, FreeKind::Sync, Some(0));
     }
@@ -1694,16 +1704,46 @@ fn in_barrier_mode_a_thread_takes_a_barrier_for_its_cache() {
         }
     }
     assert!(reused);
-    let slot = p.existing(0).unwrap();
-    let own: u64 = slot
-        .caches
-        .caches()
-        .iter()
-        .map(|c| c.state.lock().counts.barriers)
-        .sum();
-    assert!(own >= 1, "the thread's own barrier");
+    assert!(own_barriers(&p) >= 1, "the thread's own barrier");
+    assert_eq!(
+        p.backend().get(|s| s.barriers),
+        stats(&p, 0).barriers,
+        "counted once in the device's figures"
+    );
     assert_eq!(p.backend().get(|s| s.fences), 0);
     p.check().unwrap();
+}
+
+#[test]
+fn a_thread_takes_barriers_for_its_cache_in_batches_and_not_behind_a_fence() {
+    // Found in review: a thread that freed and allocated one block in turn took a barrier (a
+    // driver call) on every allocation.
+    let p = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    p.alloc(0, 4096).unwrap(); // caches on
+    for _ in 0..2000 {
+        let a = p.alloc(0, 256 << 10).unwrap();
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    let all = p.backend().get(|s| s.barriers);
+    assert!(all <= 2000 / 4, "{all} barriers for 2000 allocations");
+    // A block that waits for a fence first in line (a free on a non-blocking stream): a
+    // barrier would make nothing reusable, so the thread takes none.
+    let q = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
+    on_thread(|| q.alloc(0, 4096).unwrap());
+    q.alloc(0, 4096).unwrap();
+    let f = q.alloc(0, 4096).unwrap();
+    let v: Vec<Addr> = (0..16).map(|_| q.alloc(0, 256 << 10).unwrap()).collect();
+    q.free(f, FreeKind::Async { blocking: false }, Some(0));
+    for &a in &v {
+        q.free(a, FreeKind::Sync, Some(0));
+    }
+    let before = own_barriers(&q);
+    for _ in 0..4 {
+        q.alloc(0, 256 << 10).unwrap();
+    }
+    assert_eq!(own_barriers(&q), before);
+    q.check().unwrap();
 }
 
 #[test]
