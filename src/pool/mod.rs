@@ -467,28 +467,11 @@ impl<B: Backend> Pool<B> {
                     && st.waiting_bytes - st.waiting_fence_bytes
                         >= (rounded * tcache::BARRIER_BATCH).max(size::SMALL_SEGMENT)
                 {
-                    drop(st);
-                    let barriered = self.barrier_for_cache(slot, device);
-                    st = c.state.lock();
-                    if barriered {
-                        st.counts.barriers += 1;
-                        covered = st.promote(&slot.seqs);
-                    }
+                    (st, covered) = self.sync_for_cache(slot, device, c, st, Need::Barrier);
                 }
                 let own = st.waiting_fence_bytes;
                 if !covered && own > 0 && own >= self.fence_share(slot) {
-                    drop(st);
-                    let fenced = if self.fence_due(slot, own) {
-                        self.fence_for_cache(slot, device)
-                    } else {
-                        None
-                    };
-                    st = c.state.lock();
-                    if let Some(ns) = fenced {
-                        st.counts.fences += 1;
-                        st.counts.fence_ns += ns;
-                        covered = st.promote(&slot.seqs);
-                    }
+                    (st, covered) = self.sync_for_cache(slot, device, c, st, Need::Fence);
                 }
                 if covered {
                     c.publish(&st);
@@ -713,33 +696,44 @@ impl<B: Backend> Pool<B> {
         own >= budget || slot.caches.waiting_fence() >= budget
     }
 
-    /// A fence the calling thread takes for its cache, outside the device's lock and its
-    /// cache's: every block freed before it, in any cache or in the device, becomes reusable.
-    /// The nanoseconds it waited, or `None` if it failed (the blocks keep waiting).
-    fn fence_for_cache(&self, slot: &DeviceSlot, device: u32) -> Option<u64> {
-        let at = slot.seqs.before_sync();
-        let t = std::time::Instant::now();
-        self.backend.fence(device).ok()?;
-        let ns = t.elapsed().as_nanos() as u64;
-        // Caches only: the device, which takes a raised `fenced` for a program synchronization
-        // (its summary counts those), keeps its own pending blocks for its own fences.
-        slot.seqs.cache_fenced.fetch_max(at.epoch, Ordering::SeqCst);
-        Some(ns)
-    }
-
-    /// A barrier the calling thread takes for its cache, outside the device's lock and its
-    /// cache's: blocks freed into caches before it that wait for a barrier become reusable.
-    /// Whether it was taken.
-    fn barrier_for_cache(&self, slot: &DeviceSlot, device: u32) -> bool {
-        let at = slot.seqs.before_sync();
-        if self.backend.barrier(device).is_err() {
-            return false;
-        }
-        // Caches only, as for `fence_for_cache`.
-        slot.seqs
-            .cache_barriered
-            .fetch_max(at.epoch, Ordering::SeqCst);
-        true
+    /// A fence or barrier (`need`) the calling thread takes for its cache `c`, whose lock `st`
+    /// it releases meanwhile (the device may need it) and takes again; a fence only if still
+    /// due (`fence_due`). Outside the device's lock: blocks freed into caches before it
+    /// (every cache's) become reusable, and this cache's are promoted. Returns the lock and
+    /// whether any block became reusable here. A failed fence or barrier leaves them waiting.
+    fn sync_for_cache<'c>(
+        &self,
+        slot: &DeviceSlot,
+        device: u32,
+        c: &'c tcache::ThreadCache,
+        st: MutexGuard<'c, tcache::CacheState>,
+        need: Need,
+    ) -> (MutexGuard<'c, tcache::CacheState>, bool) {
+        let own = st.waiting_fence_bytes;
+        drop(st);
+        let synced = (need == Need::Barrier || self.fence_due(slot, own))
+            .then(|| {
+                let at = slot.seqs.before_sync();
+                let t = std::time::Instant::now();
+                let (r, done) = match need {
+                    Need::Fence => (self.backend.fence(device), &slot.seqs.cache_fenced),
+                    _ => (self.backend.barrier(device), &slot.seqs.cache_barriered),
+                };
+                r.ok()?;
+                let ns = t.elapsed().as_nanos() as u64;
+                // Caches only: the device, which takes a raised `fenced` or `barriered` for a
+                // program synchronization (its summary counts those), keeps its own pending
+                // blocks for its own fences and barriers.
+                done.fetch_max(at.epoch, Ordering::SeqCst);
+                Some(ns)
+            })
+            .flatten();
+        let mut st = c.state.lock();
+        let covered = synced.is_some_and(|ns| {
+            st.counts.synced(need, ns);
+            st.promote(&slot.seqs)
+        });
+        (st, covered)
     }
 
     /// Blocks a cache of generation `gen` gives back to `slot`'s device (dropped if the device

@@ -187,6 +187,18 @@ pub struct CacheCounts {
     pub barriers: u64,
 }
 
+impl CacheCounts {
+    /// The cache's thread took a fence (that blocked it `ns`) or a barrier itself.
+    pub fn synced(&mut self, need: Need, ns: u64) {
+        if need == Need::Fence {
+            self.fences += 1;
+            self.fence_ns += ns;
+        } else {
+            self.barriers += 1;
+        }
+    }
+}
+
 impl Default for CacheCounts {
     fn default() -> Self {
         CacheCounts {
