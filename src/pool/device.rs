@@ -12,7 +12,7 @@ use super::backend::{Addr, Backend, CudaError};
 use super::free_lists::FreeLists;
 use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, GROW_FROM,
-    MEDIUM_LIMIT, OUTGROWN_FROM, SMALL_LIMIT,
+    OUTGROWN_FROM, SMALL_LIMIT,
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
@@ -492,7 +492,7 @@ impl DevicePool {
         };
         // Another thread's cache may keep blocks of this very size: some of them serve at no
         // cost (no synchronization, no growth, the other caches keep the rest).
-        if let Some(l) = lenders.as_ref().filter(|_| rounded <= MEDIUM_LIMIT) {
+        if let Some(l) = lenders.as_ref().filter(|_| rounded <= super::tcache::LIMIT) {
             if l.reclaim_size(self, seqs, rounded) {
                 if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                     return Ok(idx);

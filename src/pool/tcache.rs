@@ -452,26 +452,21 @@ impl CacheState {
             else {
                 break;
             };
-            let list = self.ready.entry(size);
-            let n = if keep == 0 {
-                list.len()
-            } else {
-                list.len().div_ceil(2)
-            };
-            for h in list.drain(..n) {
-                self.ready_bytes -= h.size;
-                self.ready_count -= 1;
-                out.push(h);
-            }
+            self.spill_size(size, keep == 0, out);
         }
     }
 
-    /// Move the older half of the reusable blocks of `size` bytes into `out`.
-    pub fn spill_size(&mut self, size: u64, out: &mut Vec<Held>) {
+    /// Move the older half of the reusable blocks of `size` bytes (all of them if `all`) into
+    /// `out`.
+    pub fn spill_size(&mut self, size: u64, all: bool, out: &mut Vec<Held>) {
         let Some(list) = self.ready.get_mut(size) else {
             return;
         };
-        let n = list.len().div_ceil(2);
+        let n = if all {
+            list.len()
+        } else {
+            list.len().div_ceil(2)
+        };
         for h in list.drain(..n) {
             self.ready_bytes -= h.size;
             self.ready_count -= 1;
@@ -766,7 +761,7 @@ impl Lenders for Registry {
                 continue;
             }
             let mut held = Vec::new();
-            st.spill_size(size, &mut held);
+            st.spill_size(size, false, &mut held);
             drop(st);
             give_back(p, seqs, &held);
             any |= !held.is_empty();
