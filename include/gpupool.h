@@ -184,6 +184,12 @@ typedef struct gpupool_stats {
      * segment so far outgrew them (added after `resets`).
      */
     uint64_t outgrown_released_bytes;
+    /**
+     * Of `cache_hits`, allocations on a stream (`gpupool_malloc_async`) served by a block freed
+     * on that stream before a barrier or fence covered it (`relaxed` mode; added after
+     * `outgrown_released_bytes`).
+     */
+    uint64_t stream_hits;
 } gpupool_stats;
 
 #ifdef __cplusplus

@@ -8,7 +8,7 @@
 #![allow(non_snake_case)]
 
 use std::ffi::c_void;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::config::ReuseMode;
 use crate::cuda::runtime::Runtime;
@@ -16,7 +16,7 @@ use crate::cuda::types::*;
 use crate::global::{self, Global};
 use crate::guard::{self, boundary};
 use crate::log;
-use crate::pool::{CudaError, FreeKind, FreeOutcome};
+use crate::pool::{CudaError, FreeKind, FreeOutcome, StreamKey};
 
 /// The runtime, or the status to return when there is none.
 fn runtime() -> Result<&'static Global, CudaStatus> {
@@ -55,6 +55,20 @@ fn refuse_invalid_free(ptr: *mut c_void, what: &str) -> CudaStatus {
 /// As `cudaMalloc`: `dev_ptr` is NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    unsafe { malloc_on(dev_ptr, size, None) }
+}
+
+/// `cudaMalloc` for use on `stream` when there is one (`gpupool_malloc_async`): a block freed on
+/// the same stream may serve it before a barrier or fence covers it (`relaxed` mode).
+///
+/// # Safety
+/// As `cudaMalloc`; `stream` as for `cudaMallocAsync`.
+pub unsafe fn malloc_on(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Option<Stream>,
+) -> CudaStatus {
     boundary(ERROR_UNKNOWN, || {
         let g = match runtime() {
             Ok(g) => g,
@@ -72,7 +86,7 @@ pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> C
         let Some(dev) = current_device(rt) else {
             return pass();
         };
-        match pool.alloc(dev, size as u64) {
+        match pool.alloc_on(dev, size as u64, stream.map(stream_key)) {
             Ok(addr) => {
                 // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
                 unsafe { *dev_ptr = addr as *mut c_void };
@@ -134,6 +148,23 @@ fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
     r == SUCCESS && flags & STREAM_NON_BLOCKING == 0
 }
 
+/// The pool's name for `stream` (`StreamKey`): NULL and `cudaStreamLegacy` are the legacy
+/// default stream; `cudaStreamPerThread` is a different stream in each thread.
+pub fn stream_key(stream: Stream) -> StreamKey {
+    thread_local! {
+        static PER_THREAD: StreamKey = {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            // Above every address a stream handle can have.
+            (1 << 63) | NEXT.fetch_add(1, Ordering::Relaxed)
+        };
+    }
+    match stream as usize {
+        0 | STREAM_LEGACY => STREAM_LEGACY as StreamKey,
+        STREAM_PER_THREAD => PER_THREAD.with(|k| *k),
+        s => s as StreamKey,
+    }
+}
+
 /// # Safety
 /// As `cudaFreeAsync`.
 #[no_mangle]
@@ -154,6 +185,7 @@ pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> Cuda
         };
         let kind = FreeKind::Async {
             blocking: stream_is_blocking(rt, stream),
+            stream: stream_key(stream),
         };
         match pool.free(ptr as u64, kind, current_device(rt)) {
             FreeOutcome::Freed => SUCCESS,

@@ -55,6 +55,16 @@ fn statistics_equal_what_the_program_did() {
 }
 
 #[test]
+fn a_block_freed_on_a_stream_serves_that_stream_at_once_in_relaxed_mode_only() {
+    let (out, _) = api("streams", &[("GPUPOOL_REUSE", "relaxed")]);
+    assert!(out.contains("streams ok"), "{out}");
+    for reuse in ["strict", "barrier"] {
+        let (out, _) = api("streams", &[("GPUPOOL_REUSE", reuse)]);
+        assert!(out.contains("streams ok"), "{reuse}: {out}");
+    }
+}
+
+#[test]
 fn empty_cache_gives_memory_back_to_the_driver() {
     let (out, _) = api("empty", &[("CUDASIM_DEVICES", "2")]);
     assert!(out.contains("empty ok"), "{out}");

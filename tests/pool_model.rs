@@ -46,6 +46,8 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 
 const DEVICES: u32 = 3;
 const MIB: u64 = 1 << 20;
+/// Streams the model frees and allocates on.
+const STREAMS: u64 = 3;
 /// The devices' capacity; `BIG_CAPACITY` for the test with requests above 512 MiB.
 const CAPACITY: u64 = 160 * MIB;
 const BIG_CAPACITY: u64 = 3000 * MIB;
@@ -195,6 +197,12 @@ enum Op {
         dev: u32,
         size: u64,
     },
+    /// An allocation for use on stream `stream` (`gpupool_malloc_async`).
+    AllocOn {
+        dev: u32,
+        size: u64,
+        stream: u64,
+    },
     /// Free the `pick`-th live block (modulo their number) with `current` the current device.
     Free {
         pick: usize,
@@ -204,6 +212,7 @@ enum Op {
         pick: usize,
         current: u32,
         blocking: bool,
+        stream: u64,
     },
     /// The program's `cudaDeviceSynchronize` on `dev`.
     Fence {
@@ -330,8 +339,16 @@ fn op(big: bool) -> impl Strategy<Value = Op> {
     prop_oneof![
         12 => (dev.clone(), size(big)).prop_map(|(dev, size)| Op::Alloc { dev, size }),
         8 => (any::<usize>(), dev.clone()).prop_map(|(pick, current)| Op::Free { pick, current }),
-        3 => (any::<usize>(), dev.clone(), any::<bool>())
-            .prop_map(|(pick, current, blocking)| Op::FreeAsync { pick, current, blocking }),
+        4 => (dev.clone(), size(big), 0..STREAMS)
+            .prop_map(|(dev, size, stream)| Op::AllocOn { dev, size, stream }),
+        5 => (any::<usize>(), dev.clone(), any::<bool>(), 0..STREAMS).prop_map(
+            |(pick, current, blocking, stream)| Op::FreeAsync {
+                pick,
+                current,
+                blocking,
+                stream
+            }
+        ),
         2 => dev.clone().prop_map(|dev| Op::Fence { dev }),
         2 => dev.clone().prop_map(|dev| Op::Barrier { dev }),
         2 => dev.clone().prop_map(|dev| Op::Release { dev }),
@@ -371,7 +388,13 @@ enum Wait {
 
 fn wait_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Wait {
     match (reuse, kind) {
-        (ReuseMode::Strict, _) | (_, FreeKind::Async { blocking: false }) => Wait::Fence,
+        (ReuseMode::Strict, _)
+        | (
+            _,
+            FreeKind::Async {
+                blocking: false, ..
+            },
+        ) => Wait::Fence,
         (ReuseMode::Barrier, _) if nonblocking_seen => Wait::Fence,
         (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Wait::Barrier,
         (ReuseMode::Relaxed, FreeKind::Sync) => Wait::Nothing,
@@ -385,6 +408,9 @@ struct Dirty {
     len: u64,
     freed_at: u64,
     wait: Wait,
+    /// Freed on this stream: in `relaxed` mode, an allocation on the same stream may reuse it
+    /// at once (stream order covers it).
+    stream: Option<u64>,
 }
 
 /// The reference model.
@@ -500,8 +526,12 @@ fn apply(
             driver.with(|s| s.clock = clock + 1);
             return apply(pool, m, &Op::Alloc { dev, size }, clock + 1);
         }
-        Op::Alloc { dev, size } => {
-            let r = pool.alloc(dev, size);
+        Op::Alloc { dev, size } | Op::AllocOn { dev, size, .. } => {
+            let on = match *op {
+                Op::AllocOn { stream, .. } => Some(stream),
+                _ => None,
+            };
+            let r = pool.alloc_on(dev, size, on);
             let delivered = driver.with(|s| s.delivered.clone());
             match r {
                 Ok(addr) => {
@@ -525,7 +555,7 @@ fn apply(
                             ));
                         }
                     }
-                    reuse_allowed(driver, m, dev, addr, len, clock)?;
+                    reuse_allowed(driver, m, dev, addr, len, clock, on)?;
                     m.live.insert(addr, (dev, len, size));
                     m.freed.retain(|&f| f < addr || f >= addr + len);
                     driver.with(|s| s.live.insert(addr, (dev, len)));
@@ -558,7 +588,9 @@ fn apply(
                 return Ok(None);
             };
             let kind = match *op {
-                Op::FreeAsync { blocking, .. } => FreeKind::Async { blocking },
+                Op::FreeAsync {
+                    blocking, stream, ..
+                } => FreeKind::Async { blocking, stream },
                 _ => FreeKind::Sync,
             };
             let out = pool.free(addr, kind, Some(current));
@@ -576,6 +608,10 @@ fn apply(
                     len,
                     freed_at: clock,
                     wait,
+                    stream: match kind {
+                        FreeKind::Async { stream, .. } => Some(stream),
+                        FreeKind::Sync => None,
+                    },
                 });
             }
         }
@@ -647,7 +683,10 @@ fn apply(
             let kind = if pick % 2 == 0 {
                 FreeKind::Sync
             } else {
-                FreeKind::Async { blocking: true }
+                FreeKind::Async {
+                    blocking: true,
+                    stream: 0,
+                }
             };
             let out = pool.free(addr, kind, Some((pick % DEVICES as usize) as u32));
             if out == FreeOutcome::Freed {
@@ -670,7 +709,9 @@ fn reuse_allowed(
     addr: Addr,
     len: u64,
     clock: u64,
+    on: Option<u64>,
 ) -> Result<(), String> {
+    let stream_order = m.setup.reuse == ReuseMode::Relaxed;
     let (fence, barrier) =
         driver.with(|s| (s.last_fence[dev as usize], s.last_barrier[dev as usize]));
     let end = addr + len;
@@ -681,6 +722,7 @@ fn reuse_allowed(
             continue;
         }
         let covered = match d.wait {
+            _ if stream_order && on.is_some() && d.stream == on => true,
             Wait::Nothing => true,
             Wait::Barrier => fence.max(barrier) > d.freed_at,
             Wait::Fence => fence > d.freed_at,

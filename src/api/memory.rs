@@ -95,8 +95,8 @@ pub unsafe extern "C" fn gpupool_malloc_async(
         let r = match (g.pool(), g.runtime.malloc_async) {
             // SAFETY: a valid out-pointer and the caller's stream, as cudaMallocAsync takes them.
             (None, Some(malloc_async)) => unsafe { malloc_async(&mut p, size, stream) },
-            // SAFETY: a valid out-pointer.
-            _ => unsafe { hooks::cudaMalloc(&mut p, size) },
+            // SAFETY: a valid out-pointer; the caller's stream.
+            _ => unsafe { hooks::malloc_on(&mut p, size, Some(stream)) },
         };
         // SAFETY: `ptr` was checked and is the caller's to write.
         unsafe { set_on_success(r, ptr, p) }

@@ -70,6 +70,10 @@ pub struct gpupool_stats {
     /// Bytes of idle segments given back to the driver because a request larger than every
     /// segment so far outgrew them (added after `resets`).
     pub outgrown_released_bytes: u64,
+    /// Of `cache_hits`, allocations on a stream (`gpupool_malloc_async`) served by a block freed
+    /// on that stream before a barrier or fence covered it (`relaxed` mode; added after
+    /// `outgrown_released_bytes`).
+    pub stream_hits: u64,
 }
 
 // The layout is a `size_t` then `uint64_t` fields with no padding: `copy_out` relies on it.
@@ -112,6 +116,7 @@ impl gpupool_stats {
         self.invalid_frees += s.invalid_frees;
         self.resets += s.resets;
         self.outgrown_released_bytes += s.outgrown_released_bytes;
+        self.stream_hits += s.stream_hits;
     }
 }
 
@@ -183,8 +188,8 @@ mod tests {
             struct_size: size_of::<gpupool_stats>(),
             requested_bytes: 11,
             requested_bytes_peak: 22,
-            resets: 98,
-            outgrown_released_bytes: 99,
+            outgrown_released_bytes: 98,
+            stream_hits: 99,
             ..Default::default()
         }
     }

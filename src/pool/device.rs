@@ -2,7 +2,7 @@
 //! blocks, split and merge, freed blocks that wait for a fence or barrier before reuse, and
 //! release of whole free segments. Single-threaded: the caller holds the device's lock.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use super::size::{
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
-use super::{AddrHasher, FreeKind, Seqs};
+use super::{AddrHasher, FreeKind, Seqs, StreamKey};
 
 /// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
 /// (or an eighth of its reserved memory, if more): a request of the same size takes one back
@@ -27,6 +27,13 @@ const BIN_BYTES: u64 = 256 << 20;
 const BINS: usize = (SMALL_LIMIT / ALIGN) as usize;
 
 const NONE: u32 = u32::MAX;
+
+/// A block not held for a stream.
+const NO_STREAM: StreamKey = StreamKey::MAX;
+
+/// Streams the trace numbers per device; later ones share the last number (a replay then lets
+/// them reuse each other's blocks, which only lowers its figures).
+const TRACE_STREAMS: u16 = (1 << 14) - 1;
 
 /// Extra blocks one `alloc_lent` lends, at most.
 pub const EXTRAS: usize = 32;
@@ -90,6 +97,9 @@ struct Block {
     stamp: u64,
     /// A pending block waits for a fence (else for a barrier).
     wants_fence: bool,
+    /// The stream a pending block was freed on, when that stream may reuse it at once
+    /// (`DevicePool::stream_reuse`); else `NO_STREAM`.
+    stream: StreamKey,
 }
 
 #[derive(Clone, Debug)]
@@ -185,6 +195,14 @@ pub struct DevicePool {
     pending_barrier: VecDeque<(u32, u64)>,
     pending_fence_bytes: u64,
     pending_barrier_bytes: u64,
+    /// Stream-ordered reuse (`relaxed` mode): a block freed on a stream waits for its barrier or
+    /// fence as any other, but a request on the same stream may take it at once, since the
+    /// stream runs its work after the work that freed it. By stream: (large segment, size,
+    /// handle) of each such block.
+    pub stream_reuse: bool,
+    held: HashMap<StreamKey, BTreeSet<(bool, u64, u32)>>,
+    /// The trace's number of each stream (tracing only).
+    stream_ids: HashMap<StreamKey, u16>,
     /// Highest fence and barrier sequences this pool has applied, to tell the program's
     /// synchronizations from its own.
     fenced_seen: u64,
@@ -248,6 +266,9 @@ impl DevicePool {
             pending_barrier: VecDeque::new(),
             pending_fence_bytes: 0,
             pending_barrier_bytes: 0,
+            stream_reuse: false,
+            held: HashMap::new(),
+            stream_ids: HashMap::new(),
             fenced_seen: 0,
             barriered_seen: 0,
             trace: None,
@@ -325,6 +346,7 @@ impl DevicePool {
 
     /// A reusable block: into its exact-size bin while there is room, else merged and indexed.
     fn recycle(&mut self, idx: u32) {
+        self.leave_stream(idx);
         let size = self.blocks[idx as usize].size;
         let small = self.seg(self.blocks[idx as usize].seg).class == Class::Small;
         match Self::bin_of(size) {
@@ -369,11 +391,35 @@ impl DevicePool {
         seqs: &Seqs,
         policy: &Policy,
     ) -> Result<Addr, CudaError> {
-        let r = self.serve(requested, backend, seqs, policy, true);
+        self.alloc_on(requested, None, backend, seqs, policy)
+    }
+
+    /// `alloc` for use on `stream` when there is one: a block freed on that stream that waits
+    /// for a barrier or fence serves it first (`stream_reuse`).
+    pub fn alloc_on(
+        &mut self,
+        requested: u64,
+        stream: Option<StreamKey>,
+        backend: &dyn Backend,
+        seqs: &Seqs,
+        policy: &Policy,
+    ) -> Result<Addr, CudaError> {
+        let held = match stream {
+            Some(key) if !self.held.is_empty() => {
+                self.promote(seqs);
+                self.serve_held(requested, key, policy)
+            }
+            _ => None,
+        };
+        let r = match held {
+            Some(addr) => Ok((addr, self.live[&addr])),
+            None => self.serve(requested, backend, seqs, policy, true),
+        };
         match r {
             Ok((addr, idx)) => {
                 let size = self.blocks[idx as usize].size;
-                self.record(Kind::Alloc, requested, addr, size, 0);
+                let id = stream.map_or(0, |k| self.stream_id(k));
+                self.record(Kind::Alloc, requested, addr, size, id);
             }
             Err(e) => self.record(Kind::AllocFailed, requested, e.0 as u64, 0, 0),
         }
@@ -662,6 +708,7 @@ impl DevicePool {
                 state: State::Free,
                 stamp: 0,
                 wants_fence: false,
+                stream: NO_STREAM,
             });
             let next = self.blocks[idx as usize].next;
             if next != NONE {
@@ -671,7 +718,14 @@ impl DevicePool {
             self.blocks[idx as usize].size = rounded;
             self.index(rest);
         }
+        self.hand_out(idx, requested)
+    }
+
+    /// Block `idx`, out of every free structure and split, goes to the program.
+    #[inline(always)]
+    fn hand_out(&mut self, idx: u32, requested: u64) -> Addr {
         let b = &mut self.blocks[idx as usize];
+        let (addr, seg) = (b.addr, b.seg);
         b.state = State::Live;
         b.requested = requested;
         let size = b.size;
@@ -711,9 +765,191 @@ impl DevicePool {
             return false;
         };
         let size = self.blocks[idx as usize].size;
-        self.record(Kind::Free, addr, need as u64, size, how.code());
+        let stream = match how {
+            FreeKind::Async { stream, .. } => Some(stream),
+            FreeKind::Sync => None,
+        };
+        let id = stream.map_or(0, |k| self.stream_id(k));
+        self.record(Kind::Free, addr, need as u64, size, how.code() | id << 2);
         self.free_block(idx, need, stamp());
+        if let (Some(key), true, false) = (stream, self.stream_reuse, need == Need::Nothing) {
+            self.hold_for_stream(idx, key);
+        }
         true
+    }
+
+    /// The trace's number for `stream` (0 when not tracing: no stream is numbered 0).
+    fn stream_id(&mut self, stream: StreamKey) -> u16 {
+        if self.trace.is_none() {
+            return 0;
+        }
+        let next = (self.stream_ids.len() as u16 + 1).min(TRACE_STREAMS);
+        *self.stream_ids.entry(stream).or_insert(next)
+    }
+
+    // Stream-ordered reuse. A block freed on a stream, pending, is also held for that stream:
+    // merged with pending neighbours held for it (with the later stamp), so that a larger
+    // request on the stream can take them together, and taken by `serve_held`, whose remainder
+    // stays held and pending. A barrier or fence that covers it makes it reusable by all
+    // (`recycle`, which lets it go).
+
+    /// Hold pending block `idx`, freed on `stream`, for reuse on that stream.
+    fn hold_for_stream(&mut self, mut idx: u32, stream: StreamKey) {
+        let (stamp, fence) = {
+            let b = &self.blocks[idx as usize];
+            debug_assert_eq!(b.state, State::Pending);
+            (b.stamp, b.wants_fence)
+        };
+        // A neighbour joins when it is held for the same stream, or free when the block waits
+        // for a barrier: free memory next to it becomes the stream's until then (everyone's
+        // again after a barrier, which another stream's request takes at no host wait before
+        // the pool grows), so that the stream's larger requests find it whole, as in a pool
+        // that reuses at once. Not for a fence, which the pool takes only at its budget: other
+        // streams would grow the pool instead.
+        let joins = |p: &DevicePool, n: u32| {
+            if n == NONE {
+                return None;
+            }
+            let b = &p.blocks[n as usize];
+            match b.state {
+                State::Free if !fence => Some(b.size),
+                State::Pending if b.stream == stream && b.wants_fence == fence => Some(0),
+                _ => None,
+            }
+        };
+        let prev = self.blocks[idx as usize].prev;
+        let next = self.blocks[idx as usize].next;
+        let (join_prev, join_next) = (joins(self, prev), joins(self, next));
+        if join_prev.is_some() || join_next.is_some() {
+            // The merged block waits for the latest of their frees (this one): one new queue
+            // entry; the old ones go stale (their stamp or their block no longer matches).
+            if let Some(free) = join_prev {
+                self.release_neighbour(prev, free);
+                self.absorb_next(prev);
+                idx = prev;
+            }
+            if let Some(free) = join_next {
+                self.release_neighbour(next, free);
+                self.absorb_next(idx);
+            }
+            let grown = join_prev.unwrap_or(0) + join_next.unwrap_or(0);
+            let b = &mut self.blocks[idx as usize];
+            b.state = State::Pending;
+            b.stamp = stamp;
+            b.wants_fence = fence;
+            if fence {
+                self.pending_fence_bytes += grown;
+                self.pending_fence.push_back((idx, stamp));
+            } else {
+                self.pending_barrier_bytes += grown;
+                self.pending_barrier.push_back((idx, stamp));
+            }
+        }
+        self.blocks[idx as usize].stream = stream;
+        let b = &self.blocks[idx as usize];
+        let key = (self.seg(b.seg).class == Class::Large, b.size, idx);
+        self.held.entry(stream).or_default().insert(key);
+    }
+
+    /// Neighbour `n` of a block being held leaves its index (`free`: its size, it was free) or
+    /// its stream, to be absorbed.
+    fn release_neighbour(&mut self, n: u32, free: u64) {
+        if free > 0 {
+            self.unindex(n);
+        } else {
+            self.leave_stream(n);
+        }
+    }
+
+    /// Block `idx` is no longer held for its stream (if it was).
+    fn leave_stream(&mut self, idx: u32) {
+        let b = &self.blocks[idx as usize];
+        if b.stream == NO_STREAM {
+            return;
+        }
+        let (stream, key) = (
+            b.stream,
+            (self.seg(b.seg).class == Class::Large, b.size, idx),
+        );
+        self.blocks[idx as usize].stream = NO_STREAM;
+        if let Some(set) = self.held.get_mut(&stream) {
+            set.remove(&key);
+            if set.is_empty() {
+                self.held.remove(&stream);
+            }
+        }
+    }
+
+    /// Serve `requested` bytes on `stream` from the smallest block held for it that may serve
+    /// it (the rules of `find_fit`), if any: live, with its address in the live map.
+    fn serve_held(&mut self, requested: u64, stream: StreamKey, policy: &Policy) -> Option<Addr> {
+        let rounded = round_request(requested)?;
+        let class = class_of(rounded);
+        let large = class == Class::Large;
+        let &(_, size, idx) = self
+            .held
+            .get(&stream)?
+            .range((large, rounded, 0)..=(large, u64::MAX, u32::MAX))
+            .next()?;
+        if !may_serve(size, rounded, policy.max_split_size) {
+            return None;
+        }
+        // The best fit of all: a reusable block that fits better serves instead.
+        let exact = Self::bin_of(rounded).is_some_and(|k| !self.bins[k].is_empty());
+        if exact
+            || self
+                .find_fit(class, rounded, policy)
+                .is_some_and(|i| self.blocks[i as usize].size < size)
+        {
+            return None;
+        }
+        self.leave_stream(idx);
+        let (stamp, fence, seg, next) = {
+            let b = &self.blocks[idx as usize];
+            (b.stamp, b.wants_fence, b.seg, b.next)
+        };
+        self.unpend(idx);
+        if should_split(class, size, rounded, policy.max_split_size) {
+            // The remainder was freed with the block: still pending, still held.
+            let rest = self.new_block(Block {
+                addr: self.blocks[idx as usize].addr + rounded,
+                size: size - rounded,
+                requested: 0,
+                seg,
+                prev: idx,
+                next,
+                state: State::Live,
+                stamp,
+                wants_fence: fence,
+                stream: NO_STREAM,
+            });
+            if next != NONE {
+                self.blocks[next as usize].prev = rest;
+            }
+            self.blocks[idx as usize].next = rest;
+            self.blocks[idx as usize].size = rounded;
+            self.after_free(rest, if fence { Need::Fence } else { Need::Barrier }, stamp);
+            self.hold_for_stream(rest, stream);
+        }
+        counted! {
+            self.stats.hits += 1;
+            self.stats.stream_hits += 1;
+        }
+        let addr = self.hand_out(idx, requested);
+        self.live.insert(addr, idx);
+        Some(addr)
+    }
+
+    /// Pending block `idx` stops waiting (its queue entry goes stale).
+    fn unpend(&mut self, idx: u32) {
+        let b = &mut self.blocks[idx as usize];
+        debug_assert_eq!(b.state, State::Pending);
+        b.state = State::Live;
+        if b.wants_fence {
+            self.pending_fence_bytes -= b.size;
+        } else {
+            self.pending_barrier_bytes -= b.size;
+        }
     }
 
     #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
@@ -1109,6 +1345,7 @@ impl DevicePool {
             state: State::Free,
             stamp: 0,
             wants_fence: false,
+            stream: NO_STREAM,
         });
         self.seg_mut(si).first = idx;
         self.by_addr.insert(addr, si);
@@ -1262,6 +1499,7 @@ impl DevicePool {
             match self.blocks[idx as usize].state {
                 State::Free => self.unindex(idx),
                 State::Pending => {
+                    self.leave_stream(idx);
                     let b = &self.blocks[idx as usize];
                     let sz = b.size;
                     if b.wants_fence {
@@ -1311,6 +1549,7 @@ impl DevicePool {
         self.pending_barrier.clear();
         self.pending_fence_bytes = 0;
         self.pending_barrier_bytes = 0;
+        self.held.clear();
         self.largest_segment = 0;
         self.idle_bytes = 0;
         self.lent = 0;
@@ -1357,6 +1596,7 @@ impl DevicePool {
         let mut binned = 0;
         let mut lent = 0;
         let mut idle = 0;
+        let mut held = 0;
         for (si, s) in self.segments.iter().enumerate() {
             let Some(s) = s else { continue };
             reserved += s.size;
@@ -1398,7 +1638,16 @@ impl DevicePool {
                         allocated += b.size;
                         requested += b.size;
                     }
-                    State::Pending => pending += b.size,
+                    State::Pending => {
+                        pending += b.size;
+                        if b.stream != NO_STREAM {
+                            held += 1;
+                            let key = (s.class == Class::Large, b.size, idx);
+                            if !self.held.get(&b.stream).is_some_and(|h| h.contains(&key)) {
+                                return Err(format!("held block {:#x} not indexed", b.addr));
+                            }
+                        }
+                    }
                     State::Binned => binned += b.size,
                     State::Vacant => return Err("vacant block in a segment".into()),
                 }
@@ -1458,6 +1707,9 @@ impl DevicePool {
                 .any(|(&a, &i)| self.blocks[i as usize].addr != a)
         {
             return Err("live map disagrees with the blocks".into());
+        }
+        if held != self.held.values().map(BTreeSet::len).sum::<usize>() {
+            return Err("blocks held for streams disagree with the blocks".into());
         }
         if pending != self.pending_bytes() {
             return Err(format!("pending {pending} != {}", self.pending_bytes()));

@@ -183,23 +183,38 @@ pub enum FreeKind {
     /// `cudaFree`.
     Sync,
     /// `cudaFreeAsync` on a stream; `blocking` is false for a non-blocking stream.
-    Async { blocking: bool },
+    Async { blocking: bool, stream: StreamKey },
 }
+
+/// Names a stream for stream-ordered reuse (`Pool::alloc_on_stream`): the stream's handle, the
+/// legacy default stream for NULL and `cudaStreamLegacy`, and for `cudaStreamPerThread` a key
+/// of the calling thread (its per-thread stream is another stream in each thread).
+pub type StreamKey = u64;
 
 impl FreeKind {
     /// The code the trace records.
     pub fn code(self) -> u16 {
         match self {
             FreeKind::Sync => 0,
-            FreeKind::Async { blocking: true } => 1,
-            FreeKind::Async { blocking: false } => 2,
+            FreeKind::Async { blocking: true, .. } => 1,
+            FreeKind::Async {
+                blocking: false, ..
+            } => 2,
         }
     }
 
-    pub fn from_code(code: u16) -> FreeKind {
+    /// The kind a trace record's code gives, on stream `stream` (a replay's key for the trace's
+    /// stream number) when it was asynchronous.
+    pub fn from_code(code: u16, stream: StreamKey) -> FreeKind {
         match code {
-            1 => FreeKind::Async { blocking: true },
-            2 => FreeKind::Async { blocking: false },
+            1 => FreeKind::Async {
+                blocking: true,
+                stream,
+            },
+            2 => FreeKind::Async {
+                blocking: false,
+                stream,
+            },
             _ => FreeKind::Sync,
         }
     }
@@ -277,6 +292,7 @@ impl<B: Backend> Pool<B> {
         Some(cell.get_or_init(|| {
             let threshold = self.initial_threshold(device);
             let mut pool = DevicePool::new(device, threshold);
+            pool.stream_reuse = self.settings.reuse == ReuseMode::Relaxed;
             if let Some(sink) = &self.settings.trace {
                 let buf = trace::TraceBuf::new(Arc::clone(sink), self.start, device);
                 pool.set_trace(buf, &self.settings.policy, reuse_code(self.settings.reuse));
@@ -382,8 +398,21 @@ impl<B: Backend> Pool<B> {
 
     /// Allocate `size` bytes on `device`, the calling thread's current device.
     pub fn alloc(&self, device: u32, size: u64) -> Result<Addr, CudaError> {
+        self.alloc_on(device, size, None)
+    }
+
+    /// `alloc` for use on `stream` when there is one: in `relaxed` mode a block freed on that
+    /// stream serves it first, before a barrier or fence (`DevicePool::alloc_on`). Such requests
+    /// go to the device, not to a thread cache (whose blocks are not held by stream).
+    #[inline(always)]
+    pub fn alloc_on(
+        &self,
+        device: u32,
+        size: u64,
+        stream: Option<StreamKey>,
+    ) -> Result<Addr, CudaError> {
         let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
-        if slot.flags.enabled.load(Ordering::Relaxed) {
+        if stream.is_none() && slot.flags.enabled.load(Ordering::Relaxed) {
             if let Some(r) = self.alloc_cached(slot, device, size) {
                 return r;
             }
@@ -392,7 +421,13 @@ impl<B: Backend> Pool<B> {
         if slot.flags.any.load(Ordering::Relaxed) {
             slot.caches.sweep_orphans(&mut p, &slot.seqs);
         }
-        let r = p.alloc(size, &self.timed(slot), &slot.seqs, &self.settings.policy);
+        let r = p.alloc_on(
+            size,
+            stream,
+            &self.timed(slot),
+            &slot.seqs,
+            &self.settings.policy,
+        );
         // Which thread allocates is sampled (every allocation at first, then one in 64): a
         // second thread that allocates often is seen soon, and one thread pays almost nothing.
         p.lock_allocs += 1;
@@ -1054,7 +1089,12 @@ mod tests;
 pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Need {
     match (reuse, kind) {
         (ReuseMode::Strict, _) => Need::Fence,
-        (_, FreeKind::Async { blocking: false }) => Need::Fence,
+        (
+            _,
+            FreeKind::Async {
+                blocking: false, ..
+            },
+        ) => Need::Fence,
         (ReuseMode::Barrier, _) if nonblocking_seen => Need::Fence,
         (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Need::Barrier,
         (ReuseMode::Relaxed, FreeKind::Sync) => Need::Nothing,

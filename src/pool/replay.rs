@@ -16,6 +16,10 @@ use super::trace::{Kind, Record};
 use super::{need_for, reuse_from_code, FreeKind, Seqs};
 use crate::config::ReuseMode;
 
+/// The stream `Overrides::one_stream` replays on (trace stream numbers start at 1, and this one
+/// is above them).
+const ONE_STREAM: u64 = 1 << 16;
+
 /// Settings to replay with; `None` keeps what the trace recorded.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Overrides {
@@ -25,6 +29,9 @@ pub struct Overrides {
     pub reuse: Option<ReuseMode>,
     /// Device capacity for the pool's segments (the driver refuses beyond it).
     pub capacity: Option<u64>,
+    /// Replay every allocation and free as made on one stream (`gpupool_malloc_async` and
+    /// `gpupool_free_async` on the legacy stream), as PyTorch's pluggable allocator makes them.
+    pub one_stream: bool,
 }
 
 impl Overrides {
@@ -34,6 +41,7 @@ impl Overrides {
             || self.fence_bytes.is_some()
             || self.reuse.is_some()
             || self.capacity.is_some()
+            || self.one_stream
     }
 }
 
@@ -174,7 +182,11 @@ impl DeviceReplay {
             })
             .collect();
         DeviceReplay {
-            pool: DevicePool::new(device as u32, threshold),
+            pool: {
+                let mut p = DevicePool::new(device as u32, threshold);
+                p.stream_reuse = o.reuse.unwrap_or(recorded_reuse) == ReuseMode::Relaxed;
+                p
+            },
             backend: ReplayBackend {
                 state: Mutex::new(ReplayState {
                     recorded,
@@ -199,9 +211,14 @@ impl DeviceReplay {
     fn apply(&mut self, r: &Record, o: &Overrides) {
         match r.kind {
             Kind::Alloc | Kind::AllocFailed => {
+                let stream = match (o.one_stream, r.aux) {
+                    (true, _) => Some(ONE_STREAM),
+                    (false, 0) => None,
+                    (false, id) => Some(id as u64),
+                };
                 match self
                     .pool
-                    .alloc(r.a, &self.backend, &self.seqs, &self.policy)
+                    .alloc_on(r.a, stream, &self.backend, &self.seqs, &self.policy)
                 {
                     Ok(addr) if r.kind == Kind::Alloc => {
                         self.addrs.insert(r.b, addr);
@@ -219,8 +236,15 @@ impl DeviceReplay {
                 let Some(addr) = self.addrs.remove(&r.a) else {
                     return;
                 };
-                let how = FreeKind::from_code(r.aux);
-                let need = if self.reuse == self.recorded_reuse {
+                let how = if o.one_stream {
+                    FreeKind::Async {
+                        blocking: true,
+                        stream: ONE_STREAM,
+                    }
+                } else {
+                    FreeKind::from_code(r.aux & 3, (r.aux >> 2) as u64)
+                };
+                let need = if self.reuse == self.recorded_reuse && !o.one_stream {
                     need_from_code(r.b)
                 } else {
                     need_for(self.reuse, how, false)

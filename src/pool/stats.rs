@@ -69,6 +69,9 @@ pub struct DeviceStats {
     pub misses: u64,
     /// Allocations served by a thread's own cache, without the device's lock (part of `hits`).
     pub thread_cache_hits: u64,
+    /// Allocations on a stream served by a block freed on that stream and not yet covered by a
+    /// barrier or fence (stream-ordered reuse, part of `hits`).
+    pub stream_hits: u64,
     /// Blocks thread caches borrowed from the device or gave back to it.
     pub thread_cache_borrowed: u64,
     pub thread_cache_returned: u64,
@@ -121,6 +124,7 @@ impl Default for DeviceStats {
             hits: 0,
             misses: 0,
             thread_cache_hits: 0,
+            stream_hits: 0,
             thread_cache_borrowed: 0,
             thread_cache_returned: 0,
             real_mallocs: 0,

@@ -632,9 +632,174 @@ fn relaxed_mode_reuses_at_once_but_not_async_frees_on_nonblocking_streams() {
     let a = p.alloc(0, 4096).unwrap();
     p.free(a, FreeKind::Sync, None);
     assert_eq!(p.alloc(0, 4096).unwrap(), a);
-    p.free(a, FreeKind::Async { blocking: false }, None);
+    p.free(
+        a,
+        FreeKind::Async {
+            blocking: false,
+            stream: 7,
+        },
+        None,
+    );
     assert_ne!(p.alloc(0, 4096).unwrap(), a);
     p.check().unwrap();
+}
+
+fn on(stream: StreamKey, blocking: bool) -> FreeKind {
+    FreeKind::Async { blocking, stream }
+}
+
+/// Barriers and fences the pool took so far.
+fn syncs(p: &Pool<Model>) -> u64 {
+    p.backend().get(|s| s.barriers + s.fences)
+}
+
+#[test]
+fn relaxed_mode_reuses_a_block_at_once_on_the_stream_that_freed_it() {
+    let p = relaxed();
+    for blocking in [true, false] {
+        let before = syncs(&p);
+        let a = p.alloc_on(0, 4096, Some(5)).unwrap();
+        p.free(a, on(5, blocking), None);
+        // The stream that freed it runs its next work after the work before the free.
+        assert_eq!(p.alloc_on(0, 4096, Some(5)).unwrap(), a);
+        assert_eq!(syncs(&p), before);
+        // Another stream, or a plain cudaMalloc, gets it only after a barrier (or fence).
+        p.free(a, on(5, blocking), None);
+        let other = p.alloc_on(0, 4096, Some(6)).unwrap();
+        let plain = p.alloc(0, 4096).unwrap();
+        assert!(other != a && plain != a || syncs(&p) > before);
+        p.free(other, on(6, blocking), None);
+        p.free(plain, FreeKind::Sync, None);
+        p.check().unwrap();
+    }
+    assert!(stats(&p, 0).stream_hits >= 2);
+}
+
+#[test]
+fn stream_reuse_is_for_relaxed_mode_only() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier] {
+        let p = pool_with(reuse, Threshold::KeepAll, 80 << 30);
+        let a = p.alloc_on(0, 4096, Some(5)).unwrap();
+        p.free(a, on(5, true), None);
+        assert_ne!(p.alloc_on(0, 4096, Some(5)).unwrap(), a, "{reuse:?}");
+        assert_eq!(stats(&p, 0).stream_hits, 0);
+    }
+}
+
+#[test]
+fn a_split_stream_block_keeps_its_remainder_for_that_stream_until_covered() {
+    let p = relaxed();
+    // One 20 MiB segment, all of it freed on stream 5.
+    let a = p.alloc_on(0, 20 * MIB, Some(5)).unwrap();
+    p.free(a, on(5, true), None);
+    assert_eq!(p.alloc_on(0, 4 * MIB, Some(5)).unwrap(), a);
+    // The other 16 MiB was freed with it: still the stream's alone ...
+    assert_eq!(p.alloc_on(0, 16 * MIB, Some(5)).unwrap(), a + 4 * MIB);
+    assert_eq!((stats(&p, 0).stream_hits, syncs(&p)), (2, 0));
+    p.free(a + 4 * MIB, on(5, true), None);
+    assert_eq!(p.alloc_on(0, 8 * MIB, Some(5)).unwrap(), a + 4 * MIB);
+    // ... so stream 6 gets the last 8 MiB only after a barrier.
+    let other = p.alloc_on(0, 8 * MIB, Some(6)).unwrap();
+    assert_eq!(other, a + 12 * MIB);
+    assert_eq!(syncs(&p), 1);
+    p.check().unwrap();
+}
+
+#[test]
+fn blocks_freed_on_a_stream_merge_for_its_larger_requests() {
+    let p = relaxed();
+    let v: Vec<Addr> = (0..4)
+        .map(|_| p.alloc_on(0, 4 * MIB, Some(5)).unwrap())
+        .collect();
+    assert!(v.windows(2).all(|w| w[1] == w[0] + 4 * MIB), "{v:x?}");
+    // Freed out of order, with the free rest of the segment next to them.
+    for i in [2, 0, 3, 1] {
+        p.free(v[i], on(5, true), None);
+    }
+    let mallocs = stats(&p, 0).real_mallocs;
+    assert_eq!(p.alloc_on(0, 18 * MIB, Some(5)).unwrap(), v[0]);
+    assert_eq!(stats(&p, 0).real_mallocs, mallocs);
+    assert_eq!(p.backend().get(|s| s.barriers), 0);
+    p.check().unwrap();
+}
+
+#[test]
+fn a_barrier_gives_stream_blocks_to_everyone() {
+    let p = relaxed();
+    let a = p.alloc_on(0, 12 * MIB, Some(5)).unwrap();
+    p.free(a, on(5, true), None);
+    // Stream 6 needs 12 MiB: the pool's barrier covers the free rather than growing.
+    assert_eq!(p.alloc_on(0, 12 * MIB, Some(6)).unwrap(), a);
+    assert_eq!(p.backend().get(|s| s.barriers), 1);
+    assert_eq!(stats(&p, 0).stream_hits, 0);
+    p.free(a, on(6, true), None);
+    // Released with the rest of the cache (the held block goes with its segment).
+    assert_eq!(p.empty_cache(0), 12 * MIB);
+    p.check().unwrap();
+}
+
+#[test]
+fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
+    struct Memory(Mutex<Vec<u8>>);
+    impl TraceSink for Memory {
+        fn write(&self, bytes: &[u8]) {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+        }
+    }
+    let sink = Arc::new(Memory(Mutex::new(trace::MAGIC.to_vec())));
+    let mut settings = relaxed().settings().clone();
+    settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
+    let p = Pool::new(Model::with_capacity(80 << 30), settings);
+    // Three streams and plain cudaMalloc/cudaFree; blocks freed mostly on their own stream.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut live: Vec<(Addr, Option<StreamKey>)> = Vec::new();
+    for _ in 0..20_000 {
+        let r = next();
+        if live.len() > 40 || (!live.is_empty() && r % 2 == 0) {
+            let (a, s) = live.swap_remove((r >> 8) as usize % live.len());
+            let how = match (s, r >> 16 & 7) {
+                (None, _) => FreeKind::Sync,
+                (Some(s), 0) => on((s + 1) % 3, true),
+                (Some(s), k) => on(s, k != 1),
+            };
+            assert_eq!(p.free(a, how, Some(0)), FreeOutcome::Freed);
+        } else {
+            let stream = (r >> 8) % 4;
+            let stream = (stream < 3).then_some(stream);
+            let size = [512, 4096, 300 << 10, 3 * MIB, 12 * MIB, 40 * MIB][(r >> 24) as usize % 6];
+            live.push((p.alloc_on(0, size, stream).unwrap(), stream));
+        }
+    }
+    p.check().unwrap();
+    p.flush_trace();
+    let live_stats = stats(&p, 0);
+    assert!(live_stats.stream_hits > 1000, "{}", live_stats.stream_hits);
+    let records = trace::parse(&sink.0.lock().unwrap()).unwrap();
+    let r = replay::replay(&records, &replay::Overrides::default());
+    assert!(!r[0].diverged);
+    let s = &r[0].stats;
+    assert_eq!(
+        (
+            s.stream_hits,
+            s.hits,
+            s.real_mallocs,
+            s.barriers,
+            s.reserved.peak
+        ),
+        (
+            live_stats.stream_hits,
+            live_stats.hits,
+            live_stats.real_mallocs,
+            live_stats.barriers,
+            live_stats.reserved.peak
+        )
+    );
 }
 
 #[test]
@@ -1666,7 +1831,14 @@ fn a_device_reset_empties_thread_caches() {
 fn async_frees_in_a_thread_cache_wait_for_a_barrier() {
     let p = shared_relaxed(80 << 30);
     let a = p.alloc(0, 4096).unwrap();
-    p.free(a, FreeKind::Async { blocking: true }, Some(0));
+    p.free(
+        a,
+        FreeKind::Async {
+            blocking: true,
+            stream: 7,
+        },
+        Some(0),
+    );
     // Not reusable from the cache: it waits to go back to the device, which needs a barrier.
     let b = p.alloc(0, 4096).unwrap();
     assert_ne!(a, b, "reused before a barrier");
@@ -1734,7 +1906,14 @@ fn a_thread_takes_barriers_for_its_cache_in_batches_and_not_behind_a_fence() {
     q.alloc(0, 4096).unwrap();
     let f = q.alloc(0, 4096).unwrap();
     let v: Vec<Addr> = (0..16).map(|_| q.alloc(0, 256 << 10).unwrap()).collect();
-    q.free(f, FreeKind::Async { blocking: false }, Some(0));
+    q.free(
+        f,
+        FreeKind::Async {
+            blocking: false,
+            stream: 7,
+        },
+        Some(0),
+    );
     for &a in &v {
         q.free(a, FreeKind::Sync, Some(0));
     }

@@ -25,14 +25,17 @@ pub enum Kind {
     /// The device's pool was made: `a` max split size, `b` fence bytes, `c` threshold,
     /// `aux` reuse mode (0 strict, 1 barrier, 2 relaxed).
     Settings = 0,
-    /// An allocation served: `a` requested bytes, `b` address, `c` block size.
+    /// An allocation served: `a` requested bytes, `b` address, `c` block size, `aux` the
+    /// stream it is for (`gpupool_malloc_async`): 0 none, else the device's number for the
+    /// stream, from 1 in order of first use.
     Alloc = 1,
     /// An allocation the pool could not serve: `a` requested bytes, `b` error code (2: out of
     /// memory after releasing the cache and retrying).
     AllocFailed = 2,
     /// A block given back: `a` address, `b` what its reuse waits for (0 nothing, 1 barrier,
-    /// 2 fence), `c` block size, `aux` how (0 `cudaFree`, 1 `cudaFreeAsync` on a blocking
-    /// stream, 2 on a non-blocking stream).
+    /// 2 fence), `c` block size, `aux` how in its low two bits (0 `cudaFree`, 1 `cudaFreeAsync`
+    /// on a blocking stream, 2 on a non-blocking stream) and the stream's number (as for
+    /// `Alloc`) above them.
     Free = 3,
     /// A segment from the driver: `a` address, `b` size.
     SegmentAlloc = 4,

@@ -127,6 +127,12 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.thread_cache_hits as f64,
     ),
     (
+        "gpupool_stream_hits_total",
+        "counter",
+        "Allocations on a stream served by blocks freed on that stream before a barrier or fence covered them (part of the cache hits).",
+        |d| d.snap.stats.stream_hits as f64,
+    ),
+    (
         "gpupool_cache_misses_total",
         "counter",
         "Allocations that needed a new segment.",

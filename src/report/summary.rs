@@ -190,11 +190,14 @@ pub fn render_text(r: &Report) -> String {
             pct(s.hits, s.allocs),
             s.hits,
             s.misses,
-            if s.thread_cache_hits > 0 {
-                format!("; {} by thread caches", s.thread_cache_hits)
-            } else {
-                String::new()
-            }
+            [
+                (s.thread_cache_hits, "by thread caches"),
+                (s.stream_hits, "on the stream that freed them")
+            ]
+            .iter()
+            .filter(|&&(n, _)| n > 0)
+            .map(|(n, what)| format!("; {n} {what}"))
+            .collect::<String>()
         );
         let _ = writeln!(
             o,

@@ -1,7 +1,7 @@
 /* The gpupool_* C API, checked against what the program did and what the simulator saw.
  * Linked with -lgpupool ahead of -lcudart, so the program's own cudaMalloc is pooled too.
  *
- * usage: api stats | empty | args | disabled | percent | outgrown */
+ * usage: api stats | empty | args | disabled | percent | outgrown | streams */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <stdint.h>
@@ -296,6 +296,47 @@ static void disabled(void)
     printf("disabled ok\n");
 }
 
+/* GPUPOOL_REUSE=relaxed: a block freed with gpupool_free_async serves the next
+ * gpupool_malloc_async on the same stream at once (the stream runs the new owner's work after
+ * the old), and no allocation on another stream while the old work runs. Other modes: not even
+ * on the same stream. */
+static void streams(void)
+{
+    const char *reuse = getenv("GPUPOOL_REUSE");
+    int relaxed = reuse && strcmp(reuse, "relaxed") == 0;
+    cudaStream_t s, t;
+    void *a, *b, *c;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    gpupool_stats before = pool_stats(0);
+    CHECK_POOL(gpupool_malloc_async(&a, MIB, s));
+    /* 200 ms of work on `a`, then the kernel writes 0xEE over it. */
+    CHECK_CUDA(cudasim_launch_fill(a, MIB, 200000, 0xEE, s));
+    CHECK_POOL(gpupool_free_async(a, s));
+    CHECK_POOL(gpupool_malloc_async(&c, MIB, t));
+    CHECK(c != a && cudasimRangeBusy(c, MIB) == 0, "stream t got %p under stream s's kernel", c);
+    CHECK_POOL(gpupool_malloc_async(&b, MIB, s));
+    if (relaxed) {
+        CHECK(b == a, "stream s got %p, not the block %p it freed", b, a);
+        CHECK(cudasimRangeBusy(b, MIB) == 1, "the kernel on %p already finished: no test", b);
+    } else {
+        CHECK(b != a && cudasimRangeBusy(b, MIB) == 0, "stream s got %p under its kernel", b);
+    }
+    /* The new owner's kernel runs after the old one on the stream: its bytes are the last. */
+    CHECK_CUDA(cudasim_launch_fill(b, MIB, 0, 0x42, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    check_tag(b, MIB, 0x42);
+    gpupool_stats after = pool_stats(0);
+    CHECK(after.stream_hits - before.stream_hits == (unsigned long long)relaxed, "stream hits %llu",
+          (unsigned long long)(after.stream_hits - before.stream_hits));
+    CHECK_POOL(gpupool_free_async(b, s));
+    CHECK_POOL(gpupool_free_async(c, t));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_CUDA(cudaStreamDestroy(t));
+    printf("streams ok\n");
+}
+
 /* A request larger than every segment so far gives the idle segments it outgrew back first:
  * the counters, the simulator and the peak agree. */
 static void outgrown(void)
@@ -341,6 +382,8 @@ int main(int argc, char **argv)
         disabled();
     else if (strcmp(mode, "percent") == 0)
         percent();
+    else if (strcmp(mode, "streams") == 0)
+        streams();
     else if (strcmp(mode, "outgrown") == 0)
         outgrown();
     else {

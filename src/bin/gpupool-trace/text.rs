@@ -29,6 +29,10 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
     let mut o = Overrides::default();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
+        if flag == "--one-stream" {
+            o.one_stream = true;
+            continue;
+        }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--threshold" => o.threshold = Some(size_or_none(value)?),
