@@ -8,7 +8,7 @@
 #![allow(non_snake_case)]
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use crate::config::ReuseMode;
 use crate::cuda::runtime::Runtime;
@@ -16,7 +16,7 @@ use crate::cuda::types::*;
 use crate::global::{self, Global};
 use crate::guard::{self, boundary};
 use crate::log;
-use crate::pool::{CudaError, FreeKind, FreeOutcome, StreamKey};
+use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Pool, StreamKey, NO_STREAM};
 
 /// The runtime, or the status to return when there is none.
 fn runtime() -> Result<&'static Global, CudaStatus> {
@@ -86,7 +86,10 @@ pub unsafe fn malloc_on(
         let Some(dev) = current_device(rt) else {
             return pass();
         };
-        match pool.alloc_on(dev, size as u64, stream.map(stream_key)) {
+        let stream = stream
+            .map(|s| stream_key(rt, pool, s))
+            .filter(|&k| k != NO_STREAM);
+        match pool.alloc_on(dev, size as u64, stream) {
             Ok(addr) => {
                 // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
                 unsafe { *dev_ptr = addr as *mut c_void };
@@ -148,20 +151,21 @@ fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
     r == SUCCESS && flags & STREAM_NON_BLOCKING == 0
 }
 
-/// The pool's name for `stream` (`StreamKey`): NULL and `cudaStreamLegacy` are the legacy
-/// default stream; `cudaStreamPerThread` is a different stream in each thread.
-pub fn stream_key(stream: Stream) -> StreamKey {
-    thread_local! {
-        static PER_THREAD: StreamKey = {
-            static NEXT: AtomicU64 = AtomicU64::new(0);
-            // Above every address a stream handle can have.
-            (1 << 63) | NEXT.fetch_add(1, Ordering::Relaxed)
-        };
-    }
-    match stream as usize {
-        0 | STREAM_LEGACY => STREAM_LEGACY as StreamKey,
-        STREAM_PER_THREAD => PER_THREAD.with(|k| *k),
-        s => s as StreamKey,
+/// The pool's name for `stream` (`StreamKey`), when `pool` uses names (`Pool::names_streams`):
+/// the runtime's unique id of the stream (`cudaStreamGetId`), never reused, so a stream created
+/// after another was destroyed, even at the same handle, is another stream (the destroyed one's
+/// work may still run). NULL and `cudaStreamLegacy` are the legacy default stream,
+/// `cudaStreamPerThread` the calling thread's own. `NO_STREAM` when the runtime cannot say
+/// (before CUDA 12, or a call that fails): then no stream-ordered reuse.
+fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> StreamKey {
+    let Some(get_id) = rt.stream_get_id.filter(|_| pool.names_streams()) else {
+        return NO_STREAM;
+    };
+    let mut id = 0u64;
+    // SAFETY: a stream handle the program passed, and a valid out-pointer.
+    match unsafe { get_id(stream, &mut id) } {
+        SUCCESS if id != NO_STREAM => id,
+        _ => NO_STREAM,
     }
 }
 
@@ -185,7 +189,7 @@ pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> Cuda
         };
         let kind = FreeKind::Async {
             blocking: stream_is_blocking(rt, stream),
-            stream: stream_key(stream),
+            stream: stream_key(rt, pool, stream),
         };
         match pool.free(ptr as u64, kind, current_device(rt)) {
             FreeOutcome::Freed => SUCCESS,

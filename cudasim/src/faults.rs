@@ -57,6 +57,7 @@ functions!(
     cudaStreamSynchronize,
     cudaStreamQuery,
     cudaStreamGetFlags,
+    cudaStreamGetId,
     cudaStreamWaitEvent,
     cudaEventCreate,
     cudaEventCreateWithFlags,

@@ -49,15 +49,19 @@ pub enum Kind {
 pub struct Stream {
     pub device: usize,
     pub kind: Kind,
+    /// `cudaStreamGetId`: unique for the life of the process, never reused.
+    pub id: u64,
     /// When the last operation enqueued on the stream completes.
     pub tail: Nanos,
 }
 
 impl Stream {
     fn new(device: usize, kind: Kind) -> Stream {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Stream {
             device,
             kind,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tail: 0,
         }
     }

@@ -38,6 +38,26 @@ int main(void)
         EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
     }
 
+    SECTION("stream ids are unique and never reused");
+    {
+        unsigned long long ib = 0, inb = 0, il = 0, il2 = 0, inew = 0;
+        cudaStream_t s2;
+        OK(cudaStreamGetId(sb, &ib));
+        OK(cudaStreamGetId(snb, &inb));
+        OK(cudaStreamGetId(0, &il));
+        OK(cudaStreamGetId(cudaStreamLegacy, &il2));
+        CHECK(ib != inb && ib != il && inb != il && il == il2, "ids %llu %llu %llu %llu", ib,
+              inb, il, il2);
+        OK(cudaStreamCreate(&s2));
+        OK(cudaStreamDestroy(s2));
+        OK(cudaStreamCreate(&s2));
+        OK(cudaStreamGetId(s2, &inew));
+        CHECK(inew != ib && inew != inb && inew != il, "a new stream reused id %llu", inew);
+        OK(cudaStreamDestroy(s2));
+        EXPECT(cudaStreamGetId(sb, NULL), cudaErrorInvalidValue);
+        EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
+    }
+
     SECTION("a fill kernel writes its byte when it completes");
     t0 = now_ms();
     OK(cudasim_launch_fill(a, 4096, 150000, 0xab, sb));

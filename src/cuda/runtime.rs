@@ -17,6 +17,7 @@ pub type StreamWaitEventFn = unsafe extern "C" fn(Stream, Event, u32) -> CudaSta
 pub type EventCreateWithFlagsFn = unsafe extern "C" fn(*mut Event, u32) -> CudaStatus;
 pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CudaStatus;
 pub type StreamGetFlagsFn = unsafe extern "C" fn(Stream, *mut u32) -> CudaStatus;
+pub type StreamGetIdFn = unsafe extern "C" fn(Stream, *mut u64) -> CudaStatus;
 pub type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut Stream, u32) -> CudaStatus;
 pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, u32, i32) -> CudaStatus;
 pub type LaunchKernelFn =
@@ -45,6 +46,8 @@ pub struct Runtime {
     pub stream_synchronize: Option<StreamFn>,
     pub event_synchronize: Option<EventFn>,
     pub stream_get_flags: Option<StreamGetFlagsFn>,
+    /// `cudaStreamGetId` (CUDA 12 and later): names streams for stream-ordered reuse.
+    pub stream_get_id: Option<StreamGetIdFn>,
     pub stream_create_with_flags: Option<StreamCreateWithFlagsFn>,
     pub stream_create_with_priority: Option<StreamCreateWithPriorityFn>,
     pub launch_kernel: Option<LaunchKernelFn>,
@@ -111,6 +114,7 @@ impl Runtime {
             stream_synchronize: optional!(lookup, "cudaStreamSynchronize"),
             event_synchronize: optional!(lookup, "cudaEventSynchronize"),
             stream_get_flags: optional!(lookup, "cudaStreamGetFlags"),
+            stream_get_id: optional!(lookup, "cudaStreamGetId"),
             stream_create_with_flags: optional!(lookup, "cudaStreamCreateWithFlags"),
             stream_create_with_priority: optional!(lookup, "cudaStreamCreateWithPriority"),
             launch_kernel: optional!(lookup, "cudaLaunchKernel"),

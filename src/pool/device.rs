@@ -16,7 +16,7 @@ use super::size::{
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
-use super::{AddrHasher, FreeKind, Seqs, StreamKey};
+use super::{AddrHasher, FreeKind, Seqs, StreamKey, NO_STREAM};
 
 /// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
 /// (or an eighth of its reserved memory, if more): a request of the same size takes one back
@@ -27,9 +27,6 @@ const BIN_BYTES: u64 = 256 << 20;
 const BINS: usize = (SMALL_LIMIT / ALIGN) as usize;
 
 const NONE: u32 = u32::MAX;
-
-/// A block not held for a stream.
-const NO_STREAM: StreamKey = StreamKey::MAX;
 
 /// Streams the trace numbers per device; later ones share the last number (a replay then lets
 /// them reuse each other's blocks, which only lowers its figures).
@@ -766,8 +763,8 @@ impl DevicePool {
         };
         let size = self.blocks[idx as usize].size;
         let stream = match how {
-            FreeKind::Async { stream, .. } => Some(stream),
-            FreeKind::Sync => None,
+            FreeKind::Async { stream, .. } if stream != NO_STREAM => Some(stream),
+            _ => None,
         };
         let id = stream.map_or(0, |k| self.stream_id(k));
         self.record(Kind::Free, addr, need as u64, size, how.code() | id << 2);

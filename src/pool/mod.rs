@@ -186,10 +186,12 @@ pub enum FreeKind {
     Async { blocking: bool, stream: StreamKey },
 }
 
-/// Names a stream for stream-ordered reuse (`Pool::alloc_on_stream`): the stream's handle, the
-/// legacy default stream for NULL and `cudaStreamLegacy`, and for `cudaStreamPerThread` a key
-/// of the calling thread (its per-thread stream is another stream in each thread).
+/// Names a stream for stream-ordered reuse (`Pool::alloc_on`): in the library, the runtime's
+/// unique id of the stream (`hooks::stream_key`); in a replay, the trace's number for it.
 pub type StreamKey = u64;
+
+/// No stream, or one the runtime could not name: never reused in stream order.
+pub const NO_STREAM: StreamKey = StreamKey::MAX;
 
 impl FreeKind {
     /// The code the trace records.
@@ -399,6 +401,12 @@ impl<B: Backend> Pool<B> {
     /// Allocate `size` bytes on `device`, the calling thread's current device.
     pub fn alloc(&self, device: u32, size: u64) -> Result<Addr, CudaError> {
         self.alloc_on(device, size, None)
+    }
+
+    /// Whether frees and allocations should name their streams (`StreamKey`): for stream-ordered
+    /// reuse (`relaxed`), or for the trace, so that replays in `relaxed` mode can reuse so too.
+    pub fn names_streams(&self) -> bool {
+        self.settings.reuse == ReuseMode::Relaxed || self.settings.trace.is_some()
     }
 
     /// `alloc` for use on `stream` when there is one: in `relaxed` mode a block freed on that

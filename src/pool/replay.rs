@@ -13,7 +13,7 @@ use super::backend::{Addr, Backend, CudaError};
 use super::device::{DevicePool, Need, Policy};
 use super::stats::DeviceStats;
 use super::trace::{Kind, Record};
-use super::{need_for, reuse_from_code, FreeKind, Seqs};
+use super::{need_for, reuse_from_code, FreeKind, Seqs, NO_STREAM};
 use crate::config::ReuseMode;
 
 /// The stream `Overrides::one_stream` replays on (trace stream numbers start at 1, and this one
@@ -242,7 +242,8 @@ impl DeviceReplay {
                         stream: ONE_STREAM,
                     }
                 } else {
-                    FreeKind::from_code(r.aux & 3, (r.aux >> 2) as u64)
+                    let id = (r.aux >> 2) as u64;
+                    FreeKind::from_code(r.aux & 3, if id == 0 { NO_STREAM } else { id })
                 };
                 let need = if self.reuse == self.recorded_reuse && !o.one_stream {
                     need_from_code(r.b)

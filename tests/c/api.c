@@ -334,6 +334,28 @@ static void streams(void)
     CHECK_CUDA(cudaDeviceSynchronize());
     CHECK_CUDA(cudaStreamDestroy(s));
     CHECK_CUDA(cudaStreamDestroy(t));
+
+    /* A stream destroyed while its work still runs, and a new stream (which may get the same
+     * handle): another stream, which must not get the block under the old stream's kernel. */
+    cudaStream_t u, v;
+    void *d, *e;
+    int same = 0;
+    for (int i = 0; i < 3 && !same; i++) {
+        CHECK_CUDA(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking));
+        CHECK_POOL(gpupool_malloc_async(&d, 5 * MIB, u));
+        CHECK_CUDA(cudasim_launch_fill(d, 5 * MIB, 200000, 0xEE, u));
+        CHECK_POOL(gpupool_free_async(d, u));
+        CHECK_CUDA(cudaStreamDestroy(u));
+        CHECK_CUDA(cudaStreamCreateWithFlags(&v, cudaStreamNonBlocking));
+        same = u == v;
+        CHECK_POOL(gpupool_malloc_async(&e, 5 * MIB, v));
+        CHECK(cudasimRangeBusy(e, 5 * MIB) == 0, "a new stream got %p under a destroyed one's kernel",
+              e);
+        CHECK_POOL(gpupool_free_async(e, v));
+        CHECK_CUDA(cudaStreamDestroy(v));
+    }
+    CHECK(same, "no stream handle was reused: the case is not tested");
+    CHECK_CUDA(cudaDeviceSynchronize());
     printf("streams ok\n");
 }
 

@@ -126,6 +126,21 @@ pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_ui
     })
 }
 
+/// The stream's unique id (`cudaStreamGetId`, CUDA 12): never reused, also after the stream is
+/// destroyed and its handle's address is given to a new stream. The legacy and per-thread
+/// default streams have one per device.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned long long.
+    runtime_call(Func::cudaStreamGetId, || unsafe {
+        let out = Out::new(id)?;
+        with_state(|st| {
+            out.set(st.streams.get(st.stream(stream as usize)?).id);
+            Ok(())
+        })
+    })
+}
+
 /// `flags` must be `cudaEventWaitDefault` (0) or `cudaEventWaitExternal` (1).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamWaitEvent(
