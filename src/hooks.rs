@@ -156,11 +156,22 @@ fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
 /// after another was destroyed, even at the same handle, is another stream (the destroyed one's
 /// work may still run). NULL and `cudaStreamLegacy` are the legacy default stream,
 /// `cudaStreamPerThread` the calling thread's own. `NO_STREAM` when the runtime cannot say
-/// (before CUDA 12, or a call that fails): then no stream-ordered reuse.
+/// (before CUDA 12, or a call that fails) or the stream is being captured into a graph (where
+/// the query may not be allowed, and would then invalidate the capture; cudaStreamIsCapturing
+/// is made to be asked then): then no stream-ordered reuse.
 fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> StreamKey {
-    let Some(get_id) = rt.stream_get_id.filter(|_| pool.names_streams()) else {
+    let (Some(get_id), Some(is_capturing), true) = (
+        rt.stream_get_id,
+        rt.stream_is_capturing,
+        pool.names_streams(),
+    ) else {
         return NO_STREAM;
     };
+    let mut capturing = -1;
+    // SAFETY: a stream handle the program passed, and a valid out-pointer.
+    if unsafe { is_capturing(stream, &mut capturing) } != SUCCESS || capturing != 0 {
+        return NO_STREAM;
+    }
     let mut id = 0u64;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
     match unsafe { get_id(stream, &mut id) } {

@@ -58,6 +58,7 @@ functions!(
     cudaStreamQuery,
     cudaStreamGetFlags,
     cudaStreamGetId,
+    cudaStreamIsCapturing,
     cudaStreamWaitEvent,
     cudaEventCreate,
     cudaEventCreateWithFlags,

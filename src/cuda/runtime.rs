@@ -18,6 +18,7 @@ pub type EventCreateWithFlagsFn = unsafe extern "C" fn(*mut Event, u32) -> CudaS
 pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CudaStatus;
 pub type StreamGetFlagsFn = unsafe extern "C" fn(Stream, *mut u32) -> CudaStatus;
 pub type StreamGetIdFn = unsafe extern "C" fn(Stream, *mut u64) -> CudaStatus;
+pub type StreamIsCapturingFn = unsafe extern "C" fn(Stream, *mut i32) -> CudaStatus;
 pub type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut Stream, u32) -> CudaStatus;
 pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, u32, i32) -> CudaStatus;
 pub type LaunchKernelFn =
@@ -48,6 +49,8 @@ pub struct Runtime {
     pub stream_get_flags: Option<StreamGetFlagsFn>,
     /// `cudaStreamGetId` (CUDA 12 and later): names streams for stream-ordered reuse.
     pub stream_get_id: Option<StreamGetIdFn>,
+    /// `cudaStreamIsCapturing`: no stream id is asked of a stream being captured into a graph.
+    pub stream_is_capturing: Option<StreamIsCapturingFn>,
     pub stream_create_with_flags: Option<StreamCreateWithFlagsFn>,
     pub stream_create_with_priority: Option<StreamCreateWithPriorityFn>,
     pub launch_kernel: Option<LaunchKernelFn>,
@@ -115,6 +118,7 @@ impl Runtime {
             event_synchronize: optional!(lookup, "cudaEventSynchronize"),
             stream_get_flags: optional!(lookup, "cudaStreamGetFlags"),
             stream_get_id: optional!(lookup, "cudaStreamGetId"),
+            stream_is_capturing: optional!(lookup, "cudaStreamIsCapturing"),
             stream_create_with_flags: optional!(lookup, "cudaStreamCreateWithFlags"),
             stream_create_with_priority: optional!(lookup, "cudaStreamCreateWithPriority"),
             launch_kernel: optional!(lookup, "cudaLaunchKernel"),

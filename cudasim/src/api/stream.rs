@@ -141,6 +141,20 @@ pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_
     })
 }
 
+/// The simulator captures no graphs: every valid stream is `cudaStreamCaptureStatusNone` (0).
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamIsCapturing(stream: CudaStream, status: *mut c_int) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing the status enum (an int).
+    runtime_call(Func::cudaStreamIsCapturing, || unsafe {
+        let out = Out::new(status)?;
+        with_state(|st| {
+            st.stream(stream as usize)?;
+            out.set(0);
+            Ok(())
+        })
+    })
+}
+
 /// `flags` must be `cudaEventWaitDefault` (0) or `cudaEventWaitExternal` (1).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamWaitEvent(
