@@ -223,6 +223,14 @@ write_report() {
         echo
         echo "hazard_pool_relaxed is informational: relaxed trusts stream order, so a clobber there is the documented behaviour."
         echo
+        echo "## stream_reuse (a block freed on a stream under a running kernel; gpupool_malloc_async)"
+        echo
+        echo "| run | result | summary |"
+        echo "| --- | --- | --- |"
+        for f in stream_reuse_nopool stream_reuse_pool_relaxed stream_reuse_pool_strict; do
+            echo "| $f | $(status_of $f) | $(grep -E '^rounds ' "$LOGS/$f.log" 2>/dev/null | tail -n 1) |"
+        done
+        echo
         echo "## PyTorch (tests/gpu/torch_train.py)"
         echo
         echo "| run | result | median step ms | max_memory_reserved MiB | peak device used MiB | base used MiB | final loss |"
@@ -409,7 +417,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 # 2. Build
 
-PROGRAMS=(churn hazard overlap hit_bench)
+PROGRAMS=(churn hazard stream_reuse overlap hit_bench)
 declare -A BUILT=()
 
 cuda_lib_dir() { # the directory with the toolkit's libcudart, next to nvcc
@@ -447,13 +455,13 @@ else
     for p in "${PROGRAMS[@]}"; do
         (
             log="$LOGS/build_$p.log"
-            cmd=("$NVCC_BIN" -O2 -cudart shared -arch=sm_90 -o "$BUILD/$p" "$SRC/$p.cu" "${LINK_FLAGS[@]}" -lpthread)
+            cmd=("$NVCC_BIN" -O2 -cudart shared -arch=sm_90 -o "$BUILD/$p" "$SRC/$p.cu" "${LINK_FLAGS[@]}" -lpthread -ldl)
             rm -f "$BUILD/$p"
             echo "\$ ${cmd[*]}" >"$log"
             if timeout -k 5 180 "${cmd[@]}" >>"$log" 2>&1; then
                 echo "sm_90" >"$BUILD/$p.rc"
             else
-                cmd=("$NVCC_BIN" -O2 -cudart shared -o "$BUILD/$p" "$SRC/$p.cu" "${LINK_FLAGS[@]}" -lpthread)
+                cmd=("$NVCC_BIN" -O2 -cudart shared -o "$BUILD/$p" "$SRC/$p.cu" "${LINK_FLAGS[@]}" -lpthread -ldl)
                 echo "\$ ${cmd[*]}   (retry without -arch)" >>"$log"
                 if timeout -k 5 180 "${cmd[@]}" >>"$log" 2>&1; then
                     echo "default arch (sm_90 failed)" >"$BUILD/$p.rc"
@@ -522,6 +530,20 @@ if have hazard; then
 else
     for f in hazard_nopool hazard_pool_strict hazard_pool_barrier; do missing $f check; done
     missing hazard_pool_relaxed info
+fi
+
+# stream_reuse: stream-ordered reuse (relaxed: the block freed on a stream serves that stream at
+# once, written in stream order; never another stream, nor a new stream after a destroyed one).
+# Without the pool it runs on cudaMallocAsync, whose pool has the same rule.
+if have stream_reuse; then
+    run_step stream_reuse_nopool check 60 'stream_reuse ok' -- "${CLEAN[@]}" "$BUILD/stream_reuse"
+    pool relaxed
+    run_step stream_reuse_pool_relaxed check 60 "stream_reuse ok;;same_stream_reuse [1-9];;$INTERCEPTED" -- \
+        "${POOL[@]}" "$BUILD/stream_reuse"
+    pool strict
+    run_step stream_reuse_pool_strict check 60 "stream_reuse ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/stream_reuse"
+else
+    for f in stream_reuse_nopool stream_reuse_pool_relaxed stream_reuse_pool_strict; do missing $f check; done
 fi
 
 # ---------------------------------------------------------------------------------------------
