@@ -222,6 +222,14 @@ enum Op {
     Barrier {
         dev: u32,
     },
+    /// Another thread's legacy-stream action starts (its sequence is read) ...
+    BarrierBegin {
+        dev: u32,
+    },
+    /// ... and completes, covering what was freed before it started.
+    BarrierEnd {
+        dev: u32,
+    },
     /// A program stream/event synchronization: the release threshold applies.
     Release {
         dev: u32,
@@ -351,6 +359,8 @@ fn op(big: bool) -> impl Strategy<Value = Op> {
         ),
         2 => dev.clone().prop_map(|dev| Op::Fence { dev }),
         2 => dev.clone().prop_map(|dev| Op::Barrier { dev }),
+        2 => dev.clone().prop_map(|dev| Op::BarrierBegin { dev }),
+        2 => dev.clone().prop_map(|dev| Op::BarrierEnd { dev }),
         2 => dev.clone().prop_map(|dev| Op::Release { dev }),
         1 => dev.clone().prop_map(|dev| Op::EmptyCache { dev }),
         1 => threshold_bytes().prop_map(|bytes| Op::SetThreshold { bytes }),
@@ -423,6 +433,8 @@ struct Reference {
     /// Addresses freed and not handed out since (for double frees).
     freed: Vec<Addr>,
     nonblocking_seen: bool,
+    /// A barrier begun per device: (its sequence, the step it began).
+    begun: [Option<(gpupool::pool::SyncSeq, u64)>; DEVICES as usize],
 }
 
 fn round(size: u64) -> Option<u64> {
@@ -467,6 +479,7 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
         dirty: Vec::new(),
         freed: Vec::new(),
         nonblocking_seen: false,
+        begun: [None; DEVICES as usize],
     };
     for (step, op) in ops.iter().enumerate() {
         // Odd: `Again` runs its allocation at the next (even) tick, after its free.
@@ -626,6 +639,20 @@ fn apply(
             pool.observe_barrier(dev, seq);
             driver.with(|s| s.last_barrier[dev as usize] = clock);
         }
+        Op::BarrierBegin { dev } => {
+            if m.begun[dev as usize].is_none() {
+                m.begun[dev as usize] = Some((pool.seq_before_sync(dev), clock));
+            }
+        }
+        Op::BarrierEnd { dev } => {
+            if let Some((seq, began)) = m.begun[dev as usize].take() {
+                pool.observe_barrier(dev, seq);
+                driver.with(|s| {
+                    let b = &mut s.last_barrier[dev as usize];
+                    *b = (*b).max(began);
+                });
+            }
+        }
         Op::Release { dev } => {
             pool.sync_point(dev);
             return Ok(Some((dev, None)));
@@ -656,6 +683,7 @@ fn apply(
                 s.last_fence[dev as usize] = clock;
             });
             pool.forget_device(dev);
+            m.begun[dev as usize] = None;
             m.live.retain(|_, v| v.0 != dev);
             m.dirty.retain(|d| d.dev != dev);
         }
@@ -886,4 +914,72 @@ fn random_sequences_with_requests_above_512_mib_keep_every_invariant() {
         outgrown > 0,
         "no sequence released a segment a larger request outgrew"
     );
+}
+
+/// Found in review: a split remainder of a block freed on stream 5 absorbs a neighbour freed on stream 5
+/// after a barrier began; once that barrier completes, a plain allocation gets the neighbour.
+#[test]
+fn a_split_remainder_keeps_its_neighbours_later_free() {
+    let setup = Setup {
+        reuse: ReuseMode::Relaxed,
+        threshold: Threshold::KeepAll,
+        max_split_size: u64::MAX,
+        fence_bytes: 64 * MIB,
+        shared: false,
+        thread_cache: 0,
+        capacity: CAPACITY,
+    };
+    let free_async = |pick| Op::FreeAsync {
+        pick,
+        current: 0,
+        blocking: true,
+        stream: 5,
+    };
+    let ops = [
+        Op::AllocOn {
+            dev: 0,
+            size: 4 * MIB,
+            stream: 5,
+        }, // x
+        Op::Alloc {
+            dev: 0,
+            size: 2 * MIB,
+        }, // l
+        Op::AllocOn {
+            dev: 0,
+            size: 4 * MIB,
+            stream: 5,
+        }, // n
+        Op::Alloc {
+            dev: 0,
+            size: 10 * MIB,
+        }, // t
+        Op::Alloc {
+            dev: 0,
+            size: 12 * MIB,
+        }, // y, a segment of its own
+        Op::Free {
+            pick: 4,
+            current: 0,
+        }, // y
+        free_async(0), // x
+        Op::BarrierBegin { dev: 0 },
+        Op::Free {
+            pick: 0,
+            current: 0,
+        }, // l
+        free_async(0), // n
+        Op::AllocOn {
+            dev: 0,
+            size: 2 * MIB,
+            stream: 5,
+        }, // 2 MiB of x
+        Op::EmptyCache { dev: 0 },
+        Op::BarrierEnd { dev: 0 },
+        Op::Alloc {
+            dev: 0,
+            size: 8 * MIB,
+        },
+    ];
+    run(&setup, &ops).unwrap();
 }

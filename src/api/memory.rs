@@ -67,9 +67,11 @@ pub unsafe extern "C" fn gpupool_free(ptr: *mut c_void) -> c_int {
 }
 
 /// Allocates `size` bytes on the calling thread's current device for use on `stream` (which
-/// must belong to that device), like `cudaMallocAsync`. Pool memory is ready at once for any
-/// stream, so this is `gpupool_malloc` with a stream; free it with `gpupool_free_async` on the
-/// stream that last uses it. With `GPUPOOL_DISABLE=1` the call goes to the runtime's
+/// must belong to that device), like `cudaMallocAsync`. The memory is ready at once for any
+/// stream, except in `GPUPOOL_REUSE=relaxed` mode when it is a block freed with
+/// `gpupool_free_async` on the same stream whose earlier work may still run: then it is ready in
+/// that stream's order, as `cudaMallocAsync` memory is (another stream must wait for this one
+/// before using it). Free it with `gpupool_free_async` on the stream that last uses it. With `GPUPOOL_DISABLE=1` the call goes to the runtime's
 /// `cudaMallocAsync` (or `cudaMalloc` when the runtime has none).
 ///
 /// Returns as `gpupool_malloc`. `*ptr` is written only on success.

@@ -2,7 +2,7 @@
 //! blocks, split and merge, freed blocks that wait for a fence or barrier before reuse, and
 //! release of whole free segments. Single-threaded: the caller holds the device's lock.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -780,8 +780,16 @@ impl DevicePool {
         if self.trace.is_none() {
             return 0;
         }
-        let next = (self.stream_ids.len() as u16 + 1).min(TRACE_STREAMS);
-        *self.stream_ids.entry(stream).or_insert(next)
+        if let Some(&id) = self.stream_ids.get(&stream) {
+            return id;
+        }
+        // Numbers 1..TRACE_STREAMS - 1 name one stream each; the map stops growing there.
+        let id = self.stream_ids.len() as u64 + 1;
+        if id >= TRACE_STREAMS as u64 {
+            return TRACE_STREAMS;
+        }
+        self.stream_ids.insert(stream, id as u16);
+        id as u16
     }
 
     // Stream-ordered reuse. A block freed on a stream, pending, is also held for that stream:
@@ -817,6 +825,14 @@ impl DevicePool {
         let prev = self.blocks[idx as usize].prev;
         let next = self.blocks[idx as usize].next;
         let (join_prev, join_next) = (joins(self, prev), joins(self, next));
+        // The merged block waits for the latest free among its parts: a split's remainder
+        // (`serve_held`) may sit next to a block freed on its stream after it.
+        let later = [(prev, join_prev), (next, join_next)]
+            .into_iter()
+            .filter(|&(_, j)| j == Some(0))
+            .map(|(n, _)| self.blocks[n as usize].stamp)
+            .max()
+            .unwrap_or(0);
         if join_prev.is_some() || join_next.is_some() {
             // The merged block waits for the latest of their frees (this one): one new queue
             // entry; the old ones go stale (their stamp or their block no longer matches).
@@ -830,6 +846,7 @@ impl DevicePool {
                 self.absorb_next(idx);
             }
             let grown = join_prev.unwrap_or(0) + join_next.unwrap_or(0);
+            let stamp = stamp.max(later);
             let b = &mut self.blocks[idx as usize];
             b.state = State::Pending;
             b.stamp = stamp;
@@ -907,7 +924,9 @@ impl DevicePool {
         };
         self.unpend(idx);
         if should_split(class, size, rounded, policy.max_split_size) {
-            // The remainder was freed with the block: still pending, still held.
+            // The remainder was freed with the block: still pending, still held. Its queue
+            // entry goes behind later ones: `promote` stops at the first entry not covered, so
+            // an older entry behind newer ones is made reusable late, never early.
             let rest = self.new_block(Block {
                 addr: self.blocks[idx as usize].addr + rounded,
                 size: size - rounded,
@@ -1710,6 +1729,49 @@ impl DevicePool {
         }
         if pending != self.pending_bytes() {
             return Err(format!("pending {pending} != {}", self.pending_bytes()));
+        }
+        self.check_waiting()
+    }
+
+    /// Pending blocks: the bytes waiting for a fence and for a barrier, each block's entry in
+    /// the queue of what it waits for (and none in the other), and the blocks held for streams.
+    fn check_waiting(&self) -> Result<(), String> {
+        let entries = |q: &VecDeque<(u32, u64)>| q.iter().copied().collect::<HashSet<_>>();
+        let (in_fence, in_barrier) = (entries(&self.pending_fence), entries(&self.pending_barrier));
+        let (mut fence, mut barrier) = (0, 0);
+        for (i, b) in self.blocks.iter().enumerate() {
+            if b.state != State::Pending {
+                continue;
+            }
+            let entry = (i as u32, b.stamp);
+            let (own, other) = if b.wants_fence {
+                fence += b.size;
+                (&in_fence, &in_barrier)
+            } else {
+                barrier += b.size;
+                (&in_barrier, &in_fence)
+            };
+            if !own.contains(&entry) || other.contains(&entry) {
+                return Err(format!("pending block {:#x}: queue entries wrong", b.addr));
+            }
+        }
+        if fence != self.pending_fence_bytes || barrier != self.pending_barrier_bytes {
+            return Err(format!(
+                "waiting for a fence {fence}/{}, for a barrier {barrier}/{}",
+                self.pending_fence_bytes, self.pending_barrier_bytes
+            ));
+        }
+        for (&stream, set) in &self.held {
+            for &(large, size, i) in set {
+                let b = &self.blocks[i as usize];
+                if b.state != State::Pending
+                    || b.stream != stream
+                    || b.size != size
+                    || (self.seg(b.seg).class == Class::Large) != large
+                {
+                    return Err(format!("block {i} held for stream {stream} is not"));
+                }
+            }
         }
         Ok(())
     }

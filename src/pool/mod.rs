@@ -410,7 +410,7 @@ impl<B: Backend> Pool<B> {
     }
 
     /// `alloc` for use on `stream` when there is one: in `relaxed` mode a block freed on that
-    /// stream serves it first, before a barrier or fence (`DevicePool::alloc_on`). Such requests
+    /// stream serves it first, before a barrier or fence (`DevicePool::alloc_on`); such requests
     /// go to the device, not to a thread cache (whose blocks are not held by stream).
     #[inline(always)]
     pub fn alloc_on(
@@ -420,7 +420,8 @@ impl<B: Backend> Pool<B> {
         stream: Option<StreamKey>,
     ) -> Result<Addr, CudaError> {
         let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
-        if stream.is_none() && slot.flags.enabled.load(Ordering::Relaxed) {
+        let held_by_stream = stream.is_some() && self.settings.reuse == ReuseMode::Relaxed;
+        if !held_by_stream && slot.flags.enabled.load(Ordering::Relaxed) {
             if let Some(r) = self.alloc_cached(slot, device, size) {
                 return r;
             }

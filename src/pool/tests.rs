@@ -738,18 +738,33 @@ fn a_barrier_gives_stream_blocks_to_everyone() {
     p.check().unwrap();
 }
 
-#[test]
-fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
-    struct Memory(Mutex<Vec<u8>>);
-    impl TraceSink for Memory {
-        fn write(&self, bytes: &[u8]) {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-        }
+/// A trace held in memory.
+struct MemoryTrace(Mutex<Vec<u8>>);
+
+impl TraceSink for MemoryTrace {
+    fn write(&self, bytes: &[u8]) {
+        self.0.lock().unwrap().extend_from_slice(bytes);
     }
-    let sink = Arc::new(Memory(Mutex::new(trace::MAGIC.to_vec())));
+}
+
+impl MemoryTrace {
+    /// The records written so far (after `Pool::flush_trace`).
+    fn records(&self) -> Vec<trace::Record> {
+        trace::parse(&self.0.lock().unwrap()).unwrap()
+    }
+}
+
+/// A `relaxed` pool that traces into memory.
+fn traced_relaxed() -> (Pool<Model>, Arc<MemoryTrace>) {
+    let sink = Arc::new(MemoryTrace(Mutex::new(trace::MAGIC.to_vec())));
     let mut settings = relaxed().settings().clone();
     settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
-    let p = Pool::new(Model::with_capacity(80 << 30), settings);
+    (Pool::new(Model::with_capacity(80 << 30), settings), sink)
+}
+
+#[test]
+fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
+    let (p, sink) = traced_relaxed();
     // Three streams and plain cudaMalloc/cudaFree; blocks freed mostly on their own stream.
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
@@ -780,7 +795,7 @@ fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
     p.flush_trace();
     let live_stats = stats(&p, 0);
     assert!(live_stats.stream_hits > 1000, "{}", live_stats.stream_hits);
-    let records = trace::parse(&sink.0.lock().unwrap()).unwrap();
+    let records = sink.records();
     let r = replay::replay(&records, &replay::Overrides::default());
     assert!(!r[0].diverged);
     let s = &r[0].stats;
@@ -2113,5 +2128,71 @@ fn a_device_reset_with_thread_caches_keeps_the_totals_balanced() {
             s.requested.total_out
         ),
         "{s:?}"
+    );
+}
+
+/// A split's remainder (stamp S) absorbs a neighbour held for the same stream but freed
+/// later (stamp T > S); the merged block then waits only for a sync covering S.
+#[test]
+fn a_split_remainder_waits_for_the_later_free_of_a_neighbour_it_absorbs() {
+    let p = relaxed();
+    // One 20 MiB medium segment: x 4 | l 2 | n 4 | t 10.
+    let x = p.alloc_on(0, 4 * MIB, Some(5)).unwrap();
+    let l = p.alloc(0, 2 * MIB).unwrap();
+    let n = p.alloc_on(0, 4 * MIB, Some(5)).unwrap();
+    let _t = p.alloc(0, 10 * MIB).unwrap();
+    assert_eq!((l, n), (x + 4 * MIB, x + 6 * MIB));
+    // An idle segment for empty_cache to release later.
+    let y = p.alloc(0, 12 * MIB).unwrap();
+    p.free(y, FreeKind::Sync, None);
+
+    p.free(x, on(5, true), None); // stamp S
+                                  // Another thread's cudaDeviceSynchronize (or a legacy-stream launch) starts here.
+    let at = p.seq_before_sync(0);
+    p.free(l, FreeKind::Sync, None); // reusable at once: Free
+    p.free(n, on(5, true), None); // stamp T, after the sync started; absorbs l
+                                  // Stream 5 takes 2 MiB of x; the 2 MiB remainder (stamp S) absorbs l+n.
+    assert_eq!(p.alloc_on(0, 2 * MIB, Some(5)).unwrap(), x);
+    // Any segment release (empty_cache, or a release threshold after any alloc) drops the
+    // stale queue entries that happened to sit in front of the remainder's.
+    assert_eq!(p.empty_cache(0), 12 * MIB);
+    // The sync completes: it covers S, not T.
+    p.observe_barrier(0, at);
+    let q = p.alloc(0, 8 * MIB).unwrap();
+    p.check().unwrap();
+    // The pool's own barrier would cover n; the program's, begun before n's free, does not.
+    assert!(
+        q + 8 * MIB <= n || q >= n + 4 * MIB || p.backend().get(|s| s.barriers + s.fences) > 0,
+        "plain alloc {q:#x}+8MiB overlaps n {n:#x}+4MiB, freed on stream 5 after the sync began"
+    );
+}
+
+/// The trace numbers streams up to 16 383; later ones share the last number (found in review:
+/// past 65 535 streams the numbers wrapped round, and a debug build panicked).
+#[test]
+fn trace_stream_numbers_saturate_past_16383_streams() {
+    let (p, sink) = traced_relaxed();
+    for s in 0..65_540u64 {
+        let a = p.alloc_on(0, 512, Some(1000 + s)).unwrap();
+        p.free(a, FreeKind::Sync, None);
+    }
+    p.flush_trace();
+    let records = sink.records();
+    let ids: Vec<u16> = records
+        .iter()
+        .filter(|r| r.kind == trace::Kind::Alloc)
+        .map(|r| r.aux)
+        .collect();
+    assert_eq!(ids.len(), 65_540);
+    let wrong: Vec<(usize, u16)> = ids
+        .iter()
+        .enumerate()
+        .filter(|&(i, &id)| usize::from(id) != (i + 1).min((1 << 14) - 1))
+        .map(|(i, &id)| (i, id))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "streams numbered wrongly: {:?}",
+        &wrong[..wrong.len().min(5)]
     );
 }
