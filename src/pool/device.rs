@@ -197,6 +197,9 @@ pub struct DevicePool {
     /// stream runs its work after the work that freed it. By stream: (large segment, size,
     /// handle) of each such block.
     pub stream_reuse: bool,
+    /// An allocation named its stream: until then no request could take a held block (a
+    /// program that frees with `cudaFreeAsync` but allocates with `cudaMalloc` holds nothing).
+    stream_requests: bool,
     held: HashMap<StreamKey, BTreeSet<(bool, u64, u32)>>,
     /// The trace's number of each stream (tracing only).
     stream_ids: HashMap<StreamKey, u16>,
@@ -264,6 +267,7 @@ impl DevicePool {
             pending_fence_bytes: 0,
             pending_barrier_bytes: 0,
             stream_reuse: false,
+            stream_requests: false,
             held: HashMap::new(),
             stream_ids: HashMap::new(),
             fenced_seen: 0,
@@ -401,6 +405,7 @@ impl DevicePool {
         seqs: &Seqs,
         policy: &Policy,
     ) -> Result<Addr, CudaError> {
+        self.stream_requests |= stream.is_some();
         let held = match stream {
             Some(key) if !self.held.is_empty() => {
                 self.promote(seqs);
@@ -769,7 +774,8 @@ impl DevicePool {
         let id = stream.map_or(0, |k| self.stream_id(k));
         self.record(Kind::Free, addr, need as u64, size, how.code() | id << 2);
         self.free_block(idx, need, stamp());
-        if let (Some(key), true, false) = (stream, self.stream_reuse, need == Need::Nothing) {
+        let holds = self.stream_reuse && self.stream_requests && need != Need::Nothing;
+        if let (Some(key), true) = (stream, holds) {
             self.hold_for_stream(idx, key);
         }
         true

@@ -676,6 +676,25 @@ fn relaxed_mode_reuses_a_block_at_once_on_the_stream_that_freed_it() {
 }
 
 #[test]
+fn frees_on_a_stream_hold_nothing_until_an_allocation_names_a_stream() {
+    // A program that frees with cudaFreeAsync and allocates with cudaMalloc (the preload sees no
+    // stream allocations): its blocks wait for their barrier as before, without taking their
+    // free neighbours with them.
+    let p = relaxed();
+    let a = p.alloc(0, 4 * MIB).unwrap();
+    p.free(a, on(5, true), None);
+    // The rest of the 20 MiB segment stays free for anyone: no barrier needed.
+    assert_eq!(p.alloc(0, 12 * MIB).unwrap(), a + 4 * MIB);
+    assert_eq!(syncs(&p), 0);
+    // Once a request names a stream, a block freed on one is held for it.
+    let b = p.alloc_on(0, 2 * MIB, Some(5)).unwrap();
+    p.free(b, on(5, true), None);
+    assert_eq!(p.alloc_on(0, 2 * MIB, Some(5)).unwrap(), b);
+    assert_eq!((syncs(&p), stats(&p, 0).stream_hits), (0, 1));
+    p.check().unwrap();
+}
+
+#[test]
 fn stream_reuse_is_for_relaxed_mode_only() {
     for reuse in [ReuseMode::Strict, ReuseMode::Barrier] {
         let p = pool_with(reuse, Threshold::KeepAll, 80 << 30);
