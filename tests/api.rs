@@ -203,12 +203,21 @@ fn a_program_that_calls_only_gpupool_finds_the_runtime_by_name() {
 
 /// The ctypes script that calls the PyTorch entry points as `CUDAPluggableAllocator` does.
 fn torch_script(preload: bool, runtime_global: bool) -> (String, String) {
+    torch_script_with(preload, runtime_global, &[])
+}
+
+fn torch_script_with(
+    preload: bool,
+    runtime_global: bool,
+    env: &[(&str, &str)],
+) -> (String, String) {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let mut cmd = clean_command(Path::new(&python));
     cmd.arg(root().join("tests/torch_allocator.py"))
         .arg(library())
         .arg(simulator_runtime())
-        .env("CUDASIM_DEVICES", "2");
+        .env("CUDASIM_DEVICES", "2")
+        .envs(env.iter().copied());
     if preload {
         cmd.env("LD_PRELOAD", library());
     }
@@ -233,6 +242,9 @@ fn torch_pluggable_allocator_entry_points_through_ctypes() {
     );
     let (out, _) = torch_script(true, false);
     assert!(out.contains("torch allocator ok"), "preloaded: {out}");
+    // In relaxed mode, PyTorch's own rule: reuse on the stream that freed the block.
+    let (out, _) = torch_script_with(false, false, &[("GPUPOOL_REUSE", "relaxed")]);
+    assert!(out.contains("torch allocator ok"), "relaxed: {out}");
 }
 
 /// PyTorch's wheels load the runtime into the global scope before the allocator library: the

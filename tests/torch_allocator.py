@@ -105,6 +105,19 @@ for _ in range(1000):
 real = sim(0).malloc_calls - before
 check(real <= 200, f"{real} real cudaMalloc calls for 1000 allocations")
 
+if os.environ.get("GPUPOOL_REUSE") == "relaxed":
+    # PyTorch's own rule: a block freed on a stream serves the next allocation on that stream
+    # at once, before any barrier; a churn on one stream needs one block.
+    before = sim(0).malloc_calls
+    first = alloc(3 * MIB, 0, stream)
+    for _ in range(1000):
+        free(first, 3 * MIB, 0, stream)
+        x = alloc(3 * MIB, 0, stream)
+        check(x == first, f"stream churn got {x:#x}, not the block {first:#x} freed on its stream")
+    free(first, 3 * MIB, 0, stream)
+    real = sim(0).malloc_calls - before
+    check(real <= 1, f"{real} real cudaMalloc calls for a churn on one stream")
+
 free(p, 3 * MIB, 0, None)
 free(q, 5 * MIB, 1, None)
 empty_cache()  # what CUDAPluggableAllocator's reset function would do
