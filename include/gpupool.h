@@ -231,10 +231,11 @@ int gpupool_free(void *ptr);
  * Allocates `size` bytes on the calling thread's current device for use on `stream` (which
  * must belong to that device), like `cudaMallocAsync`. The memory is ready at once for any
  * stream, except in `GPUPOOL_REUSE=relaxed` mode when it is a block freed with
- * `gpupool_free_async` on the same stream whose earlier work may still run: then it is ready in
- * that stream's order, as `cudaMallocAsync` memory is (another stream must wait for this one
- * before using it). Free it with `gpupool_free_async` on the stream that last uses it. With `GPUPOOL_DISABLE=1` the call goes to the runtime's
- * `cudaMallocAsync` (or `cudaMalloc` when the runtime has none).
+ * `gpupool_free_async` on the same stream whose earlier work may still run: then it is ready
+ * in that stream's order, as `cudaMallocAsync` memory is (another stream must wait for this
+ * one before using it). Free it with `gpupool_free_async` on the stream that last uses it.
+ * With `GPUPOOL_DISABLE=1` the call goes to the runtime's `cudaMallocAsync` (or `cudaMalloc`
+ * when the runtime has none).
  *
  * Returns as `gpupool_malloc`. `*ptr` is written only on success.
  *
@@ -242,14 +243,14 @@ int gpupool_free(void *ptr);
  * `ptr` is NULL or valid for a write; `stream` is NULL, `cudaStreamLegacy`,
  * `cudaStreamPerThread` or a live stream.
  */
-int gpupool_malloc_async(void **ptr,
-                         size_t size,
-                         cudaStream_t stream);
+int gpupool_malloc_async(void **ptr, size_t size, cudaStream_t stream);
 
 /**
  * Frees memory in stream order, like `cudaFreeAsync`: the block is handed out again only after
  * the work already issued on `stream` (a blocking stream: after one action on the legacy
- * stream; a non-blocking stream: after a device-wide fence). Pointers the pool did not hand
+ * stream; a non-blocking stream: after a device-wide fence; in `strict` mode: after a fence).
+ * In `GPUPOOL_REUSE=relaxed` mode a `gpupool_malloc_async` on the same stream may take it at
+ * once, its work then running after the work before the free. Pointers the pool did not hand
  * out go to the runtime's `cudaFreeAsync`.
  *
  * Returns 0 (also for NULL, which does nothing), 1 (not the start of a live allocation), 35,
@@ -360,7 +361,8 @@ void *gpupool_torch_malloc(ssize_t size, int device, cudaStream_t stream);
 /**
  * PyTorch's free function (`void free(void *ptr, ssize_t size, int device, cudaStream_t
  * stream)`): gives `ptr` back in the order of `stream`, the stream it was allocated on (see
- * `gpupool_free_async`). `size` and `device` are not needed: the pool knows its blocks. A
+ * `gpupool_free_async`: in `relaxed` mode the next allocation on that stream may take it at
+ * once). `size` and `device` are not needed: the pool knows its blocks. A
  * pointer that is not a live allocation is refused with one line on stderr.
  *
  * # Safety

@@ -227,7 +227,7 @@ write_report() {
         echo
         echo "| run | result | summary |"
         echo "| --- | --- | --- |"
-        for f in stream_reuse_nopool stream_reuse_pool_relaxed stream_reuse_pool_strict; do
+        for f in stream_reuse_nopool stream_reuse_pool_relaxed stream_reuse_pool_strict stream_reuse_pool_barrier; do
             echo "| $f | $(status_of $f) | $(grep -E '^rounds ' "$LOGS/$f.log" 2>/dev/null | tail -n 1) |"
         done
         echo
@@ -540,10 +540,16 @@ if have stream_reuse; then
     pool relaxed
     run_step stream_reuse_pool_relaxed check 60 "stream_reuse ok;;same_stream_reuse [1-9];;$INTERCEPTED" -- \
         "${POOL[@]}" "$BUILD/stream_reuse"
-    pool strict
-    run_step stream_reuse_pool_strict check 60 "stream_reuse ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/stream_reuse"
+    # Other modes: no reuse before the barrier or fence, not even on the same stream.
+    for mode in strict barrier; do
+        pool $mode
+        run_step "stream_reuse_pool_$mode" check 60 "stream_reuse ok;;same_stream_reuse 0;;$INTERCEPTED" -- \
+            "${POOL[@]}" "$BUILD/stream_reuse"
+    done
 else
-    for f in stream_reuse_nopool stream_reuse_pool_relaxed stream_reuse_pool_strict; do missing $f check; done
+    for f in stream_reuse_nopool stream_reuse_pool_relaxed stream_reuse_pool_strict stream_reuse_pool_barrier; do
+        missing $f check
+    done
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -565,7 +571,7 @@ run_step torch_pluggable_barrier bench 150 "torch_train ok;;loss_finite 1;;$INTE
     "${CLEAN[@]}" GPUPOOL_REUSE=barrier "$PYTHON" "$TORCH" "${TORCH_ARGS[@]}" --pluggable "$LIB"
 # And in relaxed mode, PyTorch's own rule: a block freed on PyTorch's stream serves that stream's
 # next requests at once (stream-ordered reuse), other streams after a barrier.
-run_step torch_pluggable_relaxed bench 150 "torch_train ok;;loss_finite 1;;$INTERCEPTED" -- \
+run_step torch_pluggable_relaxed bench 150 "torch_train ok;;loss_finite 1;;$INTERCEPTED;;on the stream that freed them" -- \
     "${CLEAN[@]}" GPUPOOL_REUSE=relaxed "$PYTHON" "$TORCH" "${TORCH_ARGS[@]}" --pluggable "$LIB"
 run_step torch_nocache bench 150 'torch_train ok' -- \
     "${CLEAN[@]}" PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$PYTHON" "$TORCH" "${TORCH_ARGS[@]}"

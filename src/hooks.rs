@@ -136,7 +136,19 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
     })
 }
 
-/// Whether work on `stream` is ordered with the legacy stream.
+/// The status of a query the pool made for itself: on failure the error must not stay behind
+/// in the program's `cudaGetLastError` (the pool carries on without the answer, on the safe
+/// side), as for the pool's other own calls (`CudaBackend::check_internal`).
+fn own_query(rt: &Runtime, status: CudaStatus) -> CudaStatus {
+    if status != SUCCESS {
+        // SAFETY: no arguments.
+        unsafe { (rt.get_last_error)() };
+    }
+    status
+}
+
+/// Whether work on `stream` is ordered with the legacy stream (false when the runtime cannot
+/// say: its frees then wait for a fence).
 fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
     let s = stream as usize;
     if s == 0 || s == STREAM_LEGACY || s == STREAM_PER_THREAD {
@@ -147,7 +159,7 @@ fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
     };
     let mut flags = 0u32;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    let r = unsafe { get_flags(stream, &mut flags) };
+    let r = own_query(rt, unsafe { get_flags(stream, &mut flags) });
     r == SUCCESS && flags & STREAM_NON_BLOCKING == 0
 }
 
@@ -169,12 +181,12 @@ fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> Strea
     };
     let mut capturing = -1;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    if unsafe { is_capturing(stream, &mut capturing) } != SUCCESS || capturing != 0 {
+    if own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) != SUCCESS || capturing != 0 {
         return NO_STREAM;
     }
     let mut id = 0u64;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    match unsafe { get_id(stream, &mut id) } {
+    match own_query(rt, unsafe { get_id(stream, &mut id) }) {
         SUCCESS if id != NO_STREAM => id,
         _ => NO_STREAM,
     }

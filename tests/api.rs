@@ -65,6 +65,12 @@ fn a_block_freed_on_a_stream_serves_that_stream_at_once_in_relaxed_mode_only() {
 }
 
 #[test]
+fn a_failed_stream_query_of_the_pools_own_leaves_no_last_error() {
+    let (out, _) = api("lasterr", &[("GPUPOOL_REUSE", "relaxed")]);
+    assert!(out.contains("lasterr ok"), "{out}");
+}
+
+#[test]
 fn empty_cache_gives_memory_back_to_the_driver() {
     let (out, _) = api("empty", &[("CUDASIM_DEVICES", "2")]);
     assert!(out.contains("empty ok"), "{out}");

@@ -62,7 +62,8 @@ fn refuse(size: ssize_t, device: c_int, status: c_int) -> *mut c_void {
 
 /// PyTorch's free function (`void free(void *ptr, ssize_t size, int device, cudaStream_t
 /// stream)`): gives `ptr` back in the order of `stream`, the stream it was allocated on (see
-/// `gpupool_free_async`). `size` and `device` are not needed: the pool knows its blocks. A
+/// `gpupool_free_async`: in `relaxed` mode the next allocation on that stream may take it at
+/// once). `size` and `device` are not needed: the pool knows its blocks. A
 /// pointer that is not a live allocation is refused with one line on stderr.
 ///
 /// # Safety

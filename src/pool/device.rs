@@ -28,6 +28,9 @@ const BINS: usize = (SMALL_LIMIT / ALIGN) as usize;
 
 const NONE: u32 = u32::MAX;
 
+/// Pending queues this long (together) are compacted when stream-ordered reuse adds to them.
+const COMPACT_FROM: usize = 4096;
+
 /// Streams the trace numbers per device; later ones share the last number (a replay then lets
 /// them reuse each other's blocks, which only lowers its figures).
 const TRACE_STREAMS: u16 = (1 << 14) - 1;
@@ -204,6 +207,8 @@ pub struct DevicePool {
     held: HashMap<StreamKey, BTreeSet<(bool, u64, u32)>>,
     /// The stream each held block is held for.
     held_by: HashMap<u32, StreamKey>,
+    /// Queue length (both queues) at which `compact_queues` next drops stale entries.
+    compact_at: usize,
     /// The trace's number of each stream (tracing only).
     stream_ids: HashMap<StreamKey, u16>,
     /// Highest fence and barrier sequences this pool has applied, to tell the program's
@@ -273,6 +278,7 @@ impl DevicePool {
             stream_requests: false,
             held: HashMap::new(),
             held_by: HashMap::new(),
+            compact_at: COMPACT_FROM,
             stream_ids: HashMap::new(),
             fenced_seen: 0,
             barriered_seen: 0,
@@ -876,6 +882,34 @@ impl DevicePool {
         let b = &self.blocks[idx as usize];
         let key = (self.seg(b.seg).class == Class::Large, b.size, idx);
         self.held.entry(stream).or_default().insert(key);
+        self.compact_queues();
+    }
+
+    /// Stream-ordered reuse leaves stale queue entries behind (a held block taken, merged or
+    /// split), which only a barrier or fence would clear, and a stream served by the blocks it
+    /// freed may never need one: once the queues have doubled since they were last compacted,
+    /// keep only the entries of blocks still waiting (in order).
+    fn compact_queues(&mut self) {
+        if self.pending_fence.len() + self.pending_barrier.len() < self.compact_at {
+            return;
+        }
+        let blocks = &self.blocks;
+        let waits = |fence: bool| {
+            move |&(i, stamp): &(u32, u64)| {
+                let b = &blocks[i as usize];
+                b.state == State::Pending && b.stamp == stamp && b.wants_fence == fence
+            }
+        };
+        self.pending_fence.retain(waits(true));
+        self.pending_barrier.retain(waits(false));
+        let left = self.pending_fence.len() + self.pending_barrier.len();
+        self.compact_at = (2 * left).max(COMPACT_FROM);
+    }
+
+    /// Entries in the fence and barrier queues (tests).
+    #[cfg(test)]
+    pub fn queue_lens(&self) -> (usize, usize) {
+        (self.pending_fence.len(), self.pending_barrier.len())
     }
 
     /// Neighbour `n` of a block being held leaves its index (`free`: its size, it was free) or
@@ -974,6 +1008,7 @@ impl DevicePool {
         }
         let addr = self.hand_out(idx, requested);
         self.live.insert(addr, idx);
+        self.compact_queues();
         Some(addr)
     }
 

@@ -403,6 +403,13 @@ impl<B: Backend> Pool<B> {
         self.alloc_on(device, size, None)
     }
 
+    /// Entries in `device`'s fence and barrier queues (tests).
+    #[cfg(test)]
+    pub fn queue_lens(&self, device: u32) -> (usize, usize) {
+        self.existing(device)
+            .map_or((0, 0), |slot| Self::lock(slot).queue_lens())
+    }
+
     /// Whether frees and allocations should name their streams (`StreamKey`): for stream-ordered
     /// reuse (`relaxed`), or for the trace, so that replays in `relaxed` mode can reuse so too.
     pub fn names_streams(&self) -> bool {

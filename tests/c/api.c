@@ -1,7 +1,7 @@
 /* The gpupool_* C API, checked against what the program did and what the simulator saw.
  * Linked with -lgpupool ahead of -lcudart, so the program's own cudaMalloc is pooled too.
  *
- * usage: api stats | empty | args | disabled | percent | outgrown | streams */
+ * usage: api stats | empty | args | disabled | percent | outgrown | streams | lasterr */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <stdint.h>
@@ -359,6 +359,31 @@ static void streams(void)
     printf("streams ok\n");
 }
 
+/* The pool's own stream queries (cudaStreamIsCapturing, cudaStreamGetId, cudaStreamGetFlags)
+ * that fail leave no error behind in the program's cudaGetLastError (found in review). */
+static void lasterr(void)
+{
+    cudaStream_t s;
+    void *a = NULL;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaGetLastError() == cudaSuccess, "clean start");
+    CHECK(cudasimFailNext("cudaStreamGetId", 1, (int)cudaErrorInvalidResourceHandle) == 0, "arm");
+    CHECK_POOL(gpupool_malloc_async(&a, MIB, s));
+    cudaError_t after_malloc = cudaGetLastError();
+    CHECK(cudasimFailNext("cudaStreamIsCapturing", 1, (int)cudaErrorInvalidResourceHandle) == 0,
+          "arm");
+    CHECK(cudasimFailNext("cudaStreamGetFlags", 1, (int)cudaErrorInvalidResourceHandle) == 0,
+          "arm");
+    CHECK_POOL(gpupool_free_async(a, s));
+    cudaError_t after_free = cudaGetLastError();
+    CHECK(after_malloc == cudaSuccess && after_free == cudaSuccess,
+          "the pool's own stream queries left errors %d and %d", (int)after_malloc,
+          (int)after_free);
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK_CUDA(cudaStreamDestroy(s));
+    printf("lasterr ok\n");
+}
+
 /* A request larger than every segment so far gives the idle segments it outgrew back first:
  * the counters, the simulator and the peak agree. */
 static void outgrown(void)
@@ -406,6 +431,8 @@ int main(int argc, char **argv)
         percent();
     else if (strcmp(mode, "streams") == 0)
         streams();
+    else if (strcmp(mode, "lasterr") == 0)
+        lasterr();
     else if (strcmp(mode, "outgrown") == 0)
         outgrown();
     else {
