@@ -173,6 +173,27 @@ for s in $(seq 1 "$INFERENCE_SEEDS"); do
     seed_rows+=("$s|$row")
 done
 
+# A trace recorded on a real GPU (bench/traces/README.md): the policies side by side in
+# relaxed mode (as the generated workloads), and the pool's own modes, with the program's calls
+# as recorded (the preload) and as the pluggable allocator would make them (--one-stream).
+echo "bench: the H200 PyTorch trace..." >&2
+h200=$bin/h200-torch-train.trace
+gzip -dc "$root/bench/traces/h200-torch-train.trace.gz" >"$h200"
+h200_md=$(PIN=1 run "$tool" compare "$h200" --reuse relaxed)
+declare -a h200_rows
+for calls in preload pluggable; do
+    for mode in strict barrier relaxed; do
+        args=(replay "$h200" --reuse "$mode" --fence-bytes 256MiB)
+        [ "$calls" = pluggable ] && args+=(--one-stream)
+        row=$("$tool" "${args[@]}" | awk '
+            /peak reserved/ { match($0, /peak reserved [0-9.]+ [KMGT]?i?B/); peak = substr($0, RSTART + 14, RLENGTH - 14) }
+            /driver calls/ { gsub(/[;,]/, ""); print peak "|" $3 "|" $8 "|" $10 }')
+        [ -n "$row" ] || { echo "bench: no figures from gpupool-trace ${args[*]}" >&2; exit 1; }
+        h200_rows+=("$calls|$mode|$row")
+    done
+done
+rm -f "$h200"
+
 echo "bench: threads..." >&2
 cargo bench --quiet --bench threads --no-run >&2
 threads_out=$(run cargo bench --quiet --bench threads -- "THREAD_STEPS=$THREAD_STEPS")
@@ -317,6 +338,25 @@ trap 'rm -f "$report" "$policies"' EXIT
           split($3, c, /[()]/); split(c[2], v, / vs /); gsub(/ /, "", v[1]); gsub(/ /, "", v[2])
           if (m <= -10 && v[1] + 0 <= v[2] + 0) met++ }
         END { printf "Mean %+.1f%%; the target met on %d of %d seeds.\n", sum / n, met, n }'
+    echo
+    echo "**A trace recorded on a GPU** (\`bench/traces/h200-torch-train.trace.gz\`: the PyTorch"
+    echo "training loop of \`tests/gpu/torch_train.py\` on an H200 under the preload, 2026-11-30; see"
+    echo "\`bench/traces/README.md\`). The policies side by side with stream-ordered frees, as above"
+    echo "(\`gpupool-trace compare TRACE --reuse relaxed\`):"
+    echo
+    echo "$h200_md"
+    echo
+    echo "The pool's own modes on the same trace (\`gpupool-trace replay TRACE --reuse MODE"
+    echo "--fence-bytes 256MiB\`, and with \`--one-stream\` for the calls PyTorch's pluggable allocator"
+    echo "makes: every allocation and free on PyTorch's stream). PyTorch's own allocator reserved"
+    echo "5.73 GiB in that run."
+    echo
+    echo "| calls | mode | peak reserved | cudaMalloc calls | fences | barriers |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: |"
+    for r in "${h200_rows[@]}"; do
+        IFS='|' read -r calls mode peak mallocs fences barriers <<<"$r"
+        echo "| $calls | $mode | $peak | $mallocs | $fences | $barriers |"
+    done
     echo
     echo "**Threads** (\`THREAD_STEPS=$THREAD_STEPS cargo bench --bench threads\`: the pool API, a churn of"
     echo "64 held blocks of 512 B–4 MiB per thread, one free and one allocation per step; million"
