@@ -9,6 +9,7 @@ pub mod device;
 pub mod free_lists;
 pub mod replay;
 pub mod size;
+pub mod spin;
 pub mod stats;
 pub mod tcache;
 pub mod trace;
@@ -93,7 +94,7 @@ impl Seqs {
     /// the cache's lock, taken during this free after the program's call. On x86-64 the locked
     /// instruction that took it did the ordering (a full barrier there; one more cost a fifth of
     /// the free path under two threads); elsewhere a fence does.
-    pub fn cache_stamp<T>(&self, _locked: &parking_lot::MutexGuard<'_, T>) -> u64 {
+    pub fn cache_stamp<T>(&self, _locked: &spin::SpinGuard<'_, T>) -> u64 {
         #[cfg(not(target_arch = "x86_64"))]
         std::sync::atomic::fence(Ordering::SeqCst);
         self.cache_epoch.load(Ordering::SeqCst)
@@ -757,9 +758,9 @@ impl<B: Backend> Pool<B> {
         slot: &DeviceSlot,
         device: u32,
         c: &'c tcache::ThreadCache,
-        st: MutexGuard<'c, tcache::CacheState>,
+        st: spin::SpinGuard<'c, tcache::CacheState>,
         need: Need,
-    ) -> (MutexGuard<'c, tcache::CacheState>, bool) {
+    ) -> (spin::SpinGuard<'c, tcache::CacheState>, bool) {
         let own = st.waiting_fence_bytes;
         drop(st);
         let synced = (need == Need::Barrier || self.fence_due(slot, own))

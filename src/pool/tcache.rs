@@ -41,6 +41,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::spin::SpinMutex;
+
 use super::backend::Addr;
 pub use super::device::Extras;
 use super::device::{DevicePool, Lenders, Need};
@@ -499,7 +501,7 @@ impl CacheState {
 /// Aligned so that two threads' caches never share a cache line.
 #[repr(align(128))]
 pub struct ThreadCache {
-    pub state: Mutex<CacheState>,
+    pub state: SpinMutex<CacheState>,
     /// `CacheState::waiting_fence_bytes` as of the owner's last operation, for other threads to
     /// read without the cache's lock (`Registry::waiting_fence`): it times fences, nothing else.
     published: AtomicU64,
@@ -631,7 +633,7 @@ impl Registry {
                 return None;
             }
             let c = Arc::new(ThreadCache {
-                state: Mutex::new(CacheState::default()),
+                state: SpinMutex::new(CacheState::default()),
                 published: AtomicU64::new(0),
                 orphaned: AtomicBool::new(false),
                 orphans: Arc::clone(&self.orphans),
