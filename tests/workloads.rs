@@ -181,3 +181,53 @@ fn the_tool_generates_and_compares() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The trace recorded on an H200 (`bench/traces/`): read back as the program's requests and
+/// replayed correctly under every policy, uncapped and under a cap that makes them fail.
+#[test]
+fn the_trace_recorded_on_a_gpu_replays_correctly_under_every_policy() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("bench/traces/h200-torch-train.trace.gz");
+    let out = std::process::Command::new("gzip")
+        .arg("-dc")
+        .arg(&path)
+        .output()
+        .expect("gzip runs");
+    assert!(out.status.success(), "gzip -dc {}", path.display());
+    let records = parse(&out.stdout).unwrap();
+    let mut back = workloads::from_records(&records, "h200");
+    assert_eq!(back.len(), 1, "one device");
+    let w = &mut back[0].1;
+    assert_eq!(w.requests(), 25_530);
+    // The program exited with three tensors alive; free them, as its exit did.
+    let mut live = std::collections::BTreeSet::new();
+    for op in &w.ops {
+        match *op {
+            Op::Alloc { slot, .. } => {
+                live.insert(slot);
+            }
+            Op::Free { slot, .. } => {
+                live.remove(&slot);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(live.len(), 3);
+    w.ops.extend(live.into_iter().map(|slot| Op::Free {
+        slot,
+        need: gpupool::pool::Need::Fence,
+    }));
+    let w = &*w;
+    let peak = w.peak_requested();
+    for capacity in [None, Some(peak + peak / 20)] {
+        for mut p in lineup(1 << 30, capacity) {
+            let name = p.name().to_string();
+            let o = run_checked(p.as_mut(), w).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(o.requests, w.requests());
+            if capacity.is_none() {
+                assert_eq!(o.ooms, 0, "{}", o.policy);
+                assert!(o.counters.peak_reserved >= peak, "{}", o.policy);
+            }
+        }
+    }
+}
