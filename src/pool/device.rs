@@ -424,7 +424,7 @@ impl DevicePool {
             _ => None,
         };
         let r = match held {
-            Some(addr) => Ok((addr, self.live[&addr])),
+            Some(served) => Ok(served),
             None => self.serve(requested, backend, seqs, policy, true),
         };
         match r {
@@ -852,8 +852,8 @@ impl DevicePool {
             .max()
             .unwrap_or(0);
         if join_prev.is_some() || join_next.is_some() {
-            // The merged block waits for the latest of their frees (this one): one new queue
-            // entry; the old ones go stale (their stamp or their block no longer matches).
+            // One new queue entry for the merged block; the old ones go stale (their stamp or
+            // their block no longer matches).
             if let Some(free) = join_prev {
                 self.release_neighbour(prev, free);
                 self.absorb_next(prev);
@@ -865,22 +865,12 @@ impl DevicePool {
             }
             let grown = join_prev.unwrap_or(0) + join_next.unwrap_or(0);
             let stamp = stamp.max(later);
-            let b = &mut self.blocks[idx as usize];
-            b.state = State::Pending;
-            b.stamp = stamp;
-            b.wants_fence = fence;
-            if fence {
-                self.pending_fence_bytes += grown;
-                self.pending_fence.push_back((idx, stamp));
-            } else {
-                self.pending_barrier_bytes += grown;
-                self.pending_barrier.push_back((idx, stamp));
-            }
+            self.set_pending(idx, stamp, fence);
+            self.queue_waiting(idx, stamp, fence, grown);
         }
         self.blocks[idx as usize].held = true;
         self.held_by.insert(idx, stream);
-        let b = &self.blocks[idx as usize];
-        let key = (self.seg(b.seg).class == Class::Large, b.size, idx);
+        let key = self.held_key(idx);
         self.held.entry(stream).or_default().insert(key);
         self.compact_queues();
     }
@@ -931,12 +921,16 @@ impl DevicePool {
         }
     }
 
+    /// Where a held block stands in its stream's set: (in a large segment, size, handle).
+    fn held_key(&self, idx: u32) -> (bool, u64, u32) {
+        let b = &self.blocks[idx as usize];
+        (self.seg(b.seg).class == Class::Large, b.size, idx)
+    }
+
     #[inline(never)]
     fn unhold(&mut self, idx: u32) {
-        let b = &mut self.blocks[idx as usize];
-        b.held = false;
-        let (seg, size) = (b.seg, b.size);
-        let key = (self.seg(seg).class == Class::Large, size, idx);
+        self.blocks[idx as usize].held = false;
+        let key = self.held_key(idx);
         let Some(stream) = self.held_by.remove(&idx) else {
             debug_assert!(false, "held block {idx} without a stream");
             return;
@@ -950,8 +944,14 @@ impl DevicePool {
     }
 
     /// Serve `requested` bytes on `stream` from the smallest block held for it that may serve
-    /// it (the rules of `find_fit`), if any: live, with its address in the live map.
-    fn serve_held(&mut self, requested: u64, stream: StreamKey, policy: &Policy) -> Option<Addr> {
+    /// it (the rules of `find_fit`), if any: live, with its address in the live map. Returns
+    /// the address and the block's handle.
+    fn serve_held(
+        &mut self,
+        requested: u64,
+        stream: StreamKey,
+        policy: &Policy,
+    ) -> Option<(Addr, u32)> {
         let rounded = round_request(requested)?;
         let class = class_of(rounded);
         let large = class == Class::Large;
@@ -1009,7 +1009,7 @@ impl DevicePool {
         let addr = self.hand_out(idx, requested);
         self.live.insert(addr, idx);
         self.compact_queues();
-        Some(addr)
+        Some((addr, idx))
     }
 
     /// Pending block `idx` stops waiting (its queue entry goes stale).
@@ -1017,11 +1017,8 @@ impl DevicePool {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Pending);
         b.state = State::Live;
-        if b.wants_fence {
-            self.pending_fence_bytes -= b.size;
-        } else {
-            self.pending_barrier_bytes -= b.size;
-        }
+        let (fence, size) = (b.wants_fence, b.size);
+        *self.waiting_bytes_mut(fence) -= size;
     }
 
     #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
@@ -1047,16 +1044,33 @@ impl DevicePool {
         let size = self.blocks[idx as usize].size;
         match need {
             Need::Nothing => self.recycle(idx),
-            Need::Barrier => {
-                self.set_pending(idx, stamp, false);
-                self.pending_barrier.push_back((idx, stamp));
-                self.pending_barrier_bytes += size;
+            Need::Barrier | Need::Fence => {
+                let fence = need == Need::Fence;
+                self.set_pending(idx, stamp, fence);
+                self.queue_waiting(idx, stamp, fence, size);
             }
-            Need::Fence => {
-                self.set_pending(idx, stamp, true);
-                self.pending_fence.push_back((idx, stamp));
-                self.pending_fence_bytes += size;
-            }
+        }
+    }
+
+    /// Pending block `idx` (stamped `stamp`) waits in the queue of a fence or of a barrier;
+    /// `bytes` more wait there.
+    #[inline(always)]
+    fn queue_waiting(&mut self, idx: u32, stamp: u64, fence: bool, bytes: u64) {
+        *self.waiting_bytes_mut(fence) += bytes;
+        if fence {
+            self.pending_fence.push_back((idx, stamp));
+        } else {
+            self.pending_barrier.push_back((idx, stamp));
+        }
+    }
+
+    /// The bytes waiting for a fence, or for a barrier.
+    #[inline(always)]
+    fn waiting_bytes_mut(&mut self, fence: bool) -> &mut u64 {
+        if fence {
+            &mut self.pending_fence_bytes
+        } else {
+            &mut self.pending_barrier_bytes
         }
     }
 
@@ -1573,12 +1587,8 @@ impl DevicePool {
                 State::Pending => {
                     self.leave_stream(idx);
                     let b = &self.blocks[idx as usize];
-                    let sz = b.size;
-                    if b.wants_fence {
-                        self.pending_fence_bytes -= sz;
-                    } else {
-                        self.pending_barrier_bytes -= sz;
-                    }
+                    let (fence, size) = (b.wants_fence, b.size);
+                    *self.waiting_bytes_mut(fence) -= size;
                 }
                 State::Live | State::Lent | State::Vacant | State::Binned => {
                     debug_assert!(false, "released a segment in use or binned")
@@ -1715,7 +1725,7 @@ impl DevicePool {
                         pending += b.size;
                         if b.held {
                             held += 1;
-                            let key = (s.class == Class::Large, b.size, idx);
+                            let key = self.held_key(idx);
                             let set = self.held_by.get(&idx).and_then(|k| self.held.get(k));
                             if !set.is_some_and(|h| h.contains(&key)) {
                                 return Err(format!("held block {:#x} not indexed", b.addr));
@@ -1793,8 +1803,10 @@ impl DevicePool {
         self.check_waiting()
     }
 
-    /// Pending blocks: the bytes waiting for a fence and for a barrier, each block's entry in
-    /// the queue of what it waits for (and none in the other), and the blocks held for streams.
+    /// Pending blocks: the bytes waiting for a fence and for a barrier, and each block's entry in
+    /// the queue of what it waits for (and none in the other). (The blocks held for streams are
+    /// checked in `check`: every held block's key is in its stream's set, and the sets and
+    /// `held_by` hold no more entries than there are held blocks.)
     fn check_waiting(&self) -> Result<(), String> {
         let entries = |q: &VecDeque<(u32, u64)>| q.iter().copied().collect::<HashSet<_>>();
         let (in_fence, in_barrier) = (entries(&self.pending_fence), entries(&self.pending_barrier));
@@ -1820,19 +1832,6 @@ impl DevicePool {
                 "waiting for a fence {fence}/{}, for a barrier {barrier}/{}",
                 self.pending_fence_bytes, self.pending_barrier_bytes
             ));
-        }
-        for (&stream, set) in &self.held {
-            for &(large, size, i) in set {
-                let b = &self.blocks[i as usize];
-                if b.state != State::Pending
-                    || !b.held
-                    || self.held_by.get(&i) != Some(&stream)
-                    || b.size != size
-                    || (self.seg(b.seg).class == Class::Large) != large
-                {
-                    return Err(format!("block {i} held for stream {stream} is not"));
-                }
-            }
         }
         Ok(())
     }

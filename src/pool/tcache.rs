@@ -41,12 +41,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::spin::SpinMutex;
-
 use super::backend::Addr;
 pub use super::device::Extras;
 use super::device::{DevicePool, Lenders, Need};
 use super::size::{ALIGN, MEDIUM_LIMIT, SMALL_LIMIT};
+use super::spin::SpinMutex;
 use super::stats::{histogram_bucket, DeviceStats, HISTOGRAM_BUCKETS};
 use super::{AddrHasher, Seqs};
 
