@@ -7,7 +7,7 @@ use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::handles::{self, STREAM_MAGIC};
 use crate::state::{wait_until, with_state};
-use crate::timeline::{self, Kind, StreamId};
+use crate::timeline::{self, Kind, Stream, StreamId};
 use std::ffi::{c_int, c_uint};
 
 /// `cudaStreamNonBlocking`.
@@ -107,23 +107,40 @@ pub unsafe extern "C" fn cudaStreamQuery(stream: CudaStream) -> c_int {
     })
 }
 
+/// Writes what `get` reads of `stream` to `out`: the stream queries below.
+///
+/// # Safety
+/// `out` must be NULL or valid for writing a `T`.
+unsafe fn stream_property<T>(
+    func: Func,
+    stream: CudaStream,
+    out: *mut T,
+    get: impl FnOnce(&Stream) -> T,
+) -> c_int {
+    // SAFETY: forwarded from the caller.
+    runtime_call(func, || unsafe {
+        let out = Out::new(out)?;
+        with_state(|st| {
+            out.set(get(st.streams.get(st.stream(stream as usize)?)));
+            Ok(())
+        })
+    })
+}
+
 /// The flags a stream was created with: `cudaStreamNonBlocking` for a non-blocking stream,
 /// else 0 (also for the legacy and per-thread default streams).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_uint) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned int.
-    runtime_call(Func::cudaStreamGetFlags, || unsafe {
-        let out = Out::new(flags)?;
-        with_state(|st| {
-            let kind = st.streams.get(st.stream(stream as usize)?).kind;
-            out.set(if kind == Kind::NonBlocking {
+    unsafe {
+        stream_property(Func::cudaStreamGetFlags, stream, flags, |s| {
+            if s.kind == Kind::NonBlocking {
                 NON_BLOCKING
             } else {
                 0
-            });
-            Ok(())
+            }
         })
-    })
+    }
 }
 
 /// The stream's unique id (`cudaStreamGetId`, CUDA 12): never reused, also after the stream is
@@ -132,27 +149,14 @@ pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_ui
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned long long.
-    runtime_call(Func::cudaStreamGetId, || unsafe {
-        let out = Out::new(id)?;
-        with_state(|st| {
-            out.set(st.streams.get(st.stream(stream as usize)?).id);
-            Ok(())
-        })
-    })
+    unsafe { stream_property(Func::cudaStreamGetId, stream, id, |s| s.id) }
 }
 
 /// The simulator captures no graphs: every valid stream is `cudaStreamCaptureStatusNone` (0).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamIsCapturing(stream: CudaStream, status: *mut c_int) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing the status enum (an int).
-    runtime_call(Func::cudaStreamIsCapturing, || unsafe {
-        let out = Out::new(status)?;
-        with_state(|st| {
-            st.stream(stream as usize)?;
-            out.set(0);
-            Ok(())
-        })
-    })
+    unsafe { stream_property(Func::cudaStreamIsCapturing, stream, status, |_| 0) }
 }
 
 /// `flags` must be `cudaEventWaitDefault` (0) or `cudaEventWaitExternal` (1).
