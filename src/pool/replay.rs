@@ -13,12 +13,12 @@ use super::backend::{Addr, Backend, CudaError};
 use super::device::{DevicePool, Need, Policy};
 use super::stats::DeviceStats;
 use super::trace::{Kind, Record};
-use super::{need_for, reuse_from_code, FreeKind, Seqs, NO_STREAM};
+use super::{need_for, reuse_from_code, FreeKind, Seqs, StreamKey, NO_STREAM};
 use crate::config::ReuseMode;
 
 /// The stream `Overrides::one_stream` replays on (trace stream numbers start at 1, and this one
 /// is above them).
-const ONE_STREAM: u64 = 1 << 16;
+const ONE_STREAM: StreamKey = 1 << 16;
 
 /// Settings to replay with; `None` keeps what the trace recorded.
 #[derive(Clone, Copy, Debug, Default)]
@@ -211,11 +211,7 @@ impl DeviceReplay {
     fn apply(&mut self, r: &Record, o: &Overrides) {
         match r.kind {
             Kind::Alloc | Kind::AllocFailed => {
-                let stream = match (o.one_stream, r.aux) {
-                    (true, _) => Some(ONE_STREAM),
-                    (false, 0) => None,
-                    (false, id) => Some(id as u64),
-                };
+                let stream = stream_of(r.aux, o);
                 match self
                     .pool
                     .alloc_on(r.a, stream, &self.backend, &self.seqs, &self.policy)
@@ -242,8 +238,7 @@ impl DeviceReplay {
                         stream: ONE_STREAM,
                     }
                 } else {
-                    let id = (r.aux >> 2) as u64;
-                    FreeKind::from_code(r.aux & 3, if id == 0 { NO_STREAM } else { id })
+                    FreeKind::from_code(r.aux & 3, stream_of(r.aux >> 2, o).unwrap_or(NO_STREAM))
                 };
                 let need = if self.reuse == self.recorded_reuse && !o.one_stream {
                     need_from_code(r.b)
@@ -283,6 +278,16 @@ impl DeviceReplay {
             | Kind::Fence
             | Kind::Barrier => {}
         }
+    }
+}
+
+/// The stream a record's number names (0: none), or `ONE_STREAM` for every record when
+/// `Overrides::one_stream` says so.
+fn stream_of(id: u16, o: &Overrides) -> Option<StreamKey> {
+    if o.one_stream {
+        Some(ONE_STREAM)
+    } else {
+        (id != 0).then_some(StreamKey::from(id))
     }
 }
 
