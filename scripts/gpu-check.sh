@@ -3,7 +3,9 @@
 #
 # Builds tests/gpu/*.cu with nvcc (-cudart shared, so LD_PRELOAD interposes the runtime), runs
 # them with and without target/release/libgpupool.so preloaded, runs a small PyTorch training
-# loop three ways, and compute-sanitizer's memcheck on the churn test. Every step has its own
+# loop several ways (native, without caching, under the preload, as a pluggable allocator), times
+# torch.empty + del pairs with PyTorch's allocator and with ours (tests/gpu/torch_hit.py), and
+# compute-sanitizer's memcheck on the churn test. Every step has its own
 # timeout; a failing step is recorded and the script goes on. Results: RESULTS/gpu-results.md
 # (Markdown summary), RESULTS/steps.tsv, RESULTS/logs/*.log; a short table is printed at the end.
 #
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
         RES="${1:-}"
         ;;
     -h | --help)
-        sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -273,6 +275,18 @@ write_report() {
         echo
         echo "raw: cudaMalloc+cudaFree without the pool. pool: the same under the preload (GPUPOOL_REUSE=strict). async: cudaMallocAsync+cudaFreeAsync, default mempool, release threshold UINT64_MAX, no preload."
         echo
+        echo "## torch_hit (ns per torch.empty + del pair, from Python)"
+        echo
+        echo "| size | native | native net | pluggable strict | net | pluggable relaxed | net |"
+        echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        torch_hit_table | awk '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }'
+        echo
+        for f in torch_hit_native torch_hit_pluggable torch_hit_pluggable_relaxed; do
+            [ -f "$LOGS/$f.log" ] && echo "- $f: $(status_of $f); Python loop overhead $(kv python_overhead_ns "$LOGS/$f.log") ns, torch.empty on the meta device (no allocator) $(kv meta_pair_ns "$LOGS/$f.log") ns per pair"
+        done
+        echo
+        echo "native: PyTorch's caching allocator. pluggable: libgpupool as PyTorch's CUDAPluggableAllocator in that GPUPOOL_REUSE mode. net: the pair minus the Python loop's own overhead; the pair minus the meta-device figure is roughly the allocator's share."
+        echo
         echo "Logs: \`logs/\` beside this file (each starts with its command line)."
     } >"$md"
     mv -f "$md" "$RES/gpu-results.md"
@@ -299,6 +313,29 @@ hit_table() {
                     (s in as) ? as[s] : "-", (s in rl) ? rl[s] : "-"
             }
         }' "$BUILD/hit_raw.tsv" "$BUILD/hit_pool.tsv" "$BUILD/hit_async.tsv" "$BUILD/hit_pool_relaxed.tsv" | sort -n
+}
+
+# size, then pair and net ns of native, pluggable strict and pluggable relaxed; '-' where missing
+torch_hit_table() {
+    local f
+    for f in torch_hit_native torch_hit_pluggable torch_hit_pluggable_relaxed; do
+        if [ -f "$LOGS/$f.log" ]; then
+            awk '$1 == "torch_hit" && NF >= 4 { print $2, $3, $4 }' "$LOGS/$f.log" >"$BUILD/$f.tsv"
+        else
+            : >"$BUILD/$f.tsv"
+        fi
+    done
+    awk '
+        { seen[$1] = 1; v[FILENAME, $1] = $2 " " $3 }
+        END {
+            n = split(ARGV[1] " " ARGV[2] " " ARGV[3], files, " ")
+            for (s in seen) {
+                line = s
+                for (i = 1; i <= n; i++)
+                    line = line " " (((files[i], s) in v) ? v[files[i], s] : "- -")
+                print line
+            }
+        }' "$BUILD/torch_hit_native.tsv" "$BUILD/torch_hit_pluggable.tsv" "$BUILD/torch_hit_pluggable_relaxed.tsv" | sort -n
 }
 
 count_failed() {
@@ -335,13 +372,15 @@ else
     record library check FAIL 0 "missing: $LIB"
 fi
 
-t0=$SECONDS
-if "$PYTHON" -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile='$BUILD/torch_train.pyc', doraise=True)" \
-    "$SRC/torch_train.py" >"$LOGS/torch_train_syntax.log" 2>&1; then
-    record torch_train_syntax check PASS $((SECONDS - t0)) "py_compile ($PYTHON)"
-else
-    record torch_train_syntax check FAIL $((SECONDS - t0)) "$(tail -n 1 "$LOGS/torch_train_syntax.log")"
-fi
+for py in pluggable torch_train torch_hit; do
+    t0=$SECONDS
+    if "$PYTHON" -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile='$BUILD/$py.pyc', doraise=True)" \
+        "$SRC/$py.py" >"$LOGS/${py}_syntax.log" 2>&1; then
+        record "${py}_syntax" check PASS $((SECONDS - t0)) "py_compile ($PYTHON)"
+    else
+        record "${py}_syntax" check FAIL $((SECONDS - t0)) "$(tail -n 1 "$LOGS/${py}_syntax.log")"
+    fi
+done
 
 # ---------------------------------------------------------------------------------------------
 # 1. Environment
@@ -624,6 +663,15 @@ if have hit_bench; then
     run_step hit_pool_relaxed bench 90 "hit_bench malloc done;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/hit_bench" malloc
 fi
 
+# The same pairs as PyTorch programs meet them: torch.empty + del per size, PyTorch's caching
+# allocator against libgpupool as its pluggable allocator (Python's own overhead measured).
+TORCH_HIT="$SRC/torch_hit.py"
+run_step torch_hit_native bench 90 'torch_hit done' -- "${CLEAN[@]}" "$PYTHON" "$TORCH_HIT"
+run_step torch_hit_pluggable bench 90 "torch_hit done;;$INTERCEPTED" -- \
+    "${CLEAN[@]}" GPUPOOL_REUSE=strict "$PYTHON" "$TORCH_HIT" --pluggable "$LIB"
+run_step torch_hit_pluggable_relaxed bench 90 "torch_hit done;;$INTERCEPTED;;on the stream that freed them" -- \
+    "${CLEAN[@]}" GPUPOOL_REUSE=relaxed "$PYTHON" "$TORCH_HIT" --pluggable "$LIB"
+
 # ---------------------------------------------------------------------------------------------
 # Summary
 
@@ -639,6 +687,8 @@ if [ "$DRY" != 1 ]; then
     echo
     echo "hit_bench ns/pair: size raw pool async pool_relaxed"
     hit_table | sed 's/^/  /'
+    echo "torch_hit ns/pair (and net of Python): size native pluggable_strict pluggable_relaxed"
+    torch_hit_table | sed 's/^/  /'
     echo "overlap wall ms (ideal/serial $(kv ideal_ms "$LOGS/overlap_nopool.log")/$(kv serial_ms "$LOGS/overlap_nopool.log")):" \
         "nopool $(kv wall_ms "$LOGS/overlap_nopool.log") strict $(kv wall_ms "$LOGS/overlap_pool_strict.log")" \
         "barrier $(kv wall_ms "$LOGS/overlap_pool_barrier.log") barrier_api $(kv wall_ms "$LOGS/overlap_pool_barrier_api.log")" \

@@ -1,5 +1,5 @@
 //! Packaging: `scripts/install.sh` into a temporary prefix, a program built with
-//! `pkg-config --cflags --libs gpupool`, and the `gpupool-run` wrapper.
+//! `pkg-config --cflags --libs gpupool`, the `gpupool-run` wrapper, and the GPU check's dry run.
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -214,4 +214,64 @@ fn gpupool_run_rejects_bad_usage() {
     assert_eq!(out.status.code(), Some(2));
     let out = run(&["--help"]);
     assert!(out.status.success() && texts(&out).0.contains("usage: gpupool-run"));
+}
+
+/// `scripts/gpu-check.sh --dry-run`: everything that needs no GPU is checked (its own syntax, the
+/// library, the Python programs' syntax), every GPU step is listed as skipped, and the results
+/// file is written with each section, so the next GPU session's run is not its first.
+#[test]
+fn gpu_check_dry_run_passes_without_a_gpu() {
+    let out_dir = scratch("gpu-check-dry");
+    let out = clean_command(&root().join("scripts/gpu-check.sh"))
+        .arg("--dry-run")
+        .arg("--out")
+        .arg(&out_dir)
+        .env("GPUPOOL_LIB", library())
+        .env("PYTHON", "python3")
+        .output()
+        .expect("run gpu-check.sh");
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let steps = std::fs::read_to_string(out_dir.join("steps.tsv")).unwrap();
+    let status = |name: &str| {
+        steps
+            .lines()
+            .map(|l| l.split('\t').collect::<Vec<_>>())
+            .find(|f| f[0] == name)
+            .map(|f| f[2].to_string())
+            .unwrap_or_else(|| panic!("no step {name} in:\n{steps}"))
+    };
+    for name in [
+        "self_syntax",
+        "library",
+        "torch_train_syntax",
+        "torch_hit_syntax",
+    ] {
+        assert_eq!(status(name), "PASS", "{name}:\n{steps}");
+    }
+    for name in [
+        "churn_pool_strict",
+        "hazard_pool_strict",
+        "stream_reuse_pool_relaxed",
+        "torch_nocache_pool",
+        "torch_pluggable_relaxed",
+        "hit_pool",
+        "torch_hit_native",
+        "torch_hit_pluggable",
+        "torch_hit_pluggable_relaxed",
+    ] {
+        assert_eq!(status(name), "SKIP", "{name}:\n{steps}");
+    }
+    let report = std::fs::read_to_string(out_dir.join("gpu-results.md")).unwrap();
+    for heading in [
+        "dry run (nothing ran on a GPU)",
+        "## churn",
+        "## hazard",
+        "## stream_reuse",
+        "## PyTorch",
+        "## hit_bench",
+        "## torch_hit",
+    ] {
+        assert!(report.contains(heading), "{heading} missing:\n{report}");
+    }
 }

@@ -25,6 +25,8 @@ import time
 import torch
 import torch.nn as nn
 
+import pluggable
+
 
 def mib(n):
     return n / (1 << 20)
@@ -70,10 +72,7 @@ def main():
     args = ap.parse_args()
 
     if args.pluggable:
-        allocator = torch.cuda.memory.CUDAPluggableAllocator(
-            args.pluggable, "gpupool_torch_malloc", "gpupool_torch_free"
-        )
-        torch.cuda.memory.change_current_allocator(allocator)
+        pluggable.install(args.pluggable)
 
     if not torch.cuda.is_available():
         print("FAIL: torch.cuda.is_available() is False", file=sys.stderr)
@@ -147,10 +146,7 @@ def main():
     print(f"peak_device_used_mib {mib(peak_used):.0f}")
     print(f"base_device_used_mib {mib(base_used):.0f}")
     if args.pluggable:
-        import ctypes
-
-        sys.stdout.flush()
-        ctypes.CDLL(args.pluggable).gpupool_write_summary(2)
+        pluggable.write_summary(args.pluggable)
     print("torch_train ok")
     sys.stdout.flush()
     return 0

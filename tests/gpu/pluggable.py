@@ -1,0 +1,20 @@
+"""libgpupool as PyTorch's allocator, for the PyTorch programs of scripts/gpu-check.sh."""
+
+import ctypes
+import sys
+
+import torch
+
+
+def install(lib):
+    """Make libgpupool at path `lib` PyTorch's CUDA allocator (before any CUDA tensor exists)."""
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(
+        lib, "gpupool_torch_malloc", "gpupool_torch_free"
+    )
+    torch.cuda.memory.change_current_allocator(allocator)
+
+
+def write_summary(lib):
+    """The pool's summary on stderr, after what the program printed so far."""
+    sys.stdout.flush()
+    ctypes.CDLL(lib).gpupool_write_summary(2)
