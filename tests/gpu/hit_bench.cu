@@ -6,7 +6,8 @@
  *                           the device's default memory pool with its release threshold set to
  *                           UINT64_MAX (stream-ordered pool hits), for comparison.
  * Each size is measured in doubling batches until ~TARGET_MS of wall time (or MAX_ITERS pairs)
- * has passed, after one warm-up pair. Prints "hit SIZE_BYTES NS_PER_PAIR PAIRS" per size. */
+ * has passed, after one warm-up pair. Prints "hit SIZE_BYTES NS_PER_PAIR PAIRS" per size, then
+ * "getdevice_ns NS CALLS": what one cudaGetDevice costs (the pool calls it in each hook). */
 #include "common.cuh"
 
 #define TARGET_MS 200.0
@@ -63,6 +64,16 @@ int main(int argc, char **argv)
         double ns = measure(sizes[i], async, &pairs);
         printf("hit %zu %.0f %ld\n", sizes[i], ns, pairs);
         fflush(stdout);
+    }
+    /* The runtime's own cudaGetDevice, which the pool calls once in each cudaMalloc and
+     * cudaFree it serves (to find the device's pool): its share of a pooled pair. */
+    {
+        const long calls = 1L << 20;
+        int dev = -1;
+        double t0 = now_ms();
+        for (long i = 0; i < calls; i++)
+            CHECK(cudaGetDevice(&dev));
+        printf("getdevice_ns %.1f %ld\n", (now_ms() - t0) * 1e6 / (double)calls, calls);
     }
     printf("hit_bench %s done\n", argv[1]);
     return 0;
