@@ -1,10 +1,12 @@
-#define _POSIX_C_SOURCE 200809L
 /* Cost of one allocate+free pair of the same size, with LIVE_BLOCKS other blocks held.
  *
  * usage: hit_path LIVE_BLOCKS SIZE ITERATIONS MODE
  *   MODE cuda:  cudaMalloc/cudaFree (under LD_PRELOAD=libgpupool.so these are the pool's hooks;
  *               without it, the CUDA runtime's own calls)
  *   MODE glibc: malloc/free
+ *   MODE torch: gpupool_torch_malloc/gpupool_torch_free on device 0 and the legacy stream, as
+ *               PyTorch's pluggable allocator calls them (libgpupool preloaded)
+ *   MODE torch-stream: the same on a non-blocking stream of the program's own
  *
  * LIVE_BLOCKS blocks of mixed sizes (512 B .. 64 KiB, log-uniform, fixed seed) are allocated
  * with the same allocator before timing and stay live during it. After a warm-up, ITERATIONS
@@ -14,6 +16,8 @@
  *   ns_max MAX
  *   real_mallocs_timed N   (cuda mode: the simulator's cudaMalloc calls during the timed pairs)
  * Every call's return code is checked. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,10 +36,19 @@ static volatile uintptr_t sink;
 
 static int use_cuda;
 
+/* PyTorch's pluggable allocator signatures, and the stream its calls name (torch modes). */
+typedef void *(*torch_malloc_fn)(ssize_t size, int device, cudaStream_t stream);
+typedef void (*torch_free_fn)(void *ptr, ssize_t size, int device, cudaStream_t stream);
+static torch_malloc_fn torch_malloc;
+static torch_free_fn torch_free;
+static cudaStream_t torch_stream;
+
 static void *alloc(size_t n)
 {
     void *p = NULL;
-    if (use_cuda) {
+    if (torch_malloc) {
+        p = torch_malloc((ssize_t)n, 0, torch_stream);
+    } else if (use_cuda) {
         CHECK_CUDA(cudaMalloc(&p, n));
     } else {
         p = malloc(n);
@@ -44,9 +57,11 @@ static void *alloc(size_t n)
     return p;
 }
 
-static void release(void *p)
+static void release(void *p, size_t n)
 {
-    if (use_cuda) {
+    if (torch_free) {
+        torch_free(p, (ssize_t)n, 0, torch_stream);
+    } else if (use_cuda) {
         CHECK_CUDA(cudaFree(p));
     } else {
         free(p);
@@ -79,7 +94,7 @@ static double timed_pairs(size_t size, long iters)
     for (i = 0; i < iters; i++) {
         void *p = alloc(size);
         acc += (uintptr_t)p;
-        release(p);
+        release(p, size);
     }
     t1 = now_ns();
     sink += acc;
@@ -102,18 +117,29 @@ int main(int argc, char **argv)
     unsigned long long mallocs_before = 0;
     int r;
 
-    CHECK(argc == 5, "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS cuda|glibc");
+    CHECK(argc == 5, "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS cuda|glibc|torch|torch-stream");
     live = atol(argv[1]);
     size = (size_t)strtoull(argv[2], NULL, 0);
     iters = atol(argv[3]);
     CHECK(live >= 0 && size > 0 && iters > 0, "bad arguments");
     if (strcmp(argv[4], "cuda") == 0) {
         use_cuda = 1;
+    } else if (strncmp(argv[4], "torch", 5) == 0) {
+        use_cuda = 1;
+        torch_malloc = (torch_malloc_fn)dlsym(RTLD_DEFAULT, "gpupool_torch_malloc");
+        torch_free = (torch_free_fn)dlsym(RTLD_DEFAULT, "gpupool_torch_free");
+        CHECK(torch_malloc && torch_free, "torch modes need libgpupool preloaded");
+        CHECK(strcmp(argv[4] + 5, "") == 0 || strcmp(argv[4] + 5, "-stream") == 0,
+              "unknown mode '%s'", argv[4]);
     } else {
-        CHECK(strcmp(argv[4], "glibc") == 0, "MODE is cuda or glibc, not '%s'", argv[4]);
+        CHECK(strcmp(argv[4], "glibc") == 0, "MODE is cuda, glibc, torch or torch-stream, not '%s'",
+              argv[4]);
     }
     if (use_cuda) {
         CHECK_CUDA(cudaFree(NULL)); /* initialize the runtime outside the timing */
+    }
+    if (strcmp(argv[4], "torch-stream") == 0) {
+        CHECK_CUDA(cudaStreamCreateWithFlags(&torch_stream, cudaStreamNonBlocking));
     }
 
     blocks = calloc(live > 0 ? (size_t)live : 1, sizeof *blocks);
@@ -141,7 +167,7 @@ int main(int argc, char **argv)
     }
 
     for (i = 0; i < live; i++) {
-        release(blocks[i]);
+        release(blocks[i], 0); /* sizes the pool does not need */
     }
     free(blocks);
     return 0;

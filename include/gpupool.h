@@ -362,8 +362,9 @@ void *gpupool_torch_malloc(ssize_t size, int device, cudaStream_t stream);
  * PyTorch's free function (`void free(void *ptr, ssize_t size, int device, cudaStream_t
  * stream)`): gives `ptr` back in the order of `stream`, the stream it was allocated on (see
  * `gpupool_free_async`: in `relaxed` mode the next allocation on that stream may take it at
- * once). `size` and `device` are not needed: the pool knows its blocks. A
- * pointer that is not a live allocation is refused with one line on stderr.
+ * once). `size` is not needed: the pool knows its blocks; `device` is where it looks first (a
+ * wrong one costs a search of the others). A pointer that is not a live allocation is refused
+ * with one line on stderr.
  *
  * # Safety
  * `ptr` is NULL or came from `gpupool_torch_malloc`; `stream` as there.

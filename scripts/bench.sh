@@ -105,6 +105,11 @@ for live in "${LIVE_COUNTS[@]}"; do
     done
 done
 ns[raw]=$(hit 1 "$RAW_ITERS" cuda)
+# PyTorch's pluggable allocator entry points, on the legacy stream and on a stream of its own.
+for mode in "${MODES[@]}"; do
+    ns[torch,$mode]=$(hit 1 "$HIT_ITERS" torch "${pooled[@]}" "GPUPOOL_REUSE=$mode")
+    ns[torch_stream,$mode]=$(hit 1 "$HIT_ITERS" torch-stream "${pooled[@]}" "GPUPOOL_REUSE=$mode")
+done
 
 echo "bench: counters and trace..." >&2
 # Counters: the same pairs, alternating the two builds three times (medians of medians).
@@ -245,6 +250,19 @@ trap 'rm -f "$report" "$policies"' EXIT
         met4=no; le "$worst" 4 && met4=yes
         met15=no; le "$flat" 1.5 && met15=yes
         echo "| $mode | $worst× | $met4 | $flat× | $met15 |"
+    done
+    echo
+    echo "### PyTorch's pluggable allocator entry points (1 live block, $SIZE B pairs)"
+    echo
+    echo "\`gpupool_torch_malloc\` + \`gpupool_torch_free\` as \`CUDAPluggableAllocator\` calls them"
+    echo "(\`hit_path ... torch\`): on the legacy stream (PyTorch's default stream) and on a"
+    echo "non-blocking stream of the program's own, against the cudaMalloc+cudaFree pair above. In"
+    echo "\`relaxed\` mode each free names its stream and the next allocation on it takes the block back."
+    echo
+    echo "| mode | cudaMalloc pair ns | torch, legacy stream ns | ×pair | torch, own stream ns | ×pair |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+    for mode in "${MODES[@]}"; do
+        echo "| $mode | ${ns[$mode,1]} | ${ns[torch,$mode]} | $(ratio "${ns[torch,$mode]}" "${ns[$mode,1]}" 2)× | ${ns[torch_stream,$mode]} | $(ratio "${ns[torch_stream,$mode]}" "${ns[$mode,1]}" 2)× |"
     done
     echo
     echo "### What the counters and the trace cost (1 live block, $SIZE B pairs)"

@@ -16,7 +16,9 @@ use crate::cuda::types::*;
 use crate::global::{self, Global};
 use crate::guard::{self, boundary};
 use crate::log;
-use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Pool, StreamKey, NO_STREAM};
+use crate::pool::{
+    Backend, CudaError, FreeKind, FreeOutcome, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
+};
 
 /// The runtime, or the status to return when there is none.
 fn runtime() -> Result<&'static Global, CudaStatus> {
@@ -56,18 +58,21 @@ fn refuse_invalid_free(ptr: *mut c_void, what: &str) -> CudaStatus {
 #[no_mangle]
 pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> CudaStatus {
     // SAFETY: the caller's contract.
-    unsafe { malloc_on(dev_ptr, size, None) }
+    unsafe { malloc_on(dev_ptr, size, None, None) }
 }
 
 /// `cudaMalloc` for use on `stream` when there is one (`gpupool_malloc_async`): a block freed on
-/// the same stream may serve it before a barrier or fence covers it (`relaxed` mode).
+/// the same stream may serve it before a barrier or fence covers it (`relaxed` mode). `current`
+/// is the calling thread's current device when the caller knows it (it made it current), else
+/// the runtime is asked.
 ///
 /// # Safety
-/// As `cudaMalloc`; `stream` as for `cudaMallocAsync`.
+/// As `cudaMalloc`; `stream` as for `cudaMallocAsync`; `current` the current device or `None`.
 pub unsafe fn malloc_on(
     dev_ptr: *mut *mut c_void,
     size: usize,
     stream: Option<Stream>,
+    current: Option<u32>,
 ) -> CudaStatus {
     boundary(ERROR_UNKNOWN, || {
         let g = match runtime() {
@@ -83,7 +88,8 @@ pub unsafe fn malloc_on(
         let Some(_inside) = guard::enter() else {
             return pass();
         };
-        let Some(dev) = current_device(rt) else {
+        let known = current.filter(|&d| (d as usize) < crate::pool::MAX_DEVICES);
+        let Some(dev) = known.or_else(|| current_device(rt)) else {
             return pass();
         };
         let stream = stream
@@ -171,6 +177,10 @@ fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
 /// (before CUDA 12, or a call that fails) or the stream is being captured into a graph (where
 /// the query may not be allowed, and would then invalidate the capture; cudaStreamIsCapturing
 /// is made to be asked then): then no stream-ordered reuse.
+///
+/// The legacy stream is named without asking: it is never destroyed nor captured (the runtime
+/// refuses to capture it), and each device's pool has its own names. It is PyTorch's stream,
+/// so its allocations and frees save two runtime calls each.
 fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> StreamKey {
     let (Some(get_id), Some(is_capturing), true) = (
         rt.stream_get_id,
@@ -179,6 +189,9 @@ fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> Strea
     ) else {
         return NO_STREAM;
     };
+    if is_legacy(stream) {
+        return LEGACY_STREAM;
+    }
     let mut capturing = -1;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
     if own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) != SUCCESS || capturing != 0 {
@@ -196,6 +209,16 @@ fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> Strea
 /// As `cudaFreeAsync`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    unsafe { free_on(ptr, stream, None) }
+}
+
+/// `cudaFreeAsync`, with the device of the block when the caller knows it (PyTorch's free
+/// names it): the pool looks there first instead of asking the runtime for the current device.
+///
+/// # Safety
+/// As `cudaFreeAsync`.
+pub unsafe fn free_on(ptr: *mut c_void, stream: Stream, device: Option<u32>) -> CudaStatus {
     boundary(ERROR_UNKNOWN, || {
         let g = match runtime() {
             Ok(g) => g,
@@ -214,7 +237,7 @@ pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> Cuda
             blocking: stream_is_blocking(rt, stream),
             stream: stream_key(rt, pool, stream),
         };
-        match pool.free(ptr as u64, kind, current_device(rt)) {
+        match pool.free(ptr as u64, kind, device.or_else(|| current_device(rt))) {
             FreeOutcome::Freed => SUCCESS,
             FreeOutcome::Invalid => refuse_invalid_free(ptr, "cudaFreeAsync"),
             FreeOutcome::NotOurs => pass(),

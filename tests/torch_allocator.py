@@ -108,15 +108,23 @@ check(real <= 200, f"{real} real cudaMalloc calls for 1000 allocations")
 if os.environ.get("GPUPOOL_REUSE") == "relaxed":
     # PyTorch's own rule: a block freed on a stream serves the next allocation on that stream
     # at once, before any barrier; a churn on one stream needs one block.
-    before = sim(0).malloc_calls
-    first = alloc(3 * MIB, 0, stream)
-    for _ in range(1000):
-        free(first, 3 * MIB, 0, stream)
-        x = alloc(3 * MIB, 0, stream)
-        check(x == first, f"stream churn got {x:#x}, not the block {first:#x} freed on its stream")
-    free(first, 3 * MIB, 0, stream)
-    real = sim(0).malloc_calls - before
-    check(real <= 1, f"{real} real cudaMalloc calls for a churn on one stream")
+    # On the program's stream, and on the legacy stream (NULL), PyTorch's default stream.
+    for on in (stream, None):
+        before = sim(0).malloc_calls
+        first = alloc(3 * MIB, 0, on)
+        for _ in range(1000):
+            free(first, 3 * MIB, 0, on)
+            x = alloc(3 * MIB, 0, on)
+            check(x == first, f"churn on {on} got {x:#x}, not the block {first:#x} freed on it")
+        free(first, 3 * MIB, 0, on)
+        real = sim(0).malloc_calls - before
+        check(real <= 1, f"{real} real cudaMalloc calls for a churn on stream {on}")
+
+# A free that names another device than the block's still frees it (the device named is only
+# where the pool looks first): nothing stays live for empty_cache below.
+wrong = alloc(2 * MIB, 0, None)
+check(wrong, "alloc for the wrong-device free")
+free(wrong, 2 * MIB, 1, None)
 
 free(p, 3 * MIB, 0, None)
 free(q, 5 * MIB, 1, None)

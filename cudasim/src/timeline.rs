@@ -83,6 +83,10 @@ pub struct Streams {
     legacy: Vec<Stream>,
     per_thread: Vec<Stream>,
     user: HashMap<usize, Stream>,
+    /// Per device, when the work of its destroyed streams ends (all of them, and the blocking
+    /// ones): a destroyed stream's work still runs, and a device synchronization (or, for a
+    /// blocking stream's, the legacy stream) still waits for it.
+    retired: Vec<(Nanos, Nanos)>,
 }
 
 impl Streams {
@@ -93,6 +97,7 @@ impl Streams {
                 .map(|d| Stream::new(d, Kind::Blocking))
                 .collect(),
             user: HashMap::new(),
+            retired: vec![(0, 0); devices],
         }
     }
 
@@ -103,7 +108,15 @@ impl Streams {
 
     /// Unregisters a created stream; false if there is none at that address.
     pub fn remove(&mut self, handle: usize) -> bool {
-        self.user.remove(&handle).is_some()
+        let Some(s) = self.user.remove(&handle) else {
+            return false;
+        };
+        let (all, blocking) = &mut self.retired[s.device];
+        *all = (*all).max(s.tail);
+        if s.kind == Kind::Blocking {
+            *blocking = (*blocking).max(s.tail);
+        }
+        true
     }
 
     pub fn contains(&self, handle: usize) -> bool {
@@ -144,7 +157,8 @@ impl Streams {
                 .filter(|s| s.kind == Kind::Blocking)
                 .map(|s| s.tail)
                 .max()
-                .unwrap_or(0),
+                .unwrap_or(0)
+                .max(self.retired[stream.device].1),
             Kind::Blocking => self.legacy[stream.device].tail,
             Kind::NonBlocking => 0,
         };
@@ -156,7 +170,8 @@ impl Streams {
 
     /// When all work of device `d` is done.
     pub fn device_tail(&self, d: usize) -> Nanos {
-        self.of_device(d).map(|s| s.tail).max().unwrap_or(0)
+        let live = self.of_device(d).map(|s| s.tail).max().unwrap_or(0);
+        live.max(self.retired[d].0)
     }
 
     /// Forgets device `d`'s work and created streams (`cudaDeviceReset`); returns the handles
@@ -164,6 +179,7 @@ impl Streams {
     pub fn reset_device(&mut self, d: usize) -> Vec<usize> {
         self.legacy[d].tail = 0;
         self.per_thread[d].tail = 0;
+        self.retired[d] = (0, 0);
         let gone: Vec<usize> = self
             .user
             .iter()

@@ -188,6 +188,28 @@ int main(void)
         EXPECT(cudasim_launch_fill(a, 16, 0, 1, (cudaStream_t)host), cudaErrorInvalidResourceHandle);
     }
 
+    SECTION("a destroyed stream's work still runs, and device and legacy syncs wait for it");
+    {
+        cudaStream_t gone_nb, gone_b;
+        OK(cudaStreamCreateWithFlags(&gone_nb, cudaStreamNonBlocking));
+        OK(cudasim_launch_fill(a, 4096, 120000, 9, gone_nb));
+        OK(cudaStreamDestroy(gone_nb));
+        CHECK(cudasimRangeBusy(a, 4096) == 1, "the kernel stopped with its stream");
+        t0 = now_ms();
+        OK(cudaDeviceSynchronize());
+        dt = now_ms() - t0;
+        CHECK(dt >= 120 - SLACK_MS, "device sync returned after %.1f ms", dt);
+        CHECK(cudasimRangeBusy(a, 4096) == 0 && a[0] == 9, "the kernel did not finish");
+        OK(cudaStreamCreate(&gone_b));
+        OK(cudasim_launch_fill(b, 4096, 120000, 10, gone_b));
+        OK(cudaStreamDestroy(gone_b));
+        t0 = now_ms();
+        OK(cudaMemset(a + 2048, 0, 16)); /* legacy: after every blocking stream's work */
+        dt = now_ms() - t0;
+        CHECK(dt >= 120 - SLACK_MS, "legacy memset returned after %.1f ms", dt);
+        CHECK(b[0] == 10, "the destroyed blocking stream's kernel did not finish first");
+    }
+
     SECTION("cudaDeviceReset waits, then drops the device's work and memory");
     OK(cudasim_launch_fill(a, 4096, 100000, 8, snb));
     t0 = now_ms();

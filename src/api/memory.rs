@@ -86,24 +86,38 @@ pub unsafe extern "C" fn gpupool_malloc_async(
     size: usize,
     stream: cudaStream_t,
 ) -> c_int {
-    boundary(GPUPOOL_ERROR_UNKNOWN, || {
-        if ptr.is_null() {
-            return GPUPOOL_ERROR_INVALID_VALUE;
-        }
-        let g = match state() {
-            Ok(g) => g,
-            Err(e) => return e,
-        };
-        let mut p = std::ptr::null_mut();
-        let r = match (g.pool(), g.runtime.malloc_async) {
-            // SAFETY: a valid out-pointer and the caller's stream, as cudaMallocAsync takes them.
-            (None, Some(malloc_async)) => unsafe { malloc_async(&mut p, size, stream) },
-            // SAFETY: a valid out-pointer; the caller's stream.
-            _ => unsafe { hooks::malloc_on(&mut p, size, Some(stream)) },
-        };
-        // SAFETY: `ptr` was checked and is the caller's to write.
-        unsafe { set_on_success(r, ptr, p) }
+    // SAFETY: the caller's contract.
+    boundary(GPUPOOL_ERROR_UNKNOWN, || unsafe {
+        malloc_async_on(ptr, size, stream, None)
     })
+}
+
+/// `gpupool_malloc_async` when the caller knows the current device (it made it current).
+///
+/// # Safety
+/// As `gpupool_malloc_async`; `current` is the current device or `None`.
+pub(super) unsafe fn malloc_async_on(
+    ptr: *mut *mut c_void,
+    size: usize,
+    stream: cudaStream_t,
+    current: Option<u32>,
+) -> c_int {
+    if ptr.is_null() {
+        return GPUPOOL_ERROR_INVALID_VALUE;
+    }
+    let g = match state() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let mut p = std::ptr::null_mut();
+    let r = match (g.pool(), g.runtime.malloc_async) {
+        // SAFETY: a valid out-pointer and the caller's stream, as cudaMallocAsync takes them.
+        (None, Some(malloc_async)) => unsafe { malloc_async(&mut p, size, stream) },
+        // SAFETY: a valid out-pointer; the caller's stream and knowledge of the device.
+        _ => unsafe { hooks::malloc_on(&mut p, size, Some(stream), current) },
+    };
+    // SAFETY: `ptr` was checked and is the caller's to write.
+    unsafe { set_on_success(r, ptr, p) }
 }
 
 /// Frees memory in stream order, like `cudaFreeAsync`: the block is handed out again only after
@@ -120,11 +134,24 @@ pub unsafe extern "C" fn gpupool_malloc_async(
 /// `ptr` is NULL or a device pointer; `stream` as for `gpupool_malloc_async`.
 #[no_mangle]
 pub unsafe extern "C" fn gpupool_free_async(ptr: *mut c_void, stream: cudaStream_t) -> c_int {
-    boundary(GPUPOOL_ERROR_UNKNOWN, || {
-        if ptr.is_null() {
-            return GPUPOOL_SUCCESS;
-        }
-        // SAFETY: the caller's arguments, as cudaFreeAsync takes them.
-        unsafe { hooks::cudaFreeAsync(ptr, stream) }
+    // SAFETY: the caller's contract.
+    boundary(GPUPOOL_ERROR_UNKNOWN, || unsafe {
+        free_async_on(ptr, stream, None)
     })
+}
+
+/// `gpupool_free_async` with the block's device when the caller knows it (looked in first).
+///
+/// # Safety
+/// As `gpupool_free_async`.
+pub(super) unsafe fn free_async_on(
+    ptr: *mut c_void,
+    stream: cudaStream_t,
+    device: Option<u32>,
+) -> c_int {
+    if ptr.is_null() {
+        return GPUPOOL_SUCCESS;
+    }
+    // SAFETY: the caller's arguments, as cudaFreeAsync takes them.
+    unsafe { hooks::free_on(ptr, stream, device) }
 }

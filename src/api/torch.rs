@@ -4,10 +4,10 @@
 use std::ffi::{c_int, c_void};
 
 use super::context::{on_device, state};
+use super::memory::{free_async_on, malloc_async_on};
 use super::{
-    cudaStream_t, gpupool_empty_cache, gpupool_free_async, gpupool_malloc_async, ssize_t,
-    GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_MEMORY_ALLOCATION,
-    GPUPOOL_SUCCESS,
+    cudaStream_t, gpupool_empty_cache, ssize_t, GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_VALUE,
+    GPUPOOL_ERROR_MEMORY_ALLOCATION, GPUPOOL_SUCCESS,
 };
 use crate::guard::boundary;
 use crate::log;
@@ -35,9 +35,9 @@ pub unsafe extern "C" fn gpupool_torch_malloc(
             return refuse(size, device, GPUPOOL_ERROR_INVALID_VALUE);
         };
         let mut p = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer; the caller's stream.
+        // SAFETY: `p` is a valid out-pointer; the caller's stream; `device` is made current.
         let r = on_device(&g.runtime, device, || unsafe {
-            gpupool_malloc_async(&mut p, size, stream)
+            malloc_async_on(&mut p, size, stream, Some(device))
         });
         match r {
             Ok(GPUPOOL_SUCCESS) => p,
@@ -63,8 +63,9 @@ fn refuse(size: ssize_t, device: c_int, status: c_int) -> *mut c_void {
 /// PyTorch's free function (`void free(void *ptr, ssize_t size, int device, cudaStream_t
 /// stream)`): gives `ptr` back in the order of `stream`, the stream it was allocated on (see
 /// `gpupool_free_async`: in `relaxed` mode the next allocation on that stream may take it at
-/// once). `size` and `device` are not needed: the pool knows its blocks. A
-/// pointer that is not a live allocation is refused with one line on stderr.
+/// once). `size` is not needed: the pool knows its blocks; `device` is where it looks first (a
+/// wrong one costs a search of the others). A pointer that is not a live allocation is refused
+/// with one line on stderr.
 ///
 /// # Safety
 /// `ptr` is NULL or came from `gpupool_torch_malloc`; `stream` as there.
@@ -75,10 +76,10 @@ pub unsafe extern "C" fn gpupool_torch_free(
     device: c_int,
     stream: cudaStream_t,
 ) {
-    let _ = (size, device);
+    let _ = size;
     boundary((), || {
         // SAFETY: the caller's arguments, as gpupool_free_async takes them.
-        unsafe { gpupool_free_async(ptr, stream) };
+        unsafe { free_async_on(ptr, stream, u32::try_from(device).ok()) };
     })
 }
 

@@ -16,7 +16,7 @@ use super::size::{
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
-use super::{AddrHasher, FreeKind, Seqs, StreamKey, NO_STREAM};
+use super::{AddrHasher, FreeKind, IntHasher, Seqs, StreamKey, NO_STREAM};
 
 /// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
 /// (or an eighth of its reserved memory, if more): a request of the same size takes one back
@@ -30,6 +30,10 @@ const NONE: u32 = u32::MAX;
 
 /// Pending queues this long (together) are compacted when stream-ordered reuse adds to them.
 const COMPACT_FROM: usize = 4096;
+/// Streams whose held set stays in `DevicePool::held` once emptied (a stream that frees and
+/// allocates in turn would otherwise drop and remake its set on every pair); beyond that, an
+/// emptied set goes, so destroyed streams leave nothing behind.
+const EMPTY_HELD_SETS: usize = 16;
 
 /// Streams the trace numbers per device; later ones share the last number (a replay then lets
 /// them reuse each other's blocks, which only lowers its figures).
@@ -204,9 +208,11 @@ pub struct DevicePool {
     /// An allocation named its stream: until then no request could take a held block (a
     /// program that frees with `cudaFreeAsync` but allocates with `cudaMalloc` holds nothing).
     stream_requests: bool,
-    held: HashMap<StreamKey, BTreeSet<(bool, u64, u32)>>,
-    /// The stream each held block is held for.
-    held_by: HashMap<u32, StreamKey>,
+    held: HashMap<StreamKey, BTreeSet<(bool, u64, u32)>, BuildHasherDefault<IntHasher>>,
+    /// The stream each held block is held for, by block handle (meaningful while the block's
+    /// `held` flag is set), and how many blocks are held.
+    held_by: Vec<StreamKey>,
+    held_blocks: usize,
     /// Queue length (both queues) at which `compact_queues` next drops stale entries.
     compact_at: usize,
     /// The trace's number of each stream (tracing only).
@@ -276,8 +282,9 @@ impl DevicePool {
             pending_barrier_bytes: 0,
             stream_reuse: false,
             stream_requests: false,
-            held: HashMap::new(),
-            held_by: HashMap::new(),
+            held: HashMap::default(),
+            held_by: Vec::new(),
+            held_blocks: 0,
             compact_at: COMPACT_FROM,
             stream_ids: HashMap::new(),
             fenced_seen: 0,
@@ -417,7 +424,7 @@ impl DevicePool {
     ) -> Result<Addr, CudaError> {
         self.stream_requests |= stream.is_some();
         let held = match stream {
-            Some(key) if !self.held.is_empty() => {
+            Some(key) if self.held_blocks > 0 => {
                 self.promote(seqs);
                 self.serve_held(requested, key, policy)
             }
@@ -826,15 +833,20 @@ impl DevicePool {
         // again after a barrier, which another stream's request takes at no host wait before
         // the pool grows), so that the stream's larger requests find it whole, as in a pool
         // that reuses at once. Not for a fence, which the pool takes only at its budget: other
-        // streams would grow the pool instead.
+        // streams would grow the pool instead. Nor in small segments: a stream that frees and
+        // allocates small tensors in turn would merge and split the segment's rest on every
+        // pair, and small requests rarely need their neighbours (the H200 trace's figures are the
+        // same either way).
         let joins = |p: &DevicePool, n: u32| {
             if n == NONE {
                 return None;
             }
             let b = &p.blocks[n as usize];
             match b.state {
-                State::Free if !fence => Some(b.size),
-                State::Pending if b.held && p.held_by[&n] == stream && b.wants_fence == fence => {
+                State::Free if !fence && p.seg(b.seg).class == Class::Large => Some(b.size),
+                State::Pending
+                    if b.held && p.held_by[n as usize] == stream && b.wants_fence == fence =>
+                {
                     Some(0)
                 }
                 _ => None,
@@ -869,7 +881,11 @@ impl DevicePool {
             self.queue_waiting(idx, stamp, fence, grown);
         }
         self.blocks[idx as usize].held = true;
-        self.held_by.insert(idx, stream);
+        if self.held_by.len() <= idx as usize {
+            self.held_by.resize(self.blocks.len(), NO_STREAM);
+        }
+        self.held_by[idx as usize] = stream;
+        self.held_blocks += 1;
         let key = self.held_key(idx);
         self.held.entry(stream).or_default().insert(key);
         self.compact_queues();
@@ -930,14 +946,12 @@ impl DevicePool {
     #[inline(never)]
     fn unhold(&mut self, idx: u32) {
         self.blocks[idx as usize].held = false;
+        self.held_blocks -= 1;
         let key = self.held_key(idx);
-        let Some(stream) = self.held_by.remove(&idx) else {
-            debug_assert!(false, "held block {idx} without a stream");
-            return;
-        };
+        let stream = std::mem::replace(&mut self.held_by[idx as usize], NO_STREAM);
         if let Some(set) = self.held.get_mut(&stream) {
             set.remove(&key);
-            if set.is_empty() {
+            if set.is_empty() && self.held.len() > EMPTY_HELD_SETS {
                 self.held.remove(&stream);
             }
         }
@@ -1633,6 +1647,7 @@ impl DevicePool {
         self.pending_barrier_bytes = 0;
         self.held.clear();
         self.held_by.clear();
+        self.held_blocks = 0;
         self.largest_segment = 0;
         self.idle_bytes = 0;
         self.lent = 0;
@@ -1726,7 +1741,10 @@ impl DevicePool {
                         if b.held {
                             held += 1;
                             let key = self.held_key(idx);
-                            let set = self.held_by.get(&idx).and_then(|k| self.held.get(k));
+                            let set = self
+                                .held_by
+                                .get(idx as usize)
+                                .and_then(|k| self.held.get(k));
                             if !set.is_some_and(|h| h.contains(&key)) {
                                 return Err(format!("held block {:#x} not indexed", b.addr));
                             }
@@ -1792,8 +1810,7 @@ impl DevicePool {
         {
             return Err("live map disagrees with the blocks".into());
         }
-        if held != self.held.values().map(BTreeSet::len).sum::<usize>()
-            || held != self.held_by.len()
+        if held != self.held.values().map(BTreeSet::len).sum::<usize>() || held != self.held_blocks
         {
             return Err("blocks held for streams disagree with the blocks".into());
         }
@@ -1805,8 +1822,8 @@ impl DevicePool {
 
     /// Pending blocks: the bytes waiting for a fence and for a barrier, and each block's entry in
     /// the queue of what it waits for (and none in the other). (The blocks held for streams are
-    /// checked in `check`: every held block's key is in its stream's set, and the sets and
-    /// `held_by` hold no more entries than there are held blocks.)
+    /// checked in `check`: every held block's key is in its stream's set, and the sets hold no
+    /// more entries than there are held blocks, which `held_blocks` counts.)
     fn check_waiting(&self) -> Result<(), String> {
         let entries = |q: &VecDeque<(u32, u64)>| q.iter().copied().collect::<HashSet<_>>();
         let (in_fence, in_barrier) = (entries(&self.pending_fence), entries(&self.pending_barrier));

@@ -178,6 +178,25 @@ impl Hasher for AddrHasher {
     }
 }
 
+/// Small integer keys (stream ids, block handles): one multiplication mixes them enough, where
+/// SipHash would be most of a stream-ordered pair's cost.
+#[derive(Default)]
+pub struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// How the program gave a block back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FreeKind {
@@ -193,6 +212,9 @@ pub type StreamKey = u64;
 
 /// No stream, or one the runtime could not name: never reused in stream order.
 pub const NO_STREAM: StreamKey = StreamKey::MAX;
+/// The legacy default stream's name (`hooks::stream_key`), out of the range of the runtime's
+/// stream ids (a counter from zero).
+pub const LEGACY_STREAM: StreamKey = StreamKey::MAX - 1;
 
 impl FreeKind {
     /// The code the trace records.

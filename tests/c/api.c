@@ -356,6 +356,48 @@ static void streams(void)
     }
     CHECK(same, "no stream handle was reused: the case is not tested");
     CHECK_CUDA(cudaDeviceSynchronize());
+
+    /* The legacy stream, PyTorch's, under both its handles (NULL and cudaStreamLegacy): the same
+     * stream, named without asking the runtime. The next cudaStreamGetId and
+     * cudaStreamIsCapturing are armed to fail: the program's own calls must still meet them. */
+    cudaStream_t w;
+    void *l, *m, *n;
+    unsigned long long id = 0;
+    enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&w, cudaStreamNonBlocking));
+    before = pool_stats(0);
+    CHECK(cudasimFailNext("cudaStreamGetId", 1, (int)cudaErrorInvalidResourceHandle) == 0, "arm");
+    CHECK(cudasimFailNext("cudaStreamIsCapturing", 1, (int)cudaErrorInvalidResourceHandle) == 0,
+          "arm");
+    CHECK_POOL(gpupool_malloc_async(&l, 3 * MIB, NULL));
+    CHECK_CUDA(cudasim_launch_fill(l, 3 * MIB, 200000, 0xEE, NULL));
+    CHECK_POOL(gpupool_free_async(l, cudaStreamLegacy));
+    CHECK_POOL(gpupool_malloc_async(&m, 3 * MIB, NULL));
+    if (relaxed) {
+        CHECK(m == l, "the legacy stream got %p, not the block %p it freed", m, l);
+        CHECK(cudasimRangeBusy(m, 3 * MIB) == 1, "the kernel on %p already finished: no test", m);
+    } else {
+        CHECK(m != l && cudasimRangeBusy(m, 3 * MIB) == 0, "the legacy stream got %p under its kernel",
+              m);
+    }
+    CHECK(cudaStreamGetId(w, &id) == cudaErrorInvalidResourceHandle,
+          "the pool asked the runtime for the legacy stream's id");
+    CHECK(cudaStreamIsCapturing(w, &capturing) ==
+              cudaErrorInvalidResourceHandle,
+          "the pool asked the runtime whether the legacy stream captures");
+    (void)cudaGetLastError();
+    CHECK_CUDA(cudasim_launch_fill(m, 3 * MIB, 0, 0x42, NULL));
+    CHECK_CUDA(cudaStreamSynchronize(NULL));
+    check_tag(m, 3 * MIB, 0x42);
+    after = pool_stats(0);
+    CHECK(after.stream_hits - before.stream_hits == (unsigned long long)relaxed,
+          "legacy stream hits %llu", (unsigned long long)(after.stream_hits - before.stream_hits));
+    /* A non-blocking stream's request after the legacy stream's kernel is done. */
+    CHECK_POOL(gpupool_free_async(m, NULL));
+    CHECK_POOL(gpupool_malloc_async(&n, 3 * MIB, w));
+    CHECK_POOL(gpupool_free_async(n, w));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaStreamDestroy(w));
     printf("streams ok\n");
 }
 
