@@ -33,9 +33,11 @@ fn forward<F: Copy>(f: Option<F>, call: impl FnOnce(F) -> CudaStatus) -> CudaSta
     }
 }
 
-/// The current device as the pool indexes it, if it is one the pool serves.
+/// The current device as the pool indexes it, if it is one the pool serves. A failed query
+/// leaves no error behind (`own_query`): the pool carries on without the answer.
 fn current_device(rt: &Runtime) -> Option<u32> {
     rt.current_device()
+        .map_err(|e| own_query(rt, e))
         .ok()
         .and_then(|d| u32::try_from(d).ok())
         .filter(|&d| (d as usize) < crate::pool::MAX_DEVICES)
@@ -43,7 +45,12 @@ fn current_device(rt: &Runtime) -> Option<u32> {
 
 static INVALID_FREE: AtomicBool = AtomicBool::new(false);
 
-fn refuse_invalid_free(ptr: *mut c_void, what: &str) -> CudaStatus {
+fn refuse_invalid_free(rt: &Runtime, ptr: *mut c_void, what: &str) -> CudaStatus {
+    // The runtime's own refusal is also the program's last error (`cudaGetLastError`): so is
+    // this one, set by a call the runtime refuses with the same code and no other effect (never
+    // `cudaFree` itself, which would free a whole segment).
+    // SAFETY: a NULL out-pointer, which the runtime refuses with cudaErrorInvalidValue.
+    unsafe { (rt.get_device)(std::ptr::null_mut()) };
     log::warn_once(&INVALID_FREE, || {
         format!(
             "{what}({ptr:p}): not the start of a live allocation (double or interior free); \
@@ -136,7 +143,7 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
         };
         match pool.free(ptr as u64, FreeKind::Sync, current_device(&g.runtime)) {
             FreeOutcome::Freed => SUCCESS,
-            FreeOutcome::Invalid => refuse_invalid_free(ptr, "cudaFree"),
+            FreeOutcome::Invalid => refuse_invalid_free(&g.runtime, ptr, "cudaFree"),
             FreeOutcome::NotOurs => pass(),
         }
     })
@@ -239,7 +246,7 @@ pub unsafe fn free_on(ptr: *mut c_void, stream: Stream, device: Option<u32>) -> 
         };
         match pool.free(ptr as u64, kind, device.or_else(|| current_device(rt))) {
             FreeOutcome::Freed => SUCCESS,
-            FreeOutcome::Invalid => refuse_invalid_free(ptr, "cudaFreeAsync"),
+            FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, "cudaFreeAsync"),
             FreeOutcome::NotOurs => pass(),
         }
     })

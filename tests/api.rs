@@ -264,3 +264,41 @@ fn torch_entry_points_work_when_the_runtime_was_loaded_globally_first() {
     assert!(out.contains("torch allocator ok"), "{out}\n{err}");
     assert!(!err.contains("cannot find the CUDA runtime"), "{err}");
 }
+
+/// A plugin linked with `-lgpupool`, loaded and unloaded three times by a program that handles
+/// SIGUSR1 itself: the library stays loaded (`-z nodelete`), so the same pool serves every
+/// load, nothing it cached leaks, and one summary is written, at exit (found in review: each
+/// unload dropped the pool with its segments and wrote a summary).
+#[test]
+fn a_plugin_unloaded_and_loaded_again_keeps_one_pool() {
+    let include = format!("-I{}", root().join("include").display());
+    let libs = gpupool_libs();
+    let libs: Vec<&str> = libs.iter().map(String::as_str).collect();
+    let plugin = Sim::get().build(
+        &root().join("tests/c/plugin.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC", include.as_str()],
+            libs: &libs,
+            cudart: true,
+        },
+    );
+    let host = Sim::get().build(
+        &root().join("tests/c/plugin_host.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-ldl"],
+            cudart: true,
+        },
+    );
+    let (out, err) = ok(clean_command(&host)
+        .arg(&plugin)
+        .env("GPUPOOL_SUMMARY", "stderr"));
+    assert_eq!(
+        out, "cycle 1 live_mib 256\ncycle 2 live_mib 256\ncycle 3 live_mib 256\n",
+        "{err}"
+    );
+    assert_eq!(err.matches("gpupool summary").count(), 1, "{err}");
+    assert!(err.contains("3 mallocs, 3 frees"), "{err}");
+}

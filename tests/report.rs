@@ -1010,6 +1010,23 @@ fn a_program_that_handles_sigusr1_itself_keeps_it() {
     }
 }
 
+/// The live-dump thread takes none of the program's signals: a program that blocks SIGTERM
+/// and waits for it with `sigwait` still gets it (found in review: the thread inherited the
+/// mask of the first allocating thread and took the signal, which killed the process).
+#[test]
+fn the_dump_thread_takes_none_of_the_programs_signals() {
+    for env in [
+        &[][..],
+        &[
+            ("GPUPOOL_SUMMARY_INTERVAL", "1s"),
+            ("GPUPOOL_SUMMARY", "stderr"),
+        ][..],
+    ] {
+        let (_, out, _) = run_ok(&c_program("sigwait"), &[], env);
+        assert_eq!(out, "sigwait got SIGTERM\n", "{env:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The out-of-memory report
 

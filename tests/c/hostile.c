@@ -27,11 +27,17 @@ int main(void)
     tag_block(b, 100000, 0xB2);
 
     /* Interior, wild and double frees: invalid value, and nothing else happens. */
+    /* As the runtime, each refusal is also the last error (found in review). */
+    CHECK(cudaGetLastError() == cudaSuccess, "clean start");
     CHECK(cudaFree((char *)a + 512) == cudaErrorInvalidValue, "interior free");
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "last error after an interior free");
     CHECK(cudaFree((void *)0x7777000) == cudaErrorInvalidValue, "wild free");
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "last error after a wild free");
     CHECK_CUDA(cudaFree(a));
     CHECK(cudaFree(a) == cudaErrorInvalidValue, "double free");
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "last error after a double free");
     CHECK(cudaFreeAsync(a, 0) == cudaErrorInvalidValue, "double free async");
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "last error after a double free async");
     check_tag(b, 100000, 0xB2);
 
     /* The pool still works: new blocks never overlap b. */
