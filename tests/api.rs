@@ -302,3 +302,25 @@ fn a_plugin_unloaded_and_loaded_again_keeps_one_pool() {
     assert_eq!(err.matches("gpupool summary").count(), 1, "{err}");
     assert!(err.contains("3 mallocs, 3 frees"), "{err}");
 }
+
+/// Reports while another thread waits for the GPU inside the pool (a fence): the program's own
+/// `gpupool_get_stats` waits and gives the real figures (it gave success with zeros), and the
+/// exit summary names the device it could not read rather than leave it out (or say that
+/// nothing was intercepted). Found in review.
+#[test]
+fn reports_while_another_thread_fences_in_the_pool() {
+    let exe = build_linked(&root().join("tests/c/busy.c"), "cc", "-std=c11", true);
+    let (out, _) = ok(clean_command(&exe)
+        .arg("stats")
+        .env("GPUPOOL_FENCE_BYTES", "1"));
+    assert!(out.contains("busy stats ok"), "{out}");
+    for dest in ["stderr", "always:stderr"] {
+        let (_, err) = ok(clean_command(&exe)
+            .arg("exit")
+            .env("GPUPOOL_FENCE_BYTES", "1")
+            .env("GPUPOOL_SUMMARY", dest));
+        assert!(err.contains("gpupool summary"), "{dest}: {err}");
+        assert!(err.contains(" device 0   not read"), "{dest}: {err}");
+        assert!(!err.contains("no CUDA allocations"), "{dest}: {err}");
+    }
+}

@@ -74,7 +74,11 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
         }
         let g = state()?;
         let text = match g.pool() {
-            Some(pool) => render_text(&Report::collect(pool, &g.runtime_path)),
+            Some(pool) => render_text(&Report::collect(
+                pool,
+                &g.runtime_path,
+                crate::pool::Patience::Wait,
+            )),
             None => format!(
                 "gpupool: disabled (GPUPOOL_DISABLE=1); every call goes to {}\n",
                 g.runtime_path

@@ -197,6 +197,16 @@ impl Hasher for IntHasher {
     }
 }
 
+/// How long a report waits for a device's lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Patience {
+    /// As long as it takes (the program asked, from one of its threads).
+    Wait,
+    /// 200 ms (at exit, on a signal, on an out-of-memory: another thread may be stopped in the
+    /// pool).
+    Brief,
+}
+
 /// How the program gave a block back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FreeKind {
@@ -358,11 +368,19 @@ impl<B: Backend> Pool<B> {
         self.devices.get(device as usize)?.get()
     }
 
-    /// The lock for reports, which may run at exit while another thread is stopped inside the
-    /// pool: give up after a short wait rather than hang the exit.
-    fn lock_for_report(slot: &DeviceSlot) -> Option<MutexGuard<'_, DevicePool>> {
-        slot.pool
-            .try_lock_for(std::time::Duration::from_millis(200))
+    /// The lock for reports. One asked for by the program waits (another thread may hold it
+    /// for a fence as long as the GPU's work); one at exit or on a signal, when another thread
+    /// may be stopped inside the pool, gives up after a short wait rather than hang.
+    fn lock_for_report(
+        slot: &DeviceSlot,
+        patience: Patience,
+    ) -> Option<MutexGuard<'_, DevicePool>> {
+        match patience {
+            Patience::Wait => Some(Self::lock(slot)),
+            Patience::Brief => slot
+                .pool
+                .try_lock_for(std::time::Duration::from_millis(200)),
+        }
     }
 
     #[inline(always)]
@@ -992,10 +1010,16 @@ impl<B: Backend> Pool<B> {
         slot.caches.forget(p.generation);
     }
 
-    /// A copy of `device`'s counters, with its cached and pending figures.
+    /// A copy of `device`'s counters, with its cached and pending figures (waiting for the
+    /// device's lock).
     pub fn device_stats(&self, device: u32) -> Option<DeviceSnapshot> {
+        self.device_stats_with(device, Patience::Wait)
+    }
+
+    /// `device_stats`; with `Patience::Brief`, `None` also when the lock stays busy.
+    pub fn device_stats_with(&self, device: u32, patience: Patience) -> Option<DeviceSnapshot> {
         let slot = self.existing(device)?;
-        let p = Self::lock_for_report(slot)?;
+        let p = Self::lock_for_report(slot, patience)?;
         let mut stats = p.stats.clone();
         let mut pending = p.pending_bytes();
         for c in slot.caches.caches_for_report() {
@@ -1028,12 +1052,12 @@ impl<B: Backend> Pool<B> {
             .collect()
     }
 
-    /// Live blocks of `device`.
-    pub fn live_blocks(&self, device: u32) -> Vec<LiveBlock> {
+    /// Live blocks of `device` (none when its lock stays busy, with `Patience::Brief`).
+    pub fn live_blocks(&self, device: u32, patience: Patience) -> Vec<LiveBlock> {
         let Some(slot) = self.existing(device) else {
             return Vec::new();
         };
-        let Some(p) = Self::lock_for_report(slot) else {
+        let Some(p) = Self::lock_for_report(slot, patience) else {
             return Vec::new();
         };
         let mut blocks = p.live_blocks();
@@ -1057,7 +1081,10 @@ impl<B: Backend> Pool<B> {
     /// on a device whose lock stays busy).
     pub fn flush_trace(&self) {
         for d in self.used_devices() {
-            if let Some(mut p) = self.existing(d).and_then(Self::lock_for_report) {
+            if let Some(mut p) = self
+                .existing(d)
+                .and_then(|slot| Self::lock_for_report(slot, Patience::Brief))
+            {
                 p.flush_trace();
             }
         }

@@ -1722,7 +1722,11 @@ fn two_threads_on_one_device_never_share_a_block_and_account_exactly() {
         "requested bytes of the live blocks"
     );
     // The leak list shows every live block, whichever way it was served.
-    let mut live: Vec<Addr> = p.live_blocks(0).iter().map(|b| b.addr).collect();
+    let mut live: Vec<Addr> = p
+        .live_blocks(0, Patience::Wait)
+        .iter()
+        .map(|b| b.addr)
+        .collect();
     live.sort();
     assert_eq!(live, spans.iter().map(|s| s.0).collect::<Vec<_>>());
     p.check_settled().unwrap();

@@ -141,7 +141,8 @@ pub fn dump(g: &Global) {
         SummaryDest::Off => SummaryDest::Stderr,
         d => d.clone(),
     };
-    let report = super::summary::Report::collect(pool, &g.runtime_path);
+    let report =
+        super::summary::Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
     super::write_to(
         &dest,
         super::render(&report, super::Format::of(&dest)).as_bytes(),

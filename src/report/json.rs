@@ -137,7 +137,7 @@ fn device(d: &DeviceReport) -> String {
 pub fn render_json(r: &Report) -> String {
     let devices: Vec<String> = r.devices.iter().map(device).collect();
     format!(
-        "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"runtime\":{},\"reuse\":{},\"intercepted\":{},\"devices\":[{}]}}\n",
+        "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"runtime\":{},\"reuse\":{},\"intercepted\":{},\"devices\":[{}],\"unread_devices\":[{}]}}\n",
         quote(env!("CARGO_PKG_VERSION")),
         r.pid,
         quote(&r.rank),
@@ -145,7 +145,12 @@ pub fn render_json(r: &Report) -> String {
         quote(&r.runtime),
         quote(r.reuse),
         r.intercepted(),
-        devices.join(",")
+        devices.join(","),
+        r.unread
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     )
 }
 

@@ -43,7 +43,7 @@ pub fn render(r: &summary::Report, format: Format) -> String {
 /// process that allocated through the pool writes one, unless `GPUPOOL_SUMMARY=always:...`.
 pub fn write_summary(g: &Global, dest: &SummaryDest) {
     let Some(pool) = g.pool() else { return };
-    let report = summary::Report::collect(pool, &g.runtime_path);
+    let report = summary::Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
     if report.intercepted() {
         write_to(dest, render(&report, Format::of(dest)).as_bytes());
     } else if g.config.summary_always {

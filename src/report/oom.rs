@@ -27,7 +27,7 @@ pub fn report(g: &Global, device: u32, size: u64) {
         seen.push(key);
     }
     let Some(pool) = g.pool() else { return };
-    let report = Report::collect(pool, &g.runtime_path);
+    let report = Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
     if let Some(d) = report.devices.iter().find(|d| d.snap.device == device) {
         log::write_fd(2, render(d, size).as_bytes());
     }

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::units::{bytes, duration_ns};
 use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
-use crate::pool::{Backend, DeviceSnapshot, LiveBlock, Pool};
+use crate::pool::{Backend, DeviceSnapshot, LiveBlock, Patience, Pool};
 
 pub struct Report {
     pub pid: u32,
@@ -16,6 +16,9 @@ pub struct Report {
     pub runtime: String,
     pub reuse: &'static str,
     pub devices: Vec<DeviceReport>,
+    /// Devices the pool serves whose lock another thread held throughout a brief wait (a fence
+    /// waiting for the GPU's work, or a thread stopped inside the pool): not read.
+    pub unread: Vec<u32>,
 }
 
 pub struct DeviceReport {
@@ -71,22 +74,24 @@ fn group_leaks(leaks: &[LiveBlock]) -> Vec<(u64, u64)> {
 }
 
 impl Report {
-    pub fn collect<B: Backend>(pool: &Pool<B>, runtime: &str) -> Report {
-        let devices = pool
-            .used_devices()
-            .into_iter()
-            .filter_map(|d| {
-                let snap = pool.device_stats(d)?;
-                let live = pool.live_blocks(d);
-                Some(DeviceReport {
-                    leaks: group_leaks(&live),
-                    leaked_blocks: live.len() as u64,
-                    leaked_bytes: live.iter().map(|b| b.requested).sum(),
-                    snap,
-                })
-            })
-            .collect();
+    pub fn collect<B: Backend>(pool: &Pool<B>, runtime: &str, patience: Patience) -> Report {
+        let mut devices = Vec::new();
+        let mut unread = Vec::new();
+        for d in pool.used_devices() {
+            let Some(snap) = pool.device_stats_with(d, patience) else {
+                unread.push(d);
+                continue;
+            };
+            let live = pool.live_blocks(d, patience);
+            devices.push(DeviceReport {
+                leaks: group_leaks(&live),
+                leaked_blocks: live.len() as u64,
+                leaked_bytes: live.iter().map(|b| b.requested).sum(),
+                snap,
+            });
+        }
         Report {
+            unread,
             pid: std::process::id(),
             rank: super::rank(),
             host: super::hostname(),
@@ -98,7 +103,7 @@ impl Report {
 
     /// Whether the pool served any allocation at all.
     pub fn intercepted(&self) -> bool {
-        self.devices.iter().any(|d| d.snap.stats.allocs > 0)
+        self.devices.iter().any(|d| d.snap.stats.allocs > 0) || !self.unread.is_empty()
     }
 }
 
@@ -131,6 +136,14 @@ pub fn render_text(r: &Report) -> String {
     );
     if !r.intercepted() {
         let _ = writeln!(o, " no CUDA allocations were intercepted");
+    }
+    for d in &r.unread {
+        let _ = writeln!(o, "{rule}");
+        let _ = writeln!(
+            o,
+            " device {d}   not read: another thread held its pool throughout 200 ms (a fence \
+             waiting for the GPU's work, or a thread stopped inside the pool)"
+        );
     }
     for d in &r.devices {
         let s = &d.snap.stats;
