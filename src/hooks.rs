@@ -11,7 +11,8 @@ use std::ffi::c_void;
 use std::sync::atomic::AtomicBool;
 
 use crate::config::ReuseMode;
-use crate::cuda::runtime::Runtime;
+use crate::cuda::others::{self, Entry};
+use crate::cuda::runtime::{LaunchKernelFn, Runtime};
 use crate::cuda::types::*;
 use crate::global::{self, Global};
 use crate::guard::{self, boundary};
@@ -347,7 +348,7 @@ pub unsafe extern "C" fn cudaEventSynchronize(event: Event) -> CudaStatus {
 
 /// A kernel launch: in the modes that use barriers, one on the legacy stream is a barrier (it
 /// orders every later blocking-stream operation after every earlier one).
-fn watch_launch(stream: Stream, launch: impl FnOnce(&Runtime) -> CudaStatus) -> CudaStatus {
+fn watch_launch(stream: Stream, launch: impl FnOnce(&Global) -> CudaStatus) -> CudaStatus {
     let g = match runtime() {
         Ok(g) => g,
         Err(e) => return e,
@@ -355,10 +356,10 @@ fn watch_launch(stream: Stream, launch: impl FnOnce(&Runtime) -> CudaStatus) -> 
     let rt = &g.runtime;
     let watching = g.reuse() != ReuseMode::Strict && is_legacy(stream);
     let (true, Some(pool), Some(dev)) = (watching, g.pool(), current_device(rt)) else {
-        return launch(rt);
+        return launch(g);
     };
     let seq = pool.seq_before_sync(dev);
-    let r = launch(rt);
+    let r = launch(g);
     if r == SUCCESS {
         pool.observe_barrier(dev, seq);
     }
@@ -377,13 +378,42 @@ pub unsafe extern "C" fn cudaLaunchKernel(
     stream: Stream,
 ) -> CudaStatus {
     boundary(ERROR_UNKNOWN, || {
-        watch_launch(stream, |rt| {
+        watch_launch(stream, |g| {
             // SAFETY: the caller's arguments, passed on unchanged.
-            forward(rt.launch_kernel, |f| unsafe {
+            launch(g, Entry::Public, func, |f| unsafe {
                 f(func, grid, block, args, shared_mem, stream)
             })
         })
     })
+}
+
+/// A launch of `kernel` through `entry` of the pool's runtime, or of the other runtime in the
+/// process that ran it (`cuda::others`): a kernel is known only to the runtime that registered
+/// it.
+fn launch(
+    g: &Global,
+    entry: Entry,
+    kernel: *const c_void,
+    call: impl Fn(LaunchKernelFn) -> CudaStatus,
+) -> CudaStatus {
+    if let Some(f) = others::route(entry, kernel as usize) {
+        return call(f);
+    }
+    let rt = &g.runtime;
+    let own = match entry {
+        Entry::Public => rt.launch_kernel,
+        Entry::Internal => rt.launch_kernel_internal,
+    };
+    let r = forward(own, &call);
+    if r == ERROR_INVALID_DEVICE_FUNCTION || r == ERROR_INSUFFICIENT_DRIVER && own.is_none() {
+        if let Some(ran) = others::relaunch(entry, kernel as usize, &g.runtime_path, own, &call) {
+            // The pool's runtime recorded the failed attempt as the thread's last error.
+            // SAFETY: no arguments.
+            unsafe { (rt.get_last_error)() };
+            return ran;
+        }
+    }
+    r
 }
 
 /// What `<<<...>>>` compiles to since CUDA 13 (same arguments, a `cudaKernel_t` first).
@@ -400,9 +430,9 @@ pub unsafe extern "C" fn __cudaLaunchKernel(
     stream: Stream,
 ) -> CudaStatus {
     boundary(ERROR_UNKNOWN, || {
-        watch_launch(stream, |rt| {
+        watch_launch(stream, |g| {
             // SAFETY: the caller's arguments, passed on unchanged.
-            forward(rt.launch_kernel_internal, |f| unsafe {
+            launch(g, Entry::Internal, kernel, |f| unsafe {
                 f(kernel, grid, block, args, shared_mem, stream)
             })
         })

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::OnceLock;
 
-use sim::Sim;
+use sim::{Build, Sim};
 use support::{library, number};
 
 fn c_program(name: &str) -> PathBuf {
@@ -354,5 +354,71 @@ fn a_forked_child_does_not_repeat_its_parents_summary() {
             "{how}: expected the parent's summary only:\n{err}"
         );
         assert!(err.contains(" 1 mallocs, 1 frees"), "{err}");
+    }
+}
+
+/// Two CUDA runtimes in one process (frameworks built for different CUDA versions, each loading
+/// its own libcudart RTLD_LOCAL): the hooks catch both runtimes' calls and forward them to the
+/// one the pool uses, where the other's kernels are unknown. Their launches, through
+/// `cudaLaunchKernel` and `__cudaLaunchKernel`, must still run, in the runtime that registered
+/// them (found in review: they failed with cudaErrorInvalidDeviceFunction).
+#[test]
+fn kernels_of_a_second_runtime_run_in_that_runtime() {
+    let s = Sim::get();
+    // A copy of the simulator with another soname: another runtime, with its own kernels.
+    let dir = s.scratch().join("second-runtime");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = std::fs::read(s.profile_dir.join("libcudasim.so")).unwrap();
+    let (from, to) = (b"libcudart.so.12\0", b"libcudart.so.13\0");
+    let at = lib
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("the simulator's soname");
+    let mut copy = lib.clone();
+    copy[at..at + to.len()].copy_from_slice(to);
+    let second = dir.join("libcudart.so.13");
+    std::fs::write(&second, &copy).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/runtime_module.c");
+    let first_module = s.build(
+        &src,
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC"],
+            libs: &[],
+            cudart: true,
+        },
+    );
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let second_lib = second.display().to_string();
+    let second_module = s.build(
+        &src,
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC", "-DSECOND_RUNTIME"],
+            libs: &[second_lib.as_str(), rpath.as_str()],
+            cudart: false,
+        },
+    );
+    let host = s.build(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/runtimes_host.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-ldl"],
+            cudart: false,
+        },
+    );
+    let modules = [
+        first_module.to_str().unwrap(),
+        second_module.to_str().unwrap(),
+    ];
+    for mode in ["strict", "relaxed"] {
+        let (out, err) = ok(&host, &modules, &[("GPUPOOL_REUSE", mode)]);
+        assert_eq!(out.matches("module_run -> 0").count(), 2, "{mode}: {out}");
+        assert_eq!(
+            err.matches("more than one CUDA runtime").count(),
+            1,
+            "{mode}: {err}"
+        );
     }
 }

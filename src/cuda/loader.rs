@@ -66,7 +66,7 @@ pub fn locate() -> Result<Located, String> {
 }
 
 /// The loaded object `addr` lies in: its load address and path.
-fn object_of(addr: *const c_void) -> Option<(*mut c_void, String)> {
+pub(crate) fn object_of(addr: *const c_void) -> Option<(*mut c_void, String)> {
     let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),
@@ -83,7 +83,7 @@ fn object_of(addr: *const c_void) -> Option<(*mut c_void, String)> {
 }
 
 /// This library's load address, found through a private function (not interposable).
-fn own_object() -> *mut c_void {
+pub(crate) fn own_object() -> *mut c_void {
     object_of(own_object as *const c_void).map_or(std::ptr::null_mut(), |o| o.0)
 }
 

@@ -3,5 +3,6 @@
 
 pub mod backend;
 pub mod loader;
+pub mod others;
 pub mod runtime;
 pub mod types;

@@ -14,6 +14,7 @@ pub const SUCCESS: CudaStatus = 0;
 pub const ERROR_INVALID_VALUE: CudaStatus = 1;
 pub const ERROR_MEMORY_ALLOCATION: CudaStatus = 2;
 pub const ERROR_INSUFFICIENT_DRIVER: CudaStatus = 35;
+pub const ERROR_INVALID_DEVICE_FUNCTION: CudaStatus = 98;
 pub const ERROR_INVALID_DEVICE: CudaStatus = 101;
 pub const ERROR_UNKNOWN: CudaStatus = 999;
 
