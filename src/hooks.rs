@@ -45,6 +45,7 @@ fn current_device(rt: &Runtime) -> Option<u32> {
 }
 
 static INVALID_FREE: AtomicBool = AtomicBool::new(false);
+static RESET_UNKNOWN: AtomicBool = AtomicBool::new(false);
 
 fn refuse_invalid_free(rt: &Runtime, ptr: *mut c_void, what: &str) -> CudaStatus {
     // The runtime's own refusal is also the program's last error (`cudaGetLastError`): so is
@@ -263,14 +264,25 @@ pub unsafe extern "C" fn cudaDeviceReset() -> CudaStatus {
             Err(e) => return e,
         };
         let rt = &g.runtime;
-        let dev = current_device(rt);
+        let before = current_device(rt);
         // SAFETY: no arguments.
         let r = forward(rt.device_reset, |f| unsafe { f() });
-        if let (SUCCESS, Some(pool), Some(dev)) = (r, g.pool(), dev) {
-            // The driver freed every allocation of the device, and its events: forget, do not
-            // free.
-            pool.forget_device(dev);
-            pool.backend().forget_device(dev);
+        // Asked again if the runtime could not say before: a pool that did not forget the
+        // reset device would hand out memory the driver freed.
+        let dev = before.or_else(|| (r == SUCCESS).then(|| current_device(rt)).flatten());
+        match (r, g.pool(), dev) {
+            (SUCCESS, Some(pool), Some(dev)) => {
+                // The driver freed every allocation of the device, and its events: forget, do
+                // not free.
+                pool.forget_device(dev);
+                pool.backend().forget_device(dev);
+            }
+            (SUCCESS, Some(_), None) => log::warn_once(&RESET_UNKNOWN, || {
+                "cudaDeviceReset succeeded but the current device could not be read: the pool \
+                 cannot forget that device's memory (reported once)"
+                    .into()
+            }),
+            _ => {}
         }
         r
     })
