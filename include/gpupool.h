@@ -308,9 +308,12 @@ int gpupool_get_release_threshold(int device, uint64_t *bytes);
  * Reads the pool's counters for `device`, or their sums over every device for -1
  * (`GPUPOOL_ALL_DEVICES`), into `*out`. Set `out->struct_size = sizeof(gpupool_stats)` first:
  * the library fills the fields that fit in that size and sets `struct_size` to the bytes it
- * filled. A device the pool has not used yet, and a disabled pool, give zeros.
+ * filled. A device the pool has not used yet, and a disabled pool, give zeros. Waits while
+ * another thread holds a device's pool (a fence waits for the GPU's work). Not
+ * async-signal-safe: called from a signal handler or a runtime callback on a thread that is
+ * inside the pool, it waits 200 ms at most and then fails with 999 rather than deadlock.
  *
- * Returns 0, 1 (`out` is NULL or `struct_size` is smaller than a `size_t`), 101, or 35.
+ * Returns 0, 1 (`out` is NULL or `struct_size` is smaller than a `size_t`), 101, 35, or 999.
  * Nothing is written on failure.
  *
  * # Safety
@@ -339,7 +342,9 @@ int gpupool_enabled(void);
  * Writes the summary (the table `GPUPOOL_SUMMARY` prints at exit: memory requested, allocated
  * and reserved, hits and misses, driver calls, releases, live blocks) to the file descriptor
  * `fd`, after flushing the program's stdio buffers so that its own output comes first. With
- * the pool disabled, one line says so.
+ * the pool disabled, one line says so. Waits while another thread holds a device's pool; not
+ * async-signal-safe (from a thread inside the pool, a device it may hold is listed as not
+ * read after 200 ms).
  *
  * Returns 0, 1 (`fd` is negative or not open for writing), 35, or 999 (the write failed; see
  * `errno`).

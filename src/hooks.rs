@@ -408,8 +408,8 @@ fn launch(
     kernel: *const c_void,
     call: impl Fn(LaunchKernelFn) -> CudaStatus,
 ) -> CudaStatus {
-    if let Some(f) = others::route(entry, kernel as usize) {
-        return call(f);
+    if let Some(r) = others::launch_routed(entry, kernel as usize, &call) {
+        return r;
     }
     let rt = &g.runtime;
     let own = match entry {
@@ -418,11 +418,12 @@ fn launch(
     };
     let r = forward(own, &call);
     if r == ERROR_INVALID_DEVICE_FUNCTION || r == ERROR_INSUFFICIENT_DRIVER && own.is_none() {
-        if let Some(ran) = others::relaunch(entry, kernel as usize, &g.runtime_path, own, &call) {
+        if let Some(answer) = others::relaunch(entry, kernel as usize, &g.runtime_path, own, &call)
+        {
             // The pool's runtime recorded the failed attempt as the thread's last error.
             // SAFETY: no arguments.
             unsafe { (rt.get_last_error)() };
-            return ran;
+            return answer;
         }
     }
     r

@@ -68,6 +68,13 @@ fn a_block_freed_on_a_stream_serves_that_stream_at_once_in_relaxed_mode_only() {
 fn a_failed_stream_query_of_the_pools_own_leaves_no_last_error() {
     let (out, _) = api("lasterr", &[("GPUPOOL_REUSE", "relaxed")]);
     assert!(out.contains("lasterr ok"), "{out}");
+    for reuse in ["strict", "barrier", "relaxed"] {
+        let (out, _) = api(
+            "xdev",
+            &[("GPUPOOL_REUSE", reuse), ("CUDASIM_DEVICES", "2")],
+        );
+        assert!(out.contains("xdev ok"), "{reuse}: {out}");
+    }
 }
 
 #[test]
@@ -314,6 +321,18 @@ fn reports_while_another_thread_fences_in_the_pool() {
         .arg("stats")
         .env("GPUPOOL_FENCE_BYTES", "1"));
     assert!(out.contains("busy stats ok"), "{out}");
+    // From a signal handler on the thread that holds the lock: a failure, not a deadlock.
+    let out = support::output_within(
+        clean_command(&exe)
+            .arg("signal")
+            .env("GPUPOOL_FENCE_BYTES", "1"),
+        30,
+    );
+    assert!(
+        out.status.success() && texts(&out).0.contains("busy signal ok"),
+        "{:?}",
+        texts(&out)
+    );
     for dest in ["stderr", "always:stderr"] {
         let (_, err) = ok(clean_command(&exe)
             .arg("exit")

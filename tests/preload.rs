@@ -415,6 +415,13 @@ fn kernels_of_a_second_runtime_run_in_that_runtime() {
     for mode in ["strict", "relaxed"] {
         let (out, err) = ok(&host, &modules, &[("GPUPOOL_REUSE", mode)]);
         assert_eq!(out.matches("module_run -> 0").count(), 2, "{mode}: {out}");
+        // A launch the module's runtime refuses: its code and last error (1, invalid value),
+        // as without the pool (found in review: 98 and no last error).
+        assert_eq!(
+            out.matches("module_refused -> 1001").count(),
+            2,
+            "{mode}: {out}"
+        );
         assert_eq!(
             err.matches("more than one CUDA runtime").count(),
             1,

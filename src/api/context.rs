@@ -7,6 +7,7 @@ use crate::cuda::runtime::{Runtime, SetDeviceFn};
 use crate::cuda::types::{CudaStatus, ERROR_INSUFFICIENT_DRIVER, SUCCESS};
 use crate::global::{self, Global};
 use crate::guard::{self, Inside};
+use crate::pool::Patience;
 
 /// The library state (made on first use), or the status to return without a runtime.
 pub fn state() -> Result<&'static Global, c_int> {
@@ -17,6 +18,17 @@ pub fn state() -> Result<&'static Global, c_int> {
 /// thread (a runtime callback) is refused rather than deadlocked.
 pub fn enter() -> Result<Inside, c_int> {
     guard::enter().ok_or(GPUPOOL_ERROR_UNKNOWN)
+}
+
+/// How long a report the program asked for may wait for a device's lock: as long as it takes,
+/// unless the calling thread is inside the pool already (a signal handler that interrupted it,
+/// a runtime callback during the pool's own call), where it may hold that lock: then briefly.
+/// Keep the returned guard for the duration of the report.
+pub fn report_patience() -> (Option<Inside>, Patience) {
+    match guard::enter() {
+        Some(inside) => (Some(inside), Patience::Wait),
+        None => (None, Patience::Brief),
+    }
 }
 
 /// Which devices a call acts on.

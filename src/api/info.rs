@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use super::context::{run, state};
+use super::context::{report_patience, run, state};
 use super::{GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
 use crate::guard::boundary;
 use crate::log;
@@ -62,7 +62,9 @@ pub extern "C" fn gpupool_enabled() -> c_int {
 /// Writes the summary (the table `GPUPOOL_SUMMARY` prints at exit: memory requested, allocated
 /// and reserved, hits and misses, driver calls, releases, live blocks) to the file descriptor
 /// `fd`, after flushing the program's stdio buffers so that its own output comes first. With
-/// the pool disabled, one line says so.
+/// the pool disabled, one line says so. Waits while another thread holds a device's pool; not
+/// async-signal-safe (from a thread inside the pool, a device it may hold is listed as not
+/// read after 200 ms).
 ///
 /// Returns 0, 1 (`fd` is negative or not open for writing), 35, or 999 (the write failed; see
 /// `errno`).
@@ -73,12 +75,9 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
             return Err(GPUPOOL_ERROR_INVALID_VALUE);
         }
         let g = state()?;
+        let (_inside, patience) = report_patience();
         let text = match g.pool() {
-            Some(pool) => render_text(&Report::collect(
-                pool,
-                &g.runtime_path,
-                crate::pool::Patience::Wait,
-            )),
+            Some(pool) => render_text(&Report::collect(pool, &g.runtime_path, patience)),
             None => format!(
                 "gpupool: disabled (GPUPOOL_DISABLE=1); every call goes to {}\n",
                 g.runtime_path

@@ -4,8 +4,8 @@
 use std::ffi::c_int;
 use std::mem::size_of;
 
-use super::context::{devices, run, state, Devices};
-use super::GPUPOOL_ERROR_INVALID_VALUE;
+use super::context::{devices, report_patience, run, state, Devices};
+use super::{GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
 use crate::pool::DeviceSnapshot;
 
 /// Counters of one device, or the sums over every device. Set `struct_size` to
@@ -148,9 +148,12 @@ unsafe fn copy_out(stats: &gpupool_stats, out: *mut gpupool_stats) -> Result<(),
 /// Reads the pool's counters for `device`, or their sums over every device for -1
 /// (`GPUPOOL_ALL_DEVICES`), into `*out`. Set `out->struct_size = sizeof(gpupool_stats)` first:
 /// the library fills the fields that fit in that size and sets `struct_size` to the bytes it
-/// filled. A device the pool has not used yet, and a disabled pool, give zeros.
+/// filled. A device the pool has not used yet, and a disabled pool, give zeros. Waits while
+/// another thread holds a device's pool (a fence waits for the GPU's work). Not
+/// async-signal-safe: called from a signal handler or a runtime callback on a thread that is
+/// inside the pool, it waits 200 ms at most and then fails with 999 rather than deadlock.
 ///
-/// Returns 0, 1 (`out` is NULL or `struct_size` is smaller than a `size_t`), 101, or 35.
+/// Returns 0, 1 (`out` is NULL or `struct_size` is smaller than a `size_t`), 101, 35, or 999.
 /// Nothing is written on failure.
 ///
 /// # Safety
@@ -163,14 +166,21 @@ pub unsafe extern "C" fn gpupool_get_stats(device: c_int, out: *mut gpupool_stat
         }
         let g = state()?;
         let which = devices(g, device, true)?;
+        let (_inside, patience) = report_patience();
         let mut stats = gpupool_stats::default();
         if let Some(pool) = g.pool() {
             let list = match which {
                 Devices::All => pool.used_devices(),
                 Devices::One(d) => vec![d],
             };
-            for snapshot in list.into_iter().filter_map(|d| pool.device_stats(d)) {
-                stats.add(&snapshot);
+            for d in list {
+                match pool.device_stats_with(d, patience) {
+                    Some(snapshot) => stats.add(&snapshot),
+                    // A device the pool uses whose lock this thread may hold: no figures
+                    // rather than zeros.
+                    None if pool.used_devices().contains(&d) => return Err(GPUPOOL_ERROR_UNKNOWN),
+                    None => {}
+                }
             }
         }
         stats.struct_size = size_of::<gpupool_stats>();

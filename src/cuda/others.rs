@@ -19,7 +19,7 @@ use libloading::os::unix::{Library, RTLD_LAZY};
 
 use super::loader::{loaded_runtimes, object_of, own_object};
 use super::runtime::{LaunchKernelFn, VoidFn};
-use super::types::{CudaStatus, SUCCESS};
+use super::types::{CudaStatus, ERROR_INVALID_DEVICE_FUNCTION};
 use crate::log;
 
 /// A launch entry point: `cudaLaunchKernel`, or `__cudaLaunchKernel` (`<<<...>>>` since CUDA 13).
@@ -56,24 +56,48 @@ struct Known {
 }
 
 static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
-/// The kernels another runtime ran, by entry point and kernel, with that runtime's entry point.
-static ROUTES: Mutex<Option<HashMap<(Entry, usize), LaunchKernelFn>>> = Mutex::new(None);
+/// A runtime's launch entry point and its `cudaGetLastError`.
+type Route = (LaunchKernelFn, Option<VoidFn>);
+/// The kernels another runtime knows, by entry point and kernel.
+static ROUTES: Mutex<Option<HashMap<(Entry, usize), Route>>> = Mutex::new(None);
 /// A route exists: launches look in `ROUTES` first.
 static ANY_ROUTE: AtomicBool = AtomicBool::new(false);
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
-/// The entry point of the runtime that ran `kernel` before, if another runtime did.
-pub fn route(entry: Entry, kernel: usize) -> Option<LaunchKernelFn> {
+fn routes() -> std::sync::MutexGuard<'static, Option<HashMap<(Entry, usize), Route>>> {
+    ROUTES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Launch `kernel` through the runtime that knew it before, if another runtime did. `None`
+/// when there is no such route, or when that runtime no longer knows the kernel (another module
+/// at the address of an unloaded one): the route is dropped and the launch takes the usual way.
+pub fn launch_routed(
+    entry: Entry,
+    kernel: usize,
+    launch: impl Fn(LaunchKernelFn) -> CudaStatus,
+) -> Option<CudaStatus> {
     if !ANY_ROUTE.load(Ordering::Acquire) {
         return None;
     }
-    let routes = ROUTES.lock().unwrap_or_else(|e| e.into_inner());
-    routes.as_ref()?.get(&(entry, kernel)).copied()
+    let (f, get_last_error) = routes().as_ref()?.get(&(entry, kernel)).copied()?;
+    let r = launch(f);
+    if r != ERROR_INVALID_DEVICE_FUNCTION {
+        return Some(r);
+    }
+    if let Some(map) = routes().as_mut() {
+        map.remove(&(entry, kernel));
+    }
+    if let Some(clear) = get_last_error {
+        // SAFETY: no arguments.
+        unsafe { clear() };
+    }
+    None
 }
 
-/// `kernel` failed to launch through the pool's runtime (`own`, at `own_path`): `launch` it
-/// through each other runtime loaded until one runs it. Returns that launch's status, or `None`
-/// when no other runtime did.
+/// `kernel` failed to launch through the pool's runtime (`own`, at `own_path`) for want of
+/// knowing it: `launch` it through each other runtime loaded until one knows it. That one's
+/// answer is the program's (success, or its own refusal with its last error); `None` when no
+/// other runtime knows the kernel.
 pub fn relaunch(
     entry: Entry,
     kernel: usize,
@@ -83,27 +107,27 @@ pub fn relaunch(
 ) -> Option<CudaStatus> {
     for (path, f, get_last_error) in candidates(entry, own_path, own) {
         let r = launch(f);
-        if r == SUCCESS {
-            let mut routes = ROUTES.lock().unwrap_or_else(|e| e.into_inner());
-            routes
-                .get_or_insert_with(HashMap::new)
-                .insert((entry, kernel), f);
-            ANY_ROUTE.store(true, Ordering::Release);
-            log::warn_once(&REPORTED, || {
-                format!(
-                    "this process has more than one CUDA runtime: a kernel that {own_path} does \
-                     not know was launched through {path}, where it runs (kernels are routed to \
-                     the runtime that runs them; allocations and synchronizations go through \
-                     {own_path}; reported once)"
-                )
-            });
-            return Some(r);
+        if r == ERROR_INVALID_DEVICE_FUNCTION {
+            // Not its kernel either: the failed attempt is not the program's concern.
+            if let Some(clear) = get_last_error {
+                // SAFETY: no arguments.
+                unsafe { clear() };
+            }
+            continue;
         }
-        // That runtime's own last error is not the program's concern: it did not make the call.
-        if let Some(clear) = get_last_error {
-            // SAFETY: no arguments.
-            unsafe { clear() };
-        }
+        routes()
+            .get_or_insert_with(HashMap::new)
+            .insert((entry, kernel), (f, get_last_error));
+        ANY_ROUTE.store(true, Ordering::Release);
+        log::warn_once(&REPORTED, || {
+            format!(
+                "this process has more than one CUDA runtime: a kernel that {own_path} does not \
+                 know was launched through {path}, which knows it (kernels are routed to the \
+                 runtime that knows them; allocations and synchronizations go through \
+                 {own_path}; reported once)"
+            )
+        });
+        return Some(r);
     }
     None
 }
@@ -115,17 +139,29 @@ fn candidates(
     own: Option<LaunchKernelFn>,
 ) -> Vec<(String, LaunchKernelFn, Option<VoidFn>)> {
     let loaded = loaded_runtimes();
-    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
-    let k = known.get_or_insert_with(Known::default);
-    if k.scanned != loaded {
+    let stale = {
+        let known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+        !known.as_ref().is_some_and(|k| k.scanned == loaded)
+    };
+    if stale {
+        // Opened outside the lock: dlopen and dladdr take the dynamic linker's lock, which a
+        // thread inside a library's initialiser holds while it may launch.
         let mine = own_object();
-        k.others = loaded
+        let others: Vec<Other> = loaded
             .iter()
             .filter(|p| p.as_str() != own_path)
             .filter_map(|p| open(p, mine))
             .collect();
-        k.scanned = loaded;
+        let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+        *known = Some(Known {
+            scanned: loaded,
+            others,
+        });
     }
+    let known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(k) = known.as_ref() else {
+        return Vec::new();
+    };
     k.others
         .iter()
         .filter_map(|o| {

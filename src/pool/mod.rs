@@ -624,7 +624,9 @@ impl<B: Backend> Pool<B> {
     }
 
     /// Give a pointer back; `current` is the calling thread's current device, where the block
-    /// is looked for first. Frees of pointers the pool does not own are reported, not handled.
+    /// is looked for first, and the device whose stream a free in stream order names: a block
+    /// of another device (or of any device, when `current` is unknown) then waits for a fence.
+    /// Frees of pointers the pool does not own are reported, not handled.
     pub fn free(&self, addr: Addr, kind: FreeKind, current: Option<u32>) -> FreeOutcome {
         let need = self.need_for(kind);
         if let Some(d) = current {
@@ -662,7 +664,28 @@ impl<B: Backend> Pool<B> {
         need: Need,
         current: Option<u32>,
     ) -> FreeOutcome {
+        // A free in stream order names a stream of the current device (or of the device the
+        // caller named): for a block of another device, its order says nothing that device's
+        // barriers or stream-ordered reuse could rely on. Such a block waits for a fence.
+        let (kind_there, need_there) = match kind {
+            FreeKind::Async { .. } => {
+                let k = FreeKind::Async {
+                    blocking: false,
+                    stream: NO_STREAM,
+                };
+                (k, self.need_for(k))
+            }
+            FreeKind::Sync => (kind, need),
+        };
+        let on = |d: u32| {
+            if Some(d) == current {
+                (kind, need)
+            } else {
+                (kind_there, need_there)
+            }
+        };
         let free_on = |d: u32| {
+            let (kind, need) = on(d);
             self.existing(d)
                 .is_some_and(|slot| self.free_in(slot, addr, kind, need))
         };
@@ -674,10 +697,13 @@ impl<B: Backend> Pool<B> {
         let mine = |d: u32| {
             Some(d) != current
                 && self.existing(d).is_some_and(|slot| {
-                    slot.flags.any.load(Ordering::Relaxed) && self.free_cached(slot, d, addr, need)
+                    slot.flags.any.load(Ordering::Relaxed)
+                        && self.free_cached(slot, d, addr, need_there)
                 })
         };
-        if (0..MAX_DEVICES as u32).any(mine) || self.free_from_any_cache(addr, need) {
+        if (0..MAX_DEVICES as u32).any(mine)
+            || self.free_from_any_cache(addr, need_there, current, need)
+        {
             return FreeOutcome::Freed;
         }
         // A block moves from an exited thread's cache to the live map (under the device lock)
@@ -840,8 +866,19 @@ impl<B: Backend> Pool<B> {
 
     /// A free of a block some thread's cache handed out (another thread's, or one whose thread
     /// exited): straight back to its device.
-    fn free_from_any_cache(&self, addr: Addr, need: Need) -> bool {
+    fn free_from_any_cache(
+        &self,
+        addr: Addr,
+        need_there: Need,
+        current: Option<u32>,
+        need_here: Need,
+    ) -> bool {
         for d in 0..MAX_DEVICES as u32 {
+            let need = if Some(d) == current {
+                need_here
+            } else {
+                need_there
+            };
             let Some(slot) = self.existing(d) else {
                 continue;
             };
@@ -1052,14 +1089,13 @@ impl<B: Backend> Pool<B> {
             .collect()
     }
 
-    /// Live blocks of `device` (none when its lock stays busy, with `Patience::Brief`).
-    pub fn live_blocks(&self, device: u32, patience: Patience) -> Vec<LiveBlock> {
+    /// Live blocks of `device` (none for a device not used; `None` when its lock stays busy,
+    /// with `Patience::Brief`).
+    pub fn live_blocks(&self, device: u32, patience: Patience) -> Option<Vec<LiveBlock>> {
         let Some(slot) = self.existing(device) else {
-            return Vec::new();
+            return Some(Vec::new());
         };
-        let Some(p) = Self::lock_for_report(slot, patience) else {
-            return Vec::new();
-        };
+        let p = Self::lock_for_report(slot, patience)?;
         let mut blocks = p.live_blocks();
         for c in slot.caches.caches_for_report() {
             let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
@@ -1074,7 +1110,7 @@ impl<B: Backend> Pool<B> {
             }
         }
         blocks.sort_unstable_by_key(|b| b.addr);
-        blocks
+        Some(blocks)
     }
 
     /// Hand every device's buffered trace records to the sink (at exit and on dumps; gives up

@@ -660,16 +660,16 @@ fn relaxed_mode_reuses_a_block_at_once_on_the_stream_that_freed_it() {
         let p = relaxed();
         let before = syncs(&p);
         let a = p.alloc_on(0, 4096, Some(5)).unwrap();
-        p.free(a, on(5, blocking), None);
+        p.free(a, on(5, blocking), Some(0));
         // The stream that freed it runs its next work after the work before the free.
         assert_eq!(p.alloc_on(0, 4096, Some(5)).unwrap(), a);
         assert_eq!(syncs(&p), before);
         // Another stream, or a plain cudaMalloc, gets it only after a barrier (or fence).
-        p.free(a, on(5, blocking), None);
+        p.free(a, on(5, blocking), Some(0));
         let other = p.alloc_on(0, 4096, Some(6)).unwrap();
         let plain = p.alloc(0, 4096).unwrap();
         assert!(other != a && plain != a || syncs(&p) > before);
-        p.free(other, on(6, blocking), None);
+        p.free(other, on(6, blocking), Some(0));
         p.free(plain, FreeKind::Sync, None);
         p.check().unwrap();
         assert!(stats(&p, 0).stream_hits >= 1);
@@ -683,13 +683,13 @@ fn frees_on_a_stream_hold_nothing_until_an_allocation_names_a_stream() {
     // free neighbours with them.
     let p = relaxed();
     let a = p.alloc(0, 4 * MIB).unwrap();
-    p.free(a, on(5, true), None);
+    p.free(a, on(5, true), Some(0));
     // The rest of the 20 MiB segment stays free for anyone: no barrier needed.
     assert_eq!(p.alloc(0, 12 * MIB).unwrap(), a + 4 * MIB);
     assert_eq!(syncs(&p), 0);
     // Once a request names a stream, a block freed on one is held for it.
     let b = p.alloc_on(0, 2 * MIB, Some(5)).unwrap();
-    p.free(b, on(5, true), None);
+    p.free(b, on(5, true), Some(0));
     assert_eq!(p.alloc_on(0, 2 * MIB, Some(5)).unwrap(), b);
     assert_eq!((syncs(&p), stats(&p, 0).stream_hits), (0, 1));
     p.check().unwrap();
@@ -702,10 +702,10 @@ fn a_stream_served_by_its_own_frees_does_not_grow_the_pending_queues() {
     // left 300 002 entries.
     let p = relaxed();
     let a = p.alloc_on(0, 8 * MIB, Some(5)).unwrap();
-    p.free(a, on(5, true), None);
+    p.free(a, on(5, true), Some(0));
     for _ in 0..100_000 {
         let b = p.alloc_on(0, 2 * MIB, Some(5)).unwrap();
-        p.free(b, on(5, true), None);
+        p.free(b, on(5, true), Some(0));
     }
     let (fence, barrier) = p.queue_lens(0);
     assert_eq!((fence, syncs(&p)), (0, 0));
@@ -718,7 +718,7 @@ fn stream_reuse_is_for_relaxed_mode_only() {
     for reuse in [ReuseMode::Strict, ReuseMode::Barrier] {
         let p = pool_with(reuse, Threshold::KeepAll, 80 << 30);
         let a = p.alloc_on(0, 4096, Some(5)).unwrap();
-        p.free(a, on(5, true), None);
+        p.free(a, on(5, true), Some(0));
         assert_ne!(p.alloc_on(0, 4096, Some(5)).unwrap(), a, "{reuse:?}");
         assert_eq!(stats(&p, 0).stream_hits, 0);
     }
@@ -729,12 +729,12 @@ fn a_split_stream_block_keeps_its_remainder_for_that_stream_until_covered() {
     let p = relaxed();
     // One 20 MiB segment, all of it freed on stream 5.
     let a = p.alloc_on(0, 20 * MIB, Some(5)).unwrap();
-    p.free(a, on(5, true), None);
+    p.free(a, on(5, true), Some(0));
     assert_eq!(p.alloc_on(0, 4 * MIB, Some(5)).unwrap(), a);
     // The other 16 MiB was freed with it: still the stream's alone ...
     assert_eq!(p.alloc_on(0, 16 * MIB, Some(5)).unwrap(), a + 4 * MIB);
     assert_eq!((stats(&p, 0).stream_hits, syncs(&p)), (2, 0));
-    p.free(a + 4 * MIB, on(5, true), None);
+    p.free(a + 4 * MIB, on(5, true), Some(0));
     assert_eq!(p.alloc_on(0, 8 * MIB, Some(5)).unwrap(), a + 4 * MIB);
     // ... so stream 6 gets the last 8 MiB only after a barrier.
     let other = p.alloc_on(0, 8 * MIB, Some(6)).unwrap();
@@ -752,7 +752,7 @@ fn blocks_freed_on_a_stream_merge_for_its_larger_requests() {
     assert!(v.windows(2).all(|w| w[1] == w[0] + 4 * MIB), "{v:x?}");
     // Freed out of order, with the free rest of the segment next to them.
     for i in [2, 0, 3, 1] {
-        p.free(v[i], on(5, true), None);
+        p.free(v[i], on(5, true), Some(0));
     }
     let mallocs = stats(&p, 0).real_mallocs;
     assert_eq!(p.alloc_on(0, 18 * MIB, Some(5)).unwrap(), v[0]);
@@ -769,7 +769,7 @@ fn a_small_block_freed_on_a_stream_leaves_its_free_neighbours_to_everyone() {
     // barrier for memory nobody used.
     let p = relaxed();
     let a = p.alloc_on(0, 4096, Some(5)).unwrap();
-    p.free(a, on(5, true), None);
+    p.free(a, on(5, true), Some(0));
     let other = p.alloc_on(0, 64 << 10, Some(6)).unwrap();
     assert_eq!(other, a + 4096, "the free rest of the segment");
     assert_eq!(p.alloc_on(0, 4096, Some(5)).unwrap(), a);
@@ -788,12 +788,12 @@ fn a_small_block_freed_on_a_stream_leaves_its_free_neighbours_to_everyone() {
 fn a_barrier_gives_stream_blocks_to_everyone() {
     let p = relaxed();
     let a = p.alloc_on(0, 12 * MIB, Some(5)).unwrap();
-    p.free(a, on(5, true), None);
+    p.free(a, on(5, true), Some(0));
     // Stream 6 needs 12 MiB: the pool's barrier covers the free rather than growing.
     assert_eq!(p.alloc_on(0, 12 * MIB, Some(6)).unwrap(), a);
     assert_eq!(p.backend().get(|s| s.barriers), 1);
     assert_eq!(stats(&p, 0).stream_hits, 0);
-    p.free(a, on(6, true), None);
+    p.free(a, on(6, true), Some(0));
     // Released with the rest of the cache (the held block goes with its segment).
     assert_eq!(p.empty_cache(0), 12 * MIB);
     p.check().unwrap();
@@ -1724,6 +1724,7 @@ fn two_threads_on_one_device_never_share_a_block_and_account_exactly() {
     // The leak list shows every live block, whichever way it was served.
     let mut live: Vec<Addr> = p
         .live_blocks(0, Patience::Wait)
+        .unwrap()
         .iter()
         .map(|b| b.addr)
         .collect();
@@ -2211,12 +2212,15 @@ fn a_split_remainder_waits_for_the_later_free_of_a_neighbour_it_absorbs() {
     let y = p.alloc(0, 12 * MIB).unwrap();
     p.free(y, FreeKind::Sync, None);
 
-    p.free(x, on(5, true), None); // stamp S
-                                  // Another thread's cudaDeviceSynchronize (or a legacy-stream launch) starts here.
+    // Stamp S.
+    p.free(x, on(5, true), Some(0));
+    // Another thread's cudaDeviceSynchronize (or a legacy-stream launch) starts here.
     let at = p.seq_before_sync(0);
-    p.free(l, FreeKind::Sync, None); // reusable at once: Free
-    p.free(n, on(5, true), None); // stamp T, after the sync started; absorbs l
-                                  // Stream 5 takes 2 MiB of x; the 2 MiB remainder (stamp S) absorbs l+n.
+    // Reusable at once: Free.
+    p.free(l, FreeKind::Sync, None);
+    // Stamp T, after the sync started; absorbs l.
+    p.free(n, on(5, true), Some(0));
+    // Stream 5 takes 2 MiB of x; the 2 MiB remainder (stamp S) absorbs l+n.
     assert_eq!(p.alloc_on(0, 2 * MIB, Some(5)).unwrap(), x);
     // Any segment release (empty_cache, or a release threshold after any alloc) drops the
     // stale queue entries that happened to sit in front of the remainder's.

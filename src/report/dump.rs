@@ -63,12 +63,24 @@ pub fn start(g: &'static Global) {
     let read_fd = fds[0];
     // The thread must take none of the program's signals: a program that blocks SIGTERM in its
     // threads to `sigwait` for it would lose it to this one (and die of it). It starts with
-    // every signal blocked; SIGUSR1's handler runs on a program thread and writes to the pipe.
+    // every signal blocked but the faults it could raise itself; SIGUSR1's handler runs on a
+    // program thread and writes to the pipe.
     // SAFETY: signal sets on the stack, valid for the calls.
     let saved = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
+        // Faults the thread itself would raise stay deliverable (to the program's handlers).
+        for sig in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut all, sig);
+        }
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         old
     };

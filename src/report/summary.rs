@@ -78,11 +78,13 @@ impl Report {
         let mut devices = Vec::new();
         let mut unread = Vec::new();
         for d in pool.used_devices() {
-            let Some(snap) = pool.device_stats_with(d, patience) else {
+            let read = pool
+                .device_stats_with(d, patience)
+                .zip(pool.live_blocks(d, patience));
+            let Some((snap, live)) = read else {
                 unread.push(d);
                 continue;
             };
-            let live = pool.live_blocks(d, patience);
             devices.push(DeviceReport {
                 leaks: group_leaks(&live),
                 leaked_blocks: live.len() as u64,

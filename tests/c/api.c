@@ -1,7 +1,7 @@
 /* The gpupool_* C API, checked against what the program did and what the simulator saw.
  * Linked with -lgpupool ahead of -lcudart, so the program's own cudaMalloc is pooled too.
  *
- * usage: api stats | empty | args | disabled | percent | outgrown | streams | lasterr */
+ * usage: api stats | empty | args | disabled | percent | outgrown | streams | lasterr | xdev */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <stdint.h>
@@ -401,6 +401,29 @@ static void streams(void)
     printf("streams ok\n");
 }
 
+/* A block of device 0 freed in stream order with device 1 current: the stream named is device
+ * 1's, so neither device 0's legacy stream nor its barriers may reuse the block at once (found
+ * in review: in relaxed mode device 0's next request on its legacy stream took it under device
+ * 1's kernel). Run with CUDASIM_DEVICES=2. */
+static void xdev(void)
+{
+    void *a, *b;
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_POOL(gpupool_malloc_async(&a, 3 * MIB, NULL));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudasim_launch_fill(a, 3 * MIB, 200000, 0xEE, NULL));
+    CHECK_POOL(gpupool_free_async(a, NULL));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_POOL(gpupool_malloc_async(&b, 3 * MIB, NULL));
+    CHECK(cudasimRangeBusy(b, 3 * MIB) == 0, "device 0 got %p under device 1's kernel", b);
+    CHECK_POOL(gpupool_free_async(b, NULL));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    printf("xdev ok\n");
+}
+
 /* The pool's own stream queries (cudaStreamIsCapturing, cudaStreamGetId, cudaStreamGetFlags)
  * that fail leave no error behind in the program's cudaGetLastError (found in review). */
 static void lasterr(void)
@@ -475,10 +498,12 @@ int main(int argc, char **argv)
         streams();
     else if (strcmp(mode, "lasterr") == 0)
         lasterr();
+    else if (strcmp(mode, "xdev") == 0)
+        xdev();
     else if (strcmp(mode, "outgrown") == 0)
         outgrown();
     else {
-        fprintf(stderr, "usage: api stats|empty|args|disabled|percent|outgrown\n");
+        fprintf(stderr, "usage: api stats|empty|args|disabled|percent|streams|lasterr|xdev|outgrown\n");
         return 2;
     }
     return 0;

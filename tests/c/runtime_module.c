@@ -3,11 +3,12 @@
  * module_run launches the simulator's kernel twice through each entry point, cudaLaunchKernel
  * and __cudaLaunchKernel (what <<<...>>> calls since CUDA 13); with `with_memory` on a block
  * from cudaMalloc (the pool's, allocated through the runtime the pool uses), else on no memory.
- * Returns 0, or 100000 * step + the CUDA error. Built twice by tests/preload.rs, against two
+ * Returns 0, or 100000 * step + the CUDA error. module_refused: below. Built twice by tests/preload.rs, against two
  * runtimes (-DSECOND_RUNTIME only tells the two builds apart). */
 #include "check.h"
 
 int module_run(int with_memory);
+int module_refused(void);
 
 int module_run(int with_memory)
 {
@@ -37,4 +38,14 @@ int module_run(int with_memory)
     if (with_memory && (e = cudaFree(p)) != cudaSuccess)
         return 500000 + (int)e;
     return 0;
+}
+
+/* A launch of the module's own kernel that its runtime refuses (memory it does not know): the
+ * runtime's answer, and its last error, reach the module as they would without the pool.
+ * Returns 1000 * the launch's status + cudaGetLastError's. */
+int module_refused(void)
+{
+    cudaError_t e = cudasim_launch_fill((void *)0x1000, 4096, 100, -1, 0);
+    cudaError_t last = cudaGetLastError();
+    return 1000 * (int)e + (int)last;
 }
