@@ -203,3 +203,47 @@ fn open(path: &str, mine: *mut c_void) -> Option<Other> {
         _library: lib,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::types::Dim3;
+    use std::ffi::c_void;
+
+    unsafe extern "C" fn stand_in(
+        _: *const c_void,
+        _: Dim3,
+        _: Dim3,
+        _: *mut *mut c_void,
+        _: usize,
+        _: *mut c_void,
+    ) -> CudaStatus {
+        0
+    }
+
+    #[test]
+    fn a_route_that_stops_working_is_dropped() {
+        let kernel = 0x5eed_0000;
+        routes()
+            .get_or_insert_with(HashMap::new)
+            .insert((Entry::Public, kernel), (stand_in as LaunchKernelFn, None));
+        ANY_ROUTE.store(true, Ordering::Release);
+        // The runtime still knows the kernel: its answer, whatever it is.
+        assert_eq!(launch_routed(Entry::Public, kernel, |_| 1), Some(1));
+        assert_eq!(launch_routed(Entry::Internal, kernel, |_| 0), None);
+        // It no longer does: the launch takes the usual way, now and from then on.
+        assert_eq!(
+            launch_routed(Entry::Public, kernel, |_| ERROR_INVALID_DEVICE_FUNCTION),
+            None
+        );
+        let called = std::cell::Cell::new(false);
+        assert_eq!(
+            launch_routed(Entry::Public, kernel, |_| {
+                called.set(true);
+                0
+            }),
+            None
+        );
+        assert!(!called.get(), "the dropped route was used");
+    }
+}
