@@ -2265,3 +2265,96 @@ fn trace_stream_numbers_saturate_past_16383_streams() {
         &wrong[..wrong.len().min(5)]
     );
 }
+
+/// Stream-ordered reuse under random traffic (from a review): allocations and frees on up to 40
+/// streams and the legacy stream, blocking and not, frees on another stream than the
+/// allocation's, program barriers and fences, empty_cache and device resets. A block freed on
+/// a stream goes to another stream (or a plain request) only after a barrier (blocking stream)
+/// or a fence covers it; no block is handed out twice; `check()` holds after every step.
+#[test]
+fn random_stream_traffic_never_hands_a_block_to_another_stream_early() {
+    for seed in 0..400u64 {
+        let p = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 4 << 30);
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // live: addr -> (size, stream)
+        let mut live: Vec<(Addr, u64, Option<StreamKey>)> = Vec::new();
+        // taints: (addr, size, stream, blocking)
+        let mut taints: Vec<(Addr, u64, StreamKey, bool)> = Vec::new();
+        let nstreams = 1 + next() % 40;
+        for step in 0..3000 {
+            let before = p.backend().get(|s| (s.fences, s.barriers));
+            let op = next() % 100;
+            if op < 50 || live.is_empty() {
+                let size = if next() % 3 == 0 {
+                    (1 + next() % 30) << 20
+                } else {
+                    512 * (1 + next() % 2048)
+                };
+                let stream = (next() % 8 != 0).then(|| next() % nstreams);
+                let stream = stream.map(|s| if s == 0 { LEGACY_STREAM } else { s });
+                let Ok(a) = p.alloc_on(0, size, stream) else {
+                    continue;
+                };
+                let after = p.backend().get(|s| (s.fences, s.barriers));
+                if after.0 > before.0 {
+                    taints.clear();
+                } else if after.1 > before.1 {
+                    taints.retain(|t| !t.3);
+                }
+                for t in &taints {
+                    let overlap = a < t.0 + t.1 && t.0 < a + size;
+                    assert!(
+                        !overlap || stream == Some(t.2),
+                        "seed {seed} step {step}: {a:#x}+{size} on {stream:?} under work of stream {} freed at {:#x}+{} blocking {} stream_hits {}",
+                        t.2, t.0, t.1, t.3, stats(&p, 0).stream_hits
+                    );
+                }
+                taints.retain(|t| !(a < t.0 + t.1 && t.0 < a + size));
+                for l in &live {
+                    assert!(a + size <= l.0 || l.0 + l.1 <= a, "handed out twice");
+                }
+                live.push((a, size, stream));
+            } else if op < 90 {
+                let i = (next() as usize) % live.len();
+                let (a, size, s) = live.swap_remove(i);
+                let blocking = next() % 4 != 0;
+                let stream = match s {
+                    Some(s) if next() % 5 != 0 => s,
+                    _ => 1 + next() % nstreams,
+                };
+                if next() % 10 == 0 {
+                    p.free(a, FreeKind::Sync, Some(0));
+                } else {
+                    p.free(a, on(stream, blocking), Some(0));
+                    taints.push((a, size, stream, blocking));
+                }
+            } else if op < 95 {
+                let at = p.seq_before_sync(0);
+                p.observe_barrier(0, at);
+                taints.retain(|t| !t.3);
+            } else if op < 98 {
+                let at = p.seq_before_sync(0);
+                p.observe_fence(0, at);
+                taints.clear();
+            } else if op == 99 && next() % 4 == 0 {
+                p.forget_device(0);
+                live.clear();
+                taints.clear();
+            } else {
+                p.empty_cache(0);
+                let after = p.backend().get(|s| (s.fences, s.barriers));
+                if after.0 > before.0 {
+                    taints.clear();
+                }
+            }
+            p.check()
+                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+        }
+    }
+}
