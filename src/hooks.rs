@@ -8,7 +8,7 @@
 #![allow(non_snake_case)]
 
 use std::ffi::c_void;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crate::config::ReuseMode;
 use crate::cuda::others::{self, Entry};
@@ -35,13 +35,41 @@ fn forward<F: Copy>(f: Option<F>, call: impl FnOnce(F) -> CudaStatus) -> CudaSta
 }
 
 /// The current device as the pool indexes it, if it is one the pool serves. A failed query
-/// leaves no error behind (`own_query`): the pool carries on without the answer.
+/// leaves no error behind (`own_query`): the pool carries on without the answer. In a process
+/// that sees one device, that device is current on every thread: no query at all (each hook
+/// asked once per call, which on a GPU costs more than the rest of a cache hit).
 fn current_device(rt: &Runtime) -> Option<u32> {
+    if one_device(rt) {
+        return Some(0);
+    }
     rt.current_device()
         .map_err(|e| own_query(rt, e))
         .ok()
         .and_then(|d| u32::try_from(d).ok())
         .filter(|&d| (d as usize) < crate::pool::MAX_DEVICES)
+}
+
+/// Whether the process sees exactly one device (`cudaGetDeviceCount`, asked once: the count
+/// does not change during a process's life).
+pub(crate) fn one_device(rt: &Runtime) -> bool {
+    const UNKNOWN: u8 = 0;
+    const ONE: u8 = 1;
+    const OTHER: u8 = 2;
+    static COUNT: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match COUNT.load(Ordering::Relaxed) {
+        ONE => true,
+        OTHER => false,
+        _ => {
+            let mut n = 0;
+            let one = rt.get_device_count.is_some_and(|count| {
+                // SAFETY: a valid out-pointer for the call.
+                let r = unsafe { count(&mut n) };
+                own_query(rt, r) == SUCCESS && n == 1
+            });
+            COUNT.store(if one { ONE } else { OTHER }, Ordering::Relaxed);
+            one
+        }
+    }
 }
 
 static INVALID_FREE: AtomicBool = AtomicBool::new(false);

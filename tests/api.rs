@@ -68,6 +68,10 @@ fn a_block_freed_on_a_stream_serves_that_stream_at_once_in_relaxed_mode_only() {
 fn a_failed_stream_query_of_the_pools_own_leaves_no_last_error() {
     let (out, _) = api("lasterr", &[("GPUPOOL_REUSE", "relaxed")]);
     assert!(out.contains("lasterr ok"), "{out}");
+    for devices in ["1", "2"] {
+        let (out, _) = api("devquery", &[("CUDASIM_DEVICES", devices)]);
+        assert!(out.contains("devquery ok"), "{devices} devices: {out}");
+    }
     for reuse in ["strict", "barrier", "relaxed"] {
         let (out, _) = api(
             "xdev",

@@ -104,8 +104,15 @@ fn hostile_arguments_get_the_runtimes_answers() {
 
 #[test]
 fn device_reset_makes_the_pool_forget() {
-    for mode in ["strict", "barrier", "relaxed"] {
-        ok(&c_program("reset"), &[], &[("GPUPOOL_REUSE", mode)]);
+    // With two devices the pool asks which one is current (reset.c arms that query to fail).
+    for devices in ["1", "2"] {
+        for mode in ["strict", "barrier", "relaxed"] {
+            ok(
+                &c_program("reset"),
+                &[],
+                &[("GPUPOOL_REUSE", mode), ("CUDASIM_DEVICES", devices)],
+            );
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 /* The gpupool_* C API, checked against what the program did and what the simulator saw.
  * Linked with -lgpupool ahead of -lcudart, so the program's own cudaMalloc is pooled too.
  *
- * usage: api stats | empty | args | disabled | percent | outgrown | streams | lasterr | xdev */
+ * usage: api stats | empty | args | disabled | percent | outgrown | streams | lasterr | xdev |
+ *        devquery */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <stdint.h>
@@ -424,6 +425,35 @@ static void xdev(void)
     printf("xdev ok\n");
 }
 
+/* In a process that sees one device, the pool never asks which device is current (it is that
+ * one, on every thread): the next cudaGetDevice is armed to fail, and only the program's own
+ * call meets it. With two devices the pool asks in each call. */
+static void devquery(void)
+{
+    int n = 0, d = -1;
+    void *p;
+    CHECK_CUDA(cudaGetDeviceCount(&n));
+    CHECK_CUDA(cudaMalloc(&p, MIB));
+    CHECK_CUDA(cudaFree(p));
+    CHECK(cudasimFailNext("cudaGetDevice", 1, (int)cudaErrorUnknown) == 0, "arm");
+    for (int i = 0; i < 10; i++) {
+        CHECK_CUDA(cudaMalloc(&p, MIB));
+        CHECK_CUDA(cudaFree(p));
+        CHECK_POOL(gpupool_malloc_async(&p, MIB, NULL));
+        CHECK_POOL(gpupool_free_async(p, NULL));
+        p = gpupool_torch_malloc((ssize_t)MIB, 0, NULL);
+        CHECK(p != NULL, "gpupool_torch_malloc");
+        gpupool_torch_free(p, (ssize_t)MIB, 0, NULL);
+    }
+    cudaError_t e = cudaGetDevice(&d);
+    if (n == 1)
+        CHECK(e == cudaErrorUnknown, "one device, yet the pool asked for the current one");
+    else
+        CHECK(e == cudaSuccess && d == 0, "the pool did not ask (%d, device %d)", (int)e, d);
+    (void)cudaGetLastError();
+    printf("devquery ok\n");
+}
+
 /* The pool's own stream queries (cudaStreamIsCapturing, cudaStreamGetId, cudaStreamGetFlags)
  * that fail leave no error behind in the program's cudaGetLastError (found in review). */
 static void lasterr(void)
@@ -500,10 +530,12 @@ int main(int argc, char **argv)
         lasterr();
     else if (strcmp(mode, "xdev") == 0)
         xdev();
+    else if (strcmp(mode, "devquery") == 0)
+        devquery();
     else if (strcmp(mode, "outgrown") == 0)
         outgrown();
     else {
-        fprintf(stderr, "usage: api stats|empty|args|disabled|percent|streams|lasterr|xdev|outgrown\n");
+        fprintf(stderr, "usage: api stats|empty|args|disabled|percent|streams|lasterr|xdev|devquery|outgrown\n");
         return 2;
     }
     return 0;
