@@ -275,7 +275,7 @@ write_report() {
         echo
         echo "raw: cudaMalloc+cudaFree without the pool. pool: the same under the preload (GPUPOOL_REUSE=strict). async: cudaMallocAsync+cudaFreeAsync, default mempool, release threshold UINT64_MAX, no preload."
         echo
-        echo "cudaGetDevice, ns per call (the pool calls it once in each cudaMalloc and cudaFree it serves): $(for f in hit_raw hit_pool hit_async hit_pool_relaxed; do printf '%s %s; ' "$f" "$(kv getdevice_ns "$LOGS/$f.log")"; done)"
+        echo "cudaGetDevice, ns per call (the pool calls it once in each cudaMalloc and cudaFree it serves, unless the process sees one device): $(for f in hit_raw hit_pool hit_async hit_pool_relaxed; do printf '%s %s; ' "$f" "$(kv getdevice_ns "$LOGS/$f.log")"; done)"
         echo
         echo "## torch_hit (ns per torch.empty + del pair, from Python)"
         echo
