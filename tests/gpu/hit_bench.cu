@@ -7,7 +7,8 @@
  *                           UINT64_MAX (stream-ordered pool hits), for comparison.
  * Each size is measured in doubling batches until ~TARGET_MS of wall time (or MAX_ITERS pairs)
  * has passed, after one warm-up pair. Prints "hit SIZE_BYTES NS_PER_PAIR PAIRS" per size, then
- * "getdevice_ns NS CALLS": what one cudaGetDevice costs (the pool calls it in each hook). */
+ * "getdevice_ns NS CALLS": what one cudaGetDevice costs (the pool asks it in each hook when the
+ * process sees more than one device). */
 #include "common.cuh"
 
 #define TARGET_MS 200.0
@@ -66,7 +67,8 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     /* The runtime's own cudaGetDevice, which the pool calls once in each cudaMalloc and
-     * cudaFree it serves (to find the device's pool): its share of a pooled pair. */
+     * cudaFree it serves (to find the device's pool) when the process sees more than one
+     * device: its share of a pooled pair there. */
     {
         const long calls = 1L << 20;
         int dev = -1;
