@@ -271,7 +271,7 @@ pub unsafe fn free_on(ptr: *mut c_void, stream: Stream, device: Option<u32>) -> 
             return pass();
         };
         let kind = FreeKind::Async {
-            blocking: stream_is_blocking(rt, stream),
+            blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
             stream: stream_key(rt, pool, stream),
         };
         match pool.free(ptr as u64, kind, device.or_else(|| current_device(rt))) {

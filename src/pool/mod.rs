@@ -457,6 +457,13 @@ impl<B: Backend> Pool<B> {
         self.settings.reuse == ReuseMode::Relaxed || self.settings.trace.is_some()
     }
 
+    /// Whether a free in stream order needs to say if its stream is blocking: not in `strict`
+    /// mode, where every such free waits for a fence, unless a trace records it (a replay in
+    /// another mode reads it).
+    pub fn tells_blocking(&self) -> bool {
+        self.settings.reuse != ReuseMode::Strict || self.settings.trace.is_some()
+    }
+
     /// `alloc` for use on `stream` when there is one: in `relaxed` mode a block freed on that
     /// stream serves it first, before a barrier or fence (`DevicePool::alloc_on`); such requests
     /// go to the device, not to a thread cache (whose blocks are not held by stream).

@@ -425,9 +425,10 @@ static void xdev(void)
     printf("xdev ok\n");
 }
 
-/* In a process that sees one device, the pool never asks which device is current (it is that
- * one, on every thread): the next cudaGetDevice is armed to fail, and only the program's own
- * call meets it. With two devices the pool asks in each call. */
+/* Queries the pool does not need are not made: in a process that sees one device, which
+ * device is current (it is that one, on every thread): the next cudaGetDevice is armed to
+ * fail, and only the program's own call meets it; with two devices the pool asks in each call.
+ * And in strict mode, whether a stream is blocking. Run in the default (strict) mode. */
 static void devquery(void)
 {
     int n = 0, d = -1;
@@ -451,6 +452,21 @@ static void devquery(void)
     else
         CHECK(e == cudaSuccess && d == 0, "the pool did not ask (%d, device %d)", (int)e, d);
     (void)cudaGetLastError();
+    /* In strict mode (the default) every free in stream order waits for a fence: whether its
+     * stream is blocking does not matter, and is not asked. */
+    cudaStream_t s;
+    unsigned flags = 0;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudasimFailNext("cudaStreamGetFlags", 1, (int)cudaErrorUnknown) == 0, "arm");
+    for (int i = 0; i < 10; i++) {
+        CHECK_POOL(gpupool_malloc_async(&p, MIB, s));
+        CHECK_POOL(gpupool_free_async(p, s));
+    }
+    e = cudaStreamGetFlags(s, &flags);
+    CHECK(e == cudaErrorUnknown, "strict mode asked for the stream's flags");
+    (void)cudaGetLastError();
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK_CUDA(cudaStreamDestroy(s));
     printf("devquery ok\n");
 }
 
