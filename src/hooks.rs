@@ -50,7 +50,8 @@ fn current_device(rt: &Runtime) -> Option<u32> {
 }
 
 /// Whether the process sees exactly one device (`cudaGetDeviceCount`, asked once: the count
-/// does not change during a process's life).
+/// does not change during a process's life). The price (README, limits): where the query would
+/// have failed on a thread, and so the runtime's own `cudaMalloc`, a cached block is served.
 pub(crate) fn one_device(rt: &Runtime) -> bool {
     const UNKNOWN: u8 = 0;
     const ONE: u8 = 1;
