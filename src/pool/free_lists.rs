@@ -23,13 +23,13 @@ pub struct FreeLists {
     /// Bit `c` set: list `c` is not empty.
     bits: [u64; WORDS],
     /// Bit `w` set: `bits[w]` is not zero.
-    summary: u64,
+    summary: u128,
     /// Where each block sits in its list, by block handle (`ABSENT` when not indexed).
     pos: Vec<u32>,
     len: usize,
 }
 
-const _: () = assert!(WORDS <= 64, "the summary word covers every bitmap word");
+const _: () = assert!(WORDS <= 128, "the summary word covers every bitmap word");
 
 fn class_of(size: u64) -> usize {
     debug_assert!(size >= ALIGN && size % ALIGN == 0);
@@ -74,7 +74,7 @@ impl FreeLists {
         self.pos[idx as usize] = list.len() as u32;
         list.push(idx);
         self.bits[c / 64] |= 1 << (c % 64);
-        self.summary |= 1 << (c / 64);
+        self.summary |= 1u128 << (c / 64);
         self.len += 1;
     }
 
@@ -93,7 +93,7 @@ impl FreeLists {
         if list.is_empty() {
             self.bits[c / 64] &= !(1 << (c % 64));
             if self.bits[c / 64] == 0 {
-                self.summary &= !(1 << (c / 64));
+                self.summary &= !(1u128 << (c / 64));
             }
         }
         self.len -= 1;
@@ -121,7 +121,7 @@ impl FreeLists {
             w * 64 + here.trailing_zeros() as usize
         } else {
             let above = match w + 1 {
-                n if n < WORDS => self.summary & (u64::MAX << n),
+                n if n < WORDS => self.summary & (u128::MAX << n),
                 _ => 0,
             };
             if above == 0 {
@@ -139,7 +139,7 @@ impl FreeLists {
         if self.summary == 0 {
             return None;
         }
-        let w = 63 - self.summary.leading_zeros() as usize;
+        let w = 127 - self.summary.leading_zeros() as usize;
         Some(size_of(w * 64 + 63 - self.bits[w].leading_zeros() as usize))
     }
 

@@ -49,8 +49,8 @@ use super::spin::SpinMutex;
 use super::stats::{histogram_bucket, DeviceStats, HISTOGRAM_BUCKETS};
 use super::{AddrHasher, Seqs};
 
-/// Blocks up to this size (after rounding) go through thread caches: the small pool's, whose
-/// segments are 2 MiB, so a cache pins little.
+/// Blocks up to this size (after rounding) go through thread caches: small and medium ones, whose
+/// segments are 4 and 20 MiB, so a cache pins little.
 pub const LIMIT: u64 = MEDIUM_LIMIT;
 /// `Settings::cache_contention` by default: in `strict` and `barrier` mode, thread caches start
 /// once the device's lock went from one allocating thread to another (or an allocation found it

@@ -1,5 +1,6 @@
 //! Unit tests of the pool algorithm against a model backend.
 
+use super::size::SMALL_SEGMENT;
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -124,14 +125,15 @@ fn pointers_are_aligned_and_distinct() {
 #[test]
 fn small_requests_share_a_segment_and_count_one_malloc() {
     let p = relaxed();
-    for _ in 0..4 {
+    let n = SMALL_SEGMENT / (512 * 1024);
+    for _ in 0..n {
         p.alloc(0, 512 * 1024).unwrap();
     }
     let s = stats(&p, 0);
     assert_eq!(s.real_mallocs, 1);
-    assert_eq!(s.reserved.current, 2 * MIB);
-    assert_eq!(s.allocated.current, 2 * MIB);
-    assert_eq!(s.hits, 3);
+    assert_eq!(s.reserved.current, SMALL_SEGMENT);
+    assert_eq!(s.allocated.current, SMALL_SEGMENT);
+    assert_eq!(s.hits, n - 1);
     assert_eq!(s.misses, 1);
     p.alloc(0, 1).unwrap();
     assert_eq!(stats(&p, 0).real_mallocs, 2);
@@ -162,14 +164,18 @@ fn best_fit_picks_the_smallest_block_that_fits() {
 #[test]
 fn small_blocks_come_back_from_exact_size_bins_and_merge_when_needed() {
     let p = relaxed();
-    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 512 << 10).unwrap()).collect();
+    // A whole small segment of 512 KiB blocks.
+    let v: Vec<Addr> = (0..SMALL_SEGMENT / (512 << 10))
+        .map(|_| p.alloc(0, 512 << 10).unwrap())
+        .collect();
     for a in &v {
         p.free(*a, FreeKind::Sync, None);
     }
     p.check().unwrap();
     // The same size comes straight back, last freed first.
-    assert_eq!(p.alloc(0, 512 << 10).unwrap(), v[3]);
-    p.free(v[3], FreeKind::Sync, None);
+    let last = *v.last().unwrap();
+    assert_eq!(p.alloc(0, 512 << 10).unwrap(), last);
+    p.free(last, FreeKind::Sync, None);
     // A larger request finds no fit among the separate 512 KiB blocks until they merge.
     assert_eq!(p.alloc(0, MIB).unwrap(), v[0]);
     assert_eq!(stats(&p, 0).real_mallocs, 1);
@@ -344,7 +350,7 @@ fn free_blocks_in_thread_caches_do_not_keep_an_outgrown_segment() {
     assert_eq!(s.outgrown_released_bytes, 768 * MIB);
     assert_eq!(
         s.reserved.current,
-        2 * MIB + 1000 * MIB,
+        SMALL_SEGMENT + 1000 * MIB,
         "a small segment and the record's"
     );
     p.check().unwrap();
@@ -393,8 +399,11 @@ fn a_block_a_barrier_made_reusable_serves_the_request_that_took_it() {
     for (mode, budget) in [(ReuseMode::Barrier, 64 * MIB), (ReuseMode::Strict, MIB)] {
         let mut p = pool_with(mode, Threshold::KeepAll, 80 << 30);
         p.settings.policy.fence_bytes = budget;
+        // A whole small segment of 1 MiB blocks: the next one would need a new segment.
         let a = p.alloc(0, MIB).unwrap();
-        let _b = p.alloc(0, MIB).unwrap();
+        let _rest: Vec<Addr> = (1..SMALL_SEGMENT / MIB)
+            .map(|_| p.alloc(0, MIB).unwrap())
+            .collect();
         p.free(a, FreeKind::Sync, None);
         assert_eq!(p.alloc(0, MIB).unwrap(), a, "{mode:?}");
         let syncs = p.backend().get(|s| (s.barriers, s.fences));
@@ -406,7 +415,7 @@ fn a_block_a_barrier_made_reusable_serves_the_request_that_took_it() {
                 (1, 0)
             }
         );
-        assert_eq!(stats(&p, 0).reserved.current, 2 * MIB, "{mode:?}");
+        assert_eq!(stats(&p, 0).reserved.current, SMALL_SEGMENT, "{mode:?}");
         p.check().unwrap();
     }
 }
@@ -1945,7 +1954,9 @@ fn in_barrier_mode_a_thread_takes_a_barrier_for_its_cache() {
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // caches on
     let size = 256 << 10;
-    let v: Vec<Addr> = (0..12).map(|_| p.alloc(0, size).unwrap()).collect();
+    // More than a small segment's worth waits (`tcache::BARRIER_BATCH`).
+    let n = SMALL_SEGMENT / size + 4;
+    let v: Vec<Addr> = (0..n).map(|_| p.alloc(0, size).unwrap()).collect();
     for &a in &v {
         p.free(a, FreeKind::Sync, Some(0));
     }
