@@ -2369,3 +2369,33 @@ fn random_stream_traffic_never_hands_a_block_to_another_stream_early() {
         }
     }
 }
+
+/// `max_split_size` concerns large blocks only (from review): with small segments larger than
+/// the smallest setting, a small segment's remainder must still serve small requests.
+#[test]
+fn small_requests_fill_a_small_segment_whatever_the_max_split_size() {
+    for mss in [2 * MIB, 3 * MIB, 4 * MIB, 64 * MIB] {
+        let mut p = relaxed();
+        p.settings.policy.max_split_size = mss;
+        let v: Vec<Addr> = (0..SMALL_SEGMENT / MIB)
+            .map(|_| p.alloc(0, MIB).unwrap())
+            .collect();
+        p.check().unwrap();
+        let s = stats(&p, 0);
+        assert_eq!(
+            (s.real_mallocs, s.reserved.current),
+            (1, SMALL_SEGMENT),
+            "max_split_size {mss}"
+        );
+        // Freed and merged whole, the segment serves small requests again.
+        for a in v {
+            p.free(a, FreeKind::Sync, None);
+        }
+        for _ in 0..2 * SMALL_SEGMENT / MIB {
+            let a = p.alloc(0, 512).unwrap();
+            p.free(a, FreeKind::Sync, None);
+        }
+        assert_eq!(stats(&p, 0).real_mallocs, 1, "max_split_size {mss}");
+        p.check().unwrap();
+    }
+}
