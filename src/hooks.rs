@@ -441,10 +441,7 @@ fn launch(
         return r;
     }
     let rt = &g.runtime;
-    let own = match entry {
-        Entry::Public => rt.launch_kernel,
-        Entry::Internal => rt.launch_kernel_internal,
-    };
+    let own = entry.of(rt);
     let r = forward(own, &call);
     if r == ERROR_INVALID_DEVICE_FUNCTION || r == ERROR_INSUFFICIENT_DRIVER && own.is_none() {
         if let Some(answer) = others::relaunch(entry, kernel as usize, &g.runtime_path, own, &call)

@@ -66,7 +66,7 @@ pub fn locate() -> Result<Located, String> {
 }
 
 /// The loaded object `addr` lies in: its load address and path.
-pub(crate) fn object_of(addr: *const c_void) -> Option<(*mut c_void, String)> {
+fn object_of(addr: *const c_void) -> Option<(*mut c_void, String)> {
     let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),
@@ -100,7 +100,13 @@ fn via_rtld_next(own: *mut c_void) -> Option<Located> {
     open_and_resolve(&path, libc::RTLD_NOLOAD | RTLD_LAZY, own).ok()
 }
 
-fn open_and_resolve(path: &str, flags: c_int, own: *mut c_void) -> Result<Located, String> {
+/// Open the runtime at `path` (already loaded with `RTLD_NOLOAD`) and resolve its entry points,
+/// unless its `cudaMalloc` is this library's (`own`, `own_object`).
+pub(crate) fn open_and_resolve(
+    path: &str,
+    flags: c_int,
+    own: *mut c_void,
+) -> Result<Located, String> {
     // SAFETY: opening a library runs its initialisers; with RTLD_NOLOAD the library is already
     // loaded and initialised, and otherwise it is a CUDA runtime the program would load itself.
     let lib = unsafe { Library::open(Some(path), flags) }.map_err(|e| e.to_string())?;

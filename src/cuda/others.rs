@@ -11,14 +11,13 @@
 //! process with one runtime, apart from that failure path.
 
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use libloading::os::unix::{Library, RTLD_LAZY};
+use libloading::os::unix::RTLD_LAZY;
 
-use super::loader::{loaded_runtimes, object_of, own_object};
-use super::runtime::{LaunchKernelFn, VoidFn};
+use super::loader::{loaded_runtimes, open_and_resolve, own_object, Located};
+use super::runtime::{LaunchKernelFn, Runtime, VoidFn};
 use super::types::{CudaStatus, ERROR_INVALID_DEVICE_FUNCTION};
 use crate::log;
 
@@ -30,34 +29,26 @@ pub enum Entry {
 }
 
 impl Entry {
-    fn symbol(self) -> &'static [u8] {
+    /// That entry point of `rt`, if it has it.
+    pub fn of(self, rt: &Runtime) -> Option<LaunchKernelFn> {
         match self {
-            Entry::Public => b"cudaLaunchKernel\0",
-            Entry::Internal => b"__cudaLaunchKernel\0",
+            Entry::Public => rt.launch_kernel,
+            Entry::Internal => rt.launch_kernel_internal,
         }
     }
-}
-
-/// A runtime other than the pool's, with its launch entry points.
-struct Other {
-    path: String,
-    public: Option<LaunchKernelFn>,
-    internal: Option<LaunchKernelFn>,
-    get_last_error: Option<VoidFn>,
-    /// Kept open: the entry points stay valid for the life of the process.
-    _library: Library,
 }
 
 #[derive(Default)]
 struct Known {
     /// The loaded runtimes' paths when `others` was made.
     scanned: Vec<String>,
-    others: Vec<Other>,
+    /// The other runtimes among them, resolved as the pool's own is (`loader`), kept open.
+    others: Vec<Located>,
 }
 
 static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
 /// A runtime's launch entry point and its `cudaGetLastError`.
-type Route = (LaunchKernelFn, Option<VoidFn>);
+type Route = (LaunchKernelFn, VoidFn);
 /// The kernels another runtime knows, by entry point and kernel.
 static ROUTES: Mutex<Option<HashMap<(Entry, usize), Route>>> = Mutex::new(None);
 /// A route exists: launches look in `ROUTES` first.
@@ -87,10 +78,8 @@ pub fn launch_routed(
     if let Some(map) = routes().as_mut() {
         map.remove(&(entry, kernel));
     }
-    if let Some(clear) = get_last_error {
-        // SAFETY: no arguments.
-        unsafe { clear() };
-    }
+    // SAFETY: no arguments.
+    unsafe { get_last_error() };
     None
 }
 
@@ -109,10 +98,8 @@ pub fn relaunch(
         let r = launch(f);
         if r == ERROR_INVALID_DEVICE_FUNCTION {
             // Not its kernel either: the failed attempt is not the program's concern.
-            if let Some(clear) = get_last_error {
-                // SAFETY: no arguments.
-                unsafe { clear() };
-            }
+            // SAFETY: no arguments.
+            unsafe { get_last_error() };
             continue;
         }
         routes()
@@ -137,7 +124,7 @@ fn candidates(
     entry: Entry,
     own_path: &str,
     own: Option<LaunchKernelFn>,
-) -> Vec<(String, LaunchKernelFn, Option<VoidFn>)> {
+) -> Vec<(String, LaunchKernelFn, VoidFn)> {
     let loaded = loaded_runtimes();
     let stale = {
         let known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
@@ -147,10 +134,10 @@ fn candidates(
         // Opened outside the lock: dlopen and dladdr take the dynamic linker's lock, which a
         // thread inside a library's initialiser holds while it may launch.
         let mine = own_object();
-        let others: Vec<Other> = loaded
+        let others: Vec<Located> = loaded
             .iter()
             .filter(|p| p.as_str() != own_path)
-            .filter_map(|p| open(p, mine))
+            .filter_map(|p| open_and_resolve(p, libc::RTLD_NOLOAD | RTLD_LAZY, mine).ok())
             .collect();
         let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
         *known = Some(Known {
@@ -165,43 +152,12 @@ fn candidates(
     k.others
         .iter()
         .filter_map(|o| {
-            let f = match entry {
-                Entry::Public => o.public,
-                Entry::Internal => o.internal,
-            }?;
+            let f = entry.of(&o.runtime)?;
             // The pool's own runtime under another name is not another runtime.
             (Some(f as usize) != own.map(|g| g as usize))
-                .then(|| (o.path.clone(), f, o.get_last_error))
+                .then(|| (o.path.clone(), f, o.runtime.get_last_error))
         })
         .collect()
-}
-
-/// A loaded runtime's launch entry points (none that resolve to this library's hooks).
-fn open(path: &str, mine: *mut c_void) -> Option<Other> {
-    // SAFETY: the library is loaded already (RTLD_NOLOAD): opening it runs no initialiser.
-    let lib = unsafe { Library::open(Some(path), libc::RTLD_NOLOAD | RTLD_LAZY) }.ok()?;
-    let lookup = |name: &[u8]| -> Option<*mut c_void> {
-        // SAFETY: looking up a symbol address has no side effects.
-        let p = unsafe { lib.get::<*mut c_void>(name) }.ok()?.into_raw();
-        let ours = object_of(p).is_some_and(|(base, _)| base == mine);
-        (!p.is_null() && !ours).then_some(p)
-    };
-    let launch_fn = |name: &[u8]| {
-        // SAFETY: a non-NULL launch entry point of a CUDA runtime, which has this C signature.
-        lookup(name).map(|p| unsafe { std::mem::transmute::<*mut c_void, LaunchKernelFn>(p) })
-    };
-    let public = launch_fn(Entry::Public.symbol());
-    let internal = launch_fn(Entry::Internal.symbol());
-    // SAFETY: a non-NULL cudaGetLastError, which has this C signature.
-    let get_last_error = lookup(b"cudaGetLastError\0")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, VoidFn>(p) });
-    (public.is_some() || internal.is_some()).then(|| Other {
-        path: path.to_string(),
-        public,
-        internal,
-        get_last_error,
-        _library: lib,
-    })
 }
 
 #[cfg(test)]
@@ -209,6 +165,10 @@ mod tests {
     use super::*;
     use crate::cuda::types::Dim3;
     use std::ffi::c_void;
+
+    unsafe extern "C" fn no_error() -> CudaStatus {
+        0
+    }
 
     unsafe extern "C" fn stand_in(
         _: *const c_void,
@@ -224,9 +184,10 @@ mod tests {
     #[test]
     fn a_route_that_stops_working_is_dropped() {
         let kernel = 0x5eed_0000;
-        routes()
-            .get_or_insert_with(HashMap::new)
-            .insert((Entry::Public, kernel), (stand_in as LaunchKernelFn, None));
+        routes().get_or_insert_with(HashMap::new).insert(
+            (Entry::Public, kernel),
+            (stand_in as LaunchKernelFn, no_error as VoidFn),
+        );
         ANY_ROUTE.store(true, Ordering::Release);
         // The runtime still knows the kernel: its answer, whatever it is.
         assert_eq!(launch_routed(Entry::Public, kernel, |_| 1), Some(1));

@@ -708,9 +708,7 @@ impl<B: Backend> Pool<B> {
                         && self.free_cached(slot, d, addr, need_there)
                 })
         };
-        if (0..MAX_DEVICES as u32).any(mine)
-            || self.free_from_any_cache(addr, need_there, current, need)
-        {
+        if (0..MAX_DEVICES as u32).any(mine) || self.free_from_any_cache(addr, |d| on(d).1) {
             return FreeOutcome::Freed;
         }
         // A block moves from an exited thread's cache to the live map (under the device lock)
@@ -872,20 +870,10 @@ impl<B: Backend> Pool<B> {
     }
 
     /// A free of a block some thread's cache handed out (another thread's, or one whose thread
-    /// exited): straight back to its device.
-    fn free_from_any_cache(
-        &self,
-        addr: Addr,
-        need_there: Need,
-        current: Option<u32>,
-        need_here: Need,
-    ) -> bool {
+    /// exited): straight back to its device, to wait for `need_on` that device.
+    fn free_from_any_cache(&self, addr: Addr, need_on: impl Fn(u32) -> Need) -> bool {
         for d in 0..MAX_DEVICES as u32 {
-            let need = if Some(d) == current {
-                need_here
-            } else {
-                need_there
-            };
+            let need = need_on(d);
             let Some(slot) = self.existing(d) else {
                 continue;
             };

@@ -8,7 +8,7 @@
 //! shredded into slivers.
 //!
 //! Small segments are 4 MiB, not PyTorch's 2: half the `cudaMalloc` calls for small requests
-//! (the generated inference trace: 43 calls instead of 62; random requests up to 1 MiB: half),
+//! (the generated inference trace: 42 calls instead of 62; random requests up to 1 MiB: half),
 //! with the same peak reserved memory or less on every workload of `gpupool-trace compare`, since
 //! a small pool's fragments are what it reserves beyond its peak either way.
 //!
