@@ -617,6 +617,8 @@ impl<B: Backend> Pool<B> {
                 if st.generation != gen {
                     if st.generation > gen {
                         // The device was reset while this request was served: the block is gone.
+                        drop(st);
+                        Self::lock(slot).lost_to_reset(block, size);
                         return Err(CudaError::MEMORY_ALLOCATION);
                     }
                     st.clear(gen);
@@ -1035,9 +1037,13 @@ impl<B: Backend> Pool<B> {
         let Some(slot) = self.existing(device) else {
             return;
         };
-        let mut p = Self::lock(slot);
+        Self::forget_locked(slot, &mut Self::lock(slot));
+    }
+
+    /// `forget_device`, under the device lock.
+    fn forget_locked(slot: &DeviceSlot, p: &mut DevicePool) {
         // Settle the caches first, so that the device's totals account for their blocks.
-        slot.caches.settle(&mut p, &slot.seqs);
+        slot.caches.settle(p, &slot.seqs);
         p.forget_all();
         slot.caches.forget(p.generation);
     }
