@@ -8,15 +8,19 @@
 # compute-sanitizer's memcheck on the churn test. Every step has its own
 # timeout; a failing step is recorded and the script goes on. Results: RESULTS/gpu-results.md
 # (Markdown summary), RESULTS/steps.tsv, RESULTS/logs/*.log; a short table is printed at the end.
+# Where $OUT is set (the lent GPU machine's folder whose files come back: at most 8), the
+# results go to ./gpu-results and, after every step, gpu-results.md, steps.tsv and logs.tgz (the
+# logs) are copied into $OUT, so that a run stopped at its time limit still brings them back.
 #
 # usage: scripts/gpu-check.sh [--dry-run] [--out DIR]
 #   --dry-run   no GPU needed: check the library, nvcc (build the sources when it is there),
 #               python syntax, this script's syntax, and print what a real run would run.
-#   --out DIR   results directory (default: $OUT if set, else ./gpu-results)
+#   --out DIR   results directory (default: ./gpu-results)
 # Environment: GPUPOOL_LIB (library, default target/release/libgpupool.so), NVCC, PYTHON
 # (default /opt/torch/.venv/bin/python3 if present, else python3), GPU_CHECK_BUDGET (seconds for
 # the whole run, default 390; steps that would start after it are skipped), GPU_CHECK_QUICK=1
-# (smaller iteration counts).
+# (smaller iteration counts), GPU_CHECK_COMMIT (the commit the report names, for a copy of the
+# tree without .git).
 #
 # Exit status: 0 when every correctness check passed or was skipped as unsupported (benchmarks and
 # informational runs never fail the script), 1 otherwise (a check that failed, timed out, or was
@@ -24,7 +28,9 @@
 set -uo pipefail
 
 DRY=0
-RES="${OUT:-}"
+RES=""
+# Where the results are copied after every step (see the header).
+PUBLISH="${OUT:-}"
 while [ $# -gt 0 ]; do
     case "$1" in
     --dry-run) DRY=1 ;;
@@ -33,7 +39,7 @@ while [ $# -gt 0 ]; do
         RES="${1:-}"
         ;;
     -h | --help)
-        sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -80,7 +86,8 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 
 # A clean environment for every run: no inherited preload, pool or PyTorch allocator settings.
-CLEAN=(env -u LD_PRELOAD -u GPUPOOL_DISABLE -u GPUPOOL_RELEASE_THRESHOLD -u GPUPOOL_REUSE
+# Python unbuffered: a step killed at its timeout still leaves what it printed.
+CLEAN=(env PYTHONUNBUFFERED=1 -u LD_PRELOAD -u GPUPOOL_DISABLE -u GPUPOOL_RELEASE_THRESHOLD -u GPUPOOL_REUSE
     -u GPUPOOL_MAX_SPLIT_SIZE -u GPUPOOL_FENCE_BYTES -u GPUPOOL_SUMMARY -u GPUPOOL_CUDART
     -u PYTORCH_NO_CUDA_MEMORY_CACHING -u PYTORCH_CUDA_ALLOC_CONF -u CUDA_LAUNCH_BLOCKING)
 # pool MODE: the clean environment plus the preloaded pool in that reuse mode, summary on stderr.
@@ -102,6 +109,14 @@ record() { # NAME KIND STATUS SECONDS NOTE
 }
 
 left() { echo $((BUDGET - (SECONDS - START))); }
+# Seconds one nvcc attempt may take: a quarter of what is left, 10 to 90 (a build takes seconds;
+# a hung one must not eat the steps' time).
+build_limit() {
+    local l=$(($(left) / 4))
+    [ "$l" -gt 90 ] && l=90
+    [ "$l" -lt 10 ] && l=10
+    echo "$l"
+}
 
 # run_step NAME KIND TIMEOUT EXPECT -- COMMAND...
 #   KIND: check (a failure fails the script) | bench | info (recorded only).
@@ -131,10 +146,11 @@ run_step() {
     timeout -k 5 "$tmo" "$@" </dev/null >>"$log" 2>&1
     rc=$?
     status=PASS note="rc 0"
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-        status=TIMEOUT note="killed after ${tmo}s"
-    elif [ -n "${STEP_SKIP_RE:-}" ] && grep -Eiq "$STEP_SKIP_RE" "$log"; then
+    # "Not supported here" first: a tool that says so and then hangs is not a failed check.
+    if [ -n "${STEP_SKIP_RE:-}" ] && grep -Eiq "$STEP_SKIP_RE" "$log"; then
         status=SKIP note="$(grep -Eio "$STEP_SKIP_RE" "$log" | head -n 1)"
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        status=TIMEOUT note="killed after ${tmo}s"
     elif [ $rc -ne 0 ]; then
         status=FAIL note="rc $rc: $(grep -E 'FAIL|rror|CLOBBERED' "$log" | grep -v '^\$ ' | head -n 1 | cut -c1-160)"
     else
@@ -176,7 +192,7 @@ write_report() {
         echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
         echo "- mode: $([ "$DRY" = 1 ] && echo 'dry run (nothing ran on a GPU)' || echo 'real run')"
         echo "- library: \`$LIB\`$([ -f "$LIB" ] && echo " (sha256 $(sha256sum "$LIB" | cut -c1-16))")"
-        echo "- commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo ' (+ uncommitted changes)')"
+        echo "- commit: ${GPU_CHECK_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo ' (+ uncommitted changes)')}"
         echo "- elapsed: $((SECONDS - START)) s of a ${BUDGET} s budget"
         echo
         echo "## Steps"
@@ -287,11 +303,21 @@ write_report() {
             [ -f "$LOGS/$f.log" ] && echo "- $f: $(status_of $f); Python loop overhead $(kv python_overhead_ns "$LOGS/$f.log") ns, torch.empty on the meta device (no allocator) $(kv meta_pair_ns "$LOGS/$f.log") ns per pair"
         done
         echo
-        echo "native: PyTorch's caching allocator. pluggable: libgpupool as PyTorch's CUDAPluggableAllocator in that GPUPOOL_REUSE mode. net: the pair minus the Python loop's own overhead; the pair minus the meta-device figure is roughly the allocator's share."
+        echo "native: PyTorch's caching allocator. pluggable: libgpupool as PyTorch's CUDAPluggableAllocator in that GPUPOOL_REUSE mode. net: the pair minus the Python loop's own overhead. The pair minus the meta-device figure is an upper bound of the allocator's share: it also holds PyTorch's CUDA-side work (device guard, current stream, and for the pluggable allocator its own lock and pointer map). In strict mode a freed block waits for a fence, taken once GPUPOOL_FENCE_BYTES (256 MiB) wait: the small sizes' pluggable strict rows also carve new blocks between fences, not only reuse."
         echo
-        echo "Logs: \`logs/\` beside this file (each starts with its command line)."
+        echo "Logs: \`logs/\` beside this file (each starts with its command line)$([ -n "$PUBLISH" ] && echo '; logs.tgz where the results were copied')."
     } >"$md"
     mv -f "$md" "$RES/gpu-results.md"
+    publish
+}
+
+# Copy the report, the steps and the logs (one archive) into $PUBLISH, if set.
+publish() {
+    [ -n "$PUBLISH" ] && [ "$PUBLISH" != "$RES" ] || return 0
+    mkdir -p "$PUBLISH" &&
+        cp -f "$RES/gpu-results.md" "$RES/steps.tsv" "$PUBLISH/" &&
+        tar czf "$PUBLISH/logs.tgz.tmp" -C "$RES" logs &&
+        mv -f "$PUBLISH/logs.tgz.tmp" "$PUBLISH/logs.tgz"
 }
 
 # size raw pool async pool_relaxed, one line per size, '-' where a run is missing
@@ -499,12 +525,12 @@ else
             cmd=("$NVCC_BIN" -O2 -cudart shared -arch=sm_90 -o "$BUILD/$p" "$SRC/$p.cu" "${LINK_FLAGS[@]}" -lpthread -ldl)
             rm -f "$BUILD/$p"
             echo "\$ ${cmd[*]}" >"$log"
-            if timeout -k 5 180 "${cmd[@]}" >>"$log" 2>&1; then
+            if timeout -k 5 "$(build_limit)" "${cmd[@]}" >>"$log" 2>&1; then
                 echo "sm_90" >"$BUILD/$p.rc"
             else
                 cmd=("$NVCC_BIN" -O2 -cudart shared -o "$BUILD/$p" "$SRC/$p.cu" "${LINK_FLAGS[@]}" -lpthread -ldl)
                 echo "\$ ${cmd[*]}   (retry without -arch)" >>"$log"
-                if timeout -k 5 180 "${cmd[@]}" >>"$log" 2>&1; then
+                if timeout -k 5 "$(build_limit)" "${cmd[@]}" >>"$log" 2>&1; then
                     echo "default arch (sm_90 failed)" >"$BUILD/$p.rc"
                 else
                     echo "FAIL" >"$BUILD/$p.rc"

@@ -218,14 +218,19 @@ fn gpupool_run_rejects_bad_usage() {
 
 /// `scripts/gpu-check.sh --dry-run`: everything that needs no GPU is checked (its own syntax, the
 /// library, the Python programs' syntax), every GPU step is listed as skipped, and the results
-/// file is written with each section, so the next GPU session's run is not its first.
+/// file is written with each section, so the next GPU session's run is not its first. With
+/// `$OUT` set (the GPU machine's folder whose files come back, at most 8 of them), the report,
+/// the steps and one archive of the logs are copied there.
 #[test]
 fn gpu_check_dry_run_passes_without_a_gpu() {
     let out_dir = scratch("gpu-check-dry");
+    let published = scratch("gpu-check-published");
     let out = clean_command(&root().join("scripts/gpu-check.sh"))
         .arg("--dry-run")
         .arg("--out")
         .arg(&out_dir)
+        .env("OUT", &published)
+        .env("GPU_CHECK_COMMIT", "abc1234")
         .env("GPUPOOL_LIB", library())
         .env("PYTHON", "python3")
         .output()
@@ -274,4 +279,24 @@ fn gpu_check_dry_run_passes_without_a_gpu() {
     ] {
         assert!(report.contains(heading), "{heading} missing:\n{report}");
     }
+    assert!(report.contains("- commit: abc1234\n"), "{report}");
+    let mut back: Vec<String> = std::fs::read_dir(&published)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    back.sort();
+    assert_eq!(back, ["gpu-results.md", "logs.tgz", "steps.tsv"]);
+    assert_eq!(
+        std::fs::read_to_string(published.join("gpu-results.md")).unwrap(),
+        report
+    );
+    let listing = Command::new("tar")
+        .arg("tzf")
+        .arg(published.join("logs.tgz"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&listing.stdout).contains("logs/self_syntax.log"),
+        "{listing:?}"
+    );
 }
