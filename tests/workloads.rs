@@ -216,6 +216,7 @@ fn the_trace_recorded_on_a_gpu_replays_correctly_under_every_policy() {
     w.ops.extend(live.into_iter().map(|slot| Op::Free {
         slot,
         need: gpupool::pool::Need::Fence,
+        how: Default::default(),
     }));
     let w = &*w;
     let peak = w.peak_requested();

@@ -46,7 +46,7 @@ pub fn run(p: &mut dyn CachePolicy, w: &Workload) -> Outcome {
                     ooms += 1;
                 }
             },
-            Op::Free { slot, need } => {
+            Op::Free { slot, need, .. } => {
                 let a = addrs[slot as usize];
                 if a != FAILED {
                     p.free(a, need);
@@ -123,7 +123,7 @@ pub fn run_checked(p: &mut dyn CachePolicy, w: &Workload) -> Result<Outcome, Str
                 sizes[slot as usize] = size;
                 live_bytes += size;
             }
-            Op::Free { slot, need } => {
+            Op::Free { slot, need, .. } => {
                 let a = std::mem::replace(&mut addrs[slot as usize], FAILED);
                 if a == FAILED {
                     continue;
@@ -168,7 +168,7 @@ pub fn series(p: &mut dyn CachePolicy, w: &Workload) -> Vec<(u64, u64)> {
     for (i, op) in w.ops.iter().enumerate() {
         match *op {
             Op::Alloc { slot, size } => addrs[slot as usize] = p.alloc(size).unwrap_or(FAILED),
-            Op::Free { slot, need } => {
+            Op::Free { slot, need, .. } => {
                 let a = addrs[slot as usize];
                 if a != FAILED {
                     p.free(a, need);

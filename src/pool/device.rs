@@ -321,6 +321,12 @@ impl DevicePool {
         );
     }
 
+    /// The program created a non-blocking stream (for the trace: a replay in `barrier` mode
+    /// fences from here on, as the live pool does).
+    pub fn note_nonblocking_stream(&mut self) {
+        self.record(Kind::NonBlockingStream, 0, 0, 0, 0);
+    }
+
     /// One trace record, when tracing.
     #[inline]
     fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {

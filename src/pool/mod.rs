@@ -331,6 +331,9 @@ impl<B: Backend> Pool<B> {
             if let Some(sink) = &self.settings.trace {
                 let buf = trace::TraceBuf::new(Arc::clone(sink), self.start, device);
                 pool.set_trace(buf, &self.settings.policy, reuse_code(self.settings.reuse));
+                if self.nonblocking_seen.load(Ordering::Relaxed) {
+                    pool.note_nonblocking_stream();
+                }
             }
             let caches = Arc::new(tcache::Registry::default());
             pool.set_lenders(Arc::clone(&caches) as Arc<dyn device::Lenders>);
@@ -942,9 +945,16 @@ impl<B: Backend> Pool<B> {
         })
     }
 
-    /// The program created a non-blocking stream.
+    /// The program created a non-blocking stream. The first time, every device's trace records
+    /// it (a device made meanwhile may miss it: only a replay's fidelity depends on it).
     pub fn note_nonblocking_stream(&self) {
-        self.nonblocking_seen.store(true, Ordering::Relaxed);
+        if !self.nonblocking_seen.swap(true, Ordering::Relaxed) && self.settings.trace.is_some() {
+            for d in 0..MAX_DEVICES as u32 {
+                if let Some(slot) = self.existing(d) {
+                    Self::lock(slot).note_nonblocking_stream();
+                }
+            }
+        }
     }
 
     /// The current sequence number of `device`, read before a program synchronization starts.

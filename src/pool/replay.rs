@@ -152,6 +152,8 @@ struct DeviceReplay {
     policy: Policy,
     reuse: ReuseMode,
     recorded_reuse: ReuseMode,
+    /// The trace said the program created a non-blocking stream (`barrier` mode fences after).
+    nonblocking_seen: bool,
     /// Live-run address → replay address of each live block.
     addrs: HashMap<Addr, Addr>,
     failed: u64,
@@ -202,6 +204,7 @@ impl DeviceReplay {
             policy,
             reuse: o.reuse.unwrap_or(recorded_reuse),
             recorded_reuse,
+            nonblocking_seen: false,
             addrs: HashMap::new(),
             failed: 0,
             diverged: false,
@@ -243,7 +246,7 @@ impl DeviceReplay {
                 let need = if self.reuse == self.recorded_reuse && !o.one_stream {
                     need_from_code(r.b)
                 } else {
-                    need_for(self.reuse, how, false)
+                    need_for(self.reuse, how, self.nonblocking_seen)
                 };
                 let seqs = &self.seqs;
                 self.pool.free(addr, how, need, || {
@@ -262,6 +265,7 @@ impl DeviceReplay {
                 self.pool.empty_cache(&self.backend, &self.seqs);
             }
             Kind::Threshold if o.threshold.is_none() => self.pool.set_threshold(r.a),
+            Kind::NonBlockingStream => self.nonblocking_seen = true,
             Kind::Reset => {
                 self.pool.forget_all();
                 self.addrs.clear();

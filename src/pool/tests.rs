@@ -887,6 +887,63 @@ fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
     );
 }
 
+/// A program that creates a non-blocking stream makes `barrier` mode fence (`need_for`): a
+/// trace records it, so that a replay in `barrier` mode of a trace recorded in another mode
+/// does what the live pool would have done (found in review: it took barriers throughout).
+#[test]
+fn a_barrier_replay_fences_once_the_trace_says_a_non_blocking_stream_was_made() {
+    let run = |reuse: ReuseMode| {
+        let sink = Arc::new(MemoryTrace(Mutex::new(trace::MAGIC.to_vec())));
+        let mut settings = pool_with(reuse, Threshold::KeepAll, 1).settings().clone();
+        settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
+        let p = Pool::new(Model::with_capacity(80 << 30), settings);
+        let churn = |rounds: usize| {
+            for _ in 0..rounds {
+                let blocks: Vec<Addr> = (0..8).map(|_| p.alloc(0, 4 * MIB).unwrap()).collect();
+                for a in blocks {
+                    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+                }
+            }
+        };
+        churn(20);
+        p.note_nonblocking_stream();
+        churn(20);
+        p.flush_trace();
+        (stats(&p, 0), sink.records())
+    };
+    let (live, live_records) = run(ReuseMode::Barrier);
+    assert!(live.barriers > 0 && live.fences > 0, "{live:?}");
+    let marks = |records: &[trace::Record]| {
+        records
+            .iter()
+            .filter(|r| r.kind == trace::Kind::NonBlockingStream)
+            .count()
+    };
+    assert_eq!(marks(&live_records), 1);
+    let (_, strict_records) = run(ReuseMode::Strict);
+    assert_eq!(marks(&strict_records), 1);
+    let barrier = replay::Overrides {
+        reuse: Some(ReuseMode::Barrier),
+        ..Default::default()
+    };
+    let r = &replay::replay(&strict_records, &barrier)[0].stats;
+    assert_eq!(
+        (r.fences, r.barriers, r.real_mallocs, r.reserved.peak),
+        (
+            live.fences,
+            live.barriers,
+            live.real_mallocs,
+            live.reserved.peak
+        )
+    );
+    // Without the record, the replay takes barriers only.
+    let unmarked: Vec<trace::Record> = strict_records
+        .into_iter()
+        .filter(|r| r.kind != trace::Kind::NonBlockingStream)
+        .collect();
+    assert_eq!(replay::replay(&unmarked, &barrier)[0].stats.fences, 0);
+}
+
 #[test]
 fn invalid_frees_are_refused_and_leave_the_pool_intact() {
     let p = relaxed();

@@ -58,6 +58,10 @@ pub enum Kind {
     Threshold = 12,
     /// `cudaDeviceReset`: the pool forgot the device.
     Reset = 13,
+    /// The program created a non-blocking stream (recorded once per device, when it first
+    /// happens or after `Settings` for a device used later): from here on, `barrier` mode makes
+    /// every free wait for a fence, as `need_for` says.
+    NonBlockingStream = 14,
 }
 
 impl Kind {
@@ -78,6 +82,7 @@ impl Kind {
             11 => EmptyCache,
             12 => Threshold,
             13 => Reset,
+            14 => NonBlockingStream,
             _ => return None,
         })
     }
@@ -233,7 +238,7 @@ mod tests {
         .encode(&mut bad);
         bad[8 + 36] = 200;
         assert!(parse(&bad).is_err());
-        for k in 0..=13u8 {
+        for k in 0..=14u8 {
             assert_eq!(Kind::from_u8(k).map(|k| k as u8), Some(k));
         }
     }

@@ -24,13 +24,23 @@ pub enum Op {
     Alloc { slot: u32, size: u64 },
     /// The program frees `slot`'s block; `need` is what the recording pool made its reuse wait
     /// for (`Need::Nothing` in generated workloads: stream-ordered, as PyTorch's allocator
-    /// assumes). Only our pool looks at it.
-    Free { slot: u32, need: Need },
+    /// assumes). Only our pool looks at it, as it does at `how`.
+    Free { slot: u32, need: Need, how: FreeHow },
     /// The program synchronized: blocks freed before these fence and barrier sequence numbers
     /// are safe to reuse (recorded traces only; only our pool looks at it).
     Observe { fenced: u64, barriered: u64 },
     /// A synchronization at which a release threshold applies (recorded traces only).
     SyncPoint,
+}
+
+/// How a recorded free was made, for a comparison in another reuse mode (`need_for`): the
+/// trace's code (0 `cudaFree`, 1 `cudaFreeAsync` on a blocking stream, 2 on a non-blocking
+/// one) and whether the program had created a non-blocking stream by then. Generated workloads:
+/// the default (`cudaFree`, none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FreeHow {
+    pub code: u8,
+    pub nonblocking_seen: bool,
 }
 
 /// A request stream and what comes with it.
@@ -111,7 +121,16 @@ impl Program {
 
     /// Free `b`, recording that its reuse waited for `need` (recorded traces).
     pub fn free_after(&mut self, b: Block, need: Need) {
-        self.ops.push(Op::Free { slot: b.slot, need });
+        self.free_recorded(b, need, FreeHow::default());
+    }
+
+    /// Free `b` as a trace recorded it: its reuse waited for `need`, and it was made `how`.
+    pub fn free_recorded(&mut self, b: Block, need: Need, how: FreeHow) {
+        self.ops.push(Op::Free {
+            slot: b.slot,
+            need,
+            how,
+        });
         self.vacant.push(b.slot);
     }
 
@@ -219,12 +238,14 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
     struct Dev {
         p: Program,
         live: HashMap<Addr, Block>,
+        nonblocking_seen: bool,
     }
     let mut devs: Vec<Option<Dev>> = (0..256).map(|_| None).collect();
     for r in records {
         let d = devs[usize::from(r.device)].get_or_insert_with(|| Dev {
             p: Program::new(),
             live: HashMap::new(),
+            nonblocking_seen: false,
         });
         match r.kind {
             RecordKind::Alloc => {
@@ -236,7 +257,11 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
             }
             RecordKind::Free => {
                 if let Some(b) = d.live.remove(&r.a) {
-                    d.p.free_after(b, need_from_code(r.b));
+                    let how = FreeHow {
+                        code: (r.aux & 3) as u8,
+                        nonblocking_seen: d.nonblocking_seen,
+                    };
+                    d.p.free_recorded(b, need_from_code(r.b), how);
                 }
             }
             RecordKind::Observe => d.p.ops.push(Op::Observe {
@@ -244,6 +269,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
                 barriered: r.b,
             }),
             RecordKind::SyncPoint => d.p.ops.push(Op::SyncPoint),
+            RecordKind::NonBlockingStream => d.nonblocking_seen = true,
             RecordKind::Reset => {
                 let mut live: Vec<(Addr, Block)> = d.live.drain().collect();
                 live.sort_by_key(|e| e.0);
@@ -270,6 +296,46 @@ pub const GIB: u64 = 1 << 30;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A recorded free keeps how it was made, and whether a non-blocking stream existed by
+    /// then, for a comparison in another reuse mode.
+    #[test]
+    fn recorded_frees_keep_how_they_were_made() {
+        let rec = |kind, a, b, c, aux| Record {
+            t_ns: 0,
+            a,
+            b,
+            c,
+            thread: 1,
+            kind,
+            device: 0,
+            aux,
+        };
+        let records = [
+            rec(RecordKind::Alloc, 512, 0x1000, 512, 0),
+            rec(RecordKind::Alloc, 512, 0x2000, 512, 0),
+            rec(RecordKind::Free, 0x1000, 1, 512, 1 | 3 << 2),
+            rec(RecordKind::NonBlockingStream, 0, 0, 0, 0),
+            rec(RecordKind::Free, 0x2000, 2, 512, 0),
+        ];
+        let w = &from_records(&records, "t")[0].1;
+        let frees: Vec<(Need, FreeHow)> = w
+            .ops
+            .iter()
+            .filter_map(|o| match *o {
+                Op::Free { need, how, .. } => Some((need, how)),
+                _ => None,
+            })
+            .collect();
+        let how = |code, nonblocking_seen| FreeHow {
+            code,
+            nonblocking_seen,
+        };
+        assert_eq!(
+            frees,
+            [(Need::Barrier, how(1, false)), (Need::Fence, how(0, true))]
+        );
+    }
 
     #[test]
     fn kinds_parse() {

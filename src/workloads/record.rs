@@ -96,7 +96,7 @@ pub fn to_trace(w: &Workload) -> Vec<u8> {
             Op::Alloc { slot, size } => {
                 addrs[slot as usize] = pool.alloc(size, &backend, &seqs, &policy).ok();
             }
-            Op::Free { slot, need } => {
+            Op::Free { slot, need, .. } => {
                 if let Some(addr) = addrs[slot as usize].take() {
                     pool.free(addr, FreeKind::Sync, need, || {
                         let s = seqs.freed.load(Ordering::Relaxed);

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use gpupool::config::ReuseMode;
 use gpupool::policies::{lineup, run, series, Outcome, LINEUP};
-use gpupool::pool::{need_for, FreeKind};
+use gpupool::pool::{need_for, FreeKind, NO_STREAM};
 use gpupool::report::units::bytes;
 use gpupool::workloads::{self, record, Kind, Op, Workload};
 
@@ -119,8 +119,9 @@ pub struct Comparison {
 pub fn with_reuse(mut w: Workload, reuse: Option<ReuseMode>) -> Workload {
     if let Some(mode) = reuse {
         for op in w.ops.iter_mut() {
-            if let Op::Free { need, .. } = op {
-                *need = need_for(mode, FreeKind::Sync, false);
+            if let Op::Free { need, how, .. } = op {
+                let kind = FreeKind::from_code(u16::from(how.code), NO_STREAM);
+                *need = need_for(mode, kind, how.nonblocking_seen);
             }
         }
     }

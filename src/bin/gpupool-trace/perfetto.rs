@@ -243,6 +243,7 @@ fn instant(ev: &mut Events, r: &Record, t_ns: u64) -> io::Result<()> {
             &[("bytes", Num(r.a)), ("threshold", Str(&size_or_none(r.a)))],
         ),
         Kind::Reset => ev.instant(r, t_ns, "device reset", &[]),
+        Kind::NonBlockingStream => ev.instant(r, t_ns, "non-blocking stream created", &[]),
         // Shown by the counters, or too frequent to be worth an event.
         Kind::Alloc | Kind::Free | Kind::Observe | Kind::SyncPoint => Ok(()),
     }
