@@ -62,6 +62,10 @@ pub enum SummaryDest {
     Path(Vec<u8>),
 }
 
+/// The smallest `GPUPOOL_MAX_SPLIT_SIZE` accepted (and `gpupool-trace replay --max-split`):
+/// the bound concerns large blocks only, and small blocks always split.
+pub const MIN_MAX_SPLIT_SIZE: u64 = 2 << 20;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub disable: bool,
@@ -162,7 +166,7 @@ impl Config {
         }
         if let Some(v) = get("GPUPOOL_MAX_SPLIT_SIZE") {
             match parse_bytes_or_none(&v) {
-                Some(b) if b >= 2 << 20 => c.max_split_size = b,
+                Some(b) if b >= MIN_MAX_SPLIT_SIZE => c.max_split_size = b,
                 _ => bad(
                     "GPUPOOL_MAX_SPLIT_SIZE",
                     &v,

@@ -1,7 +1,8 @@
 //! Hostile input from outside the program: every `GPUPOOL_*` variable with garbage, negative,
 //! huge, empty and non-UTF-8 values (one warning line each at most, exactly as many as the
 //! parser reports; defaults used; the program runs), summary and trace paths that cannot be
-//! written (missing directory, a directory, a symbolic link, `/dev/full`, a full file system),
+//! written (missing directory, a directory, a symbolic link, `/dev/full`, a named pipe without
+//! a reader, a full file system, a file-size limit reached midway),
 //! and hostile arguments across two devices (`tests/c/hostile.c`).
 
 #[path = "../cudasim/tests/common/mod.rs"]
@@ -14,7 +15,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 use gpupool::config::{Config, VARIABLES};
-use support::{c_program, ok, pooled, scratch};
+use support::{c_program, ok, output_within, pooled, scratch, texts};
 
 const VALUES: &[&[u8]] = &[
     b"zzz",
@@ -87,8 +88,14 @@ fn hostile_arguments_across_two_devices() {
 fn churn_with(var: &str, path: &Path) -> Vec<String> {
     let mut cmd = pooled(&c_program("churn"), &["2", "200", "1"], &[]);
     cmd.env(var, path.as_os_str());
-    let (out, err) = ok(&mut cmd);
-    assert!(out.contains("churn ok"), "{out}");
+    // With a deadline: a path that blocks the program (a named pipe) fails the test, not hangs.
+    let output = output_within(&mut cmd, 60);
+    let (out, err) = texts(&output);
+    assert!(
+        output.status.success() && out.contains("churn ok"),
+        "{var}={}: {out}\n{err}",
+        path.display()
+    );
     err.lines()
         .filter(|l| l.starts_with("gpupool:"))
         .map(str::to_string)
@@ -103,8 +110,15 @@ fn unwritable_summary_and_trace_paths_give_one_warning_and_the_program_runs() {
     let link = dir.join("link");
     std::os::unix::fs::symlink(&target, &link).expect("symlink");
     let missing = Path::new("/nonexistent-gpupool-dir/summary.txt");
+    // A named pipe no one reads (found in review: the trace waited for a reader forever).
+    let fifo = dir.join("fifo");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
     for var in ["GPUPOOL_SUMMARY", "GPUPOOL_TRACE"] {
-        for path in [missing, dir.as_path(), Path::new("/dev/full")] {
+        for path in [missing, dir.as_path(), Path::new("/dev/full"), &fifo] {
             let lines = churn_with(var, path);
             assert_eq!(lines.len(), 1, "{var}={}: {lines:?}", path.display());
         }
@@ -120,6 +134,39 @@ fn unwritable_summary_and_trace_paths_give_one_warning_and_the_program_runs() {
     assert!(churn_with("GPUPOOL_SUMMARY", Path::new("/dev/null")).is_empty());
     let null = std::fs::symlink_metadata("/dev/null").expect("/dev/null");
     assert!(null.file_type().is_char_device(), "/dev/null was replaced");
+}
+
+/// A trace whose writes start failing midway (here the file-size limit, as a full disk would):
+/// one warning, tracing stops, and the file keeps whole records only, which the trace tool
+/// reads. Found in review: the errors went unnoticed, and a partly written chunk shifted every
+/// record written once the disk had room again.
+#[test]
+fn a_trace_cut_short_by_a_failing_write_keeps_whole_records_and_warns_once() {
+    let dir = scratch("trace-fsize");
+    let trace = dir.join("cut.trace");
+    let limit_blocks = 200; // 102 400 bytes: not a whole number of records after the magic
+                            // The shell (preloaded too, and using no CUDA) sets the limit and runs the program.
+    let script = format!("trap '' XFSZ; ulimit -f {limit_blocks} && exec \"$0\" \"$@\"");
+    let churn = c_program("churn");
+    let mut cmd = pooled(
+        Path::new("/bin/sh"),
+        &["-c", &script, churn.to_str().unwrap(), "2", "3000", "1"],
+        &[("GPUPOOL_TRACE", trace.to_str().unwrap())],
+    );
+    let (out, err) = ok(&mut cmd);
+    assert!(out.contains("churn ok"), "{out}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("gpupool:")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(warnings[0].contains("tracing stopped"), "{err}");
+    let len = std::fs::metadata(&trace).expect("trace").len();
+    assert!(len > 50_000 && len <= limit_blocks * 512, "{len}");
+    assert_eq!(
+        (len - 8) % 40,
+        0,
+        "a cut record left at the end: {len} bytes"
+    );
+    let records = gpupool::pool::trace::parse(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(records.len() > 1000, "{}", records.len());
 }
 
 #[test]

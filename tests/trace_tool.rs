@@ -430,10 +430,10 @@ fn record(out: &mut Vec<u8>, t: u64, kind: u8, device: u8, a: u64, b: u64, c: u6
 #[test]
 fn odd_traces_still_give_valid_json_and_svg() {
     let dir = scratch("trace-tool-odd");
-    // Every kind, extreme values, unknown reason codes, a time going backwards, the last
+    // Every kind, extreme values, unknown reason codes, records at the same time, the last
     // device number, a cut-off last record, and a file name that needs escaping everywhere.
     let mut t = b"GPTRACE1".to_vec();
-    for kind in 0..=13u8 {
+    for kind in 0..=14u8 {
         record(
             &mut t,
             1000 * u64::from(kind),
@@ -445,7 +445,8 @@ fn odd_traces_still_give_valid_json_and_svg() {
             999,
         );
     }
-    record(&mut t, 5, 1, 255, 1, 2, 3, 0);
+    record(&mut t, 14_000, 1, 255, 1, 2, 3, 0);
+    record(&mut t, 0, 0, 0, u64::MAX, 0, u64::MAX, 0);
     record(&mut t, u64::MAX, 4, 0, 0, 1 << 20, 0, 0);
     t.extend_from_slice(&[1, 2, 3]);
     let name = "we\"ird <&> \\ 'name'\t\u{1}é.trace";
@@ -490,7 +491,27 @@ fn corrupt_traces_exit_2_with_a_message() {
     let good = std::fs::read(churn_trace()).unwrap();
     let mut unknown_kind = good.clone();
     unknown_kind[8 + 40 * 3 + 36] = 200;
-    let cases: [(&str, Vec<u8>, &str); 5] = [
+    // 32 bytes of a chunk lost midway (a write that failed in part): what follows is shifted.
+    let mut shifted = good[..8 + 40 * 100].to_vec();
+    shifted.extend_from_slice(&good[8 + 40 * 100 + 32..]);
+    // Two records of a device swapped: time goes back.
+    let at = |i: usize| u64::from_le_bytes(good[8 + 40 * i..][..8].try_into().unwrap());
+    let device = |i: usize| good[8 + 40 * i + 37];
+    let i = (10..)
+        .find(|&i| at(i) < at(i + 1) && device(i) == device(i + 1))
+        .unwrap();
+    let mut swapped = good.clone();
+    let (a, b) = (8 + 40 * i, 8 + 40 * (i + 1));
+    let first = swapped[a..b].to_vec();
+    swapped.copy_within(b..b + 40, a);
+    swapped[b..b + 40].copy_from_slice(&first);
+    let gzipped = std::process::Command::new("gzip")
+        .arg("-c")
+        .arg(churn_trace())
+        .output()
+        .unwrap()
+        .stdout;
+    let cases: [(&str, Vec<u8>, &str); 8] = [
         ("empty", Vec::new(), "bad magic"),
         ("cut-header", b"GPTR".to_vec(), "cut short"),
         (
@@ -499,6 +520,9 @@ fn corrupt_traces_exit_2_with_a_message() {
             "bad magic",
         ),
         ("unknown-kind", unknown_kind, "record 3: unknown kind 200"),
+        ("shifted", shifted, "the trace is corrupt"),
+        ("swapped", swapped, "time goes back"),
+        ("gzipped", gzipped, "decompress it first"),
         ("missing", Vec::new(), "No such file"),
     ];
     for (name, bytes, why) in &cases {
@@ -551,4 +575,82 @@ fn corrupt_traces_exit_2_with_a_message() {
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         assert!(String::from_utf8_lossy(&o.stderr).contains("usage:"));
     }
+}
+
+/// What the review of the trace tool found besides corrupt files: an output naming the trace
+/// itself, an empty trace, a `--max-split` the library would refuse, workloads too large to
+/// build in memory, sizes whose sums overflow, and a comparison with nothing to compare.
+#[test]
+fn odd_requests_are_refused_or_explained() {
+    let dir = scratch("trace-tool-requests");
+    let trace = dir.join("t.trace");
+    std::fs::copy(churn_trace(), &trace).unwrap();
+    let t = trace.to_str().unwrap();
+    let before = std::fs::read(&trace).unwrap();
+    for cmd in ["plot", "perfetto"] {
+        let o = tool(&[cmd, t, t]);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("is the trace itself"));
+    }
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        before,
+        "the trace was overwritten"
+    );
+
+    let empty = dir.join("empty.trace");
+    std::fs::write(&empty, b"GPTRACE1").unwrap();
+    let e = empty.to_str().unwrap();
+    assert!(String::from_utf8_lossy(&tool_ok(&["stats", e])).starts_with("no records"));
+    assert!(String::from_utf8_lossy(&tool_ok(&["replay", e])).starts_with("no records"));
+
+    let o = tool(&["replay", t, "--max-split", "1KiB"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("at least 2MiB"));
+
+    for spec in ["inference:10001", "training:10001", "random:1MiB:10000001"] {
+        let o = tool(&["generate", spec]);
+        assert_eq!(o.status.code(), Some(2), "{spec}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("bad count"),
+            "{spec}"
+        );
+    }
+
+    // Two allocations of 2^63 bytes (a hand-made trace): sums saturate instead of wrapping, and
+    // one of an impossible size fails everywhere, so no percentage can be given.
+    let mut huge = b"GPTRACE1".to_vec();
+    record(&mut huge, 0, 0, 0, u64::MAX, 256 << 20, u64::MAX, 2);
+    record(&mut huge, 1, 1, 0, 1 << 63, 0x1000_0000, 1 << 63, 0);
+    record(&mut huge, 2, 1, 0, 1 << 63, 0x2000_0000, 1 << 63, 0);
+    let h = dir.join("huge.trace");
+    std::fs::write(&h, &huge).unwrap();
+    let out = String::from_utf8_lossy(&tool_ok(&[
+        "compare",
+        h.to_str().unwrap(),
+        "--min-time",
+        "0",
+    ]))
+    .into_owned();
+    assert!(out.contains("peak requested 16384 PiB"), "{out}");
+    for line in out.lines().filter(|l| l.starts_with("| gpupool |")) {
+        // One served (8 EiB), one refused: never a wrapped sum.
+        assert!(
+            line.contains("| 8192 PiB |") && line.ends_with("|"),
+            "{line}"
+        );
+    }
+    let mut max = b"GPTRACE1".to_vec();
+    record(&mut max, 0, 0, 0, u64::MAX, 256 << 20, u64::MAX, 2);
+    record(&mut max, 1, 1, 0, u64::MAX, 0x1000_0000, u64::MAX, 0);
+    let m = dir.join("max.trace");
+    std::fs::write(&m, &max).unwrap();
+    let out = String::from_utf8_lossy(&tool_ok(&[
+        "compare",
+        m.to_str().unwrap(),
+        "--min-time",
+        "0",
+    ]))
+    .into_owned();
+    assert!(out.contains("| n/a | n/a (0 vs 0) |"), "{out}");
 }

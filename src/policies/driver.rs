@@ -54,11 +54,17 @@ impl Driver {
         s.c.mallocs += 1;
         let step = bytes.checked_next_multiple_of(2 << 20);
         match step {
-            Some(step) if bytes > 0 && s.c.reserved.saturating_add(bytes) <= s.capacity => {
+            Some(step)
+                if bytes > 0
+                    && s.c
+                        .reserved
+                        .checked_add(bytes)
+                        .is_some_and(|r| r <= s.capacity) =>
+            {
                 let addr = s.next;
                 // A 2 MiB gap keeps segments apart, so a block that ran over its segment would
                 // be caught by the overlap check rather than land in the next one.
-                s.next = s.next.saturating_add(step + (2 << 20));
+                s.next = s.next.saturating_add(step.saturating_add(2 << 20));
                 s.segments.insert(addr, bytes);
                 s.c.reserved += bytes;
                 s.c.peak_reserved = s.c.peak_reserved.max(s.c.reserved);

@@ -121,7 +121,7 @@ pub fn run_checked(p: &mut dyn CachePolicy, w: &Workload) -> Result<Outcome, Str
                 live.insert(a, end);
                 addrs[slot as usize] = a;
                 sizes[slot as usize] = size;
-                live_bytes += size;
+                live_bytes = live_bytes.saturating_add(size);
             }
             Op::Free { slot, need, .. } => {
                 let a = std::mem::replace(&mut addrs[slot as usize], FAILED);
@@ -131,7 +131,7 @@ pub fn run_checked(p: &mut dyn CachePolicy, w: &Workload) -> Result<Outcome, Str
                 if live.remove(&a).is_none() || !p.free(a, need) {
                     return Err(at(format!("free of {a:#x}, not a live block")));
                 }
-                live_bytes -= sizes[slot as usize];
+                live_bytes = live_bytes.saturating_sub(sizes[slot as usize]);
             }
             _ => p.sync(op),
         }

@@ -131,15 +131,41 @@ impl Record {
 }
 
 /// Parse a whole trace file. Returns the records, or why it is not a trace. A truncated last
-/// record (a process killed mid-write) is ignored.
+/// record (a process killed mid-write) is ignored. Each device's records must start with its
+/// settings, hold them once, and never go back in time (the pool writes them in order under
+/// the device's lock): bytes shifted by a lost or partial chunk break that at once, where they
+/// would otherwise pass for records with absurd sizes.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Record>, String> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        return Err("a gzip-compressed file: decompress it first (gzip -dk FILE)".into());
+    }
     let body = bytes
         .strip_prefix(MAGIC.as_slice())
         .ok_or("not a gpupool trace (bad magic)")?;
+    // Per device: the time of its last record, once its settings were seen.
+    let mut last: Vec<Option<u64>> = vec![None; 256];
     body.chunks_exact(RECORD_SIZE)
         .enumerate()
         .map(|(i, c)| {
-            Record::decode(c).ok_or_else(|| format!("record {i}: unknown kind {}", c[36]))
+            let r =
+                Record::decode(c).ok_or_else(|| format!("record {i}: unknown kind {}", c[36]))?;
+            let corrupt = |why: &str| {
+                format!(
+                    "record {i}: {why} (device {}): the trace is corrupt, or was written by a \
+                     process whose writes failed",
+                    r.device
+                )
+            };
+            let seen = &mut last[usize::from(r.device)];
+            match (*seen, r.kind) {
+                (None, Kind::Settings) => {}
+                (None, _) => return Err(corrupt("a record before the device's settings")),
+                (Some(_), Kind::Settings) => return Err(corrupt("the device's settings again")),
+                (Some(t), _) if r.t_ns < t => return Err(corrupt("time goes back")),
+                (Some(_), _) => {}
+            }
+            *seen = Some(r.t_ns);
+            Ok(r)
         })
         .collect()
 }
@@ -223,21 +249,71 @@ mod tests {
             device: 3,
             aux: 65535,
         };
+        let settings = Record {
+            kind: Kind::Settings,
+            t_ns: 0,
+            ..r
+        };
         let mut v = MAGIC.to_vec();
+        settings.encode(&mut v);
         r.encode(&mut v);
-        assert_eq!(v.len(), 8 + RECORD_SIZE);
+        assert_eq!(v.len(), 8 + 2 * RECORD_SIZE);
         // A truncated tail is ignored.
         v.extend_from_slice(&[1, 2, 3]);
-        assert_eq!(parse(&v).unwrap(), vec![r]);
+        assert_eq!(parse(&v).unwrap(), vec![settings, r]);
         assert!(parse(b"nonsense").is_err());
         let mut bad = MAGIC.to_vec();
+        settings.encode(&mut bad);
         Record {
             kind: Kind::Reset,
             ..r
         }
         .encode(&mut bad);
-        bad[8 + 36] = 200;
+        bad[8 + RECORD_SIZE + 36] = 200;
         assert!(parse(&bad).is_err());
+        assert!(parse(&[0x1f, 0x8b, 8, 0]).unwrap_err().contains("gzip"));
+    }
+
+    /// A device's records start with its settings, hold them once and keep time; records
+    /// shifted by a partial chunk fail those checks.
+    #[test]
+    fn a_shifted_or_disordered_trace_is_refused() {
+        let rec = |t_ns, kind, device| Record {
+            t_ns,
+            a: 4096,
+            b: 0x7f00_0000_1000,
+            c: 4096,
+            thread: 1,
+            kind,
+            device,
+            aux: 0,
+        };
+        let encode = |rs: &[Record]| {
+            let mut v = MAGIC.to_vec();
+            rs.iter().for_each(|r| r.encode(&mut v));
+            v
+        };
+        let good = [
+            rec(1, Kind::Settings, 0),
+            rec(5, Kind::Alloc, 0),
+            rec(2, Kind::Settings, 1),
+            rec(3, Kind::Alloc, 1),
+            rec(5, Kind::Free, 0),
+        ];
+        assert_eq!(parse(&encode(&good)).unwrap(), good);
+        for bad in [
+            [rec(1, Kind::Alloc, 0), rec(2, Kind::Settings, 0)],
+            [rec(1, Kind::Settings, 0), rec(2, Kind::Settings, 0)],
+            [rec(9, Kind::Settings, 0), rec(8, Kind::Alloc, 0)],
+        ] {
+            assert!(parse(&encode(&bad)).is_err(), "{bad:?}");
+        }
+        // 32 bytes of a chunk lost: what follows is read 8 bytes off.
+        let mut shifted = encode(&good[..2]);
+        let tail = encode(&good[2..]);
+        shifted.extend_from_slice(&tail[8 + 32..]);
+        shifted.extend_from_slice(&encode(&[rec(9, Kind::Alloc, 0); 4])[8..]);
+        assert!(parse(&shifted).is_err());
         for k in 0..=14u8 {
             assert_eq!(Kind::from_u8(k).map(|k| k as u8), Some(k));
         }

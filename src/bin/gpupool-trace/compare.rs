@@ -132,10 +132,11 @@ pub fn with_reuse(mut w: Workload, reuse: Option<ReuseMode>) -> Workload {
 /// then under the capacity (out-of-memory failures).
 pub fn compare(title: &str, w: &Workload, o: &Options) -> Comparison {
     let peak_requested = w.peak_requested();
-    let cap = o
-        .capacity
-        .or(w.capacity)
-        .unwrap_or_else(|| (peak_requested + peak_requested / 10).next_multiple_of(1 << 20));
+    let cap = o.capacity.or(w.capacity).unwrap_or_else(|| {
+        (peak_requested.saturating_add(peak_requested / 10))
+            .checked_next_multiple_of(1 << 20)
+            .unwrap_or(u64::MAX)
+    });
     let mut rows = Vec::new();
     for i in 0..LINEUP {
         let fresh = || lineup(o.threshold, None).swap_remove(i);
@@ -243,10 +244,17 @@ pub fn against_torch(cs: &[Comparison]) -> String {
         let (Some(us), Some(pt)) = (row(c, "gpupool"), row(c, "PyTorch rules")) else {
             continue;
         };
-        let pct = |a: u64, b: u64| (a as f64 / b.max(1) as f64 - 1.0) * 100.0;
+        // Nothing to compare with (every request failed, say): no percentage.
+        let pct = |a: u64, b: u64| {
+            if b == 0 {
+                "n/a".to_string()
+            } else {
+                format!("{:+.1}%", (a as f64 / b as f64 - 1.0) * 100.0)
+            }
+        };
         let _ = writeln!(
             s,
-            "| {} | {:+.1}% | {:+.1}% ({} vs {}) | {:.3} | {} |",
+            "| {} | {} | {} ({} vs {}) | {:.3} | {} |",
             c.title,
             pct(us.counters.peak_reserved, pt.counters.peak_reserved),
             pct(us.counters.mallocs, pt.counters.mallocs),
@@ -261,20 +269,12 @@ pub fn against_torch(cs: &[Comparison]) -> String {
 
 /// The chart of `w` (reserved over operations per policy), for `--svg-dir`.
 pub fn chart(title: &str, w: &Workload, threshold: u64) -> String {
-    let mut sizes = vec![0u64; w.slots as usize];
-    let mut requested = vec![(0u64, 0u64)];
-    let mut cur = 0u64;
-    for (i, op) in w.ops.iter().enumerate() {
-        match *op {
-            Op::Alloc { slot, size } => {
-                sizes[slot as usize] = size;
-                cur += size;
-            }
-            Op::Free { slot, .. } => cur -= std::mem::take(&mut sizes[slot as usize]),
-            _ => continue,
-        }
-        requested.push((i as u64 + 1, cur));
-    }
+    let requested: Vec<(u64, u64)> = std::iter::once((0, 0))
+        .chain(
+            w.requested_over_time()
+                .map(|(i, bytes)| (i as u64 + 1, bytes)),
+        )
+        .collect();
     let lines: Vec<Line> = lineup(threshold, None)
         .into_iter()
         .map(|mut p| Line {

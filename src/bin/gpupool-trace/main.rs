@@ -185,6 +185,14 @@ fn run(args: &[String]) -> Result<(), Error> {
             .and_then(|()| out.flush())
             .map_err(|e| written(e, &to));
     }
+    if let Some(out) = dest {
+        let same = |a: &str, b: &str| matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y);
+        if same(path, out) {
+            return Err(Error::Usage(format!(
+                "the output {out:?} is the trace itself (it would be overwritten)"
+            )));
+        }
+    }
     // Parse before creating the output, so a bad trace leaves no empty file behind.
     let records = load(path)?;
     let source = Path::new(path)

@@ -36,7 +36,15 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--threshold" => o.threshold = Some(size_or_none(value)?),
-            "--max-split" => o.max_split_size = Some(size_or_none(value)?),
+            "--max-split" => {
+                let b = size_or_none(value)?;
+                if b < gpupool::config::MIN_MAX_SPLIT_SIZE {
+                    return Err(format!(
+                        "--max-split {value}: at least 2MiB, as GPUPOOL_MAX_SPLIT_SIZE"
+                    ));
+                }
+                o.max_split_size = Some(b);
+            }
             "--fence-bytes" => o.fence_bytes = Some(size_or_none(value)?),
             "--capacity" => o.capacity = Some(size_or_none(value)?),
             "--reuse" => o.reuse = Some(reuse_mode(value)?),
@@ -66,6 +74,10 @@ pub fn stats(records: &[Record]) -> String {
             f.peak_reserved
         );
     }
+    if o.is_empty() {
+        o += "no records (the program made no allocation through the pool, or its first chunk \
+              was never written)\n";
+    }
     o
 }
 
@@ -94,6 +106,9 @@ pub fn replay(records: &[Record], o: &Overrides) -> String {
                 ""
             }
         );
+    }
+    if out.is_empty() {
+        out += "no records to replay\n";
     }
     out
 }
