@@ -69,19 +69,25 @@ struct ReplayState {
     diverged: bool,
     next: Addr,
     capacity: u64,
-    live: HashMap<Addr, u64>,
+    /// Live segments by address (ordered: a recorded segment's overlap check is one lookup).
+    live: BTreeMap<Addr, u64>,
     used: u64,
 }
 
 /// Whether a recorded segment could be real: 512-byte aligned, non-null, ending below 2^63, and
 /// overlapping no live segment.
-fn plausible(live: &HashMap<Addr, u64>, addr: Addr, bytes: u64) -> bool {
+fn plausible(live: &BTreeMap<Addr, u64>, addr: Addr, bytes: u64) -> bool {
+    // Live segments never overlap one another: only the last one starting before the end can
+    // reach into [addr, end).
     addr != 0
         && addr % 512 == 0
-        && addr.checked_add(bytes).is_some_and(|end| end < 1 << 63)
-        && live
-            .iter()
-            .all(|(&a, &n)| addr + bytes <= a || a.saturating_add(n) <= addr)
+        && addr.checked_add(bytes).is_some_and(|end| {
+            end < 1 << 63
+                && live
+                    .range(..end)
+                    .next_back()
+                    .map_or(true, |(&a, &n)| a.saturating_add(n) <= addr)
+        })
 }
 
 impl Backend for ReplayBackend {
@@ -196,7 +202,7 @@ impl DeviceReplay {
                     diverged: false,
                     next: 1 << 56,
                     capacity: o.capacity.unwrap_or(u64::MAX),
-                    live: HashMap::new(),
+                    live: BTreeMap::new(),
                     used: 0,
                 }),
             },
@@ -330,4 +336,29 @@ pub fn replay(records: &[Record], overrides: &Overrides) -> Vec<DeviceResult> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_segment_is_plausible_only_where_no_live_one_is() {
+        let live: BTreeMap<Addr, u64> = [(0x10000, 0x1000), (0x20000, 0x8000)].into();
+        let ok = |a, n| plausible(&live, a, n);
+        // Between, touching either side.
+        assert!(ok(0x11000, 0xf000));
+        assert!(ok(0x28000, 0x100));
+        assert!(ok(0x200, 0x10000 - 0x200));
+        // Overlapping the start, the end, or inside one; covering one whole.
+        assert!(!ok(0x1fe00, 0x400));
+        assert!(!ok(0x27e00, 0x400));
+        assert!(!ok(0x10200, 0x200));
+        assert!(!ok(0x0fe00, 0x20000));
+        // Null, unaligned, wrapping or beyond 2^63.
+        assert!(!ok(0, 512));
+        assert!(!ok(0x30100, 512));
+        assert!(!ok(u64::MAX - 511, 1024));
+        assert!(!ok(1 << 63, 512));
+    }
 }
