@@ -91,7 +91,9 @@ typedef struct CUstream_st *cudaStream_t;
  * Counters of one device, or the sums over every device. Set `struct_size` to
  * `sizeof(gpupool_stats)` before calling `gpupool_get_stats`; fields are only ever added at the
  * end, so a program built against an older header keeps working with a newer library and the
- * other way round. Every byte count is in bytes; "peak" is the highest value since the start.
+ * other way round. Every byte count is in bytes; "peak" is the highest value since the start
+ * (of one device; for all devices, -1, the sum of their peaks, which may have come at
+ * different times: an upper bound of the peak of the sum).
  */
 typedef struct gpupool_stats {
     /**

@@ -429,7 +429,9 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
                 "/largest_free_block_bytes",
             ),
             ("gpupool_live_blocks", "/live_blocks/current"),
+            ("gpupool_live_blocks_peak", "/live_blocks/peak"),
             ("gpupool_segments", "/segments/current"),
+            ("gpupool_segments_peak", "/segments/peak"),
             ("gpupool_allocations_total", "/allocations"),
             ("gpupool_frees_total", "/frees"),
             ("gpupool_cache_hits_total", "/cache_hits"),
@@ -453,7 +455,25 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
                 "/released/out_of_memory_bytes",
             ),
             ("gpupool_oom_retries_total", "/out_of_memory/retries"),
+            ("gpupool_oom_recovered_total", "/out_of_memory/recovered"),
             ("gpupool_ooms_total", "/out_of_memory/returned"),
+            (
+                "gpupool_threshold_released_segments_total",
+                "/released/threshold_segments",
+            ),
+            (
+                "gpupool_empty_cache_released_segments_total",
+                "/released/empty_cache_segments",
+            ),
+            (
+                "gpupool_outgrown_released_segments_total",
+                "/released/outgrown_segments",
+            ),
+            (
+                "gpupool_program_syncs_used_total",
+                "/in_flight/program_syncs_used",
+            ),
+            ("gpupool_resets_total", "/resets"),
             ("gpupool_fences_total", "/in_flight/fences"),
             ("gpupool_barriers_total", "/in_flight/barriers"),
             ("gpupool_invalid_frees_total", "/invalid_frees"),
@@ -912,6 +932,38 @@ fn summaries(err: &str) -> Vec<(u64, u64, u64, u64)> {
     out
 }
 
+/// Blocks the program never freed: the exit summary lists them by size, and the JSON counts
+/// them.
+#[test]
+fn the_exit_summary_lists_what_the_program_never_freed() {
+    let (_, out, err) = run_ok(&c_program("leak"), &[], &[("GPUPOOL_SUMMARY", "stderr")]);
+    assert!(out.contains("leak ok"), "{out}");
+    let want = format!(
+        " still allocated at exit: 4 blocks, {} requested\n   {:>8} x {}\n   {:>8} x {}\n",
+        human(2 * MIB + 8192),
+        2,
+        human(MIB),
+        2,
+        human(4096)
+    );
+    assert!(err.contains(&want), "want {want:?} in:\n{err}");
+    let dir = scratch("report-leak");
+    let path = dir.join("s.json");
+    run_ok(
+        &c_program("leak"),
+        &[],
+        &[("GPUPOOL_SUMMARY", path.to_str().unwrap())],
+    );
+    let v = read_json(&path);
+    let d = &v["devices"][0];
+    assert_eq!(u(d, "/still_allocated/blocks"), 4, "{d}");
+    assert_eq!(
+        u(d, "/still_allocated/requested_bytes"),
+        2 * MIB + 8192,
+        "{d}"
+    );
+}
+
 #[test]
 fn sigusr1_during_an_allocation_storm_dumps_whole_summaries_without_deadlock() {
     let run = Running::start(
@@ -944,6 +996,10 @@ fn sigusr1_during_an_allocation_storm_dumps_whole_summaries_without_deadlock() {
     }
     let last = *all.last().unwrap();
     assert_eq!((last.0, last.1), (program, program), "{err}");
+    // A live dump lists the blocks held as allocated now, never as left at exit (found in
+    // review); at exit there are none.
+    assert!(err.contains(" allocated now: "), "{err}");
+    assert!(!err.contains("still allocated at exit"), "{err}");
 }
 
 #[test]

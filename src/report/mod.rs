@@ -39,11 +39,12 @@ pub fn render(r: &summary::Report, format: Format) -> String {
     }
 }
 
-/// Write the summary to `dest` now (the exit hook, the live dump, the periodic dump). Only a
-/// process that allocated through the pool writes one, unless `GPUPOOL_SUMMARY=always:...`.
-pub fn write_summary(g: &Global, dest: &SummaryDest) {
+/// Write the exit summary to `dest`. Only a process that allocated through the pool writes one,
+/// unless `GPUPOOL_SUMMARY=always:...`.
+fn write_summary(g: &Global, dest: &SummaryDest) {
     let Some(pool) = g.pool() else { return };
-    let report = summary::Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
+    let mut report = summary::Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
+    report.at_exit = true;
     if report.intercepted() {
         write_to(dest, render(&report, Format::of(dest)).as_bytes());
     } else if g.config.summary_always {

@@ -85,10 +85,22 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.blocks.current as f64,
     ),
     (
+        "gpupool_live_blocks_peak",
+        "gauge",
+        "Highest number of blocks allocated at once.",
+        |d| d.snap.stats.blocks.peak as f64,
+    ),
+    (
         "gpupool_segments",
         "gauge",
         "Segments held from the driver.",
         |d| d.snap.stats.segments.current as f64,
+    ),
+    (
+        "gpupool_segments_peak",
+        "gauge",
+        "Highest number of segments held at once.",
+        |d| d.snap.stats.segments.peak as f64,
     ),
     (
         "gpupool_release_threshold_bytes",
@@ -163,6 +175,24 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.real_free_ns as f64 / 1e9,
     ),
     (
+        "gpupool_threshold_released_segments_total",
+        "counter",
+        "Segments released because the threshold was exceeded.",
+        |d| d.snap.stats.threshold_releases as f64,
+    ),
+    (
+        "gpupool_empty_cache_released_segments_total",
+        "counter",
+        "Segments released by empty-cache requests.",
+        |d| d.snap.stats.empty_cache_releases as f64,
+    ),
+    (
+        "gpupool_outgrown_released_segments_total",
+        "counter",
+        "Idle segments released because a larger request outgrew them.",
+        |d| d.snap.stats.outgrown_releases as f64,
+    ),
+    (
         "gpupool_threshold_released_bytes_total",
         "counter",
         "Bytes released because the threshold was exceeded.",
@@ -193,6 +223,12 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.oom_retries as f64,
     ),
     (
+        "gpupool_oom_recovered_total",
+        "counter",
+        "Allocations that succeeded after such a retry.",
+        |d| d.snap.stats.oom_recovered as f64,
+    ),
+    (
         "gpupool_ooms_total",
         "counter",
         "Out-of-memory errors returned to the program.",
@@ -215,6 +251,18 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "counter",
         "Legacy-stream barriers the pool issued.",
         |d| d.snap.stats.barriers as f64,
+    ),
+    (
+        "gpupool_program_syncs_used_total",
+        "counter",
+        "Program synchronizations (cudaDeviceSynchronize) that made blocks awaiting in-flight work reusable.",
+        |d| d.snap.stats.observed_fences as f64,
+    ),
+    (
+        "gpupool_resets_total",
+        "counter",
+        "cudaDeviceReset calls on the device (the pool forgot its memory).",
+        |d| d.snap.stats.resets as f64,
     ),
     (
         "gpupool_invalid_frees_total",

@@ -19,6 +19,9 @@ pub struct Report {
     /// Devices the pool serves whose lock another thread held throughout a brief wait (a fence
     /// waiting for the GPU's work, or a thread stopped inside the pool): not read.
     pub unread: Vec<u32>,
+    /// Made at exit: the blocks still allocated are the ones the program never freed (a live
+    /// dump lists the same blocks as allocated now).
+    pub at_exit: bool,
 }
 
 pub struct DeviceReport {
@@ -94,6 +97,7 @@ impl Report {
         }
         Report {
             unread,
+            at_exit: false,
             pid: std::process::id(),
             rank: super::rank(),
             host: super::hostname(),
@@ -286,7 +290,12 @@ pub fn render_text(r: &Report) -> String {
         if d.leaked_blocks > 0 {
             let _ = writeln!(
                 o,
-                " still allocated at exit: {} blocks, {} requested",
+                " {}: {} blocks, {} requested",
+                if r.at_exit {
+                    "still allocated at exit"
+                } else {
+                    "allocated now"
+                },
                 d.leaked_blocks,
                 bytes(d.leaked_bytes)
             );
