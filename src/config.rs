@@ -62,9 +62,12 @@ pub enum SummaryDest {
     Path(Vec<u8>),
 }
 
-/// The smallest `GPUPOOL_MAX_SPLIT_SIZE` accepted (and `gpupool-trace replay --max-split`):
-/// the bound concerns large blocks only, and small blocks always split.
-pub const MIN_MAX_SPLIT_SIZE: u64 = 2 << 20;
+/// `GPUPOOL_MAX_SPLIT_SIZE` (and `gpupool-trace replay --max-split`) must be larger than this,
+/// the medium segments' size, as PyTorch requires of `max_split_size_mb`: at or below it, every
+/// medium segment is a block too large to split, and each request of 1 to 10 MiB would take
+/// a whole 20 MiB segment (found in review: 5 MiB requests under an 8 MiB cap reserved four
+/// times what they asked for).
+pub const MAX_SPLIT_SIZE_ABOVE: u64 = crate::pool::size::MEDIUM_SEGMENT;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -166,11 +169,11 @@ impl Config {
         }
         if let Some(v) = get("GPUPOOL_MAX_SPLIT_SIZE") {
             match parse_bytes_or_none(&v) {
-                Some(b) if b >= MIN_MAX_SPLIT_SIZE => c.max_split_size = b,
+                Some(b) if b > MAX_SPLIT_SIZE_ABOVE => c.max_split_size = b,
                 _ => bad(
                     "GPUPOOL_MAX_SPLIT_SIZE",
                     &v,
-                    "expected a size of at least 2MiB, or 'none'",
+                    "expected a size above 20MiB, or 'none'",
                     "none",
                 ),
             }

@@ -1086,6 +1086,64 @@ fn the_dump_thread_takes_none_of_the_programs_signals() {
 // ---------------------------------------------------------------------------------------------
 // The out-of-memory report
 
+/// The advice of the out-of-memory report follows the situation (found in review: it
+/// suggested a split cap already in force, above the pieces it meant to protect, and blamed
+/// other allocators for the CUDA context).
+#[test]
+fn out_of_memory_advice_fits_the_situation() {
+    let run = |mode: &str, env: &[(&str, &str)]| {
+        let mut env = env.to_vec();
+        let mem = if mode == "fragment" {
+            "1400MiB"
+        } else {
+            "1GiB"
+        };
+        env.push(("CUDASIM_MEM", mem));
+        let (_, out, err) = run_ok(&c_program("oom_advice"), &[mode], &env);
+        assert!(out.ends_with("oom advice ok\n"), "{mode}: {out}");
+        (out, err)
+    };
+    let advice = |mode: &str, env: &[(&str, &str)]| {
+        let (_, err) = run(mode, env);
+        let start = err
+            .find("  you can ")
+            .unwrap_or_else(|| panic!("{mode}: {err}"));
+        err[start..].to_string()
+    };
+    // Free memory in 24 MiB pieces of a 1 GiB block, a 100 MiB request: a cap of 64 MiB would
+    // keep such a block whole for requests like it, for the next run.
+    let (out, _) = run("fragment", &[]);
+    assert!(out.starts_with("big oom\n"), "{out}");
+    let a = advice("fragment", &[]);
+    assert!(
+        a.contains("in the next run, GPUPOOL_MAX_SPLIT_SIZE=64.0MiB keeps cached blocks"),
+        "{a}"
+    );
+    // Taken, the advice works: the 24 MiB blocks leave the big block alone (it goes back to the
+    // driver when they need room), and the request succeeds.
+    let (out, err) = run("fragment", &[("GPUPOOL_MAX_SPLIT_SIZE", "64.0MiB")]);
+    assert!(out.starts_with("big ok\n"), "{out}\n{err}");
+    assert!(!err.contains("out of memory"), "{err}");
+    // Memory taken outside the pool after it began is named, with its size.
+    let a = advice("outside", &[]);
+    assert!(
+        a.contains("memory used outside this pool grew by 600 MiB since its first segment"),
+        "{a}"
+    );
+    assert!(
+        a.contains("free tensors the program no longer needs"),
+        "{a}"
+    );
+    // The CUDA context alone (300 MiB in the simulator) is not blamed, and counts against what
+    // the program's blocks can have: 64 MiB live and 900 MiB asked do not fit beside it.
+    let a = advice("context", &[]);
+    assert!(!a.contains("outside this pool"), "{a}");
+    assert!(
+        a.starts_with("  you can    the program's live allocations alone do not fit"),
+        "{a}"
+    );
+}
+
 #[test]
 fn out_of_memory_report_names_the_numbers_once_per_situation() {
     let (_, out, err) = run_ok(

@@ -606,7 +606,7 @@ fn odd_requests_are_refused_or_explained() {
 
     let o = tool(&["replay", t, "--max-split", "1KiB"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("at least 2MiB"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("above 20MiB"));
 
     for spec in ["inference:10001", "training:10001", "random:1MiB:10000001"] {
         let o = tool(&["generate", spec]);

@@ -227,6 +227,9 @@ pub struct DevicePool {
     pub threshold: u64,
     /// The device's memory as last sampled.
     pub memory: Option<MemorySample>,
+    /// The first sample: what was in use outside the pool when it began (the CUDA context,
+    /// and what the program had allocated otherwise by then).
+    pub memory_first: Option<MemorySample>,
     pub last_oom: Option<OomEvent>,
     pub stats: DeviceStats,
     /// The largest large segment allocated so far (a larger request releases the idle segments
@@ -292,6 +295,7 @@ impl DevicePool {
             trace: None,
             threshold,
             memory: None,
+            memory_first: None,
             last_oom: None,
             stats: DeviceStats::default(),
             largest_segment: 0,
@@ -693,11 +697,13 @@ impl DevicePool {
     /// What the driver says of the device's memory now (during normal operation only).
     fn sample_memory(&mut self, backend: &dyn Backend) {
         if let Ok((free, total)) = backend.memory_info(self.device) {
-            self.memory = Some(MemorySample {
+            let sample = MemorySample {
                 free,
                 total,
                 reserved: self.stats.reserved.current,
-            });
+            };
+            self.memory = Some(sample);
+            self.memory_first.get_or_insert(sample);
         }
     }
 

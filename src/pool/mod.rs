@@ -1089,6 +1089,7 @@ impl<B: Backend> Pool<B> {
             largest_free: p.largest_free(),
             threshold: p.threshold,
             memory: p.memory,
+            memory_first: p.memory_first,
             last_oom: p.last_oom,
         })
     }
@@ -1192,6 +1193,8 @@ pub struct DeviceSnapshot {
     pub largest_free: u64,
     pub threshold: u64,
     pub memory: Option<MemorySample>,
+    /// The device's first memory sample (`DevicePool::memory_first`).
+    pub memory_first: Option<MemorySample>,
     pub last_oom: Option<OomEvent>,
 }
 

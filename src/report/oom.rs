@@ -29,11 +29,13 @@ pub fn report(g: &Global, device: u32, size: u64) {
     let Some(pool) = g.pool() else { return };
     let report = Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
     if let Some(d) = report.devices.iter().find(|d| d.snap.device == device) {
-        log::write_fd(2, render(d, size).as_bytes());
+        log::write_fd(2, render(d, size, report.max_split_size).as_bytes());
     }
 }
 
-pub fn render(d: &DeviceReport, size: u64) -> String {
+/// The report of a `size`-byte request that failed on `d`'s device, with `max_split_size` the
+/// pool's setting.
+pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
     let s = &d.snap.stats;
     let mut o = String::new();
     let _ = writeln!(
@@ -92,12 +94,15 @@ pub fn render(d: &DeviceReport, size: u64) -> String {
     );
     let mut advice = Vec::new();
     let total = d.snap.memory.map_or(u64::MAX, |m| m.total);
+    // What the device had for the pool: beside the CUDA context and whatever else was in use
+    // when the pool began.
+    let usable = total.saturating_sub(d.snap.memory_first.map_or(0, |m| m.outside_pool()));
     if size > total {
         advice.push(format!(
             "the request alone is larger than the device's {}: split it",
             bytes(total)
         ));
-    } else if s.allocated.current + size > total {
+    } else if s.allocated.current + size > usable {
         advice.push("the program's live allocations alone do not fit: smaller batches or model shards, or free tensors sooner (look for references kept across steps)".to_string());
     } else {
         advice.push(
@@ -105,14 +110,32 @@ pub fn render(d: &DeviceReport, size: u64) -> String {
                 .to_string(),
         );
     }
-    if d.fragmentation() > 0.3 && d.cached_free() >= size {
+    // A cap at or below the request keeps cached blocks of its size or more whole for requests
+    // like it (smaller ones no longer carve them): for the next run, and only if the setting
+    // is not that low already (found in review: the advice repeated the setting in force).
+    let cap = 1u64 << (63 - size.max(1).leading_zeros());
+    if size > crate::pool::size::SMALL_LIMIT
+        && cap > crate::config::MAX_SPLIT_SIZE_ABOVE
+        && cap < max_split_size
+        && d.fragmentation() > 0.3
+        && d.cached_free() >= size
+    {
         advice.push(format!(
-            "the cache holds enough but in pieces: GPUPOOL_MAX_SPLIT_SIZE={} keeps big blocks whole",
-            bytes(size.next_power_of_two().max(64 << 20)).replace(' ', "")
+            "the cache holds enough but in pieces: in the next run, GPUPOOL_MAX_SPLIT_SIZE={} keeps cached blocks of that size or more whole for requests like this one",
+            bytes(cap).replace(' ', "")
         ));
     }
-    if d.snap.memory.is_some_and(|m| m.outside_pool() > size) {
-        advice.push("memory used outside this pool is larger than the request: other allocators in the process (a framework's own cache), or other processes on the GPU".to_string());
+    // Growth since the pool began, not the CUDA context (found in review: the context alone,
+    // 300-500 MiB, made this advice appear on every smaller request).
+    let grown = match (d.snap.memory, d.snap.memory_first) {
+        (Some(now), Some(first)) => now.outside_pool().saturating_sub(first.outside_pool()),
+        _ => 0,
+    };
+    if grown > size {
+        advice.push(format!(
+            "memory used outside this pool grew by {} since its first segment: other allocators in the process (a framework's own cache), or other processes on the GPU",
+            bytes(grown)
+        ));
     }
     // Only when freed blocks still await in-flight work after the retry: the fence taken at
     // out-of-memory (strict mode always takes one) says nothing about the reuse mode helping.

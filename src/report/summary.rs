@@ -15,6 +15,8 @@ pub struct Report {
     pub host: String,
     pub runtime: String,
     pub reuse: &'static str,
+    /// `GPUPOOL_MAX_SPLIT_SIZE` (`u64::MAX`: none), for the out-of-memory advice.
+    pub max_split_size: u64,
     pub devices: Vec<DeviceReport>,
     /// Devices the pool serves whose lock another thread held throughout a brief wait (a fence
     /// waiting for the GPU's work, or a thread stopped inside the pool): not read.
@@ -103,6 +105,7 @@ impl Report {
             host: super::hostname(),
             runtime: runtime.to_string(),
             reuse: pool.settings().reuse.name(),
+            max_split_size: pool.settings().policy.max_split_size,
             devices,
         }
     }

@@ -38,9 +38,9 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
             "--threshold" => o.threshold = Some(size_or_none(value)?),
             "--max-split" => {
                 let b = size_or_none(value)?;
-                if b < gpupool::config::MIN_MAX_SPLIT_SIZE {
+                if b <= gpupool::config::MAX_SPLIT_SIZE_ABOVE {
                     return Err(format!(
-                        "--max-split {value}: at least 2MiB, as GPUPOOL_MAX_SPLIT_SIZE"
+                        "--max-split {value}: above 20MiB, as GPUPOOL_MAX_SPLIT_SIZE"
                     ));
                 }
                 o.max_split_size = Some(b);
