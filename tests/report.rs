@@ -957,6 +957,22 @@ fn the_exit_summary_lists_what_the_program_never_freed() {
     let v = read_json(&path);
     let d = &v["devices"][0];
     assert_eq!(u(d, "/still_allocated/blocks"), 4, "{d}");
+    // A reset drops the four: the totals out count them, and the text says so.
+    let (_, _, err) = run_ok(
+        &c_program("leak"),
+        &["reset"],
+        &[("GPUPOOL_SUMMARY", "stderr")],
+    );
+    assert!(err.contains(" calls      7 mallocs, 2 frees;"), "{err}");
+    assert_eq!(text_row(&err, "allocations"), ["1", "5", "7", "6"], "{err}");
+    assert!(
+        err.contains(" total freed includes what 1 cudaDeviceReset call dropped"),
+        "{err}"
+    );
+    assert!(
+        err.contains(" still allocated at exit: 1 blocks, 1.00 MiB requested"),
+        "{err}"
+    );
     assert_eq!(
         u(d, "/still_allocated/requested_bytes"),
         2 * MIB + 8192,

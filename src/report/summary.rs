@@ -185,6 +185,16 @@ pub fn render_text(r: &Report) -> String {
         row("reserved (from driver)", &s.reserved, &bytes);
         row("allocations", &s.blocks, &|n| n.to_string());
         row("segments", &s.segments, &|n| n.to_string());
+        if s.resets > 0 {
+            // Found in review: after a reset, "total freed" exceeded the program's frees.
+            let _ = writeln!(
+                o,
+                " total freed includes what {} cudaDeviceReset call{} dropped (the blocks and \
+                 segments the device held then)",
+                s.resets,
+                if s.resets == 1 { "" } else { "s" }
+            );
+        }
         let _ = writeln!(o, "{thin}");
         let _ = writeln!(
             o,
