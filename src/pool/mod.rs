@@ -1070,6 +1070,7 @@ impl<B: Backend> Pool<B> {
         let p = Self::lock_for_report(slot, patience)?;
         let mut stats = p.stats.clone();
         let mut pending = p.pending_bytes();
+        let mut largest_free = p.largest_free();
         for c in slot.caches.caches_for_report() {
             let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
                 continue;
@@ -1077,6 +1078,9 @@ impl<B: Backend> Pool<B> {
             if st.generation == p.generation {
                 tcache::merge_into(&mut stats, &st);
                 pending += st.waiting_bytes;
+                // Found in review: free blocks in thread caches were left out, and a cache of
+                // reusable 1 MB blocks read as 100% fragmented.
+                largest_free = largest_free.max(st.largest_ready());
             } else {
                 tcache::add_counts(&mut stats, &st.counts);
             }
@@ -1086,7 +1090,7 @@ impl<B: Backend> Pool<B> {
             cached: stats.reserved.current - stats.allocated.current,
             stats,
             pending,
-            largest_free: p.largest_free(),
+            largest_free,
             threshold: p.threshold,
             memory: p.memory,
             memory_first: p.memory_first,

@@ -488,6 +488,16 @@ impl CacheState {
         self.generation = generation;
     }
 
+    /// The size of the largest reusable block held (0 for none).
+    pub fn largest_ready(&self) -> u64 {
+        self.ready
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(size, _)| size)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Every free block held.
     pub fn held_blocks(&self) -> impl Iterator<Item = &Held> {
         self.ready
