@@ -1637,11 +1637,11 @@ impl DevicePool {
     /// `cudaDeviceReset` freed everything: forget it all (the driver already took it back).
     pub fn forget_all(&mut self) {
         self.record(Kind::Reset, 0, 0, 0, 0);
-        // Blocks still lent once the caches are settled are on their way between a thread and
-        // the device: freed by the program (its cache counted that free already), free blocks
-        // a cache gives back, or a new block not yet handed out (its request fails:
-        // `lost_to_reset`). None is the program's any more, so none counts as freed here (found
-        // in review: a free racing the reset counted twice in the totals).
+        // Blocks still lent once the caches are settled are on their way back from a thread's
+        // cache: freed by the program (its cache counted that free already) or free blocks a
+        // cache gives back. None is the program's any more, so none counts as freed here (found
+        // in review: a free racing the reset counted twice in the totals). (A cache hands out
+        // what it borrows before the device's lock goes: none is on its way there.)
         for b in self.blocks.iter().filter(|b| b.state == State::Lent) {
             let s = &mut self.stats;
             s.allocated.unlend(b.size);
@@ -1679,19 +1679,6 @@ impl DevicePool {
         self.idle_bytes = 0;
         self.lent = 0;
         self.generation += 1;
-    }
-
-    /// A block lent to a thread cache for a request (`alloc_lent`, `requested` bytes) was
-    /// forgotten by a reset before the cache handed it out: the request fails, and the block
-    /// counts as freed by the reset, as the program's other blocks did in `forget_all`.
-    #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
-    pub fn lost_to_reset(&mut self, size: u64, requested: u64) {
-        let s = &mut self.stats;
-        s.allocated.total_out += size;
-        counted! {
-            s.requested.total_out += requested;
-            s.blocks.total_out += 1;
-        }
     }
 
     /// The segment holding `addr`, as (base, size).

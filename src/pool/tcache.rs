@@ -313,6 +313,10 @@ pub struct CacheState {
     pub waiting_fence_bytes: u64,
     /// Over the blocks handed out: their size minus what was requested.
     pub out_slack: u64,
+    /// Free blocks on their way back to the device (out of this cache, not yet taken back: the
+    /// device still counts them lent), so that a report does not read them as the program's.
+    transit_bytes: u64,
+    transit_count: u64,
     pub counts: CacheCounts,
 }
 
@@ -475,8 +479,29 @@ impl CacheState {
         }
     }
 
-    /// Forget every block (the device forgot them: `cudaDeviceReset`).
+    /// `held` left this cache for the device (`Pool::give_back`), which takes them back once it
+    /// has its lock.
+    pub fn send(&mut self, held: &[Held]) {
+        self.transit_bytes += held.iter().map(|h| h.size).sum::<u64>();
+        self.transit_count += held.len() as u64;
+    }
+
+    /// The device took back `held`, sent at generation `generation`.
+    pub fn arrived(&mut self, generation: u64, held: &[Held]) {
+        if self.generation == generation {
+            let bytes = held.iter().map(|h| h.size).sum::<u64>();
+            self.transit_bytes = self.transit_bytes.saturating_sub(bytes);
+            self.transit_count = self.transit_count.saturating_sub(held.len() as u64);
+        }
+    }
+
+    /// Forget every block (the device forgot them: `cudaDeviceReset`; or its thread exited).
     pub fn clear(&mut self, generation: u64) {
+        if generation != self.generation {
+            // A reset: blocks on their way back are gone with the rest.
+            self.transit_bytes = 0;
+            self.transit_count = 0;
+        }
         self.out.clear();
         self.ready.clear();
         self.waiting.clear();
@@ -837,8 +862,8 @@ pub fn add_counts(s: &mut DeviceStats, c: &CacheCounts) {
 /// allocated: with thread caches in use they may exceed the true peak by what the caches held.
 pub fn merge_into(s: &mut DeviceStats, st: &CacheState) {
     add_counts(s, &st.counts);
-    let held = st.held_bytes();
-    let held_blocks = st.held_count();
+    let held = st.held_bytes() + st.transit_bytes;
+    let held_blocks = st.held_count() + st.transit_count;
     s.allocated.current = s.allocated.current.saturating_sub(held);
     s.requested.current = s.requested.current.saturating_sub(held + st.out_slack);
     s.blocks.current = s.blocks.current.saturating_sub(held_blocks);
