@@ -55,7 +55,9 @@ SELF="$ROOT/scripts/gpu-check.sh"
 cd "$ROOT" || exit 2
 [ -n "$RES" ] || RES="$ROOT/gpu-results"
 mkdir -p "$RES/logs" || exit 2
-RES="$(cd "$RES" && pwd)"
+RES="$(cd "$RES" && pwd -P)"
+# Resolved too, so that --out naming $OUT another way never copies files onto themselves.
+[ -z "$PUBLISH" ] || PUBLISH="$(mkdir -p "$PUBLISH" && cd "$PUBLISH" && pwd -P)"
 LOGS="$RES/logs"
 BUILD="$ROOT/target/gpu-check"
 mkdir -p "$BUILD"
@@ -86,10 +88,13 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 
 # A clean environment for every run: no inherited preload, pool or PyTorch allocator settings.
-# Python unbuffered: a step killed at its timeout still leaves what it printed.
-CLEAN=(env PYTHONUNBUFFERED=1 -u LD_PRELOAD -u GPUPOOL_DISABLE -u GPUPOOL_RELEASE_THRESHOLD -u GPUPOOL_REUSE
+# Python unbuffered: a step killed at its timeout still leaves what it printed. (env's options
+# first: it takes everything after the first NAME=VALUE as the command; the harness step
+# `clean_env` below runs both, so a dry run catches that.)
+CLEAN=(env -u LD_PRELOAD -u GPUPOOL_DISABLE -u GPUPOOL_RELEASE_THRESHOLD -u GPUPOOL_REUSE
     -u GPUPOOL_MAX_SPLIT_SIZE -u GPUPOOL_FENCE_BYTES -u GPUPOOL_SUMMARY -u GPUPOOL_CUDART
-    -u PYTORCH_NO_CUDA_MEMORY_CACHING -u PYTORCH_CUDA_ALLOC_CONF -u CUDA_LAUNCH_BLOCKING)
+    -u PYTORCH_NO_CUDA_MEMORY_CACHING -u PYTORCH_CUDA_ALLOC_CONF -u CUDA_LAUNCH_BLOCKING
+    PYTHONUNBUFFERED=1)
 # pool MODE: the clean environment plus the preloaded pool in that reuse mode, summary on stderr.
 pool() { POOL=("${CLEAN[@]}" "LD_PRELOAD=$LIB" "GPUPOOL_REUSE=$1" GPUPOOL_SUMMARY=stderr); }
 # The summary's "calls" line with a non-zero malloc count: the pool intercepted allocations.
@@ -398,6 +403,15 @@ elif [ "$DRY" = 1 ]; then
     record library info WARN 0 "missing: $LIB (a real run would fail; build with cargo build --release)"
 else
     record library check FAIL 0 "missing: $LIB"
+fi
+
+# The environments every step runs in (a program that uses no CUDA: the pool stays silent).
+t0=$SECONDS
+pool strict
+if "${CLEAN[@]}" true >"$LOGS/clean_env.log" 2>&1 && "${POOL[@]}" true >>"$LOGS/clean_env.log" 2>&1; then
+    record clean_env check PASS $((SECONDS - t0)) "the clean and pooled environments run a program"
+else
+    record clean_env check FAIL $((SECONDS - t0)) "$(head -n 1 "$LOGS/clean_env.log")"
 fi
 
 for py in pluggable torch_train torch_hit; do

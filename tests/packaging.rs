@@ -249,6 +249,7 @@ fn gpu_check_dry_run_passes_without_a_gpu() {
     for name in [
         "self_syntax",
         "library",
+        "clean_env",
         "torch_train_syntax",
         "torch_hit_syntax",
     ] {

@@ -1678,6 +1678,9 @@ impl DevicePool {
         self.largest_segment = 0;
         self.idle_bytes = 0;
         self.lent = 0;
+        // The reset destroyed the context too: the next sample is the new baseline of what is
+        // in use outside the pool.
+        self.memory_first = None;
         self.generation += 1;
     }
 

@@ -115,6 +115,7 @@ mod tests {
         // No reader: the open fails at once (ENXIO) rather than waiting for one.
         assert!(TraceFile::create(fifo.to_str().unwrap().as_bytes()).is_err());
         std::fs::remove_file(&fifo).unwrap();
+        let _ = std::fs::remove_dir(fifo.parent().unwrap());
         let e = TraceFile::create(b"/dev/null").err().unwrap();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
     }
