@@ -437,6 +437,10 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
             ("gpupool_cache_hits_total", "/cache_hits"),
             ("gpupool_cache_misses_total", "/cache_misses"),
             ("gpupool_driver_mallocs_total", "/driver/mallocs"),
+            (
+                "gpupool_driver_mallocs_refused_total",
+                "/driver/mallocs_refused",
+            ),
             ("gpupool_driver_frees_total", "/driver/frees"),
             (
                 "gpupool_threshold_released_bytes_total",
@@ -1149,6 +1153,25 @@ fn out_of_memory_advice_fits_the_situation() {
     assert!(
         a.contains("free tensors the program no longer needs"),
         "{a}"
+    );
+    // The driver's refusals count among its calls, and the summary says how many there were
+    // (found in review: more calls than segments, unexplained).
+    let (_, err) = run("outside", &[("GPUPOOL_SUMMARY", "stderr")]);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(" driver     cudaMalloc "))
+        .unwrap_or_else(|| panic!("{err}"));
+    let calls: u64 = line[" driver     cudaMalloc ".len()..]
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let segments = text_row(&err, "segments")[2].trim().parse::<u64>().unwrap();
+    assert!(calls > segments, "{line}");
+    assert!(
+        line.contains(&format!(", {} refused (", calls - segments)),
+        "{line}"
     );
     // The CUDA context alone (300 MiB in the simulator) is not blamed, and counts against what
     // the program's blocks can have: 64 MiB live and 900 MiB asked do not fit beside it.

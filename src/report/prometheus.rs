@@ -157,6 +157,12 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.real_mallocs as f64,
     ),
     (
+        "gpupool_driver_mallocs_refused_total",
+        "counter",
+        "Real cudaMalloc calls the driver refused (part of the calls; no segment).",
+        |d| d.snap.stats.real_mallocs.saturating_sub(d.snap.stats.segments.total_in) as f64,
+    ),
+    (
         "gpupool_driver_frees_total",
         "counter",
         "Real cudaFree calls.",
