@@ -317,6 +317,8 @@ pub struct CacheState {
     /// device still counts them lent), so that a report does not read them as the program's.
     transit_bytes: u64,
     transit_count: u64,
+    /// Of `transit_bytes`, those whose reuse waits for a barrier or fence (pending).
+    pub transit_waiting_bytes: u64,
     pub counts: CacheCounts,
 }
 
@@ -483,6 +485,7 @@ impl CacheState {
     /// has its lock.
     pub fn send(&mut self, held: &[Held]) {
         self.transit_bytes += held.iter().map(|h| h.size).sum::<u64>();
+        self.transit_waiting_bytes += waiting_bytes(held);
         self.transit_count += held.len() as u64;
     }
 
@@ -491,6 +494,9 @@ impl CacheState {
         if self.generation == generation {
             let bytes = held.iter().map(|h| h.size).sum::<u64>();
             self.transit_bytes = self.transit_bytes.saturating_sub(bytes);
+            self.transit_waiting_bytes = self
+                .transit_waiting_bytes
+                .saturating_sub(waiting_bytes(held));
             self.transit_count = self.transit_count.saturating_sub(held.len() as u64);
         }
     }
@@ -500,6 +506,7 @@ impl CacheState {
         if generation != self.generation {
             // A reset: blocks on their way back are gone with the rest.
             self.transit_bytes = 0;
+            self.transit_waiting_bytes = 0;
             self.transit_count = 0;
         }
         self.out.clear();
@@ -827,6 +834,14 @@ fn settle_one(st: &mut CacheState, p: &mut DevicePool, seqs: &Seqs) {
         p.adopt(o.idx, o.requested);
     }
     st.out_slack = 0;
+}
+
+/// Bytes of `held` whose reuse waits for a barrier or fence.
+fn waiting_bytes(held: &[Held]) -> u64 {
+    held.iter()
+        .filter(|h| h.need != Need::Nothing)
+        .map(|h| h.size)
+        .sum()
 }
 
 /// Under the device lock: blocks a cache gives back.

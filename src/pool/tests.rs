@@ -966,7 +966,13 @@ fn the_largest_free_block_counts_blocks_in_thread_caches() {
 /// at most 256, in 6 reads of 40).
 #[test]
 fn reports_during_thread_cache_traffic_count_only_what_the_program_holds() {
-    let p = pool_cache(80 << 30, 1 << 20);
+    for reuse in [ReuseMode::Relaxed, ReuseMode::Strict] {
+        reports_during_thread_cache_traffic(reuse);
+    }
+}
+
+fn reports_during_thread_cache_traffic(reuse: ReuseMode) {
+    let p = pool_cache_in(reuse, 80 << 30, 1 << 20);
     let stop = std::sync::atomic::AtomicBool::new(false);
     const THREADS: u64 = 4;
     const SLOTS: usize = 64;
@@ -1008,7 +1014,11 @@ fn reports_during_thread_cache_traffic_count_only_what_the_program_holds() {
         let _stop = StopOnDrop(&stop);
         let mut reads = 0;
         loop {
-            let s = p.device_stats(0).unwrap().stats;
+            let snap = p.device_stats(0).unwrap();
+            // What waits for in-flight work is part of the cache, blocks on their way back
+            // included.
+            assert!(snap.pending <= snap.cached, "{reuse:?}: {snap:?}");
+            let s = snap.stats;
             reads += 1;
             if s.allocs > 200_000 && reads > 1000 {
                 break;
@@ -1181,9 +1191,13 @@ fn on_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 /// A relaxed pool with thread caches of `thread_cache` bytes, on which a second thread has
 /// allocated.
 fn pool_cache(capacity: u64, thread_cache: u64) -> Pool<Model> {
-    let mut s = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 1)
-        .settings()
-        .clone();
+    pool_cache_in(ReuseMode::Relaxed, capacity, thread_cache)
+}
+
+/// `pool_cache` in `reuse` mode (thread caches start with the second thread: no contention
+/// needed, `cache_contention` 0).
+fn pool_cache_in(reuse: ReuseMode, capacity: u64, thread_cache: u64) -> Pool<Model> {
+    let mut s = pool_with(reuse, Threshold::KeepAll, 1).settings().clone();
     s.thread_cache = thread_cache;
     let p = Pool::new(Model::with_capacity(capacity), s);
     let a = p.alloc(0, 4096).unwrap();
