@@ -409,7 +409,12 @@ fi
 t0=$SECONDS
 pool strict
 if "${CLEAN[@]}" true >"$LOGS/clean_env.log" 2>&1 && "${POOL[@]}" true >>"$LOGS/clean_env.log" 2>&1; then
-    record clean_env check PASS $((SECONDS - t0)) "the clean and pooled environments run a program"
+    if [ -s "$LOGS/clean_env.log" ]; then
+        # The pool must print nothing in a process that used no CUDA, summary asked or not.
+        record clean_env check FAIL $((SECONDS - t0)) "a program without CUDA printed: $(head -n 1 "$LOGS/clean_env.log")"
+    else
+        record clean_env check PASS $((SECONDS - t0)) "the clean and pooled environments run a program, silently"
+    fi
 else
     record clean_env check FAIL $((SECONDS - t0)) "$(head -n 1 "$LOGS/clean_env.log")"
 fi
