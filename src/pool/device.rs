@@ -88,6 +88,18 @@ pub enum Need {
     Fence,
 }
 
+impl Need {
+    /// What a `Free` record's code (`need as u64`, `DevicePool::after_free`'s record) says the
+    /// block's reuse waited for.
+    pub fn from_code(code: u64) -> Need {
+        match code {
+            0 => Need::Nothing,
+            1 => Need::Barrier,
+            _ => Need::Fence,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Block {
     addr: Addr,

@@ -250,7 +250,7 @@ impl DeviceReplay {
                     FreeKind::from_code(r.aux & 3, stream_of(r.aux >> 2, o).unwrap_or(NO_STREAM))
                 };
                 let need = if self.reuse == self.recorded_reuse && !o.one_stream {
-                    need_from_code(r.b)
+                    Need::from_code(r.b)
                 } else {
                     need_for(self.reuse, how, self.nonblocking_seen)
                 };
@@ -298,14 +298,6 @@ fn stream_of(id: u16, o: &Overrides) -> Option<StreamKey> {
         Some(ONE_STREAM)
     } else {
         (id != 0).then_some(StreamKey::from(id))
-    }
-}
-
-fn need_from_code(code: u64) -> Need {
-    match code {
-        0 => Need::Nothing,
-        1 => Need::Barrier,
-        _ => Need::Fence,
     }
 }
 

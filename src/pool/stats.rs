@@ -152,6 +152,19 @@ impl Default for DeviceStats {
     }
 }
 
+impl DeviceStats {
+    /// Real `cudaMalloc` calls the driver refused: counted among the calls, no segment made.
+    pub fn mallocs_refused(&self) -> u64 {
+        self.real_mallocs.saturating_sub(self.segments.total_in)
+    }
+
+    /// Allocations served without a new segment, each a `cudaMalloc` the program would have
+    /// made without the pool.
+    pub fn mallocs_avoided(&self) -> u64 {
+        self.allocs.saturating_sub(self.misses)
+    }
+}
+
 pub fn histogram_bucket(size: u64) -> usize {
     ((64 - size.leading_zeros()) as usize).min(HISTOGRAM_BUCKETS - 1)
 }

@@ -160,7 +160,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "gpupool_driver_mallocs_refused_total",
         "counter",
         "Real cudaMalloc calls the driver refused (part of the calls; no segment).",
-        |d| d.snap.stats.real_mallocs.saturating_sub(d.snap.stats.segments.total_in) as f64,
+        |d| d.snap.stats.mallocs_refused() as f64,
     ),
     (
         "gpupool_driver_frees_total",

@@ -233,7 +233,7 @@ pub fn render_text(r: &Report) -> String {
         );
         // Calls the driver refused (out of memory, retried smaller or after a release) count
         // among the calls but made no segment (found in review: 42 calls beside 36 segments).
-        let refused = s.real_mallocs.saturating_sub(s.segments.total_in);
+        let refused = s.mallocs_refused();
         let _ = writeln!(
             o,
             " driver     cudaMalloc {}{} ({} avoided, {}), cudaFree {} ({})",
@@ -243,7 +243,7 @@ pub fn render_text(r: &Report) -> String {
             } else {
                 String::new()
             },
-            s.allocs.saturating_sub(s.misses),
+            s.mallocs_avoided(),
             duration_ns(s.real_malloc_ns),
             s.real_frees,
             duration_ns(s.real_free_ns)

@@ -240,15 +240,6 @@ impl Kind {
     }
 }
 
-/// What a free's recorded code says its reuse waited for.
-fn need_from_code(code: u64) -> Need {
-    match code {
-        0 => Need::Nothing,
-        1 => Need::Barrier,
-        _ => Need::Fence,
-    }
-}
-
 /// The request streams of a recorded trace, one per device (in device order). Allocations the
 /// live run failed are left out (the program never held them); frees of unknown addresses are
 /// ignored; a device reset frees every live block.
@@ -279,7 +270,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
                         code: (r.aux & 3) as u8,
                         nonblocking_seen: d.nonblocking_seen,
                     };
-                    d.p.free_recorded(b, need_from_code(r.b), how);
+                    d.p.free_recorded(b, Need::from_code(r.b), how);
                 }
             }
             RecordKind::Observe => d.p.ops.push(Op::Observe {
