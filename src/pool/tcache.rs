@@ -315,11 +315,27 @@ pub struct CacheState {
     pub out_slack: u64,
     /// Free blocks on their way back to the device (out of this cache, not yet taken back: the
     /// device still counts them lent), so that a report does not read them as the program's.
-    transit_bytes: u64,
-    transit_count: u64,
-    /// Of `transit_bytes`, those whose reuse waits for a barrier or fence (pending).
-    pub transit_waiting_bytes: u64,
+    pub transit: Transit,
     pub counts: CacheCounts,
+}
+
+/// Free blocks a cache sent back to the device that the device has not taken yet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Transit {
+    pub bytes: u64,
+    pub count: u64,
+    /// Of `bytes`, those whose reuse waits for a barrier or fence (pending).
+    pub waiting_bytes: u64,
+}
+
+impl Transit {
+    fn of(held: &[Held]) -> Transit {
+        held.iter().fold(Transit::default(), |t, h| Transit {
+            bytes: t.bytes + h.size,
+            count: t.count + 1,
+            waiting_bytes: t.waiting_bytes + if h.need == Need::Nothing { 0 } else { h.size },
+        })
+    }
 }
 
 impl CacheState {
@@ -484,20 +500,21 @@ impl CacheState {
     /// `held` left this cache for the device (`Pool::give_back`), which takes them back once it
     /// has its lock.
     pub fn send(&mut self, held: &[Held]) {
-        self.transit_bytes += held.iter().map(|h| h.size).sum::<u64>();
-        self.transit_waiting_bytes += waiting_bytes(held);
-        self.transit_count += held.len() as u64;
+        let sent = Transit::of(held);
+        let t = &mut self.transit;
+        t.bytes += sent.bytes;
+        t.count += sent.count;
+        t.waiting_bytes += sent.waiting_bytes;
     }
 
     /// The device took back `held`, sent at generation `generation`.
     pub fn arrived(&mut self, generation: u64, held: &[Held]) {
         if self.generation == generation {
-            let bytes = held.iter().map(|h| h.size).sum::<u64>();
-            self.transit_bytes = self.transit_bytes.saturating_sub(bytes);
-            self.transit_waiting_bytes = self
-                .transit_waiting_bytes
-                .saturating_sub(waiting_bytes(held));
-            self.transit_count = self.transit_count.saturating_sub(held.len() as u64);
+            let back = Transit::of(held);
+            let t = &mut self.transit;
+            t.bytes = t.bytes.saturating_sub(back.bytes);
+            t.count = t.count.saturating_sub(back.count);
+            t.waiting_bytes = t.waiting_bytes.saturating_sub(back.waiting_bytes);
         }
     }
 
@@ -505,9 +522,7 @@ impl CacheState {
     pub fn clear(&mut self, generation: u64) {
         if generation != self.generation {
             // A reset: blocks on their way back are gone with the rest.
-            self.transit_bytes = 0;
-            self.transit_waiting_bytes = 0;
-            self.transit_count = 0;
+            self.transit = Transit::default();
         }
         self.out.clear();
         self.ready.clear();
@@ -836,14 +851,6 @@ fn settle_one(st: &mut CacheState, p: &mut DevicePool, seqs: &Seqs) {
     st.out_slack = 0;
 }
 
-/// Bytes of `held` whose reuse waits for a barrier or fence.
-fn waiting_bytes(held: &[Held]) -> u64 {
-    held.iter()
-        .filter(|h| h.need != Need::Nothing)
-        .map(|h| h.size)
-        .sum()
-}
-
 /// Under the device lock: blocks a cache gives back.
 pub fn give_back(p: &mut DevicePool, seqs: &Seqs, held: &[Held]) {
     for h in held {
@@ -877,8 +884,8 @@ pub fn add_counts(s: &mut DeviceStats, c: &CacheCounts) {
 /// allocated: with thread caches in use they may exceed the true peak by what the caches held.
 pub fn merge_into(s: &mut DeviceStats, st: &CacheState) {
     add_counts(s, &st.counts);
-    let held = st.held_bytes() + st.transit_bytes;
-    let held_blocks = st.held_count() + st.transit_count;
+    let held = st.held_bytes() + st.transit.bytes;
+    let held_blocks = st.held_count() + st.transit.count;
     s.allocated.current = s.allocated.current.saturating_sub(held);
     s.requested.current = s.requested.current.saturating_sub(held + st.out_slack);
     s.blocks.current = s.blocks.current.saturating_sub(held_blocks);
