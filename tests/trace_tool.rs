@@ -617,21 +617,27 @@ fn odd_requests_are_refused_or_explained() {
         );
     }
 
-    // Two allocations of 2^63 bytes (a hand-made trace): sums saturate instead of wrapping, and
-    // one of an impossible size fails everywhere, so no percentage can be given.
-    let mut huge = b"GPTRACE1".to_vec();
-    record(&mut huge, 0, 0, 0, u64::MAX, 256 << 20, u64::MAX, 2);
-    record(&mut huge, 1, 1, 0, 1 << 63, 0x1000_0000, 1 << 63, 0);
-    record(&mut huge, 2, 1, 0, 1 << 63, 0x2000_0000, 1 << 63, 0);
-    let h = dir.join("huge.trace");
-    std::fs::write(&h, &huge).unwrap();
-    let out = String::from_utf8_lossy(&tool_ok(&[
-        "compare",
-        h.to_str().unwrap(),
-        "--min-time",
-        "0",
-    ]))
-    .into_owned();
+    // `compare` on a hand-made trace of allocations of `sizes` bytes (its output).
+    let compare_allocations = |name: &str, sizes: &[u64]| {
+        let mut t = b"GPTRACE1".to_vec();
+        record(&mut t, 0, 0, 0, u64::MAX, 256 << 20, u64::MAX, 2);
+        for (i, &size) in sizes.iter().enumerate() {
+            let i = i as u64 + 1;
+            record(&mut t, i, 1, 0, size, i << 28, size, 0);
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, &t).unwrap();
+        String::from_utf8_lossy(&tool_ok(&[
+            "compare",
+            path.to_str().unwrap(),
+            "--min-time",
+            "0",
+        ]))
+        .into_owned()
+    };
+    // Two allocations of 2^63 bytes: sums saturate instead of wrapping, and one of an
+    // impossible size fails everywhere, so no percentage can be given.
+    let out = compare_allocations("huge.trace", &[1 << 63, 1 << 63]);
     assert!(out.contains("peak requested 16384 PiB"), "{out}");
     for line in out.lines().filter(|l| l.starts_with("| gpupool |")) {
         // One served (8 EiB), one refused: never a wrapped sum.
@@ -640,17 +646,6 @@ fn odd_requests_are_refused_or_explained() {
             "{line}"
         );
     }
-    let mut max = b"GPTRACE1".to_vec();
-    record(&mut max, 0, 0, 0, u64::MAX, 256 << 20, u64::MAX, 2);
-    record(&mut max, 1, 1, 0, u64::MAX, 0x1000_0000, u64::MAX, 0);
-    let m = dir.join("max.trace");
-    std::fs::write(&m, &max).unwrap();
-    let out = String::from_utf8_lossy(&tool_ok(&[
-        "compare",
-        m.to_str().unwrap(),
-        "--min-time",
-        "0",
-    ]))
-    .into_owned();
+    let out = compare_allocations("max.trace", &[u64::MAX]);
     assert!(out.contains("| n/a | n/a (0 vs 0) |"), "{out}");
 }

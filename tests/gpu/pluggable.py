@@ -18,3 +18,13 @@ def write_summary(lib):
     """The pool's summary on stderr, after what the program printed so far."""
     sys.stdout.flush()
     ctypes.CDLL(lib).gpupool_write_summary(2)
+
+
+def finish(lib, last_line):
+    """A program's end: the pool's summary if libgpupool at path `lib` was the allocator (None:
+    it was not), then `last_line`, which gpu-check.sh looks for. Returns the exit status."""
+    if lib:
+        write_summary(lib)
+    print(last_line)
+    sys.stdout.flush()
+    return 0

@@ -97,11 +97,7 @@ def main():
         print(f"torch_hit {n} {host:.0f} {host - overhead:.0f} {event:.0f} {pairs}")
         sys.stdout.flush()
     torch.cuda.synchronize()
-    if args.pluggable:
-        pluggable.write_summary(args.pluggable)
-    print("torch_hit done")
-    sys.stdout.flush()
-    return 0
+    return pluggable.finish(args.pluggable, "torch_hit done")
 
 
 if __name__ == "__main__":

@@ -145,11 +145,7 @@ def main():
     print(f"max_memory_reserved_mib {mib(reserved):.0f}")
     print(f"peak_device_used_mib {mib(peak_used):.0f}")
     print(f"base_device_used_mib {mib(base_used):.0f}")
-    if args.pluggable:
-        pluggable.write_summary(args.pluggable)
-    print("torch_train ok")
-    sys.stdout.flush()
-    return 0
+    return pluggable.finish(args.pluggable, "torch_train ok")
 
 
 if __name__ == "__main__":
