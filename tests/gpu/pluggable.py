@@ -14,6 +14,17 @@ def install(lib):
     torch.cuda.memory.change_current_allocator(allocator)
 
 
+def start(lib):
+    """A program's start: libgpupool at path `lib` made PyTorch's allocator (None: PyTorch's
+    own stays), then CUDA device 0, or None with a FAIL line when CUDA is not available."""
+    if lib:
+        install(lib)
+    if not torch.cuda.is_available():
+        print("FAIL: torch.cuda.is_available() is False", file=sys.stderr)
+        return None
+    return torch.device("cuda", 0)
+
+
 def write_summary(lib):
     """The pool's summary on stderr, after what the program printed so far."""
     sys.stdout.flush()

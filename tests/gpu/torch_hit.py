@@ -78,12 +78,9 @@ def main():
     ap.add_argument("--max-pairs", type=int, default=1 << 20)
     args = ap.parse_args()
 
-    if args.pluggable:
-        pluggable.install(args.pluggable)
-    if not torch.cuda.is_available():
-        print("FAIL: torch.cuda.is_available() is False", file=sys.stderr)
+    dev = pluggable.start(args.pluggable)
+    if dev is None:
         return 1
-    dev = torch.device("cuda", 0)
     torch.cuda.init()
     torch.cuda.synchronize()
     print(f"allocator {'libgpupool (pluggable)' if args.pluggable else 'PyTorch caching allocator'}")

@@ -71,13 +71,9 @@ def main():
     )
     args = ap.parse_args()
 
-    if args.pluggable:
-        pluggable.install(args.pluggable)
-
-    if not torch.cuda.is_available():
-        print("FAIL: torch.cuda.is_available() is False", file=sys.stderr)
+    dev = pluggable.start(args.pluggable)
+    if dev is None:
         return 1
-    dev = torch.device("cuda", 0)
     torch.manual_seed(args.seed)
     torch.cuda.init()
     torch.cuda.synchronize()
