@@ -1,17 +1,25 @@
 //! Process lifecycle under the preloaded pool: `fork` while other threads allocate (the child
 //! exits, `_exit`s, execs, or uses CUDA and gets the runtime's answers; neither process
 //! deadlocks), `exit`/`_exit` while threads are inside the pool, CUDA from a static constructor
-//! before `main`, and `dlopen`/`dlclose` of a library that uses CUDA. Every run has a deadline.
+//! before `main`, `dlopen`/`dlclose` of a library that uses CUDA, and `fork` while another thread's
+//! first CUDA call is still making the pool. Every run has a deadline.
 //! (Signals during an allocation storm: `tests/report.rs`, `sigusr1_during_an_allocation_storm_*`.)
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
 mod support;
 
-use support::{c_library, c_program, output_within, pooled, texts};
+use std::path::PathBuf;
+use support::{c_library, output_within, pooled, root, scratch, texts};
+
+/// `tests/c/lifecycle.c`, linked with `-rdynamic`: its `open64` wrapper must take the pool's
+/// own calls.
+fn lifecycle() -> PathBuf {
+    sim::Sim::get().compile(&root().join("tests/c/lifecycle.c"), &["-rdynamic"])
+}
 
 fn run_ok(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
-    let out = output_within(&mut pooled(&c_program("lifecycle"), args, env), 60);
+    let out = output_within(&mut pooled(&lifecycle(), args, env), 60);
     let (stdout, stderr) = texts(&out);
     assert!(
         out.status.success(),
@@ -89,4 +97,32 @@ fn dlopen_and_dlclose_of_a_library_that_uses_cuda() {
     );
     assert!(out.contains("dlopen ok"), "{out}");
     assert!(err.contains("gpupool summary"), "{err}");
+}
+
+#[test]
+fn fork_while_the_first_cuda_call_is_making_the_pool() {
+    // The pool opens its trace while it is being made; the program's `open64` wrapper holds that
+    // open for a second, and the main thread forks meanwhile.
+    let dir = scratch("fork-init");
+    let trace = dir.join("lifecycle-slow.trace");
+    let trace = trace.to_str().expect("utf-8 path");
+    for round in 0..3 {
+        let (out, err) = run_ok(
+            &["fork-init"],
+            &[("GPUPOOL_TRACE", trace), ("GPUPOOL_SUMMARY", "stderr")],
+        );
+        assert!(out.contains("fork-init ok"), "round {round}: {out}");
+        // The parent reports its one allocation; the child, whose calls went to the runtime,
+        // reports nothing and warns of nothing.
+        assert_eq!(err.matches("gpupool summary").count(), 1, "{err}");
+        assert!(err.contains(" 1 mallocs, 1 frees"), "round {round}: {err}");
+        assert!(
+            err.lines()
+                .all(|l| !l.starts_with("gpupool:") || l.contains("summary")),
+            "round {round}: unexpected warnings:\n{err}"
+        );
+        let written = std::fs::metadata(trace).expect("the parent's trace").len();
+        assert!(written > 0, "round {round}: empty trace");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,11 +6,14 @@
  *        lifecycle exit-storm|_exit-storm
  *        lifecycle ctor
  *        lifecycle dlopen LIBRARY ROUNDS
+ *        lifecycle fork-init        (run with GPUPOOL_TRACE naming a path with "lifecycle-slow")
  * Every wait has a deadline: a child that does not finish in time is killed and reported as a
  * deadlock. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,6 +25,9 @@
 
 static volatile int g_stop;
 static int g_devices = 1;
+static volatile int g_in_init;
+static volatile double g_slow_until;
+static pid_t g_parent;
 static void *g_ctor_block;
 
 /* Before main: the pool starts from a constructor of the program. */
@@ -140,6 +146,81 @@ static int fork_rounds(const char *how, int rounds)
     return 0;
 }
 
+/* The C library's open64, wrapped: opening a path that contains "lifecycle-slow" (the trace file
+ * the pool opens while it is being made, on the first CUDA call) says so and takes a second,
+ * which holds the pool's start open long enough for another thread to fork in the middle of it.
+ * The program is linked with -rdynamic so that the pool's own calls reach this definition. */
+int open64(const char *path, int flags, ...)
+{
+    typedef int (*open_fn)(const char *, int, ...);
+    static open_fn real;
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    if (real == NULL)
+        real = (open_fn)dlsym(RTLD_NEXT, "open64");
+    if (strstr(path, "lifecycle-slow") != NULL && getpid() == g_parent) {
+        g_slow_until = now() + 1.0;
+        g_in_init = 1;
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+    return real(path, flags, mode);
+}
+
+static void *first_cuda_call(void *arg)
+{
+    void **out = arg;
+    CHECK_CUDA(cudaMalloc(out, 70000));
+    tag_block(*out, 70000, 0x3D);
+    return NULL;
+}
+
+/* gpupool_enabled(), looked up: this program is not linked with the pool. */
+static int pool_enabled(void)
+{
+    int (*enabled)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "gpupool_enabled");
+    CHECK(enabled != NULL, "gpupool_enabled not found (is the pool preloaded?)");
+    return enabled();
+}
+
+/* A fork while another thread's first CUDA call is still making the pool: the child must not
+ * wait for the parent's half-made pool (its maker does not exist in the child), and gets the
+ * runtime's answers; the parent's pool starts normally. */
+static int fork_during_init(void)
+{
+    pthread_t maker;
+    void *block = NULL;
+    CHECK(pthread_create(&maker, NULL, first_cuda_call, &block) == 0, "thread");
+    double deadline = now() + 20;
+    while (!g_in_init) {
+        CHECK(now() < deadline, "the pool never opened its trace (GPUPOOL_TRACE unset?)");
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        child_uses_cuda();
+        CHECK(pool_enabled() == 0, "the pool is on in a child forked while it was being made");
+        exit(0);
+    }
+    CHECK(wait_child(pid, 20, "fork-init") == 0, "the child failed");
+    /* The child did all that while the parent's pool was still being made. */
+    CHECK(now() < g_slow_until, "the child outlived the pool's start: the fork missed it");
+    pthread_join(maker, NULL);
+    CHECK(block != NULL, "the first cudaMalloc gave nothing");
+    check_tag(block, 70000, 0x3D);
+    CHECK_CUDA(cudaFree(block));
+    CHECK(pool_enabled() == 1, "the parent's pool is off");
+    printf("fork-init ok\n");
+    return 0;
+}
+
 typedef int (*steps_fn)(int, size_t);
 
 static int dlopen_rounds(const char *lib, int rounds)
@@ -166,6 +247,10 @@ int main(int argc, char **argv)
 {
     int count = 0;
     CHECK(argc >= 2, "usage: lifecycle MODE ...");
+    g_parent = getpid();
+    /* Before any CUDA call: the fork must land while the first one is making the pool. */
+    if (strcmp(argv[1], "fork-init") == 0)
+        return fork_during_init();
     CHECK_CUDA(cudaGetDeviceCount(&count));
     g_devices = count > 1 ? 2 : 1;
     const char *mode = argv[1];
