@@ -1,7 +1,9 @@
 //! Fault injection through the simulator: the N-th call of each runtime function the pool uses
 //! (`cudaMalloc` for segments, `cudaFree` to release them, `cudaDeviceSynchronize` as the fence,
 //! `cudaEventCreateWithFlags` + `cudaStreamWaitEvent` as the barrier, `cudaMemGetInfo` for
-//! samples) fails with each error the runtime can return. `tests/c/faults.c` checks, with and
+//! samples), and of those it only watches (`cudaStreamSynchronize`, `cudaEventSynchronize` as
+//! release points, `cudaLaunchKernel` on the legacy stream as a barrier), fails with each error
+//! the runtime can return. `tests/c/faults.c` checks, with and
 //! without the pool, that a failing call the program makes gives exactly the runtime's answer
 //! (return code and `cudaGetLastError`), that a failing call the pool makes on its own leaves no
 //! error behind and hands out no block still used by a kernel, and that the pool's figures then
@@ -23,6 +25,9 @@ const FUNCTIONS: &[&str] = &[
     "cudaEventCreateWithFlags",
     "cudaStreamWaitEvent",
     "cudaMemGetInfo",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaLaunchKernel",
 ];
 
 /// Errors a runtime call can return: invalid value, out of memory, initialization error,
@@ -38,11 +43,15 @@ fn program() -> PathBuf {
 /// The settings under which the pool makes the call in question on its own.
 fn env_for(function: &str) -> Vec<(&'static str, &'static str)> {
     match function {
-        "cudaFree" => vec![("GPUPOOL_RELEASE_THRESHOLD", "0")],
+        "cudaFree" | "cudaStreamSynchronize" | "cudaEventSynchronize" => {
+            vec![("GPUPOOL_RELEASE_THRESHOLD", "0")]
+        }
         "cudaDeviceSynchronize" => {
             vec![("GPUPOOL_REUSE", "strict"), ("GPUPOOL_FENCE_BYTES", "8MiB")]
         }
-        "cudaEventCreateWithFlags" | "cudaStreamWaitEvent" => vec![("GPUPOOL_REUSE", "barrier")],
+        "cudaEventCreateWithFlags" | "cudaStreamWaitEvent" | "cudaLaunchKernel" => {
+            vec![("GPUPOOL_REUSE", "barrier")]
+        }
         _ => vec![],
     }
 }

@@ -7,8 +7,10 @@
  *
  * usage: faults FUNCTION ERROR
  * FUNCTION: cudaMalloc, cudaFree, cudaDeviceSynchronize, cudaEventCreateWithFlags,
- * cudaStreamWaitEvent, cudaMemGetInfo. Run with and without the pool (the program finds out
- * which with dlsym). */
+ * cudaStreamWaitEvent, cudaMemGetInfo (calls the pool makes itself), cudaStreamSynchronize,
+ * cudaEventSynchronize, cudaLaunchKernel (calls the pool only watches: a failed one is no
+ * synchronization and no barrier). Run with and without the pool (the program finds out which
+ * with dlsym). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
@@ -66,6 +68,33 @@ static void fresh_blocks(const char *where, size_t n, int count)
     }
     CHECK(cudaGetLastError() == cudaSuccess, "%s: an error was left behind", where);
 }
+
+/* A cached 30 MiB segment (threshold 0, set in the environment: it goes back at the next
+ * synchronization); returns the runtime's live bytes with it. */
+static unsigned long long cached_segment(void)
+{
+    void *p;
+    CHECK_CUDA(cudaMalloc(&p, 30 * MIB));
+    tag_block(p, 30 * MIB, 0x2E);
+    CHECK_CUDA(cudaFree(p));
+    return sim_stats(0).live_bytes;
+}
+
+/* After a watched synchronization failed: the pool took no release point there (the segment is
+ * still held), and takes one at the next synchronization that succeeds. */
+static void released_only_after_success(unsigned long long before, cudaError_t (*sync)(void *),
+                                        void *arg)
+{
+    if (!g_stats)
+        return;
+    CHECK(before >= 30 * MIB, "the segment is held");
+    CHECK(sim_stats(0).live_bytes == before, "memory released at a failed synchronization");
+    CHECK_CUDA(sync(arg));
+    CHECK(sim_stats(0).live_bytes + 30 * MIB <= before, "not released at the next one");
+}
+
+static cudaError_t stream_sync(void *s) { return cudaStreamSynchronize((cudaStream_t)s); }
+static cudaError_t event_sync(void *e) { return cudaEventSynchronize((cudaEvent_t)e); }
 
 /* The program's own call fails: exactly the runtime's answer, with or without the pool. */
 static void program_call_fails(const char *func)
@@ -130,6 +159,45 @@ static void program_call_fails(const char *func)
         r = cudaMemGetInfo(&f, &t);
         last = cudaGetLastError();
         CHECK(r == e && last == e, "cudaMemGetInfo %d/%d; expected %d", r, last, e);
+    } else if (strcmp(func, "cudaStreamSynchronize") == 0) {
+        cudaStream_t s;
+        CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        unsigned long long before = cached_segment();
+        CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
+        r = cudaStreamSynchronize(s);
+        last = cudaGetLastError();
+        CHECK(r == e && last == e, "cudaStreamSynchronize %d/%d; expected %d", r, last, e);
+        released_only_after_success(before, stream_sync, s);
+        CHECK_CUDA(cudaStreamDestroy(s));
+    } else if (strcmp(func, "cudaEventSynchronize") == 0) {
+        cudaEvent_t ev;
+        CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        CHECK_CUDA(cudaEventRecord(ev, 0));
+        unsigned long long before = cached_segment();
+        CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
+        r = cudaEventSynchronize(ev);
+        last = cudaGetLastError();
+        CHECK(r == e && last == e, "cudaEventSynchronize %d/%d; expected %d", r, last, e);
+        released_only_after_success(before, event_sync, ev);
+        CHECK_CUDA(cudaEventDestroy(ev));
+    } else if (strcmp(func, "cudaLaunchKernel") == 0) {
+        /* Barrier mode (environment): a launch on the legacy stream orders later blocking-stream
+         * work after the busy block's kernel, so the pool may reuse the block without a barrier
+         * of its own; a launch that failed orders nothing. */
+        void *target;
+        CHECK_CUDA(cudaMalloc(&target, 4096));
+        free_while_busy(3 * MIB, 100000);
+        unsigned long long barriers = sim_stats(0).stream_wait_events;
+        CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
+        r = cudasim_launch_fill(target, 4096, 0, 0x33, 0);
+        last = cudaGetLastError();
+        CHECK(r == e && last == e, "cudaLaunchKernel %d/%d; expected %d", r, last, e);
+        void *p;
+        CHECK_CUDA(cudaMalloc(&p, 3 * MIB));
+        CHECK(!cudasimRangeBusy(p, 3 * MIB) || sim_stats(0).stream_wait_events > barriers,
+              "a block busy with a kernel handed out after a failed launch, without a barrier");
+        CHECK_CUDA(cudaFree(p));
+        CHECK_CUDA(cudaFree(target));
     } else {
         CHECK(0, "unknown function %s", func);
     }
