@@ -207,8 +207,9 @@ extern "C" {
  * it has cached and retries before it returns `GPUPOOL_ERROR_MEMORY_ALLOCATION`. With
  * `GPUPOOL_DISABLE=1` the call goes to the runtime's `cudaMalloc` unchanged.
  *
- * Returns 0, 1 (`ptr` is NULL), 2 (out of memory), 35 (no CUDA runtime), or the runtime's
- * error. `*ptr` is written only on success.
+ * Returns 0, 1 (`ptr` is NULL), 2 (out of memory), 35 (no CUDA runtime), 999 (called while
+ * this thread is inside the pool: from a signal handler that interrupted a pool call), or the
+ * runtime's error. `*ptr` is written only on success.
  *
  * # Safety
  * `ptr` is NULL or valid for a write.
@@ -222,7 +223,8 @@ int gpupool_malloc(void **ptr, size_t size);
  * in the README).
  *
  * Returns 0 (also for NULL, which does nothing), 1 (not the start of a live allocation: a
- * double or interior free, which leaves the pool intact), 35, or the runtime's error.
+ * double or interior free, which leaves the pool intact), 35, 999 (called while this thread is
+ * inside the pool, as for `gpupool_malloc`: nothing is freed), or the runtime's error.
  *
  * # Safety
  * `ptr` is NULL or a device pointer; no work that is still to be issued may use it.
@@ -256,7 +258,7 @@ int gpupool_malloc_async(void **ptr, size_t size, cudaStream_t stream);
  * out go to the runtime's `cudaFreeAsync`.
  *
  * Returns 0 (also for NULL, which does nothing), 1 (not the start of a live allocation), 35,
- * or the runtime's error.
+ * 999 (called while this thread is inside the pool: nothing is freed), or the runtime's error.
  *
  * # Safety
  * `ptr` is NULL or a device pointer; `stream` as for `gpupool_malloc_async`.
@@ -299,7 +301,8 @@ int gpupool_set_release_threshold(int device, uint64_t bytes);
  * `UINT64_MAX` (`GPUPOOL_KEEP_ALL`) means everything is kept, and is also the answer with the
  * pool disabled.
  *
- * Returns 0, 1 (`bytes` is NULL), 101, 35, or 999. `*bytes` is written only on success.
+ * Returns 0, 1 (`bytes` is NULL), 101 (not a device, or one beyond the 64 the pool serves), 35,
+ * or 999. `*bytes` is written only on success.
  *
  * # Safety
  * `bytes` is NULL or valid for a write.
@@ -370,8 +373,10 @@ void *gpupool_torch_malloc(ssize_t size, int device, cudaStream_t stream);
  * stream)`): gives `ptr` back in the order of `stream`, the stream it was allocated on (see
  * `gpupool_free_async`: in `relaxed` mode the next allocation on that stream may take it at
  * once). `size` is not needed: the pool knows its blocks; `device` is where it looks first (a
- * wrong one costs a search of the others). A pointer that is not a live allocation is refused
- * with one line on stderr.
+ * wrong one costs a search of the others). A free that fails (a pointer that is not a live
+ * allocation, or one the runtime's `cudaFreeAsync` refuses) prints one line on stderr each
+ * time, and leaves no error behind in `cudaGetLastError`: PyTorch cannot be told, and its next
+ * check would blame an unrelated kernel.
  *
  * # Safety
  * `ptr` is NULL or came from `gpupool_torch_malloc`; `stream` as there.

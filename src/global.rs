@@ -98,6 +98,7 @@ pub fn is_forked_child() -> bool {
 fn init() -> Result<Global, String> {
     // First, so that a fork while the rest of this runs is seen by the child.
     watch_forks();
+    crate::guard::quiet_panics();
     let (config, warnings) = Config::from_env();
     for w in &warnings {
         log::warn(w);

@@ -74,6 +74,22 @@ pub(crate) fn one_device(rt: &Runtime) -> bool {
 }
 
 static INVALID_FREE: AtomicBool = AtomicBool::new(false);
+static INSIDE_FREE: AtomicBool = AtomicBool::new(false);
+
+/// A free made while this thread is inside the pool: from a signal handler that interrupted a
+/// pool call, or a runtime callback during one. The pool cannot look the pointer up (the
+/// interrupted call may hold the locks), and passing a pooled block to the runtime's own free
+/// would free its whole segment under the pool: refused, the memory kept. (An allocation there
+/// goes to the runtime instead: memory the runtime's own free takes back later.)
+fn refuse_inside_free(ptr: *mut c_void, what: &str) -> CudaStatus {
+    log::warn_once(&INSIDE_FREE, || {
+        format!(
+            "{what}({ptr:p}) called while this thread was inside the pool (a signal handler?): \
+             returned cudaErrorUnknown, nothing freed (reported once)"
+        )
+    });
+    ERROR_UNKNOWN
+}
 static RESET_UNKNOWN: AtomicBool = AtomicBool::new(false);
 
 fn refuse_invalid_free(rt: &Runtime, ptr: *mut c_void, what: &str) -> CudaStatus {
@@ -170,7 +186,7 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
             return pass();
         };
         let Some(_inside) = guard::enter() else {
-            return pass();
+            return refuse_inside_free(ptr, "cudaFree");
         };
         match pool.free(ptr as u64, FreeKind::Sync, current_device(&g.runtime)) {
             FreeOutcome::Freed => SUCCESS,
@@ -269,7 +285,7 @@ pub unsafe fn free_on(ptr: *mut c_void, stream: Stream, device: Option<u32>) -> 
             return pass();
         };
         let Some(_inside) = guard::enter() else {
-            return pass();
+            return refuse_inside_free(ptr, "cudaFreeAsync");
         };
         let kind = FreeKind::Async {
             blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),

@@ -82,6 +82,43 @@ fn a_failed_stream_query_of_the_pools_own_leaves_no_last_error() {
 }
 
 #[test]
+fn devices_beyond_the_pools_64_go_to_the_runtime_and_the_threshold_calls_refuse_them() {
+    let (out, _) = api("highdev", &[("CUDASIM_DEVICES", "66")]);
+    assert!(out.contains("highdev ok"), "{out}");
+}
+
+#[test]
+fn a_runtime_that_cannot_count_its_devices_gives_101_and_leaves_no_error() {
+    let (out, _) = api("countfail", &[]);
+    assert!(out.contains("countfail ok"), "{out}");
+}
+
+#[test]
+fn a_forked_childs_summary_says_the_pool_is_off_there() {
+    let (out, _) = api("forkline", &[]);
+    assert!(out.contains("forkline ok"), "{out}");
+}
+
+/// A signal handler that interrupts the pool's own thread and calls the API: every call is
+/// refused with 999 (the second as the first: found in review, the first refusal marked the
+/// thread outside and the second deadlocked), and no free reaches the runtime.
+#[test]
+fn calls_from_a_signal_handler_inside_the_pool_are_refused_and_free_nothing() {
+    let (out, err) = api("reentry", &[("CUDASIM_MALLOC_US", "400000")]);
+    assert!(out.contains("reentry ok"), "{out}");
+    assert!(
+        err.contains("cudaFree(")
+            && err.contains("inside the pool")
+            && err.contains("nothing freed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("gpupool_torch_free(") && err.contains("failed with CUDA error 999"),
+        "{err}"
+    );
+}
+
+#[test]
 fn empty_cache_gives_memory_back_to_the_driver() {
     let (out, _) = api("empty", &[("CUDASIM_DEVICES", "2")]);
     assert!(out.contains("empty ok"), "{out}");

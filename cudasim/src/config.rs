@@ -5,7 +5,7 @@ use crate::faults::{self, FaultSpec};
 use std::sync::OnceLock;
 
 /// The most devices `CUDASIM_DEVICES` may ask for.
-pub const MAX_DEVICES: usize = 16;
+pub const MAX_DEVICES: usize = 72;
 
 #[derive(Debug)]
 pub struct Config {
@@ -123,7 +123,7 @@ mod tests {
         let c = config(&[("CUDASIM_DEVICES", "2"), ("CUDASIM_FREE_US", "5")]).unwrap();
         assert_eq!((c.devices, c.free_us), (2, 5));
         assert!(config(&[("CUDASIM_DEVICES", "0")]).is_err());
-        assert!(config(&[("CUDASIM_DEVICES", "17")]).is_err());
+        assert!(config(&[("CUDASIM_DEVICES", "73")]).is_err());
         assert!(config(&[("CUDASIM_MEM", "lots")]).is_err());
         assert!(config(&[("CUDASIM_FAIL", "cudaMalloc@x=2")]).is_err());
     }

@@ -69,7 +69,7 @@ fn faults_by_api() {
 fn bad_configuration() {
     for (key, value) in [
         ("CUDASIM_MEM", "lots"),
-        ("CUDASIM_DEVICES", "17"),
+        ("CUDASIM_DEVICES", "73"),
         ("CUDASIM_FAIL", "cudaMaloc@1=2"),
     ] {
         let sim = Sim::get();

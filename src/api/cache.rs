@@ -97,7 +97,8 @@ pub extern "C" fn gpupool_set_release_threshold(device: c_int, bytes: u64) -> c_
 /// `UINT64_MAX` (`GPUPOOL_KEEP_ALL`) means everything is kept, and is also the answer with the
 /// pool disabled.
 ///
-/// Returns 0, 1 (`bytes` is NULL), 101, 35, or 999. `*bytes` is written only on success.
+/// Returns 0, 1 (`bytes` is NULL), 101 (not a device, or one beyond the 64 the pool serves), 35,
+/// or 999. `*bytes` is written only on success.
 ///
 /// # Safety
 /// `bytes` is NULL or valid for a write.
@@ -114,6 +115,7 @@ pub unsafe extern "C" fn gpupool_get_release_threshold(device: c_int, bytes: *mu
         let _inside = enter()?;
         let value = match g.pool() {
             None => GPUPOOL_KEEP_ALL,
+            Some(pool) if !pool.serves(d) => return Err(GPUPOOL_ERROR_INVALID_DEVICE),
             Some(pool) => for_device(g, pool, d, || pool.threshold(d))?,
         };
         // SAFETY: checked non-NULL above; writable by the caller's contract.

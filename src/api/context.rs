@@ -50,7 +50,15 @@ pub fn devices(g: &Global, device: c_int, all: bool) -> Result<Devices, c_int> {
         // SAFETY: `count` is a valid out-pointer for the call.
         let r = unsafe { get_count(&mut count) };
         if r != SUCCESS {
-            return Err(r);
+            // The pool's own question: its error is not left for the program to find, and no
+            // ordinal is a device when the runtime cannot count them.
+            // SAFETY: no arguments.
+            unsafe { (g.runtime.get_last_error)() };
+            return Err(if r == ERROR_INSUFFICIENT_DRIVER {
+                r
+            } else {
+                GPUPOOL_ERROR_INVALID_DEVICE
+            });
         }
         if device >= count {
             return Err(GPUPOOL_ERROR_INVALID_DEVICE);

@@ -78,6 +78,11 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
         let (_inside, patience) = report_patience();
         let text = match g.pool() {
             Some(pool) => render_text(&Report::collect(pool, &g.runtime_path, patience)),
+            None if crate::global::is_forked_child() => format!(
+                "gpupool: off in this forked child (the parent's pool is the parent's); every \
+                 call goes to {}\n",
+                g.runtime_path
+            ),
             None => format!(
                 "gpupool: disabled (GPUPOOL_DISABLE=1); every call goes to {}\n",
                 g.runtime_path

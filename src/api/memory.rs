@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 
 use super::context::state;
 use super::{cudaStream_t, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN, GPUPOOL_SUCCESS};
-use crate::guard::boundary;
+use crate::guard::{self, boundary};
 use crate::hooks;
 
 /// Writes `value` to `out` when `status` is success.
@@ -28,8 +28,9 @@ unsafe fn set_on_success(status: c_int, out: *mut *mut c_void, value: *mut c_voi
 /// it has cached and retries before it returns `GPUPOOL_ERROR_MEMORY_ALLOCATION`. With
 /// `GPUPOOL_DISABLE=1` the call goes to the runtime's `cudaMalloc` unchanged.
 ///
-/// Returns 0, 1 (`ptr` is NULL), 2 (out of memory), 35 (no CUDA runtime), or the runtime's
-/// error. `*ptr` is written only on success.
+/// Returns 0, 1 (`ptr` is NULL), 2 (out of memory), 35 (no CUDA runtime), 999 (called while
+/// this thread is inside the pool: from a signal handler that interrupted a pool call), or the
+/// runtime's error. `*ptr` is written only on success.
 ///
 /// # Safety
 /// `ptr` is NULL or valid for a write.
@@ -38,6 +39,9 @@ pub unsafe extern "C" fn gpupool_malloc(ptr: *mut *mut c_void, size: usize) -> c
     boundary(GPUPOOL_ERROR_UNKNOWN, || {
         if ptr.is_null() {
             return GPUPOOL_ERROR_INVALID_VALUE;
+        }
+        if guard::inside() {
+            return GPUPOOL_ERROR_UNKNOWN;
         }
         let mut p = std::ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer; `ptr` was checked and is the caller's to write.
@@ -51,7 +55,8 @@ pub unsafe extern "C" fn gpupool_malloc(ptr: *mut *mut c_void, size: usize) -> c
 /// in the README).
 ///
 /// Returns 0 (also for NULL, which does nothing), 1 (not the start of a live allocation: a
-/// double or interior free, which leaves the pool intact), 35, or the runtime's error.
+/// double or interior free, which leaves the pool intact), 35, 999 (called while this thread is
+/// inside the pool, as for `gpupool_malloc`: nothing is freed), or the runtime's error.
 ///
 /// # Safety
 /// `ptr` is NULL or a device pointer; no work that is still to be issued may use it.
@@ -60,6 +65,9 @@ pub unsafe extern "C" fn gpupool_free(ptr: *mut c_void) -> c_int {
     boundary(GPUPOOL_ERROR_UNKNOWN, || {
         if ptr.is_null() {
             return GPUPOOL_SUCCESS;
+        }
+        if guard::inside() {
+            return GPUPOOL_ERROR_UNKNOWN;
         }
         // SAFETY: the caller's pointer, as cudaFree takes it.
         unsafe { hooks::cudaFree(ptr) }
@@ -105,6 +113,9 @@ pub(super) unsafe fn malloc_async_on(
     if ptr.is_null() {
         return GPUPOOL_ERROR_INVALID_VALUE;
     }
+    if guard::inside() {
+        return GPUPOOL_ERROR_UNKNOWN;
+    }
     let g = match state() {
         Ok(g) => g,
         Err(e) => return e,
@@ -128,7 +139,7 @@ pub(super) unsafe fn malloc_async_on(
 /// out go to the runtime's `cudaFreeAsync`.
 ///
 /// Returns 0 (also for NULL, which does nothing), 1 (not the start of a live allocation), 35,
-/// or the runtime's error.
+/// 999 (called while this thread is inside the pool: nothing is freed), or the runtime's error.
 ///
 /// # Safety
 /// `ptr` is NULL or a device pointer; `stream` as for `gpupool_malloc_async`.
@@ -151,6 +162,9 @@ pub(super) unsafe fn free_async_on(
 ) -> c_int {
     if ptr.is_null() {
         return GPUPOOL_SUCCESS;
+    }
+    if guard::inside() {
+        return GPUPOOL_ERROR_UNKNOWN;
     }
     // SAFETY: the caller's arguments, as cudaFreeAsync takes them.
     unsafe { hooks::free_on(ptr, stream, device) }

@@ -64,8 +64,10 @@ fn refuse(size: ssize_t, device: c_int, status: c_int) -> *mut c_void {
 /// stream)`): gives `ptr` back in the order of `stream`, the stream it was allocated on (see
 /// `gpupool_free_async`: in `relaxed` mode the next allocation on that stream may take it at
 /// once). `size` is not needed: the pool knows its blocks; `device` is where it looks first (a
-/// wrong one costs a search of the others). A pointer that is not a live allocation is refused
-/// with one line on stderr.
+/// wrong one costs a search of the others). A free that fails (a pointer that is not a live
+/// allocation, or one the runtime's `cudaFreeAsync` refuses) prints one line on stderr each
+/// time, and leaves no error behind in `cudaGetLastError`: PyTorch cannot be told, and its next
+/// check would blame an unrelated kernel.
 ///
 /// # Safety
 /// `ptr` is NULL or came from `gpupool_torch_malloc`; `stream` as there.
@@ -76,10 +78,25 @@ pub unsafe extern "C" fn gpupool_torch_free(
     device: c_int,
     stream: cudaStream_t,
 ) {
-    let _ = size;
     boundary((), || {
         // SAFETY: the caller's arguments, as gpupool_free_async takes them.
-        unsafe { free_async_on(ptr, stream, u32::try_from(device).ok()) };
+        let r = unsafe { free_async_on(ptr, stream, u32::try_from(device).ok()) };
+        if r == GPUPOOL_SUCCESS {
+            return;
+        }
+        if let Ok(g) = state() {
+            // SAFETY: no arguments.
+            unsafe { (g.runtime.get_last_error)() };
+        }
+        log::warn(&format!(
+            "gpupool_torch_free({ptr:p}, {size} bytes, device {device}) failed with CUDA error \
+             {r}{}; nothing freed",
+            if r == GPUPOOL_ERROR_INVALID_VALUE {
+                " (not a live allocation)"
+            } else {
+                ""
+            }
+        ));
     })
 }
 

@@ -1026,7 +1026,7 @@ impl<B: Backend> Pool<B> {
         match self.slot(device) {
             Some(slot) => {
                 let mut p = Self::lock(slot);
-                p.threshold = bytes;
+                p.set_threshold(bytes);
                 self.update_caches(slot, &mut p);
                 true
             }

@@ -887,6 +887,41 @@ fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
     );
 }
 
+/// A threshold set for one device (`gpupool_set_release_threshold(0, ...)`) is in the trace as
+/// one set for every device is, so the replay releases where the live run did (found in review:
+/// the replay kept the segment and peaked 40 MiB higher).
+#[test]
+fn a_per_device_threshold_is_traced_and_replayed() {
+    let (p, sink) = traced_relaxed();
+    assert!(p.set_device_threshold(0, 0));
+    let a = p.alloc_on(0, 100 * MIB, None).unwrap();
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    p.sync_point(0);
+    let b = p.alloc_on(0, 60 * MIB, None).unwrap();
+    let c = p.alloc_on(0, 60 * MIB, None).unwrap();
+    p.check().unwrap();
+    p.flush_trace();
+    let live = stats(&p, 0);
+    assert_eq!(
+        live.reserved.peak,
+        120 * MIB,
+        "the 100 MiB segment went back"
+    );
+    let r = replay::replay(&sink.records(), &replay::Overrides::default());
+    assert!(!r[0].diverged);
+    assert_eq!(
+        (
+            r[0].stats.reserved.peak,
+            r[0].stats.real_mallocs,
+            r[0].stats.real_frees
+        ),
+        (live.reserved.peak, live.real_mallocs, live.real_frees)
+    );
+    for x in [b, c] {
+        assert_eq!(p.free(x, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    }
+}
+
 /// A program that creates a non-blocking stream makes `barrier` mode fence (`need_for`): a
 /// trace records it, so that a replay in `barrier` mode of a trace recorded in another mode
 /// does what the live pool would have done (found in review: it took barriers throughout).

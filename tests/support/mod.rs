@@ -73,7 +73,8 @@ pub fn clean_command(exe: &Path) -> Command {
 
 /// Runs `cmd`; asserts it succeeded; returns (stdout, stderr).
 pub fn ok(cmd: &mut Command) -> (String, String) {
-    let out = cmd.output().expect("run program");
+    // A deadline: a program that deadlocks fails its test instead of hanging the suite.
+    let out = output_within(cmd, 180);
     let (stdout, stderr) = texts(&out);
     assert!(
         out.status.success(),
