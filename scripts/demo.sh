@@ -5,6 +5,13 @@
 #
 # usage: scripts/demo.sh [STEPS] [LAYERS]     (default 20 steps of a 12-layer model)
 set -euo pipefail
+case ${1:-} in
+    -h|--help)
+        echo "usage: scripts/demo.sh [STEPS] [LAYERS]     (default 20 steps of a 12-layer model)"
+        echo "Builds libgpupool and runs a training-like allocation workload without and with it,"
+        echo "then prints the pool's exit summary (on a GPU if there is one, else on the simulator)."
+        exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 steps=${1:-20}
 layers=${2:-12}
@@ -14,6 +21,15 @@ cargo build --release --workspace --quiet
 lib=$PWD/target/release/libgpupool.so
 out=$PWD/target/demo
 mkdir -p "$out"
+# LD_PRELOAD splits at spaces and colons: a checkout whose path holds one is preloaded through a
+# link in a plain temporary directory.
+case $lib in
+    *[[:space:]:]*)
+        link_dir=$(mktemp -d)
+        trap 'rm -rf "$link_dir"' EXIT
+        ln -s "$lib" "$link_dir/libgpupool.so"
+        lib=$link_dir/libgpupool.so ;;
+esac
 
 nvcc=$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -n 1 || true)
 if nvidia-smi -L >/dev/null 2>&1 && [ -n "$nvcc" ]; then

@@ -202,8 +202,9 @@ static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
 
 /// At load: only when `GPUPOOL_SUMMARY=always:...` asks for a summary even if the pool never
 /// runs, register the exit hook that writes it. libc-level work only (getenv, atexit), as a
-/// library constructor must.
-#[ctor::ctor]
+/// library constructor must. (Not under Miri, which cannot call a constructor of the type the
+/// `ctor` crate registers; `scripts/sanitize.sh` runs the pool's tests there.)
+#[cfg_attr(not(miri), ctor::ctor)]
 fn register_always_summary() {
     // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
     // of the program could change the environment.

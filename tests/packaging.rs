@@ -216,6 +216,85 @@ fn gpupool_run_rejects_bad_usage() {
     assert!(out.status.success() && texts(&out).0.contains("usage: gpupool-run"));
 }
 
+/// Relative paths are the caller's, `--libdir` reaches the installed `gpupool-run` (also run
+/// through a symbolic link), and paths that the `.pc` file or `LD_PRELOAD` cannot hold are
+/// refused before anything is installed (found in review: `&` corrupted the `.pc` file, a space
+/// gave a prefix nothing could use, a relative prefix landed in the source tree).
+#[test]
+fn install_paths_relative_libdir_and_refused_characters() {
+    library();
+    let base = scratch("install-paths");
+    let run = |args: &[&str]| {
+        clean_command(&root().join("scripts/install.sh"))
+            .current_dir(&base)
+            .args(["--no-build", "--profile", profile()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--prefix", "rel", "--libdir", "rel/lib64"]);
+    assert!(out.status.success(), "{:?}", texts(&out));
+    let prefix = base.join("rel");
+    assert!(prefix.join("lib64/libgpupool.so.0").exists());
+    let pc = std::fs::read_to_string(prefix.join("lib64/pkgconfig/gpupool.pc")).unwrap();
+    assert!(
+        pc.contains(&format!("libdir={}/lib64\n", prefix.display())),
+        "{pc}"
+    );
+    let link = base.join("gpupool-run-link");
+    std::os::unix::fs::symlink(prefix.join("bin/gpupool-run"), &link).unwrap();
+    for wrapper in [prefix.join("bin/gpupool-run"), link] {
+        let (out, _) = ok(clean_command(&wrapper).args(["--dry-run", "--", "true"]));
+        let expected = format!("LD_PRELOAD={}/lib64/libgpupool.so.0", prefix.display());
+        assert!(out.lines().any(|l| l == expected), "{out}");
+    }
+    for bad in ["with space", "a&b", "a|b", "a\\b", "a:b", "~/x"] {
+        let out = run(&["--prefix", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {:?}", texts(&out));
+        assert!(texts(&out).1.contains("install.sh: --prefix"), "{bad}");
+        assert!(!base.join(bad).exists(), "{bad}: installed something");
+    }
+    let out = run(&["--prefix"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(texts(&out).1.contains("--prefix needs a value"));
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Options without their value are usage errors (exit 2), and a command whose name holds `=`
+/// is run as a command (it went to env(1) as one more variable).
+#[test]
+fn gpupool_run_needs_option_values_and_runs_any_command_name() {
+    for option in [
+        "--summary",
+        "--threshold",
+        "--reuse",
+        "--max-split",
+        "--lib",
+        "-s",
+    ] {
+        let out = clean_command(&root().join("scripts/gpupool-run"))
+            .arg(option)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{option}");
+        assert!(
+            texts(&out).1.contains(&format!("{option} needs a value")),
+            "{option}"
+        );
+    }
+    let dir = scratch("gpupool-run-names");
+    let odd = dir.join("run=1");
+    std::fs::copy("/bin/echo", &odd).unwrap();
+    let (out, _) = ok(clean_command(&root().join("scripts/gpupool-run"))
+        .arg("--lib")
+        .arg(library())
+        .arg("--")
+        .arg(&odd)
+        .arg("said"));
+    assert_eq!(out, "said\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `scripts/gpu-check.sh --dry-run`: everything that needs no GPU is checked (its own syntax, the
 /// library, the Python programs' syntax), every GPU step is listed as skipped, and the results
 /// file is written with each section, so the next GPU session's run is not its first. With

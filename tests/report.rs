@@ -1297,3 +1297,23 @@ fn out_of_memory_report_names_the_numbers_once_per_situation() {
     assert_eq!(u(d, "/frees"), 10);
     assert_eq!(u(d, "/memory/total_bytes"), GIB);
 }
+
+/// With stdout and stderr one pipe (`> log 2>&1`), the program's own buffered output comes
+/// before the summary (exit flushes stdio only after the exit handlers; found in review: the
+/// summary came first).
+#[test]
+fn the_summary_follows_the_programs_own_output() {
+    let exe = c_program("churn");
+    for dest in ["stderr", "stdout", "always:stderr"] {
+        let mut cmd = support::clean_command(Path::new("/bin/sh"));
+        cmd.args(["-c", "exec \"$0\" \"$@\" 2>&1"])
+            .arg(&exe)
+            .args(["1", "50", "1"])
+            .env("LD_PRELOAD", library())
+            .env("GPUPOOL_SUMMARY", dest);
+        let (out, _) = support::ok(&mut cmd);
+        let program = out.find("churn ok").expect("the program's line");
+        let summary = out.find("gpupool summary").expect("the summary");
+        assert!(program < summary, "{dest}: the summary came first:\n{out}");
+    }
+}

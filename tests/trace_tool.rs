@@ -587,10 +587,16 @@ fn odd_requests_are_refused_or_explained() {
     std::fs::copy(churn_trace(), &trace).unwrap();
     let t = trace.to_str().unwrap();
     let before = std::fs::read(&trace).unwrap();
+    // The same file by its path, and through a hard link (found in review: the link's name
+    // passed the check, and the plot replaced the trace).
+    let hard = dir.join("hard.trace");
+    std::fs::hard_link(&trace, &hard).unwrap();
     for cmd in ["plot", "perfetto"] {
-        let o = tool(&[cmd, t, t]);
-        assert_eq!(o.status.code(), Some(2));
-        assert!(String::from_utf8_lossy(&o.stderr).contains("is the trace itself"));
+        for out in [t, hard.to_str().unwrap()] {
+            let o = tool(&[cmd, t, out]);
+            assert_eq!(o.status.code(), Some(2), "{cmd} {out}");
+            assert!(String::from_utf8_lossy(&o.stderr).contains("is the trace itself"));
+        }
     }
     assert_eq!(
         std::fs::read(&trace).unwrap(),
@@ -648,4 +654,57 @@ fn odd_requests_are_refused_or_explained() {
     }
     let out = compare_allocations("max.trace", &[u64::MAX]);
     assert!(out.contains("| n/a | n/a (0 vs 0) |"), "{out}");
+}
+
+/// `--help` after any subcommand, a reader of stdout that stops early (`| head`), and
+/// `--svg-dir` naming a directory still to be made.
+#[test]
+fn help_early_readers_and_new_plot_directories() {
+    for args in [
+        &["stats", "--help"][..],
+        &["replay", "t.trace", "-h"],
+        &["perfetto", "--help"],
+        &["generate", "--help"],
+        &["compare", "--help"],
+    ] {
+        let out = String::from_utf8_lossy(&tool_ok(args)).into_owned();
+        assert!(out.starts_with("usage: gpupool-trace"), "{args:?}: {out}");
+    }
+
+    // perfetto's JSON of the churn trace is far larger than a pipe holds: the reader takes a
+    // few bytes and goes away.
+    let mut child = Command::new(TOOL)
+        .args(["perfetto", churn_trace().to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(first.starts_with(b"{"), "{first:?}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let dir = scratch("trace-tool-svg-dir");
+    let plots = dir.join("plots/new");
+    tool_ok(&[
+        "compare",
+        "training:1",
+        "--seed",
+        "1",
+        "--svg-dir",
+        plots.to_str().unwrap(),
+    ]);
+    assert!(plots.join("training-1.svg").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
 }

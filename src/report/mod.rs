@@ -106,12 +106,13 @@ pub fn write_not_intercepted(dest: &SummaryDest) {
 pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
     match dest {
         SummaryDest::Off => {}
-        SummaryDest::Stderr => log::write_fd(2, bytes),
-        SummaryDest::Stdout => {
-            // Let the program's buffered output go first.
+        SummaryDest::Stderr | SummaryDest::Stdout => {
+            // Let the program's buffered output go first: at exit, stdio is flushed only after
+            // the exit handlers ran, so with stdout a file or a pipe (also one shared with
+            // stderr: `> log 2>&1`) the summary came before the program's last lines.
             // SAFETY: fflush(NULL) flushes every open stdio stream.
             unsafe { libc::fflush(std::ptr::null_mut()) };
-            log::write_fd(1, bytes);
+            log::write_fd(if *dest == SummaryDest::Stdout { 1 } else { 2 }, bytes);
         }
         SummaryDest::Path(template) => {
             let path = expand_path(template);

@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Output goes to stdout unless OUT is given. Any error (arguments, an unreadable or corrupt
-//! trace, a failed write) gives a message on stderr and exit code 2.
+//! trace, a failed write) gives a message on stderr and exit code 2; a reader of stdout that
+//! stops early (`| head`) is not an error. `-h`/`--help` anywhere prints the usage.
 
 mod chart;
 mod compare;
@@ -49,12 +50,23 @@ enum Error {
     Usage(String),
     /// Anything else: the message alone.
     Other(String),
+    /// Whoever read stdout stopped (`| head`): nothing more to do, and nothing wrong.
+    ReaderGone,
+}
+
+/// A failed write to `to`.
+fn written(e: io::Error, to: &str) -> Error {
+    if to == "stdout" && e.kind() == io::ErrorKind::BrokenPipe {
+        Error::ReaderGone
+    } else {
+        Error::Other(format!("writing {to}: {e}"))
+    }
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) | Err(Error::ReaderGone) => ExitCode::SUCCESS,
         Err(Error::Usage(e)) => {
             eprintln!("gpupool-trace: {e}\n{USAGE}");
             ExitCode::from(2)
@@ -63,6 +75,15 @@ fn main() -> ExitCode {
             eprintln!("gpupool-trace: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Whether two paths name one file: the same path another way, a symbolic link or a hard link.
+fn same_file(a: &str, b: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => false,
     }
 }
 
@@ -106,7 +127,6 @@ fn output(path: Option<&String>) -> Result<(Box<dyn Write>, String), Error> {
 
 /// `generate` and `compare`, which take workloads as well as traces.
 fn run_workloads(cmd: &str, args: &[String]) -> Result<(), Error> {
-    let written = |e: io::Error, to: &str| Error::Other(format!("writing {to}: {e}"));
     if cmd == "generate" {
         let (bytes, out) = compare::generate(args).map_err(Error::Usage)?;
         let (mut w, to) = output(out.as_ref())?;
@@ -116,6 +136,9 @@ fn run_workloads(cmd: &str, args: &[String]) -> Result<(), Error> {
             .map_err(|e| written(e, &to));
     }
     let (sources, o) = compare::options(args).map_err(Error::Usage)?;
+    if let Some(dir) = &o.svg_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Other(format!("{dir}: {e}")))?;
+    }
     let mut all = Vec::new();
     let (mut out, to) = output(None)?;
     for source in &sources {
@@ -144,6 +167,10 @@ fn run_workloads(cmd: &str, args: &[String]) -> Result<(), Error> {
 }
 
 fn run(args: &[String]) -> Result<(), Error> {
+    if args.iter().any(|a| matches!(a.as_str(), "-h" | "--help")) {
+        println!("{USAGE}");
+        return Ok(());
+    }
     if let Some((cmd, rest)) = args.split_first() {
         if matches!(cmd.as_str(), "generate" | "compare") {
             return run_workloads(cmd, rest);
@@ -151,7 +178,7 @@ fn run(args: &[String]) -> Result<(), Error> {
     }
     let (cmd, path, rest) = match args {
         [cmd, path, rest @ ..] => (cmd.as_str(), path, rest),
-        [cmd] if matches!(cmd.as_str(), "-h" | "--help" | "help") => {
+        [cmd] if cmd == "help" => {
             println!("{USAGE}");
             return Ok(());
         }
@@ -177,7 +204,6 @@ fn run(args: &[String]) -> Result<(), Error> {
             [_, extra, ..] => return Err(Error::Usage(format!("unexpected argument {extra:?}"))),
         },
     };
-    let written = |e: io::Error, to: &str| Error::Other(format!("writing {to}: {e}"));
     if let Some(t) = text {
         let (mut out, to) = output(None)?;
         return out
@@ -186,8 +212,7 @@ fn run(args: &[String]) -> Result<(), Error> {
             .map_err(|e| written(e, &to));
     }
     if let Some(out) = dest {
-        let same = |a: &str, b: &str| matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y);
-        if same(path, out) {
+        if same_file(path, out) {
             return Err(Error::Usage(format!(
                 "the output {out:?} is the trace itself (it would be overwritten)"
             )));
