@@ -15,7 +15,7 @@ pub enum ReuseMode {
     /// streams the pool cannot see (libraries with a static cudart, such as NCCL).
     Strict,
     /// A freed block is reused after one action on the legacy default stream (a kernel the program
-    /// launched there, or a `cudaStreamWaitEvent` the pool issues): covers work on blocking
+    /// launched there, or an event the pool records and waits on there): covers work on blocking
     /// streams. Falls back to `Strict` once the program creates a non-blocking stream.
     Barrier,
     /// A freed block is reused at once, trusting stream order (PyTorch's rule for one stream).

@@ -198,6 +198,7 @@ pub fn note_allocation() {
 }
 
 /// The pid that registered the `always:` exit hook.
+#[cfg_attr(miri, allow(dead_code))]
 static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
 
 /// At load: only when `GPUPOOL_SUMMARY=always:...` asks for a summary even if the pool never
@@ -205,6 +206,7 @@ static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
 /// library constructor must. (Not under Miri, which cannot call a constructor of the type the
 /// `ctor` crate registers; `scripts/sanitize.sh` runs the pool's tests there.)
 #[cfg_attr(not(miri), ctor::ctor)]
+#[cfg_attr(miri, allow(dead_code))]
 fn register_always_summary() {
     // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
     // of the program could change the environment.
@@ -223,6 +225,7 @@ fn register_always_summary() {
     }
 }
 
+#[cfg_attr(miri, allow(dead_code))]
 extern "C" fn at_exit_always() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };

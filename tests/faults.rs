@@ -1,6 +1,6 @@
 //! Fault injection through the simulator: the N-th call of each runtime function the pool uses
 //! (`cudaMalloc` for segments, `cudaFree` to release them, `cudaDeviceSynchronize` as the fence,
-//! `cudaEventCreateWithFlags` + `cudaStreamWaitEvent` as the barrier, `cudaMemGetInfo` for
+//! `cudaEventCreateWithFlags`, `cudaEventRecord` and `cudaStreamWaitEvent` as the barrier, `cudaMemGetInfo` for
 //! samples), and of those it only watches (`cudaStreamSynchronize`, `cudaEventSynchronize` as
 //! release points, `cudaLaunchKernel` on the legacy stream as a barrier), fails with each error
 //! the runtime can return. `tests/c/faults.c` checks, with and
@@ -23,6 +23,7 @@ const FUNCTIONS: &[&str] = &[
     "cudaFree",
     "cudaDeviceSynchronize",
     "cudaEventCreateWithFlags",
+    "cudaEventRecord",
     "cudaStreamWaitEvent",
     "cudaMemGetInfo",
     "cudaStreamSynchronize",
@@ -49,7 +50,10 @@ fn env_for(function: &str) -> Vec<(&'static str, &'static str)> {
         "cudaDeviceSynchronize" => {
             vec![("GPUPOOL_REUSE", "strict"), ("GPUPOOL_FENCE_BYTES", "8MiB")]
         }
-        "cudaEventCreateWithFlags" | "cudaStreamWaitEvent" | "cudaLaunchKernel" => {
+        "cudaEventCreateWithFlags"
+        | "cudaEventRecord"
+        | "cudaStreamWaitEvent"
+        | "cudaLaunchKernel" => {
             vec![("GPUPOOL_REUSE", "barrier")]
         }
         _ => vec![],

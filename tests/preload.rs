@@ -166,6 +166,28 @@ fn no_reuse_while_a_kernel_on_a_nonblocking_stream_uses_the_block() {
     }
 }
 
+/// A block freed under a kernel on a blocking stream and handed to a kernel on another blocking
+/// stream: in `barrier` mode the pool's barrier must order the second after the first, also when
+/// the runtime takes a wait on an event never recorded to order nothing (the simulator does; found
+/// in review: the pool's barrier was exactly such a wait).
+#[test]
+fn a_block_reused_across_blocking_streams_waits_for_the_first_kernel() {
+    let exe = c_program("hazard");
+    // Not `relaxed`: there a plain cudaFree trusts the program to order its streams itself.
+    for mode in ["strict", "barrier"] {
+        ok(&exe, &["blocking"], &[("GPUPOOL_REUSE", mode)]);
+        ok(
+            &exe,
+            &["tight", "blocking"],
+            &[
+                ("GPUPOOL_REUSE", mode),
+                ("CUDASIM_MEM", "64MiB"),
+                ("CUDASIM_CONTEXT_BYTES", "0"),
+            ],
+        );
+    }
+}
+
 #[test]
 fn thread_caches_never_hand_out_a_block_a_kernel_still_uses() {
     // Two threads in turns on one device start thread caches in `strict` and `barrier` mode

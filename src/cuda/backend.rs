@@ -9,7 +9,12 @@ use crate::pool::{Addr, Backend, CudaError, MAX_DEVICES};
 
 pub struct CudaBackend {
     rt: Runtime,
-    /// One never-recorded event per device: waiting on it is the cheapest legacy-stream action.
+    /// One event per device for the barrier: recorded on the legacy stream, then waited on
+    /// there. Each is an action on the legacy stream, which waits for all earlier work of the
+    /// blocking streams while their later work waits for it (CUDA's stream synchronization
+    /// behavior names `cudaStreamWaitEvent`; the programming guide, any command to the NULL
+    /// stream). Not a wait alone on an event never recorded: such an event is an empty set of
+    /// work, and nothing documents that waiting on it orders anything.
     barrier_events: Vec<AtomicPtr<c_void>>,
     /// Taken to make one: thread caches take barriers outside the device's lock.
     making_event: parking_lot::Mutex<()>,
@@ -113,9 +118,13 @@ impl Backend for CudaBackend {
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
         let e = self.barrier_event(device)?;
-        // SAFETY: the legacy stream (null) and an event of the current device.
-        let r =
-            self.check_internal(unsafe { (self.rt.stream_wait_event)(std::ptr::null_mut(), e, 0) });
+        let legacy = std::ptr::null_mut();
+        // SAFETY: an event of the current device, and the legacy stream (null).
+        let recorded = self.check_internal(unsafe { (self.rt.event_record)(e, legacy) });
+        let r = recorded.and_then(|()| {
+            // SAFETY: the same event, just recorded, and the legacy stream.
+            self.check_internal(unsafe { (self.rt.stream_wait_event)(legacy, e, 0) })
+        });
         if r.is_err() {
             // An event a reset destroyed meanwhile: the next barrier makes a new one.
             let _ = self.barrier_events[device as usize].compare_exchange(

@@ -13,6 +13,7 @@ pub type SetDeviceFn = unsafe extern "C" fn(i32) -> CudaStatus;
 pub type VoidFn = unsafe extern "C" fn() -> CudaStatus;
 pub type StreamFn = unsafe extern "C" fn(Stream) -> CudaStatus;
 pub type EventFn = unsafe extern "C" fn(Event) -> CudaStatus;
+pub type EventRecordFn = unsafe extern "C" fn(Event, Stream) -> CudaStatus;
 pub type StreamWaitEventFn = unsafe extern "C" fn(Stream, Event, u32) -> CudaStatus;
 pub type EventCreateWithFlagsFn = unsafe extern "C" fn(*mut Event, u32) -> CudaStatus;
 pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CudaStatus;
@@ -37,6 +38,7 @@ pub struct Runtime {
     pub device_synchronize: VoidFn,
     pub get_last_error: VoidFn,
     pub mem_get_info: MemGetInfoFn,
+    pub event_record: EventRecordFn,
     pub stream_wait_event: StreamWaitEventFn,
     pub event_create_with_flags: EventCreateWithFlagsFn,
     pub free_async: Option<FreeAsyncFn>,
@@ -107,6 +109,7 @@ impl Runtime {
             device_synchronize: required!(lookup, "cudaDeviceSynchronize"),
             get_last_error: required!(lookup, "cudaGetLastError"),
             mem_get_info: required!(lookup, "cudaMemGetInfo"),
+            event_record: required!(lookup, "cudaEventRecord"),
             stream_wait_event: required!(lookup, "cudaStreamWaitEvent"),
             event_create_with_flags: required!(lookup, "cudaEventCreateWithFlags"),
             free_async: optional!(lookup, "cudaFreeAsync"),

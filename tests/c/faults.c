@@ -7,7 +7,7 @@
  *
  * usage: faults FUNCTION ERROR
  * FUNCTION: cudaMalloc, cudaFree, cudaDeviceSynchronize, cudaEventCreateWithFlags,
- * cudaStreamWaitEvent, cudaMemGetInfo (calls the pool makes itself), cudaStreamSynchronize,
+ * cudaEventRecord, cudaStreamWaitEvent, cudaMemGetInfo (calls the pool makes itself), cudaStreamSynchronize,
  * cudaEventSynchronize, cudaLaunchKernel (calls the pool only watches: a failed one is no
  * synchronization and no barrier). Run with and without the pool (the program finds out which
  * with dlsym). */
@@ -145,6 +145,14 @@ static void program_call_fails(const char *func)
         r = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
         last = cudaGetLastError();
         CHECK(r == e && last == e, "cudaEventCreateWithFlags %d/%d; expected %d", r, last, e);
+    } else if (strcmp(func, "cudaEventRecord") == 0) {
+        cudaEvent_t ev;
+        CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
+        r = cudaEventRecord(ev, 0);
+        last = cudaGetLastError();
+        CHECK(r == e && last == e, "cudaEventRecord %d/%d; expected %d", r, last, e);
+        CHECK_CUDA(cudaEventDestroy(ev));
     } else if (strcmp(func, "cudaStreamWaitEvent") == 0) {
         cudaEvent_t ev;
         CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -241,7 +249,7 @@ static void pool_call_fails(const char *func)
         CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
         fresh_blocks("after the pool's fence failed", 3 * MIB, 4);
     } else if (strcmp(func, "cudaEventCreateWithFlags") == 0 ||
-               strcmp(func, "cudaStreamWaitEvent") == 0) {
+               strcmp(func, "cudaEventRecord") == 0 || strcmp(func, "cudaStreamWaitEvent") == 0) {
         /* Barrier mode (environment): the next miss issues a barrier, which fails. */
         free_while_busy(3 * MIB, 100000);
         CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");

@@ -172,8 +172,13 @@ pub unsafe extern "C" fn cudaStreamWaitEvent(
         }
         with_state(|st| {
             let id = st.stream(stream as usize)?;
-            let dep = st.event(event as usize)?.time.unwrap_or(0);
-            st.streams.enqueue(id, timeline::now(), 0, dep);
+            // An event never recorded is an empty set of work (CUDA's documentation of
+            // cudaEventRecord): waiting on it is taken to order nothing, not even as an action on
+            // the legacy stream. The documentation does not say either way; the stricter reading
+            // keeps a program (or the pool) from depending on it.
+            if let Some(dep) = st.event(event as usize)?.time {
+                st.streams.enqueue(id, timeline::now(), 0, dep);
+            }
             let d = st.streams.get(id).device;
             st.use_device(d).counters.stream_wait_events += 1;
             Ok(())
