@@ -70,8 +70,19 @@ int main(void)
         OK(cudaSetDevice(1));
         OK(cudaMalloc(&p1, 4096));
         OK(cudaStreamCreate(&s1));
+        cudaEvent_t e0 = NULL;
         OK(cudaSetDevice(0));
+        OK(cudaEventCreate(&e0));
+        /* As in CUDA: a launch fails on a stream of another device than the current one, and
+         * an event cannot be recorded on another device's stream. */
+        EXPECT(cudasim_launch_fill(p1, 4096, 100000, 9, s1), cudaErrorInvalidResourceHandle);
+        EXPECT(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+        EXPECT(cudaEventRecord(e0, s1), cudaErrorInvalidResourceHandle);
+        EXPECT(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+        OK(cudaEventDestroy(e0));
+        OK(cudaSetDevice(1));
         OK(cudasim_launch_fill(p1, 4096, 100000, 9, s1));
+        OK(cudaSetDevice(0));
         double t0 = now_ms();
         OK(cudaDeviceSynchronize()); /* device 0 has no work */
         CHECK(now_ms() - t0 < 50, "device 0 waited for device 1");

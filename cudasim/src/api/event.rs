@@ -60,8 +60,12 @@ pub unsafe extern "C" fn cudaEventCreateWithFlags(event: *mut CudaEvent, flags: 
 pub unsafe extern "C" fn cudaEventRecord(event: CudaEvent, stream: CudaStream) -> c_int {
     runtime_call(Func::cudaEventRecord, || {
         with_state(|st| {
-            st.event(event as usize)?;
+            let event_device = st.event(event as usize)?.device;
             let id = st.stream(stream as usize)?;
+            // CUDA: the event and the stream must belong to the same device (context).
+            if st.streams.get(id).device != event_device {
+                return Err(INVALID_RESOURCE_HANDLE);
+            }
             let time = st.streams.enqueue(id, timeline::now(), 0, 0);
             if let Some(e) = st.events.get_mut(&(event as usize)) {
                 e.time = Some(time);

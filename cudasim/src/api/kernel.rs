@@ -1,7 +1,8 @@
 //! Simulated kernels: `cudaLaunchKernel` of `cudasim_fill_kernel`.
 
 use super::CudaStream;
-use crate::errors::{CudaResult, INVALID_DEVICE_FUNCTION, INVALID_VALUE};
+use crate::current;
+use crate::errors::{CudaResult, INVALID_DEVICE_FUNCTION, INVALID_RESOURCE_HANDLE, INVALID_VALUE};
 use crate::faults::Func;
 use crate::ffi::{boundary, runtime_call};
 use crate::state::with_state;
@@ -82,6 +83,10 @@ fn launch(func: usize, args: CudaResult<FillArgs>, stream: CudaStream) -> CudaRe
             return Err(INVALID_VALUE);
         }
         let device = st.streams.get(id).device;
+        // CUDA: a launch fails if its stream is not associated with the current device.
+        if device != current::get() {
+            return Err(INVALID_RESOURCE_HANDLE);
+        }
         st.use_device(device).counters.kernels_launched += 1;
         let duration = timeline::micros(u64::from(a.usec));
         let end = st.streams.enqueue(id, timeline::now(), duration, 0);
