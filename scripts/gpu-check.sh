@@ -240,11 +240,13 @@ write_report() {
         echo
         echo "| run | result | rounds with the same address | clobbered rounds |"
         echo "| --- | --- | ---: | ---: |"
-        for f in hazard_nopool hazard_pool_strict hazard_pool_barrier hazard_pool_relaxed; do
+        for f in hazard_nopool hazard_pool_strict hazard_pool_barrier hazard_pool_relaxed \
+            hazard_blocking_nopool hazard_blocking_pool_strict hazard_blocking_pool_barrier \
+            hazard_blocking_pool_relaxed; do
             echo "| $f | $(status_of $f) | $(awk '/^rounds / { print $4 }' "$LOGS/$f.log" 2>/dev/null) | $(awk '/^rounds / { print $6 }' "$LOGS/$f.log" 2>/dev/null) |"
         done
         echo
-        echo "hazard_pool_relaxed is informational: relaxed trusts stream order, so a clobber there is the documented behaviour."
+        echo "The hazard_blocking rows run the spinning kernel and the new owner's fill on two blocking streams: barrier mode then relies on its own barrier on the legacy stream, not on fences. The relaxed rows are informational: relaxed trusts stream order, so a clobber there is the documented behaviour."
         echo
         echo "## stream_reuse (a block freed on a stream under a running kernel; gpupool_malloc_async)"
         echo
@@ -613,9 +615,19 @@ if have hazard; then
     done
     pool relaxed
     run_step hazard_pool_relaxed info 60 "hazard ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/hazard" $HAZARD_ROUNDS
+    # The same on two blocking streams: barrier mode's own barrier, not a fence, guards the reuse.
+    run_step hazard_blocking_nopool check 60 'hazard ok' -- "${CLEAN[@]}" "$BUILD/hazard" $HAZARD_ROUNDS 100 blocking
+    for mode in strict barrier; do
+        pool $mode
+        run_step "hazard_blocking_pool_$mode" check 60 "hazard ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/hazard" $HAZARD_ROUNDS 100 blocking
+    done
+    pool relaxed
+    run_step hazard_blocking_pool_relaxed info 60 "hazard ok;;$INTERCEPTED" -- "${POOL[@]}" "$BUILD/hazard" $HAZARD_ROUNDS 100 blocking
 else
-    for f in hazard_nopool hazard_pool_strict hazard_pool_barrier; do missing $f check; done
+    for f in hazard_nopool hazard_pool_strict hazard_pool_barrier hazard_blocking_nopool \
+        hazard_blocking_pool_strict hazard_blocking_pool_barrier; do missing $f check; done
     missing hazard_pool_relaxed info
+    missing hazard_blocking_pool_relaxed info
 fi
 
 # stream_reuse: stream-ordered reuse (relaxed: the block freed on a stream serves that stream at

@@ -12,22 +12,34 @@
  * GPUPOOL_REUSE=strict and barrier it must pass. Under relaxed (the pool trusts stream order,
  * as PyTorch does for one stream) a clobber is the documented behaviour.
  *
- * usage: hazard [ROUNDS [SPIN_MS]]   (defaults 5 and 100). Prints one line per round, then
- * "hazard ok", or "hazard CLOBBERED" and exit 1. */
+ * "blocking": the spinning kernel runs on a BLOCKING stream and B is filled on another blocking
+ * stream. Barrier mode then really uses its barrier (with a non-blocking stream in the program
+ * it falls back to fences): B may be A's memory, handed out behind the pool's barrier on the
+ * legacy stream, which must order the fill after the spinning kernel.
+ *
+ * usage: hazard [ROUNDS [SPIN_MS [blocking]]]   (defaults 5, 100). Prints one line per round,
+ * then "hazard ok", or "hazard CLOBBERED" and exit 1. */
 #include "common.cuh"
 
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 5;
     double spin_ms = argc > 2 ? atof(argv[2]) : 100.0;
-    REQUIRE(rounds >= 1 && spin_ms > 0, "usage: hazard [ROUNDS [SPIN_MS]]");
+    const int blocking = argc > 3 && strcmp(argv[3], "blocking") == 0;
+    REQUIRE(rounds >= 1 && spin_ms > 0, "usage: hazard [ROUNDS [SPIN_MS [blocking]]]");
     CHECK(cudaFree(NULL));
     const double cpu = spin_cycles_per_us();
     const int sms = sm_count();
     printf("spin calibration: %.1f cycles/us, %d SMs\n", cpu, sms);
 
-    cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s, s2 = NULL;
+    if (blocking) {
+        CHECK(cudaStreamCreate(&s));
+        CHECK(cudaStreamCreate(&s2));
+    } else {
+        CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    }
+    printf("streams: %s\n", blocking ? "two blocking" : "non-blocking spin, legacy fill");
     Mismatch *m = NULL;
     CHECK(cudaMalloc((void **)&m, sizeof *m));
 
@@ -44,7 +56,7 @@ int main(int argc, char **argv)
         CHECK(cudaFree(a));
         CHECK(cudaMalloc((void **)&b, n));
         double t_alloc = now_ms() - t0;
-        fill_byte<<<grid_for(n), FILL_THREADS>>>(b, n, 0x42);
+        fill_byte<<<grid_for(n), FILL_THREADS, 0, s2>>>(b, n, 0x42);
         CHECK_LAUNCH();
         CHECK(cudaDeviceSynchronize());
         mismatch_reset(m);
@@ -66,6 +78,8 @@ int main(int argc, char **argv)
     }
     CHECK(cudaFree(m));
     CHECK(cudaStreamDestroy(s));
+    if (s2)
+        CHECK(cudaStreamDestroy(s2));
     printf("rounds %d reused_address %d clobbered %d\n", rounds, reused_rounds, clobbered_rounds);
     if (clobbered_rounds) {
         printf("hazard CLOBBERED\n");
