@@ -26,7 +26,8 @@ int main(int argc, char **argv)
     int rounds = argc > 1 ? atoi(argv[1]) : 5;
     double spin_ms = argc > 2 ? atof(argv[2]) : 100.0;
     const int blocking = argc > 3 && strcmp(argv[3], "blocking") == 0;
-    REQUIRE(rounds >= 1 && spin_ms > 0, "usage: hazard [ROUNDS [SPIN_MS [blocking]]]");
+    REQUIRE(rounds >= 1 && spin_ms > 0 && (argc <= 3 || blocking),
+            "usage: hazard [ROUNDS [SPIN_MS [blocking]]]");
     CHECK(cudaFree(NULL));
     const double cpu = spin_cycles_per_us();
     const int sms = sm_count();
