@@ -25,3 +25,16 @@ pub fn set(device: i32) -> CudaResult {
     let _ = CURRENT.try_with(|c| c.set(d));
     Ok(())
 }
+
+/// A number of the calling thread's own, never reused (its per-thread default streams are told
+/// apart by it).
+pub fn thread_key() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static KEY: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    // A thread being torn down gets a fresh number: it has no stream to find again.
+    KEY.try_with(|k| *k)
+        .unwrap_or_else(|_| NEXT.fetch_add(1, Ordering::Relaxed))
+}

@@ -192,7 +192,7 @@ impl State {
     pub fn stream(&self, raw: usize) -> CudaResult<StreamId> {
         match raw {
             0 | 1 => Ok(StreamId::Legacy(current::get())),
-            2 => Ok(StreamId::PerThread(current::get())),
+            2 => Ok(StreamId::PerThread(current::get(), current::thread_key())),
             // SAFETY: the handle is in the registry, so it is a live handle made by `create`.
             h if self.streams.contains(h) && unsafe { handles::has_magic(h, STREAM_MAGIC) } => {
                 Ok(StreamId::User(h))

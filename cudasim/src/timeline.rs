@@ -72,8 +72,9 @@ impl Stream {
 pub enum StreamId {
     /// `0` or `cudaStreamLegacy` of that device.
     Legacy(usize),
-    /// `cudaStreamPerThread` of that device (one blocking stream per device).
-    PerThread(usize),
+    /// `cudaStreamPerThread` of that device for one thread (`current::thread_key`): as in CUDA,
+    /// each thread has its own, a blocking stream.
+    PerThread(usize, u64),
     /// A created stream: the address of its handle.
     User(usize),
 }
@@ -81,7 +82,8 @@ pub enum StreamId {
 /// Every stream of every device.
 pub struct Streams {
     legacy: Vec<Stream>,
-    per_thread: Vec<Stream>,
+    /// The per-thread default streams used so far, by (device, thread).
+    per_thread: HashMap<(usize, u64), Stream>,
     user: HashMap<usize, Stream>,
     /// Per device, when the work of its destroyed streams ends (all of them, and the blocking
     /// ones): a destroyed stream's work still runs, and a device synchronization (or, for a
@@ -93,9 +95,7 @@ impl Streams {
     pub fn new(devices: usize) -> Streams {
         Streams {
             legacy: (0..devices).map(|d| Stream::new(d, Kind::Legacy)).collect(),
-            per_thread: (0..devices)
-                .map(|d| Stream::new(d, Kind::Blocking))
-                .collect(),
+            per_thread: HashMap::new(),
             user: HashMap::new(),
             retired: vec![(0, 0); devices],
         }
@@ -123,34 +123,35 @@ impl Streams {
         self.user.contains_key(&handle)
     }
 
-    pub fn get(&self, id: StreamId) -> &Stream {
-        match id {
-            StreamId::Legacy(d) => &self.legacy[d],
-            StreamId::PerThread(d) => &self.per_thread[d],
-            StreamId::User(h) => &self.user[&h],
-        }
+    /// The stream `id` (a per-thread default stream not used yet is made by its first use).
+    pub fn get(&mut self, id: StreamId) -> &Stream {
+        self.get_mut(id)
     }
 
     fn get_mut(&mut self, id: StreamId) -> &mut Stream {
         match id {
             StreamId::Legacy(d) => &mut self.legacy[d],
-            StreamId::PerThread(d) => &mut self.per_thread[d],
+            StreamId::PerThread(d, t) => self
+                .per_thread
+                .entry((d, t))
+                .or_insert_with(|| Stream::new(d, Kind::Blocking)),
             StreamId::User(h) => self.user.get_mut(&h).expect("stream checked by the caller"),
         }
     }
 
     /// The streams of device `d`.
     fn of_device(&self, d: usize) -> impl Iterator<Item = &Stream> {
-        [&self.legacy[d], &self.per_thread[d]]
-            .into_iter()
-            .chain(self.user.values().filter(move |s| s.device == d))
+        std::iter::once(&self.legacy[d])
+            .chain(self.per_thread.values())
+            .chain(self.user.values())
+            .filter(move |s| s.device == d)
     }
 
     /// Enqueues an operation of `duration` on stream `id`, after `dep` (an event's time, or 0):
     /// `start = max(now, tail, dep, what the stream's kind waits for)`, `tail = start + duration`.
     /// Returns the operation's end.
     pub fn enqueue(&mut self, id: StreamId, now: Nanos, duration: Nanos, dep: Nanos) -> Nanos {
-        let stream = *self.get(id);
+        let stream = *self.get_mut(id);
         let waits_for = match stream.kind {
             Kind::Legacy => self
                 .of_device(stream.device)
@@ -178,7 +179,7 @@ impl Streams {
     /// of the streams removed.
     pub fn reset_device(&mut self, d: usize) -> Vec<usize> {
         self.legacy[d].tail = 0;
-        self.per_thread[d].tail = 0;
+        self.per_thread.retain(|&(device, _), _| device != d);
         self.retired[d] = (0, 0);
         let gone: Vec<usize> = self
             .user
@@ -284,7 +285,7 @@ mod tests {
         assert_eq!(s.enqueue(StreamId::Legacy(0), 20, 0, 0), 110);
         assert_eq!(s.enqueue(StreamId::Legacy(0), 20, 50, 0), 160);
         // A blocking stream waits for the legacy stream.
-        assert_eq!(s.enqueue(StreamId::PerThread(0), 30, 0, 0), 160);
+        assert_eq!(s.enqueue(StreamId::PerThread(0, 1), 30, 0, 0), 160);
         // A dependency (an event) delays the start.
         assert_eq!(s.enqueue(StreamId::User(0x200), 30, 0, 600), 600);
         assert_eq!(s.device_tail(0), 600);

@@ -2,7 +2,25 @@
  * completion, waits in cudaFree and cudaDeviceReset, cudasimRangeBusy. One device. */
 #include "check.h"
 
+#include <pthread.h>
+#include <stdint.h>
+
 #define SLACK_MS 3.0 /* timer granularity */
+
+/* Another thread's view of cudaStreamPerThread: its own stream (id), not busy with the main
+ * thread's kernel. */
+static void *other_thread(void *arg)
+{
+    unsigned long long *id = arg;
+    if (cudaStreamGetId(cudaStreamPerThread, id) != cudaSuccess)
+        return (void *)1;
+    if (cudaStreamQuery(cudaStreamPerThread) != cudaSuccess)
+        return (void *)2;
+    double t0 = now_ms();
+    if (cudaStreamSynchronize(cudaStreamPerThread) != cudaSuccess || now_ms() - t0 > 40)
+        return (void *)3;
+    return NULL;
+}
 
 int main(void)
 {
@@ -149,6 +167,23 @@ int main(void)
     OK(cudaMemcpy(host, c, 16, cudaMemcpyDeviceToHost));
     dt = now_ms() - t0;
     CHECK(dt >= 80 - SLACK_MS && host[0] == 5, "memcpy after %.1f ms saw %d", dt, host[0]);
+
+    SECTION("cudaStreamPerThread is each thread's own stream");
+    {
+        unsigned long long mine = 0, theirs = 0;
+        pthread_t t;
+        void *r = (void *)9;
+        OK(cudasim_launch_fill(c, 16, 100000, 6, cudaStreamPerThread));
+        OK(cudaStreamGetId(cudaStreamPerThread, &mine));
+        CHECK(pthread_create(&t, NULL, other_thread, &theirs) == 0, "pthread_create");
+        pthread_join(t, &r);
+        CHECK(r == NULL, "the other thread's per-thread stream: step %d", (int)(intptr_t)r);
+        CHECK(mine != 0 && theirs != 0 && mine != theirs, "ids %llu and %llu", mine, theirs);
+        EXPECT(cudaStreamQuery(cudaStreamPerThread), cudaErrorNotReady);
+        OK(cudaStreamSynchronize(cudaStreamPerThread));
+        OK(cudaMemcpy(host, c, 16, cudaMemcpyDeviceToHost));
+        CHECK(host[0] == 6, "per-thread fill");
+    }
 
     SECTION("cudaFree waits for in-flight kernels (implicit sync)");
     st = stats_of(0);

@@ -57,7 +57,10 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
         let current = current::get();
         let device = match req.on {
             On::Current => Ok(current),
-            On::Stream(raw) => st.stream(raw).map(|id| st.streams.get(id).device),
+            On::Stream(raw) => match st.stream(raw) {
+                Ok(id) => Ok(st.streams.get(id).device),
+                Err(e) => Err(e),
+            },
         };
         let counted_on = *device.as_ref().unwrap_or(&current);
         let dev = st.use_device(counted_on);
@@ -304,7 +307,8 @@ fn byte_op(
         Some(raw) => with_state(|st| {
             let id = st.stream(raw as usize)?;
             valid(st)?;
-            st.use_device(st.streams.get(id).device);
+            let d = st.streams.get(id).device;
+            st.use_device(d);
             st.streams.enqueue(id, timeline::now(), 0, 0);
             apply();
             Ok(())

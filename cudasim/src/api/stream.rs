@@ -76,7 +76,7 @@ pub unsafe extern "C" fn cudaStreamDestroy(stream: CudaStream) -> c_int {
                 unsafe { handles::destroy(h) };
                 Ok(())
             }
-            StreamId::Legacy(_) | StreamId::PerThread(_) => Err(INVALID_RESOURCE_HANDLE),
+            StreamId::Legacy(_) | StreamId::PerThread(..) => Err(INVALID_RESOURCE_HANDLE),
         })
     })
 }
@@ -85,7 +85,8 @@ pub unsafe extern "C" fn cudaStreamDestroy(stream: CudaStream) -> c_int {
 pub unsafe extern "C" fn cudaStreamSynchronize(stream: CudaStream) -> c_int {
     runtime_call(Func::cudaStreamSynchronize, || {
         let deadline = with_state(|st| {
-            let s = *st.streams.get(st.stream(stream as usize)?);
+            let id = st.stream(stream as usize)?;
+            let s = *st.streams.get(id);
             st.use_device(s.device).counters.stream_syncs += 1;
             Ok(s.tail)
         })?;
@@ -97,7 +98,8 @@ pub unsafe extern "C" fn cudaStreamSynchronize(stream: CudaStream) -> c_int {
 pub unsafe extern "C" fn cudaStreamQuery(stream: CudaStream) -> c_int {
     runtime_call(Func::cudaStreamQuery, || {
         with_state(|st| {
-            let s = st.streams.get(st.stream(stream as usize)?);
+            let id = st.stream(stream as usize)?;
+            let s = st.streams.get(id);
             if s.tail > timeline::now() {
                 Err(NOT_READY)
             } else {
@@ -121,7 +123,8 @@ unsafe fn stream_property<T>(
     runtime_call(func, || unsafe {
         let out = Out::new(out)?;
         with_state(|st| {
-            out.set(get(st.streams.get(st.stream(stream as usize)?)));
+            let id = st.stream(stream as usize)?;
+            out.set(get(st.streams.get(id)));
             Ok(())
         })
     })
