@@ -749,9 +749,10 @@ impl<B: Backend> Pool<B> {
                     Need::Nothing => 0,
                     _ => slot.seqs.cache_stamp(&st),
                 };
-                if !enabled || o.size > tcache::LIMIT {
+                if !enabled || o.size > tcache::LIMIT || o.size > bound {
                     // Caches are off (everything goes back), or the block is larger than any
-                    // request a cache serves (a large block the device did not split).
+                    // request a cache serves (a large block the device did not split), or than
+                    // the cache may hold.
                     held.push(tcache::Held {
                         idx: o.idx,
                         addr,
@@ -765,8 +766,10 @@ impl<B: Backend> Pool<B> {
                 } else if need == Need::Nothing {
                     // Full: the sizes held most of make room (what is freed now is likelier to be
                     // asked for again than what waited longest).
+                    // Down to half the bound, or lower when the block needs more room: the cache
+                    // never holds more than its bound (found in review: a 4 MiB bound held 8).
                     if st.ready_bytes + o.size > bound {
-                        st.spill_ready(bound / 2, &mut held);
+                        st.spill_ready((bound / 2).min(bound - o.size), &mut held);
                     }
                     st.push_ready(addr, o.idx, o.size);
                 } else {

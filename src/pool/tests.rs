@@ -922,6 +922,36 @@ fn a_per_device_threshold_is_traced_and_replayed() {
     }
 }
 
+/// Under `GPUPOOL_MAX_SPLIT_SIZE`, a request just below the cap gets a segment rounded up to
+/// it: that block serves the same size again instead of a new segment each time (found in
+/// review: 127.5 MiB under a 128 MiB cap took a new segment per cycle until out of memory).
+#[test]
+fn a_request_just_under_the_split_cap_reuses_its_own_segment() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
+        let mut s = pool_with(reuse, Threshold::KeepAll, 1).settings().clone();
+        s.policy.max_split_size = 128 * MIB;
+        let p = Pool::new(Model::with_capacity(1 << 30), s);
+        let req = 127 * MIB + MIB / 2;
+        for _ in 0..12 {
+            let a = p.alloc(0, req).unwrap();
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+            let at = p.seq_before_sync(0);
+            p.observe_fence(0, at);
+        }
+        let st = stats(&p, 0);
+        assert_eq!(
+            (st.real_mallocs, st.reserved.peak, st.oom_retries),
+            (1, 128 * MIB, 0),
+            "{reuse:?}"
+        );
+        // The cap still keeps big blocks from smaller requests beyond their own rounding.
+        let small = p.alloc(0, 100 * MIB).unwrap();
+        assert_eq!(stats(&p, 0).real_mallocs, 2, "{reuse:?}");
+        assert_eq!(p.free(small, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        p.check().unwrap();
+    }
+}
+
 /// A program that creates a non-blocking stream makes `barrier` mode fence (`need_for`): a
 /// trace records it, so that a replay in `barrier` mode of a trace recorded in another mode
 /// does what the live pool would have done (found in review: it took barriers throughout).
@@ -1354,6 +1384,28 @@ fn a_strict_thread_cache_keeps_at_most_its_bound_of_reusable_blocks() {
         assert!(most.unwrap() >= 32 * MIB, "{most:?}");
     });
     p.check().unwrap();
+}
+
+/// A relaxed-mode cache never holds more than its bound, also when freed blocks are larger than
+/// half of it (found in review: a 4 MiB bound held an 8 MiB block).
+#[test]
+fn a_small_thread_cache_bound_holds_for_large_blocks() {
+    for (bound, size) in [(4 * MIB, 8 * MIB), (4 * MIB, 3 * MIB), (8 * MIB, 5 * MIB)] {
+        let p = pool_cache(80 << 30, bound);
+        let v: Vec<Addr> = (0..6).map(|_| p.alloc(0, size).unwrap()).collect();
+        for a in v {
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        let slot = p.existing(0).unwrap();
+        for c in slot.caches.caches() {
+            let held = c.state.lock().ready_bytes;
+            assert!(
+                held <= bound,
+                "bound {bound}, {size}-byte blocks: holds {held}"
+            );
+        }
+        p.check().unwrap();
+    }
 }
 
 #[test]
