@@ -769,6 +769,35 @@ fn always_reports_a_process_without_cuda_as_not_intercepted() {
     );
 }
 
+/// With the pool disabled, `always:` still gives its one line, saying so (found in review: it
+/// printed nothing); a plain destination prints nothing.
+#[test]
+fn always_reports_a_disabled_pool() {
+    let exe = c_program("churn");
+    let (_, out, err) = run_ok(
+        &exe,
+        &["1", "50", "1"],
+        &[
+            ("GPUPOOL_SUMMARY", "always:stderr"),
+            ("GPUPOOL_DISABLE", "1"),
+        ],
+    );
+    assert!(out.contains("churn ok"), "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(
+            "no CUDA allocations were intercepted: the pool is disabled (GPUPOOL_DISABLE=1)"
+        ),
+        "{err}"
+    );
+    let (_, _, err) = run_ok(
+        &exe,
+        &["1", "50", "1"],
+        &[("GPUPOOL_SUMMARY", "stderr"), ("GPUPOOL_DISABLE", "1")],
+    );
+    assert!(err.is_empty(), "{err}");
+}
+
 #[test]
 fn always_reports_a_cuda_program_that_never_allocated_with_its_runtime() {
     let dir = scratch("report-noalloc");

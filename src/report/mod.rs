@@ -42,7 +42,19 @@ pub fn render(r: &summary::Report, format: Format) -> String {
 /// Write the exit summary to `dest`. Only a process that allocated through the pool writes one,
 /// unless `GPUPOOL_SUMMARY=always:...`.
 fn write_summary(g: &Global, dest: &SummaryDest) {
-    let Some(pool) = g.pool() else { return };
+    let Some(pool) = g.pool() else {
+        // Off (`GPUPOOL_DISABLE=1`): nothing to count, but `always:` still gets its one line.
+        if g.config.summary_always && g.config.disable {
+            write_none_intercepted(
+                dest,
+                &format!(
+                    "the pool is disabled (GPUPOOL_DISABLE=1): every call went to {}",
+                    g.runtime_path
+                ),
+            );
+        }
+        return;
+    };
     let mut report = summary::Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
     report.at_exit = true;
     if report.intercepted() {
@@ -66,8 +78,13 @@ pub fn write_exit_summary(g: &Global) {
 /// `GPUPOOL_SUMMARY=always:...` in a process where the pool never started (no CUDA call reached
 /// it): say so, and why that may be. Runs at exit; makes no CUDA call.
 pub fn write_not_intercepted(dest: &SummaryDest) {
+    write_none_intercepted(dest, &not_intercepted_why());
+}
+
+/// Why no allocation reached the pool, as far as the loaded libraries tell.
+fn not_intercepted_why() -> String {
     let loaded = crate::cuda::loader::loaded_runtimes();
-    let why = if loaded.is_empty() {
+    if loaded.is_empty() {
         "no CUDA runtime was loaded dynamically: the program does not use CUDA, or it links the \
          runtime statically (nvcc's default; build with -cudart shared)"
             .to_string()
@@ -78,7 +95,12 @@ pub fn write_not_intercepted(dest: &SummaryDest) {
              library that allocates links the runtime statically",
             loaded.join(", ")
         )
-    };
+    }
+}
+
+/// The one `always:` line (or JSON object, or metric) saying no allocation went through the
+/// pool, and `why`.
+fn write_none_intercepted(dest: &SummaryDest, why: &str) {
     let text = match Format::of(dest) {
         Format::Json => format!(
             "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"intercepted\":false,\"reason\":{},\"devices\":[]}}\n",
@@ -86,7 +108,7 @@ pub fn write_not_intercepted(dest: &SummaryDest) {
             std::process::id(),
             json::quote(&rank()),
             json::quote(&hostname()),
-            json::quote(&why)
+            json::quote(why)
         ),
         Format::Prometheus => format!(
             "# HELP gpupool_intercepted Whether any CUDA allocation went through libgpupool.\n\
