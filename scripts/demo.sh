@@ -21,8 +21,8 @@ cargo build --release --workspace --quiet
 lib=$PWD/target/release/libgpupool.so
 out=$PWD/target/demo
 mkdir -p "$out"
-# LD_PRELOAD splits at spaces and colons: a checkout whose path holds one is preloaded through a
-# link in a plain temporary directory.
+# LD_PRELOAD splits at spaces and colons, and a program's library search path (its rpath) at
+# colons: a checkout whose path holds one is reached through links in a plain temporary directory.
 case $lib in
     *[[:space:]:]*)
         link_dir=$(mktemp -d)
@@ -42,6 +42,10 @@ else
     PROFILE=release
     # shellcheck source=scripts/simlib.sh
     source scripts/simlib.sh
+    if [ -n "${link_dir:-}" ]; then
+        ln -s "$SIMLIB" "$link_dir/simlib"
+        SIMLIB=$link_dir/simlib
+    fi
     sim_cc "$out/train_workload" examples/train_workload.c
     run_env=(CUDASIM_MALLOC_US=20 CUDASIM_FREE_US=20)
 fi

@@ -65,8 +65,9 @@ absolute() {
         "~"*) die "$what $value: a literal ~ (the shell does not expand it after '='; write \$HOME)" ;;
     esac
     value=$(realpath -m -- "$value")
-    [[ $value =~ ^[A-Za-z0-9._/+,=@%-]+$ ]] ||
-        die "$what '$value': use only letters, digits and . _ / + , = @ % - (pkg-config and LD_PRELOAD cannot quote other characters)"
+    # No comma either: the .pc file's -Wl,-rpath,DIR splits its argument at commas.
+    [[ $value =~ ^[A-Za-z0-9._/+=@%-]+$ ]] ||
+        die "$what '$value': use only letters, digits and . _ / + = @ % - (pkg-config, -Wl, and LD_PRELOAD cannot quote other characters)"
     printf '%s' "$value"
 }
 prefix=$(absolute --prefix "$prefix")

@@ -14,6 +14,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
+case $what in
+    all | tsan | miri) ;;
+    *)
+        echo "usage: scripts/sanitize.sh [tsan|miri]" >&2
+        exit 2
+        ;;
+esac
 if ! rustc +nightly --version >/dev/null 2>&1; then
     echo "sanitize.sh: needs a nightly toolchain: rustup toolchain install nightly" >&2
     exit 2

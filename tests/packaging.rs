@@ -248,7 +248,7 @@ fn install_paths_relative_libdir_and_refused_characters() {
         let expected = format!("LD_PRELOAD={}/lib64/libgpupool.so.0", prefix.display());
         assert!(out.lines().any(|l| l == expected), "{out}");
     }
-    for bad in ["with space", "a&b", "a|b", "a\\b", "a:b", "~/x"] {
+    for bad in ["with space", "a&b", "a|b", "a\\b", "a:b", "a,b", "~/x"] {
         let out = run(&["--prefix", bad]);
         assert_eq!(out.status.code(), Some(2), "{bad}: {:?}", texts(&out));
         assert!(texts(&out).1.contains("install.sh: --prefix"), "{bad}");

@@ -147,8 +147,8 @@ pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_ui
 }
 
 /// The stream's unique id (`cudaStreamGetId`, CUDA 12): never reused, also after the stream is
-/// destroyed and its handle's address is given to a new stream. The legacy and per-thread
-/// default streams have one per device.
+/// destroyed and its handle's address is given to a new stream. The legacy default stream has
+/// one per device, and each thread's per-thread default stream one per device it used.
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned long long.
