@@ -36,8 +36,6 @@ if [[ $what == all || $what == tsan ]]; then
     fi
     echo "== ThreadSanitizer: the library's unit tests"
     # std is rebuilt with the sanitizer (-Zbuild-std), so its atomics and locks are seen too.
-    RUSTFLAGS="-Zsanitizer=thread" cargo +nightly test -q -Zbuild-std --target "$target" \
-        --lib --target-dir "$out/tsan" --no-run
     TSAN_OPTIONS="halt_on_error=0 exitcode=66" RUSTFLAGS="-Zsanitizer=thread" \
         cargo +nightly test -q -Zbuild-std --target "$target" --lib --target-dir "$out/tsan" \
         -- --test-threads=1 2>&1 | tee "$out/tsan.log" | grep -E '^test result|WARNING: ThreadSanitizer' || true

@@ -75,6 +75,7 @@ pub(crate) fn one_device(rt: &Runtime) -> bool {
 
 static INVALID_FREE: AtomicBool = AtomicBool::new(false);
 static INSIDE_FREE: AtomicBool = AtomicBool::new(false);
+static RESET_UNKNOWN: AtomicBool = AtomicBool::new(false);
 
 /// A free made while this thread is inside the pool: from a signal handler that interrupted a
 /// pool call, or a runtime callback during one. The pool cannot look the pointer up (the
@@ -90,7 +91,6 @@ fn refuse_inside_free(ptr: *mut c_void, what: &str) -> CudaStatus {
     });
     ERROR_UNKNOWN
 }
-static RESET_UNKNOWN: AtomicBool = AtomicBool::new(false);
 
 fn refuse_invalid_free(rt: &Runtime, ptr: *mut c_void, what: &str) -> CudaStatus {
     // The runtime's own refusal is also the program's last error (`cudaGetLastError`): so is
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
 /// The status of a query the pool made for itself: on failure the error must not stay behind
 /// in the program's `cudaGetLastError` (the pool carries on without the answer, on the safe
 /// side), as for the pool's other own calls (`CudaBackend::check_internal`).
-fn own_query(rt: &Runtime, status: CudaStatus) -> CudaStatus {
+pub(crate) fn own_query(rt: &Runtime, status: CudaStatus) -> CudaStatus {
     if status != SUCCESS {
         // SAFETY: no arguments.
         unsafe { (rt.get_last_error)() };

@@ -48,12 +48,9 @@ pub fn devices(g: &Global, device: c_int, all: bool) -> Result<Devices, c_int> {
     if let Some(get_count) = g.runtime.get_device_count {
         let mut count = 0;
         // SAFETY: `count` is a valid out-pointer for the call.
-        let r = unsafe { get_count(&mut count) };
+        let r = crate::hooks::own_query(&g.runtime, unsafe { get_count(&mut count) });
         if r != SUCCESS {
-            // The pool's own question: its error is not left for the program to find, and no
-            // ordinal is a device when the runtime cannot count them.
-            // SAFETY: no arguments.
-            unsafe { (g.runtime.get_last_error)() };
+            // No ordinal is a device when the runtime cannot count them.
             return Err(if r == ERROR_INSUFFICIENT_DRIVER {
                 r
             } else {

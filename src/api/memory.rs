@@ -66,9 +66,7 @@ pub unsafe extern "C" fn gpupool_free(ptr: *mut c_void) -> c_int {
         if ptr.is_null() {
             return GPUPOOL_SUCCESS;
         }
-        if guard::inside() {
-            return GPUPOOL_ERROR_UNKNOWN;
-        }
+        // From inside the pool the hook refuses it (999), nothing freed.
         // SAFETY: the caller's pointer, as cudaFree takes it.
         unsafe { hooks::cudaFree(ptr) }
     })
@@ -163,9 +161,7 @@ pub(super) unsafe fn free_async_on(
     if ptr.is_null() {
         return GPUPOOL_SUCCESS;
     }
-    if guard::inside() {
-        return GPUPOOL_ERROR_UNKNOWN;
-    }
+    // From inside the pool the hook refuses it (999), nothing freed.
     // SAFETY: the caller's arguments, as cudaFreeAsync takes them.
     unsafe { hooks::free_on(ptr, stream, device) }
 }

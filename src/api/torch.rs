@@ -84,9 +84,9 @@ pub unsafe extern "C" fn gpupool_torch_free(
         if r == GPUPOOL_SUCCESS {
             return;
         }
+        // Not left behind for PyTorch's next check, as for the pool's own queries.
         if let Ok(g) = state() {
-            // SAFETY: no arguments.
-            unsafe { (g.runtime.get_last_error)() };
+            crate::hooks::own_query(&g.runtime, r);
         }
         log::warn(&format!(
             "gpupool_torch_free({ptr:p}, {size} bytes, device {device}) failed with CUDA error \

@@ -80,11 +80,16 @@ static unsigned long long cached_segment(void)
     return sim_stats(0).live_bytes;
 }
 
-/* After a watched synchronization failed: the pool took no release point there (the segment is
- * still held), and takes one at the next synchronization that succeeds. */
-static void released_only_after_success(unsigned long long before, cudaError_t (*sync)(void *),
-                                        void *arg)
+/* A watched synchronization `sync(arg)` (the runtime function `func`) fails with g_err: the
+ * program gets the runtime's answer; the pool takes no release point there (the cached segment
+ * is still held), and takes one at the next synchronization that succeeds. */
+static void failed_sync(const char *func, cudaError_t (*sync)(void *), void *arg)
 {
+    unsigned long long before = cached_segment();
+    CHECK(cudasimFailNext(func, 1, (int)g_err) == 0, "arm");
+    cudaError_t r = sync(arg);
+    cudaError_t last = cudaGetLastError();
+    CHECK(r == g_err && last == g_err, "%s %d/%d; expected %d", func, r, last, g_err);
     if (!g_stats)
         return;
     CHECK(before >= 30 * MIB, "the segment is held");
@@ -170,23 +175,13 @@ static void program_call_fails(const char *func)
     } else if (strcmp(func, "cudaStreamSynchronize") == 0) {
         cudaStream_t s;
         CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        unsigned long long before = cached_segment();
-        CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
-        r = cudaStreamSynchronize(s);
-        last = cudaGetLastError();
-        CHECK(r == e && last == e, "cudaStreamSynchronize %d/%d; expected %d", r, last, e);
-        released_only_after_success(before, stream_sync, s);
+        failed_sync(func, stream_sync, s);
         CHECK_CUDA(cudaStreamDestroy(s));
     } else if (strcmp(func, "cudaEventSynchronize") == 0) {
         cudaEvent_t ev;
         CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
         CHECK_CUDA(cudaEventRecord(ev, 0));
-        unsigned long long before = cached_segment();
-        CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
-        r = cudaEventSynchronize(ev);
-        last = cudaGetLastError();
-        CHECK(r == e && last == e, "cudaEventSynchronize %d/%d; expected %d", r, last, e);
-        released_only_after_success(before, event_sync, ev);
+        failed_sync(func, event_sync, ev);
         CHECK_CUDA(cudaEventDestroy(ev));
     } else if (strcmp(func, "cudaLaunchKernel") == 0) {
         /* Barrier mode (environment): a launch on the legacy stream orders later blocking-stream

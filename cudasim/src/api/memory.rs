@@ -57,10 +57,10 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
         let current = current::get();
         let device = match req.on {
             On::Current => Ok(current),
-            On::Stream(raw) => match st.stream(raw) {
-                Ok(id) => Ok(st.streams.get(id).device),
-                Err(e) => Err(e),
-            },
+            On::Stream(raw) => {
+                let id = st.stream(raw);
+                id.map(|id| st.streams.get(id).device)
+            }
         };
         let counted_on = *device.as_ref().unwrap_or(&current);
         let dev = st.use_device(counted_on);
