@@ -11,7 +11,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use gpupool::config::{ReuseMode, Threshold, DEFAULT_THREAD_CACHE};
+use gpupool::config::{DeviceBytes, ReuseMode, DEFAULT_THREAD_CACHE};
 use gpupool::pool::{Addr, FreeKind, Policy, Pool, Settings};
 use gpupool::workloads::record::Bump;
 use gpupool::workloads::rng::Rng;
@@ -21,7 +21,8 @@ fn pool(reuse: ReuseMode, thread_cache: u64) -> Pool<Bump> {
         Bump::new(),
         Settings {
             reuse,
-            threshold: Threshold::KeepAll,
+            threshold: DeviceBytes::Unbounded,
+            limit: DeviceBytes::Unbounded,
             policy: Policy {
                 max_split_size: u64::MAX,
                 fence_bytes: 256 << 20,

@@ -32,23 +32,24 @@ impl ReuseMode {
     }
 }
 
-/// The release threshold: cached-but-unused bytes per device to keep.
+/// An amount of memory per device: the release threshold (cached bytes to keep) and the limit
+/// (bytes the pool may reserve).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Threshold {
-    /// Keep everything (the default, as PyTorch does).
-    KeepAll,
+pub enum DeviceBytes {
+    /// No bound: keep every cached byte, reserve as much as the driver gives.
+    Unbounded,
     Bytes(u64),
     /// A fraction (0..=1) of the device's total memory, resolved when the device's pool is made.
     Fraction(f64),
 }
 
-impl Threshold {
-    /// The threshold in bytes for a device with `total` bytes of memory.
+impl DeviceBytes {
+    /// The amount in bytes for a device with `total` bytes of memory.
     pub fn resolve(self, total: u64) -> u64 {
         match self {
-            Threshold::KeepAll => u64::MAX,
-            Threshold::Bytes(b) => b,
-            Threshold::Fraction(f) => (total as f64 * f) as u64,
+            DeviceBytes::Unbounded => u64::MAX,
+            DeviceBytes::Bytes(b) => b,
+            DeviceBytes::Fraction(f) => (total as f64 * f) as u64,
         }
     }
 }
@@ -72,7 +73,9 @@ pub const MAX_SPLIT_SIZE_ABOVE: u64 = crate::pool::size::MEDIUM_SEGMENT;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub disable: bool,
-    pub release_threshold: Threshold,
+    pub release_threshold: DeviceBytes,
+    /// `GPUPOOL_LIMIT`: the most bytes the pool reserves on each device.
+    pub limit: DeviceBytes,
     pub reuse: ReuseMode,
     /// Cached blocks at least this large are never split, and serve only requests of at least
     /// this size (PyTorch's `max_split_size_mb`).
@@ -96,7 +99,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             disable: false,
-            release_threshold: Threshold::KeepAll,
+            release_threshold: DeviceBytes::Unbounded,
+            limit: DeviceBytes::Unbounded,
             reuse: ReuseMode::Strict,
             max_split_size: u64::MAX,
             fence_bytes: 256 << 20,
@@ -116,6 +120,7 @@ pub const DEFAULT_THREAD_CACHE: u64 = 64 << 20;
 pub const VARIABLES: &[&str] = &[
     "GPUPOOL_DISABLE",
     "GPUPOOL_RELEASE_THRESHOLD",
+    "GPUPOOL_LIMIT",
     "GPUPOOL_REUSE",
     "GPUPOOL_MAX_SPLIT_SIZE",
     "GPUPOOL_FENCE_BYTES",
@@ -144,13 +149,36 @@ impl Config {
             }
         }
         if let Some(v) = get("GPUPOOL_RELEASE_THRESHOLD") {
-            match parse_threshold(&v) {
+            match parse_device_bytes(&v) {
                 Some(t) => c.release_threshold = t,
                 None => bad(
                     "GPUPOOL_RELEASE_THRESHOLD",
                     &v,
                     "expected bytes with a unit such as 512MiB or 4GiB, a percentage such as 40%, or 'none'",
                     "none (keep all cached memory)",
+                ),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_LIMIT") {
+            match parse_device_bytes(&v) {
+                Some(DeviceBytes::Fraction(0.0)) => bad(
+                    "GPUPOOL_LIMIT",
+                    &v,
+                    "a limit of 0% leaves nothing",
+                    "no limit",
+                ),
+                Some(DeviceBytes::Bytes(0)) => bad(
+                    "GPUPOOL_LIMIT",
+                    &v,
+                    "a limit of 0 bytes leaves nothing",
+                    "no limit",
+                ),
+                Some(l) => c.limit = l,
+                None => bad(
+                    "GPUPOOL_LIMIT",
+                    &v,
+                    "expected bytes with a unit such as 20GiB, a percentage such as 50%, or 'none'",
+                    "no limit",
                 ),
             }
         }
@@ -323,18 +351,19 @@ fn parse_bytes_or_none(v: &[u8]) -> Option<u64> {
     }
 }
 
-fn parse_threshold(v: &[u8]) -> Option<Threshold> {
+/// Bytes as `parse_bytes` reads them, a percentage of the device (`40%`), or `none`.
+pub fn parse_device_bytes(v: &[u8]) -> Option<DeviceBytes> {
     let s = trimmed(v)?;
     if let Some(pct) = s.strip_suffix('%') {
         let p: f64 = pct.trim().parse().ok()?;
         if !(0.0..=100.0).contains(&p) || !p.is_finite() {
             return None;
         }
-        return Some(Threshold::Fraction(p / 100.0));
+        return Some(DeviceBytes::Fraction(p / 100.0));
     }
     match parse_bytes_or_none(v)? {
-        u64::MAX => Some(Threshold::KeepAll),
-        b => Some(Threshold::Bytes(b)),
+        u64::MAX => Some(DeviceBytes::Unbounded),
+        b => Some(DeviceBytes::Bytes(b)),
     }
 }
 
@@ -383,13 +412,13 @@ mod tests {
     #[test]
     fn threshold_forms() {
         let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"256MiB")]);
-        assert_eq!(c.release_threshold, Threshold::Bytes(256 << 20));
+        assert_eq!(c.release_threshold, DeviceBytes::Bytes(256 << 20));
         let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"40%")]);
         assert_eq!(c.release_threshold.resolve(100 << 30), 40 << 30);
         let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"none")]);
-        assert_eq!(c.release_threshold, Threshold::KeepAll);
+        assert_eq!(c.release_threshold, DeviceBytes::Unbounded);
         let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"0")]);
-        assert_eq!(c.release_threshold, Threshold::Bytes(0));
+        assert_eq!(c.release_threshold, DeviceBytes::Bytes(0));
     }
 
     #[test]
@@ -409,6 +438,25 @@ mod tests {
             .any(|l| l.contains("GPUPOOL_RELEASE_THRESHOLD=\"lots\"")));
         let (_, w) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"150%")]);
         assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn limit_forms() {
+        assert_eq!(Config::default().limit, DeviceBytes::Unbounded);
+        let (c, w) = parse(&[("GPUPOOL_LIMIT", b"20GiB")]);
+        assert_eq!((c.limit, w.len()), (DeviceBytes::Bytes(20 << 30), 0));
+        let (c, _) = parse(&[("GPUPOOL_LIMIT", b"50%")]);
+        assert_eq!(c.limit.resolve(80 << 30), 40 << 30);
+        let (c, w) = parse(&[("GPUPOOL_LIMIT", b"none")]);
+        assert_eq!((c.limit, w.len()), (DeviceBytes::Unbounded, 0));
+        for bad in [&b"0"[..], b"0%", b"lots", b"150%", b"-1G"] {
+            let (c, w) = parse(&[("GPUPOOL_LIMIT", bad)]);
+            assert_eq!(c.limit, DeviceBytes::Unbounded, "{bad:?}");
+            assert!(
+                w[0].contains("GPUPOOL_LIMIT") && w[0].contains("no limit"),
+                "{w:?}"
+            );
+        }
     }
 
     #[test]

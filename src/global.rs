@@ -115,6 +115,7 @@ fn init() -> Result<Global, String> {
             Settings {
                 reuse: config.reuse,
                 threshold: config.release_threshold,
+                limit: config.limit,
                 policy: Policy {
                     max_split_size: config.max_split_size,
                     fence_bytes: config.fence_bytes,

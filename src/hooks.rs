@@ -158,9 +158,14 @@ pub unsafe fn malloc_on(
             }
             // The pool released what it could and still failed: the runtime gives the
             // program its own answer (and sets its last error), or, if memory was freed in the
-            // meantime, a plain allocation that later passes through cudaFree.
+            // meantime, a plain allocation that later passes through cudaFree. Under a limit
+            // the runtime is not asked for the memory: it would give what the limit refused.
             Err(CudaError::MEMORY_ALLOCATION) => {
-                let r = pass();
+                let r = if pool.limit(dev) == u64::MAX {
+                    pass()
+                } else {
+                    refuse_over_limit(rt)
+                };
                 if r == ERROR_MEMORY_ALLOCATION {
                     crate::report::oom::report(g, dev, size as u64);
                 }
@@ -168,6 +173,53 @@ pub unsafe fn malloc_on(
             }
             Err(e) => e.0,
         }
+    })
+}
+
+/// Out of memory under the pool's limit: `cudaErrorMemoryAllocation`, also as the program's
+/// last error, set by a request the runtime refuses with that code and nothing else.
+fn refuse_over_limit(rt: &Runtime) -> CudaStatus {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; no device has `usize::MAX` bytes.
+    let r = unsafe { (rt.malloc)(&mut p, usize::MAX) };
+    if r == SUCCESS {
+        // SAFETY: the runtime's own allocation, just made.
+        unsafe { (rt.free)(p) };
+    }
+    ERROR_MEMORY_ALLOCATION
+}
+
+/// # Safety
+/// As `cudaMemGetInfo`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        let rt = &g.runtime;
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let r = unsafe { (rt.mem_get_info)(free, total) };
+        let (Some(pool), SUCCESS, false, false) = (g.pool(), r, free.is_null(), total.is_null())
+        else {
+            return r;
+        };
+        let Some(_inside) = guard::enter() else {
+            return r;
+        };
+        let Some(dev) = current_device(rt) else {
+            return r;
+        };
+        // SAFETY: the runtime wrote both on success; the caller's pointers, non-NULL.
+        let (f, t) = unsafe { (*free as u64, *total as u64) };
+        let (f, t) = pool.memory_for_program(dev, f, t);
+        // SAFETY: as above; the figures are at most the runtime's `total`, which fit.
+        unsafe {
+            *free = f as usize;
+            *total = t as usize;
+        }
+        SUCCESS
     })
 }
 

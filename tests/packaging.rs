@@ -115,6 +115,8 @@ fn gpupool_run_preloads_and_sets_variables_from_flags() {
             "0",
             "--reuse",
             "relaxed",
+            "--limit",
+            "5GiB",
             "--",
         ])
         .arg(churn())
@@ -125,7 +127,10 @@ fn gpupool_run_preloads_and_sets_variables_from_flags() {
         err.contains("gpupool summary") && err.contains("reuse relaxed"),
         "{err}"
     );
-    assert!(err.contains("release threshold 0 B"), "{err}");
+    assert!(
+        err.contains("release threshold 0 B   limit 5.00 GiB"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -269,6 +274,7 @@ fn gpupool_run_needs_option_values_and_runs_any_command_name() {
         "--threshold",
         "--reuse",
         "--max-split",
+        "--limit",
         "--lib",
         "-s",
     ] {

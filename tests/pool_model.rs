@@ -39,7 +39,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use gpupool::config::{ReuseMode, Threshold};
+use gpupool::config::{DeviceBytes, ReuseMode};
 use gpupool::pool::{Addr, Backend, CudaError, FreeKind, FreeOutcome, Policy, Pool, Settings};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -267,7 +267,10 @@ enum Op {
 #[derive(Clone, Debug)]
 struct Setup {
     reuse: ReuseMode,
-    threshold: Threshold,
+    threshold: DeviceBytes,
+    /// The pool's limit (`GPUPOOL_LIMIT`): reserved never exceeds it, and out-of-memory is
+    /// allowed only when the request does not fit within it either.
+    limit: DeviceBytes,
     max_split_size: u64,
     fence_bytes: u64,
     /// Another thread allocated on every device first, so in `relaxed` mode (without a
@@ -285,28 +288,36 @@ fn setup() -> impl Strategy<Value = Setup> {
             Just(ReuseMode::Relaxed)
         ],
         prop_oneof![
-            Just(Threshold::KeepAll),
-            Just(Threshold::Bytes(0)),
-            Just(Threshold::Bytes(4 * MIB)),
-            Just(Threshold::Bytes(40 * MIB)),
-            Just(Threshold::Fraction(0.25)),
+            Just(DeviceBytes::Unbounded),
+            Just(DeviceBytes::Bytes(0)),
+            Just(DeviceBytes::Bytes(4 * MIB)),
+            Just(DeviceBytes::Bytes(40 * MIB)),
+            Just(DeviceBytes::Fraction(0.25)),
         ],
         prop_oneof![Just(u64::MAX), Just(2 * MIB), Just(16 * MIB)],
         prop_oneof![Just(0), Just(MIB), Just(4 * MIB), Just(64 * MIB)],
         (
             any::<bool>(),
             prop_oneof![Just(MIB), Just(8 * MIB), Just(64 * MIB)],
+            prop_oneof![
+                4 => Just(DeviceBytes::Unbounded),
+                1 => Just(DeviceBytes::Bytes(100 * MIB)),
+                1 => Just(DeviceBytes::Fraction(0.5)),
+            ],
         ),
     )
         .prop_map(
-            |(reuse, threshold, max_split_size, fence_bytes, (shared, thread_cache))| Setup {
-                reuse,
-                threshold,
-                max_split_size,
-                fence_bytes,
-                shared,
-                thread_cache,
-                capacity: CAPACITY,
+            |(reuse, threshold, max_split_size, fence_bytes, (shared, thread_cache, limit))| {
+                Setup {
+                    reuse,
+                    threshold,
+                    limit,
+                    max_split_size,
+                    fence_bytes,
+                    shared,
+                    thread_cache,
+                    capacity: CAPACITY,
+                }
             },
         )
 }
@@ -315,7 +326,7 @@ fn setup() -> impl Strategy<Value = Setup> {
 /// rules off (a threshold, a maximum split size).
 fn big_setup() -> impl Strategy<Value = Setup> {
     setup().prop_map(|s| Setup {
-        threshold: Threshold::KeepAll,
+        threshold: DeviceBytes::Unbounded,
         max_split_size: u64::MAX,
         capacity: BIG_CAPACITY,
         ..s
@@ -451,6 +462,7 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
         Settings {
             reuse: setup.reuse,
             threshold: setup.threshold,
+            limit: setup.limit,
             policy: Policy {
                 max_split_size: setup.max_split_size,
                 fence_bytes: setup.fence_bytes,
@@ -579,7 +591,11 @@ fn apply(
                     };
                     let refused_release = delivered.iter().any(|d| d.0 == Call::Free);
                     let used = driver.with(|s| Driver::used(s, dev));
-                    let capacity = m.setup.capacity;
+                    let capacity = m
+                        .setup
+                        .limit
+                        .resolve(m.setup.capacity)
+                        .min(m.setup.capacity);
                     if !refused_release && used.checked_add(len).is_some_and(|t| t <= capacity) {
                         return Err(format!(
                             "out of memory for {len} bytes with {used} of {capacity} in segments"
@@ -828,6 +844,15 @@ fn check(
                 st.reserved.current, st.allocated.current, st.requested.current
             ));
         }
+        // A percentage the driver could not resolve (an injected failure) leaves no limit.
+        let limit = pool.limit(dev);
+        let expected = m.setup.limit.resolve(m.setup.capacity);
+        let unresolved = matches!(m.setup.limit, DeviceBytes::Fraction(_)) && limit == u64::MAX;
+        if reserved > limit || (limit != expected && !unresolved) {
+            return fail(format!(
+                "device {dev}: reserved {reserved} with the limit {limit} (configured {expected})"
+            ));
+        }
         if snap.cached != reserved - allocated || snap.pending > snap.cached {
             return fail(format!(
                 "device {dev}: cached {} pending {} with reserved {reserved} allocated {allocated}",
@@ -922,7 +947,8 @@ fn random_sequences_with_requests_above_512_mib_keep_every_invariant() {
 fn a_split_remainder_keeps_its_neighbours_later_free() {
     let setup = Setup {
         reuse: ReuseMode::Relaxed,
-        threshold: Threshold::KeepAll,
+        threshold: DeviceBytes::Unbounded,
+        limit: DeviceBytes::Unbounded,
         max_split_size: u64::MAX,
         fence_bytes: 64 * MIB,
         shared: false,

@@ -4,7 +4,7 @@ use std::ffi::c_int;
 
 use super::context::{devices, enter, on_device, run, state, Devices};
 use super::{GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_KEEP_ALL};
-use crate::config::Threshold;
+use crate::config::DeviceBytes;
 use crate::cuda::backend::CudaBackend;
 use crate::global::Global;
 use crate::pool::Pool;
@@ -18,7 +18,7 @@ fn for_device<T>(
     device: u32,
     f: impl FnOnce() -> T,
 ) -> Result<T, c_int> {
-    let percentage = matches!(pool.settings().threshold, Threshold::Fraction(_));
+    let percentage = matches!(pool.settings().threshold, DeviceBytes::Fraction(_));
     if percentage && !pool.used_devices().contains(&device) {
         on_device(&g.runtime, device, f)
     } else {

@@ -178,6 +178,9 @@ pub struct OomEvent {
     pub released: u64,
     /// Whether it fenced to make pending blocks reusable first.
     pub fenced: bool,
+    /// The pool's limit (`GPUPOOL_LIMIT`) refused a segment the retry asked for: the driver
+    /// may have had the memory.
+    pub limited: bool,
     pub memory: Option<MemorySample>,
 }
 
@@ -237,6 +240,12 @@ pub struct DevicePool {
     trace: Option<TraceBuf>,
     /// Cached bytes to keep; above it whole free segments go back to the driver.
     pub threshold: u64,
+    /// The most bytes this pool may reserve (`GPUPOOL_LIMIT`; `u64::MAX`: none). A segment
+    /// that would take it past is refused as the driver refuses one, so the out-of-memory
+    /// ladder (release, retry smaller) runs as it does for the driver.
+    pub limit: u64,
+    /// The limit refused a segment since the out-of-memory retry began.
+    limit_refused: bool,
     /// The device's memory as last sampled.
     pub memory: Option<MemorySample>,
     /// The first sample: what was in use outside the pool when it began (the CUDA context,
@@ -306,6 +315,8 @@ impl DevicePool {
             barriered_seen: 0,
             trace: None,
             threshold,
+            limit: u64::MAX,
+            limit_refused: false,
             memory: None,
             memory_first: None,
             last_oom: None,
@@ -642,6 +653,7 @@ impl DevicePool {
         // Out of memory: take back what thread caches hold, make every cached block safe, give
         // whole free segments back, retry.
         self.stats.oom_retries += 1;
+        self.limit_refused = false;
         if self.lent > 0 {
             if let Some(l) = self.lenders.clone() {
                 l.reclaim(self, seqs);
@@ -682,6 +694,7 @@ impl DevicePool {
             segment: exact,
             released,
             fenced,
+            limited: self.limit_refused,
             memory: self.memory,
         });
         Err(CudaError::MEMORY_ALLOCATION)
@@ -1425,6 +1438,11 @@ impl DevicePool {
         size: u64,
         backend: &dyn Backend,
     ) -> Result<u32, CudaError> {
+        if self.stats.reserved.current.saturating_add(size) > self.limit {
+            self.limit_refused = true;
+            self.stats.limit_refusals += 1;
+            return Err(CudaError::MEMORY_ALLOCATION);
+        }
         let t = Instant::now();
         let r = backend.alloc_segment(self.device, size);
         self.stats.real_mallocs += 1;
@@ -1594,6 +1612,17 @@ impl DevicePool {
         self.promote(seqs);
         self.record(Kind::EmptyCache, 0, 0, 0, 0);
         self.release_segments(backend, 0, Release::EmptyCache)
+    }
+
+    /// Set the most bytes this pool may reserve (applied to the next segment).
+    pub fn set_limit(&mut self, bytes: u64) {
+        self.limit = bytes;
+        self.record(Kind::Limit, bytes, 0, 0, 0);
+    }
+
+    /// Bytes of segments that hold no live or lent block: what a release could give back now.
+    pub fn idle_bytes(&self) -> u64 {
+        self.idle_bytes
     }
 
     /// Change the release threshold (applied at the next operation).

@@ -25,7 +25,7 @@ pub use device::{DevicePool, LiveBlock, MemorySample, Need, OomEvent, Policy, Re
 pub use stats::DeviceStats;
 pub use trace::TraceSink;
 
-use crate::config::{ReuseMode, Threshold};
+use crate::config::{DeviceBytes, ReuseMode};
 
 /// Allocations under a device's lock over which `Settings::cache_contention` is counted.
 const CONTENTION_WINDOW: u64 = 1 << 16;
@@ -270,7 +270,9 @@ pub enum FreeOutcome {
 #[derive(Clone)]
 pub struct Settings {
     pub reuse: ReuseMode,
-    pub threshold: Threshold,
+    pub threshold: DeviceBytes,
+    /// The most bytes the pool reserves on each device (`GPUPOOL_LIMIT`).
+    pub limit: DeviceBytes,
     pub policy: Policy,
     /// Where the allocation trace goes, when there is one.
     pub trace: Option<Arc<dyn TraceSink>>,
@@ -335,6 +337,10 @@ impl<B: Backend> Pool<B> {
                     pool.note_nonblocking_stream();
                 }
             }
+            let limit = self.resolve(self.settings.limit, device);
+            if limit != u64::MAX {
+                pool.set_limit(limit);
+            }
             let caches = Arc::new(tcache::Registry::default());
             pool.set_lenders(Arc::clone(&caches) as Arc<dyn device::Lenders>);
             DeviceSlot {
@@ -350,21 +356,49 @@ impl<B: Backend> Pool<B> {
     /// The threshold `device` starts with: the run-time override, or the configured one.
     fn initial_threshold(&self, device: u32) -> u64 {
         match self.threshold_override.load(Ordering::Relaxed) {
-            NO_OVERRIDE => self.resolve_threshold(device),
+            NO_OVERRIDE => self.resolve(self.settings.threshold, device),
             // `set_threshold(u64::MAX)` (keep everything) is stored just below the sentinel.
             t if t >= NO_OVERRIDE - 1 => u64::MAX,
             t => t,
         }
     }
 
-    fn resolve_threshold(&self, device: u32) -> u64 {
-        match self.settings.threshold {
-            Threshold::Fraction(_) => match self.backend.memory_info(device) {
-                Ok((_, total)) => self.settings.threshold.resolve(total),
+    /// `amount` in bytes on `device` (a fraction asks the driver for the device's size; no
+    /// answer, no bound).
+    fn resolve(&self, amount: DeviceBytes, device: u32) -> u64 {
+        match amount {
+            DeviceBytes::Fraction(_) => match self.backend.memory_info(device) {
+                Ok((_, total)) => amount.resolve(total),
                 Err(_) => u64::MAX,
             },
-            t => t.resolve(0),
+            a => a.resolve(0),
         }
+    }
+
+    /// The most bytes the pool reserves on `device` (`u64::MAX`: no limit).
+    pub fn limit(&self, device: u32) -> u64 {
+        match self.existing(device) {
+            Some(slot) => Self::lock(slot).limit,
+            None => self.resolve(self.settings.limit, device),
+        }
+    }
+
+    /// What `cudaMemGetInfo` tells the program of `device`, from the driver's `free` and
+    /// `total`: the memory it could get, as without the pool. Whole free segments count as free
+    /// (the pool gives them back before it reports out-of-memory), so the thread caches first
+    /// return their free blocks; free pieces of segments that hold live blocks do not. Under a
+    /// limit the device looks the limit's size.
+    pub fn memory_for_program(&self, device: u32, free: u64, total: u64) -> (u64, u64) {
+        let (reserved, idle, limit) = match self.existing(device) {
+            Some(slot) => {
+                let mut p = Self::lock(slot);
+                slot.caches.sweep_orphans(&mut p, &slot.seqs);
+                slot.caches.reclaim(&mut p, &slot.seqs);
+                (p.stats.reserved.current, p.idle_bytes(), p.limit)
+            }
+            None => (0, 0, self.settings.limit.resolve(total)),
+        };
+        program_memory(free, total, reserved, idle, limit)
     }
 
     fn existing(&self, device: u32) -> Option<&DeviceSlot> {
@@ -1095,6 +1129,7 @@ impl<B: Backend> Pool<B> {
             pending,
             largest_free,
             threshold: p.threshold,
+            limit: p.limit,
             memory: p.memory,
             memory_first: p.memory_first,
             last_oom: p.last_oom,
@@ -1199,6 +1234,8 @@ pub struct DeviceSnapshot {
     pub pending: u64,
     pub largest_free: u64,
     pub threshold: u64,
+    /// The most bytes the pool reserves on the device (`u64::MAX`: no limit).
+    pub limit: u64,
     pub memory: Option<MemorySample>,
     /// The device's first memory sample (`DevicePool::memory_first`).
     pub memory_first: Option<MemorySample>,
@@ -1207,6 +1244,18 @@ pub struct DeviceSnapshot {
 
 #[cfg(test)]
 mod tests;
+
+/// `Pool::memory_for_program` on figures: the driver's `free` and `total`, the pool's
+/// `reserved` bytes, `idle` of them in whole free segments, and its `limit`.
+pub fn program_memory(free: u64, total: u64, reserved: u64, idle: u64, limit: u64) -> (u64, u64) {
+    let free = free.saturating_add(idle).min(total);
+    if limit == u64::MAX {
+        return (free, total);
+    }
+    let within = limit.saturating_sub(reserved.saturating_sub(idle));
+    let total = total.min(limit);
+    (free.min(within).min(total), total)
+}
 
 /// What a free must wait for before its block is reused, by reuse mode and how it was freed.
 pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Need {

@@ -29,6 +29,8 @@ pub struct Overrides {
     pub reuse: Option<ReuseMode>,
     /// Device capacity for the pool's segments (the driver refuses beyond it).
     pub capacity: Option<u64>,
+    /// The pool's limit (`GPUPOOL_LIMIT`): the most bytes it reserves on each device.
+    pub limit: Option<u64>,
     /// Replay every allocation and free as made on one stream (`gpupool_malloc_async` and
     /// `gpupool_free_async` on the legacy stream), as PyTorch's pluggable allocator makes them.
     pub one_stream: bool,
@@ -41,6 +43,7 @@ impl Overrides {
             || self.fence_bytes.is_some()
             || self.reuse.is_some()
             || self.capacity.is_some()
+            || self.limit.is_some()
             || self.one_stream
     }
 }
@@ -50,8 +53,11 @@ impl Overrides {
 pub struct DeviceResult {
     pub device: u8,
     pub stats: DeviceStats,
-    /// Requests the live run served and the replay could not (out of memory under a capacity).
+    /// Requests the live run served and the replay could not (out of memory under a capacity
+    /// or a limit).
     pub failed: u64,
+    /// The pool's limit at the end of the replay (`u64::MAX`: none).
+    pub limit: u64,
     /// Whether the replay took a decision the live run did not (only possible with overrides or
     /// a trace from threads racing on one device).
     pub diverged: bool,
@@ -193,6 +199,9 @@ impl DeviceReplay {
             pool: {
                 let mut p = DevicePool::new(device as u32, threshold);
                 p.stream_reuse = o.reuse.unwrap_or(recorded_reuse) == ReuseMode::Relaxed;
+                if let Some(limit) = o.limit {
+                    p.set_limit(limit);
+                }
                 p
             },
             backend: ReplayBackend {
@@ -271,6 +280,7 @@ impl DeviceReplay {
                 self.pool.empty_cache(&self.backend, &self.seqs);
             }
             Kind::Threshold if o.threshold.is_none() => self.pool.set_threshold(r.a),
+            Kind::Limit if o.limit.is_none() => self.pool.set_limit(r.a),
             Kind::NonBlockingStream => self.nonblocking_seen = true,
             Kind::Reset => {
                 self.pool.forget_all();
@@ -282,6 +292,7 @@ impl DeviceReplay {
             // Decisions the replay takes again itself.
             Kind::Settings
             | Kind::Threshold
+            | Kind::Limit
             | Kind::SegmentAlloc
             | Kind::SegmentRefused
             | Kind::SegmentFree
@@ -324,6 +335,7 @@ pub fn replay(records: &[Record], overrides: &Overrides) -> Vec<DeviceResult> {
                 device,
                 stats: d.pool.stats.clone(),
                 failed: d.failed,
+                limit: d.pool.limit,
                 diverged,
             }
         })

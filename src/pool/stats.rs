@@ -97,6 +97,8 @@ pub struct DeviceStats {
     pub ooms: u64,
     /// Bytes released to make room when the driver said out-of-memory.
     pub oom_released_bytes: u64,
+    /// Segments the pool's limit (`GPUPOOL_LIMIT`) refused before asking the driver.
+    pub limit_refusals: u64,
     /// Device fences the pool took itself, and the time they blocked the host.
     pub fences: u64,
     pub fence_ns: u64,
@@ -141,6 +143,7 @@ impl Default for DeviceStats {
             oom_recovered: 0,
             ooms: 0,
             oom_released_bytes: 0,
+            limit_refusals: 0,
             fences: 0,
             fence_ns: 0,
             observed_fences: 0,

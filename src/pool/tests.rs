@@ -85,12 +85,13 @@ impl Backend for Model {
 
 const MIB: u64 = 1 << 20;
 
-fn pool_with(reuse: ReuseMode, threshold: Threshold, capacity: u64) -> Pool<Model> {
+fn pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<Model> {
     Pool::new(
         Model::with_capacity(capacity),
         Settings {
             reuse,
             threshold,
+            limit: DeviceBytes::Unbounded,
             policy: Policy {
                 max_split_size: u64::MAX,
                 fence_bytes: 64 * MIB,
@@ -103,7 +104,7 @@ fn pool_with(reuse: ReuseMode, threshold: Threshold, capacity: u64) -> Pool<Mode
 }
 
 fn relaxed() -> Pool<Model> {
-    pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 80 << 30)
+    pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30)
 }
 
 fn stats(p: &Pool<Model>, d: u32) -> DeviceStats {
@@ -220,7 +221,7 @@ fn a_new_largest_request_gets_room_to_grow() {
     }
     p.check().unwrap();
     // With a release threshold, segments are never rounded up for growth.
-    let t = pool_with(ReuseMode::Relaxed, Threshold::Bytes(1 << 40), 80 << 30);
+    let t = pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(1 << 40), 80 << 30);
     t.alloc(0, 600 * MIB).unwrap();
     assert_eq!(stats(&t, 0).reserved.current, 600 * MIB);
     // Nor with a maximum split size.
@@ -228,7 +229,8 @@ fn a_new_largest_request_gets_room_to_grow() {
         Model::with_capacity(80 << 30),
         Settings {
             reuse: ReuseMode::Relaxed,
-            threshold: Threshold::KeepAll,
+            threshold: DeviceBytes::Unbounded,
+            limit: DeviceBytes::Unbounded,
             policy: Policy {
                 max_split_size: 256 * MIB,
                 fence_bytes: 64 * MIB,
@@ -242,7 +244,7 @@ fn a_new_largest_request_gets_room_to_grow() {
     assert_eq!(stats(&m, 0).reserved.current, 600 * MIB);
     // Near the capacity, a refused rounded segment is asked for again at the exact size
     // before anything cached is released.
-    let q = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 700 * MIB);
+    let q = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 700 * MIB);
     let s = q.alloc(0, 10 * MIB).unwrap();
     q.free(s, FreeKind::Sync, None);
     q.alloc(0, 600 * MIB).unwrap();
@@ -287,7 +289,7 @@ fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
     // Strict mode: the outgrown segment's block still waits for a fence (the budget is larger
     // than the block); the release (a real cudaFree, which waits for the device) takes it along
     // and the pending accounting stays exact.
-    let mut q = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut q = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     q.settings.policy.fence_bytes = 4 << 30;
     let a = q.alloc(0, 600 * MIB).unwrap();
     q.free(a, FreeKind::Sync, None);
@@ -300,7 +302,7 @@ fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
 
     // With a release threshold (which gives idle segments back itself) records neither round
     // up nor release.
-    let t = pool_with(ReuseMode::Relaxed, Threshold::Bytes(1 << 40), 80 << 30);
+    let t = pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(1 << 40), 80 << 30);
     let a = t.alloc(0, 600 * MIB).unwrap();
     t.free(a, FreeKind::Sync, None);
     t.alloc(0, 1000 * MIB).unwrap();
@@ -359,7 +361,7 @@ fn free_blocks_in_thread_caches_do_not_keep_an_outgrown_segment() {
 #[test]
 fn an_out_of_memory_report_counts_what_the_outgrown_release_gave_back() {
     // Found in review: the report said nothing was released before the failure.
-    let p = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 1800 * MIB);
+    let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 1800 * MIB);
     let a = p.alloc(0, 600 * MIB).unwrap(); // 768 MiB segment
     let _k = p.alloc(0, 700 * MIB).unwrap();
     p.free(a, FreeKind::Sync, None);
@@ -397,7 +399,7 @@ fn a_block_a_barrier_made_reusable_serves_the_request_that_took_it() {
     // where the fit that followed did not look, and the pool grew beside it. The same with a
     // fence in strict mode (a budget the one block reaches).
     for (mode, budget) in [(ReuseMode::Barrier, 64 * MIB), (ReuseMode::Strict, MIB)] {
-        let mut p = pool_with(mode, Threshold::KeepAll, 80 << 30);
+        let mut p = pool_with(mode, DeviceBytes::Unbounded, 80 << 30);
         p.settings.policy.fence_bytes = budget;
         // A whole small segment of 1 MiB blocks: the next one would need a new segment.
         let a = p.alloc(0, MIB).unwrap();
@@ -460,7 +462,7 @@ fn freed_neighbours_merge_back_into_one_block() {
 
 #[test]
 fn threshold_releases_whole_free_segments_at_the_next_operation() {
-    let p = pool_with(ReuseMode::Relaxed, Threshold::Bytes(256 * MIB), 80 << 30);
+    let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(256 * MIB), 80 << 30);
     let v: Vec<Addr> = (0..16).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
     assert_eq!(p.backend().live_bytes(0), 1024 * MIB);
     for a in v {
@@ -493,7 +495,7 @@ fn without_threshold_everything_stays_cached() {
 
 #[test]
 fn percentage_threshold_uses_device_memory() {
-    let p = pool_with(ReuseMode::Relaxed, Threshold::Fraction(0.25), 1 << 30);
+    let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Fraction(0.25), 1 << 30);
     p.alloc(0, 512).unwrap();
     assert_eq!(p.device_stats(0).unwrap().threshold, 256 * MIB);
 }
@@ -501,7 +503,7 @@ fn percentage_threshold_uses_device_memory() {
 #[test]
 fn out_of_memory_releases_cache_and_retries() {
     // Strict mode: freed blocks wait for a fence, so recovery must fence, release, retry.
-    let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 64 * MIB);
+    let p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 64 * MIB);
     let v: Vec<Addr> = (0..56).map(|_| p.alloc(0, MIB).unwrap()).collect();
     for a in v {
         p.free(a, FreeKind::Sync, None);
@@ -521,7 +523,7 @@ fn out_of_memory_releases_cache_and_retries() {
 
 #[test]
 fn out_of_memory_is_reported_and_the_pool_stays_usable() {
-    let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 64 * MIB);
+    let p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 64 * MIB);
     let a = p.alloc(0, 32 * MIB).unwrap();
     assert_eq!(p.alloc(0, 48 * MIB), Err(CudaError::MEMORY_ALLOCATION));
     assert_eq!(stats(&p, 0).ooms, 1);
@@ -535,7 +537,7 @@ fn out_of_memory_is_reported_and_the_pool_stays_usable() {
 fn exact_size_fallback_when_the_segment_would_not_fit() {
     // 3 MiB capacity: a 1.5 MiB request would take a 20 MiB medium segment; only the exact size
     // fits.
-    let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 3 * MIB);
+    let p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 3 * MIB);
     assert!(p.alloc(0, 3 * MIB / 2).is_ok());
     assert_eq!(stats(&p, 0).reserved.current, 3 * MIB / 2);
 }
@@ -561,7 +563,7 @@ fn sizes_near_the_maximum_are_out_of_memory() {
 
 #[test]
 fn strict_mode_never_reuses_before_a_fence() {
-    let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     let a = p.alloc(0, 4096).unwrap();
     p.free(a, FreeKind::Sync, None);
     let b = p.alloc(0, 4096).unwrap();
@@ -578,7 +580,7 @@ fn strict_mode_never_reuses_before_a_fence() {
 
 #[test]
 fn strict_mode_fences_once_pending_memory_reaches_the_budget() {
-    let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     // 64 MiB of frees wait for a fence, then the next miss takes one and reuses.
     let v: Vec<Addr> = (0..8).map(|_| p.alloc(0, 8 * MIB).unwrap()).collect();
     for a in &v {
@@ -594,7 +596,7 @@ fn strict_mode_fences_once_pending_memory_reaches_the_budget() {
 
 #[test]
 fn a_fence_does_not_cover_frees_made_after_it_started() {
-    let p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     let a = p.alloc(0, 4096).unwrap();
     let seq = p.seq_before_sync(0);
     p.free(a, FreeKind::Sync, None);
@@ -604,7 +606,7 @@ fn a_fence_does_not_cover_frees_made_after_it_started() {
 
 #[test]
 fn barrier_mode_issues_one_barrier_for_many_blocks() {
-    let p = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
+    let p = pool_with(ReuseMode::Barrier, DeviceBytes::Unbounded, 80 << 30);
     // 12 MiB blocks each have a segment of their own.
     let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 12 * MIB).unwrap()).collect();
     for a in &v {
@@ -627,7 +629,7 @@ fn barrier_mode_issues_one_barrier_for_many_blocks() {
 
 #[test]
 fn barrier_mode_falls_back_to_fences_after_a_nonblocking_stream() {
-    let p = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
+    let p = pool_with(ReuseMode::Barrier, DeviceBytes::Unbounded, 80 << 30);
     p.note_nonblocking_stream();
     let a = p.alloc(0, 4096).unwrap();
     p.free(a, FreeKind::Sync, None);
@@ -725,7 +727,7 @@ fn a_stream_served_by_its_own_frees_does_not_grow_the_pending_queues() {
 #[test]
 fn stream_reuse_is_for_relaxed_mode_only() {
     for reuse in [ReuseMode::Strict, ReuseMode::Barrier] {
-        let p = pool_with(reuse, Threshold::KeepAll, 80 << 30);
+        let p = pool_with(reuse, DeviceBytes::Unbounded, 80 << 30);
         let a = p.alloc_on(0, 4096, Some(5)).unwrap();
         p.free(a, on(5, true), Some(0));
         assert_ne!(p.alloc_on(0, 4096, Some(5)).unwrap(), a, "{reuse:?}");
@@ -928,7 +930,9 @@ fn a_per_device_threshold_is_traced_and_replayed() {
 #[test]
 fn a_request_just_under_the_split_cap_reuses_its_own_segment() {
     for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
-        let mut s = pool_with(reuse, Threshold::KeepAll, 1).settings().clone();
+        let mut s = pool_with(reuse, DeviceBytes::Unbounded, 1)
+            .settings()
+            .clone();
         s.policy.max_split_size = 128 * MIB;
         let p = Pool::new(Model::with_capacity(1 << 30), s);
         let req = 127 * MIB + MIB / 2;
@@ -959,7 +963,9 @@ fn a_request_just_under_the_split_cap_reuses_its_own_segment() {
 fn a_barrier_replay_fences_once_the_trace_says_a_non_blocking_stream_was_made() {
     let run = |reuse: ReuseMode| {
         let sink = Arc::new(MemoryTrace(Mutex::new(trace::MAGIC.to_vec())));
-        let mut settings = pool_with(reuse, Threshold::KeepAll, 1).settings().clone();
+        let mut settings = pool_with(reuse, DeviceBytes::Unbounded, 1)
+            .settings()
+            .clone();
         settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
         let p = Pool::new(Model::with_capacity(80 << 30), settings);
         let churn = |rounds: usize| {
@@ -1152,7 +1158,7 @@ fn device_reset_forgets_without_freeing() {
 
 #[test]
 fn accounting_identities_hold_under_churn() {
-    let p = pool_with(ReuseMode::Strict, Threshold::Bytes(64 * MIB), 2 << 30);
+    let p = pool_with(ReuseMode::Strict, DeviceBytes::Bytes(64 * MIB), 2 << 30);
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next = || {
         rng ^= rng << 13;
@@ -1197,7 +1203,11 @@ fn accounting_identities_hold_under_churn() {
 
 #[test]
 fn threads_share_a_pool_without_handing_out_a_block_twice() {
-    let p = Arc::new(pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 80 << 30));
+    let p = Arc::new(pool_with(
+        ReuseMode::Relaxed,
+        DeviceBytes::Unbounded,
+        80 << 30,
+    ));
     let handles: Vec<_> = (0..8u64)
         .map(|t| {
             let p = Arc::clone(&p);
@@ -1228,7 +1238,7 @@ fn threads_share_a_pool_without_handing_out_a_block_twice() {
 
 #[test]
 fn per_device_thresholds_and_keep_all_overrides() {
-    let p = pool_with(ReuseMode::Relaxed, Threshold::Bytes(8 * MIB), 1 << 30);
+    let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(8 * MIB), 1 << 30);
     assert_eq!(
         p.threshold(3),
         8 * MIB,
@@ -1262,7 +1272,9 @@ fn pool_cache(capacity: u64, thread_cache: u64) -> Pool<Model> {
 /// `pool_cache` in `reuse` mode (thread caches start with the second thread: no contention
 /// needed, `cache_contention` 0).
 fn pool_cache_in(reuse: ReuseMode, capacity: u64, thread_cache: u64) -> Pool<Model> {
-    let mut s = pool_with(reuse, Threshold::KeepAll, 1).settings().clone();
+    let mut s = pool_with(reuse, DeviceBytes::Unbounded, 1)
+        .settings()
+        .clone();
     s.thread_cache = thread_cache;
     let p = Pool::new(Model::with_capacity(capacity), s);
     let a = p.alloc(0, 4096).unwrap();
@@ -1281,7 +1293,7 @@ fn shared_relaxed(capacity: u64) -> Pool<Model> {
 
 #[test]
 fn thread_caches_start_with_a_second_allocating_thread() {
-    let p = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 80 << 30);
+    let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30);
     for _ in 0..10 {
         let a = p.alloc(0, 4096).unwrap();
         p.free(a, FreeKind::Sync, Some(0));
@@ -1314,7 +1326,7 @@ fn thread_caches_are_off_while_tracing() {
         fn write(&self, _: &[u8]) {}
     }
     let sink: Arc<dyn TraceSink> = Arc::new(Discard);
-    let mut settings = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 1)
+    let mut settings = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 1)
         .settings()
         .clone();
     settings.trace = Some(sink);
@@ -1329,7 +1341,7 @@ fn thread_caches_are_off_while_tracing() {
 #[test]
 fn a_threads_own_fence_is_not_counted_as_a_program_sync() {
     // Found in review: the summary's "program syncs used" counted the caches' own fences.
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.policy.fence_bytes = 2 * MIB;
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // caches on
@@ -1351,7 +1363,7 @@ fn a_strict_thread_cache_keeps_at_most_its_bound_of_reusable_blocks() {
     // Found in review: blocks a fence made reusable went to the ready lists whatever the bound.
     // They may stay up to twice the bound or the thread's fence share, whichever is larger
     // (`Pool::cache_keep`).
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.policy.fence_bytes = 64 * MIB;
     p.settings.thread_cache = 8 * MIB;
     on_thread(|| p.alloc(0, 4096).unwrap());
@@ -1413,7 +1425,7 @@ fn in_strict_mode_thread_caches_wait_for_contention() {
     // Two threads that take turns (PyTorch's forward and backward threads do): no caches in
     // strict mode, which would only add fences; in relaxed mode, caches at once.
     for (reuse, cached) in [(ReuseMode::Strict, false), (ReuseMode::Relaxed, true)] {
-        let mut p = pool_with(reuse, Threshold::KeepAll, 80 << 30);
+        let mut p = pool_with(reuse, DeviceBytes::Unbounded, 80 << 30);
         p.settings.cache_contention = tcache::CONTENTION;
         on_thread(|| p.alloc(0, 4096).unwrap());
         for _ in 0..2000 {
@@ -1424,7 +1436,7 @@ fn in_strict_mode_thread_caches_wait_for_contention() {
     }
     // Once a second thread allocated, each allocation by another thread than the last counts;
     // once the count reaches the setting, caches start.
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.cache_contention = 4;
     let turn = |p: &Pool<Model>| {
         let a = p.alloc(0, 4096).unwrap();
@@ -1489,7 +1501,7 @@ fn in_strict_mode_long_waits_for_the_device_lock_start_thread_caches() {
 
     // Through the pool: a thread that waits for the device's lock (held here) while it
     // allocates, for longer each try until the waiting thread was there to wait.
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.cache_contention = u64::MAX; // changes of hands alone never start them
     let turn = |p: &Pool<Model>| {
         let a = p.alloc(0, 4096).unwrap();
@@ -1520,7 +1532,7 @@ fn time_behind_the_pools_own_fence_is_not_counted_as_waiting() {
     // Found in review: a thread that waited for the device's lock while the holder synchronized
     // the device under it (a fence before growing) counted the wait, so two threads that take
     // turns could start caches in strict mode. The holder's time in the backend is left out.
-    let mut s = pool_with(ReuseMode::Strict, Threshold::KeepAll, 1)
+    let mut s = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 1)
         .settings()
         .clone();
     s.cache_contention = u64::MAX; // the waiting alone decides
@@ -1575,7 +1587,7 @@ fn time_behind_the_pools_own_fence_is_not_counted_as_waiting() {
 fn a_fence_budget_of_none_with_thread_caches_does_not_overflow() {
     // Found in review: `GPUPOOL_FENCE_BYTES=none` (u64::MAX) doubled in the cache's keep and
     // give-back bounds overflowed (a panic in a debug build, every cached call failing).
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.policy.fence_bytes = u64::MAX;
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // caches on, this thread's the only one
@@ -1592,7 +1604,7 @@ fn a_fence_budget_of_none_with_thread_caches_does_not_overflow() {
 
 #[test]
 fn in_strict_mode_a_cached_block_waits_for_a_fence_in_its_cache() {
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.policy.fence_bytes = 1 << 30; // no fence of the pool's own in this test
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // a second thread: caches on
@@ -1619,7 +1631,7 @@ fn in_strict_mode_a_cached_block_waits_for_a_fence_in_its_cache() {
 
 #[test]
 fn a_thread_whose_cache_holds_its_fence_share_fences_itself() {
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.policy.fence_bytes = 2 * MIB; // one cache, which holds the whole budget below
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap();
@@ -1673,7 +1685,7 @@ fn a_thread_fences_itself_only_once_the_caches_together_hold_the_budget() {
     // Two caches, shares of 2 MiB: a thread holding its share waiting does not fence while the
     // caches together hold less than the budget (so that each fence covers about a budget, as
     // the device's do); once the other thread's cache holds its share too, it does.
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.policy.fence_bytes = 4 * MIB;
     // Reusable room in the device first: the caches' misses below never make it grow (which
     // would take back what the caches hold waiting).
@@ -1737,7 +1749,7 @@ fn a_miss_takes_blocks_of_its_size_from_another_threads_cache_and_nothing_else()
     // The device has no 4 MiB block left; another thread's cache keeps five reusable, besides
     // blocks of other sizes and blocks still waiting for a fence. A miss of 4 MiB takes half of
     // the five (no growth, no fence) and leaves the rest of that cache as it was.
-    let mut p = pool_with(ReuseMode::Strict, Threshold::KeepAll, 80 << 30);
+    let mut p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     p.settings.policy.fence_bytes = 1 << 30; // no fence of the pool's own
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // caches on
@@ -1839,7 +1851,9 @@ const HAZARD_ITERS: u64 = 50_000;
 /// then a program synchronization. No allocation may overlap a busy range; the counts end at
 /// zero.
 fn hazard_stress(reuse: ReuseMode, threads: u64, iters: u64) {
-    let mut s = pool_with(reuse, Threshold::KeepAll, 1).settings().clone();
+    let mut s = pool_with(reuse, DeviceBytes::Unbounded, 1)
+        .settings()
+        .clone();
     s.policy.fence_bytes = 8 * MIB;
     s.cache_contention = 0;
     let p = Arc::new(Pool::new(Hazard::default(), s));
@@ -2191,7 +2205,7 @@ fn in_barrier_mode_a_thread_takes_a_barrier_for_its_cache() {
     // Blocks freed into a cache wait for a barrier; a barrier costs no host wait, so a miss
     // with enough bytes waiting for one (`tcache::BARRIER_BATCH`) takes one itself, without the
     // device's lock, and reuses them.
-    let p = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
+    let p = pool_with(ReuseMode::Barrier, DeviceBytes::Unbounded, 80 << 30);
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // caches on
     let size = 256 << 10;
@@ -2223,7 +2237,7 @@ fn in_barrier_mode_a_thread_takes_a_barrier_for_its_cache() {
 fn a_thread_takes_barriers_for_its_cache_in_batches_and_not_behind_a_fence() {
     // Found in review: a thread that freed and allocated one block in turn took a barrier (a
     // driver call) on every allocation.
-    let p = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
+    let p = pool_with(ReuseMode::Barrier, DeviceBytes::Unbounded, 80 << 30);
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // caches on
     for _ in 0..2000 {
@@ -2234,7 +2248,7 @@ fn a_thread_takes_barriers_for_its_cache_in_batches_and_not_behind_a_fence() {
     assert!(all <= 2000 / 4, "{all} barriers for 2000 allocations");
     // A block that waits for a fence first in line (a free on a non-blocking stream): a
     // barrier would make nothing reusable, so the thread takes none.
-    let q = pool_with(ReuseMode::Barrier, Threshold::KeepAll, 80 << 30);
+    let q = pool_with(ReuseMode::Barrier, DeviceBytes::Unbounded, 80 << 30);
     on_thread(|| q.alloc(0, 4096).unwrap());
     q.alloc(0, 4096).unwrap();
     let f = q.alloc(0, 4096).unwrap();
@@ -2260,7 +2274,11 @@ fn a_thread_takes_barriers_for_its_cache_in_batches_and_not_behind_a_fence() {
 
 #[test]
 fn thread_caches_account_exactly_with_cross_thread_frees_and_exits() {
-    let p = Arc::new(pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 80 << 30));
+    let p = Arc::new(pool_with(
+        ReuseMode::Relaxed,
+        DeviceBytes::Unbounded,
+        80 << 30,
+    ));
     let queue = Arc::new(Mutex::new(Vec::<(Addr, u32)>::new()));
     let handles: Vec<_> = (0..6u64)
         .map(|t| {
@@ -2656,7 +2674,7 @@ fn trace_stream_numbers_saturate_past_16383_streams() {
 #[test]
 fn random_stream_traffic_never_hands_a_block_to_another_stream_early() {
     for seed in 0..400u64 {
-        let p = pool_with(ReuseMode::Relaxed, Threshold::KeepAll, 4 << 30);
+        let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 4 << 30);
         let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut next = || {
             rng ^= rng << 13;
@@ -2769,4 +2787,43 @@ fn small_requests_fill_a_small_segment_whatever_the_max_split_size() {
         assert_eq!(stats(&p, 0).real_mallocs, 1, "max_split_size {mss}");
         p.check().unwrap();
     }
+}
+
+/// What `cudaMemGetInfo` tells the program: whole free segments count as free, also those
+/// whose free blocks sit in thread caches; a segment with a live block does not; under a
+/// limit the device looks the limit's size.
+#[test]
+fn the_program_sees_whole_free_segments_as_free_memory() {
+    let p = shared_relaxed(1 << 30);
+    let driver = |p: &Pool<Model>| p.backend().memory_info(0).unwrap();
+    // Another thread's cache, alive, holds the free blocks of a whole small segment.
+    let fill = |p: &Pool<Model>| {
+        let blocks: Vec<Addr> = (0..16).map(|_| p.alloc(0, 200_000).unwrap()).collect();
+        for a in blocks {
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+    };
+    beside_a_second_cache(&p, fill, || {
+        let (free, total) = driver(&p);
+        assert!(free < total);
+        assert_eq!(p.memory_for_program(0, free, total), (total, total));
+    });
+    assert!(stats(&p, 0).thread_cache_borrowed > 0);
+    // A live block keeps its segment: the rest of that segment is not free to the program.
+    let a = p.alloc(0, 200_000).unwrap();
+    let (free, total) = driver(&p);
+    assert_eq!(p.memory_for_program(0, free, total), (free, total));
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    // Under a limit: the limit's size, less what live blocks' segments hold.
+    assert_eq!(
+        program_memory(free, total, 4 * MIB, 0, 64 * MIB),
+        (60 * MIB, 64 * MIB)
+    );
+    assert_eq!(
+        program_memory(free, total, 4 * MIB, 4 * MIB, 64 * MIB),
+        (64 * MIB, 64 * MIB)
+    );
+    // The driver's free memory bounds it too, and a limit above the device changes nothing.
+    assert_eq!(program_memory(MIB, total, 0, 0, 64 * MIB), (MIB, 64 * MIB));
+    assert_eq!(program_memory(MIB, total, 0, 0, u64::MAX - 1), (MIB, total));
 }

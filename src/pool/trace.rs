@@ -62,6 +62,9 @@ pub enum Kind {
     /// happens or after `Settings` for a device used later): from here on, `barrier` mode makes
     /// every free wait for a fence, as `need_for` says.
     NonBlockingStream = 14,
+    /// The pool's limit (`GPUPOOL_LIMIT`): `a` bytes it may reserve on the device. Recorded
+    /// after `Settings` when a limit is in force.
+    Limit = 15,
 }
 
 impl Kind {
@@ -83,6 +86,7 @@ impl Kind {
             12 => Threshold,
             13 => Reset,
             14 => NonBlockingStream,
+            15 => Limit,
             _ => return None,
         })
     }

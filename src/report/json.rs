@@ -41,6 +41,11 @@ fn device(d: &DeviceReport) -> String {
     } else {
         d.snap.threshold.to_string()
     };
+    let limit = if d.snap.limit == u64::MAX {
+        "null".to_string()
+    } else {
+        d.snap.limit.to_string()
+    };
     let memory = match d.snap.memory {
         Some(m) => format!(
             "{{\"total_bytes\":{},\"free_bytes\":{},\"outside_pool_bytes\":{}}}",
@@ -70,6 +75,7 @@ fn device(d: &DeviceReport) -> String {
     format!(
         concat!(
             "{{\"device\":{},\"release_threshold_bytes\":{},",
+            "\"limit_bytes\":{},\"limit_refusals\":{},",
             "\"requested_bytes\":{},\"allocated_bytes\":{},\"reserved_bytes\":{},",
             "\"live_blocks\":{},\"segments\":{},",
             "\"cached_bytes\":{},\"cached_free_bytes\":{},\"pending_bytes\":{},",
@@ -89,6 +95,8 @@ fn device(d: &DeviceReport) -> String {
         ),
         d.snap.device,
         threshold,
+        limit,
+        s.limit_refusals,
         gauge(&s.requested),
         gauge(&s.allocated),
         gauge(&s.reserved),

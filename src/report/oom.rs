@@ -66,11 +66,34 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
         d.fragmentation() * 100.0,
         bytes(d.snap.pending)
     );
+    let limited = d.snap.limit != u64::MAX;
+    if limited {
+        let _ = writeln!(
+            o,
+            "  limit      GPUPOOL_LIMIT lets the pool reserve {} on this device: {} more",
+            bytes(d.snap.limit),
+            bytes(d.snap.limit.saturating_sub(s.reserved.current))
+        );
+    }
+    // After the retry every whole free segment went back: what stays cached lies in segments
+    // that also hold live blocks, which the driver cannot take back while they live.
+    let stranded = d.snap.cached;
+    if oom.is_some() && stranded > 0 {
+        let _ = writeln!(
+            o,
+            "  stranded   {} free inside the {} segments that hold the {} live blocks (largest \
+             piece {}): no segment can go back to the driver while a block in it lives",
+            bytes(stranded),
+            s.segments.current,
+            s.blocks.current,
+            bytes(d.snap.largest_free)
+        );
+    }
     if let Some(e) = oom {
         let _ = writeln!(
             o,
             "  it tried   {}released {} of cached segments to the driver, then retried with a {} \
-             segment{} and with the runtime's own cudaMalloc",
+             segment{}{}",
             if e.fenced {
                 "waited for the device's in-flight work, "
             } else {
@@ -82,6 +105,11 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
                 format!(" and an exact {} one", bytes(e.requested))
             } else {
                 String::new()
+            },
+            if limited {
+                ""
+            } else {
+                " and with the runtime's own cudaMalloc"
             }
         );
     }
@@ -97,13 +125,38 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
     // What the device had for the pool: beside the CUDA context and whatever else was in use
     // when the pool began.
     let usable = total.saturating_sub(d.snap.memory_first.map_or(0, |m| m.outside_pool()));
-    if size > total {
+    let device_free = oom.and_then(|e| e.memory).map_or(0, |m| m.free);
+    let by_limit = oom.is_some_and(|e| e.limited);
+    // The memory is on the device, but in free pieces of segments that hold live blocks: the
+    // pool's packing, not the program's tensors, stands between the request and the memory.
+    let packing = !by_limit
+        && oom.is_some()
+        && d.snap.largest_free < size
+        && stranded.saturating_add(device_free) >= size;
+    if by_limit {
+        advice.push(format!(
+            "the pool's limit refused it (GPUPOOL_LIMIT, {} on this device; the driver may have \
+             the memory): raise the limit, or free tensors the program no longer needs",
+            bytes(d.snap.limit)
+        ));
+    } else if size > total {
         advice.push(format!(
             "the request alone is larger than the device's {}: split it",
             bytes(total)
         ));
     } else if s.allocated.current + size > usable {
         advice.push("the program's live allocations alone do not fit: smaller batches or model shards, or free tensors sooner (look for references kept across steps)".to_string());
+    } else if packing {
+        advice.push(format!(
+            "the pool's own packing is the cause, not the program's tensors: {} is free in \
+             pieces of segments that still hold live blocks ({} more on the device), and no \
+             piece fits; without the pool the driver would have that memory back. What helps now: \
+             free the live blocks that share those segments, request sizes that pack (requests \
+             of 1 to 10 MiB share 20 MiB segments: 5 or 10 MiB fill them, 7 MiB leaves 6 MiB \
+             over), or run this job with GPUPOOL_DISABLE=1 (every call straight to the driver)",
+            bytes(stranded),
+            bytes(device_free)
+        ));
     } else {
         advice.push(
             "free tensors the program no longer needs (references kept across steps are the usual leak)"

@@ -106,13 +106,19 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "gpupool_release_threshold_bytes",
         "gauge",
         "Cached bytes kept (+Inf: keep all).",
-        |d| {
-            if d.snap.threshold == u64::MAX {
-                f64::INFINITY
-            } else {
-                d.snap.threshold as f64
-            }
-        },
+        |d| unbounded_as_inf(d.snap.threshold),
+    ),
+    (
+        "gpupool_limit_bytes",
+        "gauge",
+        "The most bytes the pool reserves on the device, GPUPOOL_LIMIT (+Inf: no limit).",
+        |d| unbounded_as_inf(d.snap.limit),
+    ),
+    (
+        "gpupool_limit_refusals_total",
+        "counter",
+        "Segments the limit refused before the driver was asked.",
+        |d| d.snap.stats.limit_refusals as f64,
     ),
     (
         "gpupool_allocations_total",
@@ -289,6 +295,15 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.memory.map_or(f64::NAN, |m| m.outside_pool() as f64),
     ),
 ];
+
+/// A bound in bytes, `u64::MAX` (none) as +Inf.
+fn unbounded_as_inf(bytes: u64) -> f64 {
+    if bytes == u64::MAX {
+        f64::INFINITY
+    } else {
+        bytes as f64
+    }
+}
 
 fn value(v: f64) -> String {
     if v.is_infinite() {

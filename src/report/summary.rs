@@ -133,6 +133,23 @@ fn threshold_text(t: u64) -> String {
     }
 }
 
+/// The limit, how close the peak came to it, and the segments it refused.
+fn limit_text(limit: u64, s: &crate::pool::DeviceStats) -> String {
+    if limit == u64::MAX {
+        return String::new();
+    }
+    let refused = match s.limit_refusals {
+        0 => String::new(),
+        1 => ", refused 1 segment".to_string(),
+        n => format!(", refused {n} segments"),
+    };
+    format!(
+        "   limit {} (peak reserved {}{refused})",
+        bytes(limit),
+        pct(s.reserved.peak, limit)
+    )
+}
+
 pub fn render_text(r: &Report) -> String {
     let mut o = String::new();
     let rule = "=".repeat(78);
@@ -159,9 +176,10 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(o, "{rule}");
         let _ = writeln!(
             o,
-            " device {}   release threshold {}",
+            " device {}   release threshold {}{}",
             d.snap.device,
-            threshold_text(d.snap.threshold)
+            threshold_text(d.snap.threshold),
+            limit_text(d.snap.limit, s)
         );
         let _ = writeln!(o, "{thin}");
         let _ = writeln!(

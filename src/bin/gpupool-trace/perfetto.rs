@@ -242,6 +242,12 @@ fn instant(ev: &mut Events, r: &Record, t_ns: u64) -> io::Result<()> {
             "release threshold",
             &[("bytes", Num(r.a)), ("threshold", Str(&size_or_none(r.a)))],
         ),
+        Kind::Limit => ev.instant(
+            r,
+            t_ns,
+            "limit",
+            &[("bytes", Num(r.a)), ("limit", Str(&size_or_none(r.a)))],
+        ),
         Kind::Reset => ev.instant(r, t_ns, "device reset", &[]),
         Kind::NonBlockingStream => ev.instant(r, t_ns, "non-blocking stream created", &[]),
         // Shown by the counters, or too frequent to be worth an event.

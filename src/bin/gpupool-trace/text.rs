@@ -47,6 +47,7 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
             }
             "--fence-bytes" => o.fence_bytes = Some(size_or_none(value)?),
             "--capacity" => o.capacity = Some(size_or_none(value)?),
+            "--limit" => o.limit = Some(size_or_none(value)?),
             "--reuse" => o.reuse = Some(reuse_mode(value)?),
             _ => return Err(format!("unknown option {flag:?}")),
         }
@@ -88,7 +89,7 @@ pub fn replay(records: &[Record], o: &Overrides) -> String {
         out += &format!(
             "device {}: peak reserved {} ({} bytes), peak allocated {} ({} bytes), \
              reserved/allocated {:.3}\n  driver calls: {} cudaMalloc, {} cudaFree; fences {}, \
-             barriers {}; requests that failed {}{}\n",
+             barriers {}; requests that failed {}{}{}\n",
             r.device,
             bytes(s.reserved.peak),
             s.reserved.peak,
@@ -100,6 +101,14 @@ pub fn replay(records: &[Record], o: &Overrides) -> String {
             s.fences,
             s.barriers,
             r.failed,
+            match r.limit {
+                u64::MAX => String::new(),
+                l => format!(
+                    "\n  limit {}: {} segments refused by it",
+                    bytes(l),
+                    s.limit_refusals
+                ),
+            },
             if r.diverged {
                 " (diverged from the recorded run)"
             } else {
