@@ -138,11 +138,13 @@ pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
         }
         SummaryDest::Path(template) => {
             let path = expand_path(template);
-            if let Err(e) = write_atomically(&path, bytes) {
-                log::warn(&format!(
+            match write_atomically(&path, bytes) {
+                // A reader that left a named pipe is not worth a line: it chose to stop reading.
+                Err(e) if e.raw_os_error() != Some(libc::EPIPE) => log::warn(&format!(
                     "cannot write the summary to {}: {e}",
                     String::from_utf8_lossy(&path)
-                ));
+                )),
+                _ => {}
             }
         }
     }
@@ -209,11 +211,12 @@ fn write_atomically(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         let t = meta.file_type();
         if t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket() {
-            let mut f = std::fs::OpenOptions::new()
+            let f = std::fs::OpenOptions::new()
                 .write(true)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
                 .open(path)?;
-            return f.write_all(bytes);
+            // Not `File::write_all`: a FIFO whose reader left would raise SIGPIPE.
+            return log::write_all_fd(std::os::fd::AsRawFd::as_raw_fd(&f), bytes);
         }
     }
     // Unique per write: a periodic dump and the exit summary may overlap.

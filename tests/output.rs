@@ -1,0 +1,131 @@
+//! Where the pool's own writes go, and what they must never do: kill the program with
+//! `SIGPIPE` when the reader of its stderr left (`./job 2>&1 | head -1`). C programs
+//! (`tests/c/writes.c`) run under `LD_PRELOAD=libgpupool.so` against the CUDA runtime simulator.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitStatus, Stdio};
+
+use support::{c_program, output_within, output_within_stderr, pooled, texts};
+
+/// The write end of a pipe whose read end is already closed: any write to it fails with `EPIPE`
+/// and raises `SIGPIPE` in the writing thread.
+fn reader_gone() -> Stdio {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just made and are owned by nothing else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    Stdio::from(writer)
+}
+
+/// Runs `cmd` with its stderr a pipe nobody reads any more; returns (exit status, stdout).
+fn run_reader_gone(cmd: &mut Command) -> (ExitStatus, String) {
+    let out = output_within_stderr(cmd, reader_gone(), 60);
+    (out.status, texts(&out).0)
+}
+
+/// "exit 3" or "killed by signal 13 (SIGPIPE)".
+fn how(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit {c}"),
+        (_, Some(13)) => "killed by signal 13 (SIGPIPE)".into(),
+        (_, s) => format!("killed by signal {s:?}"),
+    }
+}
+
+fn writes() -> std::path::PathBuf {
+    c_program("writes")
+}
+
+// ---------------------------------------------------------------------------------------------
+// A reader that left
+
+/// The exit summary to stderr after its reader left: the program's own exit status, and its own
+/// exit handler (registered before the pool's) still runs.
+#[test]
+fn the_exit_summary_to_a_closed_pipe_keeps_the_exit_status_and_the_programs_exit_handlers() {
+    for summary in ["stderr", "always:stderr"] {
+        let (status, out) = run_reader_gone(&mut pooled(
+            &writes(),
+            &["exit", "3"],
+            &[("GPUPOOL_SUMMARY", summary)],
+        ));
+        assert_eq!(how(status), "exit 3", "GPUPOOL_SUMMARY={summary}: {out}");
+        assert_eq!(out, "checkpoint\n", "GPUPOOL_SUMMARY={summary}");
+    }
+    // The summary to stdout when stdout's reader left (the program prints nothing there
+    // itself): the same status, and no line on stderr about the failed write.
+    let mut cmd = pooled(
+        &writes(),
+        &["exit", "3", "quiet"],
+        &[("GPUPOOL_SUMMARY", "stdout")],
+    );
+    cmd.stdout(reader_gone()).stderr(Stdio::piped());
+    let out = cmd
+        .spawn()
+        .expect("start")
+        .wait_with_output()
+        .expect("wait");
+    assert_eq!(how(out.status), "exit 3");
+    assert_eq!(texts(&out).1, "");
+}
+
+/// The one warning line of a double free, with nobody reading stderr: the program goes on.
+#[test]
+fn a_warning_to_a_closed_pipe_does_not_stop_the_program() {
+    let (status, out) = run_reader_gone(&mut pooled(&writes(), &["double_free"], &[]));
+    assert_eq!(how(status), "exit 0", "{out}");
+    assert_eq!(out, "after double free\n");
+}
+
+/// A program that handles out-of-memory itself, by trying smaller sizes, keeps going when the
+/// pool's out-of-memory report cannot be written.
+#[test]
+fn the_out_of_memory_report_to_a_closed_pipe_lets_the_program_recover() {
+    let env = [("CUDASIM_MEM", "256MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+    // With a reader: the report is there (so the test below does make the pool write one).
+    let out = output_within(&mut pooled(&writes(), &["oom"], &env), 60);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("gpupool: out of memory on device 0"),
+        "{stderr}"
+    );
+    let (status, out) = run_reader_gone(&mut pooled(&writes(), &["oom"], &env));
+    assert_eq!(how(status), "exit 0", "{out}");
+    assert_eq!(out, stdout);
+    assert!(out.starts_with("got "), "{out}");
+}
+
+/// The live dumps (`SIGUSR1`, `GPUPOOL_SUMMARY_INTERVAL`) to a stderr nobody reads: the
+/// program goes on.
+#[test]
+fn live_dumps_to_a_closed_pipe_do_not_stop_the_program() {
+    let env = [("GPUPOOL_SUMMARY_INTERVAL", "100ms")];
+    // With a reader: several dumps are written while the program sleeps.
+    let out = output_within(&mut pooled(&writes(), &["dump"], &env), 60);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let dumps = stderr.matches(" gpupool summary   pid ").count();
+    assert!(dumps >= 2, "{dumps} dumps:\n{stderr}");
+    let (status, out) = run_reader_gone(&mut pooled(&writes(), &["dump"], &env));
+    assert_eq!(how(status), "exit 0", "{out}");
+    assert_eq!(out, "after dumps\n");
+}
+
+/// `gpupool_write_summary` to a pipe whose reader left: the failure comes back as 999 with
+/// `errno` EPIPE, and the program goes on.
+#[test]
+fn the_api_summary_to_a_closed_pipe_returns_an_error() {
+    let out = output_within(&mut pooled(&writes(), &["api_summary"], &[]), 60);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(how(out.status), "exit 0", "{stdout}{stderr}");
+    assert_eq!(stdout, "write_summary 999 EPIPE\n");
+    assert_eq!(stderr, "");
+}
