@@ -201,13 +201,16 @@ pub fn note_allocation() {
 #[cfg_attr(miri, allow(dead_code))]
 static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
 
-/// At load: only when `GPUPOOL_SUMMARY=always:...` asks for a summary even if the pool never
-/// runs, register the exit hook that writes it. libc-level work only (getenv, atexit), as a
-/// library constructor must. (Not under Miri, which cannot call a constructor of the type the
-/// `ctor` crate registers; `scripts/sanitize.sh` runs the pool's tests there.)
+/// At load: note which files fd 1 and fd 2 are (the pool writes there only while they still
+/// are the program's streams); and only when `GPUPOOL_SUMMARY=always:...` asks for a summary
+/// even if the pool never runs, register the exit hook that writes it. libc-level work only
+/// (fstat, getenv, atexit), as a library constructor must. (Not under Miri, which cannot call
+/// a constructor of the type the `ctor` crate registers; `scripts/sanitize.sh` runs the pool's
+/// tests there.)
 #[cfg_attr(not(miri), ctor::ctor)]
 #[cfg_attr(miri, allow(dead_code))]
-fn register_always_summary() {
+fn at_load() {
+    log::note_streams_at_load();
     // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
     // of the program could change the environment.
     let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };

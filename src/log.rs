@@ -1,12 +1,96 @@
 //! Messages to stderr, written with one `write(2)` each so lines never interleave, and only from
 //! processes that used CUDA (every caller is on a CUDA path). Every write the pool makes to a
 //! descriptor goes through `write_all_fd`, which never raises `SIGPIPE` in the program.
+//!
+//! fd 1 and fd 2 are written only while they are still the program's stdout and stderr: a
+//! daemon that closed fd 2 and opened a data file (which became fd 2) gets no line in its data.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
-/// Write raw bytes to a file descriptor, retrying short writes; errors are dropped.
-pub fn write_fd(fd: i32, bytes: &[u8]) {
-    let _ = write_all_fd(fd, bytes);
+/// The program's standard output streams, as the pool writes to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Stdout = 1,
+    Stderr = 2,
+}
+
+/// What a stream's descriptor was when the library was loaded.
+struct AtLoad {
+    state: AtomicU8,
+    dev: AtomicU64,
+    ino: AtomicU64,
+}
+
+/// Not recorded (no load-time constructor ran): the stream is written as it is.
+const UNKNOWN: u8 = 0;
+const CLOSED: u8 = 1;
+const OPEN: u8 = 2;
+
+static AT_LOAD: [AtLoad; 2] = [const {
+    AtLoad {
+        state: AtomicU8::new(UNKNOWN),
+        dev: AtomicU64::new(0),
+        ino: AtomicU64::new(0),
+    }
+}; 2];
+
+fn at_load(s: Stream) -> &'static AtLoad {
+    &AT_LOAD[s as usize - 1]
+}
+
+/// The file open at `fd`: (device, inode, is a pipe), or `None` when `fd` is closed.
+fn identity(fd: i32) -> Option<(u64, u64, bool)> {
+    // SAFETY: fstat writes into the zeroed stat buffer on the stack.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some((
+            st.st_dev as u64,
+            st.st_ino as u64,
+            st.st_mode & libc::S_IFMT == libc::S_IFIFO,
+        ))
+    }
+}
+
+/// At load (a library constructor: libc-level work only): note which files fd 1 and fd 2 are.
+/// Nothing is kept open: a `dup` would keep a pipe or terminal alive after the program closed
+/// it.
+pub fn note_streams_at_load() {
+    for s in [Stream::Stdout, Stream::Stderr] {
+        let a = at_load(s);
+        match identity(s as i32) {
+            Some((dev, ino, _)) => {
+                a.dev.store(dev, Ordering::Relaxed);
+                a.ino.store(ino, Ordering::Relaxed);
+                a.state.store(OPEN, Ordering::Release);
+            }
+            None => a.state.store(CLOSED, Ordering::Release),
+        }
+    }
+}
+
+/// Whether `s`'s descriptor is still the program's stream: the same file as at load, or a pipe
+/// put there since (a framework capturing the output of C code, as Jupyter does). Not when it
+/// is closed, was closed at load, or is now another file, socket or device: one the program
+/// opened itself after closing the descriptor.
+fn still_the_stream(s: Stream) -> bool {
+    let Some((dev, ino, pipe)) = identity(s as i32) else {
+        return false;
+    };
+    let a = at_load(s);
+    match a.state.load(Ordering::Acquire) {
+        UNKNOWN => true,
+        OPEN => {
+            pipe || (dev, ino) == (a.dev.load(Ordering::Relaxed), a.ino.load(Ordering::Relaxed))
+        }
+        _ => false,
+    }
+}
+
+/// Write to the program's stdout or stderr, if `s` still is that stream; errors are dropped.
+pub fn write_stream(s: Stream, bytes: &[u8]) {
+    if still_the_stream(s) {
+        let _ = write_all_fd(s as i32, bytes);
+    }
 }
 
 /// Write raw bytes to a file descriptor, retrying short writes and interruptions. A reader that
@@ -73,7 +157,7 @@ fn without_sigpipe(write: impl FnOnce() -> std::io::Result<()>) -> std::io::Resu
 /// One line `gpupool: MSG` on stderr.
 pub fn warn(msg: &str) {
     let line = format!("gpupool: {msg}\n");
-    write_fd(2, line.as_bytes());
+    write_stream(Stream::Stderr, line.as_bytes());
 }
 
 /// `warn`, at most once per `flag`.

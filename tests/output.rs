@@ -1,6 +1,7 @@
 //! Where the pool's own writes go, and what they must never do: kill the program with
-//! `SIGPIPE` when the reader of its stderr left (`./job 2>&1 | head -1`). C programs
-//! (`tests/c/writes.c`) run under `LD_PRELOAD=libgpupool.so` against the CUDA runtime simulator.
+//! `SIGPIPE` when the reader of its stderr left (`./job 2>&1 | head -1`), or write into a data
+//! file that took over fd 2. C programs (`tests/c/writes.c`) run under
+//! `LD_PRELOAD=libgpupool.so` against the CUDA runtime simulator.
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -10,7 +11,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
 
-use support::{c_program, output_within, output_within_stderr, pooled, texts};
+use support::{c_program, output_within, output_within_stderr, pooled, scratch, texts};
 
 /// The write end of a pipe whose read end is already closed: any write to it fails with `EPIPE`
 /// and raises `SIGPIPE` in the writing thread.
@@ -128,4 +129,66 @@ fn the_api_summary_to_a_closed_pipe_returns_an_error() {
     assert_eq!(how(out.status), "exit 0", "{stdout}{stderr}");
     assert_eq!(stdout, "write_summary 999 EPIPE\n");
     assert_eq!(stderr, "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// fd 2 taken over by a data file
+
+/// A daemon closes fd 2 and opens a data file, which becomes fd 2: the pool's warning and its
+/// exit summary never go into it.
+#[test]
+fn a_data_file_that_became_fd_2_gets_no_warning_and_no_summary() {
+    let dir = scratch("output-fd2");
+    let data = dir.join("data.txt");
+    let out = output_within(
+        &mut pooled(
+            &writes(),
+            &["reuse_fd2", data.to_str().unwrap()],
+            &[("GPUPOOL_SUMMARY", "stderr")],
+        ),
+        60,
+    );
+    let (stdout, _) = texts(&out);
+    assert_eq!(how(out.status), "exit 0", "{stdout}");
+    assert_eq!(stdout, "data written\n");
+    assert_eq!(
+        std::fs::read_to_string(&data).unwrap(),
+        "data 1\ndata 2\n",
+        "the pool wrote into the program's data file"
+    );
+}
+
+/// A file the program was started with as its stderr (`2>log`) is its stderr: the warning and
+/// the summary go there.
+#[test]
+fn a_file_given_as_stderr_at_start_gets_the_warning_and_the_summary() {
+    let dir = scratch("output-stderr-file");
+    let log = dir.join("log.txt");
+    let file = std::fs::File::create(&log).unwrap();
+    let out = output_within_stderr(
+        &mut pooled(
+            &writes(),
+            &["double_free"],
+            &[("GPUPOOL_SUMMARY", "stderr")],
+        ),
+        Stdio::from(file),
+        60,
+    );
+    assert_eq!(how(out.status), "exit 0");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.starts_with("gpupool: "), "{text}");
+    assert!(text.contains(" gpupool summary   pid "), "{text}");
+}
+
+/// A pipe the program put on fd 2 itself, as Jupyter does to capture the output of C code, is
+/// its stderr: the warning goes there.
+#[test]
+fn a_pipe_the_program_put_on_fd_2_gets_the_warning() {
+    let out = output_within(&mut pooled(&writes(), &["capture_fd2"], &[]), 60);
+    let (stdout, _) = texts(&out);
+    assert_eq!(how(out.status), "exit 0", "{stdout}");
+    assert!(
+        stdout.starts_with("captured: gpupool: cudaFree(") && stdout.ends_with('\n'),
+        "{stdout}"
+    );
 }

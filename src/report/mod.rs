@@ -134,7 +134,11 @@ pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
             // stderr: `> log 2>&1`) the summary came before the program's last lines.
             // SAFETY: fflush(NULL) flushes every open stdio stream.
             unsafe { libc::fflush(std::ptr::null_mut()) };
-            log::write_fd(if *dest == SummaryDest::Stdout { 1 } else { 2 }, bytes);
+            let stream = match dest {
+                SummaryDest::Stdout => log::Stream::Stdout,
+                _ => log::Stream::Stderr,
+            };
+            log::write_stream(stream, bytes);
         }
         SummaryDest::Path(template) => {
             let path = expand_path(template);

@@ -1,6 +1,6 @@
 /* Makes the pool write (a warning, the out-of-memory report, the exit summary, live dumps) while
- * the program's stderr may be a pipe without a reader. Failures are told on stdout: stderr may
- * be unusable. Modes:
+ * the program's stderr may be a pipe without a reader or a file of its own. Failures are told on
+ * stdout: stderr may be unusable. Modes:
  *   exit STATUS     an atexit handler registered before any CUDA call prints "checkpoint"
  *                   (not with a third argument "quiet"); one allocation; returns STATUS.
  *   double_free     frees a block twice (the pool warns), then prints "after double free".
@@ -8,10 +8,15 @@
  *                   "got N" (run with a small CUDASIM_MEM).
  *   dump            raises SIGUSR1, sleeps 600 ms (time for dumps), prints "after dumps".
  *   api_summary     gpupool_write_summary (found with dlsym: the pool is preloaded) to a pipe
- *                   whose reader is closed: prints its result and errno's name. */
+ *                   whose reader is closed: prints its result and errno's name.
+ *   reuse_fd2 PATH  closes fd 2, opens PATH (which becomes fd 2), writes "data 1", frees a
+ *                   block twice, writes "data 2", prints "data written"; PATH stays open.
+ *   capture_fd2     puts a pipe on fd 2 (as Jupyter captures the output of C code), frees a
+ *                   block twice, prints "captured: " and what the pipe got. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,6 +102,32 @@ int main(int argc, char **argv)
         EXPECT(cudaFree(p) == cudaSuccess, "cudaFree");
         return 0;
     }
-    printf("usage: writes exit STATUS | double_free | oom | dump | api_summary\n");
+    if (strcmp(mode, "reuse_fd2") == 0 && argc > 2) {
+        int fd;
+        close(2);
+        fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        EXPECT(fd == 2, "the data file is not fd 2");
+        EXPECT(write(fd, "data 1\n", 7) == 7, "write");
+        double_free();
+        EXPECT(write(fd, "data 2\n", 7) == 7, "write");
+        printf("data written\n");
+        return 0;
+    }
+    if (strcmp(mode, "capture_fd2") == 0) {
+        int fds[2];
+        char got[4096];
+        ssize_t n;
+        EXPECT(pipe(fds) == 0, "pipe");
+        EXPECT(dup2(fds[1], 2) == 2, "dup2");
+        close(fds[1]);
+        double_free();
+        close(2);
+        n = read(fds[0], got, sizeof got - 1);
+        got[n > 0 ? n : 0] = 0;
+        printf("captured: %s", got);
+        return 0;
+    }
+    printf("usage: writes exit STATUS | double_free | oom | dump | api_summary | "
+           "reuse_fd2 PATH | capture_fd2\n");
     return 2;
 }
