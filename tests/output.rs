@@ -1,7 +1,8 @@
 //! Where the pool's own writes go, and what they must never do: kill the program with
-//! `SIGPIPE` when the reader of its stderr left (`./job 2>&1 | head -1`), or write into a data
-//! file that took over fd 2. C programs (`tests/c/writes.c`) run under
-//! `LD_PRELOAD=libgpupool.so` against the CUDA runtime simulator.
+//! `SIGPIPE` when the reader of its stderr left (`./job 2>&1 | head -1`), write into a data file
+//! that took over fd 2, or let a wrapper process replace the summary of the program it ran. C
+//! programs (`tests/c/writes.c`) run under `LD_PRELOAD=libgpupool.so` against the CUDA runtime
+//! simulator.
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -9,7 +10,9 @@ mod support;
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, SystemTime};
 
 use support::{c_program, output_within, output_within_stderr, pooled, scratch, texts};
 
@@ -190,5 +193,73 @@ fn a_pipe_the_program_put_on_fd_2_gets_the_warning() {
     assert!(
         stdout.starts_with("captured: gpupool: cudaFree(") && stdout.ends_with('\n'),
         "{stdout}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `always:` and wrapper processes
+
+/// A wrapper (`bash -c 'app; true'`, `timeout`) inherits the preload and
+/// `GPUPOOL_SUMMARY=always:FILE`, never allocates, and exits after the program: the file keeps
+/// the program's summary.
+#[test]
+fn a_wrapper_that_never_allocated_keeps_the_summary_its_program_wrote() {
+    let dir = scratch("output-wrapper");
+    let exe = writes();
+    let exe = exe.to_str().unwrap();
+    // `; true`: bash forks the program and waits, instead of exec'ing it.
+    let script = format!("'{exe}' exit 0; true");
+    let wrappers: [&[&str]; 2] = [
+        &["bash", "-c", &script],
+        &["timeout", "20", exe, "exit", "0"],
+    ];
+    for wrapper in wrappers {
+        for name in ["summary.txt", "summary.json"] {
+            let path = dir.join(name);
+            let dest = format!("always:{}", path.display());
+            let mut cmd = support::clean_command(Path::new(wrapper[0]));
+            cmd.args(&wrapper[1..])
+                .env("LD_PRELOAD", support::library())
+                .env("GPUPOOL_SUMMARY", &dest);
+            let out = output_within(&mut cmd, 60);
+            let (stdout, stderr) = texts(&out);
+            assert!(out.status.success(), "{wrapper:?}: {stdout}{stderr}");
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                !text.contains("no CUDA allocations were intercepted")
+                    && !text.contains("\"intercepted\":false"),
+                "{wrapper:?} replaced the program's summary in {name}:\n{text}"
+            );
+            assert!(
+                text.contains(" gpupool summary   pid ") || text.contains("\"intercepted\":true"),
+                "{name}: {text}"
+            );
+        }
+    }
+}
+
+/// A file left at the path by an earlier run is replaced by a process that never allocated.
+#[test]
+fn a_summary_left_by_an_earlier_run_is_replaced_by_the_not_intercepted_line() {
+    let dir = scratch("output-stale");
+    let path = dir.join("summary.txt");
+    std::fs::write(&path, "an earlier run's summary\n").unwrap();
+    let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    let dest = format!("always:{}", path.display());
+    let out = output_within(
+        &mut pooled(Path::new("/bin/true"), &[], &[("GPUPOOL_SUMMARY", &dest)]),
+        60,
+    );
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("no CUDA allocations were intercepted"),
+        "{text}"
     );
 }

@@ -99,8 +99,14 @@ fn not_intercepted_why() -> String {
 }
 
 /// The one `always:` line (or JSON object, or metric) saying no allocation went through the
-/// pool, and `why`.
+/// pool, and `why`. Never over a summary another process wrote since this one started: a
+/// wrapper (`bash -c`, `timeout`, `time`) inherits the preload and exits after its program.
 fn write_none_intercepted(dest: &SummaryDest, why: &str) {
+    if let SummaryDest::Path(template) = dest {
+        if written_since_start(&expand_path(template)) {
+            return;
+        }
+    }
     let text = match Format::of(dest) {
         Format::Json => format!(
             "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"intercepted\":false,\"reason\":{},\"devices\":[]}}\n",
@@ -123,6 +129,18 @@ fn write_none_intercepted(dest: &SummaryDest, why: &str) {
         ),
     };
     write_to(dest, text.as_bytes());
+}
+
+/// Whether `path` is a regular file last modified after this process started (a file older
+/// than that was left by an earlier run).
+fn written_since_start(path: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(start) = crate::global::loaded_at() else {
+        return false;
+    };
+    std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(path))
+        .and_then(|m| Ok(m.is_file() && m.modified()? >= start))
+        .unwrap_or(false)
 }
 
 pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
