@@ -238,9 +238,7 @@ fn at_load() {
     let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };
     // SAFETY: a non-NULL getenv result is a NUL-terminated string.
     if !v.is_null()
-        && unsafe { std::ffi::CStr::from_ptr(v) }
-            .to_bytes()
-            .starts_with(b"always:")
+        && crate::config::strip_always(unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()).is_some()
     {
         // SAFETY: getpid has no preconditions; atexit takes a plain extern "C" function.
         unsafe {

@@ -1,8 +1,8 @@
 //! Where the pool's own writes go, and what they must never do: kill the program with
 //! `SIGPIPE` when the reader of its stderr left (`./job 2>&1 | head -1`), write into a data file
-//! that took over fd 2, or let a wrapper process replace the summary of the program it ran. C
-//! programs (`tests/c/writes.c`) run under `LD_PRELOAD=libgpupool.so` against the CUDA runtime
-//! simulator.
+//! that took over fd 2, let a wrapper process replace the summary of the program it ran, or take
+//! a keyword in another case for a file name. C programs (`tests/c/writes.c`) run under
+//! `LD_PRELOAD=libgpupool.so` against the CUDA runtime simulator.
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -262,4 +262,69 @@ fn a_summary_left_by_an_earlier_run_is_replaced_by_the_not_intercepted_line() {
         text.contains("no CUDA allocations were intercepted"),
         "{text}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keywords in any case
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `OFF`, `Stderr`, `STDOUT`, `ALWAYS:stderr`: keywords, not file names; a bare word that is
+/// none (`stdrr`) gives one warning line and no file.
+#[test]
+fn summary_keywords_in_any_case_write_no_file() {
+    let dir = scratch("output-keywords");
+    let exe = writes();
+    for (value, on_stdout, on_stderr) in [
+        ("OFF", false, false),
+        ("Stderr", false, true),
+        ("STDOUT", true, false),
+        ("ALWAYS:Stderr", false, true),
+    ] {
+        let mut cmd = pooled(&exe, &["exit", "0"], &[("GPUPOOL_SUMMARY", value)]);
+        let out = output_within(cmd.current_dir(&dir), 60);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{value}: {stdout}{stderr}");
+        let summary = " gpupool summary   pid ";
+        assert_eq!(stdout.contains(summary), on_stdout, "{value}: {stdout}");
+        assert_eq!(stderr.contains(summary), on_stderr, "{value}: {stderr}");
+        assert_eq!(names_in(&dir), Vec::<String>::new(), "{value}");
+    }
+    // `always:` in another case, in a process that never used CUDA: its one line.
+    let mut cmd = pooled(
+        Path::new("/bin/true"),
+        &[],
+        &[("GPUPOOL_SUMMARY", "ALWAYS:STDERR")],
+    );
+    let out = output_within(cmd.current_dir(&dir), 60);
+    let (_, stderr) = texts(&out);
+    assert!(
+        stderr.contains("no CUDA allocations were intercepted"),
+        "{stderr}"
+    );
+    assert_eq!(names_in(&dir), Vec::<String>::new());
+    // A typo: one warning line, which says how to ask for a file of that name.
+    let mut cmd = pooled(&exe, &["exit", "0"], &[("GPUPOOL_SUMMARY", "stdrr")]);
+    let out = output_within(cmd.current_dir(&dir), 60);
+    let (_, stderr) = texts(&out);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("gpupool: GPUPOOL_SUMMARY=\"stdrr\"") && stderr.contains("./stdrr"),
+        "{stderr}"
+    );
+    // Off keywords of the trace: no trace file.
+    for value in ["OFF", "0", "none"] {
+        let mut cmd = pooled(&exe, &["exit", "0"], &[("GPUPOOL_TRACE", value)]);
+        let out = output_within(cmd.current_dir(&dir), 60);
+        let (_, stderr) = texts(&out);
+        assert_eq!(stderr, "", "GPUPOOL_TRACE={value}");
+    }
+    assert_eq!(names_in(&dir), Vec::<String>::new());
 }
