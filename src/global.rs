@@ -214,11 +214,11 @@ pub fn loaded_at() -> Option<std::time::SystemTime> {
 static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
 
 /// At load: note which files fd 1 and fd 2 are (the pool writes there only while they still
-/// are the program's streams); and only when `GPUPOOL_SUMMARY=always:...` asks for a summary
-/// even if the pool never runs, register the exit hook that writes it. libc-level work only
-/// (fstat, clock_gettime, getenv, atexit), as a library constructor must. (Not under Miri, which cannot call
-/// a constructor of the type the `ctor` crate registers; `scripts/sanitize.sh` runs the pool's
-/// tests there.)
+/// are the program's streams) and the time (`always:` never replaces a newer summary); and
+/// only when `GPUPOOL_SUMMARY=always:...` asks for a summary even if the pool never runs,
+/// register the exit hook that writes it. libc-level work only (fstat, clock_gettime, getenv,
+/// atexit), as a library constructor must. (Not under Miri, which cannot call a constructor of
+/// the type the `ctor` crate registers; `scripts/sanitize.sh` runs the pool's tests there.)
 #[cfg_attr(not(miri), ctor::ctor)]
 #[cfg_attr(miri, allow(dead_code))]
 fn at_load() {
