@@ -225,39 +225,43 @@ impl Config {
             }
         }
         if let Some(v) = get("GPUPOOL_SUMMARY") {
-            let (always, dest) = match v.strip_prefix(b"always:") {
+            let (always, dest) = match strip_always(&v) {
                 Some(rest) => (true, rest),
                 None => (false, v.as_slice()),
             };
             match parse_summary_dest(dest) {
-                Some(d) => {
+                Ok(d) => {
                     c.summary = d;
                     c.summary_always = always && c.summary != SummaryDest::Off;
                 }
-                None => bad(
-                    "GPUPOOL_SUMMARY",
-                    &v,
-                    "expected stderr, stdout, a file path, or always:<one of those>",
-                    "off",
-                ),
+                Err(why) => bad("GPUPOOL_SUMMARY", &v, &why, "off"),
             }
         }
         if let Some(v) = get("GPUPOOL_SUMMARY_INTERVAL") {
+            let off = trimmed(&v).is_some_and(|s| is_off_word(&s));
             match parse_duration_ns(&v) {
+                _ if off => {}
+                Some(0) => {}
                 Some(ns) if ns >= 100_000_000 => c.summary_interval_ns = Some(ns),
                 _ => bad(
                     "GPUPOOL_SUMMARY_INTERVAL",
                     &v,
-                    "expected a duration of at least 100ms such as 30s, 5m or 500ms",
+                    "expected a duration of at least 100ms such as 30s, 5m or 500ms, or off",
                     "no periodic summary",
                 ),
             }
         }
         if let Some(v) = get("GPUPOOL_TRACE") {
-            if v.iter().all(u8::is_ascii_whitespace) {
-                bad("GPUPOOL_TRACE", &v, "empty", "no trace");
-            } else {
-                c.trace = Some(v);
+            match output_path(&v) {
+                Output::Empty => bad("GPUPOOL_TRACE", &v, "empty", "no trace"),
+                Output::Word(w) if is_off_word(&w) => {}
+                Output::Word(w) => bad(
+                    "GPUPOOL_TRACE",
+                    &v,
+                    &format!("not a path: write ./{w} for a file of that name"),
+                    "no trace",
+                ),
+                Output::Path => c.trace = Some(v),
             }
         }
         (c, warnings)
@@ -313,19 +317,59 @@ pub fn parse_bytes(v: &[u8]) -> Option<u64> {
     Some(bytes as u64)
 }
 
-/// `stderr`, `stdout`, `off`, or a path (any bytes: paths need not be UTF-8).
-pub fn parse_summary_dest(v: &[u8]) -> Option<SummaryDest> {
-    match std::str::from_utf8(v).map(str::trim) {
-        Ok("") => None,
-        Ok("0") | Ok("off") => Some(SummaryDest::Off),
-        Ok("stderr") | Ok("1") => Some(SummaryDest::Stderr),
-        Ok("stdout") => Some(SummaryDest::Stdout),
-        _ if v.contains(&0) => None,
-        _ => Some(SummaryDest::Path(v.to_vec())),
+/// `GPUPOOL_SUMMARY`'s value after an `always:` prefix (in any case, after leading blanks), or
+/// `None` without one. Pure byte work: the load-time constructor calls it.
+pub fn strip_always(v: &[u8]) -> Option<&[u8]> {
+    const PREFIX: &[u8] = b"always:";
+    let v = v.trim_ascii_start();
+    (v.len() >= PREFIX.len() && v[..PREFIX.len()].eq_ignore_ascii_case(PREFIX))
+        .then(|| &v[PREFIX.len()..])
+}
+
+/// What a value naming an output file is.
+enum Output {
+    Empty,
+    /// One word without `/`, `.` or `%` (trimmed): a keyword or a typo of one (`stdrr`) far
+    /// more often than a file name. `./NAME` says a file is meant.
+    Word(String),
+    Path,
+}
+
+fn output_path(v: &[u8]) -> Output {
+    let t = v.trim_ascii();
+    if t.is_empty() {
+        Output::Empty
+    } else if t.iter().any(|b| matches!(b, b'/' | b'.' | b'%')) {
+        Output::Path
+    } else {
+        Output::Word(String::from_utf8_lossy(t).into_owned())
     }
 }
 
-/// `30s`, `5m`, `1h`, `500ms`, `1.5s`; a bare number is seconds.
+/// The words that switch an output off, as `0` does, in any case.
+fn is_off_word(w: &str) -> bool {
+    ["off", "0", "none"]
+        .iter()
+        .any(|k| w.eq_ignore_ascii_case(k))
+}
+
+/// `stderr` (or `1`), `stdout`, `off` (or `0`, `none`) in any case, or a path (any bytes but
+/// NUL: paths need not be UTF-8). `Err` says why the value is none of those.
+pub fn parse_summary_dest(v: &[u8]) -> Result<SummaryDest, String> {
+    match output_path(v) {
+        Output::Empty => Err("empty; expected stderr, stdout, off or a file path".into()),
+        Output::Word(w) if is_off_word(&w) => Ok(SummaryDest::Off),
+        Output::Word(w) if w.eq_ignore_ascii_case("stderr") || w == "1" => Ok(SummaryDest::Stderr),
+        Output::Word(w) if w.eq_ignore_ascii_case("stdout") => Ok(SummaryDest::Stdout),
+        Output::Word(w) => Err(format!(
+            "neither stderr, stdout nor off, and not a path: write ./{w} for a file of that name"
+        )),
+        Output::Path if v.contains(&0) => Err("a path cannot hold a NUL byte".into()),
+        Output::Path => Ok(SummaryDest::Path(v.to_vec())),
+    }
+}
+
+/// `30s`, `5m`, `1h`, `500ms`, `1.5s` (units in any case); a bare number is seconds.
 pub fn parse_duration_ns(v: &[u8]) -> Option<u64> {
     let s = trimmed(v)?;
     let split = s
@@ -333,7 +377,7 @@ pub fn parse_duration_ns(v: &[u8]) -> Option<u64> {
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num.parse().ok()?;
-    let scale = match unit.trim() {
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "s" => 1e9,
         "ms" => 1e6,
         "m" | "min" => 60e9,
@@ -497,6 +541,89 @@ mod tests {
         assert_eq!(c.summary_interval_ns, Some(90_000_000_000));
         let (c, _) = parse(&[("GPUPOOL_SUMMARY", &[b'/', 0xff, b'x'])]);
         assert_eq!(c.summary, SummaryDest::Path(vec![b'/', 0xff, b'x']));
+    }
+
+    /// The summary: (destination, always, warnings) for `value`.
+    fn summary(value: &[u8]) -> (SummaryDest, bool, Vec<String>) {
+        let (c, w) = parse(&[("GPUPOOL_SUMMARY", value)]);
+        (c.summary, c.summary_always, w)
+    }
+
+    #[test]
+    fn summary_keywords_in_any_case() {
+        for off in ["OFF", "Off", "off", "0", "none", "NONE", " off "] {
+            let want = (SummaryDest::Off, false, vec![]);
+            assert_eq!(summary(off.as_bytes()), want, "{off}");
+        }
+        for err in ["Stderr", "STDERR", "1"] {
+            let want = (SummaryDest::Stderr, false, vec![]);
+            assert_eq!(summary(err.as_bytes()), want, "{err}");
+        }
+        assert_eq!(summary(b"STDOUT"), (SummaryDest::Stdout, false, vec![]));
+        assert_eq!(
+            summary(b"ALWAYS:Stderr"),
+            (SummaryDest::Stderr, true, vec![])
+        );
+        assert_eq!(
+            summary(b" Always:stdout"),
+            (SummaryDest::Stdout, true, vec![])
+        );
+        assert_eq!(summary(b"always:OFF"), (SummaryDest::Off, false, vec![]));
+        let path = |p: &[u8]| (SummaryDest::Path(p.to_vec()), true, vec![]);
+        assert_eq!(summary(b"ALWAYS:/tmp/s.json"), path(b"/tmp/s.json"));
+        assert_eq!(strip_always(b"Always:x"), Some(&b"x"[..]));
+        assert_eq!(strip_always(b"always"), None);
+        assert_eq!(strip_always(b"alwaysx:"), None);
+    }
+
+    #[test]
+    fn a_bare_word_is_no_file_name() {
+        for word in ["stdrr", "yes", "summary", "true"] {
+            let (dest, _, w) = summary(word.as_bytes());
+            assert_eq!(dest, SummaryDest::Off, "{word}");
+            assert_eq!(w.len(), 1, "{word}: {w:?}");
+            assert!(
+                w[0].starts_with(&format!("GPUPOOL_SUMMARY=\"{word}\" ignored"))
+                    && w[0].contains(&format!("./{word}")),
+                "{w:?}"
+            );
+            let (dest, _, w) = summary(format!("always:{word}").as_bytes());
+            assert_eq!((dest, w.len()), (SummaryDest::Off, 1), "always:{word}");
+        }
+        // Anything with a `/`, a `.` or a `%` is a path.
+        for p in ["./stdrr", "summary.txt", "/var/log/s", "job-%p", "OFF.json"] {
+            let want = (SummaryDest::Path(p.as_bytes().to_vec()), false, vec![]);
+            assert_eq!(summary(p.as_bytes()), want, "{p}");
+        }
+    }
+
+    #[test]
+    fn trace_off_words_and_bare_words() {
+        for off in [&b"OFF"[..], b"off", b"0", b"None"] {
+            let (c, w) = parse(&[("GPUPOOL_TRACE", off)]);
+            assert_eq!((c.trace, w.len()), (None, 0), "{off:?}");
+        }
+        for word in ["trace", "1", "yes"] {
+            let (c, w) = parse(&[("GPUPOOL_TRACE", word.as_bytes())]);
+            assert_eq!(c.trace, None, "{word}");
+            assert_eq!(w.len(), 1, "{word}");
+            assert!(w[0].contains(&format!("./{word}")), "{w:?}");
+        }
+        for p in [&b"./trace"[..], b"t.bin", b"/tmp/%p"] {
+            let (c, w) = parse(&[("GPUPOOL_TRACE", p)]);
+            assert_eq!((c.trace, w.len()), (Some(p.to_vec()), 0));
+        }
+    }
+
+    #[test]
+    fn interval_off_words_and_units_in_any_case() {
+        for off in [&b"0"[..], b"off", b"NONE", b"0s", b"0ms"] {
+            let (c, w) = parse(&[("GPUPOOL_SUMMARY_INTERVAL", off)]);
+            assert_eq!((c.summary_interval_ns, w.len()), (None, 0), "{off:?}");
+        }
+        assert_eq!(parse_duration_ns(b"30S"), Some(30_000_000_000));
+        assert_eq!(parse_duration_ns(b"500MS"), Some(500_000_000));
+        assert_eq!(parse_duration_ns(b"2Min"), Some(120_000_000_000));
     }
 
     #[test]

@@ -99,8 +99,14 @@ fn not_intercepted_why() -> String {
 }
 
 /// The one `always:` line (or JSON object, or metric) saying no allocation went through the
-/// pool, and `why`.
+/// pool, and `why`. Never over a summary another process wrote since this one started: a
+/// wrapper (`bash -c`, `timeout`, `time`) inherits the preload and exits after its program.
 fn write_none_intercepted(dest: &SummaryDest, why: &str) {
+    if let SummaryDest::Path(template) = dest {
+        if written_since_start(&expand_path(template)) {
+            return;
+        }
+    }
     let text = match Format::of(dest) {
         Format::Json => format!(
             "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"intercepted\":false,\"reason\":{},\"devices\":[]}}\n",
@@ -125,6 +131,18 @@ fn write_none_intercepted(dest: &SummaryDest, why: &str) {
     write_to(dest, text.as_bytes());
 }
 
+/// Whether `path` is a regular file last modified after this process started (a file older
+/// than that was left by an earlier run).
+fn written_since_start(path: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(start) = crate::global::loaded_at() else {
+        return false;
+    };
+    std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(path))
+        .and_then(|m| Ok(m.is_file() && m.modified()? >= start))
+        .unwrap_or(false)
+}
+
 pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
     match dest {
         SummaryDest::Off => {}
@@ -134,15 +152,21 @@ pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
             // stderr: `> log 2>&1`) the summary came before the program's last lines.
             // SAFETY: fflush(NULL) flushes every open stdio stream.
             unsafe { libc::fflush(std::ptr::null_mut()) };
-            log::write_fd(if *dest == SummaryDest::Stdout { 1 } else { 2 }, bytes);
+            let stream = match dest {
+                SummaryDest::Stdout => log::Stream::Stdout,
+                _ => log::Stream::Stderr,
+            };
+            log::write_stream(stream, bytes);
         }
         SummaryDest::Path(template) => {
             let path = expand_path(template);
-            if let Err(e) = write_atomically(&path, bytes) {
-                log::warn(&format!(
+            match write_atomically(&path, bytes) {
+                // A reader that left a named pipe is not worth a line: it chose to stop reading.
+                Err(e) if e.raw_os_error() != Some(libc::EPIPE) => log::warn(&format!(
                     "cannot write the summary to {}: {e}",
                     String::from_utf8_lossy(&path)
-                ));
+                )),
+                _ => {}
             }
         }
     }
@@ -209,11 +233,12 @@ fn write_atomically(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         let t = meta.file_type();
         if t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket() {
-            let mut f = std::fs::OpenOptions::new()
+            let f = std::fs::OpenOptions::new()
                 .write(true)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
                 .open(path)?;
-            return f.write_all(bytes);
+            // Not `File::write_all`: a FIFO whose reader left would raise SIGPIPE.
+            return log::write_all_fd(std::os::fd::AsRawFd::as_raw_fd(&f), bytes);
         }
     }
     // Unique per write: a periodic dump and the exit summary may overlap.

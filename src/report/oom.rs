@@ -29,7 +29,10 @@ pub fn report(g: &Global, device: u32, size: u64) {
     let Some(pool) = g.pool() else { return };
     let report = Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
     if let Some(d) = report.devices.iter().find(|d| d.snap.device == device) {
-        log::write_fd(2, render(d, size, report.max_split_size).as_bytes());
+        log::write_stream(
+            log::Stream::Stderr,
+            render(d, size, report.max_split_size).as_bytes(),
+        );
     }
 }
 

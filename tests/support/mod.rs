@@ -137,26 +137,35 @@ pub fn unpooled(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
 /// Runs `cmd` with a deadline; a program still running then is killed and the test fails (a
 /// deadlock). Returns its output.
 pub fn output_within(cmd: &mut Command, seconds: u64) -> Output {
+    output_within_stderr(cmd, std::process::Stdio::piped(), seconds)
+}
+
+/// `output_within` with the program's stderr given (a file, a pipe nobody reads); the output's
+/// stderr holds what it wrote only when `stderr` is `Stdio::piped()`.
+pub fn output_within_stderr(
+    cmd: &mut Command,
+    stderr: std::process::Stdio,
+    seconds: u64,
+) -> Output {
     use std::io::Read;
     use std::process::Stdio;
     let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .expect("start program");
     // Read both pipes on threads so a chatty program never blocks on a full pipe.
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
+    fn read_all(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    }
+    let t_out = read_all(child.stdout.take());
+    let t_err = read_all(child.stderr.take());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {

@@ -1,0 +1,330 @@
+//! Where the pool's own writes go, and what they must never do: kill the program with
+//! `SIGPIPE` when the reader of its stderr left (`./job 2>&1 | head -1`), write into a data file
+//! that took over fd 2, let a wrapper process replace the summary of the program it ran, or take
+//! a keyword in another case for a file name. C programs (`tests/c/writes.c`) run under
+//! `LD_PRELOAD=libgpupool.so` against the CUDA runtime simulator.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, SystemTime};
+
+use support::{c_program, output_within, output_within_stderr, pooled, scratch, texts};
+
+/// The write end of a pipe whose read end is already closed: any write to it fails with `EPIPE`
+/// and raises `SIGPIPE` in the writing thread.
+fn reader_gone() -> Stdio {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just made and are owned by nothing else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    Stdio::from(writer)
+}
+
+/// Runs `cmd` with its stderr a pipe nobody reads any more; returns (exit status, stdout).
+fn run_reader_gone(cmd: &mut Command) -> (ExitStatus, String) {
+    let out = output_within_stderr(cmd, reader_gone(), 60);
+    (out.status, texts(&out).0)
+}
+
+/// "exit 3" or "killed by signal 13 (SIGPIPE)".
+fn how(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit {c}"),
+        (_, Some(13)) => "killed by signal 13 (SIGPIPE)".into(),
+        (_, s) => format!("killed by signal {s:?}"),
+    }
+}
+
+fn writes() -> std::path::PathBuf {
+    c_program("writes")
+}
+
+// ---------------------------------------------------------------------------------------------
+// A reader that left
+
+/// The exit summary to stderr after its reader left: the program's own exit status, and its own
+/// exit handler (registered before the pool's) still runs.
+#[test]
+fn the_exit_summary_to_a_closed_pipe_keeps_the_exit_status_and_the_programs_exit_handlers() {
+    for summary in ["stderr", "always:stderr"] {
+        let (status, out) = run_reader_gone(&mut pooled(
+            &writes(),
+            &["exit", "3"],
+            &[("GPUPOOL_SUMMARY", summary)],
+        ));
+        assert_eq!(how(status), "exit 3", "GPUPOOL_SUMMARY={summary}: {out}");
+        assert_eq!(out, "checkpoint\n", "GPUPOOL_SUMMARY={summary}");
+    }
+    // The summary to stdout when stdout's reader left (the program prints nothing there
+    // itself): the same status, and no line on stderr about the failed write.
+    let mut cmd = pooled(
+        &writes(),
+        &["exit", "3", "quiet"],
+        &[("GPUPOOL_SUMMARY", "stdout")],
+    );
+    cmd.stdout(reader_gone()).stderr(Stdio::piped());
+    let out = cmd
+        .spawn()
+        .expect("start")
+        .wait_with_output()
+        .expect("wait");
+    assert_eq!(how(out.status), "exit 3");
+    assert_eq!(texts(&out).1, "");
+}
+
+/// The one warning line of a double free, with nobody reading stderr: the program goes on.
+#[test]
+fn a_warning_to_a_closed_pipe_does_not_stop_the_program() {
+    let (status, out) = run_reader_gone(&mut pooled(&writes(), &["double_free"], &[]));
+    assert_eq!(how(status), "exit 0", "{out}");
+    assert_eq!(out, "after double free\n");
+}
+
+/// A program that handles out-of-memory itself, by trying smaller sizes, keeps going when the
+/// pool's out-of-memory report cannot be written.
+#[test]
+fn the_out_of_memory_report_to_a_closed_pipe_lets_the_program_recover() {
+    let env = [("CUDASIM_MEM", "256MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+    // With a reader: the report is there (so the test below does make the pool write one).
+    let out = output_within(&mut pooled(&writes(), &["oom"], &env), 60);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("gpupool: out of memory on device 0"),
+        "{stderr}"
+    );
+    let (status, out) = run_reader_gone(&mut pooled(&writes(), &["oom"], &env));
+    assert_eq!(how(status), "exit 0", "{out}");
+    assert_eq!(out, stdout);
+    assert!(out.starts_with("got "), "{out}");
+}
+
+/// The live dumps (`SIGUSR1`, `GPUPOOL_SUMMARY_INTERVAL`) to a stderr nobody reads: the
+/// program goes on.
+#[test]
+fn live_dumps_to_a_closed_pipe_do_not_stop_the_program() {
+    let env = [("GPUPOOL_SUMMARY_INTERVAL", "100ms")];
+    // With a reader: several dumps are written while the program sleeps.
+    let out = output_within(&mut pooled(&writes(), &["dump"], &env), 60);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let dumps = stderr.matches(" gpupool summary   pid ").count();
+    assert!(dumps >= 2, "{dumps} dumps:\n{stderr}");
+    let (status, out) = run_reader_gone(&mut pooled(&writes(), &["dump"], &env));
+    assert_eq!(how(status), "exit 0", "{out}");
+    assert_eq!(out, "after dumps\n");
+}
+
+/// `gpupool_write_summary` to a pipe whose reader left: the failure comes back as 999 with
+/// `errno` EPIPE, and the program goes on.
+#[test]
+fn the_api_summary_to_a_closed_pipe_returns_an_error() {
+    let out = output_within(&mut pooled(&writes(), &["api_summary"], &[]), 60);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(how(out.status), "exit 0", "{stdout}{stderr}");
+    assert_eq!(stdout, "write_summary 999 EPIPE\n");
+    assert_eq!(stderr, "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// fd 2 taken over by a data file
+
+/// A daemon closes fd 2 and opens a data file, which becomes fd 2: the pool's warning and its
+/// exit summary never go into it.
+#[test]
+fn a_data_file_that_became_fd_2_gets_no_warning_and_no_summary() {
+    let dir = scratch("output-fd2");
+    let data = dir.join("data.txt");
+    let out = output_within(
+        &mut pooled(
+            &writes(),
+            &["reuse_fd2", data.to_str().unwrap()],
+            &[("GPUPOOL_SUMMARY", "stderr")],
+        ),
+        60,
+    );
+    let (stdout, _) = texts(&out);
+    assert_eq!(how(out.status), "exit 0", "{stdout}");
+    assert_eq!(stdout, "data written\n");
+    assert_eq!(
+        std::fs::read_to_string(&data).unwrap(),
+        "data 1\ndata 2\n",
+        "the pool wrote into the program's data file"
+    );
+}
+
+/// A file the program was started with as its stderr (`2>log`) is its stderr: the warning and
+/// the summary go there.
+#[test]
+fn a_file_given_as_stderr_at_start_gets_the_warning_and_the_summary() {
+    let dir = scratch("output-stderr-file");
+    let log = dir.join("log.txt");
+    let file = std::fs::File::create(&log).unwrap();
+    let out = output_within_stderr(
+        &mut pooled(
+            &writes(),
+            &["double_free"],
+            &[("GPUPOOL_SUMMARY", "stderr")],
+        ),
+        Stdio::from(file),
+        60,
+    );
+    assert_eq!(how(out.status), "exit 0");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.starts_with("gpupool: "), "{text}");
+    assert!(text.contains(" gpupool summary   pid "), "{text}");
+}
+
+/// A pipe the program put on fd 2 itself, as Jupyter does to capture the output of C code, is
+/// its stderr: the warning goes there.
+#[test]
+fn a_pipe_the_program_put_on_fd_2_gets_the_warning() {
+    let out = output_within(&mut pooled(&writes(), &["capture_fd2"], &[]), 60);
+    let (stdout, _) = texts(&out);
+    assert_eq!(how(out.status), "exit 0", "{stdout}");
+    assert!(
+        stdout.starts_with("captured: gpupool: cudaFree(") && stdout.ends_with('\n'),
+        "{stdout}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `always:` and wrapper processes
+
+/// A wrapper (`bash -c 'app; true'`, `timeout`) inherits the preload and
+/// `GPUPOOL_SUMMARY=always:FILE`, never allocates, and exits after the program: the file keeps
+/// the program's summary.
+#[test]
+fn a_wrapper_that_never_allocated_keeps_the_summary_its_program_wrote() {
+    let dir = scratch("output-wrapper");
+    let exe = writes();
+    let exe = exe.to_str().unwrap();
+    // `; true`: bash forks the program and waits, instead of exec'ing it.
+    let script = format!("'{exe}' exit 0; true");
+    let wrappers: [&[&str]; 2] = [
+        &["bash", "-c", &script],
+        &["timeout", "20", exe, "exit", "0"],
+    ];
+    for wrapper in wrappers {
+        for name in ["summary.txt", "summary.json"] {
+            let path = dir.join(name);
+            let dest = format!("always:{}", path.display());
+            let mut cmd = support::clean_command(Path::new(wrapper[0]));
+            cmd.args(&wrapper[1..])
+                .env("LD_PRELOAD", support::library())
+                .env("GPUPOOL_SUMMARY", &dest);
+            let out = output_within(&mut cmd, 60);
+            let (stdout, stderr) = texts(&out);
+            assert!(out.status.success(), "{wrapper:?}: {stdout}{stderr}");
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                !text.contains("no CUDA allocations were intercepted")
+                    && !text.contains("\"intercepted\":false"),
+                "{wrapper:?} replaced the program's summary in {name}:\n{text}"
+            );
+            assert!(
+                text.contains(" gpupool summary   pid ") || text.contains("\"intercepted\":true"),
+                "{name}: {text}"
+            );
+        }
+    }
+}
+
+/// A file left at the path by an earlier run is replaced by a process that never allocated.
+#[test]
+fn a_summary_left_by_an_earlier_run_is_replaced_by_the_not_intercepted_line() {
+    let dir = scratch("output-stale");
+    let path = dir.join("summary.txt");
+    std::fs::write(&path, "an earlier run's summary\n").unwrap();
+    let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    let dest = format!("always:{}", path.display());
+    let out = output_within(
+        &mut pooled(Path::new("/bin/true"), &[], &[("GPUPOOL_SUMMARY", &dest)]),
+        60,
+    );
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("no CUDA allocations were intercepted"),
+        "{text}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keywords in any case
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `OFF`, `Stderr`, `STDOUT`, `ALWAYS:stderr`: keywords, not file names; a bare word that is
+/// none (`stdrr`) gives one warning line and no file.
+#[test]
+fn summary_keywords_in_any_case_write_no_file() {
+    let dir = scratch("output-keywords");
+    let exe = writes();
+    for (value, on_stdout, on_stderr) in [
+        ("OFF", false, false),
+        ("Stderr", false, true),
+        ("STDOUT", true, false),
+        ("ALWAYS:Stderr", false, true),
+    ] {
+        let mut cmd = pooled(&exe, &["exit", "0"], &[("GPUPOOL_SUMMARY", value)]);
+        let out = output_within(cmd.current_dir(&dir), 60);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{value}: {stdout}{stderr}");
+        let summary = " gpupool summary   pid ";
+        assert_eq!(stdout.contains(summary), on_stdout, "{value}: {stdout}");
+        assert_eq!(stderr.contains(summary), on_stderr, "{value}: {stderr}");
+        assert_eq!(names_in(&dir), Vec::<String>::new(), "{value}");
+    }
+    // `always:` in another case, in a process that never used CUDA: its one line.
+    let mut cmd = pooled(
+        Path::new("/bin/true"),
+        &[],
+        &[("GPUPOOL_SUMMARY", "ALWAYS:STDERR")],
+    );
+    let out = output_within(cmd.current_dir(&dir), 60);
+    let (_, stderr) = texts(&out);
+    assert!(
+        stderr.contains("no CUDA allocations were intercepted"),
+        "{stderr}"
+    );
+    assert_eq!(names_in(&dir), Vec::<String>::new());
+    // A typo: one warning line, which says how to ask for a file of that name.
+    let mut cmd = pooled(&exe, &["exit", "0"], &[("GPUPOOL_SUMMARY", "stdrr")]);
+    let out = output_within(cmd.current_dir(&dir), 60);
+    let (_, stderr) = texts(&out);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("gpupool: GPUPOOL_SUMMARY=\"stdrr\"") && stderr.contains("./stdrr"),
+        "{stderr}"
+    );
+    // Off keywords of the trace: no trace file.
+    for value in ["OFF", "0", "none"] {
+        let mut cmd = pooled(&exe, &["exit", "0"], &[("GPUPOOL_TRACE", value)]);
+        let out = output_within(cmd.current_dir(&dir), 60);
+        let (_, stderr) = texts(&out);
+        assert_eq!(stderr, "", "GPUPOOL_TRACE={value}");
+    }
+    assert_eq!(names_in(&dir), Vec::<String>::new());
+}
