@@ -1,0 +1,153 @@
+//! Fitting a request: the exact-size bins of small blocks, the best-fit index of free blocks,
+//! and the largest free block.
+
+use super::*;
+
+impl DevicePool {
+    /// The largest block that could be handed out now.
+    pub fn largest_free(&self) -> u64 {
+        let small = self.free_small.largest().unwrap_or(0);
+        let large = self.free_large.keys().next_back().map_or(0, |k| k.0);
+        let binned = self
+            .bins
+            .iter()
+            .rposition(|b| !b.is_empty())
+            .map_or(0, |k| (k as u64 + 1) * ALIGN);
+        small.max(large).max(binned)
+    }
+
+    /// The bin of blocks of exactly `rounded` bytes, for small sizes.
+    pub(super) fn bin_of(rounded: u64) -> Option<usize> {
+        (rounded <= SMALL_LIMIT).then(|| (rounded / ALIGN) as usize - 1)
+    }
+
+    /// A reusable block: into its exact-size bin while there is room, else merged and indexed.
+    pub(super) fn recycle(&mut self, idx: u32) {
+        self.leave_stream(idx);
+        let size = self.blocks[idx as usize].size;
+        let small = self.seg(self.blocks[idx as usize].seg).class == Class::Small;
+        match Self::bin_of(size) {
+            Some(k)
+                if small
+                    && self.binned_bytes + size
+                        <= BIN_BYTES.max(self.stats.reserved.current / 8) =>
+            {
+                self.blocks[idx as usize].state = State::Binned;
+                self.bins[k].push(idx);
+                self.bin_mask[k / 64] |= 1 << (k % 64);
+                self.binned_bytes += size;
+            }
+            _ => self.make_free(idx),
+        }
+    }
+
+    /// Merge every binned block back into the best-fit index.
+    pub(super) fn flush_bins(&mut self) {
+        if self.binned_bytes == 0 {
+            return;
+        }
+        for w in 0..self.bin_mask.len() {
+            let mut bits = std::mem::take(&mut self.bin_mask[w]);
+            while bits != 0 {
+                let k = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                while let Some(idx) = self.bins[k].pop() {
+                    self.make_free(idx);
+                }
+            }
+        }
+        debug_assert!(self.bins.iter().all(Vec::is_empty));
+        self.binned_bytes = 0;
+    }
+
+    /// The best reusable block for a large request is `idx`, but splitting it would carve a
+    /// block more than twice the request's size while at least the request's size waits for a
+    /// barrier or a fence: blocks freed moments ago are usually the right size (a gradient after
+    /// its activation), and shredding big blocks instead is what makes a cache grow. Make the
+    /// waiting blocks reusable first (a barrier costs no host wait; a fence is taken only here
+    /// and in `refill`) and fit again.
+    pub(super) fn better_fit(
+        &mut self,
+        idx: u32,
+        class: Class,
+        rounded: u64,
+        backend: &dyn Backend,
+        seqs: &Seqs,
+        policy: &Policy,
+    ) -> Result<u32, CudaError> {
+        if class == Class::Small || self.blocks[idx as usize].size <= 2 * rounded {
+            return Ok(idx);
+        }
+        // A failed barrier or fence leaves the waiting blocks waiting; `idx` still fits.
+        let made_reusable = if self.pending_barrier_bytes >= rounded {
+            self.barrier(backend, seqs).is_ok()
+        } else if self.pending_fence_bytes >= rounded.max(policy.fence_bytes) {
+            self.fence(backend, seqs).is_ok()
+        } else {
+            false
+        };
+        if !made_reusable {
+            return Ok(idx);
+        }
+        Ok(self.find_fit(class, rounded, policy).unwrap_or(idx))
+    }
+
+    /// A block for `rounded` bytes among those just made reusable (given back by thread caches,
+    /// or by a barrier or fence, which put small ones in their bins): from its bin, or with the
+    /// bins merged into the index.
+    pub(super) fn fit_after_return(
+        &mut self,
+        class: Class,
+        rounded: u64,
+        policy: &Policy,
+    ) -> Option<u32> {
+        let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
+        let idx = match binned {
+            Some(idx) => {
+                self.binned_bytes -= rounded;
+                idx
+            }
+            None => {
+                self.flush_bins();
+                self.find_fit(class, rounded, policy)?
+            }
+        };
+        self.stats.hits += 1;
+        Some(idx)
+    }
+
+    /// The best fit for `rounded` bytes in its pool. `max_split_size` concerns large blocks
+    /// only: small ones always split (`should_split`), and a small segment's remainder must serve
+    /// small requests whatever the setting (found in review: with 4 MiB small segments and a
+    /// 2–4 MiB setting, every small request took a segment of its own).
+    pub(super) fn find_fit(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
+        match class {
+            Class::Small => self.free_small.best_fit(rounded).map(|(_, idx)| idx),
+            Class::Large => {
+                let (&(size, _), &idx) = self.free_large.range((rounded, 0)..).next()?;
+                may_serve(size, rounded, policy.max_split_size).then_some(idx)
+            }
+        }
+    }
+
+    pub(super) fn index(&mut self, idx: u32) {
+        let b = &self.blocks[idx as usize];
+        let (size, addr) = (b.size, b.addr);
+        match self.seg(b.seg).class {
+            Class::Small => self.free_small.insert(idx, size),
+            Class::Large => {
+                self.free_large.insert((size, addr), idx);
+            }
+        }
+    }
+
+    pub(super) fn unindex(&mut self, idx: u32) {
+        let b = &self.blocks[idx as usize];
+        let (size, addr) = (b.size, b.addr);
+        let removed = match self.seg(b.seg).class {
+            Class::Small => self.free_small.remove(idx, size),
+            Class::Large => self.free_large.remove(&(size, addr)) == Some(idx),
+        };
+        debug_assert!(removed, "free block {addr:#x} not indexed");
+    }
+}

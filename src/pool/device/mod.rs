@@ -1,0 +1,456 @@
+//! One device's pool: segments from the driver carved into blocks, best fit over cached free
+//! blocks, split and merge, freed blocks that wait for a fence or barrier before reuse, and
+//! release of whole free segments. Single-threaded: the caller holds the device's lock.
+//!
+//! This file holds the types and the state; each job is one `impl DevicePool` block of its own:
+//! - `grow.rs`: serving a request, and the ladder when no cached block fits (named steps);
+//! - `fit.rs`: the bins and the best-fit index;
+//! - `arena.rs`: splitting a block to hand it out, merging freed neighbours, the slots;
+//! - `pending.rs`: frees, and the fences and barriers that make freed blocks reusable;
+//! - `stream_hold.rs`: blocks held for the stream that freed them (`relaxed` mode);
+//! - `release.rs`: the threshold, empty-cache, outgrown segments, reset; threshold and limit;
+//! - `lend.rs`: blocks lent to thread caches;
+//! - `check.rs`: the structural check.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::backend::{Addr, Backend, CudaError};
+use super::free_lists::FreeLists;
+use super::size::{
+    class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, GROW_FROM,
+    OUTGROWN_FROM, SMALL_LIMIT,
+};
+use super::stats::{counted, DeviceStats};
+use super::trace::{Kind, TraceBuf};
+use super::{AddrHasher, FreeKind, IntHasher, Seqs, StreamKey, NO_STREAM};
+
+mod arena;
+mod check;
+mod fit;
+mod grow;
+mod lend;
+mod pending;
+mod release;
+mod stream_hold;
+
+/// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
+/// (or an eighth of its reserved memory, if more): a request of the same size takes one back
+/// without touching the best-fit index. Bins are merged back into the index whenever a request
+/// finds no fit, and before any release, so they never make the pool grow. As large as the
+/// default fence budget, so that what one fence makes reusable fits in the bins.
+const BIN_BYTES: u64 = 256 << 20;
+const BINS: usize = (SMALL_LIMIT / ALIGN) as usize;
+
+const NONE: u32 = u32::MAX;
+
+/// Pending queues this long (together) are compacted when stream-ordered reuse adds to them.
+const COMPACT_FROM: usize = 4096;
+/// Streams whose held set stays in `DevicePool::held` once emptied (a stream that frees and
+/// allocates in turn would otherwise drop and remake its set on every pair); beyond that, an
+/// emptied set goes, so destroyed streams leave nothing behind.
+const EMPTY_HELD_SETS: usize = 16;
+
+/// Streams the trace numbers per device; later ones share the last number (a replay then lets
+/// them reuse each other's blocks, which only lowers its figures).
+const TRACE_STREAMS: u16 = (1 << 14) - 1;
+
+/// Extra blocks one `alloc_lent` lends, at most.
+pub const EXTRAS: usize = 32;
+
+/// Blocks lent besides the one served (a fixed array: the miss path allocates nothing).
+#[derive(Default)]
+pub struct Extras {
+    items: [(Addr, u32); EXTRAS],
+    len: usize,
+}
+
+impl Extras {
+    fn push(&mut self, item: (Addr, u32)) {
+        self.items[self.len] = item;
+        self.len += 1;
+    }
+
+    /// (address, handle) of each block lent.
+    pub fn iter(&self) -> impl Iterator<Item = (Addr, u32)> + '_ {
+        self.items[..self.len].iter().copied()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// The slot holds no block.
+    Vacant,
+    Live,
+    /// Cached and reusable: in the best-fit index.
+    Free,
+    /// Cached and reusable: in the exact-size bin of its size (not merged with neighbours).
+    Binned,
+    /// Freed by the program but maybe still used by in-flight work: not reusable yet.
+    Pending,
+    /// Held by a thread cache (`tcache.rs`), handed out from there or waiting there for reuse;
+    /// counted as allocated at its full size until it comes back.
+    Lent,
+}
+
+/// What must happen before a freed block may be handed out again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Nothing: reusable at once (relaxed mode).
+    Nothing,
+    /// One legacy-stream action (covers blocking streams).
+    Barrier,
+    /// A device-wide fence (covers every stream).
+    Fence,
+}
+
+impl Need {
+    /// What a `Free` record's code (`need as u64`, `DevicePool::after_free`'s record) says the
+    /// block's reuse waited for.
+    pub fn from_code(code: u64) -> Need {
+        match code {
+            0 => Need::Nothing,
+            1 => Need::Barrier,
+            _ => Need::Fence,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    addr: Addr,
+    size: u64,
+    requested: u64,
+    seg: u32,
+    prev: u32,
+    next: u32,
+    state: State,
+    /// The device's free sequence number at the time of the free (pending blocks only).
+    stamp: u64,
+    /// A pending block waits for a fence (else for a barrier).
+    wants_fence: bool,
+    /// A pending block held for the stream it was freed on (`DevicePool::held_by` names it),
+    /// which may reuse it at once (`DevicePool::stream_reuse`). A flag, not the key: blocks stay
+    /// 48 bytes, and the hit path reads nothing more.
+    held: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Segment {
+    addr: Addr,
+    size: u64,
+    class: Class,
+    /// Live blocks inside; a segment with none can go back to the driver.
+    live: u32,
+    first: u32,
+}
+
+/// Settings shared by every device.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    pub max_split_size: u64,
+    pub fence_bytes: u64,
+}
+
+/// Why segments are released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    Threshold,
+    EmptyCache,
+    OutOfMemory,
+    /// A request larger than every segment so far replaced idle segments it outgrew.
+    Outgrown,
+}
+
+/// What `cudaMemGetInfo` said of the device, sampled after each new segment and at
+/// out-of-memory (never at exit, when the runtime may be unloading).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemorySample {
+    pub free: u64,
+    pub total: u64,
+    /// The pool's reserved bytes at that moment.
+    pub reserved: u64,
+}
+
+impl MemorySample {
+    /// Device memory in use outside the pool: the CUDA context, other allocators, other
+    /// processes.
+    pub fn outside_pool(&self) -> u64 {
+        self.total
+            .saturating_sub(self.free)
+            .saturating_sub(self.reserved)
+    }
+}
+
+/// The last out-of-memory the pool gave back to the program, and what it had tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomEvent {
+    /// The request, rounded.
+    pub requested: u64,
+    /// The segment the pool asked the driver for again after releasing cached memory (the
+    /// request's own segment size, without room to grow).
+    pub segment: u64,
+    /// Cached bytes it released to the driver before retrying.
+    pub released: u64,
+    /// Whether it fenced to make pending blocks reusable first.
+    pub fenced: bool,
+    /// The pool's limit (`GPUPOOL_LIMIT`) refused a segment the retry asked for: the driver
+    /// may have had the memory.
+    pub limited: bool,
+    pub memory: Option<MemorySample>,
+}
+
+/// A live block as the pool reports it (for the leak list and IPC checks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveBlock {
+    pub addr: Addr,
+    pub size: u64,
+    pub requested: u64,
+    pub segment_addr: Addr,
+}
+
+pub struct DevicePool {
+    device: u32,
+    /// Live blocks by address.
+    live: HashMap<Addr, u32, BuildHasherDefault<AddrHasher>>,
+    bins: Vec<Vec<u32>>,
+    /// Bins that may hold blocks (a bit set on every push, all cleared by a flush), so a flush
+    /// visits those alone rather than all 2 048: a workload of ever-different small sizes
+    /// flushes often.
+    bin_mask: [u64; BINS / 64],
+    binned_bytes: u64,
+    blocks: Vec<Block>,
+    vacant_blocks: Vec<u32>,
+    segments: Vec<Option<Segment>>,
+    vacant_segments: Vec<u32>,
+    by_addr: BTreeMap<Addr, u32>,
+    /// Free small blocks by exact size (`free_lists.rs`); large ones by (size, address).
+    free_small: FreeLists,
+    free_large: BTreeMap<(u64, Addr), u32>,
+    pending_fence: VecDeque<(u32, u64)>,
+    pending_barrier: VecDeque<(u32, u64)>,
+    pending_fence_bytes: u64,
+    pending_barrier_bytes: u64,
+    /// Stream-ordered reuse (`relaxed` mode): a block freed on a stream waits for its barrier or
+    /// fence as any other, but a request on the same stream may take it at once, since the
+    /// stream runs its work after the work that freed it. By stream: (large segment, size,
+    /// handle) of each such block.
+    pub stream_reuse: bool,
+    /// An allocation named its stream: until then no request could take a held block (a
+    /// program that frees with `cudaFreeAsync` but allocates with `cudaMalloc` holds nothing).
+    stream_requests: bool,
+    held: HashMap<StreamKey, BTreeSet<(bool, u64, u32)>, BuildHasherDefault<IntHasher>>,
+    /// The stream each held block is held for, by block handle (meaningful while the block's
+    /// `held` flag is set), and how many blocks are held.
+    held_by: Vec<StreamKey>,
+    held_blocks: usize,
+    /// Queue length (both queues) at which `compact_queues` next drops stale entries.
+    compact_at: usize,
+    /// The trace's number of each stream (tracing only).
+    stream_ids: HashMap<StreamKey, u16>,
+    /// Highest fence and barrier sequences this pool has applied, to tell the program's
+    /// synchronizations from its own.
+    fenced_seen: u64,
+    barriered_seen: u64,
+    /// The allocation trace, when `GPUPOOL_TRACE` is on.
+    trace: Option<TraceBuf>,
+    /// Cached bytes to keep; above it whole free segments go back to the driver.
+    pub threshold: u64,
+    /// The most bytes this pool may reserve (`GPUPOOL_LIMIT`; `u64::MAX`: none). A segment
+    /// that would take it past is refused as the driver refuses one, so the out-of-memory
+    /// ladder (release, retry smaller) runs as it does for the driver.
+    pub limit: u64,
+    /// The limit refused a segment since the out-of-memory retry began.
+    limit_refused: bool,
+    /// The device's memory as last sampled.
+    pub memory: Option<MemorySample>,
+    /// The first sample: what was in use outside the pool when it began (the CUDA context,
+    /// and what the program had allocated otherwise by then).
+    pub memory_first: Option<MemorySample>,
+    pub last_oom: Option<OomEvent>,
+    pub stats: DeviceStats,
+    /// The largest large segment allocated so far (a larger request releases the idle segments
+    /// it outgrew; none above `GROW_FROM` yet: the next such request gets room to grow).
+    largest_segment: u64,
+    /// Bytes of the segments without a live or lent block: the most a release could give back
+    /// (zero lets a release threshold that cannot be met skip the scan of every segment).
+    idle_bytes: u64,
+    /// Blocks lent to thread caches.
+    lent: u64,
+    /// Allocations served under the device lock (to sample which threads allocate).
+    pub lock_allocs: u64,
+    /// How threads competed for the device's lock while thread caches were off.
+    pub contention: super::tcache::Contention,
+    /// Bumped by `forget_all`: thread caches drop what they hold from an earlier generation.
+    pub generation: u64,
+    /// Whoever holds blocks this pool lent (the device's thread caches).
+    lenders: Option<Arc<dyn Lenders>>,
+}
+
+/// What a device pool asks of the holders of the blocks it lent (`tcache.rs`). Called under
+/// the device's lock.
+pub trait Lenders: Send + Sync {
+    /// Give every free block back (out of memory).
+    fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs);
+    /// Give the reusable blocks back (the pool would grow otherwise). Whether any came back.
+    fn reclaim_ready(&self, p: &mut DevicePool, seqs: &Seqs) -> bool;
+    /// Give back some of the reusable blocks of exactly `size` bytes (what one holder keeps
+    /// of a size another lacks). Whether any came back.
+    fn reclaim_size(&self, p: &mut DevicePool, seqs: &Seqs, size: u64) -> bool;
+    /// Bytes held that wait for a barrier, and for a fence.
+    fn waiting(&self, p: &DevicePool) -> (u64, u64);
+}
+
+impl DevicePool {
+    pub fn new(device: u32, threshold: u64) -> Self {
+        DevicePool {
+            device,
+            live: HashMap::default(),
+            bins: vec![Vec::new(); BINS],
+            bin_mask: [0; BINS / 64],
+            binned_bytes: 0,
+            blocks: Vec::new(),
+            vacant_blocks: Vec::new(),
+            segments: Vec::new(),
+            vacant_segments: Vec::new(),
+            by_addr: BTreeMap::new(),
+            free_small: FreeLists::default(),
+            free_large: BTreeMap::new(),
+            pending_fence: VecDeque::new(),
+            pending_barrier: VecDeque::new(),
+            pending_fence_bytes: 0,
+            pending_barrier_bytes: 0,
+            stream_reuse: false,
+            stream_requests: false,
+            held: HashMap::default(),
+            held_by: Vec::new(),
+            held_blocks: 0,
+            compact_at: COMPACT_FROM,
+            stream_ids: HashMap::new(),
+            fenced_seen: 0,
+            barriered_seen: 0,
+            trace: None,
+            threshold,
+            limit: u64::MAX,
+            limit_refused: false,
+            memory: None,
+            memory_first: None,
+            last_oom: None,
+            stats: DeviceStats::default(),
+            largest_segment: 0,
+            idle_bytes: 0,
+            lent: 0,
+            lock_allocs: 0,
+            contention: Default::default(),
+            generation: 0,
+            lenders: None,
+        }
+    }
+
+    /// Who will hold the blocks this pool lends.
+    pub fn set_lenders(&mut self, lenders: Arc<dyn Lenders>) {
+        self.lenders = Some(lenders);
+    }
+
+    /// Record every decision from now on into `trace`.
+    pub fn set_trace(&mut self, trace: TraceBuf, policy: &Policy, reuse: u16) {
+        self.trace = Some(trace);
+        self.record(
+            Kind::Settings,
+            policy.max_split_size,
+            policy.fence_bytes,
+            self.threshold,
+            reuse,
+        );
+    }
+
+    /// The program created a non-blocking stream (for the trace: a replay in `barrier` mode
+    /// fences from here on, as the live pool does).
+    pub fn note_nonblocking_stream(&mut self) {
+        self.record(Kind::NonBlockingStream, 0, 0, 0, 0);
+    }
+
+    /// One trace record, when tracing.
+    #[inline]
+    fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {
+        if let Some(t) = self.trace.as_mut() {
+            t.record(kind, a, b, c, aux);
+        }
+    }
+
+    /// Hand buffered trace records to the sink.
+    pub fn flush_trace(&mut self) {
+        if let Some(t) = self.trace.as_mut() {
+            t.flush();
+        }
+    }
+
+    /// Cached bytes: reserved from the driver but not handed out (free or pending).
+    pub fn cached(&self) -> u64 {
+        self.stats.reserved.current - self.stats.allocated.current
+    }
+
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending_fence_bytes + self.pending_barrier_bytes
+    }
+
+    /// Whether `addr` is a live block of this device.
+    pub fn is_live(&self, addr: Addr) -> bool {
+        self.live.contains_key(&addr)
+    }
+
+    /// Live blocks on this device.
+    pub fn live_count(&self) -> usize {
+        self.live.len()
+    }
+
+    fn seg(&self, i: u32) -> &Segment {
+        self.segments[i as usize]
+            .as_ref()
+            .expect("block in a released segment")
+    }
+
+    fn seg_mut(&mut self, i: u32) -> &mut Segment {
+        self.segments[i as usize]
+            .as_mut()
+            .expect("block in a released segment")
+    }
+
+    /// Bytes of segments that hold no live or lent block: what a release could give back now.
+    pub fn idle_bytes(&self) -> u64 {
+        self.idle_bytes
+    }
+
+    /// The segment holding `addr`, as (base, size).
+    pub fn segment_containing(&self, addr: Addr) -> Option<(Addr, u64)> {
+        let (_, &si) = self.by_addr.range(..=addr).next_back()?;
+        let s = self.seg(si);
+        (addr < s.addr + s.size).then_some((s.addr, s.size))
+    }
+
+    /// The live block at `addr`.
+    pub fn live_block_at(&self, addr: Addr) -> Option<LiveBlock> {
+        self.live_block(*self.live.get(&addr)?)
+    }
+
+    /// Live block `idx` as the pool sees it.
+    fn live_block(&self, idx: u32) -> Option<LiveBlock> {
+        let b = self.blocks.get(idx as usize)?;
+        (b.state == State::Live).then(|| LiveBlock {
+            addr: b.addr,
+            size: b.size,
+            requested: b.requested,
+            segment_addr: self.seg(b.seg).addr,
+        })
+    }
+
+    /// Every live block (for the leak list at exit).
+    pub fn live_blocks(&self) -> Vec<LiveBlock> {
+        (0..self.blocks.len() as u32)
+            .filter_map(|i| self.live_block(i))
+            .collect()
+    }
+}

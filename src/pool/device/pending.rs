@@ -1,0 +1,207 @@
+//! Reuse safety: freed blocks wait for the fence or barrier their mode needs, and the pool's
+//! and the program's fences, barriers and synchronizations make them reusable.
+
+use super::*;
+
+impl DevicePool {
+    /// The program freed `addr` (`how` it did, and what its reuse must wait for). Returns false
+    /// when it is not a live block of this device. `stamp` gives the device's free sequence
+    /// number, taken only for a live block.
+    pub fn free(
+        &mut self,
+        addr: Addr,
+        how: FreeKind,
+        need: Need,
+        stamp: impl FnOnce() -> u64,
+    ) -> bool {
+        let Some(idx) = self.live.remove(&addr) else {
+            return false;
+        };
+        let size = self.blocks[idx as usize].size;
+        let stream = match how {
+            FreeKind::Async { stream, .. } if stream != NO_STREAM => Some(stream),
+            _ => None,
+        };
+        let id = stream.map_or(0, |k| self.stream_id(k));
+        self.record(Kind::Free, addr, need as u64, size, how.code() | id << 2);
+        self.free_block(idx, need, stamp());
+        let holds = self.stream_reuse && self.stream_requests && need != Need::Nothing;
+        if let (Some(key), true) = (stream, holds) {
+            self.hold_for_stream(idx, key);
+        }
+        true
+    }
+
+    /// Stream-ordered reuse leaves stale queue entries behind (a held block taken, merged or
+    /// split), which only a barrier or fence would clear, and a stream served by the blocks it
+    /// freed may never need one: once the queues have doubled since they were last compacted,
+    /// keep only the entries of blocks still waiting (in order).
+    pub(super) fn compact_queues(&mut self) {
+        if self.pending_fence.len() + self.pending_barrier.len() < self.compact_at {
+            return;
+        }
+        let blocks = &self.blocks;
+        let waits = |fence: bool| {
+            move |&(i, stamp): &(u32, u64)| {
+                let b = &blocks[i as usize];
+                b.state == State::Pending && b.stamp == stamp && b.wants_fence == fence
+            }
+        };
+        self.pending_fence.retain(waits(true));
+        self.pending_barrier.retain(waits(false));
+        let left = self.pending_fence.len() + self.pending_barrier.len();
+        self.compact_at = (2 * left).max(COMPACT_FROM);
+    }
+
+    /// Entries in the fence and barrier queues (tests).
+    #[cfg(test)]
+    pub fn queue_lens(&self) -> (usize, usize) {
+        (self.pending_fence.len(), self.pending_barrier.len())
+    }
+
+    /// Pending block `idx` stops waiting (its queue entry goes stale).
+    pub(super) fn unpend(&mut self, idx: u32) {
+        let b = &mut self.blocks[idx as usize];
+        debug_assert_eq!(b.state, State::Pending);
+        b.state = State::Live;
+        let (fence, size) = (b.wants_fence, b.size);
+        *self.waiting_bytes_mut(fence) -= size;
+    }
+
+    #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
+    pub(super) fn free_block(&mut self, idx: u32, need: Need, stamp: u64) {
+        let b = &mut self.blocks[idx as usize];
+        debug_assert_eq!(b.state, State::Live);
+        let (size, requested, seg) = (b.size, b.requested, b.seg);
+        b.requested = 0;
+        self.seg_quiet(seg);
+        let s = &mut self.stats;
+        s.allocated.sub(size);
+        counted! {
+            s.frees += 1;
+            s.requested.sub(requested);
+            s.blocks.sub(1);
+        }
+        self.after_free(idx, need, stamp);
+    }
+
+    /// A block the program no longer uses: reusable now, or once `need` is met.
+    #[inline(always)]
+    pub(super) fn after_free(&mut self, idx: u32, need: Need, stamp: u64) {
+        let size = self.blocks[idx as usize].size;
+        match need {
+            Need::Nothing => self.recycle(idx),
+            Need::Barrier | Need::Fence => {
+                let fence = need == Need::Fence;
+                self.set_pending(idx, stamp, fence);
+                self.queue_waiting(idx, stamp, fence, size);
+            }
+        }
+    }
+
+    /// Pending block `idx` (stamped `stamp`) waits in the queue of a fence or of a barrier;
+    /// `bytes` more wait there.
+    #[inline(always)]
+    pub(super) fn queue_waiting(&mut self, idx: u32, stamp: u64, fence: bool, bytes: u64) {
+        *self.waiting_bytes_mut(fence) += bytes;
+        if fence {
+            self.pending_fence.push_back((idx, stamp));
+        } else {
+            self.pending_barrier.push_back((idx, stamp));
+        }
+    }
+
+    /// The bytes waiting for a fence, or for a barrier.
+    #[inline(always)]
+    pub(super) fn waiting_bytes_mut(&mut self, fence: bool) -> &mut u64 {
+        if fence {
+            &mut self.pending_fence_bytes
+        } else {
+            &mut self.pending_barrier_bytes
+        }
+    }
+
+    pub(super) fn set_pending(&mut self, idx: u32, stamp: u64, wants_fence: bool) {
+        let b = &mut self.blocks[idx as usize];
+        b.state = State::Pending;
+        b.stamp = stamp;
+        b.wants_fence = wants_fence;
+    }
+
+    /// Make pending blocks reusable that a fence or barrier (ours or the program's) has covered.
+    pub fn promote(&mut self, seqs: &Seqs) {
+        let fenced = seqs.fenced.load(Ordering::Acquire);
+        let barriered = seqs.barriered.load(Ordering::Acquire).max(fenced);
+        if fenced > self.fenced_seen || barriered > self.barriered_seen {
+            // The program synchronized since the last operation (the pool's own fences and
+            // barriers update the seen values themselves).
+            if fenced > self.fenced_seen
+                && self.pending_fence.front().is_some_and(|&(_, s)| s < fenced)
+            {
+                self.stats.observed_fences += 1;
+            }
+            self.fenced_seen = fenced;
+            self.barriered_seen = barriered;
+            self.record(Kind::Observe, fenced, barriered, 0, 0);
+        }
+        while let Some(&(idx, stamp)) = self.pending_fence.front() {
+            if stamp >= fenced {
+                break;
+            }
+            self.pending_fence.pop_front();
+            if self.is_pending(idx, stamp) {
+                self.pending_fence_bytes -= self.blocks[idx as usize].size;
+                self.recycle(idx);
+            }
+        }
+        while let Some(&(idx, stamp)) = self.pending_barrier.front() {
+            if stamp >= barriered {
+                break;
+            }
+            self.pending_barrier.pop_front();
+            if self.is_pending(idx, stamp) {
+                self.pending_barrier_bytes -= self.blocks[idx as usize].size;
+                self.recycle(idx);
+            }
+        }
+    }
+
+    /// Queue entries go stale when their segment is released; the stamp tells them apart.
+    pub(super) fn is_pending(&self, idx: u32, stamp: u64) -> bool {
+        let b = &self.blocks[idx as usize];
+        b.state == State::Pending && b.stamp == stamp
+    }
+
+    /// Wait for the whole device, then make every pending block reusable.
+    pub fn fence(&mut self, backend: &dyn Backend, seqs: &Seqs) -> Result<(), CudaError> {
+        let at = seqs.before_sync();
+        let covered = at.freed;
+        let t = Instant::now();
+        backend.fence(self.device)?;
+        let ns = t.elapsed().as_nanos() as u64;
+        self.stats.fences += 1;
+        self.stats.fence_ns += ns;
+        self.record(Kind::Fence, ns, 0, 0, 0);
+        let fenced = seqs.fenced_at(at);
+        if fenced == covered {
+            self.fenced_seen = self.fenced_seen.max(covered);
+            self.barriered_seen = self.barriered_seen.max(covered);
+        }
+        self.promote(seqs);
+        Ok(())
+    }
+
+    pub(super) fn barrier(&mut self, backend: &dyn Backend, seqs: &Seqs) -> Result<(), CudaError> {
+        let at = seqs.before_sync();
+        let covered = at.freed;
+        backend.barrier(self.device)?;
+        self.stats.barriers += 1;
+        self.record(Kind::Barrier, 0, 0, 0, 0);
+        let barriered = seqs.barriered_at(at);
+        if barriered == covered {
+            self.barriered_seen = self.barriered_seen.max(covered);
+        }
+        self.promote(seqs);
+        Ok(())
+    }
+}
