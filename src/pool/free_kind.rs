@@ -1,0 +1,97 @@
+//! How the program gave a block back, the streams it may name, and what each reuse mode makes
+//! a free wait for.
+
+use super::Need;
+use crate::config::ReuseMode;
+
+/// How the program gave a block back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeKind {
+    /// `cudaFree`.
+    Sync,
+    /// `cudaFreeAsync` on a stream; `blocking` is false for a non-blocking stream.
+    Async { blocking: bool, stream: StreamKey },
+}
+
+/// Names a stream for stream-ordered reuse (`Pool::alloc_on`): in the library, the runtime's
+/// unique id of the stream (`hooks::stream_key`); in a replay, the trace's number for it.
+pub type StreamKey = u64;
+
+/// No stream, or one the runtime could not name: never reused in stream order.
+pub const NO_STREAM: StreamKey = StreamKey::MAX;
+/// The legacy default stream's name (`hooks::stream_key`), out of the range of the runtime's
+/// stream ids (a counter from zero).
+pub const LEGACY_STREAM: StreamKey = StreamKey::MAX - 1;
+
+impl FreeKind {
+    /// The code the trace records.
+    pub fn code(self) -> u16 {
+        match self {
+            FreeKind::Sync => 0,
+            FreeKind::Async { blocking: true, .. } => 1,
+            FreeKind::Async {
+                blocking: false, ..
+            } => 2,
+        }
+    }
+
+    /// The kind a trace record's code gives, on stream `stream` (a replay's key for the trace's
+    /// stream number) when it was asynchronous.
+    pub fn from_code(code: u16, stream: StreamKey) -> FreeKind {
+        match code {
+            1 => FreeKind::Async {
+                blocking: true,
+                stream,
+            },
+            2 => FreeKind::Async {
+                blocking: false,
+                stream,
+            },
+            _ => FreeKind::Sync,
+        }
+    }
+}
+
+/// What happened to a pointer handed to `free`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeOutcome {
+    /// A live block of ours: back in the pool.
+    Freed,
+    /// Inside pool memory but not a live block (double free, interior pointer): refused.
+    Invalid,
+    /// Not pool memory at all: the runtime should handle it.
+    NotOurs,
+}
+
+/// What a free must wait for before its block is reused, by reuse mode and how it was freed.
+pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Need {
+    match (reuse, kind) {
+        (ReuseMode::Strict, _) => Need::Fence,
+        (
+            _,
+            FreeKind::Async {
+                blocking: false, ..
+            },
+        ) => Need::Fence,
+        (ReuseMode::Barrier, _) if nonblocking_seen => Need::Fence,
+        (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Need::Barrier,
+        (ReuseMode::Relaxed, FreeKind::Sync) => Need::Nothing,
+    }
+}
+
+/// The trace's code for a reuse mode.
+pub fn reuse_code(reuse: ReuseMode) -> u16 {
+    match reuse {
+        ReuseMode::Strict => 0,
+        ReuseMode::Barrier => 1,
+        ReuseMode::Relaxed => 2,
+    }
+}
+
+pub fn reuse_from_code(code: u16) -> ReuseMode {
+    match code {
+        1 => ReuseMode::Barrier,
+        2 => ReuseMode::Relaxed,
+        _ => ReuseMode::Strict,
+    }
+}
