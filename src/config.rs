@@ -64,11 +64,12 @@ pub enum SummaryDest {
 }
 
 /// `GPUPOOL_MAX_SPLIT_SIZE` (and `gpupool-trace replay --max-split`) must be larger than this,
-/// the medium segments' size, as PyTorch requires of `max_split_size_mb`: at or below it, every
-/// medium segment is a block too large to split, and each request of 1 to 10 MiB would take
-/// a whole 20 MiB segment (found in review: 5 MiB requests under an 8 MiB cap reserved four
-/// times what they asked for).
-pub const MAX_SPLIT_SIZE_ABOVE: u64 = crate::pool::size::MEDIUM_SEGMENT;
+/// the medium segments' size (`pool::size::MEDIUM_SEGMENT`, which a test keeps equal), as
+/// PyTorch requires of `max_split_size_mb`: at or below it, every medium segment is a block too
+/// large to split, and each request of 1 to 10 MiB would take a whole 20 MiB segment (5 MiB
+/// requests under an 8 MiB cap reserved four times what they asked for). A number here: the
+/// configuration is read below the pool and knows nothing of it.
+pub const MAX_SPLIT_SIZE_ABOVE: u64 = 20 << 20;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {

@@ -1,7 +1,7 @@
 //! The process-wide state, made on the first CUDA call that reaches a hook (never at load time:
 //! a process that does not use CUDA pays nothing and prints nothing).
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, OnceLock};
 
 use crate::config::{Config, ReuseMode};
@@ -179,105 +179,13 @@ impl Global {
     pub fn reuse(&self) -> ReuseMode {
         self.config.reuse
     }
-}
 
-static FIRST_ALLOCATION: AtomicBool = AtomicBool::new(false);
-static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-
-/// Called after every allocation the pool served; the first one arms the exit summary.
-#[inline]
-pub fn note_allocation() {
-    if !FIRST_ALLOCATION.load(Ordering::Relaxed) && !FIRST_ALLOCATION.swap(true, Ordering::AcqRel) {
-        // SAFETY: getpid has no preconditions.
-        OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-        // SAFETY: registering a plain extern "C" function with atexit.
-        unsafe { libc::atexit(at_exit) };
-        if let Some(g) = existing() {
-            report::dump::start(g);
+    /// What a report reads of this state.
+    pub fn report_source(&self) -> report::Source<'_> {
+        report::Source {
+            pool: self.pool(),
+            config: &self.config,
+            runtime_path: &self.runtime_path,
         }
     }
-}
-
-/// When the library was loaded (at the process's start when preloaded), in nanoseconds since
-/// the epoch; 0 if unknown.
-static LOADED_AT_NS: AtomicU64 = AtomicU64::new(0);
-
-/// When the library was loaded: at the process's start when preloaded.
-pub fn loaded_at() -> Option<std::time::SystemTime> {
-    match LOADED_AT_NS.load(Ordering::Relaxed) {
-        0 => None,
-        ns => Some(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns)),
-    }
-}
-
-/// The pid that registered the `always:` exit hook.
-#[cfg_attr(miri, allow(dead_code))]
-static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
-
-/// At load: note which files fd 1 and fd 2 are (the pool writes there only while they still
-/// are the program's streams) and the time (`always:` never replaces a newer summary); and
-/// only when `GPUPOOL_SUMMARY=always:...` asks for a summary even if the pool never runs,
-/// register the exit hook that writes it. libc-level work only (fstat, clock_gettime, getenv,
-/// atexit), as a library constructor must. (Not under Miri, which cannot call a constructor of
-/// the type the `ctor` crate registers; `scripts/sanitize.sh` runs the pool's tests there.)
-#[cfg_attr(not(miri), ctor::ctor)]
-#[cfg_attr(miri, allow(dead_code))]
-fn at_load() {
-    log::note_streams_at_load();
-    // The coarse clock, which file times are taken from: a file written after this is never
-    // older than it.
-    // SAFETY: clock_gettime writes into the zeroed timespec on the stack.
-    unsafe {
-        let mut now: libc::timespec = std::mem::zeroed();
-        if libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) == 0 && now.tv_sec > 0 {
-            let ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
-            LOADED_AT_NS.store(ns, Ordering::Relaxed);
-        }
-    }
-    // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
-    // of the program could change the environment.
-    let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };
-    // SAFETY: a non-NULL getenv result is a NUL-terminated string.
-    if !v.is_null()
-        && crate::config::strip_always(unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()).is_some()
-    {
-        // SAFETY: getpid has no preconditions; atexit takes a plain extern "C" function.
-        unsafe {
-            ALWAYS_PID.store(libc::getpid(), Ordering::Relaxed);
-            libc::atexit(at_exit_always);
-        }
-    }
-}
-
-#[cfg_attr(miri, allow(dead_code))]
-extern "C" fn at_exit_always() {
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    // The pool's own exit hook reports a process that allocated through it.
-    if pid != ALWAYS_PID.load(Ordering::Relaxed) || FIRST_ALLOCATION.load(Ordering::Acquire) {
-        return;
-    }
-    crate::guard::boundary((), || match existing() {
-        Some(g) => report::write_exit_summary(g),
-        None => {
-            let (config, _) = Config::from_env();
-            report::write_not_intercepted(&config.summary);
-        }
-    });
-}
-
-extern "C" fn at_exit() {
-    // A forked child inherits the registration but not the job of reporting.
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::getpid() } != OWNER_PID.load(Ordering::Relaxed) {
-        return;
-    }
-    crate::guard::boundary((), || {
-        if let Some(g) = existing() {
-            if let Some(pool) = g.pool() {
-                pool.flush_trace();
-            }
-            report::write_exit_summary(g);
-        }
-    });
 }

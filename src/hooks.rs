@@ -153,7 +153,7 @@ pub unsafe fn malloc_on(
             Ok(addr) => {
                 // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
                 unsafe { *dev_ptr = addr as *mut c_void };
-                global::note_allocation();
+                crate::lifecycle::note_allocation();
                 SUCCESS
             }
             // The pool released what it could and still failed: the runtime gives the
@@ -167,7 +167,7 @@ pub unsafe fn malloc_on(
                     refuse_over_limit(rt)
                 };
                 if r == ERROR_MEMORY_ALLOCATION {
-                    crate::report::oom::report(g, dev, size as u64);
+                    crate::report::oom::report(&g.report_source(), dev, size as u64);
                 }
                 r
             }

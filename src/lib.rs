@@ -27,6 +27,10 @@ pub mod guard;
 /// cbindgen:ignore
 pub mod hooks;
 /// cbindgen:ignore
+pub mod lifecycle;
+/// cbindgen:ignore
+pub mod load_time;
+/// cbindgen:ignore
 pub mod log;
 /// cbindgen:ignore
 pub mod policies;

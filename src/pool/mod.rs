@@ -24,6 +24,7 @@ pub mod trace;
 
 mod alloc;
 mod cache_policy;
+mod contention;
 mod control;
 mod free;
 mod free_kind;

@@ -27,6 +27,9 @@ pub const SMALL_LIMIT: u64 = 1 << 20;
 pub const SMALL_SEGMENT: u64 = 4 << 20;
 /// Requests above `SMALL_LIMIT` and up to this size share medium segments.
 pub const MEDIUM_LIMIT: u64 = 10 << 20;
+/// Blocks up to this size (after rounding) go through thread caches: small and medium ones, whose
+/// segments are 4 and 20 MiB, so a cache pins little.
+pub const THREAD_CACHED_LIMIT: u64 = MEDIUM_LIMIT;
 pub const MEDIUM_SEGMENT: u64 = 20 << 20;
 /// Larger requests get a segment of their own, rounded up to this.
 pub const LARGE_ROUND: u64 = 2 << 20;
@@ -116,6 +119,11 @@ pub fn should_split(class: Class, block: u64, rounded: u64, max_split_size: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_split_bound_of_the_configuration_is_the_medium_segment() {
+        assert_eq!(crate::config::MAX_SPLIT_SIZE_ABOVE, MEDIUM_SEGMENT);
+    }
 
     #[test]
     fn rounding() {

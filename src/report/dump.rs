@@ -1,20 +1,11 @@
-//! The live dump: `kill -USR1 PID` writes the current summary without stopping the program, and
-//! `GPUPOOL_SUMMARY_INTERVAL` writes it periodically. The signal handler does only
-//! async-signal-safe work (`getpid`, `write` of one byte to a pipe); a thread started with the
-//! pool's first allocation reads the pipe and writes the summary.
+//! The live dump: the summary written while the program runs (on `SIGUSR1` and every
+//! `GPUPOOL_SUMMARY_INTERVAL`, from the thread `lifecycle::dump_thread` starts), and its order
+//! with the exit summary.
 
-use std::ffi::c_int;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 
 use crate::config::SummaryDest;
-use crate::global::Global;
-use crate::log;
 
-/// The pipe's write end, for the handler.
-static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
-/// The process that installed the handler: a forked child inherits it but not the thread.
-static OWNER: AtomicI32 = AtomicI32::new(0);
 /// Held while a summary is collected and written; `true` once the exit summary was. A dump in
 /// progress at exit finishes before the exit summary is collected, and none starts after it, so
 /// the last summary written holds the final numbers and none is cut off when the process ends.
@@ -27,134 +18,20 @@ pub fn last_write(write: impl FnOnce()) {
     write();
 }
 
-extern "C" fn on_signal(_: c_int) {
-    // SAFETY: errno is thread-local; saved and restored around the async-signal-safe calls.
-    let saved = unsafe { *libc::__errno_location() };
-    let fd = PIPE_WRITE.load(Ordering::Relaxed);
-    // SAFETY: getpid and write are async-signal-safe; a full pipe (a dump already pending)
-    // just drops the byte, since the pipe is non-blocking.
-    unsafe {
-        if fd >= 0 && libc::getpid() == OWNER.load(Ordering::Relaxed) {
-            libc::write(fd, b"!".as_ptr().cast(), 1);
-        }
-        *libc::__errno_location() = saved;
-    }
-}
-
-/// Install the `SIGUSR1` handler (unless the program handles the signal itself) and start the
-/// dump thread when there is anything for it to do.
-pub fn start(g: &'static Global) {
-    let mut fds = [-1; 2];
-    // SAFETY: `fds` has room for the two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        log::warn("cannot create the live-dump pipe; SIGUSR1 dumps are off");
-        return;
-    }
-    let handler = install_handler(fds[1]);
-    let interval = g.config.summary_interval_ns;
-    if !handler && interval.is_none() {
-        // SAFETY: closing the descriptors just made, used by nothing.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
-        }
-        return;
-    }
-    let read_fd = fds[0];
-    // The thread must take none of the program's signals: a program that blocks SIGTERM in its
-    // threads to `sigwait` for it would lose it to this one (and die of it). It starts with
-    // every signal blocked but the faults it could raise itself; SIGUSR1's handler runs on a
-    // program thread and writes to the pipe.
-    // SAFETY: signal sets on the stack, valid for the calls.
-    let saved = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        // Faults the thread itself would raise stay deliverable (to the program's handlers).
-        for sig in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
-            libc::sigdelset(&mut all, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        old
-    };
-    let spawned = std::thread::Builder::new()
-        .name("gpupool-dump".into())
-        .spawn(move || run(g, read_fd, interval));
-    // SAFETY: the calling thread's own mask, saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
-    if spawned.is_err() {
-        log::warn("cannot start the live-dump thread; SIGUSR1 and periodic dumps are off");
-    }
-}
-
-/// Install the handler if `SIGUSR1` has its default disposition (the program does not handle or
-/// ignore it). Returns whether it did.
-fn install_handler(write_fd: i32) -> bool {
-    // SAFETY: reading the current disposition into a zeroed sigaction.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGUSR1, std::ptr::null(), &mut old) != 0
-            || old.sa_sigaction != libc::SIG_DFL
-        {
-            return false;
-        }
-        PIPE_WRITE.store(write_fd, Ordering::Relaxed);
-        OWNER.store(libc::getpid(), Ordering::Relaxed);
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_signal as extern "C" fn(c_int) as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()) == 0
-    }
-}
-
-fn run(g: &'static Global, read_fd: i32, interval_ns: Option<u64>) {
-    let timeout_ms = interval_ns.map_or(-1, |ns| (ns / 1_000_000).min(i32::MAX as u64) as i32);
-    loop {
-        let mut pfd = libc::pollfd {
-            fd: read_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return;
-        }
-        if n > 0 {
-            // Several signals before this wake-up make one dump.
-            let mut buf = [0u8; 64];
-            // SAFETY: reading into a local buffer from our non-blocking pipe.
-            while unsafe { libc::read(read_fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
-        }
-        crate::guard::boundary((), || dump(g));
-    }
-}
-
 /// Write the summary now, to `GPUPOOL_SUMMARY`'s destination or stderr when there is none.
-pub fn dump(g: &Global) {
-    let Some(pool) = g.pool() else { return };
+pub fn dump(src: &super::Source) {
+    let Some(pool) = src.pool else { return };
     let done = WRITING.lock().unwrap_or_else(|e| e.into_inner());
     if *done {
         return;
     }
     pool.flush_trace();
-    let dest = match &g.config.summary {
+    let dest = match &src.config.summary {
         SummaryDest::Off => SummaryDest::Stderr,
         d => d.clone(),
     };
     let report =
-        super::summary::Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
+        super::summary::Report::collect(pool, src.runtime_path, crate::pool::Patience::Brief);
     super::write_to(
         &dest,
         super::render(&report, super::Format::of(&dest)).as_bytes(),

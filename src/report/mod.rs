@@ -9,9 +9,19 @@ pub mod summary;
 pub mod trace_file;
 pub mod units;
 
-use crate::config::SummaryDest;
-use crate::global::Global;
+use crate::config::{Config, SummaryDest};
+use crate::cuda::backend::CudaBackend;
 use crate::log;
+use crate::pool::Pool;
+
+/// What a report reads of the process: the pool (none when it is off or in a forked child),
+/// the configuration, and the path of the runtime in use.
+#[derive(Clone, Copy)]
+pub struct Source<'a> {
+    pub pool: Option<&'a Pool<CudaBackend>>,
+    pub config: &'a Config,
+    pub runtime_path: &'a str,
+}
 
 /// The summary's form, chosen by the destination's extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,25 +51,25 @@ pub fn render(r: &summary::Report, format: Format) -> String {
 
 /// Write the exit summary to `dest`. Only a process that allocated through the pool writes one,
 /// unless `GPUPOOL_SUMMARY=always:...`.
-fn write_summary(g: &Global, dest: &SummaryDest) {
-    let Some(pool) = g.pool() else {
+fn write_summary(src: &Source, dest: &SummaryDest) {
+    let Some(pool) = src.pool else {
         // Off (`GPUPOOL_DISABLE=1`): nothing to count, but `always:` still gets its one line.
-        if g.config.summary_always && g.config.disable {
+        if src.config.summary_always && src.config.disable {
             write_none_intercepted(
                 dest,
                 &format!(
                     "the pool is disabled (GPUPOOL_DISABLE=1): every call went to {}",
-                    g.runtime_path
+                    src.runtime_path
                 ),
             );
         }
         return;
     };
-    let mut report = summary::Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
+    let mut report = summary::Report::collect(pool, src.runtime_path, crate::pool::Patience::Brief);
     report.at_exit = true;
     if report.intercepted() {
         write_to(dest, render(&report, Format::of(dest)).as_bytes());
-    } else if g.config.summary_always {
+    } else if src.config.summary_always {
         // The pool started (a hooked call reached it) but served no allocation: the same
         // answer, with its likely cause, as when it never started.
         write_not_intercepted(dest);
@@ -67,10 +77,10 @@ fn write_summary(g: &Global, dest: &SummaryDest) {
 }
 
 /// Write the summary where `GPUPOOL_SUMMARY` says, if it says anything; after it, no live dump.
-pub fn write_exit_summary(g: &Global) {
+pub fn write_exit_summary(src: &Source) {
     dump::last_write(|| {
-        if g.config.summary != SummaryDest::Off {
-            write_summary(g, &g.config.summary);
+        if src.config.summary != SummaryDest::Off {
+            write_summary(src, &src.config.summary);
         }
     });
 }
@@ -135,7 +145,7 @@ fn write_none_intercepted(dest: &SummaryDest, why: &str) {
 /// than that was left by an earlier run).
 fn written_since_start(path: &[u8]) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let Some(start) = crate::global::loaded_at() else {
+    let Some(start) = crate::load_time::loaded_at() else {
         return false;
     };
     std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(path))

@@ -8,7 +8,6 @@ use std::sync::Mutex;
 
 use super::summary::{DeviceReport, Report};
 use super::units::bytes;
-use crate::global::Global;
 use crate::log;
 use crate::pool::stats::histogram_bucket;
 
@@ -17,7 +16,7 @@ static REPORTED: Mutex<Vec<(u32, usize)>> = Mutex::new(Vec::new());
 const MAX_REPORTS: usize = 32;
 
 /// Report the out-of-memory of a `size`-byte request on `device`, if this situation is new.
-pub fn report(g: &Global, device: u32, size: u64) {
+pub fn report(src: &super::Source, device: u32, size: u64) {
     let key = (device, histogram_bucket(size));
     {
         let mut seen = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
@@ -26,8 +25,8 @@ pub fn report(g: &Global, device: u32, size: u64) {
         }
         seen.push(key);
     }
-    let Some(pool) = g.pool() else { return };
-    let report = Report::collect(pool, &g.runtime_path, crate::pool::Patience::Brief);
+    let Some(pool) = src.pool else { return };
+    let report = Report::collect(pool, src.runtime_path, crate::pool::Patience::Brief);
     if let Some(d) = report.devices.iter().find(|d| d.snap.device == device) {
         log::write_stream(
             log::Stream::Stderr,

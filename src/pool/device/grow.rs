@@ -178,7 +178,7 @@ impl DevicePool {
         seqs: &Seqs,
         policy: &Policy,
     ) -> Option<u32> {
-        let l = lenders.filter(|_| rounded <= crate::pool::tcache::LIMIT)?;
+        let l = lenders.filter(|_| rounded <= THREAD_CACHED_LIMIT)?;
         if !l.reclaim_size(self, seqs, rounded) {
             return None;
         }

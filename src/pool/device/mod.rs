@@ -22,7 +22,7 @@ use super::backend::{Addr, Backend, CudaError};
 use super::free_lists::FreeLists;
 use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, GROW_FROM,
-    OUTGROWN_FROM, SMALL_LIMIT,
+    OUTGROWN_FROM, SMALL_LIMIT, THREAD_CACHED_LIMIT,
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
@@ -283,7 +283,7 @@ pub struct DevicePool {
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
     /// How threads competed for the device's lock while thread caches were off.
-    pub contention: super::tcache::Contention,
+    pub contention: super::contention::Contention,
     /// Bumped by `forget_all`: thread caches drop what they hold from an earlier generation.
     pub generation: u64,
     /// Whoever holds blocks this pool lent (the device's thread caches).
