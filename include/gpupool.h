@@ -220,7 +220,7 @@ int gpupool_malloc(void **ptr, size_t size);
  * Frees memory from `gpupool_malloc` or `gpupool_malloc_async` (or any `cudaMalloc`, which
  * goes to the runtime), like `cudaFree`: the memory goes back to the pool, and is handed out
  * again only once GPU work issued before this call can no longer touch it (see the reuse modes
- * in the README).
+ * in docs/reuse-modes.md).
  *
  * Returns 0 (also for NULL, which does nothing), 1 (not the start of a live allocation: a
  * double or interior free, which leaves the pool intact), 35, 999 (called while this thread is

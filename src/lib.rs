@@ -21,6 +21,8 @@ pub mod config;
 /// cbindgen:ignore
 pub mod cuda;
 /// cbindgen:ignore
+pub mod dispatch;
+/// cbindgen:ignore
 pub mod global;
 /// cbindgen:ignore
 pub mod guard;

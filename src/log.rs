@@ -225,10 +225,8 @@ mod tests {
             assert!(sigpipe_blocked(), "the thread's own mask was not kept");
             // A SIGPIPE the program had pending already stays pending.
             // SAFETY: signalling this thread, which blocks the signal.
-            assert_eq!(
-                unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGPIPE) },
-                0
-            );
+            let sent = unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGPIPE) };
+            assert_eq!(sent, 0);
             assert!(sigpipe_pending());
             write_all_fd(fd, b"lost\n").unwrap_err();
             assert!(sigpipe_pending(), "the program's own SIGPIPE was taken");

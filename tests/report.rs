@@ -631,10 +631,8 @@ fn last_sample_reserved(d: &Value) -> u64 {
 fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length minus the NUL kept at the end.
-    assert_eq!(
-        unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) },
-        0
-    );
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    assert_eq!(r, 0);
     let end = buf.iter().position(|&b| b == 0).unwrap();
     String::from_utf8_lossy(&buf[..end]).replace('/', "_")
 }

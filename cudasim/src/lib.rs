@@ -6,8 +6,6 @@
 //! The exported functions live in `api`; every one goes through the panic boundary of
 //! `ffi`.
 
-#![deny(clippy::undocumented_unsafe_blocks)]
-
 mod api;
 mod config;
 mod current;

@@ -48,7 +48,7 @@ pub fn devices(g: &Global, device: c_int, all: bool) -> Result<Devices, c_int> {
     if let Some(get_count) = g.runtime.get_device_count {
         let mut count = 0;
         // SAFETY: `count` is a valid out-pointer for the call.
-        let r = crate::hooks::own_query(&g.runtime, unsafe { get_count(&mut count) });
+        let r = crate::dispatch::own_query(&g.runtime, unsafe { get_count(&mut count) });
         if r != SUCCESS {
             // No ordinal is a device when the runtime cannot count them.
             return Err(if r == ERROR_INSUFFICIENT_DRIVER {
@@ -80,7 +80,7 @@ impl Drop for Restore {
 /// Run `f` with `device` current on this thread, then make the previous device current again.
 pub fn on_device<T>(rt: &Runtime, device: u32, f: impl FnOnce() -> T) -> Result<T, CudaStatus> {
     let device = i32::try_from(device).map_err(|_| GPUPOOL_ERROR_INVALID_DEVICE)?;
-    if device == 0 && crate::hooks::one_device(rt) {
+    if device == 0 && crate::dispatch::one_device(rt) {
         // The only device is current on every thread.
         return Ok(f());
     }

@@ -5,8 +5,8 @@ use std::ffi::{c_int, c_void};
 
 use super::context::state;
 use super::{cudaStream_t, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN, GPUPOOL_SUCCESS};
+use crate::dispatch;
 use crate::guard::{self, boundary};
-use crate::hooks;
 
 /// Writes `value` to `out` when `status` is success.
 ///
@@ -45,14 +45,14 @@ pub unsafe extern "C" fn gpupool_malloc(ptr: *mut *mut c_void, size: usize) -> c
         }
         let mut p = std::ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer; `ptr` was checked and is the caller's to write.
-        unsafe { set_on_success(hooks::cudaMalloc(&mut p, size), ptr, p) }
+        unsafe { set_on_success(dispatch::malloc_on(&mut p, size, None, None), ptr, p) }
     })
 }
 
 /// Frees memory from `gpupool_malloc` or `gpupool_malloc_async` (or any `cudaMalloc`, which
 /// goes to the runtime), like `cudaFree`: the memory goes back to the pool, and is handed out
 /// again only once GPU work issued before this call can no longer touch it (see the reuse modes
-/// in the README).
+/// in docs/reuse-modes.md).
 ///
 /// Returns 0 (also for NULL, which does nothing), 1 (not the start of a live allocation: a
 /// double or interior free, which leaves the pool intact), 35, 999 (called while this thread is
@@ -68,7 +68,7 @@ pub unsafe extern "C" fn gpupool_free(ptr: *mut c_void) -> c_int {
         }
         // From inside the pool the hook refuses it (999), nothing freed.
         // SAFETY: the caller's pointer, as cudaFree takes it.
-        unsafe { hooks::cudaFree(ptr) }
+        unsafe { dispatch::free(ptr) }
     })
 }
 
@@ -123,7 +123,7 @@ pub(super) unsafe fn malloc_async_on(
         // SAFETY: a valid out-pointer and the caller's stream, as cudaMallocAsync takes them.
         (None, Some(malloc_async)) => unsafe { malloc_async(&mut p, size, stream) },
         // SAFETY: a valid out-pointer; the caller's stream and knowledge of the device.
-        _ => unsafe { hooks::malloc_on(&mut p, size, Some(stream), current) },
+        _ => unsafe { dispatch::malloc_on(&mut p, size, Some(stream), current) },
     };
     // SAFETY: `ptr` was checked and is the caller's to write.
     unsafe { set_on_success(r, ptr, p) }
@@ -163,5 +163,5 @@ pub(super) unsafe fn free_async_on(
     }
     // From inside the pool the hook refuses it (999), nothing freed.
     // SAFETY: the caller's arguments, as cudaFreeAsync takes them.
-    unsafe { hooks::free_on(ptr, stream, device) }
+    unsafe { dispatch::free_on(ptr, stream, device) }
 }

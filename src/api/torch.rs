@@ -86,7 +86,7 @@ pub unsafe extern "C" fn gpupool_torch_free(
         }
         // Not left behind for PyTorch's next check, as for the pool's own queries.
         if let Ok(g) = state() {
-            crate::hooks::own_query(&g.runtime, r);
+            crate::dispatch::own_query(&g.runtime, r);
         }
         log::warn(&format!(
             "gpupool_torch_free({ptr:p}, {size} bytes, device {device}) failed with CUDA error \

@@ -44,10 +44,12 @@ fn at_load() {
     // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
     // of the program could change the environment.
     let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };
-    // SAFETY: a non-NULL getenv result is a NUL-terminated string.
-    if !v.is_null()
-        && crate::config::strip_always(unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()).is_some()
-    {
+    let always = !v.is_null() && {
+        // SAFETY: a non-NULL getenv result is a NUL-terminated string.
+        let value = unsafe { std::ffi::CStr::from_ptr(v) };
+        crate::config::strip_always(value.to_bytes()).is_some()
+    };
+    if always {
         // SAFETY: getpid has no preconditions; atexit takes a plain extern "C" function.
         unsafe {
             ALWAYS_PID.store(libc::getpid(), Ordering::Relaxed);

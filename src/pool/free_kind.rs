@@ -14,12 +14,12 @@ pub enum FreeKind {
 }
 
 /// Names a stream for stream-ordered reuse (`Pool::alloc_on`): in the library, the runtime's
-/// unique id of the stream (`hooks::stream_key`); in a replay, the trace's number for it.
+/// unique id of the stream (`dispatch::stream_key`); in a replay, the trace's number for it.
 pub type StreamKey = u64;
 
 /// No stream, or one the runtime could not name: never reused in stream order.
 pub const NO_STREAM: StreamKey = StreamKey::MAX;
-/// The legacy default stream's name (`hooks::stream_key`), out of the range of the runtime's
+/// The legacy default stream's name (`dispatch::stream_key`), out of the range of the runtime's
 /// stream ids (a counter from zero).
 pub const LEGACY_STREAM: StreamKey = StreamKey::MAX - 1;
 

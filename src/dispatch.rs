@@ -1,0 +1,566 @@
+//! The one path every entry point takes to the pool or the runtime: the exported CUDA runtime
+//! symbols (`hooks`) and the C API (`api`) both call these, and so will the driver's. Argument
+//! checks and the reentrancy guard, then the pool or the real runtime. Callers hold the panic
+//! boundary.
+//!
+//! Every call the pool does not handle goes to the application's runtime unchanged, so the
+//! program sees that runtime's own answer (`cudaFree(NULL)`, `cudaMalloc(&p, 0)`, a NULL
+//! out-pointer, pointers from other allocators).
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use crate::config::ReuseMode;
+use crate::cuda::others::{self, Entry};
+use crate::cuda::runtime::{LaunchKernelFn, Runtime};
+use crate::cuda::types::*;
+use crate::global::{self, Global};
+use crate::guard;
+use crate::log;
+use crate::pool::{
+    Backend, CudaError, FreeKind, FreeOutcome, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
+};
+
+/// The runtime, or the status to return when there is none.
+fn runtime() -> Result<&'static Global, CudaStatus> {
+    global::get().ok_or_else(global::missing_runtime)
+}
+
+/// Calls a runtime entry point the application has (it called it), or reports its absence.
+fn forward<F: Copy>(f: Option<F>, call: impl FnOnce(F) -> CudaStatus) -> CudaStatus {
+    match f {
+        Some(f) => call(f),
+        None => ERROR_INSUFFICIENT_DRIVER,
+    }
+}
+
+/// The current device as the pool indexes it, if it is one the pool serves. A failed query
+/// leaves no error behind (`own_query`): the pool carries on without the answer. In a process
+/// that sees one device, that device is current on every thread: no query at all (each hook
+/// asked once per call, which on a GPU costs more than the rest of a cache hit).
+fn current_device(rt: &Runtime) -> Option<u32> {
+    if one_device(rt) {
+        return Some(0);
+    }
+    rt.current_device()
+        .map_err(|e| own_query(rt, e))
+        .ok()
+        .and_then(|d| u32::try_from(d).ok())
+        .filter(|&d| (d as usize) < crate::pool::MAX_DEVICES)
+}
+
+/// Whether the process sees exactly one device (`cudaGetDeviceCount`, asked once: the count
+/// does not change during a process's life). The price (docs/guarantees.md, limits): where the
+/// query would have failed on a thread, and so the runtime's own `cudaMalloc`, a cached block
+/// is served.
+pub(crate) fn one_device(rt: &Runtime) -> bool {
+    const UNKNOWN: u8 = 0;
+    const ONE: u8 = 1;
+    const OTHER: u8 = 2;
+    static COUNT: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match COUNT.load(Ordering::Relaxed) {
+        ONE => true,
+        OTHER => false,
+        _ => {
+            let mut n = 0;
+            let one = rt.get_device_count.is_some_and(|count| {
+                // SAFETY: a valid out-pointer for the call.
+                let r = unsafe { count(&mut n) };
+                own_query(rt, r) == SUCCESS && n == 1
+            });
+            COUNT.store(if one { ONE } else { OTHER }, Ordering::Relaxed);
+            one
+        }
+    }
+}
+
+static INVALID_FREE: AtomicBool = AtomicBool::new(false);
+static INSIDE_FREE: AtomicBool = AtomicBool::new(false);
+static RESET_UNKNOWN: AtomicBool = AtomicBool::new(false);
+
+/// A free made while this thread is inside the pool: from a signal handler that interrupted a
+/// pool call, or a runtime callback during one. The pool cannot look the pointer up (the
+/// interrupted call may hold the locks), and passing a pooled block to the runtime's own free
+/// would free its whole segment under the pool: refused, the memory kept. (An allocation there
+/// goes to the runtime instead: memory the runtime's own free takes back later.)
+fn refuse_inside_free(ptr: *mut c_void, what: &str) -> CudaStatus {
+    log::warn_once(&INSIDE_FREE, || {
+        format!(
+            "{what}({ptr:p}) called while this thread was inside the pool (a signal handler?): \
+             returned cudaErrorUnknown, nothing freed (reported once)"
+        )
+    });
+    ERROR_UNKNOWN
+}
+
+fn refuse_invalid_free(rt: &Runtime, ptr: *mut c_void, what: &str) -> CudaStatus {
+    // The runtime's own refusal is also the program's last error (`cudaGetLastError`): so is
+    // this one, set by a call the runtime refuses with the same code and no other effect (never
+    // `cudaFree` itself, which would free a whole segment).
+    // SAFETY: a NULL out-pointer, which the runtime refuses with cudaErrorInvalidValue.
+    unsafe { (rt.get_device)(std::ptr::null_mut()) };
+    log::warn_once(&INVALID_FREE, || {
+        format!(
+            "{what}({ptr:p}): not the start of a live allocation (double or interior free); \
+             returned cudaErrorInvalidValue and left the pool intact (reported once)"
+        )
+    });
+    ERROR_INVALID_VALUE
+}
+
+/// `cudaMalloc` for use on `stream` when there is one (`gpupool_malloc_async`): a block freed on
+/// the same stream may serve it before a barrier or fence covers it (`relaxed` mode). `current`
+/// is the calling thread's current device when the caller knows it (it made it current), else
+/// the runtime is asked.
+///
+/// # Safety
+/// As `cudaMalloc`; `stream` as for `cudaMallocAsync`; `current` the current device or `None`.
+#[inline(always)]
+pub unsafe fn malloc_on(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Option<Stream>,
+    current: Option<u32>,
+) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let pass = || unsafe { (rt.malloc)(dev_ptr, size) };
+    let (Some(pool), false, false) = (g.pool(), dev_ptr.is_null(), size == 0) else {
+        return pass();
+    };
+    let Some(_inside) = guard::enter() else {
+        return pass();
+    };
+    let known = current.filter(|&d| (d as usize) < crate::pool::MAX_DEVICES);
+    let Some(dev) = known.or_else(|| current_device(rt)) else {
+        return pass();
+    };
+    let stream = stream
+        .map(|s| stream_key(rt, pool, s))
+        .filter(|&k| k != NO_STREAM);
+    match pool.alloc_on(dev, size as u64, stream) {
+        Ok(addr) => {
+            // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
+            unsafe { *dev_ptr = addr as *mut c_void };
+            crate::lifecycle::note_allocation();
+            SUCCESS
+        }
+        // The pool released what it could and still failed: the runtime gives the
+        // program its own answer (and sets its last error), or, if memory was freed in the
+        // meantime, a plain allocation that later passes through cudaFree. Under a limit
+        // the runtime is not asked for the memory: it would give what the limit refused.
+        Err(CudaError::MEMORY_ALLOCATION) => {
+            let r = if pool.limit(dev) == u64::MAX {
+                pass()
+            } else {
+                refuse_over_limit(rt)
+            };
+            if r == ERROR_MEMORY_ALLOCATION {
+                crate::report::oom::report(&g.report_source(), dev, size as u64);
+            }
+            r
+        }
+        Err(e) => e.0,
+    }
+}
+
+/// Out of memory under the pool's limit: `cudaErrorMemoryAllocation`, also as the program's
+/// last error, set by a request the runtime refuses with that code and nothing else.
+fn refuse_over_limit(rt: &Runtime) -> CudaStatus {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; no device has `usize::MAX` bytes.
+    let r = unsafe { (rt.malloc)(&mut p, usize::MAX) };
+    if r == SUCCESS {
+        // SAFETY: the runtime's own allocation, just made.
+        unsafe { (rt.free)(p) };
+    }
+    ERROR_MEMORY_ALLOCATION
+}
+
+/// # Safety
+/// As `cudaMemGetInfo`.
+pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { (rt.mem_get_info)(free, total) };
+    let (Some(pool), SUCCESS, false, false) = (g.pool(), r, free.is_null(), total.is_null()) else {
+        return r;
+    };
+    let Some(_inside) = guard::enter() else {
+        return r;
+    };
+    let Some(dev) = current_device(rt) else {
+        return r;
+    };
+    // SAFETY: the runtime wrote both on success; the caller's pointers, non-NULL.
+    let (f, t) = unsafe { (*free as u64, *total as u64) };
+    let (f, t) = pool.memory_for_program(dev, f, t);
+    // SAFETY: as above; the figures are at most the runtime's `total`, which fit.
+    unsafe {
+        *free = f as usize;
+        *total = t as usize;
+    }
+    SUCCESS
+}
+
+/// # Safety
+/// As `cudaFree`.
+#[inline(always)]
+pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's argument, passed on unchanged.
+    let pass = || unsafe { (g.runtime.free)(ptr) };
+    let (Some(pool), false) = (g.pool(), ptr.is_null()) else {
+        return pass();
+    };
+    let Some(_inside) = guard::enter() else {
+        return refuse_inside_free(ptr, "cudaFree");
+    };
+    match pool.free(ptr as u64, FreeKind::Sync, current_device(&g.runtime)) {
+        FreeOutcome::Freed => SUCCESS,
+        FreeOutcome::Invalid => refuse_invalid_free(&g.runtime, ptr, "cudaFree"),
+        FreeOutcome::NotOurs => pass(),
+    }
+}
+
+/// The status of a query the pool made for itself: on failure the error must not stay behind
+/// in the program's `cudaGetLastError` (the pool carries on without the answer, on the safe
+/// side), as for the pool's other own calls (`CudaBackend::check_internal`).
+pub(crate) fn own_query(rt: &Runtime, status: CudaStatus) -> CudaStatus {
+    if status != SUCCESS {
+        // SAFETY: no arguments.
+        unsafe { (rt.get_last_error)() };
+    }
+    status
+}
+
+/// Whether work on `stream` is ordered with the legacy stream (false when the runtime cannot
+/// say: its frees then wait for a fence).
+fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
+    let s = stream as usize;
+    if s == 0 || s == STREAM_LEGACY || s == STREAM_PER_THREAD {
+        return true;
+    }
+    let Some(get_flags) = rt.stream_get_flags else {
+        return false;
+    };
+    let mut flags = 0u32;
+    // SAFETY: a stream handle the program passed, and a valid out-pointer.
+    let r = own_query(rt, unsafe { get_flags(stream, &mut flags) });
+    r == SUCCESS && flags & STREAM_NON_BLOCKING == 0
+}
+
+/// The pool's name for `stream` (`StreamKey`), when `pool` uses names (`Pool::names_streams`):
+/// the runtime's unique id of the stream (`cudaStreamGetId`), never reused, so a stream created
+/// after another was destroyed, even at the same handle, is another stream (the destroyed one's
+/// work may still run). NULL and `cudaStreamLegacy` are the legacy default stream,
+/// `cudaStreamPerThread` the calling thread's own. `NO_STREAM` when the runtime cannot say
+/// (before CUDA 12, or a call that fails) or the stream is being captured into a graph (where
+/// the query may not be allowed, and would then invalidate the capture; cudaStreamIsCapturing
+/// is made to be asked then): then no stream-ordered reuse.
+///
+/// The legacy stream is named without asking: it is never destroyed nor captured (the runtime
+/// refuses to capture it), and each device's pool has its own names. It is PyTorch's stream,
+/// so its allocations and frees save two runtime calls each.
+fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> StreamKey {
+    let (Some(get_id), Some(is_capturing), true) = (
+        rt.stream_get_id,
+        rt.stream_is_capturing,
+        pool.names_streams(),
+    ) else {
+        return NO_STREAM;
+    };
+    if is_legacy(stream) {
+        return LEGACY_STREAM;
+    }
+    let mut capturing = -1;
+    // SAFETY: a stream handle the program passed, and a valid out-pointer.
+    if own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) != SUCCESS || capturing != 0 {
+        return NO_STREAM;
+    }
+    let mut id = 0u64;
+    // SAFETY: a stream handle the program passed, and a valid out-pointer.
+    match own_query(rt, unsafe { get_id(stream, &mut id) }) {
+        SUCCESS if id != NO_STREAM => id,
+        _ => NO_STREAM,
+    }
+}
+
+/// `cudaFreeAsync`, with the device of the block when the caller knows it (PyTorch's free
+/// names it): the pool looks there first instead of asking the runtime for the current device.
+///
+/// # Safety
+/// As `cudaFreeAsync`.
+pub unsafe fn free_on(ptr: *mut c_void, stream: Stream, device: Option<u32>) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let pass = || forward(rt.free_async, |f| unsafe { f(ptr, stream) });
+    let (Some(pool), false) = (g.pool(), ptr.is_null()) else {
+        return pass();
+    };
+    let Some(_inside) = guard::enter() else {
+        return refuse_inside_free(ptr, "cudaFreeAsync");
+    };
+    let kind = FreeKind::Async {
+        blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
+        stream: stream_key(rt, pool, stream),
+    };
+    match pool.free(ptr as u64, kind, device.or_else(|| current_device(rt))) {
+        FreeOutcome::Freed => SUCCESS,
+        FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, "cudaFreeAsync"),
+        FreeOutcome::NotOurs => pass(),
+    }
+}
+
+/// # Safety
+/// As `cudaDeviceReset`.
+pub unsafe fn device_reset() -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    let before = current_device(rt);
+    // SAFETY: no arguments.
+    let r = forward(rt.device_reset, |f| unsafe { f() });
+    // Asked again if the runtime could not say before: a pool that did not forget the
+    // reset device would hand out memory the driver freed.
+    let dev = before.or_else(|| (r == SUCCESS).then(|| current_device(rt)).flatten());
+    match (r, g.pool(), dev) {
+        (SUCCESS, Some(pool), Some(dev)) => {
+            // The driver freed every allocation of the device, and its events: forget, do
+            // not free.
+            pool.forget_device(dev);
+            pool.backend().forget_device(dev);
+        }
+        (SUCCESS, Some(_), None) => log::warn_once(&RESET_UNKNOWN, || {
+            "cudaDeviceReset succeeded but the current device could not be read: the pool \
+             cannot forget that device's memory (reported once)"
+                .into()
+        }),
+        _ => {}
+    }
+    r
+}
+
+/// # Safety
+/// As `cudaDeviceSynchronize`.
+pub unsafe fn device_synchronize() -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: no arguments.
+    let pass = || unsafe { (rt.device_synchronize)() };
+    let (Some(pool), Some(dev)) = (g.pool(), current_device(rt)) else {
+        return pass();
+    };
+    let Some(_inside) = guard::enter() else {
+        return pass();
+    };
+    let seq = pool.seq_before_sync(dev);
+    let r = pass();
+    if r == SUCCESS {
+        // Every block freed before this call is now safe to reuse.
+        pool.observe_fence(dev, seq);
+    }
+    r
+}
+
+/// After a program synchronization: the release threshold applies.
+fn after_sync(g: &Global, r: CudaStatus) -> CudaStatus {
+    if r == SUCCESS {
+        if let (Some(pool), Some(dev), Some(_inside)) =
+            (g.pool(), current_device(&g.runtime), guard::enter())
+        {
+            pool.sync_point(dev);
+        }
+    }
+    r
+}
+
+/// # Safety
+/// As `cudaStreamSynchronize`.
+pub unsafe fn stream_synchronize(stream: Stream) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's argument, passed on unchanged.
+    let r = forward(g.runtime.stream_synchronize, |f| unsafe { f(stream) });
+    after_sync(g, r)
+}
+
+/// # Safety
+/// As `cudaEventSynchronize`.
+pub unsafe fn event_synchronize(event: Event) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's argument, passed on unchanged.
+    let r = forward(g.runtime.event_synchronize, |f| unsafe { f(event) });
+    after_sync(g, r)
+}
+
+/// A kernel launch: in the modes that use barriers, one on the legacy stream is a barrier (it
+/// orders every later blocking-stream operation after every earlier one).
+fn watch_launch(stream: Stream, launch: impl FnOnce(&Global) -> CudaStatus) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    let watching = g.reuse() != ReuseMode::Strict && is_legacy(stream);
+    let (true, Some(pool), Some(dev)) = (watching, g.pool(), current_device(rt)) else {
+        return launch(g);
+    };
+    let seq = pool.seq_before_sync(dev);
+    let r = launch(g);
+    if r == SUCCESS {
+        pool.observe_barrier(dev, seq);
+    }
+    r
+}
+
+/// A kernel launch through `entry` (`cudaLaunchKernel`, or `__cudaLaunchKernel`, what
+/// `<<<...>>>` compiles to since CUDA 13: the same arguments, a `cudaKernel_t` first).
+///
+/// # Safety
+/// As the runtime's entry point.
+pub unsafe fn launch_kernel(
+    entry: Entry,
+    kernel: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: Stream,
+) -> CudaStatus {
+    watch_launch(stream, |g| {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        launch(g, entry, kernel, |f| unsafe {
+            f(kernel, grid, block, args, shared_mem, stream)
+        })
+    })
+}
+
+/// A launch of `kernel` through `entry` of the pool's runtime, or of the other runtime in the
+/// process that ran it (`cuda::others`): a kernel is known only to the runtime that registered
+/// it.
+fn launch(
+    g: &Global,
+    entry: Entry,
+    kernel: *const c_void,
+    call: impl Fn(LaunchKernelFn) -> CudaStatus,
+) -> CudaStatus {
+    if let Some(r) = others::launch_routed(entry, kernel as usize, &call) {
+        return r;
+    }
+    let rt = &g.runtime;
+    let own = entry.of(rt);
+    let r = forward(own, &call);
+    if r == ERROR_INVALID_DEVICE_FUNCTION || r == ERROR_INSUFFICIENT_DRIVER && own.is_none() {
+        if let Some(answer) = others::relaunch(entry, kernel as usize, &g.runtime_path, own, &call)
+        {
+            // The pool's runtime recorded the failed attempt as the thread's last error.
+            // SAFETY: no arguments.
+            unsafe { (rt.get_last_error)() };
+            return answer;
+        }
+    }
+    r
+}
+
+fn note_stream_flags(g: &Global, r: CudaStatus, flags: u32) -> CudaStatus {
+    if r == SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
+        if let Some(pool) = g.pool() {
+            pool.note_nonblocking_stream();
+        }
+    }
+    r
+}
+
+/// # Safety
+/// As `cudaStreamCreateWithFlags`.
+pub unsafe fn stream_create_with_flags(stream: *mut Stream, flags: u32) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = forward(g.runtime.stream_create_with_flags, |f| unsafe {
+        f(stream, flags)
+    });
+    note_stream_flags(g, r, flags)
+}
+
+/// # Safety
+/// As `cudaStreamCreateWithPriority`.
+pub unsafe fn stream_create_with_priority(
+    stream: *mut Stream,
+    flags: u32,
+    priority: i32,
+) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = forward(g.runtime.stream_create_with_priority, |f| unsafe {
+        f(stream, flags, priority)
+    });
+    note_stream_flags(g, r, flags)
+}
+
+static IPC_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// An IPC handle names a whole driver allocation. For a block that does not start its segment,
+/// the importer would map the segment's start instead of the block: refuse clearly rather than
+/// hand out a silently wrong mapping.
+///
+/// # Safety
+/// As `cudaIpcGetMemHandle`.
+pub unsafe fn ipc_get_mem_handle(handle: *mut IpcMemHandle, ptr: *mut c_void) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let pass = || forward(g.runtime.ipc_get_mem_handle, |f| unsafe { f(handle, ptr) });
+    let Some(pool) = g.pool() else {
+        return pass();
+    };
+    let addr = ptr as u64;
+    let starts_segment = match pool.live_block(addr) {
+        Some((_, b)) => b.addr == b.segment_addr,
+        None => pool.owner_of(addr).is_none(),
+    };
+    if starts_segment {
+        return pass();
+    }
+    log::warn_once(&IPC_REFUSED, || {
+        format!(
+            "cudaIpcGetMemHandle({ptr:p}): the pointer is sub-allocated inside a pool segment, \
+             and an IPC handle would map the segment's start instead; returned \
+             cudaErrorInvalidValue (run with GPUPOOL_DISABLE=1 for IPC-heavy programs)"
+        )
+    });
+    ERROR_INVALID_VALUE
+}
