@@ -10,11 +10,13 @@
 //! `sync.rs` (the program's synchronizations and streams), `control.rs` (threshold, limit,
 //! empty-cache, reset) and `inspect.rs` (snapshots, live blocks, `cudaMemGetInfo`, the check).
 //! The types they share: `free_kind.rs`, `seqs.rs`, `hashers.rs`. One device's pool is
-//! `device/`; thread caches are `tcache.rs`.
+//! `device/`; thread caches are `tcache.rs`. `model_driver.rs` is the `Backend` the tests, the
+//! replay and the policy comparison run on.
 
 pub mod backend;
 pub mod device;
 pub mod free_lists;
+pub mod model_driver;
 pub mod replay;
 pub mod size;
 pub mod spin;

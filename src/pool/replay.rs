@@ -5,16 +5,19 @@
 //! reproduces the run's figures exactly. With other settings (threshold, split bound, fence
 //! budget, reuse mode, a capacity), it answers "what would this job have reserved with X".
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
 
-use super::backend::{Addr, Backend, CudaError};
+use super::backend::Addr;
 use super::device::{DevicePool, Need, Policy};
+use super::model_driver::{ModelDriver, RecordedSegment, GUARD_GAP};
 use super::stats::DeviceStats;
 use super::trace::{Kind, Record};
 use super::{need_for, reuse_from_code, FreeKind, Seqs, StreamKey, NO_STREAM};
 use crate::config::ReuseMode;
+
+/// Where the driver's own addresses start once a replay diverged: above any real one.
+const SYNTHETIC_BASE: Addr = 1 << 56;
 
 /// The stream `Overrides::one_stream` replays on (trace stream numbers start at 1, and this one
 /// is above them).
@@ -63,103 +66,12 @@ pub struct DeviceResult {
     pub diverged: bool,
 }
 
-/// The backend of a replay: recorded outcomes first (same settings), synthetic addresses and an
-/// optional capacity otherwise.
-struct ReplayBackend {
-    state: Mutex<ReplayState>,
-}
-
-struct ReplayState {
-    recorded: VecDeque<Result<(Addr, u64), (u64, i32)>>,
-    use_recorded: bool,
-    diverged: bool,
-    next: Addr,
-    capacity: u64,
-    /// Live segments by address (ordered: a recorded segment's overlap check is one lookup).
-    live: BTreeMap<Addr, u64>,
-    used: u64,
-}
-
-/// Whether a recorded segment could be real: 512-byte aligned, non-null, ending below 2^63, and
-/// overlapping no live segment.
-fn plausible(live: &BTreeMap<Addr, u64>, addr: Addr, bytes: u64) -> bool {
-    // Live segments never overlap one another: only the last one starting before the end can
-    // reach into [addr, end).
-    addr != 0
-        && addr % 512 == 0
-        && addr.checked_add(bytes).is_some_and(|end| {
-            end < 1 << 63
-                && live
-                    .range(..end)
-                    .next_back()
-                    .map_or(true, |(&a, &n)| a.saturating_add(n) <= addr)
-        })
-}
-
-impl Backend for ReplayBackend {
-    fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.use_recorded {
-            match s.recorded.pop_front() {
-                // A corrupt trace can name any address and size: take only what a driver
-                // could have returned (aligned, not wrapping around, not overlapping a live
-                // segment), else diverge.
-                Some(Ok((addr, size))) if size == bytes && plausible(&s.live, addr, bytes) => {
-                    s.live.insert(addr, bytes);
-                    s.used = s.used.saturating_add(bytes);
-                    return Ok(addr);
-                }
-                Some(Err((size, code))) if size == bytes => return Err(CudaError(code)),
-                _ => {
-                    s.use_recorded = false;
-                    s.diverged = true;
-                }
-            }
-        }
-        if s.used.saturating_add(bytes) > s.capacity {
-            return Err(CudaError::MEMORY_ALLOCATION);
-        }
-        // Synthetic addresses above any real one, 2 MiB aligned, with a gap between segments.
-        let addr = s.next;
-        let Some(next) = bytes
-            .div_ceil(2 << 20)
-            .checked_mul(2 << 20)
-            .and_then(|b| b.checked_add(2 << 20))
-            .and_then(|b| b.checked_add(addr))
-        else {
-            return Err(CudaError::MEMORY_ALLOCATION);
-        };
-        s.next = next;
-        s.live.insert(addr, bytes);
-        s.used = s.used.saturating_add(bytes);
-        Ok(addr)
-    }
-
-    fn free_segment(&self, _device: u32, addr: Addr) -> Result<(), CudaError> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let size = s.live.remove(&addr).ok_or(CudaError::INVALID_VALUE)?;
-        s.used = s.used.saturating_sub(size);
-        Ok(())
-    }
-
-    fn fence(&self, _device: u32) -> Result<(), CudaError> {
-        Ok(())
-    }
-
-    fn barrier(&self, _device: u32) -> Result<(), CudaError> {
-        Ok(())
-    }
-
-    fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        Ok((s.capacity.saturating_sub(s.used), s.capacity))
-    }
-}
-
 /// One device being replayed.
 struct DeviceReplay {
     pool: DevicePool,
-    backend: ReplayBackend,
+    /// With the recorded settings, it hands back the recorded segment addresses and refusals
+    /// in order.
+    backend: ModelDriver,
     seqs: Seqs,
     policy: Policy,
     reuse: ReuseMode,
@@ -187,14 +99,23 @@ impl DeviceReplay {
         let threshold = o
             .threshold
             .unwrap_or_else(|| settings.map_or(u64::MAX, |r| r.c));
-        let recorded = records
-            .iter()
-            .filter_map(|r| match r.kind {
-                Kind::SegmentAlloc => Some(Ok((r.a, r.b))),
-                Kind::SegmentRefused => Some(Err((r.a, r.b as i32))),
+        let mut backend = ModelDriver::new()
+            .starting_at(SYNTHETIC_BASE)
+            .with_gap(GUARD_GAP)
+            .with_capacity(o.capacity.unwrap_or(u64::MAX));
+        if !o.any() {
+            backend = backend.replaying(records.iter().filter_map(|r| match r.kind {
+                Kind::SegmentAlloc => Some(RecordedSegment::Given {
+                    addr: r.a,
+                    bytes: r.b,
+                }),
+                Kind::SegmentRefused => Some(RecordedSegment::Refused {
+                    bytes: r.a,
+                    code: r.b as i32,
+                }),
                 _ => None,
-            })
-            .collect();
+            }));
+        }
         DeviceReplay {
             pool: {
                 let mut p = DevicePool::new(device as u32, threshold);
@@ -204,17 +125,7 @@ impl DeviceReplay {
                 }
                 p
             },
-            backend: ReplayBackend {
-                state: Mutex::new(ReplayState {
-                    recorded,
-                    use_recorded: !o.any(),
-                    diverged: false,
-                    next: 1 << 56,
-                    capacity: o.capacity.unwrap_or(u64::MAX),
-                    live: BTreeMap::new(),
-                    used: 0,
-                }),
-            },
+            backend,
             seqs: Seqs::default(),
             policy,
             reuse: o.reuse.unwrap_or(recorded_reuse),
@@ -285,9 +196,7 @@ impl DeviceReplay {
             Kind::Reset => {
                 self.pool.forget_all();
                 self.addrs.clear();
-                let mut s = self.backend.state.lock().unwrap_or_else(|e| e.into_inner());
-                s.live.clear();
-                s.used = 0;
+                self.backend.forget_device(u32::from(r.device));
             }
             // Decisions the replay takes again itself.
             Kind::Settings
@@ -325,12 +234,7 @@ pub fn replay(records: &[Record], overrides: &Overrides) -> Vec<DeviceResult> {
             for r in &recs {
                 d.apply(r, overrides);
             }
-            let diverged = d.diverged
-                || d.backend
-                    .state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .diverged;
+            let diverged = d.diverged || d.backend.diverged();
             DeviceResult {
                 device,
                 stats: d.pool.stats.clone(),
@@ -340,29 +244,4 @@ pub fn replay(records: &[Record], overrides: &Overrides) -> Vec<DeviceResult> {
             }
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_recorded_segment_is_plausible_only_where_no_live_one_is() {
-        let live: BTreeMap<Addr, u64> = [(0x10000, 0x1000), (0x20000, 0x8000)].into();
-        let ok = |a, n| plausible(&live, a, n);
-        // Between, touching either side.
-        assert!(ok(0x11000, 0xf000));
-        assert!(ok(0x28000, 0x100));
-        assert!(ok(0x200, 0x10000 - 0x200));
-        // Overlapping the start, the end, or inside one; covering one whole.
-        assert!(!ok(0x1fe00, 0x400));
-        assert!(!ok(0x27e00, 0x400));
-        assert!(!ok(0x10200, 0x200));
-        assert!(!ok(0x0fe00, 0x20000));
-        // Null, unaligned, wrapping or beyond 2^63.
-        assert!(!ok(0, 512));
-        assert!(!ok(0x30100, 512));
-        assert!(!ok(u64::MAX - 511, 1024));
-        assert!(!ok(1 << 63, 512));
-    }
 }

@@ -5,13 +5,14 @@
 //! the recorded settings reproduces it exactly. Time is synthetic — one microsecond per
 //! operation — so the same seed gives the same bytes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::{Op, Workload};
-use crate::pool::backend::{Addr, Backend, CudaError};
+use crate::pool::backend::Addr;
 use crate::pool::device::{DevicePool, Policy};
+use crate::pool::model_driver::ModelDriver;
 use crate::pool::trace::{TraceBuf, TraceSink, MAGIC, RECORD_SIZE};
 use crate::pool::{FreeKind, Seqs};
 
@@ -30,42 +31,9 @@ impl TraceSink for Sink {
     }
 }
 
-/// Addresses in order, 2 MiB aligned, never reused; no capacity.
-pub struct Bump(AtomicU64);
-
-impl Bump {
-    /// Addresses from 1 TiB up.
-    pub fn new() -> Bump {
-        Bump(AtomicU64::new(1 << 40))
-    }
-}
-
-impl Default for Bump {
-    fn default() -> Self {
-        Bump::new()
-    }
-}
-
-impl Backend for Bump {
-    fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        let step = bytes
-            .checked_next_multiple_of(2 << 20)
-            .ok_or(CudaError::MEMORY_ALLOCATION)?;
-        Ok(self.0.fetch_add(step, Ordering::Relaxed))
-    }
-    fn free_segment(&self, _device: u32, _addr: Addr) -> Result<(), CudaError> {
-        Ok(())
-    }
-    fn fence(&self, _device: u32) -> Result<(), CudaError> {
-        Ok(())
-    }
-    fn barrier(&self, _device: u32) -> Result<(), CudaError> {
-        Ok(())
-    }
-    fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
-        Ok((u64::MAX / 2, u64::MAX / 2))
-    }
-}
+/// The driver generated traces are recorded against: the model driver with no capacity and each
+/// segment right after the last, so the same seed gives the same segment addresses.
+pub type Bump = ModelDriver;
 
 /// The trace file's bytes for `w` on device 0, with the pool's default settings.
 pub fn to_trace(w: &Workload) -> Vec<u8> {

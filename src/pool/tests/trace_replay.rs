@@ -1,0 +1,207 @@
+//! Traces (`trace.rs`) and their replay (`replay.rs`): a replay with the recorded settings gives
+//! the live run's figures.
+
+use super::*;
+
+/// A trace held in memory.
+struct MemoryTrace(Mutex<Vec<u8>>);
+
+impl TraceSink for MemoryTrace {
+    fn write(&self, bytes: &[u8]) {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+    }
+}
+
+impl MemoryTrace {
+    /// The records written so far (after `Pool::flush_trace`).
+    fn records(&self) -> Vec<trace::Record> {
+        trace::parse(&self.0.lock().unwrap()).unwrap()
+    }
+}
+
+/// A `relaxed` pool that traces into memory.
+fn traced_relaxed() -> (Pool<ModelDriver>, Arc<MemoryTrace>) {
+    let sink = Arc::new(MemoryTrace(Mutex::new(trace::MAGIC.to_vec())));
+    let mut settings = relaxed().settings().clone();
+    settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
+    (Pool::new(model(80 << 30), settings), sink)
+}
+
+#[test]
+fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
+    let (p, sink) = traced_relaxed();
+    // Three streams and plain cudaMalloc/cudaFree; blocks freed mostly on their own stream.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut live: Vec<(Addr, Option<StreamKey>)> = Vec::new();
+    for _ in 0..20_000 {
+        let r = next();
+        if live.len() > 40 || (!live.is_empty() && r % 2 == 0) {
+            let (a, s) = live.swap_remove((r >> 8) as usize % live.len());
+            let how = match (s, r >> 16 & 7) {
+                (None, _) => FreeKind::Sync,
+                (Some(s), 0) => on((s + 1) % 3, true),
+                (Some(s), k) => on(s, k != 1),
+            };
+            assert_eq!(p.free(a, how, Some(0)), FreeOutcome::Freed);
+        } else {
+            let stream = (r >> 8) % 4;
+            let stream = (stream < 3).then_some(stream);
+            let size = [512, 4096, 300 << 10, 3 * MIB, 12 * MIB, 40 * MIB][(r >> 24) as usize % 6];
+            live.push((p.alloc_on(0, size, stream).unwrap(), stream));
+        }
+    }
+    p.check().unwrap();
+    p.flush_trace();
+    let live_stats = stats(&p, 0);
+    assert!(live_stats.stream_hits > 1000, "{}", live_stats.stream_hits);
+    let records = sink.records();
+    let r = replay::replay(&records, &replay::Overrides::default());
+    assert!(!r[0].diverged);
+    let s = &r[0].stats;
+    assert_eq!(
+        (
+            s.stream_hits,
+            s.hits,
+            s.real_mallocs,
+            s.barriers,
+            s.reserved.peak
+        ),
+        (
+            live_stats.stream_hits,
+            live_stats.hits,
+            live_stats.real_mallocs,
+            live_stats.barriers,
+            live_stats.reserved.peak
+        )
+    );
+}
+
+/// A threshold set for one device (`gpupool_set_release_threshold(0, ...)`) is in the trace as
+/// one set for every device is, so the replay releases where the live run did (without it,
+/// the replay keeps the segment and peaks 40 MiB higher).
+#[test]
+fn a_per_device_threshold_is_traced_and_replayed() {
+    let (p, sink) = traced_relaxed();
+    assert!(p.set_device_threshold(0, 0));
+    let a = p.alloc_on(0, 100 * MIB, None).unwrap();
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    p.sync_point(0);
+    let b = p.alloc_on(0, 60 * MIB, None).unwrap();
+    let c = p.alloc_on(0, 60 * MIB, None).unwrap();
+    p.check().unwrap();
+    p.flush_trace();
+    let live = stats(&p, 0);
+    assert_eq!(
+        live.reserved.peak,
+        120 * MIB,
+        "the 100 MiB segment went back"
+    );
+    let r = replay::replay(&sink.records(), &replay::Overrides::default());
+    assert!(!r[0].diverged);
+    assert_eq!(
+        (
+            r[0].stats.reserved.peak,
+            r[0].stats.real_mallocs,
+            r[0].stats.real_frees
+        ),
+        (live.reserved.peak, live.real_mallocs, live.real_frees)
+    );
+    for x in [b, c] {
+        assert_eq!(p.free(x, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    }
+}
+
+/// A program that creates a non-blocking stream makes `barrier` mode fence (`need_for`): a
+/// trace records it, so that a replay in `barrier` mode of a trace recorded in another mode
+/// does what the live pool would have done (without the record, it takes barriers throughout).
+#[test]
+fn a_barrier_replay_fences_once_the_trace_says_a_non_blocking_stream_was_made() {
+    let run = |reuse: ReuseMode| {
+        let sink = Arc::new(MemoryTrace(Mutex::new(trace::MAGIC.to_vec())));
+        let mut settings = pool_with(reuse, DeviceBytes::Unbounded, 1)
+            .settings()
+            .clone();
+        settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
+        let p = Pool::new(model(80 << 30), settings);
+        let churn = |rounds: usize| {
+            for _ in 0..rounds {
+                let blocks: Vec<Addr> = (0..8).map(|_| p.alloc(0, 4 * MIB).unwrap()).collect();
+                for a in blocks {
+                    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+                }
+            }
+        };
+        churn(20);
+        p.note_nonblocking_stream();
+        churn(20);
+        p.flush_trace();
+        (stats(&p, 0), sink.records())
+    };
+    let (live, live_records) = run(ReuseMode::Barrier);
+    assert!(live.barriers > 0 && live.fences > 0, "{live:?}");
+    let marks = |records: &[trace::Record]| {
+        records
+            .iter()
+            .filter(|r| r.kind == trace::Kind::NonBlockingStream)
+            .count()
+    };
+    assert_eq!(marks(&live_records), 1);
+    let (_, strict_records) = run(ReuseMode::Strict);
+    assert_eq!(marks(&strict_records), 1);
+    let barrier = replay::Overrides {
+        reuse: Some(ReuseMode::Barrier),
+        ..Default::default()
+    };
+    let r = &replay::replay(&strict_records, &barrier)[0].stats;
+    assert_eq!(
+        (r.fences, r.barriers, r.real_mallocs, r.reserved.peak),
+        (
+            live.fences,
+            live.barriers,
+            live.real_mallocs,
+            live.reserved.peak
+        )
+    );
+    // Without the record, the replay takes barriers only.
+    let unmarked: Vec<trace::Record> = strict_records
+        .into_iter()
+        .filter(|r| r.kind != trace::Kind::NonBlockingStream)
+        .collect();
+    assert_eq!(replay::replay(&unmarked, &barrier)[0].stats.fences, 0);
+}
+
+/// The trace numbers streams up to 16 383; later ones share the last number (rather than
+/// wrapping round past 65 535 streams, which panics in a debug build).
+#[test]
+fn trace_stream_numbers_saturate_past_16383_streams() {
+    let (p, sink) = traced_relaxed();
+    for s in 0..65_540u64 {
+        let a = p.alloc_on(0, 512, Some(1000 + s)).unwrap();
+        p.free(a, FreeKind::Sync, None);
+    }
+    p.flush_trace();
+    let records = sink.records();
+    let ids: Vec<u16> = records
+        .iter()
+        .filter(|r| r.kind == trace::Kind::Alloc)
+        .map(|r| r.aux)
+        .collect();
+    assert_eq!(ids.len(), 65_540);
+    let wrong: Vec<(usize, u16)> = ids
+        .iter()
+        .enumerate()
+        .filter(|&(i, &id)| usize::from(id) != (i + 1).min((1 << 14) - 1))
+        .map(|(i, &id)| (i, id))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "streams numbered wrongly: {:?}",
+        &wrong[..wrong.len().min(5)]
+    );
+}
