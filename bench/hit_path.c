@@ -10,11 +10,11 @@
  *
  * LIVE_BLOCKS blocks of mixed sizes (512 B .. 64 KiB, log-uniform, fixed seed) are allocated
  * with the same allocator before timing and stay live during it. After a warm-up, ITERATIONS
- * pairs of SIZE bytes are timed with CLOCK_MONOTONIC, REPS times; prints
- *   ns_per_pair MEDIAN
- *   ns_min MIN
- *   ns_max MAX
- *   real_mallocs_timed N   (cuda mode: the simulator's cudaMalloc calls during the timed pairs)
+ * pairs of SIZE bytes are timed with CLOCK_MONOTONIC, REPS times; prints key=value lines
+ *   ns_per_pair=MEDIAN
+ *   ns_min=MIN
+ *   ns_max=MAX
+ *   real_mallocs_timed=N   (cuda mode: the simulator's cudaMalloc calls during the timed pairs)
  * Every call's return code is checked. */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dlfcn.h>
@@ -159,11 +159,11 @@ int main(int argc, char **argv)
         ns[r] = timed_pairs(size, iters);
     }
     qsort(ns, REPS, sizeof ns[0], cmp_double);
-    printf("ns_per_pair %.1f\n", ns[REPS / 2]);
-    printf("ns_min %.1f\n", ns[0]);
-    printf("ns_max %.1f\n", ns[REPS - 1]);
+    printf("ns_per_pair=%.1f\n", ns[REPS / 2]);
+    printf("ns_min=%.1f\n", ns[0]);
+    printf("ns_max=%.1f\n", ns[REPS - 1]);
     if (use_cuda) {
-        printf("real_mallocs_timed %llu\n", sim_mallocs() - mallocs_before);
+        printf("real_mallocs_timed=%llu\n", sim_mallocs() - mallocs_before);
     }
 
     for (i = 0; i < live; i++) {

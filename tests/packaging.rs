@@ -302,10 +302,11 @@ fn gpupool_run_needs_option_values_and_runs_any_command_name() {
 }
 
 /// `scripts/gpu-check.sh --dry-run`: everything that needs no GPU is checked (its own syntax, the
-/// library, the Python programs' syntax), every GPU step is listed as skipped, and the results
-/// file is written with each section, so the next GPU session's run is not its first. With
-/// `$OUT` set (the GPU machine's folder whose files come back, at most 8 of them), the report,
-/// the steps and one archive of the logs are copied there.
+/// library, the Python programs' syntax), every GPU step is listed as skipped with the command a
+/// real run would run, and the results file is written with each section, so the next GPU
+/// session's run is not its first. With `$OUT` set (the GPU machine's folder whose files come
+/// back, at most 8 of them), the report, the steps and one archive of the logs are copied there.
+/// (tools/test_gpu_check.py checks each step's command line and a whole run with stand-ins.)
 #[test]
 fn gpu_check_dry_run_passes_without_a_gpu() {
     let out_dir = scratch("gpu-check-dry");
@@ -335,31 +336,77 @@ fn gpu_check_dry_run_passes_without_a_gpu() {
         "self_syntax",
         "library",
         "clean_env",
+        "pluggable_syntax",
         "torch_train_syntax",
         "torch_hit_syntax",
     ] {
         assert_eq!(status(name), "PASS", "{name}:\n{steps}");
     }
-    for name in [
-        "churn_pool_strict",
-        "hazard_pool_strict",
-        "stream_reuse_pool_relaxed",
-        "torch_nocache_pool",
-        "torch_pluggable_relaxed",
-        "hit_pool",
-        "torch_hit_native",
-        "torch_hit_pluggable",
-        "torch_hit_pluggable_relaxed",
+    // Every step of a real run, listed and skipped.
+    let mut gpu_steps = vec![
+        "churn_pool_relaxed_few".to_string(),
+        "churn_pool_strict_few".to_string(),
+    ];
+    for program in [
+        "churn",
+        "hazard",
+        "hazard_blocking",
+        "stream_reuse",
+        "overlap",
     ] {
+        gpu_steps.push(format!("{program}_nopool"));
+        for mode in ["strict", "barrier", "relaxed"] {
+            gpu_steps.push(format!("{program}_pool_{mode}"));
+        }
+    }
+    gpu_steps.extend(
+        [
+            "overlap_pool_barrier_api",
+            "torch_native",
+            "torch_nocache",
+            "torch_nocache_pool",
+            "torch_nocache_pool_barrier",
+            "torch_pluggable",
+            "torch_pluggable_barrier",
+            "torch_pluggable_relaxed",
+            "sanitizer_memcheck_pool",
+            "hit_raw",
+            "hit_pool",
+            "hit_async",
+            "hit_pool_relaxed",
+            "torch_hit_native",
+            "torch_hit_pluggable",
+            "torch_hit_pluggable_relaxed",
+        ]
+        .map(String::from),
+    );
+    for name in &gpu_steps {
         assert_eq!(status(name), "SKIP", "{name}:\n{steps}");
     }
+    assert!(
+        stdout.contains(&format!(
+            "[dry-run] would run churn_pool_strict (check, timeout 120s): env -u LD_PRELOAD \
+             -u GPUPOOL_* -u PYTORCH_... LD_PRELOAD={} GPUPOOL_REUSE=strict \
+             GPUPOOL_SUMMARY=stderr ",
+            library().display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("/target/gpu-check/churn 8 1500 1\n"),
+        "{stdout}"
+    );
     let report = std::fs::read_to_string(out_dir.join("gpu-results.md")).unwrap();
     for heading in [
         "dry run (nothing ran on a GPU)",
+        "## Steps",
+        "## Environment",
         "## churn",
         "## hazard",
         "## stream_reuse",
         "## PyTorch",
+        "## compute-sanitizer",
+        "## overlap",
         "## hit_bench",
         "## torch_hit",
     ] {

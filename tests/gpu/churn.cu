@@ -13,8 +13,8 @@
  * usage: churn THREADS ITERATIONS [SEED [MAX_BYTES [SIZES]]]
  *   MAX_BYTES caps the block size (default 1 GiB; the largest class is rare). SIZES "few" draws
  *   every size from twelve fixed ones (as a model's tensors repeat), which the pool's thread
- *   caches serve in relaxed mode. Prints
- *   "program mallocs N" and "churn ok". Exit 1 on any failure. */
+ *   caches serve in relaxed mode. Prints key=value lines: program_mallocs, bytes_verified,
+ *   init_ms, churn_ms, the arguments, then "churn=ok". Exit 1 on any failure. */
 #include <pthread.h>
 
 #include "common.cuh"
@@ -205,10 +205,10 @@ int main(int argc, char **argv)
     CHECK(cudaDeviceSynchronize());
     double t2 = now_ms();
     REQUIRE(g_count == 0, "%d blocks left in the registry", g_count);
-    printf("program mallocs %llu\n", g_mallocs);
-    printf("bytes verified %llu\n", g_bytes_checked);
-    printf("init_ms %.1f churn_ms %.1f\n", t1 - t0, t2 - t1);
-    printf("churn ok (threads %d, iterations %d, seed %llu)\n", threads, g_iters,
-           (unsigned long long)g_seed);
+    printf("program_mallocs=%llu\n", g_mallocs);
+    printf("bytes_verified=%llu\n", g_bytes_checked);
+    printf("init_ms=%.1f churn_ms=%.1f\n", t1 - t0, t2 - t1);
+    printf("threads=%d iterations=%d seed=%llu\n", threads, g_iters, (unsigned long long)g_seed);
+    printf("churn=ok\n");
     return 0;
 }

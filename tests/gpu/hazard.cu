@@ -17,8 +17,8 @@
  * it falls back to fences): B may be A's memory, handed out behind the pool's barrier on the
  * legacy stream, which must order the fill after the spinning kernel.
  *
- * usage: hazard [ROUNDS [SPIN_MS [blocking]]]   (defaults 5, 100). Prints one line per round,
- * then "hazard ok", or "hazard CLOBBERED" and exit 1. */
+ * usage: hazard [ROUNDS [SPIN_MS [blocking]]]   (defaults 5, 100). Prints key=value lines: one
+ * per round, then the totals, then "hazard=ok", or "hazard=CLOBBERED" and exit 1. */
 #include "common.cuh"
 
 int main(int argc, char **argv)
@@ -31,7 +31,7 @@ int main(int argc, char **argv)
     CHECK(cudaFree(NULL));
     const double cpu = spin_cycles_per_us();
     const int sms = sm_count();
-    printf("spin calibration: %.1f cycles/us, %d SMs\n", cpu, sms);
+    printf("cycles_per_us=%.1f sms=%d\n", cpu, sms);
 
     cudaStream_t s, s2 = NULL;
     if (blocking) {
@@ -40,7 +40,7 @@ int main(int argc, char **argv)
     } else {
         CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     }
-    printf("streams: %s\n", blocking ? "two blocking" : "non-blocking spin, legacy fill");
+    printf("streams=%s\n", blocking ? "two_blocking" : "nonblocking_spin_legacy_fill");
     Mismatch *m = NULL;
     CHECK(cudaMalloc((void **)&m, sizeof *m));
 
@@ -66,12 +66,12 @@ int main(int argc, char **argv)
         Mismatch h = mismatch_read(m);
         int same = a == b;
         reused_rounds += same;
-        printf("round %d size %zu MiB same_address %s free+malloc_ms %.1f clobbered_bytes %llu",
+        printf("round=%d size_mib=%zu same_address=%s free_malloc_ms=%.1f clobbered_bytes=%llu",
                round, n >> 20, same ? "yes" : "no", t_alloc, h.bad);
         if (h.bad) {
             unsigned char got = 0;
             CHECK(cudaMemcpy(&got, b + h.first, 1, cudaMemcpyDeviceToHost));
-            printf(" first_at %llu value 0x%02x", h.first, (unsigned)got);
+            printf(" first_at=%llu value=0x%02x", h.first, (unsigned)got);
             clobbered_rounds++;
         }
         printf("\n");
@@ -81,11 +81,11 @@ int main(int argc, char **argv)
     CHECK(cudaStreamDestroy(s));
     if (s2)
         CHECK(cudaStreamDestroy(s2));
-    printf("rounds %d reused_address %d clobbered %d\n", rounds, reused_rounds, clobbered_rounds);
+    printf("rounds=%d reused_address=%d clobbered=%d\n", rounds, reused_rounds, clobbered_rounds);
     if (clobbered_rounds) {
-        printf("hazard CLOBBERED\n");
+        printf("hazard=CLOBBERED\n");
         return 1;
     }
-    printf("hazard ok\n");
+    printf("hazard=ok\n");
     return 0;
 }

@@ -6,9 +6,10 @@
  *                           the device's default memory pool with its release threshold set to
  *                           UINT64_MAX (stream-ordered pool hits), for comparison.
  * Each size is measured in doubling batches until ~TARGET_MS of wall time (or MAX_ITERS pairs)
- * has passed, after one warm-up pair. Prints "hit SIZE_BYTES NS_PER_PAIR PAIRS" per size, then
- * "getdevice_ns NS CALLS": what one cudaGetDevice costs (the pool asks it in each hook when the
- * process sees more than one device). */
+ * has passed, after one warm-up pair. Prints key=value lines: "mode=MODE", then
+ * "size=BYTES ns_per_pair=NS pairs=N" per size, then "getdevice_ns=NS getdevice_calls=N" (what one
+ * cudaGetDevice costs: the pool asks it in each hook when the process sees more than one device),
+ * then "hit_bench=done". */
 #include "common.cuh"
 
 #define TARGET_MS 200.0
@@ -53,6 +54,7 @@ int main(int argc, char **argv)
     int async = strcmp(argv[1], "async") == 0;
     static const size_t sizes[] = {512, (size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20,
                                    (size_t)256 << 20, (size_t)1 << 30};
+    printf("mode=%s\n", argv[1]);
     CHECK(cudaFree(NULL));
     if (async) {
         cudaMemPool_t pool;
@@ -63,7 +65,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         long pairs = 0;
         double ns = measure(sizes[i], async, &pairs);
-        printf("hit %zu %.0f %ld\n", sizes[i], ns, pairs);
+        printf("size=%zu ns_per_pair=%.0f pairs=%ld\n", sizes[i], ns, pairs);
         fflush(stdout);
     }
     /* The runtime's own cudaGetDevice, which the pool calls once in each cudaMalloc and
@@ -75,8 +77,9 @@ int main(int argc, char **argv)
         double t0 = now_ms();
         for (long i = 0; i < calls; i++)
             CHECK(cudaGetDevice(&dev));
-        printf("getdevice_ns %.1f %ld\n", (now_ms() - t0) * 1e6 / (double)calls, calls);
+        printf("getdevice_ns=%.1f getdevice_calls=%ld\n", (now_ms() - t0) * 1e6 / (double)calls,
+               calls);
     }
-    printf("hit_bench %s done\n", argv[1]);
+    printf("hit_bench=done\n");
     return 0;
 }

@@ -10,7 +10,8 @@
  *   internal __cudaLaunchKernel, which a preloaded library does not see. api: launched with an
  *   explicit cudaLaunchKernel call, which libgpupool interposes (GPUPOOL_REUSE=barrier counts a
  *   legacy-stream kernel as a barrier only when it sees it).
- * Prints wall_ms, ideal_ms, serial_ms, and the kernel time a timed single launch measured. */
+ * Prints key=value lines: the launch, the kernel time a timed single launch measured, wall_ms,
+ * ideal_ms and serial_ms. */
 #include "common.cuh"
 
 /* One loop kernel on the legacy default stream, through <<<>>> or through cudaLaunchKernel. */
@@ -68,10 +69,10 @@ int main(int argc, char **argv)
     CHECK(cudaEventDestroy(a));
     CHECK(cudaEventDestroy(b));
     double k = kernel_us, h = host_us;
-    printf("launch %s cycles_per_us %.1f measured_kernel_ms %.3f\n", api ? "api" : "chevron", cpu,
+    printf("launch=%s cycles_per_us=%.1f measured_kernel_ms=%.3f\n", api ? "api" : "chevron", cpu,
            kernel_ms);
-    printf("wall_ms %.1f\n", t1 - t0);
-    printf("ideal_ms %.1f\n", iters * (k > h ? k : h) / 1e3);
-    printf("serial_ms %.1f\n", iters * (k + h) / 1e3);
+    printf("wall_ms=%.1f\n", t1 - t0);
+    printf("ideal_ms=%.1f\n", iters * (k > h ? k : h) / 1e3);
+    printf("serial_ms=%.1f\n", iters * (k + h) / 1e3);
     return 0;
 }

@@ -33,7 +33,8 @@ def write_summary(lib):
 
 def finish(lib, last_line):
     """A program's end: the pool's summary if libgpupool at path `lib` was the allocator (None:
-    it was not), then `last_line`, which gpu-check.sh looks for. Returns the exit status."""
+    it was not), then `last_line` (NAME=ok or NAME=done), which gpu-check looks for. Returns the
+    exit status."""
     if lib:
         write_summary(lib)
     print(last_line)

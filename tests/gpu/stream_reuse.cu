@@ -12,8 +12,9 @@
  * Then once more with a stream destroyed while its kernel runs and a new stream created after
  * it: the new stream must not get the block either.
  *
- * usage: stream_reuse [ROUNDS [SPIN_MS]]   (defaults 4 and 100). Prints one line per round,
- * then "stream_reuse ok", or "stream_reuse CLOBBERED" and exit 1. */
+ * usage: stream_reuse [ROUNDS [SPIN_MS]]   (defaults 4 and 100). Prints key=value lines: one per
+ * round, one for the destroyed stream, the totals, then "stream_reuse=ok", or
+ * "stream_reuse=CLOBBERED" and exit 1. */
 #include <dlfcn.h>
 
 #include "common.cuh"
@@ -65,7 +66,7 @@ int main(int argc, char **argv)
     const double cpu = spin_cycles_per_us();
     const int sms = sm_count();
     const long long cycles = (long long)(spin_ms * 1000.0 * cpu);
-    printf("allocator: %s; spin calibration: %.1f cycles/us, %d SMs\n",
+    printf("allocator=%s cycles_per_us=%.1f sms=%d\n",
            pool ? "gpupool_malloc_async" : "cudaMallocAsync", cpu, sms);
 
     cudaStream_t s, t;
@@ -92,8 +93,8 @@ int main(int argc, char **argv)
         unsigned long long bad_c = bad_bytes(m, c, n, 0x42), bad_b = bad_bytes(m, b, n, 0x17);
         int same = a == b;
         same_rounds += same;
-        printf("round %d size %zu MiB same_address %s other_stream_address %s "
-               "other_stream_bad %llu same_stream_bad %llu\n",
+        printf("round=%d size_mib=%zu same_address=%s other_stream_address=%s "
+               "other_stream_bad=%llu same_stream_bad=%llu\n",
                round, n >> 20, same ? "yes" : "no", c == a ? "same" : "other", bad_c, bad_b);
         clobbered += bad_c != 0 || bad_b != 0;
         CHECK_INT(free_on(b, s));
@@ -118,7 +119,8 @@ int main(int argc, char **argv)
         CHECK_LAUNCH();
         CHECK(cudaDeviceSynchronize());
         unsigned long long bad = bad_bytes(m, e, n, 0x42);
-        printf("destroyed stream: same_handle %s same_address %s bad %llu\n",
+        printf("destroyed_stream_same_handle=%s destroyed_stream_same_address=%s "
+               "destroyed_stream_bad=%llu\n",
                u == v ? "yes" : "no", a == e ? "yes" : "no", bad);
         clobbered += bad != 0;
         CHECK_INT(free_on(e, v));
@@ -129,11 +131,11 @@ int main(int argc, char **argv)
     CHECK(cudaFree(m));
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaStreamDestroy(t));
-    printf("rounds %d same_stream_reuse %d clobbered %d\n", rounds, same_rounds, clobbered);
+    printf("rounds=%d same_stream_reuse=%d clobbered=%d\n", rounds, same_rounds, clobbered);
     if (clobbered) {
-        printf("stream_reuse CLOBBERED\n");
+        printf("stream_reuse=CLOBBERED\n");
         return 1;
     }
-    printf("stream_reuse ok\n");
+    printf("stream_reuse=ok\n");
     return 0;
 }

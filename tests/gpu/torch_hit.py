@@ -15,11 +15,12 @@ which creates the tensor without any allocator (`meta_pair_ns`: PyTorch's dispat
 bookkeeping). `net` in each size's line is the pair minus the Python overhead; the allocator's own
 share is roughly the pair minus meta_pair_ns.
 
-Prints, one per line:
-  python_overhead_ns NS
-  meta_pair_ns NS
-  torch_hit SIZE PAIR_NS NET_NS EVENT_NS PAIRS
-and "torch_hit done" at the end (with --pluggable, the pool's summary on stderr before it).
+Prints key=value lines:
+  allocator=native|pluggable
+  python_overhead_ns=NS
+  meta_pair_ns=NS
+  size=BYTES pair_ns=NS net_ns=NS event_ns=NS pairs=N    (one per size)
+and "torch_hit=done" at the end (with --pluggable, the pool's summary on stderr before it).
 """
 
 import argparse
@@ -83,18 +84,19 @@ def main():
         return 1
     torch.cuda.init()
     torch.cuda.synchronize()
-    print(f"allocator {'libgpupool (pluggable)' if args.pluggable else 'PyTorch caching allocator'}")
+    print(f"allocator={'pluggable' if args.pluggable else 'native'}")
 
     overhead, _, _ = measure(noop, 512, dev, args.target_ms, args.max_pairs, False)
     meta, _, _ = measure(torch.empty, 512, torch.device("meta"), args.target_ms, args.max_pairs, False)
-    print(f"python_overhead_ns {overhead:.0f}")
-    print(f"meta_pair_ns {meta:.0f}")
+    print(f"python_overhead_ns={overhead:.0f}")
+    print(f"meta_pair_ns={meta:.0f}")
     for n in SIZES:
         host, event, pairs = measure(torch.empty, n, dev, args.target_ms, args.max_pairs, True)
-        print(f"torch_hit {n} {host:.0f} {host - overhead:.0f} {event:.0f} {pairs}")
+        print(f"size={n} pair_ns={host:.0f} net_ns={host - overhead:.0f} event_ns={event:.0f} "
+              f"pairs={pairs}")
         sys.stdout.flush()
     torch.cuda.synchronize()
-    return pluggable.finish(args.pluggable, "torch_hit done")
+    return pluggable.finish(args.pluggable, "torch_hit=done")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Run natively, with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor a real cudaMalloc/cudaFree),
 and with PYTORCH_NO_CUDA_MEMORY_CACHING=1 under LD_PRELOAD=libgpupool.so (the pool serves those
-calls). Prints, one "key value" per line:
+calls). Prints, one key=value per line:
 
   median_step_ms         median wall time of a step after the warm-up steps (synchronized)
   max_memory_reserved_mib  torch's own counter (0 when its caching allocator is off: it then
@@ -13,7 +13,7 @@ calls). Prints, one "key value" per line:
   base_device_used_mib   the same before the model was made (the CUDA context)
   final_loss, loss_finite
 
-and "torch_train ok" at the end, or exits 1 if a loss was not finite.
+and "torch_train=ok" at the end, or exits 1 if a loss was not finite.
 """
 
 import argparse
@@ -120,7 +120,7 @@ def main():
             times.append((t1 - t0) * 1e3)
         if not math.isfinite(value):
             print(f"FAIL: step {step} loss {value}", file=sys.stderr)
-            print("loss_finite 0")
+            print("loss_finite=0")
             return 1
     wall = time.perf_counter() - t_start
 
@@ -131,17 +131,17 @@ def main():
         reserved = 0
 
     params = sum(p.numel() for p in model.parameters())
-    print(f"params_m {params / 1e6:.1f}")
-    print(f"steps {args.steps} warmup {args.warmup} dtype {args.dtype}")
-    print(f"first_loss {losses[0]:.4f}")
-    print(f"final_loss {losses[-1]:.4f}")
-    print("loss_finite 1")
-    print(f"median_step_ms {statistics.median(times) if times else float('nan'):.2f}")
-    print(f"loop_wall_s {wall:.2f}")
-    print(f"max_memory_reserved_mib {mib(reserved):.0f}")
-    print(f"peak_device_used_mib {mib(peak_used):.0f}")
-    print(f"base_device_used_mib {mib(base_used):.0f}")
-    return pluggable.finish(args.pluggable, "torch_train ok")
+    print(f"params_m={params / 1e6:.1f}")
+    print(f"steps={args.steps} warmup={args.warmup} dtype={args.dtype}")
+    print(f"first_loss={losses[0]:.4f}")
+    print(f"final_loss={losses[-1]:.4f}")
+    print("loss_finite=1")
+    print(f"median_step_ms={statistics.median(times) if times else float('nan'):.2f}")
+    print(f"loop_wall_s={wall:.2f}")
+    print(f"max_memory_reserved_mib={mib(reserved):.0f}")
+    print(f"peak_device_used_mib={mib(peak_used):.0f}")
+    print(f"base_device_used_mib={mib(base_used):.0f}")
+    return pluggable.finish(args.pluggable, "torch_train=ok")
 
 
 if __name__ == "__main__":

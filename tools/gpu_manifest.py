@@ -1,0 +1,204 @@
+"""Every step of the real-GPU check (scripts/gpu-check.sh), in the order they run: the programs
+it builds and how, then each run with what it needs, its command, its timeout, what its output
+must show and what the report reads from it."""
+
+from dataclasses import dataclass
+
+from steps import GPU, SANITIZER, TORCH, Has, Is, Line, Positive, Step
+
+# The programs built from tests/gpu/NAME.cu with nvcc (each build needs nvcc; each step that runs
+# one needs its build).
+PROGRAMS = ("churn", "hazard", "stream_reuse", "overlap", "hit_bench")
+# -cudart shared: the runtime calls go through libcudart.so, where LD_PRELOAD interposes them.
+NVCC_FLAGS = ("-O2", "-cudart", "shared")
+# Hopper first; without -arch when the toolkit cannot build for it.
+ARCH = "-arch=sm_90"
+LINK_LIBS = ("-lpthread", "-ldl")
+
+# The Python programs whose syntax a dry run checks.
+PY_PROGRAMS = ("pluggable", "torch_train", "torch_hit")
+
+# The pool's summary line with a non-zero malloc count: the pool intercepted allocations.
+INTERCEPTED = Line(r"calls +[1-9][0-9]* mallocs")
+# The pool's summary: blocks served again on the stream that freed them (relaxed mode).
+SAME_STREAM = Line("on the stream that freed them")
+# What compute-sanitizer prints where it cannot run (gVisor's devices): a skip, not a failure.
+SANITIZER_UNSUPPORTED = (
+    "Device not supported|not supported on this (platform|device)"
+    "|Unable to (find|load) injection library"
+)
+# The sanitizer's target gets the preload through a shell that appends it to what the
+# sanitizer put in LD_PRELOAD, so the sanitizer's own process is untouched.
+PRELOAD_TARGET = 'LD_PRELOAD="$0${LD_PRELOAD:+:$LD_PRELOAD}"; export LD_PRELOAD; exec "$@"'
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Iteration counts: the whole run must fit in about 7 minutes on one GPU."""
+
+    churn_threads: int = 8
+    churn_iters: int = 1500
+    hazard_rounds: int = 5
+    overlap: tuple = ("300", "1000", "1000", "1048576")  # iterations, kernel us, host us, bytes
+    torch: tuple = ("--steps", "30", "--warmup", "5")
+    sanitizer_churn: tuple = ("1", "200", "1", "1048576")  # threads, iterations, seed, max bytes
+
+
+# GPU_CHECK_QUICK=1: smaller counts.
+QUICK = Counts(
+    churn_iters=300,
+    hazard_rounds=3,
+    overlap=("100", "1000", "1000", "1048576"),
+    torch=("--steps", "12", "--warmup", "3"),
+    sanitizer_churn=("1", "50", "1", "1048576"),
+)
+
+
+def pool(lib, mode):
+    """The environment of a run under the preloaded pool in reuse `mode`, summary on stderr."""
+    return (("LD_PRELOAD", lib), ("GPUPOOL_REUSE", mode), ("GPUPOOL_SUMMARY", "stderr"))
+
+
+def nvcc_command(nvcc, src, out, link_flags, arch):
+    """One build attempt of tests/gpu/NAME.cu (arch: True for -arch=sm_90)."""
+    return [nvcc, *NVCC_FLAGS, *([ARCH] if arch else []), "-o", out, src, *link_flags, *LINK_LIBS]
+
+
+def manifest(build, src, lib, python, sanitizer, counts):
+    """The run steps, in order. `build`: where the programs are; `src`: tests/gpu; `lib`: the
+    library; `python`: the interpreter with PyTorch; `sanitizer`: compute-sanitizer's path."""
+    c = counts
+    steps = []
+
+    def group(program, reads, needs=(GPU,)):
+        """Adds steps that run `program` (a test program's name, or None for a Python one),
+        with the figures `reads` the report takes from their output."""
+
+        def add(name, kind, argv, timeout, expect, env=(), **more):
+            steps.append(Step(name, kind, needs, tuple(argv), timeout, tuple(env), tuple(expect),
+                              program, reads=reads, **more))
+
+        return add
+
+    def reuse(mode):
+        return (("GPUPOOL_REUSE", mode),)
+
+    # churn: the test's own correctness without the pool, then under the pool in each mode.
+    churn = group("churn", ("program_mallocs", "churn_ms"))
+    argv = [f"{build}/churn", str(c.churn_threads), str(c.churn_iters), "1"]
+    ok = Is("churn", "ok")
+    churn("churn_nopool", "check", argv, 120, [ok])
+    for mode in ("strict", "barrier", "relaxed"):
+        churn(f"churn_pool_{mode}", "check", argv, 120, [ok, INTERCEPTED], pool(lib, mode))
+    # Repeating sizes: what the thread caches serve (several threads, one device; in strict
+    # mode once the threads compete for the device's lock, blocks waiting in the caches for
+    # fences).
+    for mode in ("relaxed", "strict"):
+        churn(f"churn_pool_{mode}_few", "check", argv + ["1073741824", "few"], 120,
+              [ok, INTERCEPTED], pool(lib, mode))
+
+    # hazard: must pass without the pool and under strict and barrier; relaxed is informational.
+    hazard = group("hazard", ("reused_address", "clobbered"))
+    argv = [f"{build}/hazard", str(c.hazard_rounds)]
+    ok = Is("hazard", "ok")
+    hazard("hazard_nopool", "check", argv, 60, [ok])
+    for mode in ("strict", "barrier"):
+        hazard(f"hazard_pool_{mode}", "check", argv, 60, [ok, INTERCEPTED], pool(lib, mode))
+    hazard("hazard_pool_relaxed", "info", argv, 60, [ok, INTERCEPTED], pool(lib, "relaxed"))
+    # The same on two blocking streams: barrier mode's own barrier, not a fence, guards the
+    # reuse.
+    argv = argv + ["100", "blocking"]
+    hazard("hazard_blocking_nopool", "check", argv, 60, [ok])
+    hazard("hazard_blocking_pool_strict", "check", argv, 60, [ok, INTERCEPTED],
+           pool(lib, "strict"))
+    # In barrier mode the point is the pool's own barrier: the block must have come back behind
+    # one (on the simulator: every round, 5 barriers, 1 cudaMalloc).
+    hazard("hazard_blocking_pool_barrier", "check", argv, 60,
+           [ok, INTERCEPTED, Positive("reused_address"), Line("barriers [1-9]")],
+           pool(lib, "barrier"))
+    hazard("hazard_blocking_pool_relaxed", "info", argv, 60, [ok, INTERCEPTED],
+           pool(lib, "relaxed"))
+
+    # stream_reuse: stream-ordered reuse (relaxed: the block freed on a stream serves that
+    # stream at once, written in stream order; never another stream, nor a new stream after a
+    # destroyed one). Without the pool it runs on cudaMallocAsync, whose pool has the same rule.
+    stream = group("stream_reuse", ("rounds", "same_stream_reuse", "clobbered"))
+    argv = [f"{build}/stream_reuse"]
+    ok = Is("stream_reuse", "ok")
+    stream("stream_reuse_nopool", "check", argv, 60, [ok])
+    stream("stream_reuse_pool_relaxed", "check", argv, 60,
+           [ok, Positive("same_stream_reuse"), INTERCEPTED], pool(lib, "relaxed"))
+    # Other modes: no reuse before the barrier or fence, not even on the same stream.
+    for mode in ("strict", "barrier"):
+        stream(f"stream_reuse_pool_{mode}", "check", argv, 60,
+               [ok, Is("same_stream_reuse", "0"), INTERCEPTED], pool(lib, mode))
+
+    # PyTorch: under the pool first (the check), then the two references.
+    torch = group(None, ("median_step_ms", "max_memory_reserved_mib", "peak_device_used_mib",
+                         "base_device_used_mib", "final_loss"), (GPU, TORCH))
+    argv = [python, f"{src}/torch_train.py", *c.torch]
+    pluggable = argv + ["--pluggable", lib]
+    nocache = (("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),)
+    ok = [Is("torch_train", "ok")]
+    finite = ok + [Is("loss_finite", "1")]
+    torch("torch_nocache_pool", "check", argv, 150, finite + [INTERCEPTED],
+          pool(lib, "strict") + nocache)
+    torch("torch_pluggable", "check", pluggable, 150, finite + [INTERCEPTED])
+    torch("torch_native", "bench", argv, 150, ok)
+    torch("torch_nocache_pool_barrier", "bench", argv, 150, ok + [INTERCEPTED],
+          pool(lib, "barrier") + nocache)
+    # The pluggable allocator in barrier mode: its frees name PyTorch's stream (blocking), so
+    # their blocks wait for a barrier, not a fence (the strict run above pays fences).
+    torch("torch_pluggable_barrier", "bench", pluggable, 150, finite + [INTERCEPTED],
+          reuse("barrier"))
+    # And in relaxed mode, PyTorch's own rule: a block freed on PyTorch's stream serves that
+    # stream's next requests at once (stream-ordered reuse), other streams after a barrier.
+    torch("torch_pluggable_relaxed", "bench", pluggable, 150,
+          finite + [INTERCEPTED, SAME_STREAM], reuse("relaxed"))
+    torch("torch_nocache", "bench", argv, 150, ok, nocache)
+
+    # compute-sanitizer memcheck on churn under the pool; without the pool only to diagnose a
+    # failure (informational).
+    memcheck = group("churn", (), (GPU, SANITIZER))
+    tool = [sanitizer or "compute-sanitizer", "--tool", "memcheck"]
+    argv = [f"{build}/churn", *c.sanitizer_churn]
+    clean = Line("ERROR SUMMARY: 0 errors")
+    memcheck("sanitizer_memcheck_pool", "check",
+             tool + ["--target-processes", "all", "sh", "-c", PRELOAD_TARGET, lib] + argv, 150,
+             [clean, Is("churn", "ok")], (("GPUPOOL_SUMMARY", "stderr"),),
+             skip_if=SANITIZER_UNSUPPORTED)
+    memcheck("sanitizer_memcheck_nopool", "info", tool + argv, 120, [clean],
+             skip_if=SANITIZER_UNSUPPORTED, diagnoses="sanitizer_memcheck_pool")
+
+    # Benchmarks.
+    overlap = group("overlap", ("wall_ms", "ideal_ms", "serial_ms"))
+    argv = [f"{build}/overlap", *c.overlap]
+    ok = Has("wall_ms")
+    overlap("overlap_nopool", "bench", argv, 60, [ok])
+    for mode in ("strict", "barrier", "relaxed"):
+        overlap(f"overlap_pool_{mode}", "bench", argv, 60, [ok, INTERCEPTED], pool(lib, mode))
+    overlap("overlap_pool_barrier_api", "bench", argv + ["api"], 60, [ok, INTERCEPTED],
+            pool(lib, "barrier"))
+
+    hit = group("hit_bench", ("size", "ns_per_pair", "getdevice_ns"))
+    exe = f"{build}/hit_bench"
+    done = [Is("hit_bench", "done"), Is("mode", "malloc")]
+    hit("hit_raw", "bench", [exe, "malloc"], 90, done)
+    hit("hit_pool", "bench", [exe, "malloc"], 90, done + [INTERCEPTED], pool(lib, "strict"))
+    hit("hit_async", "bench", [exe, "async"], 90, [Is("hit_bench", "done"), Is("mode", "async")])
+    hit("hit_pool_relaxed", "bench", [exe, "malloc"], 90, done + [INTERCEPTED],
+        pool(lib, "relaxed"))
+
+    # The same pairs as PyTorch programs meet them: torch.empty + del per size, PyTorch's
+    # caching allocator against libgpupool as its pluggable allocator (Python's own overhead
+    # measured).
+    torch_hit = group(None, ("size", "pair_ns", "net_ns", "python_overhead_ns", "meta_pair_ns"),
+                      (GPU, TORCH))
+    argv = [python, f"{src}/torch_hit.py"]
+    done = [Is("torch_hit", "done")]
+    torch_hit("torch_hit_native", "bench", argv, 90, done)
+    torch_hit("torch_hit_pluggable", "bench", argv + ["--pluggable", lib], 90,
+              done + [INTERCEPTED], reuse("strict"))
+    torch_hit("torch_hit_pluggable_relaxed", "bench", argv + ["--pluggable", lib], 90,
+              done + [INTERCEPTED, SAME_STREAM], reuse("relaxed"))
+    return steps
