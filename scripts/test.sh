@@ -20,3 +20,5 @@ cargo test --workspace
 scripts/valgrind.sh
 # The fuzz targets' corpus plus seeded mutations, on stable (cargo-fuzz itself needs nightly).
 cargo test --quiet --manifest-path fuzz/Cargo.toml
+# The GPU check's CUDA programs still compile (nvcc 13.0 from PyPI; no GPU needed).
+scripts/cu-build-check.sh
