@@ -100,8 +100,8 @@ fn a_forked_childs_summary_says_the_pool_is_off_there() {
 }
 
 /// A signal handler that interrupts the pool's own thread and calls the API: every call is
-/// refused with 999 (the second as the first: found in review, the first refusal marked the
-/// thread outside and the second deadlocked), and no free reaches the runtime.
+/// refused with 999 (the second as the first: a first refusal that marked the thread outside
+/// the pool would let the second deadlock), and no free reaches the runtime.
 #[test]
 fn calls_from_a_signal_handler_inside_the_pool_are_refused_and_free_nothing() {
     let (out, err) = api("reentry", &[("CUDASIM_MALLOC_US", "400000")]);
@@ -315,8 +315,8 @@ fn torch_entry_points_work_when_the_runtime_was_loaded_globally_first() {
 
 /// A plugin linked with `-lgpupool`, loaded and unloaded three times by a program that handles
 /// SIGUSR1 itself: the library stays loaded (`-z nodelete`), so the same pool serves every
-/// load, nothing it cached leaks, and one summary is written, at exit (found in review: each
-/// unload dropped the pool with its segments and wrote a summary).
+/// load, nothing it cached leaks, and one summary is written, at exit (not one per unload,
+/// with the pool and its segments dropped each time).
 #[test]
 fn a_plugin_unloaded_and_loaded_again_keeps_one_pool() {
     let include = format!("-I{}", root().join("include").display());
@@ -354,7 +354,7 @@ fn a_plugin_unloaded_and_loaded_again_keeps_one_pool() {
 /// Reports while another thread waits for the GPU inside the pool (a fence): the program's own
 /// `gpupool_get_stats` waits and gives the real figures (it gave success with zeros), and the
 /// exit summary names the device it could not read rather than leave it out (or say that
-/// nothing was intercepted). Found in review.
+/// nothing was intercepted).
 #[test]
 fn reports_while_another_thread_fences_in_the_pool() {
     let exe = build_linked(&root().join("tests/c/busy.c"), "cc", "-std=c11", true);

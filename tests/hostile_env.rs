@@ -110,7 +110,7 @@ fn unwritable_summary_and_trace_paths_give_one_warning_and_the_program_runs() {
     let link = dir.join("link");
     std::os::unix::fs::symlink(&target, &link).expect("symlink");
     let missing = Path::new("/nonexistent-gpupool-dir/summary.txt");
-    // A named pipe no one reads (found in review: the trace waited for a reader forever).
+    // A named pipe no one reads: the trace must not wait for a reader forever.
     let fifo = dir.join("fifo");
     let status = std::process::Command::new("mkfifo")
         .arg(&fifo)
@@ -138,8 +138,8 @@ fn unwritable_summary_and_trace_paths_give_one_warning_and_the_program_runs() {
 
 /// A trace whose writes start failing midway (here the file-size limit, as a full disk would):
 /// one warning, tracing stops, and the file keeps whole records only, which the trace tool
-/// reads. Found in review: the errors went unnoticed, and a partly written chunk shifted every
-/// record written once the disk had room again.
+/// reads: a failing write must be noticed, and a partly written chunk must not shift every
+/// record written once the disk has room again.
 #[test]
 fn a_trace_cut_short_by_a_failing_write_keeps_whole_records_and_warns_once() {
     let dir = scratch("trace-fsize");

@@ -223,8 +223,8 @@ fn gpupool_run_rejects_bad_usage() {
 
 /// Relative paths are the caller's, `--libdir` reaches the installed `gpupool-run` (also run
 /// through a symbolic link), and paths that the `.pc` file or `LD_PRELOAD` cannot hold are
-/// refused before anything is installed (found in review: `&` corrupted the `.pc` file, a space
-/// gave a prefix nothing could use, a relative prefix landed in the source tree).
+/// refused before anything is installed (`&` would corrupt the `.pc` file, a space give a
+/// prefix nothing can use, a relative prefix land in the source tree).
 #[test]
 fn install_paths_relative_libdir_and_refused_characters() {
     library();

@@ -168,8 +168,8 @@ fn no_reuse_while_a_kernel_on_a_nonblocking_stream_uses_the_block() {
 
 /// A block freed under a kernel on a blocking stream and handed to a kernel on another blocking
 /// stream: in `barrier` mode the pool's barrier must order the second after the first, also when
-/// the runtime takes a wait on an event never recorded to order nothing (the simulator does; found
-/// in review: the pool's barrier was exactly such a wait).
+/// the runtime takes a wait on an event never recorded to order nothing (the simulator does; a
+/// barrier that is only such a wait would let the block be clobbered).
 #[test]
 fn a_block_reused_across_blocking_streams_waits_for_the_first_kernel() {
     let exe = c_program("hazard");
@@ -390,7 +390,7 @@ fn a_forked_child_does_not_repeat_its_parents_summary() {
 /// its own libcudart RTLD_LOCAL): the hooks catch both runtimes' calls and forward them to the
 /// one the pool uses, where the other's kernels are unknown. Their launches, through
 /// `cudaLaunchKernel` and `__cudaLaunchKernel`, must still run, in the runtime that registered
-/// them (found in review: they failed with cudaErrorInvalidDeviceFunction).
+/// them, not fail with cudaErrorInvalidDeviceFunction.
 #[test]
 fn kernels_of_a_second_runtime_run_in_that_runtime() {
     let s = Sim::get();
@@ -445,7 +445,7 @@ fn kernels_of_a_second_runtime_run_in_that_runtime() {
         let (out, err) = ok(&host, &modules, &[("GPUPOOL_REUSE", mode)]);
         assert_eq!(out.matches("module_run -> 0").count(), 2, "{mode}: {out}");
         // A launch the module's runtime refuses: its code and last error (1, invalid value),
-        // as without the pool (found in review: 98 and no last error).
+        // as without the pool (not 98, nor a missing last error).
         assert_eq!(
             out.matches("module_refused -> 1001").count(),
             2,

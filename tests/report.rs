@@ -767,8 +767,8 @@ fn always_reports_a_process_without_cuda_as_not_intercepted() {
     );
 }
 
-/// With the pool disabled, `always:` still gives its one line, saying so (found in review: it
-/// printed nothing); a plain destination prints nothing.
+/// With the pool disabled, `always:` still gives its one line, saying so; a plain destination
+/// prints nothing.
 #[test]
 fn always_reports_a_disabled_pool() {
     let exe = c_program("churn");
@@ -1114,8 +1114,8 @@ fn a_program_that_handles_sigusr1_itself_keeps_it() {
 }
 
 /// The live-dump thread takes none of the program's signals: a program that blocks SIGTERM
-/// and waits for it with `sigwait` still gets it (found in review: the thread inherited the
-/// mask of the first allocating thread and took the signal, which killed the process).
+/// and waits for it with `sigwait` still gets it (a thread that inherited the mask of the first
+/// allocating thread would take the signal, and the process would die of it).
 #[test]
 fn the_dump_thread_takes_none_of_the_programs_signals() {
     for env in [
@@ -1133,9 +1133,9 @@ fn the_dump_thread_takes_none_of_the_programs_signals() {
 // ---------------------------------------------------------------------------------------------
 // The out-of-memory report
 
-/// The advice of the out-of-memory report follows the situation (found in review: it
-/// suggested a split cap already in force, above the pieces it meant to protect, and blamed
-/// other allocators for the CUDA context).
+/// The advice of the out-of-memory report follows the situation: no split cap already in
+/// force or above the pieces it means to protect, and no blame on other allocators for the CUDA
+/// context.
 #[test]
 fn out_of_memory_advice_fits_the_situation() {
     let run = |mode: &str, env: &[(&str, &str)]| {
@@ -1182,7 +1182,7 @@ fn out_of_memory_advice_fits_the_situation() {
         "{a}"
     );
     // The driver's refusals count among its calls, and the summary says how many there were
-    // (found in review: more calls than segments, unexplained).
+    // (else more calls than segments go unexplained).
     let (_, err) = run("outside", &[("GPUPOOL_SUMMARY", "stderr")]);
     let line = err
         .lines()
@@ -1326,8 +1326,8 @@ fn out_of_memory_report_names_the_numbers_once_per_situation() {
 }
 
 /// With stdout and stderr one pipe (`> log 2>&1`), the program's own buffered output comes
-/// before the summary (exit flushes stdio only after the exit handlers; found in review: the
-/// summary came first).
+/// before the summary (exit flushes stdio only after the exit handlers, so the pool flushes it
+/// first).
 #[test]
 fn the_summary_follows_the_programs_own_output() {
     let exe = c_program("churn");

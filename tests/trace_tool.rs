@@ -587,8 +587,8 @@ fn odd_requests_are_refused_or_explained() {
     std::fs::copy(churn_trace(), &trace).unwrap();
     let t = trace.to_str().unwrap();
     let before = std::fs::read(&trace).unwrap();
-    // The same file by its path, and through a hard link (found in review: the link's name
-    // passed the check, and the plot replaced the trace).
+    // The same file by its path, and through a hard link (whose name alone would pass the
+    // check, and the plot would replace the trace).
     let hard = dir.join("hard.trace");
     std::fs::hard_link(&trace, &hard).unwrap();
     for cmd in ["plot", "perfetto"] {

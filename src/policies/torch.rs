@@ -144,7 +144,7 @@ impl CachePolicy for TorchRules {
                     2 * MIB
                 } else if r < 10 * MIB {
                     // PyTorch: `size < kMinLargeAlloc` (10 MiB) takes a 20 MiB segment; exactly
-                    // 10 MiB gets its own (found in review; no workload here asks for it).
+                    // 10 MiB gets its own (no workload here asks for it).
                     20 * MIB
                 } else {
                     r.checked_next_multiple_of(2 * MIB)?

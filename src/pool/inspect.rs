@@ -108,8 +108,8 @@ impl<B: Backend> Pool<B> {
             if st.generation == p.generation {
                 tcache::merge_into(&mut stats, &st);
                 pending += st.waiting_bytes + st.transit.waiting_bytes;
-                // Found in review: free blocks in thread caches were left out, and a cache of
-                // reusable 1 MB blocks read as 100% fragmented.
+                // Free blocks in thread caches count: else a cache of reusable 1 MB blocks reads
+                // as 100% fragmented.
                 largest_free = largest_free.max(st.largest_ready());
             } else {
                 tcache::add_counts(&mut stats, &st.counts);

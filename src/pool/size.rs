@@ -98,9 +98,8 @@ pub fn may_serve(block: u64, rounded: u64, max_split_size: u64) -> bool {
     if rounded < max_split_size {
         // Blocks kept whole by max_split_size only serve requests at least as large, except the
         // request's own 2 MiB rounding: a request just under the cap gets a segment at or above
-        // it, which must serve that size again (found in review: each cycle of a 127.5 MiB
-        // request under a 128 MiB cap took a new segment until the driver ran out; PyTorch's
-        // rule behaves so).
+        // it, which must serve that size again: else each cycle of a 127.5 MiB request under a
+        // 128 MiB cap takes a new segment until the driver runs out, as PyTorch's rule does.
         block < max_split_size || block - rounded < LARGE_ROUND
     } else {
         block - rounded < OVERSIZE_SLACK

@@ -167,7 +167,7 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
     }
     // A cap at or below the request keeps cached blocks of its size or more whole for requests
     // like it (smaller ones no longer carve them): for the next run, and only if the setting
-    // is not that low already (found in review: the advice repeated the setting in force).
+    // is not that low already (advice that repeats the setting in force helps no one).
     let cap = 1u64 << (63 - size.max(1).leading_zeros());
     if size > crate::pool::size::SMALL_LIMIT
         && cap > crate::config::MAX_SPLIT_SIZE_ABOVE
@@ -180,8 +180,8 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
             bytes(cap).replace(' ', "")
         ));
     }
-    // Growth since the pool began, not the CUDA context (found in review: the context alone,
-    // 300-500 MiB, made this advice appear on every smaller request).
+    // Growth since the pool began, not the CUDA context: the context alone, 300-500 MiB,
+    // would bring this advice on every smaller request.
     let grown = match (d.snap.memory, d.snap.memory_first) {
         (Some(now), Some(first)) => now.outside_pool().saturating_sub(first.outside_pool()),
         _ => 0,

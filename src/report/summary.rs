@@ -204,7 +204,7 @@ pub fn render_text(r: &Report) -> String {
         row("allocations", &s.blocks, &|n| n.to_string());
         row("segments", &s.segments, &|n| n.to_string());
         if s.resets > 0 {
-            // Found in review: after a reset, "total freed" exceeded the program's frees.
+            // Else, after a reset, "total freed" reads more than the program freed.
             let _ = writeln!(
                 o,
                 " total freed includes what {} cudaDeviceReset call{} dropped (the blocks and \
@@ -250,7 +250,7 @@ pub fn render_text(r: &Report) -> String {
             .collect::<String>()
         );
         // Calls the driver refused (out of memory, retried smaller or after a release) count
-        // among the calls but made no segment (found in review: 42 calls beside 36 segments).
+        // among the calls but made no segment: said, so that 42 calls beside 36 segments add up.
         let refused = s.mallocs_refused();
         let _ = writeln!(
             o,

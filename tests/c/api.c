@@ -407,9 +407,9 @@ static void streams(void)
 }
 
 /* A block of device 0 freed in stream order with device 1 current: the stream named is device
- * 1's, so neither device 0's legacy stream nor its barriers may reuse the block at once (found
- * in review: in relaxed mode device 0's next request on its legacy stream took it under device
- * 1's kernel). Run with CUDASIM_DEVICES=2. */
+ * 1's, so neither device 0's legacy stream nor its barriers may reuse the block at once (in
+ * relaxed mode device 0's next request on its legacy stream must not take it under device 1's
+ * kernel). Run with CUDASIM_DEVICES=2. */
 static void xdev(void)
 {
     void *a, *b;
@@ -475,7 +475,7 @@ static void devquery(void)
 }
 
 /* The pool's own stream queries (cudaStreamIsCapturing, cudaStreamGetId, cudaStreamGetFlags)
- * that fail leave no error behind in the program's cudaGetLastError (found in review). */
+ * that fail leave no error behind in the program's cudaGetLastError. */
 static void lasterr(void)
 {
     cudaStream_t s;

@@ -1,4 +1,4 @@
-/* Reports while another thread holds the device's pool for a fence (found in review): a 1.5 s
+/* Reports while another thread holds the device's pool for a fence: a 1.5 s
  * kernel runs on a freed block; with GPUPOOL_FENCE_BYTES=1 the next allocation fences, that is
  * waits for the kernel, inside the pool.
  *
@@ -7,7 +7,7 @@
  *        busy exit    exits meanwhile: the exit summary still names the device (as not read)
  *        busy signal  the thread that fences is interrupted by a signal whose handler calls
  *                     gpupool_get_stats: it fails (999) after a short wait instead of waiting
- *                     for the lock its own thread holds (found in review)
+ *                     for the lock its own thread holds
  * Linked with -lgpupool ahead of the runtime. */
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -27,7 +27,7 @@ int main(void)
     tag_block(b, 100000, 0xB2);
 
     /* Interior, wild and double frees: invalid value, and nothing else happens. */
-    /* As the runtime, each refusal is also the last error (found in review). */
+    /* As the runtime, each refusal is also the last error. */
     CHECK(cudaGetLastError() == cudaSuccess, "clean start");
     CHECK(cudaFree((char *)a + 512) == cudaErrorInvalidValue, "interior free");
     CHECK(cudaGetLastError() == cudaErrorInvalidValue, "last error after an interior free");

@@ -1,7 +1,7 @@
 /* Loads a plugin linked with -lgpupool (argv[1]), runs it and unloads it, three times, with
  * SIGUSR1 handled by the program (so the pool starts no dump thread that would keep it
  * loaded). The pool must outlive the plugin: its cache and its blocks stay the program's, not
- * a new pool per load with the old one's segments leaked (found in review). Prints the
+ * a new pool per load with the old one's segments leaked. Prints the
  * simulator's live bytes after each cycle: "cycle N live_mib M". */
 #define _GNU_SOURCE
 #include <dlfcn.h>

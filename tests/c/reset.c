@@ -41,7 +41,7 @@ int main(void)
         CHECK_CUDA(cudaFree(q));
     }
     /* The current device cannot be read just before the reset: the pool asks again after it,
-     * and still forgets the device's memory (found in review). */
+     * and still forgets the device's memory. */
     void *kept;
     CHECK_CUDA(cudaMalloc(&kept, 3u << 20));
     CHECK_CUDA(cudaFree(kept));

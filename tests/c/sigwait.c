@@ -1,7 +1,7 @@
 /* A program that shuts down cleanly on SIGTERM the usual way: it blocks the signal after its
  * CUDA work started and collects it with sigwait. The pool's live-dump thread (started at the
- * first allocation) must not take the signal, whose default action would kill the process
- * (found in review). Prints "sigwait got SIGTERM". */
+ * first allocation) must not take the signal, whose default action would kill the process.
+ * Prints "sigwait got SIGTERM". */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>

@@ -187,8 +187,8 @@ impl DevicePool {
         self.record(Kind::Reset, 0, 0, 0, 0);
         // Blocks still lent once the caches are settled are on their way back from a thread's
         // cache: freed by the program (its cache counted that free already) or free blocks a
-        // cache gives back. None is the program's any more, so none counts as freed here (found
-        // in review: a free racing the reset counted twice in the totals). (A cache hands out
+        // cache gives back. None is the program's any more, so none counts as freed here (a free
+        // racing the reset would count twice in the totals). (A cache hands out
         // what it borrows before the device's lock goes: none is on its way there.)
         for b in self.blocks.iter().filter(|b| b.state == State::Lent) {
             let s = &mut self.stats;
