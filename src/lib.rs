@@ -1,16 +1,21 @@
 //! libgpupool: a GPU memory caching pool for CUDA programs.
 //!
-//! Module map (dependencies point down):
+//! Module map (dependencies point down; `tests/layering.rs` keeps them so; the whole map with
+//! one line per file is docs/architecture.md):
+//! - `hooks`: the exported CUDA runtime symbols (the panic boundary, then `dispatch`).
 //! - `api`: the `gpupool_*` C API (`include/gpupool.h`) and the PyTorch allocator entry points.
-//! - `hooks`: the exported CUDA runtime symbols (thin: guard, boundary, then pool or runtime).
+//! - `lifecycle`: load, first allocation, exit; the live-dump thread.
+//! - `dispatch`: the one path from every entry point to the pool or the runtime.
 //! - `global`: the process-wide state, made on the first CUDA call.
-//! - `report`: the summary.
+//! - `report`: the summary, the out-of-memory report, the trace file.
 //! - `cuda`: finding the application's runtime, its entry points, the pool backend on them.
 //! - `pool`: the caching algorithm, free of FFI.
-//! - `workloads`, `policies`: generated request streams, and the allocation policies the pool is
-//!   compared with on them (offline only; `gpupool-trace generate`, `compare`).
 //! - `config`: every `GPUPOOL_*` variable.
-//! - `guard`, `log`: panic boundary, reentrancy guard, stderr lines.
+//! - `guard`, `log`, `load_time`, `rng`: panic boundary and reentrancy guard, stderr lines and
+//!   descriptor writes, the load time, a seeded generator for tests and the lab.
+//!
+//! The offline lab (workloads, policies, `gpupool-trace`, benchmarks) is the `gpupool-lab`
+//! crate (`crates/gpupool-lab`): it uses this library and does not ship in it.
 
 pub mod api;
 
@@ -35,10 +40,8 @@ pub mod load_time;
 /// cbindgen:ignore
 pub mod log;
 /// cbindgen:ignore
-pub mod policies;
-/// cbindgen:ignore
 pub mod pool;
 /// cbindgen:ignore
 pub mod report;
 /// cbindgen:ignore
-pub mod workloads;
+pub mod rng;

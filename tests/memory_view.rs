@@ -196,9 +196,9 @@ fn the_limit_holds_with_thread_caches() {
 #[test]
 fn a_replay_answers_whether_a_job_fits_under_a_limit() {
     let dir = support::scratch("limit-replay");
-    let tool = env!("CARGO_BIN_EXE_gpupool-trace");
+    let tool = support::trace_tool();
     let replay = |args: &[&str]| -> String {
-        let (out, _) = ok(std::process::Command::new(tool).arg("replay").args(args));
+        let (out, _) = ok(std::process::Command::new(&tool).arg("replay").args(args));
         out
     };
     // Recorded under a limit: the replay takes the limit from the trace and the same decisions.

@@ -322,7 +322,7 @@ fn exit_summary_counts_what_the_program_did() {
 fn trace_replay_reproduces_the_live_runs_peak_reserved_bytes() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("trace-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let tool = env!("CARGO_BIN_EXE_gpupool-trace");
+    let tool = support::trace_tool();
     for (mode, threshold) in [
         ("strict", "none"),
         ("barrier", "64MiB"),
@@ -340,7 +340,7 @@ fn trace_replay_reproduces_the_live_runs_peak_reserved_bytes() {
         );
         let live_peak = figure(&out, "peak real bytes");
         let run = |args: &[&str]| {
-            let o = std::process::Command::new(tool)
+            let o = std::process::Command::new(&tool)
                 .args(args)
                 .output()
                 .unwrap();

@@ -14,10 +14,8 @@ use serde_json::Value;
 use sim::Sim;
 use support::{library, scratch};
 
-const TOOL: &str = env!("CARGO_BIN_EXE_gpupool-trace");
-
 fn tool(args: &[&str]) -> Output {
-    Command::new(TOOL)
+    Command::new(support::trace_tool())
         .args(args)
         .output()
         .expect("run gpupool-trace")
@@ -673,7 +671,7 @@ fn help_early_readers_and_new_plot_directories() {
 
     // perfetto's JSON of the churn trace is far larger than a pipe holds: the reader takes a
     // few bytes and goes away.
-    let mut child = Command::new(TOOL)
+    let mut child = Command::new(support::trace_tool())
         .args(["perfetto", churn_trace().to_str().unwrap()])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

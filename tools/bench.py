@@ -7,7 +7,7 @@ GPUPOOL_DISABLE=1, and the wall time of the overlap loop (tests/c/overlap.c) in 
 GPUPOOL_REUSE mode against no pool and against the ideal. Then the policy comparison: the
 generated workloads (training, inference, RMM's random allocations) replayed through our pool
 and the policies it is compared with (`gpupool-trace compare`), the trace replay's own speed,
-the trace recorded on an H200, and the pool API's multi-thread scaling (benches/threads.rs).
+the trace recorded on an H200, and the pool API's multi-thread scaling (crates/gpupool-lab/benches/threads.rs).
 The runs are listed in tools/bench_manifest.py. Targets are reported, never asserted.
 
 Writes bench/results/cpu.md and bench/results/policies.md, the same tables into the sections

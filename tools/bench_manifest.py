@@ -23,7 +23,7 @@ WORKLOADS = ("training", "inference") + tuple(
     f"random:{m}:{n}" for m in ("1MiB", "64MiB", "1GiB") for n in (10000, 100000)
 )
 REPLAYS = 5  # the trace replay's speed: the best of this many
-THREAD_STEPS = 500000  # churn steps per thread in benches/threads.rs
+THREAD_STEPS = 500000  # churn steps per thread in crates/gpupool-lab/benches/threads.rs
 H200_CALLS = ("preload", "pluggable")
 
 
@@ -119,7 +119,7 @@ def replay_rows(text):
 
 
 def thread_figures(text):
-    """{(mode, case): operations per second} from benches/threads.rs ("MODE CASE VALUE")."""
+    """{(mode, case): operations per second} from crates/gpupool-lab/benches/threads.rs ("MODE CASE VALUE")."""
     out = {}
     for line in text.splitlines():
         w = line.split()
@@ -253,14 +253,14 @@ def manifest(bench, rel, lib, lib_nostats, trace_file, replay_trace, h200_trace,
     out.append(
         Measure(
             "threads/build",
-            ("cargo", "bench", "--quiet", "--bench", "threads", "--no-run"),
+            ("cargo", "bench", "--quiet", "-p", "gpupool-lab", "--bench", "threads", "--no-run"),
             build=True,
         )
     )
     out.append(
         Measure(
             "threads",
-            ("cargo", "bench", "--quiet", "--bench", "threads"),
+            ("cargo", "bench", "--quiet", "-p", "gpupool-lab", "--bench", "threads"),
             (("THREAD_STEPS", str(THREAD_STEPS)),),
             parse=thread_figures,
         )

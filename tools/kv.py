@@ -1,5 +1,5 @@
 """Reading what programs print: `key=value` lines, and the `key value` lines of the programs
-that predate them (tests/c/overlap.c, benches/threads.rs)."""
+that predate them (tests/c/overlap.c, crates/gpupool-lab/benches/threads.rs)."""
 
 import re
 

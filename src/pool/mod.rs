@@ -67,7 +67,7 @@ pub const MAX_DEVICES: usize = 64;
 
 /// Aligned to two cache lines (the adjacent-line prefetcher pairs them): threads on different
 /// devices then never write to a line another device's lock or sequences live on (measured by
-/// `benches/threads.rs`: without it, two threads on two devices ran no faster than one).
+/// `crates/gpupool-lab/benches/threads.rs`: without it, two threads on two devices ran no faster than one).
 #[repr(C, align(128))]
 struct DeviceSlot {
     pool: Mutex<DevicePool>,

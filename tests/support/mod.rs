@@ -32,6 +32,31 @@ pub fn library() -> PathBuf {
     .clone()
 }
 
+/// `target/<profile>/gpupool-trace`, the trace tool of the `gpupool-lab` crate, built with this
+/// test's profile.
+pub fn trace_tool() -> PathBuf {
+    static TOOL: OnceLock<PathBuf> = OnceLock::new();
+    TOOL.get_or_init(|| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "gpupool-lab",
+            "--bin",
+            "gpupool-trace",
+        ]);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().expect("cargo build").success());
+        let tool = Sim::get().profile_dir.join("gpupool-trace");
+        assert!(tool.exists(), "{} missing", tool.display());
+        tool
+    })
+    .clone()
+}
+
 /// `target/<profile>/gpupoollib/`: `libgpupool.so` (for `-lgpupool`) and `libgpupool.so.0`
 /// (its soname, which linked programs load), links to the built library.
 pub fn link_dir() -> PathBuf {

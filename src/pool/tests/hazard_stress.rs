@@ -24,7 +24,7 @@ fn hazard_stress(reuse: ReuseMode, threads: u64, iters: u64) {
             .map(|t| {
                 let (p, queue) = (Arc::clone(&p), Arc::clone(&queue));
                 std::thread::spawn(move || {
-                    let mut rng = crate::workloads::rng::Rng::new(round * 100 + t + 1);
+                    let mut rng = crate::rng::Rng::new(round * 100 + t + 1);
                     let mut mine: Vec<(Addr, u64)> = Vec::new();
                     // Thread t favours some sizes for allocs, others for frees (reclaim_size).
                     let sizes = [4096u64, 65536, 512 << 10, MIB, 4 * MIB];

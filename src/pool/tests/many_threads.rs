@@ -101,7 +101,7 @@ fn thread_caches_account_exactly_with_cross_thread_frees_and_exits() {
         .map(|t| {
             let (p, queue) = (Arc::clone(&p), Arc::clone(&queue));
             std::thread::spawn(move || {
-                let mut rng = crate::workloads::rng::Rng::new(t + 1);
+                let mut rng = crate::rng::Rng::new(t + 1);
                 let mut mine = Vec::new();
                 for _ in 0..1500 {
                     let dev = rng.range(0, 1) as u32;

@@ -4,10 +4,10 @@
 //! uncapped and under a capacity that makes them fail some requests. And a generated trace reads
 //! back as the same requests, and replays to the figures it recorded.
 
-use gpupool::policies::{lineup, run, run_checked};
 use gpupool::pool::replay::{replay, Overrides};
 use gpupool::pool::trace::parse;
-use gpupool::workloads::{self, record, Kind, Op, Workload, MIB};
+use gpupool_lab::policies::{lineup, run, run_checked};
+use gpupool_lab::workloads::{self, record, Kind, Op, Workload, MIB};
 
 /// Small versions of every workload, so the checked replays stay fast in debug builds.
 fn small() -> Vec<Workload> {
@@ -186,8 +186,9 @@ fn the_tool_generates_and_compares() {
 /// replayed correctly under every policy, uncapped and under a cap that makes them fail.
 #[test]
 fn the_trace_recorded_on_a_gpu_replays_correctly_under_every_policy() {
+    // The repository's bench/, two folders above this crate.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("bench/traces/h200-torch-train.trace.gz");
+        .join("../../bench/traces/h200-torch-train.trace.gz");
     let out = std::process::Command::new("gzip")
         .arg("-dc")
         .arg(&path)

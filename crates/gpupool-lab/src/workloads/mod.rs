@@ -8,13 +8,13 @@
 pub mod inference;
 pub mod random;
 pub mod record;
-pub mod rng;
+pub use gpupool::rng;
 pub mod training;
 
 use std::collections::HashMap;
 
-use crate::pool::trace::{Kind as RecordKind, Record};
-use crate::pool::{Addr, Need};
+use gpupool::pool::trace::{Kind as RecordKind, Record};
+use gpupool::pool::{Addr, Need};
 
 /// One step of the program, as the allocator sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,7 +220,7 @@ impl Kind {
             "random" => max(2).and_then(|()| {
                 let max_size = match params.first() {
                     None => 64 << 20,
-                    Some(v) => crate::config::parse_bytes(v.as_bytes())
+                    Some(v) => gpupool::config::parse_bytes(v.as_bytes())
                         .filter(|&b| b > 0 && b <= 1 << 40)
                         .ok_or_else(|| format!("bad size {v:?} in {spec:?}"))?,
                 };

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{round, CachePolicy, Driver};
-use crate::pool::{Addr, Need};
+use gpupool::pool::{Addr, Need};
 
 const MIB: u64 = 1 << 20;
 const NONE: u32 = u32::MAX;

@@ -1,14 +1,14 @@
 //! `gpupool-trace compare` and `generate`: workloads (generated from a seed, or the requests of a
-//! recorded trace) replayed through every policy of `gpupool::policies`, side by side.
+//! recorded trace) replayed through every policy of `gpupool_lab::policies`, side by side.
 
 use std::fmt::Write as _;
 use std::time::Instant;
 
 use gpupool::config::ReuseMode;
-use gpupool::policies::{lineup, run, series, Outcome, LINEUP};
 use gpupool::pool::{need_for, FreeKind, NO_STREAM};
 use gpupool::report::units::bytes;
-use gpupool::workloads::{self, record, Kind, Op, Workload};
+use gpupool_lab::policies::{lineup, run, series, Outcome, LINEUP};
+use gpupool_lab::workloads::{self, record, Kind, Op, Workload};
 
 use crate::chart::{self, Line};
 use crate::text::{reuse_mode, size_or_none};

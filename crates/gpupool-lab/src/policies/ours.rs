@@ -1,11 +1,11 @@
-//! Our pool's algorithm (`crate::pool::DevicePool`, unchanged) behind the comparison's trait.
+//! Our pool's algorithm (`gpupool::pool::DevicePool`, unchanged) behind the comparison's trait.
 
 use std::sync::atomic::Ordering;
 
 use super::{CachePolicy, Driver};
-use crate::pool::device::{DevicePool, Policy};
-use crate::pool::{Addr, FreeKind, Need, Seqs};
 use crate::workloads::Op;
+use gpupool::pool::device::{DevicePool, Policy};
+use gpupool::pool::{Addr, FreeKind, Need, Seqs};
 
 pub struct Ours {
     name: String,
@@ -23,7 +23,7 @@ impl Ours {
         } else {
             format!(
                 "gpupool, threshold {}",
-                crate::report::units::bytes(threshold)
+                gpupool::report::units::bytes(threshold)
             )
         };
         Ours {

@@ -15,8 +15,8 @@ pub mod torch;
 pub use driver::{Counters, Driver};
 pub use run::{run, run_checked, series, Outcome};
 
-use crate::pool::{Addr, Need};
 use crate::workloads::Op;
+use gpupool::pool::{Addr, Need};
 
 /// What a policy does with the program's requests.
 pub trait CachePolicy {

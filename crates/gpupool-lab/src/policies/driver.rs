@@ -2,8 +2,8 @@
 //! with an optional capacity, and the counts the comparison reports (calls, reserved bytes and
 //! their peak).
 
-use crate::pool::backend::{Addr, Backend, CudaError};
-use crate::pool::model_driver::{ModelDriver, GUARD_GAP};
+use gpupool::pool::backend::{Addr, Backend, CudaError};
+use gpupool::pool::model_driver::{ModelDriver, GUARD_GAP};
 
 /// What the driver saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::{CachePolicy, Counters};
-use crate::pool::Addr;
 use crate::workloads::{Op, Workload};
+use gpupool::pool::Addr;
 
 /// What a policy did with a workload.
 #[derive(Clone, Debug)]

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::{round, CachePolicy, Driver};
-use crate::pool::{Addr, Need};
+use gpupool::pool::{Addr, Need};
 
 /// Every request a real `cudaMalloc` (of the request rounded to 512 bytes), every free a real
 /// `cudaFree`: the floor for memory, the ceiling for driver calls.

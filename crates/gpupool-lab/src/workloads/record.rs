@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::{Op, Workload};
-use crate::pool::backend::Addr;
-use crate::pool::device::{DevicePool, Policy};
-use crate::pool::model_driver::ModelDriver;
-use crate::pool::trace::{TraceBuf, TraceSink, MAGIC, RECORD_SIZE};
-use crate::pool::{FreeKind, Seqs};
+use gpupool::pool::backend::Addr;
+use gpupool::pool::device::{DevicePool, Policy};
+use gpupool::pool::model_driver::ModelDriver;
+use gpupool::pool::trace::{TraceBuf, TraceSink, MAGIC, RECORD_SIZE};
+use gpupool::pool::{FreeKind, Seqs};
 
 /// Nanoseconds of synthetic time per operation.
 pub const NS_PER_OP: u64 = 1000;

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use gpupool::config::{DeviceBytes, ReuseMode, DEFAULT_THREAD_CACHE};
 use gpupool::pool::{Addr, FreeKind, Policy, Pool, Settings};
-use gpupool::workloads::record::Bump;
-use gpupool::workloads::rng::Rng;
+use gpupool_lab::workloads::record::Bump;
+use gpupool_lab::workloads::rng::Rng;
 
 fn pool(reuse: ReuseMode, thread_cache: u64) -> Pool<Bump> {
     Pool::new(
