@@ -7,7 +7,7 @@ use crate::cuda::runtime::{Runtime, SetDeviceFn};
 use crate::cuda::types::{CudaStatus, ERROR_INSUFFICIENT_DRIVER, SUCCESS};
 use crate::global::{self, Global};
 use crate::guard::{self, Inside};
-use crate::pool::Patience;
+use crate::pool::LockWait;
 
 /// The library state (made on first use), or the status to return without a runtime.
 pub fn state() -> Result<&'static Global, c_int> {
@@ -24,10 +24,10 @@ pub fn enter() -> Result<Inside, c_int> {
 /// unless the calling thread is inside the pool already (a signal handler that interrupted it,
 /// a runtime callback during the pool's own call), where it may hold that lock: then briefly.
 /// Keep the returned guard for the duration of the report.
-pub fn report_patience() -> (Option<Inside>, Patience) {
+pub fn report_patience() -> (Option<Inside>, LockWait) {
     match guard::enter() {
-        Some(inside) => (Some(inside), Patience::Wait),
-        None => (None, Patience::Brief),
+        Some(inside) => (Some(inside), LockWait::Unbounded),
+        None => (None, LockWait::Brief),
     }
 }
 

@@ -91,11 +91,11 @@ impl<B: Backend> Pool<B> {
     /// A copy of `device`'s counters, with its cached and pending figures (waiting for the
     /// device's lock).
     pub fn device_stats(&self, device: u32) -> Option<DeviceSnapshot> {
-        self.device_stats_with(device, Patience::Wait)
+        self.device_stats_with(device, LockWait::Unbounded)
     }
 
-    /// `device_stats`; with `Patience::Brief`, `None` also when the lock stays busy.
-    pub fn device_stats_with(&self, device: u32, patience: Patience) -> Option<DeviceSnapshot> {
+    /// `device_stats`; with `LockWait::Brief`, `None` also when the lock stays busy.
+    pub fn device_stats_with(&self, device: u32, patience: LockWait) -> Option<DeviceSnapshot> {
         let slot = self.existing(device)?;
         let p = Self::lock_for_report(slot, patience)?;
         let mut stats = p.stats.clone();
@@ -137,8 +137,8 @@ impl<B: Backend> Pool<B> {
     }
 
     /// Live blocks of `device` (none for a device not used; `None` when its lock stays busy,
-    /// with `Patience::Brief`).
-    pub fn live_blocks(&self, device: u32, patience: Patience) -> Option<Vec<LiveBlock>> {
+    /// with `LockWait::Brief`).
+    pub fn live_blocks(&self, device: u32, patience: LockWait) -> Option<Vec<LiveBlock>> {
         let Some(slot) = self.existing(device) else {
             return Some(Vec::new());
         };
@@ -166,7 +166,7 @@ impl<B: Backend> Pool<B> {
         for d in self.used_devices() {
             if let Some(mut p) = self
                 .existing(d)
-                .and_then(|slot| Self::lock_for_report(slot, Patience::Brief))
+                .and_then(|slot| Self::lock_for_report(slot, LockWait::Brief))
             {
                 p.flush_trace();
             }

@@ -72,7 +72,7 @@ pub const MAX_DEVICES: usize = 64;
 struct DeviceSlot {
     pool: Mutex<DevicePool>,
     seqs: Seqs,
-    flags: tcache::Flags,
+    flags: tcache::CacheSwitches,
     caches: Arc<tcache::Registry>,
     /// Nanoseconds the device's pool spent in the backend under its lock (`Timed`).
     backend_ns: AtomicU64,
@@ -117,9 +117,9 @@ impl<B: Backend> Backend for Timed<'_, B> {
 
 /// How long a report waits for a device's lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Patience {
+pub enum LockWait {
     /// As long as it takes (the program asked, from one of its threads).
-    Wait,
+    Unbounded,
     /// 200 ms (at exit, on a signal, on an out-of-memory: another thread may be stopped in the
     /// pool).
     Brief,
@@ -205,7 +205,7 @@ impl<B: Backend> Pool<B> {
             DeviceSlot {
                 pool: Mutex::new(pool),
                 seqs: Seqs::default(),
-                flags: tcache::Flags::default(),
+                flags: tcache::CacheSwitches::default(),
                 caches,
                 backend_ns: AtomicU64::new(0),
             }
@@ -221,11 +221,11 @@ impl<B: Backend> Pool<B> {
     /// may be stopped inside the pool, gives up after a short wait rather than hang.
     fn lock_for_report(
         slot: &DeviceSlot,
-        patience: Patience,
+        patience: LockWait,
     ) -> Option<MutexGuard<'_, DevicePool>> {
         match patience {
-            Patience::Wait => Some(Self::lock(slot)),
-            Patience::Brief => slot
+            LockWait::Unbounded => Some(Self::lock(slot)),
+            LockWait::Brief => slot
                 .pool
                 .try_lock_for(std::time::Duration::from_millis(200)),
         }

@@ -31,7 +31,7 @@ pub fn dump(src: &super::Source) {
         d => d.clone(),
     };
     let report =
-        super::summary::Report::collect(pool, src.runtime_path, crate::pool::Patience::Brief);
+        super::summary::Report::collect(pool, src.runtime_path, crate::pool::LockWait::Brief);
     super::write_to(
         &dest,
         super::render(&report, super::Format::of(&dest)).as_bytes(),

@@ -65,7 +65,7 @@ fn write_summary(src: &Source, dest: &SummaryDest) {
         }
         return;
     };
-    let mut report = summary::Report::collect(pool, src.runtime_path, crate::pool::Patience::Brief);
+    let mut report = summary::Report::collect(pool, src.runtime_path, crate::pool::LockWait::Brief);
     report.at_exit = true;
     if report.intercepted() {
         write_to(dest, render(&report, Format::of(dest)).as_bytes());

@@ -26,7 +26,7 @@ pub fn report(src: &super::Source, device: u32, size: u64) {
         seen.push(key);
     }
     let Some(pool) = src.pool else { return };
-    let report = Report::collect(pool, src.runtime_path, crate::pool::Patience::Brief);
+    let report = Report::collect(pool, src.runtime_path, crate::pool::LockWait::Brief);
     if let Some(d) = report.devices.iter().find(|d| d.snap.device == device) {
         log::write_stream(
             log::Stream::Stderr,

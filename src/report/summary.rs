@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::units::{bytes, duration_ns};
 use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
-use crate::pool::{Backend, DeviceSnapshot, LiveBlock, Patience, Pool};
+use crate::pool::{Backend, DeviceSnapshot, LiveBlock, LockWait, Pool};
 
 pub struct Report {
     pub pid: u32,
@@ -79,7 +79,7 @@ fn group_leaks(leaks: &[LiveBlock]) -> Vec<(u64, u64)> {
 }
 
 impl Report {
-    pub fn collect<B: Backend>(pool: &Pool<B>, runtime: &str, patience: Patience) -> Report {
+    pub fn collect<B: Backend>(pool: &Pool<B>, runtime: &str, patience: LockWait) -> Report {
         let mut devices = Vec::new();
         let mut unread = Vec::new();
         for d in pool.used_devices() {

@@ -76,7 +76,7 @@ type AddrMap<V> = HashMap<Addr, V, BuildHasherDefault<AddrHasher>>;
 
 /// A block the cache handed out and the program holds.
 #[derive(Clone, Copy, Debug)]
-pub struct Out {
+pub struct HandedOut {
     pub idx: u32,
     pub size: u64,
     pub requested: u64,
@@ -165,7 +165,7 @@ pub struct Registry {
 /// Whether a device's thread caches are in use: read by every operation, kept in the device's
 /// slot (no pointer to follow on the hit path).
 #[derive(Default)]
-pub struct Flags {
+pub struct CacheSwitches {
     /// New blocks may go through thread caches (two threads allocate here, and in `strict` and
     /// `barrier` mode take its lock in turn; no trace, no release threshold, a non-zero bound).
     pub enabled: AtomicBool,
@@ -176,7 +176,7 @@ pub struct Flags {
     first_thread: AtomicUsize,
 }
 
-impl Flags {
+impl CacheSwitches {
     /// Called under the device lock after each allocation there: the first time a second thread
     /// allocates on the device, returns true (the caller then decides whether to enable caches).
     pub fn second_thread_arrived(&self) -> bool {

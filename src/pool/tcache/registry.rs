@@ -4,9 +4,9 @@
 use super::*;
 
 /// The calling thread's caches: (pool, device, cache).
-struct Mine(Vec<(u64, u32, Arc<ThreadCache>)>);
+struct ThisThreadsCaches(Vec<(u64, u32, Arc<ThreadCache>)>);
 
-impl Drop for Mine {
+impl Drop for ThisThreadsCaches {
     fn drop(&mut self) {
         for (_, _, c) in &self.0 {
             // Counted first: a sweep that sees the count but not yet the flag keeps it for the
@@ -18,7 +18,7 @@ impl Drop for Mine {
 }
 
 thread_local! {
-    static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
+    static THIS_THREADS_CACHES: RefCell<ThisThreadsCaches> = const { RefCell::new(ThisThreadsCaches(Vec::new())) };
 }
 
 impl ThreadCache {
@@ -45,39 +45,41 @@ impl Registry {
     /// when there is none, or the thread is exiting.
     pub fn with_mine<R>(
         &self,
-        flags: &Flags,
+        flags: &CacheSwitches,
         pool: u64,
         device: u32,
         create: bool,
         f: impl FnOnce(&ThreadCache) -> R,
     ) -> Option<R> {
-        MINE.try_with(|m| {
-            if let Ok(m) = m.try_borrow() {
-                if let Some((_, _, c)) = m.0.iter().find(|(p, d, _)| *p == pool && *d == device) {
-                    return Some(f(c));
+        THIS_THREADS_CACHES
+            .try_with(|m| {
+                if let Ok(m) = m.try_borrow() {
+                    if let Some((_, _, c)) = m.0.iter().find(|(p, d, _)| *p == pool && *d == device)
+                    {
+                        return Some(f(c));
+                    }
                 }
-            }
-            if !create {
-                return None;
-            }
-            let c = Arc::new(ThreadCache {
-                state: SpinMutex::new(CacheState::default()),
-                published: AtomicU64::new(0),
-                orphaned: AtomicBool::new(false),
-                orphans: Arc::clone(&self.orphans),
-            });
-            m.try_borrow_mut()
-                .ok()?
-                .0
-                .push((pool, device, Arc::clone(&c)));
-            let mut list = self.caches.lock();
-            list.push(Arc::clone(&c));
-            self.count.store(list.len(), Ordering::Relaxed);
-            drop(list);
-            flags.any.store(true, Ordering::Release);
-            Some(f(&c))
-        })
-        .ok()?
+                if !create {
+                    return None;
+                }
+                let c = Arc::new(ThreadCache {
+                    state: SpinMutex::new(CacheState::default()),
+                    published: AtomicU64::new(0),
+                    orphaned: AtomicBool::new(false),
+                    orphans: Arc::clone(&self.orphans),
+                });
+                m.try_borrow_mut()
+                    .ok()?
+                    .0
+                    .push((pool, device, Arc::clone(&c)));
+                let mut list = self.caches.lock();
+                list.push(Arc::clone(&c));
+                self.count.store(list.len(), Ordering::Relaxed);
+                drop(list);
+                flags.any.store(true, Ordering::Release);
+                Some(f(&c))
+            })
+            .ok()?
     }
 
     /// Every cache, for reports and checks (not to be called with a cache's lock held).

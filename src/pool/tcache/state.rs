@@ -85,7 +85,7 @@ impl ReadyLists {
 pub struct CacheState {
     /// The device pool's generation these blocks belong to (`DevicePool::generation`).
     pub generation: u64,
-    pub out: AddrMap<Out>,
+    pub out: AddrMap<HandedOut>,
     /// Reusable blocks by size, oldest first.
     ready: ReadyLists,
     pub ready_bytes: u64,
@@ -143,7 +143,7 @@ impl CacheState {
         self.out_slack += size - requested;
         self.out.insert(
             addr,
-            Out {
+            HandedOut {
                 idx,
                 size,
                 requested,
@@ -152,7 +152,7 @@ impl CacheState {
     }
 
     /// The program freed `addr`: the block, if this cache handed it out.
-    pub fn take_out(&mut self, addr: Addr) -> Option<Out> {
+    pub fn take_out(&mut self, addr: Addr) -> Option<HandedOut> {
         let o = self.out.remove(&addr)?;
         self.out_slack -= o.size - o.requested;
         self.counts.frees += 1;

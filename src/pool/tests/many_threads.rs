@@ -79,7 +79,7 @@ fn two_threads_on_one_device_never_share_a_block_and_account_exactly() {
     );
     // The leak list shows every live block, whichever way it was served.
     let mut live: Vec<Addr> = p
-        .live_blocks(0, Patience::Wait)
+        .live_blocks(0, LockWait::Unbounded)
         .unwrap()
         .iter()
         .map(|b| b.addr)
