@@ -14,7 +14,9 @@
 
 pub mod backend;
 pub mod device;
+pub mod fifo;
 pub mod free_lists;
+pub mod live_map;
 pub mod replay;
 pub mod size;
 pub mod spin;
@@ -29,6 +31,7 @@ mod control;
 mod free;
 mod free_kind;
 mod hashers;
+mod hit;
 mod inspect;
 mod seqs;
 mod sync;
