@@ -122,17 +122,16 @@ pub unsafe fn malloc_on(
     stream: Option<Stream>,
     current: Option<u32>,
 ) -> CudaStatus {
-    let g = match runtime() {
-        Ok(g) => g,
-        Err(e) => return e,
+    let Some((g, pool)) = global::with_pool() else {
+        return global::missing_runtime();
     };
     let rt = &g.runtime;
     // SAFETY: the caller's arguments, passed on unchanged.
     let pass = || unsafe { (rt.malloc)(dev_ptr, size) };
-    let (Some(pool), false, false) = (g.pool(), dev_ptr.is_null(), size == 0) else {
+    let (Some(pool), false, false) = (pool, dev_ptr.is_null(), size == 0) else {
         return pass();
     };
-    let Some(_inside) = guard::enter() else {
+    let Some(inside) = guard::enter() else {
         return pass();
     };
     let known = current.filter(|&d| (d as usize) < crate::pool::MAX_DEVICES);
@@ -146,6 +145,7 @@ pub unsafe fn malloc_on(
         Ok(addr) => {
             // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
             unsafe { *dev_ptr = addr as *mut c_void };
+            inside.set_last_device(dev);
             crate::lifecycle::note_allocation();
             SUCCESS
         }
@@ -215,19 +215,25 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CudaStatus {
 /// As `cudaFree`.
 #[inline(always)]
 pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
-    let g = match runtime() {
-        Ok(g) => g,
-        Err(e) => return e,
+    let Some((g, pool)) = global::with_pool() else {
+        return global::missing_runtime();
     };
     // SAFETY: the caller's argument, passed on unchanged.
     let pass = || unsafe { (g.runtime.free)(ptr) };
-    let (Some(pool), false) = (g.pool(), ptr.is_null()) else {
+    let (Some(pool), false) = (pool, ptr.is_null()) else {
         return pass();
     };
-    let Some(_inside) = guard::enter() else {
+    let Some(inside) = guard::enter() else {
         return refuse_inside_free(ptr, "cudaFree");
     };
-    match pool.free(ptr as u64, FreeKind::Sync, current_device(&g.runtime)) {
+    // For a `cudaFree` the current device only says where to look first: the block is freed
+    // the same way on whichever device holds it. The device this thread last allocated on is
+    // as good a first guess, and saves asking the runtime (`cudaGetDevice`) on every free.
+    let first = match inside.last_device() {
+        guard::NO_DEVICE => current_device(&g.runtime),
+        d => Some(d),
+    };
+    match pool.free(ptr as u64, FreeKind::Sync, first) {
         FreeOutcome::Freed => SUCCESS,
         FreeOutcome::Invalid => refuse_invalid_free(&g.runtime, ptr, "cudaFree"),
         FreeOutcome::NotOurs => pass(),
@@ -274,16 +280,12 @@ fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
 /// refuses to capture it), and each device's pool has its own names. It is PyTorch's stream,
 /// so its allocations and frees save two runtime calls each.
 fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> StreamKey {
-    let (Some(get_id), Some(is_capturing), true) = (
-        rt.stream_get_id,
-        rt.stream_is_capturing,
-        pool.names_streams(),
-    ) else {
+    if let Some(key) = stream_key_known(rt, pool, stream) {
+        return key;
+    }
+    let (Some(get_id), Some(is_capturing)) = (rt.stream_get_id, rt.stream_is_capturing) else {
         return NO_STREAM;
     };
-    if is_legacy(stream) {
-        return LEGACY_STREAM;
-    }
     let mut capturing = -1;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
     if own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) != SUCCESS || capturing != 0 {
@@ -297,20 +299,56 @@ fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> Strea
     }
 }
 
+/// `stream_key` when it needs no runtime call: `None` when the runtime must be asked.
+#[inline(always)]
+fn stream_key_known<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> Option<StreamKey> {
+    if rt.stream_get_id.is_none() || rt.stream_is_capturing.is_none() || !pool.names_streams() {
+        Some(NO_STREAM)
+    } else if is_legacy(stream) {
+        Some(LEGACY_STREAM)
+    } else {
+        None
+    }
+}
+
+/// A cached allocation of `size` bytes on `device` for use on `stream`, as PyTorch's
+/// allocation names both: made without asking or changing the current device, so without any
+/// CUDA call (`Pool::alloc_hit`). `None` when it is not such a hit: the caller then makes the
+/// device current and takes `malloc_on`'s way, which serves it as ever.
+#[inline(always)]
+pub fn malloc_hit_on(size: usize, device: u32, stream: Stream) -> Option<*mut c_void> {
+    let (g, Some(pool)) = global::with_pool()? else {
+        return None;
+    };
+    if size == 0 {
+        return None;
+    }
+    let inside = guard::enter()?;
+    let stream = stream_key_known(&g.runtime, pool, stream)?;
+    let addr = pool.alloc_hit(
+        device,
+        size as u64,
+        Some(stream).filter(|&k| k != NO_STREAM),
+    )?;
+    inside.set_last_device(device);
+    crate::lifecycle::note_allocation();
+    Some(addr as *mut c_void)
+}
+
 /// `cudaFreeAsync`, with the device of the block when the caller knows it (PyTorch's free
 /// names it): the pool looks there first instead of asking the runtime for the current device.
 ///
 /// # Safety
 /// As `cudaFreeAsync`.
+#[inline(always)]
 pub unsafe fn free_on(ptr: *mut c_void, stream: Stream, device: Option<u32>) -> CudaStatus {
-    let g = match runtime() {
-        Ok(g) => g,
-        Err(e) => return e,
+    let Some((g, pool)) = global::with_pool() else {
+        return global::missing_runtime();
     };
     let rt = &g.runtime;
     // SAFETY: the caller's arguments, passed on unchanged.
     let pass = || forward(rt.free_async, |f| unsafe { f(ptr, stream) });
-    let (Some(pool), false) = (g.pool(), ptr.is_null()) else {
+    let (Some(pool), false) = (pool, ptr.is_null()) else {
         return pass();
     };
     let Some(_inside) = guard::enter() else {

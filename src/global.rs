@@ -1,7 +1,7 @@
 //! The process-wide state, made on the first CUDA call that reaches a hook (never at load time:
 //! a process that does not use CUDA pays nothing and prints nothing).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Once, OnceLock};
 
 use crate::config::{Config, ReuseMode};
@@ -35,12 +35,40 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 /// `OnceLock` stays "in progress" forever in the child, so the child makes its own, pool off.
 static CHILD_GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 
+/// The state once it exists with a pool, for the hit path (`with_pool`): one load instead of
+/// `get`'s checks and `Global::pool`'s. Null until then, without a pool, and in a forked child
+/// (the fork handler clears it).
+static WITH_POOL: AtomicPtr<Global> = AtomicPtr::new(std::ptr::null_mut());
+
 /// The state, made on first use; `None` when no runtime could be found.
 pub fn get() -> Option<&'static Global> {
     if FORKED.load(Ordering::Relaxed) {
         return forked_child();
     }
-    GLOBAL.get_or_init(init).as_ref().ok()
+    let g = GLOBAL.get_or_init(init).as_ref().ok()?;
+    if g.pool.is_some() && WITH_POOL.load(Ordering::Relaxed).is_null() {
+        WITH_POOL.store(g as *const Global as *mut Global, Ordering::Release);
+    }
+    Some(g)
+}
+
+/// `get`, with `Global::pool`: the state and its pool when it is on.
+#[inline(always)]
+pub fn with_pool() -> Option<(&'static Global, Option<&'static Pool<CudaBackend>>)> {
+    let g = WITH_POOL.load(Ordering::Acquire);
+    if g.is_null() {
+        return with_pool_slow();
+    }
+    // SAFETY: `WITH_POOL` only ever points at the state inside `GLOBAL`, which is never dropped
+    // nor moved once made.
+    let g = unsafe { &*g };
+    Some((g, g.pool.as_ref()))
+}
+
+#[inline(never)]
+fn with_pool_slow() -> Option<(&'static Global, Option<&'static Pool<CudaBackend>>)> {
+    let g = get()?;
+    Some((g, g.pool()))
 }
 
 /// The state if it was made already (for exit and reports).
@@ -75,9 +103,10 @@ fn forked_child() -> Option<&'static Global> {
         .ok()
 }
 
-/// `pthread_atfork`'s child handler: async-signal-safe (one atomic store).
+/// `pthread_atfork`'s child handler: async-signal-safe (atomic stores only).
 extern "C" fn after_fork_in_child() {
     FORKED.store(true, Ordering::Relaxed);
+    WITH_POOL.store(std::ptr::null_mut(), Ordering::Relaxed);
 }
 
 /// Register the fork handler, once, when the pool starts being made (not at load time: a

@@ -6,32 +6,71 @@ use std::sync::atomic::AtomicBool;
 
 use crate::log;
 
+/// What the pool keeps per thread: whether the thread is inside the pool, and the device of its
+/// last allocation from the pool (where its next `cudaFree` looks first). One thread-local, so
+/// a hook reaches both with one access: in a preloaded library each access is a call to
+/// `__tls_get_addr`.
+pub struct Thread {
+    inside: Cell<bool>,
+    last_device: Cell<u32>,
+}
+
+/// `Thread::last_device` before the thread's first allocation from the pool.
+pub const NO_DEVICE: u32 = u32::MAX;
+
 thread_local! {
     // Const-initialised and without a destructor: no allocation, no registration, usable at any
     // point of a thread's life.
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
+    static THREAD: Thread = const {
+        Thread {
+            inside: Cell::new(false),
+            last_device: Cell::new(NO_DEVICE),
+        }
+    };
 }
 
-/// Held while this thread is inside the pool.
-pub struct Inside(());
+/// Held while this thread is inside the pool. Not `Send`: it points at this thread's `Thread`.
+pub struct Inside(*const Thread);
+
+impl Inside {
+    /// The device of this thread's last allocation from the pool, or `NO_DEVICE`.
+    #[inline(always)]
+    pub fn last_device(&self) -> u32 {
+        self.thread().last_device.get()
+    }
+
+    #[inline(always)]
+    pub fn set_last_device(&self, device: u32) {
+        self.thread().last_device.set(device);
+    }
+
+    #[inline(always)]
+    fn thread(&self) -> &Thread {
+        // SAFETY: `THREAD` has no destructor, so its storage lives as long as this thread, and
+        // `Inside` never leaves the thread that made it (a raw pointer is not `Send`).
+        unsafe { &*self.0 }
+    }
+}
 
 impl Drop for Inside {
+    #[inline(always)]
     fn drop(&mut self) {
-        let _ = INSIDE.try_with(|c| c.set(false));
+        self.thread().inside.set(false);
     }
 }
 
 /// Enter the pool, or `None` when this thread already is inside it (a runtime call the pool made
 /// came back to a hook): such calls go straight to the runtime.
+#[inline(always)]
 pub fn enter() -> Option<Inside> {
-    // Not `then_some(Inside(()))`: that makes the guard even when the thread is inside already,
-    // and dropping the unused one would mark the thread outside while its outer call goes on.
-    INSIDE
-        .try_with(|c| {
-            if c.replace(true) {
+    // The guard is made only when the thread was outside: dropping one made while inside would
+    // mark the thread outside while its outer call goes on.
+    THREAD
+        .try_with(|t| {
+            if t.inside.replace(true) {
                 None
             } else {
-                Some(Inside(()))
+                Some(Inside(t))
             }
         })
         .ok()
@@ -41,23 +80,31 @@ pub fn enter() -> Option<Inside> {
 /// Whether this thread is inside the pool now (a call from a signal handler that interrupted
 /// it, or from a runtime callback during the pool's own call).
 pub fn inside() -> bool {
-    INSIDE.try_with(Cell::get).unwrap_or(false)
+    THREAD.try_with(|t| t.inside.get()).unwrap_or(false)
 }
 
 static PANICKED: AtomicBool = AtomicBool::new(false);
 
 /// Run `f`; a panic becomes `on_panic` and one line on stderr, never an unwind into C.
+/// Inlined: each exported function is then one frame, the hit path's cost down by a call.
+#[inline(always)]
 pub fn boundary<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(_) => {
-            // Said already, with the place, by the hook `quiet_panics` installs.
-            log::warn_once(&PANICKED, || {
-                "internal error in libgpupool (a bug: please report it); the call failed".into()
-            });
+            panicked();
             on_panic
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn panicked() {
+    // Said already, with the place, by the hook `quiet_panics` installs.
+    log::warn_once(&PANICKED, || {
+        "internal error in libgpupool (a bug: please report it); the call failed".into()
+    });
 }
 
 /// Replace the standard panic message (a multi-line report, a backtrace under the program's

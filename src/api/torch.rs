@@ -27,6 +27,12 @@ pub unsafe extern "C" fn gpupool_torch_malloc(
     stream: cudaStream_t,
 ) -> *mut c_void {
     boundary(std::ptr::null_mut(), || {
+        // A cached block needs no device made current.
+        if let (Ok(size), Ok(device)) = (usize::try_from(size), u32::try_from(device)) {
+            if let Some(p) = crate::dispatch::malloc_hit_on(size, device, stream) {
+                return p;
+            }
+        }
         let g = match state() {
             Ok(g) => g,
             Err(e) => return refuse(size, device, e),

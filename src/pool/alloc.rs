@@ -31,6 +31,20 @@ impl<B: Backend> Pool<B> {
         size: u64,
         stream: Option<StreamKey>,
     ) -> Result<Addr, CudaError> {
+        match self.alloc_hit(device, size, stream) {
+            Some(addr) => Ok(addr),
+            None => self.alloc_general(device, size, stream),
+        }
+    }
+
+    /// `alloc_on` when the request is not a hit (`hit.rs`).
+    #[inline(never)]
+    fn alloc_general(
+        &self,
+        device: u32,
+        size: u64,
+        stream: Option<StreamKey>,
+    ) -> Result<Addr, CudaError> {
         let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
         let held_by_stream = stream.is_some() && self.settings.reuse == ReuseMode::Relaxed;
         if !held_by_stream && slot.flags.enabled.load(Ordering::Relaxed) {
@@ -49,20 +63,26 @@ impl<B: Backend> Pool<B> {
             &slot.seqs,
             &self.settings.policy,
         );
-        // Which thread allocates is sampled (every allocation at first, then one in 64): a
-        // second thread that allocates often is seen soon, and one thread pays almost nothing.
+        self.allocated_under_lock(slot, &mut p);
+        r
+    }
+
+    /// After an allocation under the device's lock: which thread allocates is sampled (every
+    /// allocation at first, then one in 64), so that a second thread that allocates often is
+    /// seen soon, and one thread pays almost nothing.
+    #[inline(always)]
+    pub(super) fn allocated_under_lock(&self, slot: &DeviceSlot, p: &mut DevicePool) {
         p.lock_allocs += 1;
         if (p.lock_allocs <= 1024 || p.lock_allocs % 64 == 0)
-            && (slot.flags.second_thread_arrived() || self.caches_due(slot, &p))
+            && (slot.flags.second_thread_arrived() || self.caches_due(slot, p))
         {
-            self.update_caches(slot, &mut p);
+            self.update_caches(slot, p);
         }
         // Contention is a rate: the count starts over every 65 536 allocations under the lock, so
         // threads that take turns by phases never start caches in a long run.
         if p.lock_allocs % CONTENTION_WINDOW == 0 {
             p.contention.restart();
         }
-        r
     }
 
     /// Thread caches are off on `slot`'s device only for want of contention, which has come.

@@ -7,6 +7,7 @@ impl<B: Backend> Pool<B> {
     /// is looked for first, and the device whose stream a free in stream order names: a block
     /// of another device (or of any device, when `current` is unknown) then waits for a fence.
     /// Frees of pointers the pool does not own are reported, not handled.
+    #[inline(always)]
     pub fn free(&self, addr: Addr, kind: FreeKind, current: Option<u32>) -> FreeOutcome {
         let need = self.need_for(kind);
         if let Some(d) = current {

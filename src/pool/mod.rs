@@ -15,7 +15,9 @@
 
 pub mod backend;
 pub mod device;
+pub mod fifo;
 pub mod free_lists;
+pub mod live_map;
 pub mod model_driver;
 pub mod replay;
 pub mod size;
@@ -31,6 +33,7 @@ mod control;
 mod free;
 mod free_kind;
 mod hashers;
+mod hit;
 mod inspect;
 mod seqs;
 mod sync;

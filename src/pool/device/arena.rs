@@ -11,8 +11,7 @@ impl DevicePool {
             self.unindex(idx);
         }
         let b = &self.blocks[idx as usize];
-        let (addr, size, seg) = (b.addr, b.size, b.seg);
-        let class = self.seg(seg).class;
+        let (addr, size, seg, class) = (b.addr, b.size, b.seg, b.class);
         if should_split(class, size, rounded, policy.max_split_size) {
             let rest = self.new_block(Block {
                 addr: addr + rounded,
@@ -22,6 +21,7 @@ impl DevicePool {
                 prev: idx,
                 next: self.blocks[idx as usize].next,
                 state: State::Free,
+                class,
                 stamp: 0,
                 wants_fence: false,
                 held: false,

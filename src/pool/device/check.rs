@@ -24,7 +24,7 @@ impl DevicePool {
             let mut prev_free = false;
             while idx != NONE {
                 let b = &self.blocks[idx as usize];
-                if b.addr != at || b.seg as usize != si || b.prev != prev {
+                if b.addr != at || b.seg as usize != si || b.prev != prev || b.class != s.class {
                     return Err(format!("segment {si}: block chain broken at {:#x}", b.addr));
                 }
                 if b.addr % 512 != 0 || b.size == 0 || b.size % 512 != 0 {
@@ -125,7 +125,7 @@ impl DevicePool {
             || self
                 .live
                 .iter()
-                .any(|(&a, &i)| self.blocks[i as usize].addr != a)
+                .any(|(a, i)| self.blocks[i as usize].addr != a)
         {
             return Err("live map disagrees with the blocks".into());
         }
@@ -144,7 +144,7 @@ impl DevicePool {
     /// checked in `check`: every held block's key is in its stream's set, and the sets hold no
     /// more entries than there are held blocks, which `held_blocks` counts.)
     pub(super) fn check_waiting(&self) -> Result<(), String> {
-        let entries = |q: &VecDeque<(u32, u64)>| q.iter().copied().collect::<HashSet<_>>();
+        let entries = |q: &Fifo<(u32, u64)>| q.iter().collect::<HashSet<_>>();
         let (in_fence, in_barrier) = (entries(&self.pending_fence), entries(&self.pending_barrier));
         let (mut fence, mut barrier) = (0, 0);
         for (i, b) in self.blocks.iter().enumerate() {

@@ -22,22 +22,22 @@ impl DevicePool {
     }
 
     /// A reusable block: into its exact-size bin while there is room, else merged and indexed.
+    #[inline(always)]
     pub(super) fn recycle(&mut self, idx: u32) {
-        self.leave_stream(idx);
-        let size = self.blocks[idx as usize].size;
-        let small = self.seg(self.blocks[idx as usize].seg).class == Class::Small;
-        match Self::bin_of(size) {
-            Some(k)
-                if small
-                    && self.binned_bytes + size
-                        <= BIN_BYTES.max(self.stats.reserved.current / 8) =>
-            {
-                self.blocks[idx as usize].state = State::Binned;
-                self.bins[k].push(idx);
-                self.bin_mask[k / 64] |= 1 << (k % 64);
-                self.binned_bytes += size;
-            }
-            _ => self.make_free(idx),
+        let b = &self.blocks[idx as usize];
+        let (size, small, held) = (b.size, b.class == Class::Small, b.held);
+        if held {
+            self.unhold(idx);
+        }
+        let room = BIN_BYTES.max(self.stats.reserved.current / 8);
+        if small && size <= SMALL_LIMIT && self.binned_bytes + size <= room {
+            let k = (size / ALIGN) as usize - 1;
+            self.blocks[idx as usize].state = State::Binned;
+            self.bins[k].push(idx);
+            self.bin_mask[k / 64] |= 1 << (k % 64);
+            self.binned_bytes += size;
+        } else {
+            self.make_free(idx);
         }
     }
 
@@ -133,7 +133,7 @@ impl DevicePool {
     pub(super) fn index(&mut self, idx: u32) {
         let b = &self.blocks[idx as usize];
         let (size, addr) = (b.size, b.addr);
-        match self.seg(b.seg).class {
+        match b.class {
             Class::Small => self.free_small.insert(idx, size),
             Class::Large => {
                 self.free_large.insert((size, addr), idx);
@@ -144,7 +144,7 @@ impl DevicePool {
     pub(super) fn unindex(&mut self, idx: u32) {
         let b = &self.blocks[idx as usize];
         let (size, addr) = (b.size, b.addr);
-        let removed = match self.seg(b.seg).class {
+        let removed = match b.class {
             Class::Small => self.free_small.remove(idx, size),
             Class::Large => self.free_large.remove(&(size, addr)) == Some(idx),
         };

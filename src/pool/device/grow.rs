@@ -409,6 +409,7 @@ impl DevicePool {
             prev: NONE,
             next: NONE,
             state: State::Free,
+            class,
             stamp: 0,
             wants_fence: false,
             held: false,

@@ -3,6 +3,7 @@
 //! release of whole free segments. Single-threaded: the caller holds the device's lock.
 //!
 //! This file holds the types and the state; each job is one `impl DevicePool` block of its own:
+//! - `hit.rs`: the hit path, a request served from its exact-size bin, and its budget;
 //! - `grow.rs`: serving a request, and the ladder when no cached block fits (named steps);
 //! - `fit.rs`: the bins and the best-fit index;
 //! - `arena.rs`: splitting a block to hand it out, merging freed neighbours, the slots;
@@ -12,26 +13,29 @@
 //! - `lend.rs`: blocks lent to thread caches;
 //! - `check.rs`: the structural check.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::backend::{Addr, Backend, CudaError};
+use super::fifo::Fifo;
 use super::free_lists::FreeLists;
+use super::live_map::LiveMap;
 use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, GROW_FROM,
     OUTGROWN_FROM, SMALL_LIMIT, THREAD_CACHED_LIMIT,
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
-use super::{AddrHasher, FreeKind, IntHasher, Seqs, StreamKey, NO_STREAM};
+use super::{FreeKind, IntHasher, Seqs, StreamKey, NO_STREAM};
 
 mod arena;
 mod check;
 mod fit;
 mod grow;
+mod hit;
 mod lend;
 mod pending;
 mod release;
@@ -128,6 +132,8 @@ struct Block {
     prev: u32,
     next: u32,
     state: State,
+    /// Its segment's class, kept here so that the hit path reads one line, not two.
+    class: Class,
     /// The device's free sequence number at the time of the free (pending blocks only).
     stamp: u64,
     /// A pending block waits for a fence (else for a barrier).
@@ -215,7 +221,7 @@ pub struct LiveBlock {
 pub struct DevicePool {
     device: u32,
     /// Live blocks by address.
-    live: HashMap<Addr, u32, BuildHasherDefault<AddrHasher>>,
+    live: LiveMap,
     bins: Vec<Vec<u32>>,
     /// Bins that may hold blocks (a bit set on every push, all cleared by a flush), so a flush
     /// visits those alone rather than all 2 048: a workload of ever-different small sizes
@@ -230,8 +236,8 @@ pub struct DevicePool {
     /// Free small blocks by exact size (`free_lists.rs`); large ones by (size, address).
     free_small: FreeLists,
     free_large: BTreeMap<(u64, Addr), u32>,
-    pending_fence: VecDeque<(u32, u64)>,
-    pending_barrier: VecDeque<(u32, u64)>,
+    pending_fence: Fifo<(u32, u64)>,
+    pending_barrier: Fifo<(u32, u64)>,
     pending_fence_bytes: u64,
     pending_barrier_bytes: u64,
     /// Stream-ordered reuse (`relaxed` mode): a block freed on a stream waits for its barrier or
@@ -308,7 +314,7 @@ impl DevicePool {
     pub fn new(device: u32, threshold: u64) -> Self {
         DevicePool {
             device,
-            live: HashMap::default(),
+            live: LiveMap::default(),
             bins: vec![Vec::new(); BINS],
             bin_mask: [0; BINS / 64],
             binned_bytes: 0,
@@ -319,8 +325,8 @@ impl DevicePool {
             by_addr: BTreeMap::new(),
             free_small: FreeLists::default(),
             free_large: BTreeMap::new(),
-            pending_fence: VecDeque::new(),
-            pending_barrier: VecDeque::new(),
+            pending_fence: Fifo::default(),
+            pending_barrier: Fifo::default(),
             pending_fence_bytes: 0,
             pending_barrier_bytes: 0,
             stream_reuse: false,
@@ -399,7 +405,7 @@ impl DevicePool {
 
     /// Whether `addr` is a live block of this device.
     pub fn is_live(&self, addr: Addr) -> bool {
-        self.live.contains_key(&addr)
+        self.live.contains_key(addr)
     }
 
     /// Live blocks on this device.
@@ -407,12 +413,14 @@ impl DevicePool {
         self.live.len()
     }
 
+    #[inline(always)]
     fn seg(&self, i: u32) -> &Segment {
         self.segments[i as usize]
             .as_ref()
             .expect("block in a released segment")
     }
 
+    #[inline(always)]
     fn seg_mut(&mut self, i: u32) -> &mut Segment {
         self.segments[i as usize]
             .as_mut()
@@ -433,7 +441,7 @@ impl DevicePool {
 
     /// The live block at `addr`.
     pub fn live_block_at(&self, addr: Addr) -> Option<LiveBlock> {
-        self.live_block(*self.live.get(&addr)?)
+        self.live_block(self.live.get(addr)?)
     }
 
     /// Live block `idx` as the pool sees it.

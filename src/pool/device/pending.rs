@@ -7,6 +7,7 @@ impl DevicePool {
     /// The program freed `addr` (`how` it did, and what its reuse must wait for). Returns false
     /// when it is not a live block of this device. `stamp` gives the device's free sequence
     /// number, taken only for a live block.
+    #[inline(always)]
     pub fn free(
         &mut self,
         addr: Addr,
@@ -14,7 +15,7 @@ impl DevicePool {
         need: Need,
         stamp: impl FnOnce() -> u64,
     ) -> bool {
-        let Some(idx) = self.live.remove(&addr) else {
+        let Some(idx) = self.live.remove(addr) else {
             return false;
         };
         let size = self.blocks[idx as usize].size;
@@ -69,6 +70,7 @@ impl DevicePool {
     }
 
     #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
+    #[inline(always)]
     pub(super) fn free_block(&mut self, idx: u32, need: Need, stamp: u64) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Live);
@@ -121,6 +123,7 @@ impl DevicePool {
         }
     }
 
+    #[inline(always)]
     pub(super) fn set_pending(&mut self, idx: u32, stamp: u64, wants_fence: bool) {
         let b = &mut self.blocks[idx as usize];
         b.state = State::Pending;
@@ -129,9 +132,31 @@ impl DevicePool {
     }
 
     /// Make pending blocks reusable that a fence or barrier (ours or the program's) has covered.
+    /// Every operation calls it: the check that nothing moved is inlined, the work apart.
+    #[inline(always)]
     pub fn promote(&mut self, seqs: &Seqs) {
         let fenced = seqs.fenced.load(Ordering::Acquire);
         let barriered = seqs.barriered.load(Ordering::Acquire).max(fenced);
+        if self.promote_due(fenced, barriered) {
+            self.promote_to(fenced, barriered);
+        }
+    }
+
+    /// Whether `promote_to(fenced, barriered)` would change anything.
+    #[inline(always)]
+    pub(super) fn promote_due(&self, fenced: u64, barriered: u64) -> bool {
+        fenced > self.fenced_seen
+            || barriered > self.barriered_seen
+            || self.pending_fence.front().is_some_and(|&(_, s)| s < fenced)
+            || self
+                .pending_barrier
+                .front()
+                .is_some_and(|&(_, s)| s < barriered)
+    }
+
+    /// `promote` once the sequences were read: `fenced`, and `barriered` (at least `fenced`).
+    #[inline(never)]
+    fn promote_to(&mut self, fenced: u64, barriered: u64) {
         if fenced > self.fenced_seen || barriered > self.barriered_seen {
             // The program synchronized since the last operation (the pool's own fences and
             // barriers update the seen values themselves).
@@ -144,32 +169,52 @@ impl DevicePool {
             self.barriered_seen = barriered;
             self.record(Kind::Observe, fenced, barriered, 0, 0);
         }
-        while let Some(&(idx, stamp)) = self.pending_fence.front() {
-            if stamp >= fenced {
-                break;
-            }
-            self.pending_fence.pop_front();
-            if self.is_pending(idx, stamp) {
-                self.pending_fence_bytes -= self.blocks[idx as usize].size;
-                self.recycle(idx);
-            }
-        }
-        while let Some(&(idx, stamp)) = self.pending_barrier.front() {
-            if stamp >= barriered {
-                break;
-            }
-            self.pending_barrier.pop_front();
-            if self.is_pending(idx, stamp) {
-                self.pending_barrier_bytes -= self.blocks[idx as usize].size;
-                self.recycle(idx);
-            }
-        }
+        self.promote_queue(true, fenced);
+        self.promote_queue(false, barriered);
     }
 
-    /// Queue entries go stale when their segment is released; the stamp tells them apart.
-    pub(super) fn is_pending(&self, idx: u32, stamp: u64) -> bool {
-        let b = &self.blocks[idx as usize];
-        b.state == State::Pending && b.stamp == stamp
+    /// Recycle the blocks of the fence's (or the barrier's) queue stamped below `upto`, in
+    /// order, up to the first entry not covered. A fence makes its whole budget reusable here,
+    /// block by block: the common case, a small block that goes to its bin, is spelled out.
+    #[inline(always)]
+    fn promote_queue(&mut self, fence: bool, upto: u64) {
+        // `recycle`'s room in the bins: the reserved bytes do not change while blocks recycle.
+        let room = BIN_BYTES.max(self.stats.reserved.current / 8);
+        loop {
+            let queue = if fence {
+                &mut self.pending_fence
+            } else {
+                &mut self.pending_barrier
+            };
+            let Some(&(idx, stamp)) = queue.front() else {
+                break;
+            };
+            if stamp >= upto {
+                break;
+            }
+            queue.pop_front();
+            let b = &mut self.blocks[idx as usize];
+            if b.state != State::Pending || b.stamp != stamp {
+                continue;
+            }
+            let size = b.size;
+            let binned = !b.held
+                && b.class == Class::Small
+                && size <= SMALL_LIMIT
+                && self.binned_bytes + size <= room;
+            if binned {
+                b.state = State::Binned;
+            }
+            *self.waiting_bytes_mut(fence) -= size;
+            if binned {
+                let k = (size / ALIGN) as usize - 1;
+                self.bins[k].push(idx);
+                self.bin_mask[k / 64] |= 1 << (k % 64);
+                self.binned_bytes += size;
+            } else {
+                self.recycle(idx);
+            }
+        }
     }
 
     /// Wait for the whole device, then make every pending block reusable.

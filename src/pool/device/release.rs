@@ -106,6 +106,7 @@ impl DevicePool {
     }
 
     /// Release threshold check: the next pool operation or program synchronization calls it.
+    #[inline]
     pub fn enforce_threshold(&mut self, backend: &dyn Backend) {
         if self.cached() > self.threshold {
             self.release_segments(backend, self.threshold, Release::Threshold);

@@ -42,7 +42,7 @@ impl DevicePool {
             }
             let b = &p.blocks[n as usize];
             match b.state {
-                State::Free if !fence && p.seg(b.seg).class == Class::Large => Some(b.size),
+                State::Free if !fence && b.class == Class::Large => Some(b.size),
                 State::Pending
                     if b.held && p.held_by[n as usize] == stream && b.wants_fence == fence =>
                 {
@@ -112,7 +112,7 @@ impl DevicePool {
     /// Where a held block stands in its stream's set: (in a large segment, size, handle).
     pub(super) fn held_key(&self, idx: u32) -> (bool, u64, u32) {
         let b = &self.blocks[idx as usize];
-        (self.seg(b.seg).class == Class::Large, b.size, idx)
+        (b.class == Class::Large, b.size, idx)
     }
 
     #[inline(never)]
@@ -176,6 +176,7 @@ impl DevicePool {
                 prev: idx,
                 next,
                 state: State::Live,
+                class,
                 stamp,
                 wants_fence: fence,
                 held: false,

@@ -1,0 +1,47 @@
+//! The hit path: a request served from the exact-size bin of its size, which is how almost
+//! every allocation of a program in its steady state is served.
+//!
+//! BUDGET PLACEHOLDER
+
+use super::*;
+
+impl DevicePool {
+    /// `alloc_on` for a small request whose bin holds a block, when no pending block became
+    /// reusable since the last operation and no block is held for a stream: the same steps and
+    /// the same result, without the general path's branches. `None`, with nothing changed,
+    /// when the request is not such a hit.
+    #[inline(always)]
+    pub fn alloc_hit(
+        &mut self,
+        requested: u64,
+        stream: Option<StreamKey>,
+        backend: &dyn Backend,
+        seqs: &Seqs,
+    ) -> Option<Addr> {
+        if requested > SMALL_LIMIT || (stream.is_some() && self.held_blocks > 0) {
+            return None;
+        }
+        let fenced = seqs.fenced.load(Ordering::Acquire);
+        let barriered = seqs.barriered.load(Ordering::Acquire).max(fenced);
+        if self.promote_due(fenced, barriered) {
+            return None;
+        }
+        // `round_request`, which cannot overflow here; blocks in bin `k` are `(k + 1) * ALIGN`
+        // bytes, exactly the rounded request: no split.
+        let k = (requested.max(1) - 1) / ALIGN;
+        let idx = self.bins[k as usize].pop()?;
+        let rounded = (k + 1) * ALIGN;
+        debug_assert_eq!(self.blocks[idx as usize].size, rounded);
+        self.stream_requests |= stream.is_some();
+        self.binned_bytes -= rounded;
+        counted! { self.stats.hits += 1; }
+        let addr = self.hand_out(idx, requested);
+        self.live.insert(addr, idx);
+        if self.trace.is_some() {
+            let id = stream.map_or(0, |k| self.stream_id(k));
+            self.record(Kind::Alloc, requested, addr, rounded, id);
+        }
+        self.enforce_threshold(backend);
+        Some(addr)
+    }
+}

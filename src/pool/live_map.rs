@@ -1,0 +1,210 @@
+//! The map of a device's live blocks, from address to block handle: every allocation inserts
+//! one entry and every free removes one, so it is on the hit path twice.
+//!
+//! Open addressing with linear probing, at most half full, and backward-shift deletion (no
+//! tombstones, so probes stay short however much blocks churn). Addresses are 512-byte aligned
+//! and mostly consecutive: the multiplicative (Fibonacci) hash of `addr >> 9` spreads them
+//! evenly. The standard hash map cost about 130 instructions per allocation and free on the hit
+//! path; this one about 60 (tombstones instead of the shift measured the same).
+
+use super::backend::Addr;
+
+/// The key of an empty slot: no block is ever at this address (blocks are 512-byte aligned).
+const EMPTY: Addr = u64::MAX;
+
+/// Slots in a new map (a power of two).
+const FIRST_CAPACITY: usize = 64;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    addr: Addr,
+    idx: u32,
+}
+
+const VACANT: Slot = Slot {
+    addr: EMPTY,
+    idx: 0,
+};
+
+pub struct LiveMap {
+    slots: Box<[Slot]>,
+    /// `64 - log2(slots.len())`: the hash's top bits pick the home slot.
+    shift: u32,
+    len: usize,
+}
+
+impl Default for LiveMap {
+    fn default() -> Self {
+        Self::with_capacity(FIRST_CAPACITY)
+    }
+}
+
+impl LiveMap {
+    fn with_capacity(slots: usize) -> Self {
+        debug_assert!(slots.is_power_of_two());
+        LiveMap {
+            slots: vec![VACANT; slots].into_boxed_slice(),
+            shift: 64 - slots.trailing_zeros(),
+            len: 0,
+        }
+    }
+
+    /// Every index is masked, which also lets the compiler drop the bounds checks.
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    #[inline(always)]
+    fn home(&self, addr: Addr) -> usize {
+        ((addr >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize & self.mask()
+    }
+
+    /// The slot holding `addr`.
+    #[inline(always)]
+    fn find(&self, addr: Addr) -> Option<usize> {
+        if addr == EMPTY {
+            return None;
+        }
+        let mask = self.mask();
+        let mut i = self.home(addr);
+        loop {
+            let a = self.slots[i].addr;
+            if a == addr {
+                return Some(i);
+            }
+            if a == EMPTY {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Enter `addr`, which is not in the map (a block handed out), with handle `idx`.
+    #[inline(always)]
+    pub fn insert(&mut self, addr: Addr, idx: u32) {
+        debug_assert!(addr != EMPTY && self.find(addr).is_none());
+        let mask = self.mask();
+        let mut i = self.home(addr);
+        while self.slots[i].addr != EMPTY {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = Slot { addr, idx };
+        self.len += 1;
+        if 2 * self.len > self.slots.len() {
+            self.rebuild();
+        }
+    }
+
+    /// Twice the slots.
+    #[cold]
+    #[inline(never)]
+    fn rebuild(&mut self) {
+        let old = std::mem::replace(self, Self::with_capacity(2 * self.slots.len()));
+        for s in old.slots.iter().filter(|s| s.addr != EMPTY) {
+            self.insert(s.addr, s.idx);
+        }
+    }
+
+    /// Remove `addr`, returning its handle.
+    #[inline(always)]
+    pub fn remove(&mut self, addr: Addr) -> Option<u32> {
+        let mut hole = self.find(addr)?;
+        let idx = self.slots[hole].idx;
+        self.len -= 1;
+        // Entries after the hole whose home is not between the hole and them move back into
+        // it, so that every entry stays reachable from its home without a gap.
+        let mask = self.mask();
+        let mut j = (hole + 1) & mask;
+        loop {
+            let s = self.slots[j];
+            if s.addr == EMPTY {
+                break;
+            }
+            let home = self.home(s.addr);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = s;
+                hole = j;
+            }
+            j = (j + 1) & mask;
+        }
+        self.slots[hole] = VACANT;
+        Some(idx)
+    }
+
+    /// The handle of `addr`.
+    #[inline]
+    pub fn get(&self, addr: Addr) -> Option<u32> {
+        self.find(addr).map(|i| self.slots[i].idx)
+    }
+
+    pub fn contains_key(&self, addr: Addr) -> bool {
+        self.find(addr).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forget every entry (the capacity stays).
+    pub fn clear(&mut self) {
+        self.slots.fill(VACANT);
+        self.len = 0;
+    }
+
+    /// (address, handle) of every entry, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Addr, u32)> + '_ {
+        self.slots
+            .iter()
+            .filter(|s| s.addr != EMPTY)
+            .map(|s| (s.addr, s.idx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A map under random inserts and removes agrees with the standard one, across growth and
+    /// with clustered keys (backward-shift deletion is where such maps go wrong).
+    #[test]
+    fn agrees_with_a_hash_map() {
+        let mut ours = LiveMap::default();
+        let mut std = HashMap::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for step in 0..200_000u32 {
+            // Few distinct keys early (many collisions and removals), more later (growth).
+            let span = if step < 100_000 { 300 } else { 20_000 };
+            let addr = 0x7f00_0000_0000 + (next() % span) * 512;
+            // Blocks are inserted when handed out, so never while in the map.
+            if next() % 3 == 0 || std.contains_key(&addr) {
+                assert_eq!(ours.remove(addr), std.remove(&addr), "remove {addr:#x}");
+            } else {
+                ours.insert(addr, step);
+                std.insert(addr, step);
+            }
+            assert_eq!(ours.len(), std.len());
+            if step % 997 == 0 {
+                for (&a, &i) in &std {
+                    assert_eq!(ours.get(a), Some(i));
+                }
+                assert_eq!(ours.iter().count(), std.len());
+            }
+        }
+        assert_eq!(ours.get(EMPTY), None);
+        assert_eq!(ours.remove(EMPTY), None);
+        ours.clear();
+        assert!(ours.is_empty() && ours.iter().next().is_none());
+    }
+}
