@@ -73,9 +73,16 @@ impl<B: Backend> Pool<B> {
     #[inline(always)]
     pub(super) fn allocated_under_lock(&self, slot: &DeviceSlot, p: &mut DevicePool) {
         p.lock_allocs += 1;
-        if (p.lock_allocs <= 1024 || p.lock_allocs % 64 == 0)
-            && (slot.flags.second_thread_arrived() || self.caches_due(slot, p))
-        {
+        if p.lock_allocs <= 1024 || p.lock_allocs % 64 == 0 {
+            self.sample_allocation(slot, p);
+        }
+    }
+
+    /// `allocated_under_lock`'s sampled part, out of line (the contention window is a multiple
+    /// of 64 allocations, so its end is always sampled).
+    #[inline(never)]
+    fn sample_allocation(&self, slot: &DeviceSlot, p: &mut DevicePool) {
+        if slot.flags.second_thread_arrived() || self.caches_due(slot, p) {
             self.update_caches(slot, p);
         }
         // Contention is a rate: the count starts over every 65 536 allocations under the lock, so

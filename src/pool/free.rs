@@ -1,12 +1,14 @@
-//! Frees across devices: the current device first, then the others and the thread caches.
+//! Frees across devices: the device named first, then the others and the thread caches.
 
 use super::*;
 
 impl<B: Backend> Pool<B> {
-    /// Give a pointer back; `current` is the calling thread's current device, where the block
-    /// is looked for first, and the device whose stream a free in stream order names: a block
-    /// of another device (or of any device, when `current` is unknown) then waits for a fence.
-    /// Frees of pointers the pool does not own are reported, not handled.
+    /// Give a pointer back; `current` is where the block is looked for first, and for a free in
+    /// stream order the device whose stream it names: a block of another device (or of any
+    /// device, when `current` is unknown) then waits for a fence. For a `FreeKind::Sync` free
+    /// it only orders the search (the outcome is the same on whichever device holds the block),
+    /// so any likely device will do. Frees of pointers the pool does not own are reported, not
+    /// handled.
     #[inline(always)]
     pub fn free(&self, addr: Addr, kind: FreeKind, current: Option<u32>) -> FreeOutcome {
         let need = self.need_for(kind);

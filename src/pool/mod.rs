@@ -1,17 +1,19 @@
 //! The caching algorithm, in plain Rust with no FFI: one `DevicePool` per device behind its own
-//! lock, each with the map of its live pointers. A free looks on the calling thread's current
-//! device first (where a block is almost always freed), then on the others, so it finds its
-//! block from any thread with one lock and one hash lookup on the common path. Generic over
+//! lock, each with the map of its live pointers. A free looks on the device it is told first
+//! (where the block almost always is), then on the others, so it finds its block from any
+//! thread with one lock and one lookup on the common path. Generic over
 //! `Backend`, so it is unit-tested and replayed offline.
 //!
 //! `Pool` is defined here with its locks; each job is an `impl Pool` block of its own:
+//! `hit.rs` (the hit path, a cached block in one step, and its budget in instructions),
 //! `alloc.rs` (allocation, through the device or the thread's cache), `free.rs` (frees, on any
 //! device, from any cache), `cache_policy.rs` (what thread caches keep and when they fence),
 //! `sync.rs` (the program's synchronizations and streams), `control.rs` (threshold, limit,
 //! empty-cache, reset) and `inspect.rs` (snapshots, live blocks, `cudaMemGetInfo`, the check).
-//! The types they share: `free_kind.rs`, `seqs.rs`, `hashers.rs`. One device's pool is
-//! `device/`; thread caches are `tcache.rs`. `model_driver.rs` is the `Backend` the tests, the
-//! replay and the policy comparison run on.
+//! The types they share: `free_kind.rs`, `seqs.rs`, `hashers.rs`; the live map `live_map.rs`
+//! and the pending queues `fifo.rs`. One device's pool is `device/`; thread caches are
+//! `tcache/`. `model_driver.rs` is the `Backend` the tests, the replay and the policy comparison
+//! run on.
 
 pub mod backend;
 pub mod device;
@@ -58,8 +60,10 @@ pub use seqs::{Seqs, SyncSeq};
 
 use crate::config::{DeviceBytes, ReuseMode};
 
-/// Allocations under a device's lock over which `Settings::cache_contention` is counted.
+/// Allocations under a device's lock over which `Settings::cache_contention` is counted (a
+/// multiple of 64: `Pool::allocated_under_lock` samples its end).
 const CONTENTION_WINDOW: u64 = 1 << 16;
+const _: () = assert!(CONTENTION_WINDOW % 64 == 0);
 
 /// The most of a fence share a strict- or barrier-mode thread cache keeps reusable (twice this at
 /// most): `GPUPOOL_THREAD_CACHE`'s own limit (a budget of `none` would be unbounded).

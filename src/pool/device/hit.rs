@@ -1,24 +1,26 @@
-//! The hit path: a request served from the exact-size bin of its size, which is how almost
-//! every allocation of a program in its steady state is served.
-//!
-//! BUDGET PLACEHOLDER
+//! One device's part of the hit path (`pool/hit.rs`, with its budget): a request served from
+//! the exact-size bin of its size.
 
 use super::*;
 
 impl DevicePool {
     /// `alloc_on` for a small request whose bin holds a block, when no pending block became
-    /// reusable since the last operation and no block is held for a stream: the same steps and
-    /// the same result, without the general path's branches. `None`, with nothing changed,
-    /// when the request is not such a hit.
+    /// reusable since the last operation, no block is held for a stream and no release
+    /// threshold is set: the same steps and the same result, without the general path's
+    /// branches, and without a call to the backend. `None`, with nothing changed, when the
+    /// request is not such a hit.
     #[inline(always)]
     pub fn alloc_hit(
         &mut self,
         requested: u64,
         stream: Option<StreamKey>,
-        backend: &dyn Backend,
         seqs: &Seqs,
     ) -> Option<Addr> {
-        if requested > SMALL_LIMIT || (stream.is_some() && self.held_blocks > 0) {
+        // With a threshold, `alloc_on` may release segments after serving.
+        if requested > SMALL_LIMIT
+            || (stream.is_some() && self.held_blocks > 0)
+            || self.threshold != u64::MAX
+        {
             return None;
         }
         let fenced = seqs.fenced.load(Ordering::Acquire);
@@ -41,7 +43,6 @@ impl DevicePool {
             let id = stream.map_or(0, |k| self.stream_id(k));
             self.record(Kind::Alloc, requested, addr, rounded, id);
         }
-        self.enforce_threshold(backend);
         Some(addr)
     }
 }
