@@ -54,13 +54,13 @@ impl<B: Backend> Pool<B> {
         }
         let mut p = Self::lock_to_allocate(slot);
         if slot.flags.any.load(Ordering::Relaxed) {
-            slot.caches.sweep_orphans(&mut p, &slot.seqs);
+            slot.caches.sweep_orphans(&mut p, &slot.clock);
         }
         let r = p.alloc_on(
             size,
             stream,
             &self.timed(slot),
-            &slot.seqs,
+            &slot.clock,
             &self.settings.policy,
         );
         self.allocated_under_lock(slot, &mut p);
@@ -118,7 +118,7 @@ impl<B: Backend> Pool<B> {
             && p.threshold == u64::MAX;
         slot.flags.enabled.store(on, Ordering::Relaxed);
         if !on {
-            slot.caches.reclaim(p, &slot.seqs);
+            slot.caches.reclaim(p, &slot.clock);
         }
     }
 
@@ -141,25 +141,25 @@ impl<B: Backend> Pool<B> {
                 // or this thread holds its share of the fence budget waiting: it fences itself,
                 // without the device's lock (and without its cache's: the device may need it
                 // meanwhile).
-                let mut covered = st.promote(&slot.seqs);
+                let mut covered = st.promote(&slot.clock);
                 // Enough blocks wait for a barrier, first in line (behind one that waits for a
                 // fence, a barrier would make none reusable): a barrier costs no host wait, so
                 // the thread takes one (`tcache::BARRIER_BATCH`).
                 if !covered
-                    && st.front_waits_for() == Some(Need::Barrier)
+                    && st.front_waits_for() == Some(ReuseWait::Barrier)
                     && st.waiting_bytes - st.waiting_fence_bytes
                         >= (rounded * tcache::BARRIER_BATCH).max(size::SMALL_SEGMENT)
                 {
-                    (st, covered) = self.sync_for_cache(slot, device, c, st, Need::Barrier);
+                    (st, covered) = self.sync_for_cache(slot, device, c, st, ReuseWait::Barrier);
                 }
                 let own = st.waiting_fence_bytes;
                 if !covered && own > 0 && own >= self.fence_share(slot) {
-                    (st, covered) = self.sync_for_cache(slot, device, c, st, Need::Fence);
+                    (st, covered) = self.sync_for_cache(slot, device, c, st, ReuseWait::Fence);
                 }
                 if covered {
                     c.publish(&st);
-                    // What became reusable counts against what the cache keeps (found in
-                    // review: a fence could leave a cache holding any amount).
+                    // What became reusable counts against what the cache keeps: a fence could
+                    // otherwise leave a cache holding any amount.
                     let mut spilled = Vec::new();
                     let keep = self.cache_keep(slot);
                     if st.ready_bytes > keep {
@@ -171,7 +171,7 @@ impl<B: Backend> Pool<B> {
                         st.send(&spilled);
                         drop(st);
                         if !spilled.is_empty() {
-                            Self::give_back(slot, c, gen, &spilled);
+                            Self::receive_from_cache(slot, c, gen, &spilled);
                         }
                         if let Some(addr) = hit {
                             return Ok(addr);
@@ -186,19 +186,19 @@ impl<B: Backend> Pool<B> {
                 let extra = tcache::BATCH.min((room / rounded) as usize);
                 let mut extras = tcache::Extras::default();
                 let mut p = Self::lock(slot);
-                slot.caches.sweep_orphans(&mut p, &slot.seqs);
+                slot.caches.sweep_orphans(&mut p, &slot.clock);
                 let r = p.alloc_lent(
                     size,
                     &self.timed(slot),
-                    &slot.seqs,
+                    &slot.clock,
                     &self.settings.policy,
                     extra,
                     &mut extras,
                 );
                 let (addr, idx, block) = r?;
                 // The cache's lock before the device's goes (lock order: device, then cache):
-                // a report, which reads both, never finds the blocks lent and nowhere else
-                // (found in review), and no reset comes between.
+                // a report, which reads both, never finds the blocks lent and nowhere else, and
+                // no reset comes between.
                 let mut st = c.state.lock();
                 if st.generation != p.generation {
                     st.clear(p.generation);

@@ -45,17 +45,17 @@ impl<B: Backend> Pool<B> {
         device: u32,
         c: &'c tcache::ThreadCache,
         st: spin::SpinGuard<'c, tcache::CacheState>,
-        need: Need,
+        need: ReuseWait,
     ) -> (spin::SpinGuard<'c, tcache::CacheState>, bool) {
         let own = st.waiting_fence_bytes;
         drop(st);
-        let synced = (need == Need::Barrier || self.fence_due(slot, own))
+        let synced = (need == ReuseWait::Barrier || self.fence_due(slot, own))
             .then(|| {
-                let at = slot.seqs.before_sync();
+                let at = slot.clock.before_sync();
                 let t = std::time::Instant::now();
                 let (r, done) = match need {
-                    Need::Fence => (self.backend.fence(device), &slot.seqs.cache_fenced),
-                    _ => (self.backend.barrier(device), &slot.seqs.cache_barriered),
+                    ReuseWait::Fence => (self.backend.fence(device), &slot.clock.cache_fenced),
+                    _ => (self.backend.barrier(device), &slot.clock.cache_barriered),
                 };
                 r.ok()?;
                 let ns = t.elapsed().as_nanos() as u64;
@@ -69,7 +69,7 @@ impl<B: Backend> Pool<B> {
         let mut st = c.state.lock();
         let covered = synced.is_some_and(|ns| {
             st.counts.synced(need, ns);
-            st.promote(&slot.seqs)
+            st.promote(&slot.clock)
         });
         (st, covered)
     }

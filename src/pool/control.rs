@@ -39,9 +39,9 @@ impl<B: Backend> Pool<B> {
             return 0;
         };
         let mut p = Self::lock(slot);
-        slot.caches.sweep_orphans(&mut p, &slot.seqs);
-        slot.caches.reclaim(&mut p, &slot.seqs);
-        p.empty_cache(&self.timed(slot), &slot.seqs)
+        slot.caches.sweep_orphans(&mut p, &slot.clock);
+        slot.caches.reclaim(&mut p, &slot.clock);
+        p.empty_cache(&self.timed(slot), &slot.clock)
     }
 
     /// Set the release threshold of every device, now and for devices not yet used.
@@ -90,7 +90,7 @@ impl<B: Backend> Pool<B> {
     /// `forget_device`, under the device lock.
     pub(super) fn forget_locked(slot: &DeviceSlot, p: &mut DevicePool) {
         // Settle the caches first, so that the device's totals account for their blocks.
-        slot.caches.settle(p, &slot.seqs);
+        slot.caches.settle(p, &slot.clock);
         p.forget_all();
         slot.caches.forget(p.generation);
     }

@@ -19,7 +19,8 @@ impl<B: Backend> Pool<B> {
                     {
                         return FreeOutcome::Freed;
                     }
-                } else if Self::lock(slot).free(addr, kind, need, || slot.seqs.stamp_under_lock()) {
+                } else if Self::lock(slot).free(addr, kind, need, || slot.clock.stamp_under_lock())
+                {
                     // The hit path: no thread caches on this device.
                     return FreeOutcome::Freed;
                 }
@@ -34,13 +35,13 @@ impl<B: Backend> Pool<B> {
         slot: &DeviceSlot,
         addr: Addr,
         kind: FreeKind,
-        need: Need,
+        need: ReuseWait,
     ) -> bool {
         let mut p = Self::lock(slot);
         if slot.flags.any.load(Ordering::Relaxed) {
-            slot.caches.sweep_orphans(&mut p, &slot.seqs);
+            slot.caches.sweep_orphans(&mut p, &slot.clock);
         }
-        p.free(addr, kind, need, || slot.seqs.stamp_under_lock())
+        p.free(addr, kind, need, || slot.clock.stamp_under_lock())
     }
 
     /// `free` of a block not found on the current device: on the others, in any thread's cache,
@@ -50,7 +51,7 @@ impl<B: Backend> Pool<B> {
         &self,
         addr: Addr,
         kind: FreeKind,
-        need: Need,
+        need: ReuseWait,
         current: Option<u32>,
     ) -> FreeOutcome {
         // A free in stream order names a stream of the current device (or of the device the
@@ -116,7 +117,7 @@ impl<B: Backend> Pool<B> {
         slot: &DeviceSlot,
         device: u32,
         addr: Addr,
-        need: Need,
+        need: ReuseWait,
     ) -> bool {
         let bound = self.settings.thread_cache;
         let handled = slot
@@ -130,16 +131,16 @@ impl<B: Backend> Pool<B> {
                 let enabled = slot.flags.enabled.load(Ordering::Relaxed);
                 let mut held = Vec::new();
                 // Stamped now, after the program's free: a fence or barrier that starts later
-                // covers it (`Seqs::before_sync`).
+                // covers it (`ReuseClock::before_sync`).
                 let stamp = match need {
-                    Need::Nothing => 0,
-                    _ => slot.seqs.cache_stamp(&st),
+                    ReuseWait::Nothing => 0,
+                    _ => slot.clock.cache_stamp(&st),
                 };
                 if !enabled || o.size > tcache::LIMIT || o.size > bound {
                     // Caches are off (everything goes back), or the block is larger than any
                     // request a cache serves (a large block the device did not split), or than
                     // the cache may hold.
-                    held.push(tcache::Held {
+                    held.push(tcache::CachedBlock {
                         idx: o.idx,
                         addr,
                         size: o.size,
@@ -149,11 +150,11 @@ impl<B: Backend> Pool<B> {
                     if !enabled {
                         held.extend(st.spill_all());
                     }
-                } else if need == Need::Nothing {
+                } else if need == ReuseWait::Nothing {
                     // Full: the sizes held most of make room (what is freed now is likelier to be
                     // asked for again than what waited longest).
                     // Down to half the bound, or lower when the block needs more room: the cache
-                    // never holds more than its bound (found in review: a 4 MiB bound held 8).
+                    // never holds more than its bound.
                     if st.ready_bytes + o.size > bound {
                         st.spill_ready((bound / 2).min(bound - o.size), &mut held);
                     }
@@ -173,7 +174,7 @@ impl<B: Backend> Pool<B> {
                     let gen = st.generation;
                     st.send(&held);
                     drop(st);
-                    Self::give_back(slot, c, gen, &held);
+                    Self::receive_from_cache(slot, c, gen, &held);
                 }
                 true
             });
@@ -183,22 +184,26 @@ impl<B: Backend> Pool<B> {
     /// Blocks cache `c` of generation `gen` sent back (`CacheState::send`) to `slot`'s device
     /// (dropped if the device was reset since: they went with it). Takes the device lock, then
     /// the cache's, to count them arrived; not to be called with a cache's lock held.
-    pub(super) fn give_back(
+    pub(super) fn receive_from_cache(
         slot: &DeviceSlot,
         c: &tcache::ThreadCache,
         gen: u64,
-        held: &[tcache::Held],
+        held: &[tcache::CachedBlock],
     ) {
         let mut p = Self::lock(slot);
         if gen == p.generation {
-            tcache::give_back(&mut p, &slot.seqs, held);
+            tcache::return_blocks(&mut p, &slot.clock, held);
         }
         c.state.lock().arrived(gen, held);
     }
 
     /// A free of a block some thread's cache handed out (another thread's, or one whose thread
     /// exited): straight back to its device, to wait for `need_on` that device.
-    pub(super) fn free_from_any_cache(&self, addr: Addr, need_on: impl Fn(u32) -> Need) -> bool {
+    pub(super) fn free_from_any_cache(
+        &self,
+        addr: Addr,
+        need_on: impl Fn(u32) -> ReuseWait,
+    ) -> bool {
         for d in 0..MAX_DEVICES as u32 {
             let need = need_on(d);
             let Some(slot) = self.existing(d) else {
@@ -214,7 +219,7 @@ impl<B: Backend> Pool<B> {
                 };
                 let gen = st.generation;
                 // The device stamps it when it takes it back.
-                let held = [tcache::Held {
+                let held = [tcache::CachedBlock {
                     idx: o.idx,
                     addr,
                     size: o.size,
@@ -223,14 +228,14 @@ impl<B: Backend> Pool<B> {
                 }];
                 st.send(&held);
                 drop(st);
-                Self::give_back(slot, &c, gen, &held);
+                Self::receive_from_cache(slot, &c, gen, &held);
                 return true;
             }
         }
         false
     }
 
-    pub(super) fn need_for(&self, kind: FreeKind) -> Need {
+    pub(super) fn need_for(&self, kind: FreeKind) -> ReuseWait {
         need_for(
             self.settings.reuse,
             kind,

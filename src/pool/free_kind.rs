@@ -1,7 +1,7 @@
 //! How the program gave a block back, the streams it may name, and what each reuse mode makes
 //! a free wait for.
 
-use super::Need;
+use super::ReuseWait;
 use crate::config::ReuseMode;
 
 /// How the program gave a block back.
@@ -64,18 +64,20 @@ pub enum FreeOutcome {
 }
 
 /// What a free must wait for before its block is reused, by reuse mode and how it was freed.
-pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Need {
+pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> ReuseWait {
     match (reuse, kind) {
-        (ReuseMode::Strict, _) => Need::Fence,
+        (ReuseMode::Strict, _) => ReuseWait::Fence,
         (
             _,
             FreeKind::Async {
                 blocking: false, ..
             },
-        ) => Need::Fence,
-        (ReuseMode::Barrier, _) if nonblocking_seen => Need::Fence,
-        (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Need::Barrier,
-        (ReuseMode::Relaxed, FreeKind::Sync) => Need::Nothing,
+        ) => ReuseWait::Fence,
+        (ReuseMode::Barrier, _) if nonblocking_seen => ReuseWait::Fence,
+        (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => {
+            ReuseWait::Barrier
+        }
+        (ReuseMode::Relaxed, FreeKind::Sync) => ReuseWait::Nothing,
     }
 }
 

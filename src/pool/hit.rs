@@ -55,7 +55,7 @@ impl<B: Backend> Pool<B> {
         }
         // A lock found taken goes the general way, which counts the wait.
         let mut p = slot.pool.try_lock()?;
-        let addr = p.alloc_hit(size, stream, &slot.seqs)?;
+        let addr = p.alloc_hit(size, stream, &slot.clock)?;
         // As `lock_to_allocate` counts a lock taken without waiting.
         if slot.flags.multi() {
             p.contention

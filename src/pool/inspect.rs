@@ -42,8 +42,8 @@ impl<B: Backend> Pool<B> {
         let (reserved, idle, limit) = match self.existing(device) {
             Some(slot) => {
                 let mut p = Self::lock(slot);
-                slot.caches.sweep_orphans(&mut p, &slot.seqs);
-                slot.caches.reclaim(&mut p, &slot.seqs);
+                slot.caches.sweep_orphans(&mut p, &slot.clock);
+                slot.caches.reclaim(&mut p, &slot.clock);
                 (p.stats.reserved.current, p.idle_bytes(), p.limit)
             }
             None => (0, 0, self.settings.limit.resolve(total)),

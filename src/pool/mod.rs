@@ -10,7 +10,7 @@
 //! device, from any cache), `cache_policy.rs` (what thread caches keep and when they fence),
 //! `sync.rs` (the program's synchronizations and streams), `control.rs` (threshold, limit,
 //! empty-cache, reset) and `inspect.rs` (snapshots, live blocks, `cudaMemGetInfo`, the check).
-//! The types they share: `free_kind.rs`, `seqs.rs`, `hashers.rs`; the live map `live_map.rs`
+//! The types they share: `free_kind.rs`, `reuse_clock.rs`, `hashers.rs`; the live map `live_map.rs`
 //! and the pending queues `fifo.rs`. One device's pool is `device/`; thread caches are
 //! `tcache/`. `model_driver.rs` is the `Backend` the tests, the replay and the policy comparison
 //! run on.
@@ -37,7 +37,7 @@ mod free_kind;
 mod hashers;
 mod hit;
 mod inspect;
-mod seqs;
+mod reuse_clock;
 mod sync;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -46,7 +46,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 pub use backend::{Addr, Backend, CudaError};
-pub use device::{DevicePool, LiveBlock, MemorySample, Need, OomEvent, Policy, Release};
+pub use device::{DevicePool, LiveBlock, MemorySample, OomEvent, Policy, Release, ReuseWait};
 pub use stats::DeviceStats;
 pub use trace::TraceSink;
 
@@ -56,7 +56,7 @@ pub use free_kind::{
 };
 pub use hashers::{AddrHasher, IntHasher};
 pub use inspect::{program_memory, DeviceSnapshot};
-pub use seqs::{Seqs, SyncSeq};
+pub use reuse_clock::{ReuseClock, SyncSeq};
 
 use crate::config::{DeviceBytes, ReuseMode};
 
@@ -78,7 +78,7 @@ pub const MAX_DEVICES: usize = 64;
 #[repr(C, align(128))]
 struct DeviceSlot {
     pool: Mutex<DevicePool>,
-    seqs: Seqs,
+    clock: ReuseClock,
     flags: tcache::CacheSwitches,
     caches: Arc<tcache::Registry>,
     /// Nanoseconds the device's pool spent in the backend under its lock (`Timed`).
@@ -208,10 +208,10 @@ impl<B: Backend> Pool<B> {
                 pool.set_limit(limit);
             }
             let caches = Arc::new(tcache::Registry::default());
-            pool.set_lenders(Arc::clone(&caches) as Arc<dyn device::Lenders>);
+            pool.set_borrowers(Arc::clone(&caches) as Arc<dyn device::Borrowers>);
             DeviceSlot {
                 pool: Mutex::new(pool),
-                seqs: Seqs::default(),
+                clock: ReuseClock::default(),
                 flags: tcache::CacheSwitches::default(),
                 caches,
                 backend_ns: AtomicU64::new(0),

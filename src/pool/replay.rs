@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 
 use super::backend::Addr;
-use super::device::{DevicePool, Need, Policy};
+use super::device::{DevicePool, Policy, ReuseWait};
 use super::model_driver::{ModelDriver, RecordedSegment, GUARD_GAP};
 use super::stats::DeviceStats;
 use super::trace::{Kind, Record};
-use super::{need_for, reuse_from_code, FreeKind, Seqs, StreamKey, NO_STREAM};
+use super::{need_for, reuse_from_code, FreeKind, ReuseClock, StreamKey, NO_STREAM};
 use crate::config::ReuseMode;
 
 /// Where the driver's own addresses start once a replay diverged: above any real one.
@@ -72,7 +72,7 @@ struct DeviceReplay {
     /// With the recorded settings, it hands back the recorded segment addresses and refusals
     /// in order.
     backend: ModelDriver,
-    seqs: Seqs,
+    clock: ReuseClock,
     policy: Policy,
     reuse: ReuseMode,
     recorded_reuse: ReuseMode,
@@ -126,7 +126,7 @@ impl DeviceReplay {
                 p
             },
             backend,
-            seqs: Seqs::default(),
+            clock: ReuseClock::default(),
             policy,
             reuse: o.reuse.unwrap_or(recorded_reuse),
             recorded_reuse,
@@ -143,7 +143,7 @@ impl DeviceReplay {
                 let stream = stream_of(r.aux, o);
                 match self
                     .pool
-                    .alloc_on(r.a, stream, &self.backend, &self.seqs, &self.policy)
+                    .alloc_on(r.a, stream, &self.backend, &self.clock, &self.policy)
                 {
                     Ok(addr) if r.kind == Kind::Alloc => {
                         self.addrs.insert(r.b, addr);
@@ -170,25 +170,25 @@ impl DeviceReplay {
                     FreeKind::from_code(r.aux & 3, stream_of(r.aux >> 2, o).unwrap_or(NO_STREAM))
                 };
                 let need = if self.reuse == self.recorded_reuse && !o.one_stream {
-                    Need::from_code(r.b)
+                    ReuseWait::from_code(r.b)
                 } else {
                     need_for(self.reuse, how, self.nonblocking_seen)
                 };
-                let seqs = &self.seqs;
+                let clock = &self.clock;
                 self.pool.free(addr, how, need, || {
-                    let seq = seqs.freed.load(Ordering::Relaxed);
-                    seqs.freed.store(seq + 1, Ordering::Relaxed);
+                    let seq = clock.freed.load(Ordering::Relaxed);
+                    clock.freed.store(seq + 1, Ordering::Relaxed);
                     seq
                 });
             }
             Kind::Observe => {
-                self.seqs.fenced.fetch_max(r.a, Ordering::Relaxed);
-                self.seqs.barriered.fetch_max(r.b, Ordering::Relaxed);
-                self.pool.promote(&self.seqs);
+                self.clock.fenced.fetch_max(r.a, Ordering::Relaxed);
+                self.clock.barriered.fetch_max(r.b, Ordering::Relaxed);
+                self.pool.promote(&self.clock);
             }
-            Kind::SyncPoint => self.pool.sync_point(&self.backend, &self.seqs),
+            Kind::SyncPoint => self.pool.sync_point(&self.backend, &self.clock),
             Kind::EmptyCache => {
-                self.pool.empty_cache(&self.backend, &self.seqs);
+                self.pool.empty_cache(&self.backend, &self.clock);
             }
             Kind::Threshold if o.threshold.is_none() => self.pool.set_threshold(r.a),
             Kind::Limit if o.limit.is_none() => self.pool.set_limit(r.a),

@@ -21,9 +21,9 @@ impl<B: Backend> Pool<B> {
     pub fn seq_before_sync(&self, device: u32) -> SyncSeq {
         match self.existing(device) {
             None => SyncSeq::default(),
-            Some(s) if s.flags.any.load(Ordering::Acquire) => s.seqs.before_sync(),
+            Some(s) if s.flags.any.load(Ordering::Acquire) => s.clock.before_sync(),
             Some(s) => SyncSeq {
-                freed: s.seqs.freed.load(Ordering::Acquire),
+                freed: s.clock.freed.load(Ordering::Acquire),
                 epoch: 0,
             },
         }
@@ -33,7 +33,7 @@ impl<B: Backend> Pool<B> {
     /// `at` is safe. Also a release point for the threshold.
     pub fn observe_fence(&self, device: u32, at: SyncSeq) {
         if let Some(slot) = self.existing(device) {
-            slot.seqs.fenced_at(at);
+            slot.clock.fenced_at(at);
             self.sync_point(device);
         }
     }
@@ -41,7 +41,7 @@ impl<B: Backend> Pool<B> {
     /// The program put an action on `device`'s legacy stream after `at`.
     pub fn observe_barrier(&self, device: u32, at: SyncSeq) {
         if let Some(slot) = self.existing(device) {
-            slot.seqs.barriered_at(at);
+            slot.clock.barriered_at(at);
         }
     }
 
@@ -49,8 +49,8 @@ impl<B: Backend> Pool<B> {
     pub fn sync_point(&self, device: u32) {
         if let Some(slot) = self.existing(device) {
             let mut p = Self::lock(slot);
-            slot.caches.sweep_orphans(&mut p, &slot.seqs);
-            p.sync_point(&self.timed(slot), &slot.seqs);
+            slot.caches.sweep_orphans(&mut p, &slot.clock);
+            p.sync_point(&self.timed(slot), &slot.clock);
         }
     }
 }

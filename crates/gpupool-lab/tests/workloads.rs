@@ -216,7 +216,7 @@ fn the_trace_recorded_on_a_gpu_replays_correctly_under_every_policy() {
     assert_eq!(live.len(), 3);
     w.ops.extend(live.into_iter().map(|slot| Op::Free {
         slot,
-        need: gpupool::pool::Need::Fence,
+        need: gpupool::pool::ReuseWait::Fence,
         how: Default::default(),
     }));
     let w = &*w;

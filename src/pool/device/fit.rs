@@ -72,7 +72,7 @@ impl DevicePool {
         class: Class,
         rounded: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Result<u32, CudaError> {
         if class == Class::Small || self.blocks[idx as usize].size <= 2 * rounded {
@@ -80,9 +80,9 @@ impl DevicePool {
         }
         // A failed barrier or fence leaves the waiting blocks waiting; `idx` still fits.
         let made_reusable = if self.pending_barrier_bytes >= rounded {
-            self.barrier(backend, seqs).is_ok()
+            self.barrier(backend, clock).is_ok()
         } else if self.pending_fence_bytes >= rounded.max(policy.fence_bytes) {
-            self.fence(backend, seqs).is_ok()
+            self.fence(backend, clock).is_ok()
         } else {
             false
         };
@@ -118,8 +118,8 @@ impl DevicePool {
 
     /// The best fit for `rounded` bytes in its pool. `max_split_size` concerns large blocks
     /// only: small ones always split (`should_split`), and a small segment's remainder must serve
-    /// small requests whatever the setting (found in review: with 4 MiB small segments and a
-    /// 2–4 MiB setting, every small request took a segment of its own).
+    /// small requests whatever the setting: with 4 MiB small segments and a 2–4 MiB setting,
+    /// every small request would take a segment of its own.
     pub(super) fn find_fit(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
         match class {
             Class::Small => self.free_small.best_fit(rounded).map(|(_, idx)| idx),

@@ -8,10 +8,10 @@ impl DevicePool {
         &mut self,
         requested: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Result<Addr, CudaError> {
-        self.alloc_on(requested, None, backend, seqs, policy)
+        self.alloc_on(requested, None, backend, clock, policy)
     }
 
     /// `alloc` for use on `stream` when there is one: a block freed on that stream that waits
@@ -21,20 +21,20 @@ impl DevicePool {
         requested: u64,
         stream: Option<StreamKey>,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Result<Addr, CudaError> {
         self.stream_requests |= stream.is_some();
         let held = match stream {
             Some(key) if self.held_blocks > 0 => {
-                self.promote(seqs);
+                self.promote(clock);
                 self.serve_held(requested, key, policy)
             }
             _ => None,
         };
         let r = match held {
             Some(served) => Ok(served),
-            None => self.serve(requested, backend, seqs, policy, true),
+            None => self.serve(requested, backend, clock, policy, true),
         };
         match r {
             Ok((addr, idx)) => {
@@ -68,7 +68,7 @@ impl DevicePool {
         &mut self,
         requested: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
         live: bool,
     ) -> Result<(Addr, u32), CudaError> {
@@ -76,7 +76,7 @@ impl DevicePool {
         let seg_size =
             segment_size(rounded, self.grow_above(policy)).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let class = class_of(rounded);
-        self.promote(seqs);
+        self.promote(clock);
         let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
         let idx = match binned {
             Some(idx) => {
@@ -87,9 +87,9 @@ impl DevicePool {
             None => match self.find_fit(class, rounded, policy) {
                 Some(idx) => {
                     counted! { self.stats.hits += 1; }
-                    self.better_fit(idx, class, rounded, backend, seqs, policy)?
+                    self.better_fit(idx, class, rounded, backend, clock, policy)?
                 }
-                None => self.refill(class, rounded, seg_size, backend, seqs, policy)?,
+                None => self.refill(class, rounded, seg_size, backend, clock, policy)?,
             },
         };
         let addr = self.take(idx, rounded, requested, policy);
@@ -108,7 +108,7 @@ impl DevicePool {
         rounded: u64,
         seg_size: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Result<u32, CudaError> {
         if let Some(idx) = self.fit_from_bins(class, rounded, policy) {
@@ -117,35 +117,35 @@ impl DevicePool {
         // Blocks thread caches hold until a barrier or fence covers them count with the
         // device's own: the same barriers and fences cover them (they become reusable where they
         // are, and come back below).
-        let lenders = if self.lent > 0 {
-            self.lenders.clone()
+        let borrowers = if self.lent > 0 {
+            self.borrowers.clone()
         } else {
             None
         };
         if let Some(idx) =
-            self.fit_from_caches_of_size(lenders.as_deref(), class, rounded, seqs, policy)
+            self.fit_from_caches_of_size(borrowers.as_deref(), class, rounded, clock, policy)
         {
             return Ok(idx);
         }
-        let (cache_barrier, cache_fence) = lenders.as_ref().map_or((0, 0), |l| l.waiting(self));
+        let (cache_barrier, cache_fence) = borrowers.as_ref().map_or((0, 0), |l| l.waiting(self));
         if let Some(idx) =
-            self.fit_after_barrier(cache_barrier, class, rounded, backend, seqs, policy)
+            self.fit_after_barrier(cache_barrier, class, rounded, backend, clock, policy)
         {
             return Ok(idx);
         }
-        if let Some(idx) = self.fit_after_fence(cache_fence, class, rounded, backend, seqs, policy)
+        if let Some(idx) = self.fit_after_fence(cache_fence, class, rounded, backend, clock, policy)
         {
             return Ok(idx);
         }
         if let Some(idx) =
-            self.fit_from_caches_ready(lenders.as_deref(), class, rounded, seqs, policy)
+            self.fit_from_caches_ready(borrowers.as_deref(), class, rounded, clock, policy)
         {
             return Ok(idx);
         }
         // A segment rounded up for growth that the driver refuses is asked for again at the
         // request's own size before anything cached is given back.
         let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
-        let outgrown = self.release_outgrown_by(rounded, backend, seqs, policy);
+        let outgrown = self.release_outgrown_by(rounded, backend, clock, policy);
         let sizes: &[u64] = if exact < seg_size {
             &[seg_size, exact]
         } else {
@@ -154,7 +154,7 @@ impl DevicePool {
         if let Some(grown) = self.grow(class, sizes, backend) {
             return grown;
         }
-        self.recover_from_oom(class, rounded, outgrown, backend, seqs, policy)
+        self.recover_from_oom(class, rounded, outgrown, backend, clock, policy)
     }
 
     /// Step 1: free blocks waiting in the bins, merged back into the index.
@@ -172,14 +172,14 @@ impl DevicePool {
     /// no cost (no synchronization, no growth, the other caches keep the rest).
     fn fit_from_caches_of_size(
         &mut self,
-        lenders: Option<&dyn Lenders>,
+        borrowers: Option<&dyn Borrowers>,
         class: Class,
         rounded: u64,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Option<u32> {
-        let l = lenders.filter(|_| rounded <= THREAD_CACHED_LIMIT)?;
-        if !l.reclaim_size(self, seqs, rounded) {
+        let l = borrowers.filter(|_| rounded <= THREAD_CACHED_LIMIT)?;
+        if !l.reclaim_size(self, clock, rounded) {
             return None;
         }
         self.fit_after_return(class, rounded, policy)
@@ -197,10 +197,10 @@ impl DevicePool {
         class: Class,
         rounded: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Option<u32> {
-        if self.pending_barrier_bytes + in_caches == 0 || self.barrier(backend, seqs).is_err() {
+        if self.pending_barrier_bytes + in_caches == 0 || self.barrier(backend, clock).is_err() {
             return None;
         }
         self.fit_after_return(class, rounded, policy)
@@ -215,11 +215,11 @@ impl DevicePool {
         class: Class,
         rounded: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Option<u32> {
         let waiting = self.pending_fence_bytes + in_caches;
-        if waiting == 0 || waiting < policy.fence_bytes || self.fence(backend, seqs).is_err() {
+        if waiting == 0 || waiting < policy.fence_bytes || self.fence(backend, clock).is_err() {
             return None;
         }
         self.fit_after_return(class, rounded, policy)
@@ -230,13 +230,13 @@ impl DevicePool {
     /// another.
     fn fit_from_caches_ready(
         &mut self,
-        lenders: Option<&dyn Lenders>,
+        borrowers: Option<&dyn Borrowers>,
         class: Class,
         rounded: u64,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Option<u32> {
-        if !lenders?.reclaim_ready(self, seqs) {
+        if !borrowers?.reclaim_ready(self, clock) {
             return None;
         }
         self.fit_after_return(class, rounded, policy)
@@ -250,11 +250,11 @@ impl DevicePool {
         &mut self,
         rounded: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> u64 {
         if rounded > GROW_FROM && rounded > self.grow_above(policy) {
-            self.release_outgrown(rounded, backend, seqs)
+            self.release_outgrown(rounded, backend, clock)
         } else {
             0
         }
@@ -291,22 +291,22 @@ impl DevicePool {
         rounded: u64,
         outgrown: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
     ) -> Result<u32, CudaError> {
         let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
         self.stats.oom_retries += 1;
         self.limit_refused = false;
         if self.lent > 0 {
-            if let Some(l) = self.lenders.clone() {
-                l.reclaim(self, seqs);
+            if let Some(l) = self.borrowers.clone() {
+                l.reclaim(self, clock);
                 if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                     self.stats.oom_recovered += 1;
                     return Ok(idx);
                 }
             }
         }
-        let fenced = self.pending_bytes() > 0 && self.fence(backend, seqs).is_ok();
+        let fenced = self.pending_bytes() > 0 && self.fence(backend, clock).is_ok();
         if fenced {
             if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                 self.stats.oom_recovered += 1;

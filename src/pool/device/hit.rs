@@ -14,7 +14,7 @@ impl DevicePool {
         &mut self,
         requested: u64,
         stream: Option<StreamKey>,
-        seqs: &Seqs,
+        clock: &ReuseClock,
     ) -> Option<Addr> {
         // With a threshold, `alloc_on` may release segments after serving.
         if requested > SMALL_LIMIT
@@ -23,8 +23,8 @@ impl DevicePool {
         {
             return None;
         }
-        let fenced = seqs.fenced.load(Ordering::Acquire);
-        let barriered = seqs.barriered.load(Ordering::Acquire).max(fenced);
+        let fenced = clock.fenced.load(Ordering::Acquire);
+        let barriered = clock.barriered.load(Ordering::Acquire).max(fenced);
         if self.promote_due(fenced, barriered) {
             return None;
         }

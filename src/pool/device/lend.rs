@@ -12,13 +12,13 @@ impl DevicePool {
         &mut self,
         requested: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
         policy: &Policy,
         extra: usize,
         extras: &mut Extras,
     ) -> Result<(Addr, u32, u64), CudaError> {
         debug_assert!(self.trace.is_none(), "thread caches are off while tracing");
-        let r = self.serve(requested, backend, seqs, policy, false);
+        let r = self.serve(requested, backend, clock, policy, false);
         self.enforce_threshold(backend);
         let (_, idx) = r?;
         let b = &mut self.blocks[idx as usize];
@@ -54,7 +54,7 @@ impl DevicePool {
     /// A thread cache gives lent block `idx` back, free: reusable once `need` is met. `stamp`
     /// gives the free sequence number (taken now, later than the program's free, which only
     /// makes the wait longer).
-    pub fn take_back(&mut self, idx: u32, need: Need, stamp: impl FnOnce() -> u64) {
+    pub fn take_back(&mut self, idx: u32, need: ReuseWait, stamp: impl FnOnce() -> u64) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Lent);
         let (size, seg) = (b.size, b.seg);
@@ -68,7 +68,11 @@ impl DevicePool {
             s.requested.unlend(size);
             s.blocks.unlend(1);
         }
-        let stamp = if need == Need::Nothing { 0 } else { stamp() };
+        let stamp = if need == ReuseWait::Nothing {
+            0
+        } else {
+            stamp()
+        };
         self.after_free(idx, need, stamp);
     }
 

@@ -29,7 +29,7 @@ use super::size::{
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
-use super::{FreeKind, IntHasher, Seqs, StreamKey, NO_STREAM};
+use super::{FreeKind, IntHasher, ReuseClock, StreamKey, NO_STREAM};
 
 mod arena;
 mod check;
@@ -95,14 +95,14 @@ enum State {
     Binned,
     /// Freed by the program but maybe still used by in-flight work: not reusable yet.
     Pending,
-    /// Held by a thread cache (`tcache.rs`), handed out from there or waiting there for reuse;
+    /// CachedBlock by a thread cache (`tcache.rs`), handed out from there or waiting there for reuse;
     /// counted as allocated at its full size until it comes back.
     Lent,
 }
 
 /// What must happen before a freed block may be handed out again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Need {
+pub enum ReuseWait {
     /// Nothing: reusable at once (relaxed mode).
     Nothing,
     /// One legacy-stream action (covers blocking streams).
@@ -111,14 +111,14 @@ pub enum Need {
     Fence,
 }
 
-impl Need {
+impl ReuseWait {
     /// What a `Free` record's code (`need as u64`, `DevicePool::after_free`'s record) says the
     /// block's reuse waited for.
-    pub fn from_code(code: u64) -> Need {
+    pub fn from_code(code: u64) -> ReuseWait {
         match code {
-            0 => Need::Nothing,
-            1 => Need::Barrier,
-            _ => Need::Fence,
+            0 => ReuseWait::Nothing,
+            1 => ReuseWait::Barrier,
+            _ => ReuseWait::Fence,
         }
     }
 }
@@ -293,19 +293,19 @@ pub struct DevicePool {
     /// Bumped by `forget_all`: thread caches drop what they hold from an earlier generation.
     pub generation: u64,
     /// Whoever holds blocks this pool lent (the device's thread caches).
-    lenders: Option<Arc<dyn Lenders>>,
+    borrowers: Option<Arc<dyn Borrowers>>,
 }
 
 /// What a device pool asks of the holders of the blocks it lent (`tcache.rs`). Called under
 /// the device's lock.
-pub trait Lenders: Send + Sync {
+pub trait Borrowers: Send + Sync {
     /// Give every free block back (out of memory).
-    fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs);
+    fn reclaim(&self, p: &mut DevicePool, clock: &ReuseClock);
     /// Give the reusable blocks back (the pool would grow otherwise). Whether any came back.
-    fn reclaim_ready(&self, p: &mut DevicePool, seqs: &Seqs) -> bool;
+    fn reclaim_ready(&self, p: &mut DevicePool, clock: &ReuseClock) -> bool;
     /// Give back some of the reusable blocks of exactly `size` bytes (what one holder keeps
     /// of a size another lacks). Whether any came back.
-    fn reclaim_size(&self, p: &mut DevicePool, seqs: &Seqs, size: u64) -> bool;
+    fn reclaim_size(&self, p: &mut DevicePool, clock: &ReuseClock, size: u64) -> bool;
     /// Bytes held that wait for a barrier, and for a fence.
     fn waiting(&self, p: &DevicePool) -> (u64, u64);
 }
@@ -352,13 +352,13 @@ impl DevicePool {
             lock_allocs: 0,
             contention: Default::default(),
             generation: 0,
-            lenders: None,
+            borrowers: None,
         }
     }
 
     /// Who will hold the blocks this pool lends.
-    pub fn set_lenders(&mut self, lenders: Arc<dyn Lenders>) {
-        self.lenders = Some(lenders);
+    pub fn set_borrowers(&mut self, borrowers: Arc<dyn Borrowers>) {
+        self.borrowers = Some(borrowers);
     }
 
     /// Record every decision from now on into `trace`.

@@ -12,7 +12,7 @@ impl DevicePool {
         &mut self,
         addr: Addr,
         how: FreeKind,
-        need: Need,
+        need: ReuseWait,
         stamp: impl FnOnce() -> u64,
     ) -> bool {
         let Some(idx) = self.live.remove(addr) else {
@@ -26,7 +26,7 @@ impl DevicePool {
         let id = stream.map_or(0, |k| self.stream_id(k));
         self.record(Kind::Free, addr, need as u64, size, how.code() | id << 2);
         self.free_block(idx, need, stamp());
-        let holds = self.stream_reuse && self.stream_requests && need != Need::Nothing;
+        let holds = self.stream_reuse && self.stream_requests && need != ReuseWait::Nothing;
         if let (Some(key), true) = (stream, holds) {
             self.hold_for_stream(idx, key);
         }
@@ -71,7 +71,7 @@ impl DevicePool {
 
     #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
     #[inline(always)]
-    pub(super) fn free_block(&mut self, idx: u32, need: Need, stamp: u64) {
+    pub(super) fn free_block(&mut self, idx: u32, need: ReuseWait, stamp: u64) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Live);
         let (size, requested, seg) = (b.size, b.requested, b.seg);
@@ -89,12 +89,12 @@ impl DevicePool {
 
     /// A block the program no longer uses: reusable now, or once `need` is met.
     #[inline(always)]
-    pub(super) fn after_free(&mut self, idx: u32, need: Need, stamp: u64) {
+    pub(super) fn after_free(&mut self, idx: u32, need: ReuseWait, stamp: u64) {
         let size = self.blocks[idx as usize].size;
         match need {
-            Need::Nothing => self.recycle(idx),
-            Need::Barrier | Need::Fence => {
-                let fence = need == Need::Fence;
+            ReuseWait::Nothing => self.recycle(idx),
+            ReuseWait::Barrier | ReuseWait::Fence => {
+                let fence = need == ReuseWait::Fence;
                 self.set_pending(idx, stamp, fence);
                 self.queue_waiting(idx, stamp, fence, size);
             }
@@ -134,9 +134,9 @@ impl DevicePool {
     /// Make pending blocks reusable that a fence or barrier (ours or the program's) has covered.
     /// Every operation calls it: the check that nothing moved is inlined, the work apart.
     #[inline(always)]
-    pub fn promote(&mut self, seqs: &Seqs) {
-        let fenced = seqs.fenced.load(Ordering::Acquire);
-        let barriered = seqs.barriered.load(Ordering::Acquire).max(fenced);
+    pub fn promote(&mut self, clock: &ReuseClock) {
+        let fenced = clock.fenced.load(Ordering::Acquire);
+        let barriered = clock.barriered.load(Ordering::Acquire).max(fenced);
         if self.promote_due(fenced, barriered) {
             self.promote_to(fenced, barriered);
         }
@@ -218,8 +218,8 @@ impl DevicePool {
     }
 
     /// Wait for the whole device, then make every pending block reusable.
-    pub fn fence(&mut self, backend: &dyn Backend, seqs: &Seqs) -> Result<(), CudaError> {
-        let at = seqs.before_sync();
+    pub fn fence(&mut self, backend: &dyn Backend, clock: &ReuseClock) -> Result<(), CudaError> {
+        let at = clock.before_sync();
         let covered = at.freed;
         let t = Instant::now();
         backend.fence(self.device)?;
@@ -227,26 +227,30 @@ impl DevicePool {
         self.stats.fences += 1;
         self.stats.fence_ns += ns;
         self.record(Kind::Fence, ns, 0, 0, 0);
-        let fenced = seqs.fenced_at(at);
+        let fenced = clock.fenced_at(at);
         if fenced == covered {
             self.fenced_seen = self.fenced_seen.max(covered);
             self.barriered_seen = self.barriered_seen.max(covered);
         }
-        self.promote(seqs);
+        self.promote(clock);
         Ok(())
     }
 
-    pub(super) fn barrier(&mut self, backend: &dyn Backend, seqs: &Seqs) -> Result<(), CudaError> {
-        let at = seqs.before_sync();
+    pub(super) fn barrier(
+        &mut self,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+    ) -> Result<(), CudaError> {
+        let at = clock.before_sync();
         let covered = at.freed;
         backend.barrier(self.device)?;
         self.stats.barriers += 1;
         self.record(Kind::Barrier, 0, 0, 0, 0);
-        let barriered = seqs.barriered_at(at);
+        let barriered = clock.barriered_at(at);
         if barriered == covered {
             self.barriered_seen = self.barriered_seen.max(covered);
         }
-        self.promote(seqs);
+        self.promote(clock);
         Ok(())
     }
 }

@@ -25,7 +25,7 @@ impl DevicePool {
         &mut self,
         rounded: u64,
         backend: &dyn Backend,
-        seqs: &Seqs,
+        clock: &ReuseClock,
     ) -> u64 {
         let outgrown =
             |s: &Segment| s.class == Class::Large && s.size >= OUTGROWN_FROM && s.size < rounded;
@@ -36,8 +36,8 @@ impl DevicePool {
         // Free blocks thread caches hold (medium blocks carved from a large segment's room)
         // would keep a segment busy: they come back first.
         if self.lent > 0 {
-            if let Some(l) = self.lenders.clone() {
-                l.reclaim(self, seqs);
+            if let Some(l) = self.borrowers.clone() {
+                l.reclaim(self, clock);
             }
         }
         self.release_idle(backend, 0, Release::Outgrown, outgrown)
@@ -114,15 +114,15 @@ impl DevicePool {
     }
 
     /// A synchronization the program made: reuse what it covered, apply the threshold.
-    pub fn sync_point(&mut self, backend: &dyn Backend, seqs: &Seqs) {
-        self.promote(seqs);
+    pub fn sync_point(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
+        self.promote(clock);
         self.record(Kind::SyncPoint, 0, 0, 0, 0);
         self.enforce_threshold(backend);
     }
 
     /// An explicit request to give every whole free segment back. Returns the bytes released.
-    pub fn empty_cache(&mut self, backend: &dyn Backend, seqs: &Seqs) -> u64 {
-        self.promote(seqs);
+    pub fn empty_cache(&mut self, backend: &dyn Backend, clock: &ReuseClock) -> u64 {
+        self.promote(clock);
         self.record(Kind::EmptyCache, 0, 0, 0, 0);
         self.release_segments(backend, 0, Release::EmptyCache)
     }

@@ -186,7 +186,15 @@ impl DevicePool {
             }
             self.blocks[idx as usize].next = rest;
             self.blocks[idx as usize].size = rounded;
-            self.after_free(rest, if fence { Need::Fence } else { Need::Barrier }, stamp);
+            self.after_free(
+                rest,
+                if fence {
+                    ReuseWait::Fence
+                } else {
+                    ReuseWait::Barrier
+                },
+                stamp,
+            );
             self.hold_for_stream(rest, stream);
         }
         counted! {

@@ -10,7 +10,7 @@
 //!
 //! A freed block is reusable at once in `relaxed` mode. Otherwise (`strict`, `barrier`,
 //! `cudaFreeAsync`) it waits in the cache, stamped with the device's cache epoch
-//! (`Seqs::cache_epoch`, read, not written: no shared line moves on a free), until a fence or
+//! (`ReuseClock::cache_epoch`, read, not written: no shared line moves on a free), until a fence or
 //! barrier that started after the free completed — the program's, the pool's, or one the
 //! thread takes itself, outside the device lock, at a miss once its cache holds its share of
 //! the fence budget waiting (`GPUPOOL_FENCE_BYTES` divided among the caches) and the caches
@@ -48,25 +48,25 @@ use crate::pool::backend::Addr;
 use crate::pool::contention::thread_token;
 pub use crate::pool::contention::{Contention, CONTENTION, CONTENTION_WAITS, CONTENTION_WAIT_NS};
 pub use crate::pool::device::Extras;
-use crate::pool::device::{DevicePool, Lenders, Need};
+use crate::pool::device::{Borrowers, DevicePool, ReuseWait};
 use crate::pool::size::{ALIGN, SMALL_LIMIT};
 use crate::pool::spin::SpinMutex;
 use crate::pool::stats::{histogram_bucket, DeviceStats, HISTOGRAM_BUCKETS};
-use crate::pool::{AddrHasher, Seqs};
+use crate::pool::{AddrHasher, ReuseClock};
 
 mod counts;
 mod registry;
 mod state;
 
 pub use counts::{add_counts, merge_into};
-pub use registry::give_back;
+pub use registry::return_blocks;
 pub use state::{CacheState, Transit};
 
 pub use crate::pool::size::THREAD_CACHED_LIMIT as LIMIT;
 /// A thread takes a barrier for its cache at a miss once the blocks waiting for one would serve
 /// this many requests of the size (or fill a small segment), so that one barrier — a driver call
 /// that joins the blocking streams, if no host wait — serves many allocations: without the bound,
-/// a thread that frees and allocates one block in turn took one per allocation (found in review).
+/// a thread that frees and allocates one block in turn took one per allocation.
 pub const BARRIER_BATCH: u64 = 8;
 
 /// Ready blocks a miss borrows from the device besides the one it serves, at most.
@@ -83,13 +83,13 @@ pub struct HandedOut {
 }
 
 /// A free block the cache holds: reusable (in `ready`), or waiting for `need` (in `waiting`),
-/// freed at cache epoch `stamp` (`Seqs::cache_epoch`).
+/// freed at cache epoch `stamp` (`ReuseClock::cache_epoch`).
 #[derive(Clone, Copy, Debug)]
-pub struct Held {
+pub struct CachedBlock {
     pub idx: u32,
     pub addr: Addr,
     pub size: u64,
-    pub need: Need,
+    pub need: ReuseWait,
     pub stamp: u64,
 }
 
@@ -112,8 +112,8 @@ pub struct CacheCounts {
 
 impl CacheCounts {
     /// The cache's thread took a fence (that blocked it `ns`) or a barrier itself.
-    pub fn synced(&mut self, need: Need, ns: u64) {
-        if need == Need::Fence {
+    pub fn synced(&mut self, need: ReuseWait, ns: u64) {
+        if need == ReuseWait::Fence {
             self.fences += 1;
             self.fence_ns += ns;
         } else {

@@ -88,7 +88,7 @@ impl Registry {
     }
 
     /// Under the device lock: take back every free block the caches hold.
-    pub fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs) {
+    pub fn reclaim(&self, p: &mut DevicePool, clock: &ReuseClock) {
         for c in self.caches.lock().iter() {
             let mut st = c.state.lock();
             if st.generation != p.generation {
@@ -97,13 +97,13 @@ impl Registry {
             let held = st.spill_all();
             c.publish(&st);
             drop(st);
-            give_back(p, seqs, &held);
+            return_blocks(p, clock, &held);
         }
     }
 
     /// Under the device lock: take back the blocks of caches whose thread exited, and add what
     /// they counted to the device's counters.
-    pub fn sweep_orphans(&self, p: &mut DevicePool, seqs: &Seqs) {
+    pub fn sweep_orphans(&self, p: &mut DevicePool, clock: &ReuseClock) {
         if self.orphans.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -113,7 +113,7 @@ impl Registry {
             }
             let mut st = c.state.lock();
             if st.generation == p.generation {
-                settle_one(&mut st, p, seqs);
+                settle_one(&mut st, p, clock);
             }
             add_counts(&mut p.stats, &st.counts);
             st.clear(p.generation);
@@ -131,11 +131,11 @@ impl Registry {
 
     /// Under the device lock, before `forget_all`: every free block back, and the blocks the
     /// program holds become ordinary live blocks (the caches keep serving their frees no more).
-    pub fn settle(&self, p: &mut DevicePool, seqs: &Seqs) {
+    pub fn settle(&self, p: &mut DevicePool, clock: &ReuseClock) {
         for c in self.caches.lock().iter() {
             let mut st = c.state.lock();
             if st.generation == p.generation {
-                settle_one(&mut st, p, seqs);
+                settle_one(&mut st, p, clock);
                 c.publish(&st);
             }
         }
@@ -159,12 +159,12 @@ impl Registry {
     }
 }
 
-impl Lenders for Registry {
-    fn reclaim(&self, p: &mut DevicePool, seqs: &Seqs) {
-        Registry::reclaim(self, p, seqs);
+impl Borrowers for Registry {
+    fn reclaim(&self, p: &mut DevicePool, clock: &ReuseClock) {
+        Registry::reclaim(self, p, clock);
     }
 
-    fn reclaim_ready(&self, p: &mut DevicePool, seqs: &Seqs) -> bool {
+    fn reclaim_ready(&self, p: &mut DevicePool, clock: &ReuseClock) -> bool {
         let mut any = false;
         for c in self.caches.lock().iter() {
             let mut st = c.state.lock();
@@ -173,19 +173,19 @@ impl Lenders for Registry {
             }
             // Half of what each cache keeps: all of it would leave every cache to borrow it
             // again at once. What still waits goes back to wait in the device.
-            st.promote(seqs);
+            st.promote(clock);
             let mut held = st.take_waiting();
             let keep = st.ready_bytes / 2;
             st.spill_ready(keep, &mut held);
             c.publish(&st);
             drop(st);
-            give_back(p, seqs, &held);
+            return_blocks(p, clock, &held);
             any |= !held.is_empty();
         }
         any
     }
 
-    fn reclaim_size(&self, p: &mut DevicePool, seqs: &Seqs, size: u64) -> bool {
+    fn reclaim_size(&self, p: &mut DevicePool, clock: &ReuseClock, size: u64) -> bool {
         let mut any = false;
         for c in self.caches.lock().iter() {
             let mut st = c.state.lock();
@@ -195,7 +195,7 @@ impl Lenders for Registry {
             let mut held = Vec::new();
             st.spill_size(size, false, &mut held);
             drop(st);
-            give_back(p, seqs, &held);
+            return_blocks(p, clock, &held);
             any |= !held.is_empty();
         }
         any
@@ -216,9 +216,9 @@ impl Lenders for Registry {
 
 /// Under the device lock: a cache gives every free block back, and the blocks the program holds
 /// become ordinary live blocks of the device.
-fn settle_one(st: &mut CacheState, p: &mut DevicePool, seqs: &Seqs) {
+fn settle_one(st: &mut CacheState, p: &mut DevicePool, clock: &ReuseClock) {
     let held = st.spill_all();
-    give_back(p, seqs, &held);
+    return_blocks(p, clock, &held);
     for (_, o) in st.out.drain() {
         p.adopt(o.idx, o.requested);
     }
@@ -226,8 +226,8 @@ fn settle_one(st: &mut CacheState, p: &mut DevicePool, seqs: &Seqs) {
 }
 
 /// Under the device lock: blocks a cache gives back.
-pub fn give_back(p: &mut DevicePool, seqs: &Seqs, held: &[Held]) {
+pub fn return_blocks(p: &mut DevicePool, clock: &ReuseClock, held: &[CachedBlock]) {
     for h in held {
-        p.take_back(h.idx, h.need, || seqs.stamp_under_lock());
+        p.take_back(h.idx, h.need, || clock.stamp_under_lock());
     }
 }

@@ -9,15 +9,15 @@ use super::*;
 /// visits those alone rather than all 2 048.
 #[derive(Default)]
 struct ReadyLists {
-    small: Vec<Vec<Held>>,
+    small: Vec<Vec<CachedBlock>>,
     small_used: [u64; SMALL_SLOTS / 64],
-    large: HashMap<u64, Vec<Held>, BuildHasherDefault<AddrHasher>>,
+    large: HashMap<u64, Vec<CachedBlock>, BuildHasherDefault<AddrHasher>>,
 }
 
 const SMALL_SLOTS: usize = (SMALL_LIMIT / ALIGN) as usize;
 
 impl ReadyLists {
-    fn get_mut(&mut self, size: u64) -> Option<&mut Vec<Held>> {
+    fn get_mut(&mut self, size: u64) -> Option<&mut Vec<CachedBlock>> {
         if size <= SMALL_LIMIT {
             self.small.get_mut((size / ALIGN) as usize - 1)
         } else {
@@ -25,7 +25,7 @@ impl ReadyLists {
         }
     }
 
-    fn entry(&mut self, size: u64) -> &mut Vec<Held> {
+    fn entry(&mut self, size: u64) -> &mut Vec<CachedBlock> {
         if size <= SMALL_LIMIT {
             if self.small.is_empty() {
                 self.small.resize_with(SMALL_SLOTS, Vec::new);
@@ -40,7 +40,7 @@ impl ReadyLists {
 
     /// (size, list) of every size that got a block since the last `prune` or `clear` (some
     /// lists may be empty).
-    fn iter(&self) -> impl Iterator<Item = (u64, &Vec<Held>)> {
+    fn iter(&self) -> impl Iterator<Item = (u64, &Vec<CachedBlock>)> {
         let small = self
             .small_used
             .iter()
@@ -92,7 +92,7 @@ pub struct CacheState {
     pub ready_count: u64,
     /// Freed blocks that wait for a barrier or fence, in the order of their stamps: reusable
     /// from here once one covers them (`promote`), or given back to the device.
-    waiting: VecDeque<Held>,
+    waiting: VecDeque<CachedBlock>,
     pub waiting_bytes: u64,
     /// Of `waiting_bytes`, those waiting for a fence.
     pub waiting_fence_bytes: u64,
@@ -114,11 +114,16 @@ pub struct Transit {
 }
 
 impl Transit {
-    fn of(held: &[Held]) -> Transit {
+    fn of(held: &[CachedBlock]) -> Transit {
         held.iter().fold(Transit::default(), |t, h| Transit {
             bytes: t.bytes + h.size,
             count: t.count + 1,
-            waiting_bytes: t.waiting_bytes + if h.need == Need::Nothing { 0 } else { h.size },
+            waiting_bytes: t.waiting_bytes
+                + if h.need == ReuseWait::Nothing {
+                    0
+                } else {
+                    h.size
+                },
         })
     }
 }
@@ -162,11 +167,11 @@ impl CacheState {
     }
 
     pub fn push_ready(&mut self, addr: Addr, idx: u32, size: u64) {
-        self.ready.entry(size).push(Held {
+        self.ready.entry(size).push(CachedBlock {
             idx,
             addr,
             size,
-            need: Need::Nothing,
+            need: ReuseWait::Nothing,
             stamp: 0,
         });
         self.ready_bytes += size;
@@ -174,8 +179,8 @@ impl CacheState {
     }
 
     /// A block freed at cache epoch `stamp` that must wait for `need`.
-    pub fn push_waiting(&mut self, addr: Addr, idx: u32, size: u64, need: Need, stamp: u64) {
-        self.waiting.push_back(Held {
+    pub fn push_waiting(&mut self, addr: Addr, idx: u32, size: u64, need: ReuseWait, stamp: u64) {
+        self.waiting.push_back(CachedBlock {
             idx,
             addr,
             size,
@@ -183,27 +188,27 @@ impl CacheState {
             stamp,
         });
         self.waiting_bytes += size;
-        if need == Need::Fence {
+        if need == ReuseWait::Fence {
             self.waiting_fence_bytes += size;
         }
     }
 
     /// What the oldest waiting block waits for (`promote` stops at the first block not covered).
-    pub fn front_waits_for(&self) -> Option<Need> {
+    pub fn front_waits_for(&self) -> Option<ReuseWait> {
         self.waiting.front().map(|h| h.need)
     }
 
     /// Waiting blocks that a fence or barrier covered since become reusable. Whether any did.
-    pub fn promote(&mut self, seqs: &Seqs) -> bool {
+    pub fn promote(&mut self, clock: &ReuseClock) -> bool {
         let Some(front) = self.waiting.front() else {
             return false;
         };
-        let fenced = seqs.cache_fenced.load(Ordering::SeqCst);
-        let barriered = seqs.cache_barriered.load(Ordering::SeqCst).max(fenced);
-        let covered = |h: &Held| match h.need {
-            Need::Nothing => true,
-            Need::Barrier => h.stamp < barriered,
-            Need::Fence => h.stamp < fenced,
+        let fenced = clock.cache_fenced.load(Ordering::SeqCst);
+        let barriered = clock.cache_barriered.load(Ordering::SeqCst).max(fenced);
+        let covered = |h: &CachedBlock| match h.need {
+            ReuseWait::Nothing => true,
+            ReuseWait::Barrier => h.stamp < barriered,
+            ReuseWait::Fence => h.stamp < fenced,
         };
         if !covered(front) {
             return false;
@@ -213,7 +218,7 @@ impl CacheState {
         while let Some(h) = self.waiting.front().copied().filter(covered) {
             self.waiting.pop_front();
             self.waiting_bytes -= h.size;
-            if h.need == Need::Fence {
+            if h.need == ReuseWait::Fence {
                 self.waiting_fence_bytes -= h.size;
             }
             self.push_ready(h.addr, h.idx, h.size);
@@ -232,14 +237,14 @@ impl CacheState {
     }
 
     /// Every free block (to give back to the device).
-    pub fn spill_all(&mut self) -> Vec<Held> {
+    pub fn spill_all(&mut self) -> Vec<CachedBlock> {
         let mut out = self.take_waiting();
         self.spill_ready(0, &mut out);
         out
     }
 
     /// Every block still waiting (given back to the device, they wait there).
-    pub fn take_waiting(&mut self) -> Vec<Held> {
+    pub fn take_waiting(&mut self) -> Vec<CachedBlock> {
         self.waiting_bytes = 0;
         self.waiting_fence_bytes = 0;
         self.waiting.drain(..).collect()
@@ -247,7 +252,7 @@ impl CacheState {
 
     /// Move reusable blocks into `out` until at most `keep` reusable bytes remain (the sizes
     /// held most of first).
-    pub fn spill_ready(&mut self, keep: u64, out: &mut Vec<Held>) {
+    pub fn spill_ready(&mut self, keep: u64, out: &mut Vec<CachedBlock>) {
         self.ready.prune();
         while self.ready_bytes > keep {
             // The size holding the most bytes gives back its older half (the newest stay for
@@ -266,7 +271,7 @@ impl CacheState {
 
     /// Move the older half of the reusable blocks of `size` bytes (all of them if `all`) into
     /// `out`.
-    pub fn spill_size(&mut self, size: u64, all: bool, out: &mut Vec<Held>) {
+    pub fn spill_size(&mut self, size: u64, all: bool, out: &mut Vec<CachedBlock>) {
         let Some(list) = self.ready.get_mut(size) else {
             return;
         };
@@ -282,9 +287,9 @@ impl CacheState {
         }
     }
 
-    /// `held` left this cache for the device (`Pool::give_back`), which takes them back once it
+    /// `held` left this cache for the device (`Pool::receive_from_cache`), which takes them back once it
     /// has its lock.
-    pub fn send(&mut self, held: &[Held]) {
+    pub fn send(&mut self, held: &[CachedBlock]) {
         let sent = Transit::of(held);
         let t = &mut self.transit;
         t.bytes += sent.bytes;
@@ -293,7 +298,7 @@ impl CacheState {
     }
 
     /// The device took back `held`, sent at generation `generation`.
-    pub fn arrived(&mut self, generation: u64, held: &[Held]) {
+    pub fn arrived(&mut self, generation: u64, held: &[CachedBlock]) {
         if self.generation == generation {
             let back = Transit::of(held);
             let t = &mut self.transit;
@@ -331,7 +336,7 @@ impl CacheState {
     }
 
     /// Every free block held.
-    pub fn held_blocks(&self) -> impl Iterator<Item = &Held> {
+    pub fn held_blocks(&self) -> impl Iterator<Item = &CachedBlock> {
         self.ready
             .iter()
             .flat_map(|(_, v)| v.iter())

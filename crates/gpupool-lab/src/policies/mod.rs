@@ -16,7 +16,7 @@ pub use driver::{Counters, Driver};
 pub use run::{run, run_checked, series, Outcome};
 
 use crate::workloads::Op;
-use gpupool::pool::{Addr, Need};
+use gpupool::pool::{Addr, ReuseWait};
 
 /// What a policy does with the program's requests.
 pub trait CachePolicy {
@@ -26,7 +26,7 @@ pub trait CachePolicy {
     fn alloc(&mut self, size: u64) -> Option<Addr>;
     /// The program frees the block at `addr` (its reuse waiting for `need`, which only our pool
     /// models). False when `addr` is not a live block.
-    fn free(&mut self, addr: Addr, need: Need) -> bool;
+    fn free(&mut self, addr: Addr, need: ReuseWait) -> bool;
     /// A recorded synchronization (`Op::Observe`, `Op::SyncPoint`).
     fn sync(&mut self, _op: &Op) {}
     fn driver(&self) -> &Driver;

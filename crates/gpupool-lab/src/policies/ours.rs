@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 use super::{CachePolicy, Driver};
 use crate::workloads::Op;
 use gpupool::pool::device::{DevicePool, Policy};
-use gpupool::pool::{Addr, FreeKind, Need, Seqs};
+use gpupool::pool::{Addr, FreeKind, ReuseClock, ReuseWait};
 
 pub struct Ours {
     name: String,
     driver: Driver,
     pool: DevicePool,
-    seqs: Seqs,
+    clock: ReuseClock,
     policy: Policy,
 }
 
@@ -30,7 +30,7 @@ impl Ours {
             name,
             driver: Driver::new(capacity),
             pool: DevicePool::new(0, threshold),
-            seqs: Seqs::default(),
+            clock: ReuseClock::default(),
             policy: Policy {
                 max_split_size: u64::MAX,
                 fence_bytes: 256 << 20,
@@ -45,25 +45,25 @@ impl CachePolicy for Ours {
     }
     fn alloc(&mut self, size: u64) -> Option<Addr> {
         self.pool
-            .alloc(size, &self.driver, &self.seqs, &self.policy)
+            .alloc(size, &self.driver, &self.clock, &self.policy)
             .ok()
     }
-    fn free(&mut self, addr: Addr, need: Need) -> bool {
-        let seqs = &self.seqs;
+    fn free(&mut self, addr: Addr, need: ReuseWait) -> bool {
+        let clock = &self.clock;
         self.pool.free(addr, FreeKind::Sync, need, || {
-            let s = seqs.freed.load(Ordering::Relaxed);
-            seqs.freed.store(s + 1, Ordering::Relaxed);
+            let s = clock.freed.load(Ordering::Relaxed);
+            clock.freed.store(s + 1, Ordering::Relaxed);
             s
         })
     }
     fn sync(&mut self, op: &Op) {
         match *op {
             Op::Observe { fenced, barriered } => {
-                self.seqs.fenced.fetch_max(fenced, Ordering::Relaxed);
-                self.seqs.barriered.fetch_max(barriered, Ordering::Relaxed);
-                self.pool.promote(&self.seqs);
+                self.clock.fenced.fetch_max(fenced, Ordering::Relaxed);
+                self.clock.barriered.fetch_max(barriered, Ordering::Relaxed);
+                self.pool.promote(&self.clock);
             }
-            Op::SyncPoint => self.pool.sync_point(&self.driver, &self.seqs),
+            Op::SyncPoint => self.pool.sync_point(&self.driver, &self.clock),
             Op::Alloc { .. } | Op::Free { .. } => {}
         }
     }

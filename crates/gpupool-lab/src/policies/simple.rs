@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use super::{round, CachePolicy, Driver};
-use gpupool::pool::{Addr, Need};
+use gpupool::pool::{Addr, ReuseWait};
 
 /// Every request a real `cudaMalloc` (of the request rounded to 512 bytes), every free a real
 /// `cudaFree`: the floor for memory, the ceiling for driver calls.
@@ -34,7 +34,7 @@ impl CachePolicy for NoCache {
         self.allocated += r;
         Some(addr)
     }
-    fn free(&mut self, addr: Addr, _need: Need) -> bool {
+    fn free(&mut self, addr: Addr, _need: ReuseWait) -> bool {
         let Some(r) = self.live.remove(&addr) else {
             return false;
         };
@@ -107,7 +107,7 @@ impl CachePolicy for ExactCache {
         self.allocated += r;
         Some(addr)
     }
-    fn free(&mut self, addr: Addr, _need: Need) -> bool {
+    fn free(&mut self, addr: Addr, _need: ReuseWait) -> bool {
         let Some(r) = self.live.remove(&addr) else {
             return false;
         };

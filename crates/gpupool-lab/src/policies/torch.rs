@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{round, CachePolicy, Driver};
-use gpupool::pool::{Addr, Need};
+use gpupool::pool::{Addr, ReuseWait};
 
 const MIB: u64 = 1 << 20;
 const NONE: u32 = u32::MAX;
@@ -180,7 +180,7 @@ impl CachePolicy for TorchRules {
         Some(addr)
     }
 
-    fn free(&mut self, addr: Addr, _need: Need) -> bool {
+    fn free(&mut self, addr: Addr, _need: ReuseWait) -> bool {
         let Some(mut i) = self.live.remove(&addr) else {
             return false;
         };

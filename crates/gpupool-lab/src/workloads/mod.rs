@@ -14,7 +14,7 @@ pub mod training;
 use std::collections::HashMap;
 
 use gpupool::pool::trace::{Kind as RecordKind, Record};
-use gpupool::pool::{Addr, Need};
+use gpupool::pool::{Addr, ReuseWait};
 
 /// One step of the program, as the allocator sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,9 +23,13 @@ pub enum Op {
     /// are dense and reused, so a replay keeps its addresses in a vector).
     Alloc { slot: u32, size: u64 },
     /// The program frees `slot`'s block; `need` is what the recording pool made its reuse wait
-    /// for (`Need::Nothing` in generated workloads: stream-ordered, as PyTorch's allocator
+    /// for (`ReuseWait::Nothing` in generated workloads: stream-ordered, as PyTorch's allocator
     /// assumes). Only our pool looks at it, as it does at `how`.
-    Free { slot: u32, need: Need, how: FreeHow },
+    Free {
+        slot: u32,
+        need: ReuseWait,
+        how: FreeHow,
+    },
     /// The program synchronized: blocks freed before these fence and barrier sequence numbers
     /// are safe to reuse (recorded traces only; only our pool looks at it).
     Observe { fenced: u64, barriered: u64 },
@@ -126,16 +130,16 @@ impl Program {
     }
 
     pub fn free(&mut self, b: Block) {
-        self.free_after(b, Need::Nothing);
+        self.free_after(b, ReuseWait::Nothing);
     }
 
     /// Free `b`, recording that its reuse waited for `need` (recorded traces).
-    pub fn free_after(&mut self, b: Block, need: Need) {
+    pub fn free_after(&mut self, b: Block, need: ReuseWait) {
         self.free_recorded(b, need, FreeHow::default());
     }
 
     /// Free `b` as a trace recorded it: its reuse waited for `need`, and it was made `how`.
-    pub fn free_recorded(&mut self, b: Block, need: Need, how: FreeHow) {
+    pub fn free_recorded(&mut self, b: Block, need: ReuseWait, how: FreeHow) {
         self.ops.push(Op::Free {
             slot: b.slot,
             need,
@@ -270,7 +274,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
                         code: (r.aux & 3) as u8,
                         nonblocking_seen: d.nonblocking_seen,
                     };
-                    d.p.free_recorded(b, Need::from_code(r.b), how);
+                    d.p.free_recorded(b, ReuseWait::from_code(r.b), how);
                 }
             }
             RecordKind::Observe => d.p.ops.push(Op::Observe {
@@ -328,7 +332,7 @@ mod tests {
             rec(RecordKind::Free, 0x2000, 2, 512, 0),
         ];
         let w = &from_records(&records, "t")[0].1;
-        let frees: Vec<(Need, FreeHow)> = w
+        let frees: Vec<(ReuseWait, FreeHow)> = w
             .ops
             .iter()
             .filter_map(|o| match *o {
@@ -342,7 +346,10 @@ mod tests {
         };
         assert_eq!(
             frees,
-            [(Need::Barrier, how(1, false)), (Need::Fence, how(0, true))]
+            [
+                (ReuseWait::Barrier, how(1, false)),
+                (ReuseWait::Fence, how(0, true))
+            ]
         );
     }
 

@@ -14,7 +14,7 @@ use gpupool::pool::backend::Addr;
 use gpupool::pool::device::{DevicePool, Policy};
 use gpupool::pool::model_driver::ModelDriver;
 use gpupool::pool::trace::{TraceBuf, TraceSink, MAGIC, RECORD_SIZE};
-use gpupool::pool::{FreeKind, Seqs};
+use gpupool::pool::{FreeKind, ReuseClock};
 
 /// Nanoseconds of synthetic time per operation.
 pub const NS_PER_OP: u64 = 1000;
@@ -43,7 +43,7 @@ pub fn to_trace(w: &Workload) -> Vec<u8> {
         fence_bytes: 256 << 20,
     };
     let backend = Bump::new();
-    let seqs = Seqs::default();
+    let clock = ReuseClock::default();
     let mut pool = DevicePool::new(0, u64::MAX);
     let dyn_sink: Arc<dyn TraceSink> = sink.clone();
     pool.set_trace(TraceBuf::new(dyn_sink, Instant::now(), 0), &policy, 2);
@@ -62,23 +62,23 @@ pub fn to_trace(w: &Workload) -> Vec<u8> {
     for (i, op) in w.ops.iter().enumerate() {
         match *op {
             Op::Alloc { slot, size } => {
-                addrs[slot as usize] = pool.alloc(size, &backend, &seqs, &policy).ok();
+                addrs[slot as usize] = pool.alloc(size, &backend, &clock, &policy).ok();
             }
             Op::Free { slot, need, .. } => {
                 if let Some(addr) = addrs[slot as usize].take() {
                     pool.free(addr, FreeKind::Sync, need, || {
-                        let s = seqs.freed.load(Ordering::Relaxed);
-                        seqs.freed.store(s + 1, Ordering::Relaxed);
+                        let s = clock.freed.load(Ordering::Relaxed);
+                        clock.freed.store(s + 1, Ordering::Relaxed);
                         s
                     });
                 }
             }
             Op::Observe { fenced, barriered } => {
-                seqs.fenced.fetch_max(fenced, Ordering::Relaxed);
-                seqs.barriered.fetch_max(barriered, Ordering::Relaxed);
-                pool.promote(&seqs);
+                clock.fenced.fetch_max(fenced, Ordering::Relaxed);
+                clock.barriered.fetch_max(barriered, Ordering::Relaxed);
+                pool.promote(&clock);
             }
-            Op::SyncPoint => pool.sync_point(&backend, &seqs),
+            Op::SyncPoint => pool.sync_point(&backend, &clock),
         }
         stamp(&mut pool, (i as u64 + 1) * NS_PER_OP);
     }

@@ -14,7 +14,7 @@ use super::spin;
 /// fence or barrier, the pool's or the program's, moves the epoch on before it starts and
 /// raises `cache_fenced`/`cache_barriered` to the epoch it started in once it completed.
 #[derive(Default)]
-pub struct Seqs {
+pub struct ReuseClock {
     pub freed: AtomicU64,
     pub fenced: AtomicU64,
     pub barriered: AtomicU64,
@@ -23,7 +23,7 @@ pub struct Seqs {
     pub cache_barriered: AtomicU64,
 }
 
-/// What a fence or barrier will cover, read before it starts (`Seqs::before_sync`).
+/// What a fence or barrier will cover, read before it starts (`ReuseClock::before_sync`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SyncSeq {
     /// Blocks the device stamped below this.
@@ -32,7 +32,7 @@ pub struct SyncSeq {
     pub epoch: u64,
 }
 
-impl Seqs {
+impl ReuseClock {
     /// Read before a fence or barrier starts: what it will cover once it completed.
     pub fn before_sync(&self) -> SyncSeq {
         SyncSeq {
