@@ -357,6 +357,22 @@ int gpupool_enabled(void);
 int gpupool_write_summary(int fd);
 
 /**
+ * The summary as text (`format` 0, what `gpupool_write_summary` writes), JSON (1, the
+ * `GPUPOOL_SUMMARY=json:` document) or Prometheus's text format (2), copied into `buf`: at
+ * most `size - 1` bytes and a NUL, as `snprintf` does. `*length` receives the whole summary's
+ * length without the NUL, so a caller whose `buf` was too small (`*length >= size`) calls
+ * again with `*length + 1` bytes; `buf` may be NULL when `size` is 0. Does not flush stdio.
+ * Waits as `gpupool_write_summary` does.
+ *
+ * Returns 0, 1 (`length` is NULL, `buf` is NULL with `size` above 0, or `format` is not 0, 1
+ * or 2), or 35.
+ *
+ * # Safety
+ * `buf` points to `size` writable bytes; `length` to a `size_t`.
+ */
+int gpupool_get_summary(int format, char *buf, size_t size, size_t *length);
+
+/**
  * PyTorch's allocation function (`void *alloc(ssize_t size, int device, cudaStream_t
  * stream)`): `size` bytes on `device` for use on `stream`, whatever device is current (it is
  * made current for the call, then the previous one is restored). Returns NULL for size 0, and

@@ -7,6 +7,7 @@ use super::{GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
 use crate::guard::boundary;
 use crate::log;
 use crate::report::summary::{render_text, Report};
+use crate::report::{none_intercepted, render, Format};
 
 /// Major version of this header (the version it describes; compare `GPUPOOL_VERSION_NUMBER`
 /// with `gpupool_version_number()`, the version of the library loaded at run time).
@@ -94,6 +95,58 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
             Some(libc::EBADF) => GPUPOOL_ERROR_INVALID_VALUE,
             _ => GPUPOOL_ERROR_UNKNOWN,
         })
+    })
+}
+
+/// The summary as text (`format` 0, what `gpupool_write_summary` writes), JSON (1, the
+/// `GPUPOOL_SUMMARY=json:` document) or Prometheus's text format (2), copied into `buf`: at
+/// most `size - 1` bytes and a NUL, as `snprintf` does. `*length` receives the whole summary's
+/// length without the NUL, so a caller whose `buf` was too small (`*length >= size`) calls
+/// again with `*length + 1` bytes; `buf` may be NULL when `size` is 0. Does not flush stdio.
+/// Waits as `gpupool_write_summary` does.
+///
+/// Returns 0, 1 (`length` is NULL, `buf` is NULL with `size` above 0, or `format` is not 0, 1
+/// or 2), or 35.
+///
+/// # Safety
+/// `buf` points to `size` writable bytes; `length` to a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpupool_get_summary(
+    format: c_int,
+    buf: *mut c_char,
+    size: usize,
+    length: *mut usize,
+) -> c_int {
+    run(|| {
+        let format = match format {
+            0 => Format::Text,
+            1 => Format::Json,
+            2 => Format::Prometheus,
+            _ => return Err(GPUPOOL_ERROR_INVALID_VALUE),
+        };
+        if length.is_null() || (buf.is_null() && size > 0) {
+            return Err(GPUPOOL_ERROR_INVALID_VALUE);
+        }
+        let g = state()?;
+        let (_inside, patience) = report_patience();
+        let text = match g.pool() {
+            Some(pool) => render(&Report::collect(pool, &g.runtime_path, patience), format),
+            None => none_intercepted(
+                format,
+                &format!("the pool is off; every call goes to {}", g.runtime_path),
+            ),
+        };
+        if size > 0 {
+            let n = text.len().min(size - 1);
+            // SAFETY: the caller gives `size` writable bytes at `buf`; `n + 1 <= size`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+        }
+        // SAFETY: `length` is not NULL and points to a `size_t` (the caller's promise).
+        unsafe { *length = text.len() };
+        Ok(())
     })
 }
 

@@ -117,7 +117,12 @@ fn write_none_intercepted(dest: &SummaryDest, why: &str) {
             return;
         }
     }
-    let text = match Format::of(dest) {
+    write_to(dest, none_intercepted(Format::of(dest), why).as_bytes());
+}
+
+/// The summary of a process the pool did not serve, saying `why`, in `format`.
+pub fn none_intercepted(format: Format, why: &str) -> String {
+    match format {
         Format::Json => format!(
             "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"intercepted\":false,\"reason\":{},\"devices\":[]}}\n",
             json::quote(env!("CARGO_PKG_VERSION")),
@@ -137,8 +142,7 @@ fn write_none_intercepted(dest: &SummaryDest, why: &str) {
             "gpupool summary   pid {}: no CUDA allocations were intercepted: {why}\n",
             std::process::id()
         ),
-    };
-    write_to(dest, text.as_bytes());
+    }
 }
 
 /// Whether `path` is a regular file last modified after this process started (a file older

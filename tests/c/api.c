@@ -36,6 +36,41 @@ static gpupool_stats pool_stats(int device)
 /* Every figure the API reports equals what this program did, and the driver side equals what
  * the simulator saw. Half the allocations go through cudaMalloc (pooled: -lgpupool comes first),
  * half through gpupool_malloc/gpupool_malloc_async. */
+/* gpupool_get_summary: the whole length whatever the buffer, a NUL-terminated prefix in a short
+ * one, the JSON document with the struct's figures, refusals of bad arguments. */
+static void summary_into_buffers(gpupool_stats st)
+{
+    size_t len = 0;
+    CHECK_POOL(gpupool_get_summary(0, NULL, 0, &len));
+    CHECK(len > 100, "text summary of %zu bytes", len);
+    char *text = malloc(len + 1);
+    size_t again = 0;
+    CHECK_POOL(gpupool_get_summary(0, text, len + 1, &again));
+    CHECK(again == len && strlen(text) == len, "length %zu then %zu, strlen %zu", len, again,
+          strlen(text));
+    CHECK(strstr(text, "gpupool summary") != NULL, "text: %.80s", text);
+    char small[16];
+    memset(small, 'x', sizeof small);
+    CHECK_POOL(gpupool_get_summary(0, small, sizeof small, &again));
+    CHECK(again == len && small[15] == 0 && strncmp(small, text, 15) == 0, "short buffer: %.16s",
+          small);
+    free(text);
+
+    CHECK_POOL(gpupool_get_summary(1, NULL, 0, &len));
+    char *json = malloc(len + 1);
+    CHECK_POOL(gpupool_get_summary(1, json, len + 1, &again));
+    char want[64];
+    snprintf(want, sizeof want, "\"allocations\":%llu,", (unsigned long long)st.alloc_calls);
+    CHECK(json[0] == '{' && strstr(json, want), "JSON lacks %s: %.200s", want, json);
+    free(json);
+
+    CHECK_POOL(gpupool_get_summary(2, NULL, 0, &len));
+    CHECK(len > 100, "Prometheus text of %zu bytes", len);
+    CHECK(gpupool_get_summary(3, NULL, 0, &len) == GPUPOOL_ERROR_INVALID_VALUE, "format 3");
+    CHECK(gpupool_get_summary(0, NULL, 8, &len) == GPUPOOL_ERROR_INVALID_VALUE, "NULL buffer");
+    CHECK(gpupool_get_summary(0, small, 8, NULL) == GPUPOOL_ERROR_INVALID_VALUE, "NULL length");
+}
+
 static void stats(void)
 {
     static const size_t sizes[] = {1, 512, 513, 4096, MIB, MIB + 1, 3 * MIB, 12 * MIB, 25 * MIB};
@@ -114,6 +149,7 @@ static void stats(void)
         CHECK_POOL(gpupool_free(p[3][i]));
     CHECK_CUDA(cudaStreamDestroy(s));
     CHECK_POOL(gpupool_write_summary(1));
+    summary_into_buffers(pool_stats(0));
     printf("stats ok\n");
 }
 
