@@ -29,7 +29,7 @@ thread_local! {
     };
 }
 
-/// CachedBlock while this thread is inside the pool. Not `Send`: it points at this thread's `Thread`.
+/// Held while this thread is inside the pool. Not `Send`: it points at this thread's `Thread`.
 pub struct Inside(*const Thread);
 
 impl Inside {

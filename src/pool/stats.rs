@@ -34,7 +34,7 @@ impl Gauge {
         self.current -= n;
         self.total_out += n;
     }
-    /// CachedBlock by a thread cache: counted now, but not as the program's own traffic (the thread
+    /// Held by a thread cache: counted now, but not as the program's own traffic (the thread
     /// cache counts that).
     pub fn lend(&mut self, n: u64) {
         self.current += n;

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::config::SummaryDest;
 
-/// CachedBlock while a summary is collected and written; `true` once the exit summary was. A dump in
+/// Held while a summary is collected and written; `true` once the exit summary was. A dump in
 /// progress at exit finishes before the exit summary is collected, and none starts after it, so
 /// the last summary written holds the final numbers and none is cut off when the process ends.
 static WRITING: Mutex<bool> = Mutex::new(false);

@@ -95,7 +95,7 @@ enum State {
     Binned,
     /// Freed by the program but maybe still used by in-flight work: not reusable yet.
     Pending,
-    /// CachedBlock by a thread cache (`tcache.rs`), handed out from there or waiting there for reuse;
+    /// Held by a thread cache (`tcache.rs`), handed out from there or waiting there for reuse;
     /// counted as allocated at its full size until it comes back.
     Lent,
 }
