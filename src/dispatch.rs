@@ -22,12 +22,12 @@ use crate::pool::{
 };
 
 /// The runtime, or the status to return when there is none.
-fn runtime() -> Result<&'static Global, CudaStatus> {
+pub(crate) fn runtime() -> Result<&'static Global, CudaStatus> {
     global::get().ok_or_else(global::missing_runtime)
 }
 
 /// Calls a runtime entry point the application has (it called it), or reports its absence.
-fn forward<F: Copy>(f: Option<F>, call: impl FnOnce(F) -> CudaStatus) -> CudaStatus {
+pub(crate) fn forward<F: Copy>(f: Option<F>, call: impl FnOnce(F) -> CudaStatus) -> CudaStatus {
     match f {
         Some(f) => call(f),
         None => ERROR_INSUFFICIENT_DRIVER,
@@ -38,7 +38,7 @@ fn forward<F: Copy>(f: Option<F>, call: impl FnOnce(F) -> CudaStatus) -> CudaSta
 /// leaves no error behind (`own_query`): the pool carries on without the answer. In a process
 /// that sees one device, that device is current on every thread: no query at all (each hook
 /// asked once per call, which on a GPU costs more than the rest of a cache hit).
-fn current_device(rt: &Runtime) -> Option<u32> {
+pub(crate) fn current_device(rt: &Runtime) -> Option<u32> {
     if one_device(rt) {
         return Some(0);
     }
@@ -122,12 +122,32 @@ pub unsafe fn malloc_on(
     stream: Option<Stream>,
     current: Option<u32>,
 ) -> CudaStatus {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe {
+        malloc_with(dev_ptr, size, stream, current, |rt| {
+            (rt.malloc)(dev_ptr, size)
+        })
+    }
+}
+
+/// `malloc_on`, where `pass` is the runtime's own call for the request, made when the pool does
+/// not serve it (`cudaMalloc`, or `cudaMallocAsync` for `mempool::malloc_async`).
+///
+/// # Safety
+/// As `malloc_on`; `pass` makes the runtime's call with the caller's arguments.
+#[inline(always)]
+pub(crate) unsafe fn malloc_with(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Option<Stream>,
+    current: Option<u32>,
+    pass: impl Fn(&Runtime) -> CudaStatus,
+) -> CudaStatus {
     let Some((g, pool)) = global::with_pool() else {
         return global::missing_runtime();
     };
     let rt = &g.runtime;
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let pass = || unsafe { (rt.malloc)(dev_ptr, size) };
+    let pass = || pass(rt);
     let (Some(pool), false, false) = (pool, dev_ptr.is_null(), size == 0) else {
         return pass();
     };

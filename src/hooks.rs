@@ -9,6 +9,7 @@ use crate::cuda::others::Entry;
 use crate::cuda::types::*;
 use crate::dispatch;
 use crate::guard::boundary;
+use crate::mempool;
 
 /// # Safety
 /// As `cudaMalloc`: `dev_ptr` is NULL or valid for a write.
@@ -36,6 +37,58 @@ pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> 
 pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
     // SAFETY: the caller's contract.
     boundary(ERROR_UNKNOWN, || unsafe { dispatch::free(ptr) })
+}
+
+/// # Safety
+/// As `cudaMallocAsync`: `dev_ptr` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocAsync(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Stream,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::malloc_async(dev_ptr, size, stream)
+    })
+}
+
+/// # Safety
+/// As `cudaMemPoolTrimTo`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemPoolTrimTo(mem_pool: MemPool, keep: usize) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::trim_to(mem_pool, keep)
+    })
+}
+
+/// # Safety
+/// As `cudaMemPoolGetAttribute`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemPoolGetAttribute(
+    mem_pool: MemPool,
+    attr: i32,
+    value: *mut c_void,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::get_attribute(mem_pool, attr, value)
+    })
+}
+
+/// # Safety
+/// As `cudaMemPoolSetAttribute`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemPoolSetAttribute(
+    mem_pool: MemPool,
+    attr: i32,
+    value: *mut c_void,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::set_attribute(mem_pool, attr, value)
+    })
 }
 
 /// # Safety

@@ -6,11 +6,13 @@
 //! - `api`: the `gpupool_*` C API (`include/gpupool.h`) and the PyTorch allocator entry points.
 //! - `lifecycle`: load, first allocation, exit; the live-dump thread.
 //! - `dispatch`: the one path from every entry point to the pool or the runtime.
+//! - `mempool`: `cudaMallocAsync` and the default memory pool's calls, answered from the pool.
 //! - `global`: the process-wide state, made on the first CUDA call.
 //! - `report`: the summary, the out-of-memory report, the trace file.
 //! - `cuda`: finding the application's runtime, its entry points, the pool backend on them.
 //! - `pool`: the caching algorithm, free of FFI.
 //! - `config`: every `GPUPOOL_*` variable.
+//! - `frameworks`: PyTorch's allocator chosen at load; caches of frameworks above the pool.
 //! - `guard`, `log`, `load_time`, `rng`: panic boundary and reentrancy guard, stderr lines and
 //!   descriptor writes, the load time, a seeded generator for tests and the lab.
 //!
@@ -28,6 +30,8 @@ pub mod cuda;
 /// cbindgen:ignore
 pub mod dispatch;
 /// cbindgen:ignore
+pub mod frameworks;
+/// cbindgen:ignore
 pub mod global;
 /// cbindgen:ignore
 pub mod guard;
@@ -39,6 +43,8 @@ pub mod lifecycle;
 pub mod load_time;
 /// cbindgen:ignore
 pub mod log;
+/// cbindgen:ignore
+pub mod mempool;
 /// cbindgen:ignore
 pub mod pool;
 /// cbindgen:ignore

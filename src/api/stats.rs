@@ -88,19 +88,19 @@ impl gpupool_stats {
     fn add(&mut self, d: &DeviceSnapshot) {
         let s = &d.stats;
         self.requested_bytes += s.requested.current;
-        self.requested_bytes_peak += s.requested.peak;
+        self.requested_bytes_peak += s.requested.peak_ever();
         self.allocated_bytes += s.allocated.current;
-        self.allocated_bytes_peak += s.allocated.peak;
+        self.allocated_bytes_peak += s.allocated.peak_ever();
         self.allocated_bytes_total += s.allocated.total_in;
         self.reserved_bytes += s.reserved.current;
-        self.reserved_bytes_peak += s.reserved.peak;
+        self.reserved_bytes_peak += s.reserved.peak_ever();
         self.cached_bytes += d.cached;
         self.pending_bytes += d.pending;
         self.largest_free_block = self.largest_free_block.max(d.largest_free);
         self.active_allocations += s.blocks.current;
-        self.active_allocations_peak += s.blocks.peak;
+        self.active_allocations_peak += s.blocks.peak_ever();
         self.segments += s.segments.current;
-        self.segments_peak += s.segments.peak;
+        self.segments_peak += s.segments.peak_ever();
         self.alloc_calls += s.allocs;
         self.free_calls += s.frees;
         self.cache_hits += s.hits;

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_void};
 
-use super::types::{CudaStatus, Dim3, Event, IpcMemHandle, Stream};
+use super::types::{CudaStatus, Dim3, Event, IpcMemHandle, MemPool, Stream};
 
 pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaStatus;
 pub type MallocAsyncFn = unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> CudaStatus;
@@ -26,6 +26,10 @@ pub type LaunchKernelFn =
     unsafe extern "C" fn(*const c_void, Dim3, Dim3, *mut *mut c_void, usize, Stream) -> CudaStatus;
 pub type IpcGetMemHandleFn = unsafe extern "C" fn(*mut IpcMemHandle, *mut c_void) -> CudaStatus;
 pub type GetErrorStringFn = unsafe extern "C" fn(CudaStatus) -> *const c_char;
+pub type StreamGetDeviceFn = unsafe extern "C" fn(Stream, *mut i32) -> CudaStatus;
+pub type DeviceGetDefaultMemPoolFn = unsafe extern "C" fn(*mut MemPool, i32) -> CudaStatus;
+pub type MemPoolTrimToFn = unsafe extern "C" fn(MemPool, usize) -> CudaStatus;
+pub type MemPoolAttributeFn = unsafe extern "C" fn(MemPool, i32, *mut c_void) -> CudaStatus;
 
 /// Entry points of the runtime the application uses. The first group must exist for the pool to
 /// work; the rest are forwarded to when the application calls them, so they exist whenever the
@@ -60,6 +64,15 @@ pub struct Runtime {
     pub launch_kernel_internal: Option<LaunchKernelFn>,
     pub ipc_get_mem_handle: Option<IpcGetMemHandleFn>,
     pub get_error_string: Option<GetErrorStringFn>,
+    /// `cudaStreamGetDevice` (CUDA 12.8 and later): the device of a stream `cudaMallocAsync`
+    /// names.
+    pub stream_get_device: Option<StreamGetDeviceFn>,
+    /// The default memory pool's calls, which PyTorch's `cudaMallocAsync` backend makes
+    /// (`mempool.rs`).
+    pub device_get_default_mem_pool: Option<DeviceGetDefaultMemPoolFn>,
+    pub mem_pool_trim_to: Option<MemPoolTrimToFn>,
+    pub mem_pool_get_attribute: Option<MemPoolAttributeFn>,
+    pub mem_pool_set_attribute: Option<MemPoolAttributeFn>,
 }
 
 /// Resolves a symbol by name to a raw address, or null.
@@ -128,6 +141,11 @@ impl Runtime {
             launch_kernel_internal: optional!(lookup, "__cudaLaunchKernel"),
             ipc_get_mem_handle: optional!(lookup, "cudaIpcGetMemHandle"),
             get_error_string: optional!(lookup, "cudaGetErrorString"),
+            stream_get_device: optional!(lookup, "cudaStreamGetDevice"),
+            device_get_default_mem_pool: optional!(lookup, "cudaDeviceGetDefaultMemPool"),
+            mem_pool_trim_to: optional!(lookup, "cudaMemPoolTrimTo"),
+            mem_pool_get_attribute: optional!(lookup, "cudaMemPoolGetAttribute"),
+            mem_pool_set_attribute: optional!(lookup, "cudaMemPoolSetAttribute"),
         })
     }
 

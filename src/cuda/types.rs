@@ -9,6 +9,8 @@ use std::ffi::c_void;
 pub type CudaStatus = i32;
 pub type Stream = *mut c_void;
 pub type Event = *mut c_void;
+/// `cudaMemPool_t`.
+pub type MemPool = *mut c_void;
 
 pub const SUCCESS: CudaStatus = 0;
 pub const ERROR_INVALID_VALUE: CudaStatus = 1;

@@ -41,6 +41,7 @@ static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
 fn at_load() {
     log::note_streams_at_load();
     crate::load_time::note_now();
+    crate::frameworks::choose_at_load();
     // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
     // of the program could change the environment.
     let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };

@@ -35,13 +35,31 @@ impl<B: Backend> Pool<B> {
 
     /// Release every whole free segment of `device`. Returns the bytes released.
     pub fn empty_cache(&self, device: u32) -> u64 {
+        self.trim_to(device, 0)
+    }
+
+    /// Release whole free segments of `device` until at most `keep` bytes stay reserved.
+    /// Returns the bytes released.
+    pub fn trim_to(&self, device: u32, keep: u64) -> u64 {
         let Some(slot) = self.existing(device) else {
             return 0;
         };
         let mut p = Self::lock(slot);
         slot.caches.sweep_orphans(&mut p, &slot.clock);
         slot.caches.reclaim(&mut p, &slot.clock);
-        p.empty_cache(&self.timed(slot), &slot.clock)
+        p.trim_to(&self.timed(slot), &slot.clock, keep)
+    }
+
+    /// Start a new peak of `device`'s reserved bytes (`reserved`), or of its allocated bytes,
+    /// from the current value; the run's peak stays in the summary.
+    pub fn reset_peak(&self, device: u32, reserved: bool) {
+        if let Some(slot) = self.existing(device) {
+            let mut p = Self::lock(slot);
+            match reserved {
+                true => p.stats.reserved.reset_peak(),
+                false => p.stats.allocated.reset_peak(),
+            }
+        }
     }
 
     /// Set the release threshold of every device, now and for devices not yet used.

@@ -188,7 +188,7 @@ impl DeviceReplay {
             }
             Kind::SyncPoint => self.pool.sync_point(&self.backend, &self.clock),
             Kind::EmptyCache => {
-                self.pool.empty_cache(&self.backend, &self.clock);
+                self.pool.trim_to(&self.backend, &self.clock, r.a);
             }
             Kind::Threshold if o.threshold.is_none() => self.pool.set_threshold(r.a),
             Kind::Limit if o.limit.is_none() => self.pool.set_limit(r.a),

@@ -19,12 +19,25 @@ pub(crate) use counted;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Gauge {
     pub current: u64,
+    /// The peak since the last `reset_peak` (the run's start if none).
     pub peak: u64,
+    /// The highest peak before the last `reset_peak`.
+    pub earlier_peak: u64,
     pub total_in: u64,
     pub total_out: u64,
 }
 
 impl Gauge {
+    /// The peak over the whole run, whatever was reset: what the summary reports.
+    pub fn peak_ever(&self) -> u64 {
+        self.peak.max(self.earlier_peak)
+    }
+    /// Start a new peak from the current value (a program's reset of its peak statistics,
+    /// `cudaMemPoolSetAttribute` of a high-water mark); the run's peak is kept.
+    pub fn reset_peak(&mut self) {
+        self.earlier_peak = self.peak_ever();
+        self.peak = self.current;
+    }
     pub fn add(&mut self, n: u64) {
         self.current += n;
         self.total_in += n;

@@ -52,7 +52,7 @@ pub enum Kind {
     Observe = 9,
     /// A release point (a program synchronization): the threshold was applied.
     SyncPoint = 10,
-    /// An explicit empty-cache request.
+    /// An explicit empty-cache request, keeping at most `a` bytes reserved (0: all free).
     EmptyCache = 11,
     /// The release threshold changed: `a` bytes.
     Threshold = 12,

@@ -30,7 +30,10 @@ pub fn quote(s: &str) -> String {
 fn gauge(g: &Gauge) -> String {
     format!(
         "{{\"current\":{},\"peak\":{},\"total_in\":{},\"total_out\":{}}}",
-        g.current, g.peak, g.total_in, g.total_out
+        g.current,
+        g.peak_ever(),
+        g.total_in,
+        g.total_out
     )
 }
 
@@ -146,7 +149,7 @@ fn device(d: &DeviceReport) -> String {
 pub fn render_json(r: &Report) -> String {
     let devices: Vec<String> = r.devices.iter().map(device).collect();
     format!(
-        "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"runtime\":{},\"reuse\":{},\"intercepted\":{},\"devices\":[{}],\"unread_devices\":[{}]}}\n",
+        "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"runtime\":{},\"reuse\":{},\"intercepted\":{},\"devices\":[{}],\"unread_devices\":[{}],\"frameworks\":[{}]}}\n",
         quote(env!("CARGO_PKG_VERSION")),
         r.pid,
         quote(&r.rank),
@@ -158,6 +161,16 @@ pub fn render_json(r: &Report) -> String {
         r.unread
             .iter()
             .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        r.frameworks
+            .iter()
+            .map(|f| format!(
+                "{{\"name\":{},\"caches_above_pool\":{},\"note\":{}}}",
+                quote(f.name),
+                f.caches_above,
+                quote(&f.note)
+            ))
             .collect::<Vec<_>>()
             .join(",")
     )

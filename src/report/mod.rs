@@ -101,7 +101,7 @@ fn not_intercepted_why() -> String {
     } else {
         format!(
             "a CUDA runtime was loaded ({}) but no cudaMalloc reached libgpupool: the program \
-             allocates otherwise (cudaMallocAsync, cudaMallocManaged, the driver API) or the \
+             allocates otherwise (cudaMallocManaged, the driver API) or the \
              library that allocates links the runtime statically",
             loaded.join(", ")
         )

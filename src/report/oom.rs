@@ -118,8 +118,8 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
     let _ = writeln!(
         o,
         "  peak       {} allocated at most, {} reserved at most; {} live blocks now",
-        bytes(s.allocated.peak),
-        bytes(s.reserved.peak),
+        bytes(s.allocated.peak_ever()),
+        bytes(s.reserved.peak_ever()),
         s.blocks.current
     );
     let mut advice = Vec::new();

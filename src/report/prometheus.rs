@@ -28,7 +28,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "gpupool_requested_bytes_peak",
         "gauge",
         "Highest requested bytes.",
-        |d| d.snap.stats.requested.peak as f64,
+        |d| d.snap.stats.requested.peak_ever() as f64,
     ),
     (
         "gpupool_allocated_bytes",
@@ -40,7 +40,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "gpupool_allocated_bytes_peak",
         "gauge",
         "Highest allocated bytes.",
-        |d| d.snap.stats.allocated.peak as f64,
+        |d| d.snap.stats.allocated.peak_ever() as f64,
     ),
     (
         "gpupool_reserved_bytes",
@@ -52,7 +52,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "gpupool_reserved_bytes_peak",
         "gauge",
         "Highest reserved bytes.",
-        |d| d.snap.stats.reserved.peak as f64,
+        |d| d.snap.stats.reserved.peak_ever() as f64,
     ),
     (
         "gpupool_cached_bytes",
@@ -88,7 +88,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "gpupool_live_blocks_peak",
         "gauge",
         "Highest number of blocks allocated at once.",
-        |d| d.snap.stats.blocks.peak as f64,
+        |d| d.snap.stats.blocks.peak_ever() as f64,
     ),
     (
         "gpupool_segments",
@@ -100,7 +100,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "gpupool_segments_peak",
         "gauge",
         "Highest number of segments held at once.",
-        |d| d.snap.stats.segments.peak as f64,
+        |d| d.snap.stats.segments.peak_ever() as f64,
     ),
     (
         "gpupool_release_threshold_bytes",

@@ -24,6 +24,8 @@ pub struct Report {
     /// Made at exit: the blocks still allocated are the ones the program never freed (a live
     /// dump lists the same blocks as allocated now).
     pub at_exit: bool,
+    /// Frameworks in the process and what their caches do above the pool.
+    pub frameworks: Vec<crate::frameworks::FrameworkNote>,
 }
 
 pub struct DeviceReport {
@@ -107,6 +109,7 @@ impl Report {
             reuse: pool.settings().reuse.name(),
             max_split_size: pool.settings().policy.max_split_size,
             devices,
+            frameworks: crate::frameworks::notes(),
         }
     }
 
@@ -146,7 +149,7 @@ fn limit_text(limit: u64, s: &crate::pool::DeviceStats) -> String {
     format!(
         "   limit {} (peak reserved {}{refused})",
         bytes(limit),
-        pct(s.reserved.peak, limit)
+        pct(s.reserved.peak_ever(), limit)
     )
 }
 
@@ -193,7 +196,7 @@ pub fn render_text(r: &Report) -> String {
                 " {:<26}{:>12}{:>12}{:>14}{:>14}",
                 name,
                 fmt(g.current),
-                fmt(g.peak),
+                fmt(g.peak_ever()),
                 fmt(g.total_in),
                 fmt(g.total_out)
             );
@@ -344,6 +347,12 @@ pub fn render_text(r: &Report) -> String {
             if d.leaks.len() > 10 {
                 let _ = writeln!(o, "   ... and {} more sizes", d.leaks.len() - 10);
             }
+        }
+    }
+    if !r.frameworks.is_empty() {
+        let _ = writeln!(o, "{rule}");
+        for f in &r.frameworks {
+            let _ = writeln!(o, " {:<10}{}", f.name, f.note);
         }
     }
     let _ = writeln!(o, "{rule}");

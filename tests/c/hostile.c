@@ -57,8 +57,14 @@ int main(void)
     CHECK(sim_stats(0).free_calls == before.free_calls, "a pooled pointer reached cudaFreeAsync");
     CHECK_CUDA(cudaStreamDestroy(s));
 
-    /* Memory from other allocators passes through untouched. */
+    /* cudaMallocAsync is pooled, whichever call frees it; memory from other allocators passes
+     * through untouched. */
     CHECK_CUDA(cudaMallocAsync(&q, 8192, 0));
+    CHECK_CUDA(cudaFree(q));
+    CHECK_CUDA(cudaMallocAsync(&q, 8192, 0));
+    CHECK_CUDA(cudaFreeAsync(q, 0));
+    size_t pitch = 0;
+    CHECK_CUDA(cudaMallocPitch(&q, &pitch, 64, 64));
     CHECK_CUDA(cudaFree(q));
     CHECK_CUDA(cudaMallocManaged(&q, 8192, cudaMemAttachGlobal));
     CHECK_CUDA(cudaFree(q));

@@ -84,12 +84,17 @@ pub fn gpupool_libs() -> Vec<String> {
     ]
 }
 
-/// A command for `exe` without any inherited `GPUPOOL_*`, `CUDASIM_*` or `LD_PRELOAD`.
+/// A command for `exe` without any inherited `GPUPOOL_*`, `CUDASIM_*`, `PYTORCH_*` or
+/// `LD_PRELOAD`.
 pub fn clean_command(exe: &Path) -> Command {
     let mut cmd = Command::new(exe);
     for (key, _) in std::env::vars_os() {
         let k = key.to_string_lossy();
-        if k.starts_with("CUDASIM_") || k.starts_with("GPUPOOL_") || k == "LD_PRELOAD" {
+        if k.starts_with("CUDASIM_")
+            || k.starts_with("GPUPOOL_")
+            || k.starts_with("PYTORCH_")
+            || k == "LD_PRELOAD"
+        {
             cmd.env_remove(key);
         }
     }

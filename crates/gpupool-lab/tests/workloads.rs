@@ -116,7 +116,8 @@ fn generated_traces_read_back_as_the_same_requests_and_replay_exactly() {
         let mut ours = lineup(u64::MAX, None).swap_remove(0);
         let o = run(ours.as_mut(), &w);
         assert_eq!(
-            r[0].stats.reserved.peak, o.counters.peak_reserved,
+            r[0].stats.reserved.peak_ever(),
+            o.counters.peak_reserved,
             "{}",
             w.name
         );

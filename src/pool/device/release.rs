@@ -122,9 +122,16 @@ impl DevicePool {
 
     /// An explicit request to give every whole free segment back. Returns the bytes released.
     pub fn empty_cache(&mut self, backend: &dyn Backend, clock: &ReuseClock) -> u64 {
+        self.trim_to(backend, clock, 0)
+    }
+
+    /// Release whole free segments until at most `keep` bytes stay reserved, or none is left
+    /// free (`cudaMemPoolTrimTo`'s rule). Returns the bytes released.
+    pub fn trim_to(&mut self, backend: &dyn Backend, clock: &ReuseClock, keep: u64) -> u64 {
         self.promote(clock);
-        self.record(Kind::EmptyCache, 0, 0, 0, 0);
-        self.release_segments(backend, 0, Release::EmptyCache)
+        self.record(Kind::EmptyCache, keep, 0, 0, 0);
+        let keep_cached = keep.saturating_sub(self.stats.reserved.current - self.cached());
+        self.release_segments(backend, keep_cached, Release::EmptyCache)
     }
 
     /// Set the most bytes this pool may reserve (applied to the next segment).

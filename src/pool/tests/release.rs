@@ -37,6 +37,45 @@ fn without_threshold_everything_stays_cached() {
 }
 
 #[test]
+fn trim_to_keeps_at_most_what_it_was_told_of_reserved_memory() {
+    let p = relaxed();
+    let v: Vec<Addr> = (0..16).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
+    for &a in &v[..12] {
+        p.free(a, FreeKind::Sync, None);
+    }
+    // 1 GiB reserved, 256 MiB of it live: trimming to 512 MiB releases 8 of the 12 free
+    // segments, and nothing live.
+    assert_eq!(p.trim_to(0, 512 * MIB), 512 * MIB);
+    assert_eq!(p.backend().reserved_on(0), 512 * MIB);
+    // Below what is live, every free segment goes.
+    assert_eq!(p.trim_to(0, MIB), 256 * MIB);
+    assert_eq!(p.backend().reserved_on(0), 256 * MIB);
+    assert_eq!(stats(&p, 0).empty_cache_releases, 12);
+    p.check().unwrap();
+}
+
+#[test]
+fn a_reset_peak_restarts_from_now_and_the_runs_peak_stays() {
+    let p = relaxed();
+    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
+    for &a in &v[..3] {
+        p.free(a, FreeKind::Sync, None);
+    }
+    p.reset_peak(0, false);
+    let s = stats(&p, 0);
+    assert_eq!(s.allocated.peak, 64 * MIB);
+    assert_eq!(s.allocated.peak_ever(), 256 * MIB);
+    // The reserved peak was not reset.
+    assert_eq!(s.reserved.peak, 256 * MIB);
+    p.empty_cache(0);
+    p.reset_peak(0, true);
+    p.alloc(0, 64 * MIB).unwrap();
+    let s = stats(&p, 0);
+    assert_eq!((s.reserved.peak, s.reserved.peak_ever()), (128 * MIB, 256 * MIB));
+    assert_eq!((s.allocated.peak, s.allocated.peak_ever()), (128 * MIB, 256 * MIB));
+}
+
+#[test]
 fn percentage_threshold_uses_device_memory() {
     let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Fraction(0.25), 1 << 30);
     p.alloc(0, 512).unwrap();

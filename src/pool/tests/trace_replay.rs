@@ -70,14 +70,14 @@ fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
             s.hits,
             s.real_mallocs,
             s.barriers,
-            s.reserved.peak
+            s.reserved.peak_ever()
         ),
         (
             live_stats.stream_hits,
             live_stats.hits,
             live_stats.real_mallocs,
             live_stats.barriers,
-            live_stats.reserved.peak
+            live_stats.reserved.peak_ever()
         )
     );
 }
@@ -98,7 +98,7 @@ fn a_per_device_threshold_is_traced_and_replayed() {
     p.flush_trace();
     let live = stats(&p, 0);
     assert_eq!(
-        live.reserved.peak,
+        live.reserved.peak_ever(),
         120 * MIB,
         "the 100 MiB segment went back"
     );
@@ -106,11 +106,15 @@ fn a_per_device_threshold_is_traced_and_replayed() {
     assert!(!r[0].diverged);
     assert_eq!(
         (
-            r[0].stats.reserved.peak,
+            r[0].stats.reserved.peak_ever(),
             r[0].stats.real_mallocs,
             r[0].stats.real_frees
         ),
-        (live.reserved.peak, live.real_mallocs, live.real_frees)
+        (
+            live.reserved.peak_ever(),
+            live.real_mallocs,
+            live.real_frees
+        )
     );
     for x in [b, c] {
         assert_eq!(p.free(x, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
@@ -160,12 +164,12 @@ fn a_barrier_replay_fences_once_the_trace_says_a_non_blocking_stream_was_made() 
     };
     let r = &replay::replay(&strict_records, &barrier)[0].stats;
     assert_eq!(
-        (r.fences, r.barriers, r.real_mallocs, r.reserved.peak),
+        (r.fences, r.barriers, r.real_mallocs, r.reserved.peak_ever()),
         (
             live.fences,
             live.barriers,
             live.real_mallocs,
-            live.reserved.peak
+            live.reserved.peak_ever()
         )
     );
     // Without the record, the replay takes barriers only.

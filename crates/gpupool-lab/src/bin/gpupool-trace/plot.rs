@@ -232,7 +232,7 @@ pub fn write(records: &[Record], source: &str, out: &mut dyn Write) -> io::Resul
          .facts{{fill:#555}}\
          .tick{{font-size:11px;fill:#555}}\
          .legend{{fill:#333}}\
-         .peak{{font-size:11.5px;font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}}\
+         .peak_ever(){{font-size:11.5px;font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}}\
          .grid line{{stroke:#e9e9e9;stroke-width:1}}\
          .axis{{stroke:#999;stroke-width:1}}\
          .frame{{fill:none;stroke:#bbb;stroke-width:1}}\

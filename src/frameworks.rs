@@ -1,0 +1,365 @@
+//! Frameworks that keep a cache of their own above the pool, and the one setting the pool makes
+//! for PyTorch at load.
+//!
+//! PyTorch picks its allocator when `libc10_cuda` loads, after a preloaded library's constructor
+//! ran. Unless the user chose (any of its three variables set), the constructor sets
+//! `PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`: every tensor is then a `cudaMallocAsync`
+//! the pool serves, and PyTorch's memory calls read the pool through the default memory pool's
+//! calls (`mempool.rs`). A child process that inherits the variable without the preload is left
+//! with PyTorch's own `cudaMallocAsync` backend, a sound allocator.
+//!
+//! The summary says which case holds, and names other frameworks whose cache sits above the
+//! pool, with what turns each off (docs/pytorch.md).
+
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// PyTorch's variables, in the order PyTorch reads them: `PYTORCH_ALLOC_CONF` first, then
+/// `PYTORCH_CUDA_ALLOC_CONF` only when that is unset.
+const ALLOC_CONF: &str = "PYTORCH_ALLOC_CONF";
+const CUDA_ALLOC_CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
+const NO_CACHING: &str = "PYTORCH_NO_CUDA_MEMORY_CACHING";
+/// What the constructor sets.
+pub const POOLED_SETTING: &str = "backend:cudaMallocAsync";
+
+/// What the constructor found or did about PyTorch's allocator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TorchChoice {
+    /// Not decided at load (the library was loaded later, or off).
+    Unknown = 0,
+    /// The pool set `PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`.
+    SetByPool = 1,
+    /// The user set one of the variables (read again at report time).
+    User = 2,
+    /// `libc10_cuda` was already loaded: too late to choose.
+    TooLate = 3,
+}
+
+static CHOICE: AtomicU8 = AtomicU8::new(TorchChoice::Unknown as u8);
+
+/// What the constructor decided.
+pub fn torch_choice() -> TorchChoice {
+    match CHOICE.load(Ordering::Relaxed) {
+        1 => TorchChoice::SetByPool,
+        2 => TorchChoice::User,
+        3 => TorchChoice::TooLate,
+        _ => TorchChoice::Unknown,
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: getenv with a NUL-terminated name; the result is copied out at once.
+    let v = unsafe { libc::getenv(c.as_ptr()) };
+    if v.is_null() {
+        return None;
+    }
+    // SAFETY: a non-NULL getenv result is a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
+}
+
+/// At load, before any thread of the program runs: set PyTorch's allocator to its
+/// `cudaMallocAsync` backend unless the user chose one, the pool is off, or PyTorch is already
+/// loaded. libc-level work only, as a constructor must.
+pub fn choose_at_load() {
+    if env("GPUPOOL_DISABLE").is_some_and(|v| v.trim() == "1") {
+        return;
+    }
+    let choice = if [ALLOC_CONF, CUDA_ALLOC_CONF, NO_CACHING]
+        .iter()
+        .any(|v| env(v).is_some())
+    {
+        TorchChoice::User
+    } else if loaded_objects().iter().any(|o| is_torch(o)) {
+        TorchChoice::TooLate
+    } else {
+        // SAFETY: both strings are NUL-terminated; no other thread runs yet, so nothing reads
+        // the environment while it changes.
+        let set = unsafe {
+            libc::setenv(
+                c"PYTORCH_CUDA_ALLOC_CONF".as_ptr(),
+                c"backend:cudaMallocAsync".as_ptr(),
+                0,
+            )
+        };
+        if set == 0 {
+            TorchChoice::SetByPool
+        } else {
+            TorchChoice::Unknown
+        }
+    };
+    CHOICE.store(choice as u8, Ordering::Relaxed);
+}
+
+/// PyTorch's allocator, as its variables make it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TorchAllocator {
+    /// `backend:cudaMallocAsync`: tensors come to the pool one by one.
+    Async,
+    /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`: tensors come to the pool, PyTorch keeps no figures.
+    Uncached,
+    /// PyTorch's caching allocator: the pool sees its segments, not tensors.
+    Caching,
+}
+
+/// The allocator PyTorch picks from these variables (`PYTORCH_ALLOC_CONF`,
+/// `PYTORCH_CUDA_ALLOC_CONF`, `PYTORCH_NO_CUDA_MEMORY_CACHING`), and the variable that chose it.
+pub fn torch_allocator(
+    alloc_conf: Option<&str>,
+    cuda_alloc_conf: Option<&str>,
+    no_caching: Option<&str>,
+) -> (TorchAllocator, &'static str) {
+    let (conf, name) = match (alloc_conf, cuda_alloc_conf) {
+        (Some(c), _) => (Some(c), ALLOC_CONF),
+        (None, Some(c)) => (Some(c), CUDA_ALLOC_CONF),
+        (None, None) => (None, NO_CACHING),
+    };
+    let backend_async = conf.is_some_and(|c| {
+        c.split(',').any(|kv| {
+            let mut it = kv.splitn(2, ':');
+            it.next().map(str::trim) == Some("backend")
+                && it.next().map(str::trim) == Some("cudaMallocAsync")
+        })
+    });
+    if backend_async {
+        (TorchAllocator::Async, name)
+    } else if no_caching == Some("1") {
+        (TorchAllocator::Uncached, NO_CACHING)
+    } else {
+        (TorchAllocator::Caching, name)
+    }
+}
+
+/// A framework found in the process, and what its cache means for the pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameworkNote {
+    pub name: &'static str,
+    /// Whether its own cache sits above the pool.
+    pub caches_above: bool,
+    pub note: String,
+}
+
+/// What the frameworks loaded in the process do above the pool, for the summary.
+pub fn notes() -> Vec<FrameworkNote> {
+    let objects = loaded_objects();
+    let mut out = Vec::new();
+    if objects.iter().any(|o| is_torch(o)) {
+        out.push(torch_note(
+            torch_choice(),
+            env(ALLOC_CONF).as_deref(),
+            env(CUDA_ALLOC_CONF).as_deref(),
+            env(NO_CACHING).as_deref(),
+        ));
+    }
+    if objects
+        .iter()
+        .any(|o| o.contains("/cupy/") || o.contains("/cupy_backends/"))
+    {
+        out.push(FrameworkNote {
+            name: "cupy",
+            caches_above: true,
+            note: "CuPy's default memory pool caches above the pool unless the program calls \
+                   cupy.cuda.set_allocator(None)"
+                .into(),
+        });
+    }
+    if objects
+        .iter()
+        .any(|o| o.contains("xla_extension") || o.contains("/jaxlib/"))
+    {
+        out.push(jax_note(
+            env("XLA_PYTHON_CLIENT_PREALLOCATE").as_deref(),
+            env("XLA_PYTHON_CLIENT_ALLOCATOR").as_deref(),
+        ));
+    }
+    out
+}
+
+/// The summary's line about PyTorch.
+pub fn torch_note(
+    choice: TorchChoice,
+    alloc_conf: Option<&str>,
+    cuda_alloc_conf: Option<&str>,
+    no_caching: Option<&str>,
+) -> FrameworkNote {
+    let (allocator, var) = torch_allocator(alloc_conf, cuda_alloc_conf, no_caching);
+    let by = match choice {
+        TorchChoice::SetByPool => "set by the pool",
+        _ => "set in the environment",
+    };
+    let (caches_above, note) = match allocator {
+        TorchAllocator::Async => (
+            false,
+            format!(
+                "tensors pooled through PyTorch's cudaMallocAsync backend ({var}={}, {by}); \
+                 torch.cuda.empty_cache() and memory_reserved() read the pool",
+                if var == ALLOC_CONF {
+                    alloc_conf
+                } else {
+                    cuda_alloc_conf
+                }
+                .unwrap_or(POOLED_SETTING)
+            ),
+        ),
+        TorchAllocator::Uncached => (
+            false,
+            "tensors pooled uncached (PYTORCH_NO_CUDA_MEMORY_CACHING=1): torch.cuda.memory_* \
+             read 0 and empty_cache() does nothing; unset it to pool through the cudaMallocAsync \
+             backend"
+                .into(),
+        ),
+        TorchAllocator::Caching => (
+            true,
+            match choice {
+                TorchChoice::TooLate => "PyTorch's caching allocator sits above the pool (PyTorch \
+                     was loaded before the pool could choose): the pool sees its segments, not \
+                     tensors; preload the pool to pool tensors"
+                    .into(),
+                _ => format!(
+                    "PyTorch's caching allocator sits above the pool (its choice, {var} {by}): the \
+                     pool sees its segments, not tensors, and empty_cache() returns them to the \
+                     pool's cache; unset it, or set {CUDA_ALLOC_CONF}={POOLED_SETTING}, to pool \
+                     tensors"
+                ),
+            },
+        ),
+    };
+    FrameworkNote {
+        name: "pytorch",
+        caches_above,
+        note,
+    }
+}
+
+/// The summary's line about JAX (XLA's allocator, which preallocates unless told not to).
+pub fn jax_note(preallocate: Option<&str>, allocator: Option<&str>) -> FrameworkNote {
+    let platform = allocator.is_some_and(|a| a.trim().eq_ignore_ascii_case("platform"));
+    let prealloc = !preallocate.is_some_and(|p| p.trim().eq_ignore_ascii_case("false"));
+    let note = if platform {
+        "JAX hands each buffer to the driver (XLA_PYTHON_CLIENT_ALLOCATOR=platform); XLA \
+         allocates through the driver API, which the pool does not serve yet"
+    } else if prealloc {
+        "JAX's BFC allocator preallocates most of each device and caches above the pool; \
+         XLA_PYTHON_CLIENT_ALLOCATOR=platform hands each buffer to the driver"
+    } else {
+        "JAX's BFC allocator caches above the pool (XLA_PYTHON_CLIENT_PREALLOCATE=false only \
+         delays it); XLA_PYTHON_CLIENT_ALLOCATOR=platform hands each buffer to the driver"
+    };
+    FrameworkNote {
+        name: "jax",
+        caches_above: !platform,
+        note: note.into(),
+    }
+}
+
+fn is_torch(object: &str) -> bool {
+    object
+        .rsplit('/')
+        .next()
+        .is_some_and(|f| f.starts_with("libc10_cuda.so"))
+}
+
+/// The paths of the shared objects loaded in the process.
+fn loaded_objects() -> Vec<String> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `Vec` passed below, and `info` the loader's record for one
+        // object, whose name is NULL or a NUL-terminated string.
+        unsafe {
+            let names = &mut *data.cast::<Vec<String>>();
+            let name = (*info).dlpi_name;
+            if !name.is_null() {
+                let s = CStr::from_ptr(name).to_string_lossy();
+                if !s.is_empty() {
+                    names.push(s.into_owned());
+                }
+            }
+        }
+        0
+    }
+    let mut names: Vec<String> = Vec::new();
+    // SAFETY: the callback only reads the loader's records and pushes onto `names`, which
+    // outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut names as *mut Vec<String>).cast()) };
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pytorchs_variables_are_read_as_pytorch_reads_them() {
+        use TorchAllocator::*;
+        let a = |x, y, z| torch_allocator(x, y, z).0;
+        assert_eq!(a(None, None, None), Caching);
+        assert_eq!(a(None, Some("backend:cudaMallocAsync"), None), Async);
+        assert_eq!(
+            a(
+                None,
+                Some("expandable_segments:True, backend: cudaMallocAsync"),
+                None
+            ),
+            Async
+        );
+        // PYTORCH_ALLOC_CONF wins; PYTORCH_CUDA_ALLOC_CONF is read only when it is unset.
+        assert_eq!(
+            a(
+                Some("backend:native"),
+                Some("backend:cudaMallocAsync"),
+                None
+            ),
+            Caching
+        );
+        assert_eq!(
+            a(
+                Some("backend:cudaMallocAsync"),
+                Some("backend:native"),
+                None
+            ),
+            Async
+        );
+        // Only exactly 1 turns caching off.
+        assert_eq!(a(None, None, Some("1")), Uncached);
+        assert_eq!(a(None, None, Some("true")), Caching);
+        assert_eq!(a(None, Some("backend:native"), Some("1")), Uncached);
+    }
+
+    #[test]
+    fn the_summary_says_whose_choice_and_what_turns_a_cache_off() {
+        let n = torch_note(TorchChoice::SetByPool, None, Some(POOLED_SETTING), None);
+        assert!(!n.caches_above);
+        assert!(n.note.contains("set by the pool"), "{}", n.note);
+        let n = torch_note(TorchChoice::User, None, Some("max_split_size_mb:128"), None);
+        assert!(n.caches_above);
+        assert!(
+            n.note
+                .contains("PYTORCH_CUDA_ALLOC_CONF set in the environment"),
+            "{}",
+            n.note
+        );
+        assert!(
+            n.note
+                .contains("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"),
+            "{}",
+            n.note
+        );
+        let n = torch_note(TorchChoice::User, None, None, Some("1"));
+        assert!(n.note.contains("read 0"), "{}", n.note);
+        let n = torch_note(TorchChoice::TooLate, None, None, None);
+        assert!(n.caches_above && n.note.contains("preload"), "{}", n.note);
+
+        assert!(jax_note(None, None).caches_above);
+        assert!(!jax_note(None, Some("platform")).caches_above);
+        assert!(jax_note(Some("false"), None).note.contains("delays"));
+    }
+
+    #[test]
+    fn the_loaded_objects_include_libc() {
+        assert!(loaded_objects().iter().any(|o| o.contains("libc.so")));
+    }
+}

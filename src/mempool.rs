@@ -1,0 +1,181 @@
+//! Stream-ordered allocation, and each device's default memory pool answered from the pool.
+//!
+//! PyTorch's `cudaMallocAsync` backend (which `frameworks.rs` chooses at load) makes every
+//! tensor a `cudaMallocAsync` and frees it with `cudaFreeAsync`. The pool serves both. PyTorch
+//! then reads its figures from the device's default memory pool: `memory_reserved()` and
+//! `memory_allocated()` are `cudaMemPoolGetAttribute`'s reserved and used bytes,
+//! `reset_peak_memory_stats()` resets their high-water marks, and `empty_cache()` is
+//! `cudaDeviceSynchronize` then `cudaMemPoolTrimTo(pool, 0)`. For a device's default pool each
+//! answer adds the pool's figures to the runtime's own (what passed through, such as
+//! allocations made during graph capture), and a trim gives the pool's cache back too.
+//!
+//! Passed through untouched: allocations on a stream being captured into a graph (the graph
+//! owns them), on a stream of another device than the current one, and every call about a
+//! pool other than a default one.
+
+use std::ffi::c_void;
+
+use crate::cuda::runtime::Runtime;
+use crate::cuda::types::*;
+use crate::dispatch::{current_device, forward, malloc_with, one_device, own_query, runtime};
+use crate::global;
+use crate::guard;
+
+/// `cudaMemPoolAttrReservedMemCurrent`, and the three after it: reserved high, used current,
+/// used high (`enum cudaMemPoolAttr`).
+const RESERVED_CURRENT: i32 = 5;
+const RESERVED_HIGH: i32 = 6;
+const USED_CURRENT: i32 = 7;
+const USED_HIGH: i32 = 8;
+
+/// `cudaMallocAsync`: served by the pool on the current device, in stream order.
+///
+/// # Safety
+/// As `cudaMallocAsync`.
+pub unsafe fn malloc_async(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> CudaStatus {
+    let Some((g, pool)) = global::with_pool() else {
+        return global::missing_runtime();
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let pass = |rt: &Runtime| forward(rt.malloc_async, |f| unsafe { f(dev_ptr, size, stream) });
+    if pool.is_none() || dev_ptr.is_null() || size == 0 || guard::inside() {
+        return pass(rt);
+    }
+    let Some(dev) = current_device(rt) else {
+        return pass(rt);
+    };
+    if capturing(rt, stream) || !on_device(rt, stream, dev) {
+        return pass(rt);
+    }
+    // SAFETY: the caller's arguments; `dev` is current; `pass` makes the runtime's own call.
+    unsafe { malloc_with(dev_ptr, size, Some(stream), Some(dev), pass) }
+}
+
+/// Whether `stream` is being captured into a graph (or cannot be asked: the safe side).
+fn capturing(rt: &Runtime, stream: Stream) -> bool {
+    let Some(is_capturing) = rt.stream_is_capturing else {
+        return false;
+    };
+    let mut status = 0;
+    // SAFETY: a stream handle the program passed, and a valid out-pointer.
+    own_query(rt, unsafe { is_capturing(stream, &mut status) }) != SUCCESS || status != 0
+}
+
+/// Whether `stream` belongs to device `dev` (the current one): the default streams do; with one
+/// device every stream does; else the runtime is asked, and a runtime that cannot say passes
+/// the allocation through.
+fn on_device(rt: &Runtime, stream: Stream, dev: u32) -> bool {
+    let s = stream as usize;
+    if s == 0 || s == STREAM_LEGACY || s == STREAM_PER_THREAD || one_device(rt) {
+        return true;
+    }
+    let Some(get_device) = rt.stream_get_device else {
+        return false;
+    };
+    let mut d = -1;
+    // SAFETY: a stream handle the program passed, and a valid out-pointer.
+    own_query(rt, unsafe { get_device(stream, &mut d) }) == SUCCESS && d == dev as i32
+}
+
+/// The device whose default memory pool `mem_pool` is, among the devices the pool serves.
+fn default_pool_device(rt: &Runtime, mem_pool: MemPool) -> Option<u32> {
+    let (_, pool) = global::pool()?;
+    let get = rt.device_get_default_mem_pool?;
+    pool.used_devices().into_iter().find(|&d| {
+        let mut p: MemPool = std::ptr::null_mut();
+        // SAFETY: a device the pool serves, and a valid out-pointer.
+        own_query(rt, unsafe { get(&mut p, d as i32) }) == SUCCESS && p == mem_pool
+    })
+}
+
+/// `cudaMemPoolTrimTo`: the runtime trims its pool; for a default pool, the pool then gives
+/// back whole free segments until at most `keep` bytes stay reserved on that device.
+///
+/// # Safety
+/// As `cudaMemPoolTrimTo`.
+pub unsafe fn trim_to(mem_pool: MemPool, keep: usize) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = forward(rt.mem_pool_trim_to, |f| unsafe { f(mem_pool, keep) });
+    if r != SUCCESS {
+        return r;
+    }
+    let Some(_inside) = guard::enter() else {
+        return r;
+    };
+    if let (Some(pool), Some(dev)) = (g.pool(), default_pool_device(rt, mem_pool)) {
+        pool.trim_to(dev, keep as u64);
+    }
+    r
+}
+
+/// `cudaMemPoolGetAttribute`: for a default pool, the reserved and used bytes and their
+/// high-water marks include the pool's.
+///
+/// # Safety
+/// As `cudaMemPoolGetAttribute`.
+pub unsafe fn get_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = forward(rt.mem_pool_get_attribute, |f| unsafe {
+        f(mem_pool, attr, value)
+    });
+    if r != SUCCESS || value.is_null() || !(RESERVED_CURRENT..=USED_HIGH).contains(&attr) {
+        return r;
+    }
+    let Some(_inside) = guard::enter() else {
+        return r;
+    };
+    let (Some(pool), Some(dev)) = (g.pool(), default_pool_device(rt, mem_pool)) else {
+        return r;
+    };
+    let Some(snap) = pool.device_stats(dev) else {
+        return r;
+    };
+    let s = &snap.stats;
+    let ours = match attr {
+        RESERVED_CURRENT => s.reserved.current,
+        RESERVED_HIGH => s.reserved.peak,
+        USED_CURRENT => s.allocated.current,
+        _ => s.allocated.peak,
+    };
+    // SAFETY: these attributes are `cuuint64_t`, which the runtime just wrote at `value`.
+    unsafe { *value.cast::<u64>() += ours };
+    r
+}
+
+/// `cudaMemPoolSetAttribute`: resetting a default pool's high-water mark of reserved or used
+/// bytes (the only value allowed is 0) resets the pool's peak of the same figure.
+///
+/// # Safety
+/// As `cudaMemPoolSetAttribute`.
+pub unsafe fn set_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = forward(rt.mem_pool_set_attribute, |f| unsafe {
+        f(mem_pool, attr, value)
+    });
+    if r != SUCCESS || !(attr == RESERVED_HIGH || attr == USED_HIGH) {
+        return r;
+    }
+    let Some(_inside) = guard::enter() else {
+        return r;
+    };
+    if let (Some(pool), Some(dev)) = (g.pool(), default_pool_device(rt, mem_pool)) {
+        pool.reset_peak(dev, attr == RESERVED_HIGH);
+    }
+    r
+}
