@@ -135,12 +135,20 @@ def manifest(build, src, lib, python, sanitizer, counts):
 
     # PyTorch: under the pool first (the check), then the two references.
     torch = group(None, ("median_step_ms", "max_memory_reserved_mib", "peak_device_used_mib",
-                         "base_device_used_mib", "final_loss"), (GPU, TORCH))
+                         "base_device_used_mib", "final_loss", "empty_cache_freed_mib"), (GPU, TORCH))
     argv = [python, f"{src}/torch_train.py", *c.torch]
     pluggable = argv + ["--pluggable", lib]
     nocache = (("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),)
     ok = [Is("torch_train", "ok")]
     finite = ok + [Is("loss_finite", "1")]
+    # The headline command: the preload and no other variable. The pool chooses PyTorch's
+    # cudaMallocAsync backend; empty_cache() must visibly give memory back.
+    torch("torch_headline_pool", "check", argv, 150,
+          finite + [INTERCEPTED, Positive("empty_cache_freed_mib")], pool(lib, "strict"))
+    torch("torch_headline_pool_relaxed", "bench", argv, 150, finite + [INTERCEPTED],
+          pool(lib, "relaxed"))
+    torch("torch_async_native", "bench", argv, 150, ok,
+          (("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync"),))
     torch("torch_nocache_pool", "check", argv, 150, finite + [INTERCEPTED],
           pool(lib, "strict") + nocache)
     torch("torch_pluggable", "check", pluggable, 150, finite + [INTERCEPTED])

@@ -18,6 +18,7 @@ LABELS = {
     "peak_device_used_mib": "peak device used MiB",
     "base_device_used_mib": "base used MiB",
     "final_loss": "final loss",
+    "empty_cache_freed_mib": "empty_cache() freed MiB",
     "wall_ms": "wall ms",
     "ideal_ms": "ideal ms",
     "serial_ms": "serial ms",

@@ -131,6 +131,19 @@ def main():
         reserved = 0
 
     params = sum(p.numel() for p in model.parameters())
+    # empty_cache() after the training state is dropped: what went back to the driver, as
+    # mem_get_info() sees it, and what PyTorch then says is reserved.
+    del model, opt, logits, loss, tokens, targets
+    torch.cuda.synchronize()
+    before_empty, _ = torch.cuda.mem_get_info(dev)
+    torch.cuda.empty_cache()
+    after_empty, _ = torch.cuda.mem_get_info(dev)
+    try:
+        reserved_after = torch.cuda.memory_reserved(dev)
+    except Exception:  # unavailable with the pluggable allocator
+        reserved_after = -1
+    print(f"empty_cache_freed_mib={mib(after_empty - before_empty):.0f}")
+    print(f"reserved_after_empty_mib={mib(reserved_after):.0f}")
     print(f"params_m={params / 1e6:.1f}")
     print(f"steps={args.steps} warmup={args.warmup} dtype={args.dtype}")
     print(f"first_loss={losses[0]:.4f}")
