@@ -124,7 +124,7 @@ pub unsafe fn malloc_on(
 ) -> CudaStatus {
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe {
-        malloc_with(dev_ptr, size, stream, current, |rt| {
+        malloc_with(dev_ptr, size, stream, current, Promise::Pool, |rt| {
             (rt.malloc)(dev_ptr, size)
         })
     }
@@ -141,6 +141,7 @@ pub(crate) unsafe fn malloc_with(
     size: usize,
     stream: Option<Stream>,
     current: Option<u32>,
+    promise: Promise,
     pass: impl Fn(&Runtime) -> CudaStatus,
 ) -> CudaStatus {
     let Some((g, pool)) = global::with_pool() else {
@@ -159,7 +160,7 @@ pub(crate) unsafe fn malloc_with(
         return pass();
     };
     let stream = stream
-        .map(|s| stream_key(rt, pool, s))
+        .map(|s| stream_key_for(rt, pool, s, promise))
         .filter(|&k| k != NO_STREAM);
     match pool.alloc_on(dev, size as u64, stream) {
         Ok(addr) => {
@@ -300,7 +301,28 @@ fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
 /// refuses to capture it), and each device's pool has its own names. It is PyTorch's stream,
 /// so its allocations and frees save two runtime calls each.
 fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> StreamKey {
-    if let Some(key) = stream_key_known(rt, pool, stream) {
+    stream_key_for(rt, pool, stream, Promise::Pool)
+}
+
+/// Whose promise a stream-ordered call carries, which says when its stream is named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Promise {
+    /// The pool's own API and PyTorch's pluggable allocator: named only where the reuse mode
+    /// uses the name (`Pool::names_streams`).
+    Pool,
+    /// The runtime's `cudaMallocAsync`/`cudaFreeAsync`, whose contract orders every use of a
+    /// block on its stream: named in every mode (`FreeKind::Ordered`).
+    Runtime,
+}
+
+/// `stream_key` for a call that carries `promise`.
+fn stream_key_for<B: Backend>(
+    rt: &Runtime,
+    pool: &Pool<B>,
+    stream: Stream,
+    promise: Promise,
+) -> StreamKey {
+    if let Some(key) = stream_key_known_for(rt, pool, stream, promise) {
         return key;
     }
     let (Some(get_id), Some(is_capturing)) = (rt.stream_get_id, rt.stream_is_capturing) else {
@@ -322,7 +344,18 @@ fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> Strea
 /// `stream_key` when it needs no runtime call: `None` when the runtime must be asked.
 #[inline(always)]
 fn stream_key_known<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> Option<StreamKey> {
-    if rt.stream_get_id.is_none() || rt.stream_is_capturing.is_none() || !pool.names_streams() {
+    stream_key_known_for(rt, pool, stream, Promise::Pool)
+}
+
+#[inline(always)]
+fn stream_key_known_for<B: Backend>(
+    rt: &Runtime,
+    pool: &Pool<B>,
+    stream: Stream,
+    promise: Promise,
+) -> Option<StreamKey> {
+    let named = promise == Promise::Runtime || pool.names_streams();
+    if rt.stream_get_id.is_none() || rt.stream_is_capturing.is_none() || !named {
         Some(NO_STREAM)
     } else if is_legacy(stream) {
         Some(LEGACY_STREAM)
@@ -361,7 +394,12 @@ pub fn malloc_hit_on(size: usize, device: u32, stream: Stream) -> Option<*mut c_
 /// # Safety
 /// As `cudaFreeAsync`.
 #[inline(always)]
-pub unsafe fn free_on(ptr: *mut c_void, stream: Stream, device: Option<u32>) -> CudaStatus {
+pub unsafe fn free_on(
+    ptr: *mut c_void,
+    stream: Stream,
+    device: Option<u32>,
+    promise: Promise,
+) -> CudaStatus {
     let Some((g, pool)) = global::with_pool() else {
         return global::missing_runtime();
     };
@@ -374,9 +412,15 @@ pub unsafe fn free_on(ptr: *mut c_void, stream: Stream, device: Option<u32>) -> 
     let Some(_inside) = guard::enter() else {
         return refuse_inside_free(ptr, "cudaFreeAsync");
     };
-    let kind = FreeKind::Async {
-        blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
-        stream: stream_key(rt, pool, stream),
+    let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed {
+        FreeKind::Ordered {
+            stream: stream_key_for(rt, pool, stream, promise),
+        }
+    } else {
+        FreeKind::Async {
+            blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
+            stream: stream_key(rt, pool, stream),
+        }
     };
     match pool.free(ptr as u64, kind, device.or_else(|| current_device(rt))) {
         FreeOutcome::Freed => SUCCESS,

@@ -97,7 +97,7 @@ pub unsafe extern "C" fn cudaMemPoolSetAttribute(
 pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> CudaStatus {
     // SAFETY: the caller's contract.
     boundary(ERROR_UNKNOWN, || unsafe {
-        dispatch::free_on(ptr, stream, None)
+        dispatch::free_on(ptr, stream, None, dispatch::Promise::Runtime)
     })
 }
 

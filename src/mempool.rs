@@ -17,7 +17,9 @@ use std::ffi::c_void;
 
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
-use crate::dispatch::{current_device, forward, malloc_with, one_device, own_query, runtime};
+use crate::dispatch::{
+    current_device, forward, malloc_with, one_device, own_query, runtime, Promise,
+};
 use crate::global;
 use crate::guard;
 
@@ -49,7 +51,16 @@ pub unsafe fn malloc_async(dev_ptr: *mut *mut c_void, size: usize, stream: Strea
         return pass(rt);
     }
     // SAFETY: the caller's arguments; `dev` is current; `pass` makes the runtime's own call.
-    unsafe { malloc_with(dev_ptr, size, Some(stream), Some(dev), pass) }
+    unsafe {
+        malloc_with(
+            dev_ptr,
+            size,
+            Some(stream),
+            Some(dev),
+            Promise::Runtime,
+            pass,
+        )
+    }
 }
 
 /// Whether `stream` is being captured into a graph (or cannot be asked: the safe side).

@@ -18,7 +18,8 @@
 //!   non-blocking stream was seen) is not handed out again before a fence (the pool's or the
 //!   program's) that started after the free; one freed in `barrier` mode (or asynchronously on a
 //!   blocking stream in `relaxed` mode) not before a barrier or fence; `relaxed` synchronous
-//!   frees at once;
+//!   frees at once; one freed by the program's own `cudaFreeAsync` (`FreeKind::Ordered`) at once
+//!   on the same stream, else after a fence;
 //! - an allocation fails only with an error the driver gave for a segment allocation in that
 //!   step, or with out-of-memory when the request (rounded) does not fit beside the segments
 //!   that still hold live blocks; a failed fence, barrier or memory sample never fails it;
@@ -153,6 +154,12 @@ enum Op {
         pick: usize,
         current: u32,
         blocking: bool,
+        stream: u64,
+    },
+    /// The program's own `cudaFreeAsync` in `strict` or `barrier` mode (`FreeKind::Ordered`).
+    FreeOrdered {
+        pick: usize,
+        current: u32,
         stream: u64,
     },
     /// The program's `cudaDeviceSynchronize` on `dev`.
@@ -309,6 +316,13 @@ fn op(big: bool) -> impl Strategy<Value = Op> {
                 stream
             }
         ),
+        3 => (any::<usize>(), dev.clone(), 0..STREAMS).prop_map(|(pick, current, stream)| {
+            Op::FreeOrdered {
+                pick,
+                current,
+                stream,
+            }
+        }),
         2 => dev.clone().prop_map(|dev| Op::Fence { dev }),
         2 => dev.clone().prop_map(|dev| Op::Barrier { dev }),
         2 => dev.clone().prop_map(|dev| Op::BarrierBegin { dev }),
@@ -351,6 +365,7 @@ enum Wait {
 fn wait_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Wait {
     match (reuse, kind) {
         (ReuseMode::Strict, _)
+        | (_, FreeKind::Ordered { .. })
         | (
             _,
             FreeKind::Async {
@@ -373,6 +388,9 @@ struct Dirty {
     /// Freed on this stream: in `relaxed` mode, an allocation on the same stream may reuse it
     /// at once (stream order covers it).
     stream: Option<u64>,
+    /// Freed by the program's own `cudaFreeAsync`: the same stream may reuse it at once in
+    /// every mode.
+    ordered: bool,
 }
 
 /// The reference model.
@@ -551,7 +569,9 @@ fn apply(
             }
             return Ok(Some((dev, None)));
         }
-        Op::Free { pick, current } | Op::FreeAsync { pick, current, .. } => {
+        Op::Free { pick, current }
+        | Op::FreeAsync { pick, current, .. }
+        | Op::FreeOrdered { pick, current, .. } => {
             let Some((addr, dev, len)) = pick_live(m, pick) else {
                 return Ok(None);
             };
@@ -559,6 +579,7 @@ fn apply(
                 Op::FreeAsync {
                     blocking, stream, ..
                 } => FreeKind::Async { blocking, stream },
+                Op::FreeOrdered { stream, .. } => FreeKind::Ordered { stream },
                 _ => FreeKind::Sync,
             };
             let out = pool.free(addr, kind, Some(current));
@@ -577,9 +598,12 @@ fn apply(
                     freed_at: clock,
                     wait,
                     stream: match kind {
-                        FreeKind::Async { stream, .. } => Some(stream),
+                        FreeKind::Async { stream, .. } | FreeKind::Ordered { stream } => {
+                            Some(stream)
+                        }
                         FreeKind::Sync => None,
                     },
+                    ordered: matches!(kind, FreeKind::Ordered { .. }),
                 });
             }
         }
@@ -705,7 +729,7 @@ fn reuse_allowed(
             continue;
         }
         let covered = match d.wait {
-            _ if stream_order && on.is_some() && d.stream == on => true,
+            _ if (stream_order || d.ordered) && on.is_some() && d.stream == on => true,
             Wait::Nothing => true,
             Wait::Barrier => fence.max(barrier) > d.freed_at,
             Wait::Fence => fence > d.freed_at,

@@ -163,5 +163,5 @@ pub(super) unsafe fn free_async_on(
     }
     // From inside the pool the hook refuses it (999), nothing freed.
     // SAFETY: the caller's arguments, as cudaFreeAsync takes them.
-    unsafe { dispatch::free_on(ptr, stream, device) }
+    unsafe { dispatch::free_on(ptr, stream, device, dispatch::Promise::Pool) }
 }

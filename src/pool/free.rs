@@ -58,7 +58,7 @@ impl<B: Backend> Pool<B> {
         // caller named): for a block of another device, its order says nothing that device's
         // barriers or stream-ordered reuse could rely on. Such a block waits for a fence.
         let (kind_there, need_there) = match kind {
-            FreeKind::Async { .. } => {
+            FreeKind::Async { .. } | FreeKind::Ordered { .. } => {
                 let k = FreeKind::Async {
                     blocking: false,
                     stream: NO_STREAM,

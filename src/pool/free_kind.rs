@@ -11,6 +11,13 @@ pub enum FreeKind {
     Sync,
     /// `cudaFreeAsync` on a stream; `blocking` is false for a non-blocking stream.
     Async { blocking: bool, stream: StreamKey },
+    /// The program's own `cudaFreeAsync`, in `strict` or `barrier` mode. CUDA's contract for
+    /// it is that every use of the block is ordered before the free on `stream` (work on other
+    /// streams by events), so the stream's later requests may take it at once, as the
+    /// runtime's `cudaMallocAsync` would. Other streams wait for a fence. The pool's own
+    /// stream-ordered frees (`gpupool_free_async`, PyTorch's pluggable free, which is not told
+    /// of `record_stream`) promise less and stay `Async`.
+    Ordered { stream: StreamKey },
 }
 
 /// Names a stream for stream-ordered reuse (`Pool::alloc_on`): in the library, the runtime's
@@ -32,6 +39,7 @@ impl FreeKind {
             FreeKind::Async {
                 blocking: false, ..
             } => 2,
+            FreeKind::Ordered { .. } => 3,
         }
     }
 
@@ -47,6 +55,7 @@ impl FreeKind {
                 blocking: false,
                 stream,
             },
+            3 => FreeKind::Ordered { stream },
             _ => FreeKind::Sync,
         }
     }
@@ -66,7 +75,7 @@ pub enum FreeOutcome {
 /// What a free must wait for before its block is reused, by reuse mode and how it was freed.
 pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> ReuseWait {
     match (reuse, kind) {
-        (ReuseMode::Strict, _) => ReuseWait::Fence,
+        (ReuseMode::Strict, _) | (_, FreeKind::Ordered { .. }) => ReuseWait::Fence,
         (
             _,
             FreeKind::Async {

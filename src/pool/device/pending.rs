@@ -20,13 +20,19 @@ impl DevicePool {
         };
         let size = self.blocks[idx as usize].size;
         let stream = match how {
-            FreeKind::Async { stream, .. } if stream != NO_STREAM => Some(stream),
+            FreeKind::Async { stream, .. } | FreeKind::Ordered { stream }
+                if stream != NO_STREAM =>
+            {
+                Some(stream)
+            }
             _ => None,
         };
         let id = stream.map_or(0, |k| self.stream_id(k));
         self.record(Kind::Free, addr, need as u64, size, how.code() | id << 2);
         self.free_block(idx, need, stamp());
-        let holds = self.stream_reuse && self.stream_requests && need != ReuseWait::Nothing;
+        let ordered = matches!(how, FreeKind::Ordered { .. });
+        let holds =
+            (self.stream_reuse || ordered) && self.stream_requests && need != ReuseWait::Nothing;
         if let (Some(key), true) = (stream, holds) {
             self.hold_for_stream(idx, key);
         }

@@ -71,8 +71,14 @@ fn a_reset_peak_restarts_from_now_and_the_runs_peak_stays() {
     p.reset_peak(0, true);
     p.alloc(0, 64 * MIB).unwrap();
     let s = stats(&p, 0);
-    assert_eq!((s.reserved.peak, s.reserved.peak_ever()), (128 * MIB, 256 * MIB));
-    assert_eq!((s.allocated.peak, s.allocated.peak_ever()), (128 * MIB, 256 * MIB));
+    assert_eq!(
+        (s.reserved.peak, s.reserved.peak_ever()),
+        (128 * MIB, 256 * MIB)
+    );
+    assert_eq!(
+        (s.allocated.peak, s.allocated.peak_ever()),
+        (128 * MIB, 256 * MIB)
+    );
 }
 
 #[test]
