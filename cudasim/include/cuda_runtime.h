@@ -23,13 +23,17 @@ enum cudaError {
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
+    cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorUnknown = 999
 };
 typedef enum cudaError cudaError_t;
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+typedef struct CUgraph_st *cudaGraph_t;
 
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)
@@ -96,6 +100,24 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr);
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr);
 
+/* Stream-ordered memory: the default pool of each device */
+enum cudaMemPoolAttr {
+    cudaMemPoolReuseFollowEventDependencies = 0x1,   /* int */
+    cudaMemPoolReuseAllowOpportunistic = 0x2,        /* int */
+    cudaMemPoolReuseAllowInternalDependencies = 0x3, /* int */
+    cudaMemPoolAttrReleaseThreshold = 0x4,           /* cuuint64_t */
+    cudaMemPoolAttrReservedMemCurrent = 0x5,         /* cuuint64_t */
+    cudaMemPoolAttrReservedMemHigh = 0x6,            /* cuuint64_t */
+    cudaMemPoolAttrUsedMemCurrent = 0x7,             /* cuuint64_t */
+    cudaMemPoolAttrUsedMemHigh = 0x8                 /* cuuint64_t */
+};
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value);
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value);
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep);
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                    cudaStream_t stream);
+
 /* Devices */
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaSetDevice(int device);
@@ -120,6 +142,14 @@ enum cudaStreamCaptureStatus {
     cudaStreamCaptureStatusInvalidated = 2
 };
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus);
+enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2
+};
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 
 /* Events */

@@ -31,6 +31,11 @@ typedef struct cudasimStats {
     unsigned long long stream_wait_events; /* cudaStreamWaitEvent */
     unsigned long long kernels_launched;   /* cudaLaunchKernel of cudasim_fill_kernel */
     unsigned long long kernel_writes;      /* fills applied at kernel completion */
+    /* Added later (older callers' smaller struct_size leaves them out): */
+    unsigned long long async_mallocs;       /* cudaMallocAsync, cudaMallocFromPoolAsync */
+    unsigned long long captured_mallocs;    /* of those, on a stream being captured */
+    unsigned long long pool_used_bytes;     /* the default pool's UsedMemCurrent */
+    unsigned long long pool_reserved_bytes; /* its ReservedMemCurrent (used + kept) */
 } cudasimStats;
 
 /* Fills *out for `device` (out->struct_size set by the caller). 0, 1 (bad out) or 101. */

@@ -18,7 +18,9 @@ pub const INVALID_DEVICE_FUNCTION: Code = 98;
 pub const NO_DEVICE: Code = 100;
 pub const INVALID_DEVICE: Code = 101;
 pub const INVALID_RESOURCE_HANDLE: Code = 400;
+pub const ILLEGAL_STATE: Code = 401;
 pub const NOT_READY: Code = 600;
+pub const STREAM_CAPTURE_UNSUPPORTED: Code = 900;
 pub const UNKNOWN: Code = 999;
 
 /// Every code the simulator knows: (code, name, description).
@@ -60,7 +62,17 @@ const TABLE: &[(Code, &CStr, &CStr)] = &[
         c"cudaErrorInvalidResourceHandle",
         c"invalid resource handle",
     ),
+    (
+        ILLEGAL_STATE,
+        c"cudaErrorIllegalState",
+        c"the operation cannot be performed in the present state",
+    ),
     (NOT_READY, c"cudaErrorNotReady", c"device not ready"),
+    (
+        STREAM_CAPTURE_UNSUPPORTED,
+        c"cudaErrorStreamCaptureUnsupported",
+        c"operation not permitted when stream is capturing",
+    ),
     (UNKNOWN, c"cudaErrorUnknown", c"unknown error"),
 ];
 

@@ -75,6 +75,14 @@ functions!(
     cudaPeekAtLastError,
     cudaDriverGetVersion,
     cudaRuntimeGetVersion,
+    cudaDeviceGetDefaultMemPool,
+    cudaMemPoolGetAttribute,
+    cudaMemPoolSetAttribute,
+    cudaMemPoolTrimTo,
+    cudaMallocFromPoolAsync,
+    cudaStreamBeginCapture,
+    cudaStreamEndCapture,
+    cudaGraphDestroy,
 );
 
 impl Func {

@@ -14,5 +14,6 @@ mod faults;
 mod ffi;
 mod handles;
 mod memory;
+mod mempool;
 mod state;
 mod timeline;

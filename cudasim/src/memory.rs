@@ -13,7 +13,7 @@ pub fn accounted(size: u64) -> Option<u64> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// `cudaMalloc`, `cudaMallocAsync`, `cudaMallocPitch`.
+    /// `cudaMalloc`, `cudaMallocAsync`, `cudaMallocFromPoolAsync`, `cudaMallocPitch`.
     Device,
     /// `cudaMallocManaged`.
     Managed,
@@ -40,6 +40,8 @@ pub struct Alloc {
     pub device: usize,
     pub kind: Kind,
     pub state: State,
+    /// Taken from its device's default memory pool (`cudaMallocAsync` outside a capture).
+    pub pooled: bool,
 }
 
 impl Alloc {
@@ -62,6 +64,7 @@ impl Allocations {
         accounted: u64,
         device: usize,
         kind: Kind,
+        pooled: bool,
     ) -> CudaResult<usize> {
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
         // no existing memory; the result is checked against MAP_FAILED.
@@ -88,6 +91,7 @@ impl Allocations {
                 device,
                 kind,
                 state: State::Live,
+                pooled,
             },
         );
         Ok(base)

@@ -4,10 +4,11 @@
 use crate::config::{self, Config};
 use crate::current;
 use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE};
-use crate::handles::{self, EVENT_MAGIC, STREAM_MAGIC};
+use crate::handles::{self, EVENT_MAGIC, POOL_MAGIC, STREAM_MAGIC};
 use crate::memory::{self, Allocations};
+use crate::mempool::Pool;
 use crate::timeline::{self, Completion, Nanos, Queue, StreamId, Streams};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// The counters of a device (zeroed by `cudasimResetStats`).
@@ -24,6 +25,10 @@ pub struct Counters {
     pub stream_wait_events: u64,
     pub kernels_launched: u64,
     pub kernel_writes: u64,
+    /// `cudaMallocAsync`/`cudaMallocFromPoolAsync` calls (failed ones too).
+    pub async_mallocs: u64,
+    /// Of those, the calls on a stream being captured.
+    pub captured_mallocs: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,6 +39,8 @@ pub struct Device {
     pub live_bytes: u64,
     pub peak_live_bytes: u64,
     pub counters: Counters,
+    /// Its default memory pool (what it uses and keeps; its attributes).
+    pub pool: Pool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +58,10 @@ pub struct State {
     pub streams: Streams,
     pub events: HashMap<usize, Event>,
     pub queue: Queue,
+    /// The handle of each device's default memory pool (`cudaMemPool_t`), made once.
+    pub pool_handles: Vec<usize>,
+    /// The graphs `cudaStreamEndCapture` made and `cudaGraphDestroy` did not destroy yet.
+    pub graphs: HashSet<usize>,
 }
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
@@ -96,6 +107,16 @@ pub fn wait_until(deadline: Nanos) -> CudaResult {
     with_state(|_| Ok(()))
 }
 
+/// A synchronization of device `d`: sleeps until `deadline`, retires what completed, then lets
+/// the device's default pool release what it keeps above its release threshold.
+pub fn synchronize(deadline: Nanos, d: usize) -> CudaResult {
+    timeline::sleep_until(deadline);
+    with_state(|st| {
+        st.devices[d].pool.release();
+        Ok(())
+    })
+}
+
 impl State {
     fn new(cfg: &'static Config) -> State {
         State {
@@ -105,6 +126,10 @@ impl State {
             streams: Streams::new(cfg.devices),
             events: HashMap::new(),
             queue: Queue::default(),
+            pool_handles: (0..cfg.devices)
+                .map(|_| handles::create(POOL_MAGIC))
+                .collect(),
+            graphs: HashSet::new(),
         }
     }
 
@@ -155,36 +180,64 @@ impl State {
             .capacity
             .saturating_sub(context)
             .saturating_sub(dev.live_bytes)
+            .saturating_sub(dev.pool.kept)
     }
 
-    /// Allocates `size` (> 0) bytes of `kind` for device `d`; device memory is accounted
-    /// against the capacity (`cudaErrorMemoryAllocation` when it does not fit).
-    pub fn allocate(&mut self, size: usize, d: usize, kind: memory::Kind) -> CudaResult<usize> {
+    /// Allocates `size` (> 0) bytes of `kind` for device `d`, from its default pool if
+    /// `pooled` (which gives its kept bytes first); device memory is accounted against the
+    /// capacity (`cudaErrorMemoryAllocation` when it does not fit).
+    pub fn allocate(
+        &mut self,
+        size: usize,
+        d: usize,
+        kind: memory::Kind,
+        pooled: bool,
+    ) -> CudaResult<usize> {
+        let pool = self.devices[d].pool;
+        let fits = |a: u64| {
+            let needed = if pooled { pool.device_share(a) } else { a };
+            needed <= self.free_bytes(d)
+        };
         let accounted = match kind {
             memory::Kind::Host => 0,
             _ => memory::accounted(size as u64)
-                .filter(|&a| a <= self.free_bytes(d))
+                .filter(|&a| fits(a))
                 .ok_or(crate::errors::MEMORY_ALLOCATION)?,
         };
-        let base = self.allocs.create(size, accounted, d, kind)?;
+        let base = self.allocs.create(size, accounted, d, kind, pooled)?;
         if kind != memory::Kind::Host {
             let dev = &mut self.devices[d];
             dev.live_allocations += 1;
             dev.live_bytes += accounted;
             dev.peak_live_bytes = dev.peak_live_bytes.max(dev.live_bytes);
+            if pooled {
+                dev.pool.take(accounted);
+            }
         }
         Ok(base)
     }
 
-    /// Unmaps the allocation at `base` and gives its bytes back to its device.
+    /// Unmaps the allocation at `base` and gives its bytes back to its device (to its
+    /// default pool, which keeps them, for a pooled one).
     pub fn destroy_allocation(&mut self, base: usize) {
         if let Some(a) = self.allocs.destroy(base) {
             if a.kind != memory::Kind::Host {
                 let dev = &mut self.devices[a.device];
                 dev.live_allocations -= 1;
                 dev.live_bytes -= a.accounted;
+                if a.pooled {
+                    dev.pool.give_back(a.accounted);
+                }
             }
         }
+    }
+
+    /// The device whose default pool has the handle `raw`; `cudaErrorInvalidValue` if none.
+    pub fn pool_device(&self, raw: usize) -> CudaResult<usize> {
+        self.pool_handles
+            .iter()
+            .position(|&h| h == raw)
+            .ok_or(crate::errors::INVALID_VALUE)
     }
 
     /// Resolves a `cudaStream_t`: `0`/`cudaStreamLegacy` and `cudaStreamPerThread` are the
@@ -216,7 +269,8 @@ impl State {
     }
 
     /// Drops everything of device `d` (`cudaDeviceReset`, once its work is done): its
-    /// allocations, streams, events, queued completions and context. Counters stay.
+    /// allocations, streams, events, queued completions, context and default pool (its
+    /// attributes too). Counters stay.
     pub fn reset_device(&mut self, d: usize) {
         for base in self.allocs.of_device(d) {
             self.destroy_allocation(base);
@@ -241,5 +295,7 @@ impl State {
         dev.context = false;
         dev.live_allocations = 0;
         dev.live_bytes = 0;
+        // The context's default pool goes with it; the next one has the same handle.
+        dev.pool = Pool::default();
     }
 }

@@ -45,6 +45,25 @@ pub enum Kind {
     NonBlocking,
 }
 
+/// `enum cudaStreamCaptureMode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureMode {
+    /// `cudaStreamCaptureModeGlobal` (0): no unsafe call (`cudaMalloc`) on any thread.
+    Global,
+    /// `cudaStreamCaptureModeThreadLocal` (1): none on the capturing thread.
+    ThreadLocal,
+    /// `cudaStreamCaptureModeRelaxed` (2): no restriction.
+    Relaxed,
+}
+
+/// A capture in progress (`cudaStreamBeginCapture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capture {
+    pub mode: CaptureMode,
+    /// The capturing thread (`current::thread_key`).
+    pub thread: u64,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Stream {
     pub device: usize,
@@ -53,6 +72,8 @@ pub struct Stream {
     pub id: u64,
     /// When the last operation enqueued on the stream completes.
     pub tail: Nanos,
+    /// The capture in progress on it, if any (never on the legacy stream).
+    pub capture: Option<Capture>,
 }
 
 impl Stream {
@@ -63,6 +84,7 @@ impl Stream {
             kind,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tail: 0,
+            capture: None,
         }
     }
 }
@@ -126,6 +148,25 @@ impl Streams {
     /// The stream `id` (a per-thread default stream not used yet is made by its first use).
     pub fn get(&mut self, id: StreamId) -> &Stream {
         self.get_mut(id)
+    }
+
+    /// Begins (`Some`) or ends (`None`) a capture on stream `id` (not the legacy stream).
+    pub fn set_capture(&mut self, id: StreamId, capture: Option<Capture>) {
+        self.get_mut(id).capture = capture;
+    }
+
+    /// Whether a capture forbids an unsafe call (`cudaMalloc`) on thread `thread`: one in
+    /// global mode on any thread, or in thread-local mode on that thread.
+    pub fn forbids_unsafe_calls(&self, thread: u64) -> bool {
+        self.per_thread
+            .values()
+            .chain(self.user.values())
+            .filter_map(|s| s.capture)
+            .any(|c| match c.mode {
+                CaptureMode::Global => true,
+                CaptureMode::ThreadLocal => c.thread == thread,
+                CaptureMode::Relaxed => false,
+            })
     }
 
     fn get_mut(&mut self, id: StreamId) -> &mut Stream {

@@ -53,6 +53,20 @@ fn multidev() {
 }
 
 #[test]
+fn mempool_and_capture() {
+    let out = run_c(
+        "sim_mempool.c",
+        &[],
+        &[
+            ("CUDASIM_DEVICES", "2"),
+            ("CUDASIM_MEM", "1GiB"),
+            ("CUDASIM_CONTEXT_BYTES", "0"),
+        ],
+    );
+    assert!(out.contains("sim_mempool: all checks passed"));
+}
+
+#[test]
 fn faults_by_env() {
     let spec = "cudaMalloc@2=2,cudaStreamCreate@1=999,cudaSetDevice@1=cudaErrorInvalidDevice";
     let out = run_c("sim_faults.c", &["env"], &[("CUDASIM_FAIL", spec)]);

@@ -28,6 +28,10 @@ pub struct Stats {
     pub stream_wait_events: u64,
     pub kernels_launched: u64,
     pub kernel_writes: u64,
+    pub async_mallocs: u64,
+    pub captured_mallocs: u64,
+    pub pool_used_bytes: u64,
+    pub pool_reserved_bytes: u64,
 }
 
 fn stats_of(device: c_int) -> CudaResult<Stats> {
@@ -54,6 +58,10 @@ fn stats_of(device: c_int) -> CudaResult<Stats> {
             stream_wait_events: c.stream_wait_events,
             kernels_launched: c.kernels_launched,
             kernel_writes: c.kernel_writes,
+            async_mallocs: c.async_mallocs,
+            captured_mallocs: c.captured_mallocs,
+            pool_used_bytes: dev.pool.used,
+            pool_reserved_bytes: dev.pool.reserved(),
         })
     })
 }

@@ -5,7 +5,7 @@ use crate::current;
 use crate::errors::CudaResult;
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
-use crate::state::{wait_until, with_state};
+use crate::state::{synchronize, with_state};
 use crate::timeline;
 use std::ffi::c_int;
 
@@ -47,7 +47,7 @@ pub unsafe extern "C" fn cudaDeviceSynchronize() -> c_int {
             st.use_device(d).counters.device_syncs += 1;
             Ok(st.device_tail(d))
         })?;
-        wait_until(deadline)
+        synchronize(deadline, d)
     })
 }
 

@@ -6,7 +6,7 @@ use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READ
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::handles::{self, EVENT_MAGIC};
-use crate::state::{wait_until, with_state, Event};
+use crate::state::{synchronize, with_state, Event};
 use crate::timeline;
 use std::ffi::{c_int, c_uint};
 
@@ -93,9 +93,9 @@ pub unsafe extern "C" fn cudaEventSynchronize(event: CudaEvent) -> c_int {
         let deadline = with_state(|st| {
             let e = st.event(event as usize)?;
             st.use_device(e.device).counters.event_syncs += 1;
-            Ok(e.time.unwrap_or(0))
+            Ok((e.time.unwrap_or(0), e.device))
         })?;
-        wait_until(deadline)
+        synchronize(deadline.0, deadline.1)
     })
 }
 

@@ -1,9 +1,9 @@
 //! Allocation, copies and sets, memory queries.
 
-use super::CudaStream;
+use super::{CudaMemPool, CudaStream};
 use crate::config;
 use crate::current;
-use crate::errors::{CudaResult, INVALID_VALUE, MEMORY_ALLOCATION};
+use crate::errors::{CudaResult, INVALID_VALUE, MEMORY_ALLOCATION, STREAM_CAPTURE_UNSUPPORTED};
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::memory::{Kind, State as AllocState};
@@ -20,10 +20,12 @@ const PITCH_ALIGNMENT: usize = 512;
 
 /// Where an allocation's device comes from.
 enum On {
-    /// The calling thread's current device.
+    /// The calling thread's current device (synchronous allocations).
     Current,
-    /// The device of this stream (`cudaMallocAsync`).
+    /// The default pool of this stream's device (`cudaMallocAsync`).
     Stream(usize),
+    /// This default pool, ordered on this stream (`cudaMallocFromPoolAsync`).
+    Pool { pool: usize, stream: usize },
 }
 
 /// How an allocation is made and counted.
@@ -32,7 +34,8 @@ struct Request {
     on: On,
     /// Counted in `malloc_calls`/`malloc_failures` (device memory).
     counted: bool,
-    /// Pays `CUDASIM_MALLOC_US` (synchronous device allocations).
+    /// Pays `CUDASIM_MALLOC_US` and is refused during a capture that forbids it (synchronous
+    /// device allocations).
     latency: bool,
 }
 
@@ -45,9 +48,36 @@ impl Request {
             latency: true,
         }
     }
+
+    /// A stream-ordered allocation.
+    fn stream_ordered(on: On) -> Request {
+        Request {
+            kind: Kind::Device,
+            on,
+            counted: true,
+            latency: false,
+        }
+    }
 }
 
-/// Allocates `size` bytes into `out` (`size` 0: a NULL pointer).
+/// The device an allocation is made on, and the stream it is ordered on (stream-ordered ones).
+fn target(st: &mut State, on: &On) -> CudaResult<(usize, Option<StreamId>)> {
+    match *on {
+        On::Current => Ok((current::get(), None)),
+        On::Stream(raw) => {
+            let id = st.stream(raw)?;
+            Ok((st.streams.get(id).device, Some(id)))
+        }
+        On::Pool { pool, stream } => {
+            let id = st.stream(stream)?;
+            Ok((st.pool_device(pool)?, Some(id)))
+        }
+    }
+}
+
+/// Allocates `size` bytes into `out` (`size` 0: a NULL pointer). A stream-ordered allocation
+/// comes from the device's default pool, unless its stream is being captured: then it belongs
+/// to the graph (an ordinary allocation, counted in `captured_mallocs`).
 fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> CudaResult {
     let cfg = config::get()?;
     if req.latency && cfg.malloc_us > 0 {
@@ -55,24 +85,34 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
     }
     with_state(|st| {
         let current = current::get();
-        let device = match req.on {
-            On::Current => Ok(current),
-            On::Stream(raw) => {
-                let id = st.stream(raw);
-                id.map(|id| st.streams.get(id).device)
-            }
+        let target = target(st, &req.on);
+        let counted_on = target.as_ref().map_or(current, |t| t.0);
+        let captured = match target {
+            Ok((_, Some(id))) => st.streams.get(id).capture.is_some(),
+            _ => false,
         };
-        let counted_on = *device.as_ref().unwrap_or(&current);
+        let stream_ordered = !matches!(req.on, On::Current);
         let dev = st.use_device(counted_on);
         if req.counted {
             dev.counters.malloc_calls += 1;
         }
-        let result = device.and_then(|d| {
+        if stream_ordered {
+            dev.counters.async_mallocs += 1;
+        }
+        if captured {
+            dev.counters.captured_mallocs += 1;
+        }
+        let result = target.and_then(|(d, _)| {
             let out = out?;
+            if req.latency && req.counted && st.streams.forbids_unsafe_calls(current::thread_key())
+            {
+                return Err(STREAM_CAPTURE_UNSUPPORTED);
+            }
+            let pooled = stream_ordered && !captured;
             let p = if size == 0 {
                 0
             } else {
-                st.allocate(size, d, req.kind)?
+                st.allocate(size, d, req.kind, pooled)?
             };
             out.set(p as *mut c_void);
             Ok(())
@@ -102,13 +142,31 @@ pub unsafe extern "C" fn cudaMallocAsync(
     runtime_call(Func::cudaMallocAsync, || {
         // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
         let out = unsafe { Out::new(dev_ptr) };
-        let req = Request {
-            kind: Kind::Device,
-            on: On::Stream(stream as usize),
-            counted: true,
-            latency: false,
+        allocate(
+            out,
+            size,
+            Request::stream_ordered(On::Stream(stream as usize)),
+        )
+    })
+}
+
+/// As `cudaMallocAsync`, from `pool` (a device's default pool: the only pools there are), on
+/// that pool's device.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocFromPoolAsync(
+    ptr: *mut *mut c_void,
+    size: usize,
+    pool: CudaMemPool,
+    stream: CudaStream,
+) -> c_int {
+    runtime_call(Func::cudaMallocFromPoolAsync, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
+        let out = unsafe { Out::new(ptr) };
+        let on = On::Pool {
+            pool: pool as usize,
+            stream: stream as usize,
         };
-        allocate(out, size, req)
+        allocate(out, size, Request::stream_ordered(on))
     })
 }
 

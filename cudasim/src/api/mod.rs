@@ -7,6 +7,7 @@ mod error;
 mod event;
 mod kernel;
 mod memory;
+mod mempool;
 mod stream;
 
 use std::ffi::c_void;
@@ -15,3 +16,7 @@ use std::ffi::c_void;
 pub type CudaStream = *mut c_void;
 /// `cudaEvent_t`: an opaque pointer.
 pub type CudaEvent = *mut c_void;
+/// `cudaMemPool_t`: an opaque pointer.
+pub type CudaMemPool = *mut c_void;
+/// `cudaGraph_t`: an opaque pointer.
+pub type CudaGraph = *mut c_void;

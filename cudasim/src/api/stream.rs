@@ -1,13 +1,16 @@
 //! Streams.
 
-use super::{CudaEvent, CudaStream};
+use super::{CudaEvent, CudaGraph, CudaStream};
 use crate::current;
-use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READY};
+use crate::errors::{
+    CudaResult, ILLEGAL_STATE, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READY,
+    STREAM_CAPTURE_UNSUPPORTED,
+};
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
-use crate::handles::{self, STREAM_MAGIC};
-use crate::state::{wait_until, with_state};
-use crate::timeline::{self, Kind, Stream, StreamId};
+use crate::handles::{self, GRAPH_MAGIC, STREAM_MAGIC};
+use crate::state::{synchronize, with_state};
+use crate::timeline::{self, Capture, CaptureMode, Kind, Stream, StreamId};
 use std::ffi::{c_int, c_uint};
 
 /// `cudaStreamNonBlocking`.
@@ -88,9 +91,9 @@ pub unsafe extern "C" fn cudaStreamSynchronize(stream: CudaStream) -> c_int {
             let id = st.stream(stream as usize)?;
             let s = *st.streams.get(id);
             st.use_device(s.device).counters.stream_syncs += 1;
-            Ok(s.tail)
+            Ok((s.tail, s.device))
         })?;
-        wait_until(deadline)
+        synchronize(deadline.0, deadline.1)
     })
 }
 
@@ -155,11 +158,84 @@ pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_
     unsafe { stream_property(Func::cudaStreamGetId, stream, id, |s| s.id) }
 }
 
-/// The simulator captures no graphs: every valid stream is `cudaStreamCaptureStatusNone` (0).
+/// `cudaStreamCaptureStatusActive` (1) between `cudaStreamBeginCapture` and
+/// `cudaStreamEndCapture`, else `cudaStreamCaptureStatusNone` (0).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamIsCapturing(stream: CudaStream, status: *mut c_int) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing the status enum (an int).
-    unsafe { stream_property(Func::cudaStreamIsCapturing, stream, status, |_| 0) }
+    unsafe {
+        stream_property(Func::cudaStreamIsCapturing, stream, status, |s| {
+            c_int::from(s.capture.is_some())
+        })
+    }
+}
+
+/// Begins a capture (modes 0–2, else 1). The legacy stream cannot be captured (900); a stream
+/// already capturing gives 401. Work enqueued during the capture still runs as usual: the
+/// graph records nothing (see the README).
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamBeginCapture(stream: CudaStream, mode: c_int) -> c_int {
+    runtime_call(Func::cudaStreamBeginCapture, || {
+        let mode = match mode {
+            0 => CaptureMode::Global,
+            1 => CaptureMode::ThreadLocal,
+            2 => CaptureMode::Relaxed,
+            _ => return Err(INVALID_VALUE),
+        };
+        with_state(|st| {
+            let id = st.stream(stream as usize)?;
+            if let StreamId::Legacy(_) = id {
+                return Err(STREAM_CAPTURE_UNSUPPORTED);
+            }
+            if st.streams.get(id).capture.is_some() {
+                return Err(ILLEGAL_STATE);
+            }
+            let capture = Capture {
+                mode,
+                thread: current::thread_key(),
+            };
+            st.streams.set_capture(id, Some(capture));
+            Ok(())
+        })
+    })
+}
+
+/// Ends the stream's capture and gives a new (empty) graph; 401 if it is not capturing.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamEndCapture(stream: CudaStream, graph: *mut CudaGraph) -> c_int {
+    runtime_call(Func::cudaStreamEndCapture, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a cudaGraph_t.
+        let out = unsafe { Out::new(graph)? };
+        with_state(|st| {
+            let id = st.stream(stream as usize)?;
+            if st.streams.get(id).capture.is_none() {
+                return Err(ILLEGAL_STATE);
+            }
+            st.streams.set_capture(id, None);
+            let h = handles::create(GRAPH_MAGIC);
+            st.graphs.insert(h);
+            out.set(h as CudaGraph);
+            Ok(())
+        })
+    })
+}
+
+/// Destroys a graph of `cudaStreamEndCapture` (NULL: 1; any other unknown handle: 400).
+#[no_mangle]
+pub unsafe extern "C" fn cudaGraphDestroy(graph: CudaGraph) -> c_int {
+    runtime_call(Func::cudaGraphDestroy, || {
+        if graph.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        with_state(|st| {
+            if !st.graphs.remove(&(graph as usize)) {
+                return Err(INVALID_RESOURCE_HANDLE);
+            }
+            // SAFETY: a handle made by `handles::create`, now removed from its registry.
+            unsafe { handles::destroy(graph as usize) };
+            Ok(())
+        })
+    })
 }
 
 /// `flags` must be `cudaEventWaitDefault` (0) or `cudaEventWaitExternal` (1).
