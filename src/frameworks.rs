@@ -21,6 +21,9 @@ const CUDA_ALLOC_CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
 const NO_CACHING: &str = "PYTORCH_NO_CUDA_MEMORY_CACHING";
 /// What the constructor sets.
 pub const POOLED_SETTING: &str = "backend:cudaMallocAsync";
+/// Set beside it, so that a child process (a wrapper script's program, `torchrun`'s workers)
+/// knows the setting it inherited was the pool's.
+const MARK: &str = "GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF";
 
 /// What the constructor found or did about PyTorch's allocator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +69,13 @@ pub fn choose_at_load() {
     if env("GPUPOOL_DISABLE").is_some_and(|v| v.trim() == "1") {
         return;
     }
-    let choice = if [ALLOC_CONF, CUDA_ALLOC_CONF, NO_CACHING]
+    let inherited = env(MARK).is_some()
+        && env(CUDA_ALLOC_CONF).as_deref() == Some(POOLED_SETTING)
+        && env(ALLOC_CONF).is_none()
+        && env(NO_CACHING).is_none();
+    let choice = if inherited {
+        TorchChoice::SetByPool
+    } else if [ALLOC_CONF, CUDA_ALLOC_CONF, NO_CACHING]
         .iter()
         .any(|v| env(v).is_some())
     {
@@ -81,9 +90,14 @@ pub fn choose_at_load() {
                 c"PYTORCH_CUDA_ALLOC_CONF".as_ptr(),
                 c"backend:cudaMallocAsync".as_ptr(),
                 0,
-            )
+            ) == 0
+                && libc::setenv(
+                    c"GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF".as_ptr(),
+                    c"1".as_ptr(),
+                    0,
+                ) == 0
         };
-        if set == 0 {
+        if set {
             TorchChoice::SetByPool
         } else {
             TorchChoice::Unknown

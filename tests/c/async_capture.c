@@ -1,0 +1,48 @@
+/* cudaMallocAsync under the pool: pooled on ordinary streams; the block the program's own
+ * cudaFreeAsync gave back serves that stream's next request at once, in every reuse mode, and
+ * another stream only after a fence; on a stream being captured into a graph the request goes
+ * to the runtime (the graph owns it). Prints "async_capture ok". */
+#include "check.h"
+
+#define MIB (1 << 20)
+
+int main(void)
+{
+    cudaStream_t s, t;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    cudasimStats before = sim_stats(0);
+
+    void *a, *b, *c;
+    CHECK_CUDA(cudaMallocAsync(&a, MIB, s));
+    CHECK_CUDA(cudaFreeAsync(a, s));
+    CHECK_CUDA(cudaMallocAsync(&b, MIB, s));
+    CHECK(b == a, "the stream that freed %p got %p", a, b);
+    CHECK_CUDA(cudaFreeAsync(b, s));
+    CHECK_CUDA(cudaMallocAsync(&c, MIB, t));
+    CHECK(c != a, "another stream got %p before a fence", a);
+    CHECK_CUDA(cudaFreeAsync(c, t));
+    /* Freed with cudaFree, a cudaMallocAsync block goes back to the pool too. */
+    CHECK_CUDA(cudaMallocAsync(&c, 3 * MIB, 0));
+    CHECK_CUDA(cudaFree(c));
+    cudasimStats after = sim_stats(0);
+    CHECK(after.async_mallocs == before.async_mallocs, "the runtime served %llu pooled requests",
+          after.async_mallocs - before.async_mallocs);
+    CHECK(after.free_calls == before.free_calls, "a pooled block reached the runtime's free");
+
+    cudaGraph_t graph;
+    void *g;
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHECK_CUDA(cudaMallocAsync(&g, MIB, s));
+    CHECK(sim_stats(0).captured_mallocs == before.captured_mallocs + 1,
+          "a request during capture did not reach the runtime");
+    CHECK_CUDA(cudaFreeAsync(g, s));
+    CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_CUDA(cudaStreamDestroy(t));
+    printf("async_capture ok\n");
+    return 0;
+}

@@ -1,0 +1,188 @@
+//! PyTorch under the headline command, `LD_PRELOAD=libgpupool.so python train.py`, with a
+//! stand-in for PyTorch's allocator front door (`tests/c/torch_standin.c`, built as
+//! `libc10_cuda.so` and loaded RTLD_LOCAL by `tests/torch_standin.py`). The stand-in reads
+//! PyTorch's variables as PyTorch does and calls the runtime as each of its backends does.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use support::{c_library, c_program, ok, pooled, scratch, unpooled};
+
+/// The stand-in, under the name the pool recognises PyTorch by.
+fn standin() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = scratch("torch-standin");
+        let lib = dir.join("libc10_cuda.so");
+        std::fs::copy(c_library("torch_standin"), &lib).expect("copy the stand-in");
+        lib
+    })
+    .clone()
+}
+
+fn python() -> String {
+    std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn script() -> PathBuf {
+    support::root().join("tests/torch_standin.py")
+}
+
+/// Runs the loop; returns its key=value lines as (key, value) and the stderr.
+fn train(pool: bool, env: &[(&str, &str)]) -> (Vec<(String, String)>, String) {
+    let (lib, script) = (standin(), script());
+    let args = [script.to_str().unwrap(), lib.to_str().unwrap(), "20"];
+    let py = PathBuf::from(python());
+    let mut cmd = if pool {
+        pooled(&py, &args, env)
+    } else {
+        unpooled(&py, &args, env)
+    };
+    let (out, err) = ok(&mut cmd);
+    let kv = out
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (kv, err)
+}
+
+fn get<'a>(kv: &'a [(String, String)], key: &str) -> &'a str {
+    kv.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {key} in {kv:?}"))
+}
+
+fn num(kv: &[(String, String)], key: &str) -> u64 {
+    get(kv, key)
+        .parse()
+        .unwrap_or_else(|_| panic!("{key}={}", get(kv, key)))
+}
+
+const ASYNC: &str = "2";
+
+#[test]
+fn the_headline_command_pools_every_tensor_and_pytorchs_figures_are_the_pools() {
+    let (kv, err) = train(true, &[("GPUPOOL_SUMMARY", "stderr")]);
+    // The pool chose PyTorch's cudaMallocAsync backend at load.
+    assert_eq!(get(&kv, "backend"), ASYNC, "{err}");
+    // Every tensor came to the pool one by one.
+    assert_eq!(
+        num(&kv, "pool_allocations"),
+        num(&kv, "allocations"),
+        "{kv:?}"
+    );
+    // memory_allocated() is the pool's allocated bytes: the tensors' sizes, rounded to 512.
+    let in_step: u64 = [4096u64, 300_000, 1 << 20, 3 << 20, 7 << 20, 24 << 20]
+        .iter()
+        .map(|s| s.div_ceil(512) * 512)
+        .sum();
+    assert_eq!(num(&kv, "allocated_in_step"), in_step);
+    assert_eq!(num(&kv, "allocated_kept"), 4096 + 300_032);
+    // memory_reserved() is the pool's reserved memory; empty_cache() gives the cache back to
+    // the driver and cudaMemGetInfo shows it.
+    assert!(num(&kv, "reserved_before_empty") >= in_step);
+    assert!(num(&kv, "reserved_peak_before_reset") >= num(&kv, "reserved_before_empty"));
+    assert_eq!(
+        num(&kv, "allocated_peak_after_reset"),
+        num(&kv, "allocated_kept")
+    );
+    assert_eq!(
+        num(&kv, "reserved_peak_after_reset"),
+        num(&kv, "reserved_before_empty")
+    );
+    let after = num(&kv, "reserved_after_empty");
+    assert!(
+        after > 0 && after < num(&kv, "reserved_before_empty"),
+        "{kv:?}"
+    );
+    assert_eq!(num(&kv, "reserved_at_end"), 0, "{kv:?}");
+    assert_eq!(num(&kv, "free_at_end"), num(&kv, "free_at_start"), "{kv:?}");
+    // The summary says so, and whose choice it was.
+    assert!(
+        err.contains("pytorch")
+            && err.contains("tensors pooled")
+            && err.contains("set by the pool"),
+        "{err}"
+    );
+}
+
+#[test]
+fn pytorchs_variables_set_by_the_user_are_kept_and_the_summary_says_what_they_mean() {
+    // Their own caching allocator, chosen explicitly: it sits above the pool.
+    let (kv, err) = train(
+        true,
+        &[
+            ("GPUPOOL_SUMMARY", "stderr"),
+            ("PYTORCH_CUDA_ALLOC_CONF", "backend:native"),
+        ],
+    );
+    assert_eq!(get(&kv, "backend"), "0");
+    assert!(
+        err.contains("caching allocator sits above the pool")
+            && err.contains("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"),
+        "{err}"
+    );
+    // The pool saw its segments, far fewer than the tensors.
+    assert!(num(&kv, "pool_allocations") < num(&kv, "allocations") / 4);
+
+    // Uncached: every tensor pooled, but PyTorch keeps no figures.
+    let (kv, err) = train(
+        true,
+        &[
+            ("GPUPOOL_SUMMARY", "stderr"),
+            ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),
+        ],
+    );
+    assert_eq!(get(&kv, "backend"), "1");
+    assert_eq!(num(&kv, "pool_allocations"), num(&kv, "allocations"));
+    assert!(err.contains("pooled uncached"), "{err}");
+
+    // PYTORCH_ALLOC_CONF is read first, as PyTorch reads it.
+    let (kv, _) = train(
+        true,
+        &[
+            ("PYTORCH_ALLOC_CONF", "backend:native"),
+            ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync"),
+        ],
+    );
+    assert_eq!(get(&kv, "backend"), "0");
+}
+
+#[test]
+fn without_the_pool_or_with_it_off_pytorchs_setting_is_left_alone() {
+    let (kv, _) = train(false, &[]);
+    assert_eq!(get(&kv, "backend"), "0");
+    let (kv, _) = train(true, &[("GPUPOOL_DISABLE", "1")]);
+    assert_eq!(get(&kv, "backend"), "0");
+}
+
+#[test]
+fn cuda_malloc_async_is_pooled_stream_ordered_in_every_mode_and_capture_passes_through() {
+    let exe = c_program("async_capture");
+    for mode in ["strict", "barrier", "relaxed"] {
+        let (out, _) = ok(&mut pooled(&exe, &[], &[("GPUPOOL_REUSE", mode)]));
+        assert!(out.contains("async_capture ok"), "{mode}: {out}");
+    }
+}
+
+#[test]
+fn a_child_that_inherits_the_pools_setting_says_it_was_the_pools() {
+    // A wrapper between the preload and PyTorch: the shell sets the variable, its child reads
+    // it (as torchrun's workers do).
+    let (lib, script) = (standin(), script());
+    let line = format!("{} {} {} 2", python(), script.display(), lib.display());
+    let sh = PathBuf::from("/bin/sh");
+    let (out, err) = ok(&mut pooled(
+        &sh,
+        &["-c", &line],
+        &[("GPUPOOL_SUMMARY", "stderr")],
+    ));
+    assert!(out.contains("backend=2"), "{out}");
+    assert!(err.contains("set by the pool"), "{err}");
+}
