@@ -34,9 +34,25 @@ pub struct Overrides {
     pub capacity: Option<u64>,
     /// The pool's limit (`GPUPOOL_LIMIT`): the most bytes it reserves on each device.
     pub limit: Option<u64>,
-    /// Replay every allocation and free as made on one stream (`gpupool_malloc_async` and
-    /// `gpupool_free_async` on the legacy stream), as PyTorch's pluggable allocator makes them.
-    pub one_stream: bool,
+    /// Replay every allocation and free as one of PyTorch's routes into the pool makes them.
+    pub route: Route,
+}
+
+/// How a replay makes the program's calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Route {
+    /// As the trace recorded them.
+    #[default]
+    Recorded,
+    /// On one stream, with the pool's promise (`gpupool_malloc_async`/`gpupool_free_async` on
+    /// the legacy stream), as PyTorch's pluggable allocator makes them.
+    OneStream,
+    /// `cudaMalloc`/`cudaFree` and no stream, as PyTorch makes them with
+    /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`.
+    Uncached,
+    /// The runtime's `cudaMallocAsync`/`cudaFreeAsync` on one stream, as PyTorch's
+    /// `cudaMallocAsync` backend makes them under the preload (`FreeKind::Ordered`).
+    RuntimeAsync,
 }
 
 impl Overrides {
@@ -47,7 +63,7 @@ impl Overrides {
             || self.reuse.is_some()
             || self.capacity.is_some()
             || self.limit.is_some()
-            || self.one_stream
+            || self.route != Route::Recorded
     }
 }
 
@@ -161,15 +177,21 @@ impl DeviceReplay {
                 let Some(addr) = self.addrs.remove(&r.a) else {
                     return;
                 };
-                let how = if o.one_stream {
-                    FreeKind::Async {
+                let how = match o.route {
+                    Route::Recorded => FreeKind::from_code(
+                        r.aux & 3,
+                        stream_of(r.aux >> 2, o).unwrap_or(NO_STREAM),
+                    ),
+                    Route::Uncached => FreeKind::Sync,
+                    Route::RuntimeAsync if self.reuse != ReuseMode::Relaxed => {
+                        FreeKind::Ordered { stream: ONE_STREAM }
+                    }
+                    Route::OneStream | Route::RuntimeAsync => FreeKind::Async {
                         blocking: true,
                         stream: ONE_STREAM,
-                    }
-                } else {
-                    FreeKind::from_code(r.aux & 3, stream_of(r.aux >> 2, o).unwrap_or(NO_STREAM))
+                    },
                 };
-                let need = if self.reuse == self.recorded_reuse && !o.one_stream {
+                let need = if self.reuse == self.recorded_reuse && o.route == Route::Recorded {
                     ReuseWait::from_code(r.b)
                 } else {
                     need_for(self.reuse, how, self.nonblocking_seen)
@@ -211,13 +233,13 @@ impl DeviceReplay {
     }
 }
 
-/// The stream a record's number names (0: none), or `ONE_STREAM` for every record when
-/// `Overrides::one_stream` says so.
+/// The stream a record's number names (0: none), or what `Overrides::route` makes of every
+/// record's.
 fn stream_of(id: u16, o: &Overrides) -> Option<StreamKey> {
-    if o.one_stream {
-        Some(ONE_STREAM)
-    } else {
-        (id != 0).then_some(StreamKey::from(id))
+    match o.route {
+        Route::Recorded => (id != 0).then_some(StreamKey::from(id)),
+        Route::OneStream | Route::RuntimeAsync => Some(ONE_STREAM),
+        Route::Uncached => None,
     }
 }
 

@@ -82,6 +82,59 @@ fn a_trace_with_stream_ordered_reuse_replays_to_the_same_figures() {
     );
 }
 
+/// The runtime's own `cudaFreeAsync` in `strict` mode: its blocks serve the stream that freed
+/// them at once; the trace records that kind of free and the replay gives the live figures.
+/// Replayed as PyTorch's uncached route would make the same calls, every block waits for a
+/// fence instead.
+#[test]
+fn ordered_frees_in_strict_mode_are_traced_and_replayed_and_their_route_compared() {
+    let sink = Arc::new(MemoryTrace(Mutex::new(trace::MAGIC.to_vec())));
+    let mut settings = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30)
+        .settings()
+        .clone();
+    settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
+    let p = Pool::new(model(80 << 30), settings);
+    let sizes = [4096, 300 << 10, 3 * MIB, 12 * MIB];
+    for step in 0..400u64 {
+        let a: Vec<Addr> = sizes
+            .iter()
+            .map(|&n| p.alloc_on(0, n + step % 7 * 512, Some(3)).unwrap())
+            .collect();
+        for x in a {
+            assert_eq!(
+                p.free(x, FreeKind::Ordered { stream: 3 }, Some(0)),
+                FreeOutcome::Freed
+            );
+        }
+    }
+    p.check().unwrap();
+    p.flush_trace();
+    let live = stats(&p, 0);
+    assert!(live.stream_hits > 1000, "{}", live.stream_hits);
+    let records = sink.records();
+    let r = &replay::replay(&records, &replay::Overrides::default())[0];
+    assert!(!r.diverged);
+    assert_eq!(
+        (
+            r.stats.stream_hits,
+            r.stats.real_mallocs,
+            r.stats.reserved.peak_ever()
+        ),
+        (
+            live.stream_hits,
+            live.real_mallocs,
+            live.reserved.peak_ever()
+        )
+    );
+    let uncached = replay::Overrides {
+        route: replay::Route::Uncached,
+        ..Default::default()
+    };
+    let u = &replay::replay(&records, &uncached)[0].stats;
+    assert_eq!(u.stream_hits, 0);
+    assert!(u.reserved.peak_ever() > live.reserved.peak_ever());
+}
+
 /// A threshold set for one device (`gpupool_set_release_threshold(0, ...)`) is in the trace as
 /// one set for every device is, so the replay releases where the live run did (without it,
 /// the replay keeps the segment and peaks 40 MiB higher).

@@ -4,7 +4,8 @@
 //! gpupool-trace stats TRACE                      what the trace holds, per device
 //! gpupool-trace replay TRACE [options]           replay it through the pool algorithm
 //!     --threshold SIZE|none  --max-split SIZE|none  --fence-bytes SIZE
-//!     --reuse strict|barrier|relaxed  --capacity SIZE  --limit SIZE|none  --one-stream
+//!     --reuse strict|barrier|relaxed  --capacity SIZE  --limit SIZE|none
+//!     --calls recorded|pluggable|uncached|async  (--one-stream: --calls pluggable)
 //! gpupool-trace perfetto TRACE [OUT.json]        Chrome/Perfetto trace-event JSON
 //! gpupool-trace plot TRACE [OUT.svg]             allocated and reserved bytes over time, as SVG
 //! gpupool-trace generate WORKLOAD [--seed N] [--out FILE]
@@ -36,7 +37,8 @@ use gpupool::pool::trace::{self, Record, MAGIC, RECORD_SIZE};
 const USAGE: &str = "usage: gpupool-trace stats TRACE
        gpupool-trace replay TRACE [--threshold SIZE|none] [--max-split SIZE|none]
                                   [--fence-bytes SIZE] [--reuse strict|barrier|relaxed]
-                                  [--capacity SIZE] [--limit SIZE|none] [--one-stream]
+                                  [--capacity SIZE] [--limit SIZE|none]
+                                  [--calls recorded|pluggable|uncached|async] [--one-stream]
        gpupool-trace perfetto TRACE [OUT.json]   (trace-event JSON for ui.perfetto.dev)
        gpupool-trace plot TRACE [OUT.svg]        (allocated and reserved bytes over time)
        gpupool-trace generate WORKLOAD [--seed N] [--out FILE]

@@ -2,7 +2,7 @@
 //! algorithm, with other settings if asked).
 
 use gpupool::config::{parse_bytes, ReuseMode};
-use gpupool::pool::replay::{replay as run_replay, Overrides};
+use gpupool::pool::replay::{replay as run_replay, Overrides, Route};
 use gpupool::pool::trace::Record;
 use gpupool::report::units::bytes;
 
@@ -30,7 +30,7 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         if flag == "--one-stream" {
-            o.one_stream = true;
+            o.route = Route::OneStream;
             continue;
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -49,6 +49,19 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
             "--capacity" => o.capacity = Some(size_or_none(value)?),
             "--limit" => o.limit = Some(size_or_none(value)?),
             "--reuse" => o.reuse = Some(reuse_mode(value)?),
+            "--calls" => {
+                o.route = match value.as_str() {
+                    "recorded" => Route::Recorded,
+                    "pluggable" => Route::OneStream,
+                    "uncached" => Route::Uncached,
+                    "async" => Route::RuntimeAsync,
+                    _ => {
+                        return Err(format!(
+                            "--calls is recorded, pluggable, uncached or async (got {value:?})"
+                        ))
+                    }
+                }
+            }
             _ => return Err(format!("unknown option {flag:?}")),
         }
     }
