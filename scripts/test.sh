@@ -16,6 +16,12 @@ python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --qu
 # The tools' own tests: gpu-check's steps and a whole run with stand-ins, bench's reports.
 python3 -m unittest discover -q -s tools
 cargo test --workspace
+# The Python package, installed with pip into a fresh virtual environment (python3 -m venv needs
+# Debian's python3-venv).
+if ! python3 -c 'import ensurepip' 2>/dev/null && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+fi
+python3 tests/python_package_test.py
 # The C programs under valgrind's memcheck (installs valgrind if missing).
 scripts/valgrind.sh
 # The fuzz targets' corpus plus seeded mutations, on stable (cargo-fuzz itself needs nightly).

@@ -1,0 +1,136 @@
+"""The C API of include/gpupool.h, through ctypes: argument types, error checks, results."""
+from __future__ import annotations
+
+import ctypes
+import json
+from typing import Any, Dict, Optional
+
+from . import _library
+
+#: `GPUPOOL_ALL_DEVICES`: every device, where a function allows it.
+ALL_DEVICES = -1
+#: `GPUPOOL_KEEP_ALL`: the release threshold that keeps every cached byte.
+KEEP_ALL = (1 << 64) - 1
+
+_FORMAT_TEXT = 0
+_FORMAT_JSON = 1
+
+_ERRORS = {
+    1: "invalid value",
+    2: "out of memory",
+    35: "no CUDA runtime",
+    101: "invalid device",
+    999: "internal error, a call from inside the pool, or a failed write",
+}
+
+
+class GpupoolError(RuntimeError):
+    """A `gpupool_*` call returned a CUDA error code; `code` holds it."""
+
+    def __init__(self, function: str, code: int) -> None:
+        meaning = _ERRORS.get(code, "CUDA runtime error")
+        super().__init__(f"{function} failed with CUDA error {code} ({meaning})")
+        self.function = function
+        self.code = code
+
+
+_handle: Optional[ctypes.CDLL] = None
+_path: Optional[str] = None
+
+
+def _lib() -> ctypes.CDLL:
+    """The library, found once: the process keeps one pool, so the answer never changes."""
+    global _handle, _path
+    if _handle is None:
+        lib, path = _library.find()
+        _declare(lib)
+        _handle, _path = lib, path
+    return _handle
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    """Argument and result types; ctypes would otherwise pass 64-bit values as C ints."""
+    u64, size = ctypes.c_uint64, ctypes.c_size_t
+    lib.gpupool_version.restype = ctypes.c_char_p
+    lib.gpupool_version.argtypes = []
+    lib.gpupool_enabled.restype = ctypes.c_int
+    lib.gpupool_enabled.argtypes = []
+    lib.gpupool_empty_cache.argtypes = [ctypes.c_int, ctypes.POINTER(u64)]
+    lib.gpupool_set_release_threshold.argtypes = [ctypes.c_int, u64]
+    lib.gpupool_get_summary.argtypes = [
+        ctypes.c_int, ctypes.c_char_p, size, ctypes.POINTER(size)]
+    for function in (lib.gpupool_empty_cache, lib.gpupool_set_release_threshold,
+                     lib.gpupool_get_summary):
+        function.restype = ctypes.c_int
+
+
+def _check(function: str, code: int) -> None:
+    if code != 0:
+        raise GpupoolError(function, code)
+
+
+def library_path() -> str:
+    """The path of the libgpupool this process uses."""
+    _lib()
+    assert _path is not None
+    return _path
+
+
+def version() -> str:
+    """The loaded library's version, such as "0.1.0"."""
+    return _lib().gpupool_version().decode()
+
+
+def enabled() -> bool:
+    """True when the pool serves allocations: not `GPUPOOL_DISABLE=1`, and a runtime found."""
+    return _lib().gpupool_enabled() == 1
+
+
+def _summary_bytes(format: int) -> bytes:
+    """The summary in `format`, asking again with a larger buffer while it grows."""
+    lib = _lib()
+    length = ctypes.c_size_t(0)
+    _check("gpupool_get_summary", lib.gpupool_get_summary(format, None, 0, ctypes.byref(length)))
+    while True:
+        buf = ctypes.create_string_buffer(length.value + 1)
+        _check("gpupool_get_summary",
+               lib.gpupool_get_summary(format, buf, len(buf), ctypes.byref(length)))
+        if length.value < len(buf):
+            return buf.value
+
+
+def summary() -> str:
+    """The summary table that `GPUPOOL_SUMMARY` prints at exit, as of now."""
+    return _summary_bytes(_FORMAT_TEXT).decode("utf-8", errors="replace")
+
+
+def stats() -> Dict[str, Any]:
+    """The JSON summary as a dict, with its field names: one entry of "devices" per device.
+
+    Sizes are in bytes and times in nanoseconds. A gauge such as `allocated_bytes` is a dict
+    of `current`, `peak`, `total_in` and `total_out` (docs/reports.md explains each figure).
+    """
+    return json.loads(_summary_bytes(_FORMAT_JSON))
+
+
+def empty_cache(device: int = ALL_DEVICES) -> int:
+    """Gives whole free segments of `device` (-1: every device) back to the driver.
+
+    Returns the bytes released. Live allocations are untouched.
+    """
+    released = ctypes.c_uint64(0)
+    _check("gpupool_empty_cache", _lib().gpupool_empty_cache(device, ctypes.byref(released)))
+    return released.value
+
+
+def set_release_threshold(threshold: Optional[int], device: int = ALL_DEVICES) -> None:
+    """Cached bytes to keep on `device` (-1: every device, now and later); None keeps all.
+
+    Above it, whole free segments go back to the driver at the next synchronization or
+    allocation, as with `cudaMemPoolAttrReleaseThreshold`. Call `empty_cache()` to release now.
+    """
+    value = KEEP_ALL if threshold is None else int(threshold)
+    if not 0 <= value <= KEEP_ALL:
+        raise ValueError(f"release threshold {threshold} is not a byte count")
+    _check("gpupool_set_release_threshold",
+           _lib().gpupool_set_release_threshold(device, value))

@@ -1,0 +1,180 @@
+"""`python -m gpupool [options] -- COMMAND ARGS...`: runs COMMAND with libgpupool preloaded.
+
+The options are those of scripts/gpupool-run, mapped to the same GPUPOOL_* variables. The
+launcher then replaces itself with the command (`os.execvpe`): the pid, the exit status and the
+signals are the command's own, as under a shell's `exec`.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
+
+from ._library import PACKAGE_LIBRARY
+
+USAGE = """\
+usage: python -m gpupool [options] [--] COMMAND [ARGS...]
+
+Runs COMMAND with libgpupool preloaded: its cudaMalloc/cudaFree are served from a caching pool.
+
+options:
+  -s, --summary DEST     print a summary at exit: stderr, stdout, or a file path
+                         (%p -> pid, %r -> rank, %h -> host)          GPUPOOL_SUMMARY
+  -t, --threshold SIZE   cached bytes to keep per device: 512MiB, 4GiB, 40%, none
+                                                                      GPUPOOL_RELEASE_THRESHOLD
+  -r, --reuse MODE       when freed memory is reused: strict (default), barrier, relaxed
+                                                                      GPUPOOL_REUSE
+  -l, --limit SIZE       the most the pool reserves per device: 20GiB, 50%, none
+                                                                      GPUPOOL_LIMIT
+      --max-split SIZE   never split cached blocks this large         GPUPOOL_MAX_SPLIT_SIZE
+      --disable          load the library but pass every call through GPUPOOL_DISABLE=1
+      --lib PATH         the library to preload (default: the one in this package)
+  -n, --dry-run          print the environment and command instead of running it
+  -h, --help             this text
+
+Unless PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF or PYTORCH_NO_CUDA_MEMORY_CACHING is set,
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync sends PyTorch's tensors to the pool.
+
+example:
+  python -m gpupool --summary stderr --threshold 4GiB -- python train.py
+"""
+
+#: Options that take a value, by every spelling, and the variable each one sets.
+_VALUED = {
+    "-s": "GPUPOOL_SUMMARY", "--summary": "GPUPOOL_SUMMARY",
+    "-t": "GPUPOOL_RELEASE_THRESHOLD", "--threshold": "GPUPOOL_RELEASE_THRESHOLD",
+    "-r": "GPUPOOL_REUSE", "--reuse": "GPUPOOL_REUSE",
+    "-l": "GPUPOOL_LIMIT", "--limit": "GPUPOOL_LIMIT",
+    "--max-split": "GPUPOOL_MAX_SPLIT_SIZE",
+    "--lib": "",
+}
+_REUSE_MODES = ("strict", "barrier", "relaxed")
+#: PyTorch's own allocator settings: when the user set any of them, the launcher keeps out.
+PYTORCH_SETTINGS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
+                    "PYTORCH_NO_CUDA_MEMORY_CACHING")
+PYTORCH_ASYNC = "backend:cudaMallocAsync"
+
+
+class UsageError(Exception):
+    """A bad command line: one line on stderr, exit 2."""
+
+
+class Options:
+    """What the command line asked for."""
+
+    def __init__(self) -> None:
+        self.variables: Dict[str, str] = {}
+        self.lib: Optional[str] = None
+        self.dry_run = False
+        self.help = False
+        self.command: List[str] = []
+
+
+def _split(arg: str) -> Tuple[str, Optional[str]]:
+    """`--name=value` into its two halves; anything else with no value."""
+    if arg.startswith("--") and "=" in arg:
+        name, value = arg.split("=", 1)
+        return name, value
+    return arg, None
+
+
+def _set(options: Options, name: str, value: str) -> None:
+    if not value:
+        raise UsageError(f"{name} needs a value (see --help)")
+    if name in ("-r", "--reuse") and value not in _REUSE_MODES:
+        raise UsageError(f"--reuse is strict, barrier or relaxed (got '{value}')")
+    if name == "--lib":
+        options.lib = value
+    else:
+        options.variables[_VALUED[name]] = value
+
+
+def parse(argv: Sequence[str]) -> Options:
+    """The options up to `--` or the first word that is not an option, then the command."""
+    options, args = Options(), list(argv)
+    while args:
+        arg = args.pop(0)
+        name, value = _split(arg)
+        if name in _VALUED:
+            _set(options, name, value if value is not None else (args.pop(0) if args else ""))
+        elif arg == "--disable":
+            options.variables["GPUPOOL_DISABLE"] = "1"
+        elif arg in ("-n", "--dry-run"):
+            options.dry_run = True
+        elif arg in ("-h", "--help"):
+            options.help = True
+            return options
+        elif arg == "--":
+            break
+        elif arg.startswith("-") and arg != "-":
+            raise UsageError(f"unknown option '{arg}' (see --help)")
+        else:
+            args.insert(0, arg)
+            break
+    options.command = args
+    if not options.command:
+        raise UsageError("no command to run (see --help)")
+    return options
+
+
+def library(requested: Optional[str]) -> str:
+    """The absolute path to preload; LD_PRELOAD splits at spaces and colons, so those fail."""
+    path = os.path.abspath(requested) if requested else str(PACKAGE_LIBRARY)
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    if any(c.isspace() or c == ":" for c in path):
+        raise UsageError(f"{path}: LD_PRELOAD cannot hold a path with spaces or colons")
+    return path
+
+
+def preload(existing: str, lib: str) -> str:
+    """`existing` with `lib` appended once: what is preloaded already keeps its place."""
+    entries = existing.replace(":", " ").split()
+    if lib in entries:
+        return existing
+    return f"{existing}:{lib}" if existing else lib
+
+
+def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
+    """The variables the launcher sets, in the order it prints them."""
+    added = dict(options.variables)
+    added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), library(options.lib))
+    disabled = added.get("GPUPOOL_DISABLE", env.get("GPUPOOL_DISABLE", "")).strip() == "1"
+    if not disabled and not any(name in env for name in PYTORCH_SETTINGS):
+        added["PYTORCH_CUDA_ALLOC_CONF"] = PYTORCH_ASYNC
+        # As the library's constructor marks it: the summary then says the pool chose it.
+        added["GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF"] = "1"
+    return added
+
+
+def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
+    """Becomes `command`; exits 127 or 126 as a shell does when it cannot."""
+    try:
+        os.execvpe(command[0], command, env)
+    except FileNotFoundError:
+        print(f"gpupool: {command[0]}: command not found", file=sys.stderr)
+        sys.exit(127)
+    except OSError as error:
+        print(f"gpupool: {command[0]}: {error.strerror}", file=sys.stderr)
+        sys.exit(126)
+
+
+def main(argv: Sequence[str]) -> int:
+    """The launcher's entry point; returns only for --help, --dry-run and errors."""
+    try:
+        options = parse(argv)
+        if options.help:
+            print(USAGE, end="")
+            return 0
+        added = environment(options, dict(os.environ))
+    except UsageError as error:
+        print(f"gpupool: {error}", file=sys.stderr)
+        return 2
+    if options.dry_run:
+        for name, value in added.items():
+            print(f"{name}={value}")
+        print(shlex.join(options.command))
+        return 0
+    sys.stdout.flush()
+    _run(options.command, {**os.environ, **added})

@@ -1,0 +1,92 @@
+"""Finds the libgpupool of this process: the one already loaded, else the package's own copy.
+
+A process has one pool only if every caller talks to the same copy of the library. A second copy
+would keep a second pool, whose figures would describe none of the program's memory. So the
+search looks at what the dynamic linker already holds before it loads anything.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Iterator, Optional, Tuple
+
+#: The library file shipped in this package (LD_PRELOAD takes this path as it is).
+PACKAGE_LIBRARY = Path(__file__).resolve().with_name("libgpupool.abi3.so")
+
+_PROBE = "gpupool_version"
+
+
+def _mappings() -> Iterator[Tuple[int, int, str]]:
+    """Yields (start, end, path) for each file mapped into this process."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].startswith("/"):
+                    start, end = fields[0].split("-")
+                    yield int(start, 16), int(end, 16), fields[5].rstrip("\n")
+    except OSError:
+        return
+
+
+def _path_of(address: int) -> Optional[str]:
+    """The file whose mapping holds `address`: where a symbol found by name came from."""
+    for start, end, path in _mappings():
+        if start <= address < end:
+            return path
+    return None
+
+
+def _is_gpupool_file(path: str) -> bool:
+    """A mapped file that may be libgpupool: any name starting `libgpupool`, or our own copy."""
+    return os.path.basename(path).startswith("libgpupool") or path == str(PACKAGE_LIBRARY)
+
+
+def _from_global_scope() -> Optional[Tuple[ctypes.CDLL, str]]:
+    """The library preloaded or linked (`-lgpupool`): visible to a lookup by name."""
+    process = ctypes.CDLL(None)
+    if not hasattr(process, _PROBE):
+        return None
+    address = ctypes.cast(getattr(process, _PROBE), ctypes.c_void_p).value or 0
+    path = _path_of(address)
+    if path is None:
+        return None
+    return _already_loaded(path)
+
+
+def _already_loaded(path: str) -> Optional[Tuple[ctypes.CDLL, str]]:
+    """A handle on `path` only if the dynamic linker holds it already (RTLD_NOLOAD).
+
+    RTLD_NOLOAD never loads a second copy, and RTLD_LOCAL never makes a library loaded locally
+    (as PyTorch's pluggable allocator loads it) visible to later lookups by name.
+    """
+    try:
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY | os.RTLD_LOCAL)
+    except OSError:
+        return None
+    return (lib, path) if hasattr(lib, _PROBE) else None
+
+
+def _from_mappings() -> Optional[Tuple[ctypes.CDLL, str]]:
+    """The library loaded with RTLD_LOCAL, which lookups by name cannot see."""
+    seen = set()
+    for _, _, path in _mappings():
+        if path in seen or path.endswith(" (deleted)") or not _is_gpupool_file(path):
+            continue
+        seen.add(path)
+        found = _already_loaded(path)
+        if found is not None:
+            return found
+    return None
+
+
+def _own_copy() -> Tuple[ctypes.CDLL, str]:
+    """The package's library, loaded RTLD_LOCAL: its hooks then serve nobody else's calls."""
+    path = str(PACKAGE_LIBRARY)
+    return ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW), path
+
+
+def find() -> Tuple[ctypes.CDLL, str]:
+    """The library this process already uses, else the package's copy, with its path."""
+    return _from_global_scope() or _from_mappings() or _own_copy()

@@ -1,0 +1,330 @@
+"""The Python package, installed with `pip install .` into a fresh virtual environment.
+
+The wheel's contents, the launcher (`python -m gpupool`), `import gpupool` under the preload
+and without it, and `gpupool.torch` with a stand-in for torch (tests/python/fake_torch). The
+programs run on the project's CUDA runtime simulator. The package is built with
+CARGO_TARGET_DIR set to the repository's target directory, so a warm build takes seconds.
+
+usage: python3 tests/python_package_test.py   (from scripts/test.sh, after cargo build)
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import unittest
+from pathlib import Path
+from typing import Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")).resolve()
+SIMLIB = TARGET / "debug" / "simlib"
+VENV = TARGET / "python-package-venv"
+PYTHON = VENV / "bin" / "python"
+FAKE_TORCH = ROOT / "tests" / "python" / "fake_torch"
+MIB = 1 << 20
+
+# Set in setUpModule.
+PACKAGE_LIBRARY = Path()
+LAUNCHED = Path()
+
+
+def clean_env(**extra: str) -> Dict[str, str]:
+    """The environment without anything of ours or PyTorch's, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPUPOOL_", "CUDASIM_", "PYTORCH_")) and k != "LD_PRELOAD"}
+    env.update(extra)
+    return env
+
+
+def run(cmd: List[str], env: Optional[Dict[str, str]] = None,
+        check: bool = True) -> subprocess.CompletedProcess:
+    """Runs `cmd` with a deadline; with `check`, fails the test with its output on failure."""
+    done = subprocess.run([str(c) for c in cmd], env=env or clean_env(), capture_output=True,
+                          text=True, timeout=300)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{cmd} exited {done.returncode}\n--- stdout\n{done.stdout}"
+                             f"\n--- stderr\n{done.stderr}")
+    return done
+
+
+def sim_cc(out: Path, src: Path) -> None:
+    """A C program built against the simulator: scripts/simlib.sh's sim_cc, for this target."""
+    SIMLIB.mkdir(parents=True, exist_ok=True)
+    for name in ("libcudart.so", "libcudart.so.12"):
+        link = SIMLIB / name
+        if not link.is_symlink():
+            link.symlink_to("../libcudasim.so")
+    run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror",
+         "-I", ROOT / "cudasim" / "include", "-I", ROOT / "tests" / "c", src, "-o", out,
+         "-L", SIMLIB, "-lcudart", f"-Wl,-rpath,{SIMLIB}", "-lpthread"])
+
+
+def setUpModule() -> None:
+    global PACKAGE_LIBRARY, LAUNCHED
+    env = dict(os.environ, CARGO_TARGET_DIR=str(TARGET))
+    run(["cargo", "build", "--quiet", "-p", "cudasim", "-p", "gpupool", "--lib"], env=env)
+    LAUNCHED = TARGET / "debug" / "python-launched"
+    sim_cc(LAUNCHED, ROOT / "tests" / "c" / "launched.c")
+    shutil.rmtree(VENV, ignore_errors=True)
+    run([sys.executable, "-m", "venv", VENV])
+    started = time.monotonic()
+    run([PYTHON, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", ROOT],
+        env=env)
+    print(f"pip install . took {time.monotonic() - started:.0f} s", file=sys.stderr)
+    found = run([PYTHON, "-c", "import gpupool; print(gpupool.PACKAGE_LIBRARY)"])
+    PACKAGE_LIBRARY = Path(found.stdout.strip())
+
+
+def python(code: str, env: Dict[str, str], *args: object,
+           launcher: Optional[List[str]] = None) -> dict:
+    """Runs `code ARGS` in the venv's Python (under the launcher when given); returns its JSON."""
+    cmd = [PYTHON, "-c", textwrap.dedent(code), *args]
+    if launcher is not None:
+        cmd = [PYTHON, "-m", "gpupool", *launcher, "--", *cmd]
+    return json.loads(run(cmd, env=env).stdout)
+
+
+def dry_run(*args: str, **env: str) -> List[str]:
+    """The lines `python -m gpupool --dry-run` prints."""
+    done = run([PYTHON, "-m", "gpupool", "--dry-run", *args], env=clean_env(**env))
+    return done.stdout.splitlines()
+
+
+class Wheel(unittest.TestCase):
+    def test_carries_the_library_and_the_tool(self) -> None:
+        self.assertTrue(PACKAGE_LIBRARY.is_file(), PACKAGE_LIBRARY)
+        self.assertEqual(PACKAGE_LIBRARY.name, "libgpupool.abi3.so")
+        record = next(VENV.glob("lib/python*/site-packages/gpupool-*.dist-info/RECORD"))
+        files = [line.split(",")[0] for line in record.read_text().splitlines()]
+        self.assertIn("gpupool/libgpupool.abi3.so", files)
+        self.assertTrue(any(f.endswith("bin/gpupool-trace") for f in files), files)
+        self.assertIn("replay", run([VENV / "bin" / "gpupool-trace", "--help"]).stdout)
+
+
+class Launcher(unittest.TestCase):
+    def test_dry_run_sets_the_variables_and_appends_the_preload(self) -> None:
+        lines = dry_run("--summary", "stderr", "-t", "4GiB", "--reuse=barrier", "--limit",
+                        "20GiB", "--max-split", "64MiB", "--disable", "--", "prog", "a b",
+                        LD_PRELOAD="/opt/other.so")
+        self.assertEqual(lines, [
+            "GPUPOOL_SUMMARY=stderr", "GPUPOOL_RELEASE_THRESHOLD=4GiB", "GPUPOOL_REUSE=barrier",
+            "GPUPOOL_LIMIT=20GiB", "GPUPOOL_MAX_SPLIT_SIZE=64MiB", "GPUPOOL_DISABLE=1",
+            f"LD_PRELOAD=/opt/other.so:{PACKAGE_LIBRARY}", "prog 'a b'"])
+        # Without --disable, PyTorch's cudaMallocAsync backend is chosen, and marked as the
+        # pool's choice.
+        lines = dry_run("prog")
+        self.assertIn("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", lines)
+        self.assertIn("GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF=1", lines)
+
+    def test_the_library_is_preloaded_once(self) -> None:
+        lines = dry_run("prog", LD_PRELOAD=f"{PACKAGE_LIBRARY} /opt/other.so")
+        self.assertIn(f"LD_PRELOAD={PACKAGE_LIBRARY} /opt/other.so", lines)
+
+    def test_pytorch_settings_of_the_user_are_left_alone(self) -> None:
+        for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF",
+                     "PYTORCH_NO_CUDA_MEMORY_CACHING"):
+            with self.subTest(name):
+                lines = dry_run("prog", **{name: "0"})
+                self.assertFalse([l for l in lines if "PYTORCH_" in l], lines)
+
+    def test_bad_command_lines_exit_2_with_one_line(self) -> None:
+        for args in (["--reuse", "fast", "prog"], ["--threshold"], ["--frobnicate", "prog"],
+                     [], ["--lib", "/nonexistent.so", "prog"]):
+            with self.subTest(args):
+                done = run([PYTHON, "-m", "gpupool", *args], check=False)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertTrue(done.stderr.startswith("gpupool: "), done.stderr)
+
+    def test_a_missing_command_exits_127(self) -> None:
+        done = run([PYTHON, "-m", "gpupool", "--", "no-such-command-here"], check=False)
+        self.assertEqual(done.returncode, 127)
+        self.assertIn("command not found", done.stderr)
+
+    def test_summary_status_and_pid_are_the_programs(self) -> None:
+        cmd = [PYTHON, "-m", "gpupool", "--summary", "stderr", "--", LAUNCHED, "5", "exit", "3"]
+        proc = subprocess.Popen([str(c) for c in cmd], env=clean_env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdout, stderr = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 3, stderr)
+        self.assertEqual(stdout.splitlines()[0], f"pid {proc.pid}")
+        self.assertIn("gpupool summary", stderr)
+        self.assertIn("5 mallocs, 5 frees", stderr)
+
+    def test_a_signal_death_passes_through(self) -> None:
+        done = run([PYTHON, "-m", "gpupool", "--", LAUNCHED, "1", "signal", "15"], check=False)
+        self.assertEqual(done.returncode, -15, done.stderr)
+
+
+# Allocates through the global scope, where the preloaded library's cudaMalloc comes first,
+# on the simulator loaded RTLD_GLOBAL as the CUDA runtime.
+UNDER_PRELOAD = """
+    import ctypes, json, os, sys
+    ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    process = ctypes.CDLL(None)
+    process.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    process.cudaFree.argtypes = [ctypes.c_void_p]
+    blocks = []
+    for size in (1 << 20, 3 << 20, 5 << 20):
+        p = ctypes.c_void_p()
+        assert process.cudaMalloc(ctypes.byref(p), size) == 0
+        blocks.append(p)
+    assert process.cudaFree(blocks[0]) == 0
+    import gpupool
+    out = {"path": gpupool.library_path(), "version": gpupool.version(),
+           "enabled": gpupool.enabled(), "live": gpupool.stats()}
+    for p in blocks[1:]:
+        assert process.cudaFree(p) == 0
+    out["before_empty"] = gpupool.stats()
+    out["released"] = gpupool.empty_cache()
+    out["after_empty"] = gpupool.stats()
+    out["summary"] = gpupool.summary()
+    gpupool.set_release_threshold(None)
+    gpupool.set_release_threshold(256 << 20, device=0)
+    try:
+        gpupool.set_release_threshold(0, device=5)
+    except gpupool.GpupoolError as error:
+        out["error"] = [error.code, str(error)]
+    print(json.dumps(out))
+"""
+
+
+class ImportUnderPreload(unittest.TestCase):
+    def test_stats_are_what_the_process_did(self) -> None:
+        out = python(UNDER_PRELOAD, clean_env(), SIMLIB / "libcudart.so.12", launcher=[])
+        self.assertEqual(os.path.realpath(out["path"]), str(PACKAGE_LIBRARY))
+        self.assertEqual(out["version"], "0.1.0")
+        self.assertTrue(out["enabled"])
+        live = out["live"]["devices"][0]
+        self.assertEqual((live["allocations"], live["frees"]), (3, 1))
+        self.assertEqual(live["requested_bytes"]["current"], 8 * MIB)
+        self.assertEqual(live["requested_bytes"]["total_in"], 9 * MIB)
+        self.assertEqual(live["live_blocks"]["current"], 2)
+        before = out["before_empty"]["devices"][0]
+        self.assertEqual(before["requested_bytes"]["current"], 0)
+        self.assertGreater(before["reserved_bytes"]["current"], 0)
+        self.assertEqual(out["released"], before["reserved_bytes"]["current"])
+        after = out["after_empty"]["devices"][0]
+        self.assertEqual(after["reserved_bytes"]["current"], 0)
+        self.assertEqual(after["released"]["empty_cache_bytes"], out["released"])
+        self.assertIn("gpupool summary", out["summary"])
+        self.assertIn("3 mallocs, 3 frees", out["summary"])
+        self.assertEqual(out["error"][0], 101, out["error"])
+
+
+# Run with GPUPOOL_CUDART naming the simulator: the library finds its runtime itself.
+WITHOUT_PRELOAD = """
+    import ctypes, json, os, sys
+    if len(sys.argv) > 1:
+        ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    import gpupool
+    path = gpupool.library_path()
+    maps = open("/proc/self/maps").read()
+    print(json.dumps({"path": path, "enabled": gpupool.enabled(),
+                      "own_copy_mapped": str(gpupool.PACKAGE_LIBRARY) in maps,
+                      "released": gpupool.empty_cache(),
+                      "devices": len(gpupool.stats()["devices"])}))
+"""
+
+
+class ImportWithoutPreload(unittest.TestCase):
+    def env(self) -> Dict[str, str]:
+        return clean_env(GPUPOOL_CUDART=str(SIMLIB / "libcudart.so.12"))
+
+    def test_loads_its_own_copy_when_none_is_loaded(self) -> None:
+        out = python(WITHOUT_PRELOAD, self.env())
+        self.assertEqual(out["path"], str(PACKAGE_LIBRARY))
+        self.assertTrue(out["enabled"] and out["own_copy_mapped"])
+        self.assertEqual(out["released"], 0)
+
+    def test_uses_a_copy_loaded_privately_elsewhere(self) -> None:
+        # As PyTorch's pluggable allocator loads it: RTLD_LOCAL, from its own path.
+        other = TARGET / "debug" / "libgpupool.so"
+        out = python(WITHOUT_PRELOAD, self.env(), other)
+        self.assertEqual(out["path"], str(other))
+        self.assertFalse(out["own_copy_mapped"])
+
+
+# Drives gpupool.torch.use() with the stand-in for torch on sys.path.
+TORCH = """
+    import ctypes, json, sys
+    import gpupool.torch
+    imported_early = "torch" in sys.modules
+    try:
+        gpupool.torch.use()
+    except RuntimeError as error:
+        print(json.dumps({"refused": str(error)}))
+        sys.exit(0)
+    import torch, gpupool
+    calls = [c for c in torch.cuda.memory.calls]
+    allocator = torch.cuda.memory.current
+    p = allocator.malloc(3 << 20, 0, None)
+    out = {
+        "imported_early": imported_early,
+        "constructed": list(calls[0]),
+        "changed": calls[1][0] == "change_current_allocator" and calls[1][1] is allocator,
+        "loaded": gpupool.library_path(),
+        "copies": sum(1 for line in open("/proc/self/maps")
+                      if "libgpupool" in line and " r-xp " in line),
+        "allocated": torch.cuda.memory_allocated(),
+        "allocated_cuda0": torch.cuda.memory.memory_allocated("cuda:0"),
+        "reserved": torch.cuda.memory_reserved(0),
+        "max_allocated": torch.cuda.max_memory_allocated(),
+        "stats": torch.cuda.memory_stats(),
+        "summary": torch.cuda.memory_summary(),
+        "same_twice": gpupool.torch.use() is allocator,
+    }
+    allocator.free(p, 3 << 20, 0, None)
+    torch.cuda.empty_cache()
+    device = gpupool.stats()["devices"][0]
+    out["after_empty"] = [device["reserved_bytes"]["current"],
+                          device["released"]["empty_cache_bytes"]]
+    print(json.dumps(out))
+"""
+
+
+class Torch(unittest.TestCase):
+    def env(self, **extra: str) -> Dict[str, str]:
+        return clean_env(GPUPOOL_CUDART=str(SIMLIB / "libcudart.so.12"),
+                         PYTHONPATH=str(FAKE_TORCH), **extra)
+
+    def test_use_makes_the_pool_pytorchs_allocator(self) -> None:
+        out = python(TORCH, self.env())
+        self.assertFalse(out["imported_early"], "import gpupool.torch imported torch")
+        self.assertEqual(out["constructed"], ["CUDAPluggableAllocator", out["loaded"],
+                                              "gpupool_torch_malloc", "gpupool_torch_free"])
+        self.assertEqual(out["loaded"], str(PACKAGE_LIBRARY))
+        self.assertEqual(out["copies"], 1)
+        self.assertTrue(out["changed"] and out["same_twice"])
+        self.assertEqual(out["allocated"], 3 * MIB)
+        self.assertEqual(out["allocated_cuda0"], 3 * MIB)
+        self.assertEqual(out["max_allocated"], 3 * MIB)
+        self.assertGreaterEqual(out["reserved"], 3 * MIB)
+        self.assertEqual(out["stats"]["allocated_bytes.all.current"], 3 * MIB)
+        self.assertEqual(out["stats"]["allocation.all.current"], 1)
+        self.assertEqual(out["stats"]["reserved_bytes.all.current"], out["reserved"])
+        self.assertIn("gpupool summary", out["summary"])
+        reserved_after, released = out["after_empty"]
+        self.assertEqual((reserved_after, released), (0, out["reserved"]))
+
+    def test_use_after_cuda_started_says_why_it_refuses(self) -> None:
+        out = python(TORCH, self.env(FAKE_TORCH_INITIALIZED="1"))
+        self.assertIn("before PyTorch initializes CUDA", out["refused"])
+        self.assertIn("Can't swap an already initialized allocator", out["refused"])
+
+    def test_under_the_preload_use_passes_the_preloaded_library(self) -> None:
+        runtime = "import ctypes, os, sys\nctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL)\n"
+        out = python(runtime + textwrap.dedent(TORCH), self.env(), SIMLIB / "libcudart.so.12",
+                     launcher=[])
+        self.assertEqual(os.path.realpath(out["loaded"]), str(PACKAGE_LIBRARY))
+        self.assertEqual(out["copies"], 1)
+        self.assertEqual(out["allocated"], 3 * MIB)
+
+
+if __name__ == "__main__":
+    unittest.main()
