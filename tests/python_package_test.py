@@ -52,7 +52,7 @@ def run(cmd: List[str], env: Optional[Dict[str, str]] = None,
     return done
 
 
-def sim_cc(out: Path, src: Path) -> None:
+def sim_cc(out: Path, src: Path, *flags: str) -> None:
     """A C program built against the simulator: scripts/simlib.sh's sim_cc, for this target."""
     SIMLIB.mkdir(parents=True, exist_ok=True)
     for name in ("libcudart.so", "libcudart.so.12"):
@@ -61,7 +61,7 @@ def sim_cc(out: Path, src: Path) -> None:
             link.symlink_to("../libcudasim.so")
     run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror",
          "-I", ROOT / "cudasim" / "include", "-I", ROOT / "tests" / "c", src, "-o", out,
-         "-L", SIMLIB, "-lcudart", f"-Wl,-rpath,{SIMLIB}", "-lpthread"])
+         "-L", SIMLIB, "-lcudart", f"-Wl,-rpath,{SIMLIB}", "-lpthread", *flags])
 
 
 def setUpModule() -> None:
@@ -155,6 +155,22 @@ class Launcher(unittest.TestCase):
         self.assertEqual(stdout.splitlines()[0], f"pid {proc.pid}")
         self.assertIn("gpupool summary", stderr)
         self.assertIn("5 mallocs, 5 frees", stderr)
+
+    def test_pytorchs_tensors_are_pooled_under_the_launcher(self) -> None:
+        # The PyTorch stand-in of tests/pytorch.rs, built as libc10_cuda.so: its
+        # cudaMallocAsync backend is chosen, every tensor reaches the pool, and the summary
+        # says the setting was the pool's.
+        lib = TARGET / "debug" / "python-standin" / "libc10_cuda.so"
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        sim_cc(lib, ROOT / "tests" / "c" / "torch_standin.c", "-shared", "-fPIC")
+        script = ROOT / "tests" / "torch_standin.py"
+        done = run([PYTHON, "-m", "gpupool", "--summary", "stderr", "--", PYTHON, script, lib,
+                    "3"], env=clean_env())
+        kv = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+        self.assertEqual(kv["backend"], "2", done.stdout)
+        self.assertEqual(kv["pool_allocations"], kv["allocations"], done.stdout)
+        self.assertEqual(kv["reserved_at_end"], "0", done.stdout)
+        self.assertIn("set by the pool", done.stderr)
 
     def test_a_signal_death_passes_through(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", LAUNCHED, "1", "signal", "15"], check=False)
