@@ -283,6 +283,16 @@ int gpupool_free_async(void *ptr, cudaStream_t stream);
 int gpupool_empty_cache(int device, uint64_t *released);
 
 /**
+ * Starts the peaks over again on `device`, or on every device for -1 (`GPUPOOL_ALL_DEVICES`):
+ * each figure's peak since the reset (the JSON summary's `peak_since_reset`) restarts from its
+ * current value, as PyTorch's `reset_peak_memory_stats()` does. The run's peaks, which the
+ * summary and `gpupool_get_stats` report, stay. With the pool disabled the call does nothing.
+ *
+ * Returns 0, 101 (not a device), 35, or 999.
+ */
+int gpupool_reset_peak_stats(int device);
+
+/**
  * Sets the release threshold at run time: the cached-but-unused bytes to keep on `device`, or
  * on every device, now and used later, for -1 (`GPUPOOL_ALL_DEVICES`). Above it, whole free
  * segments go back to the driver at the next synchronization the program makes or the next

@@ -296,6 +296,10 @@ TORCH = """
         "same_twice": gpupool.torch.use() is allocator,
     }
     allocator.free(p, 3 << 20, 0, None)
+    out["max_before_reset"] = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out["max_after_reset"] = torch.cuda.max_memory_allocated()
+    out["allocated_after_free"] = torch.cuda.memory_allocated()
     torch.cuda.empty_cache()
     device = gpupool.stats()["devices"][0]
     out["after_empty"] = [device["reserved_bytes"]["current"],
@@ -325,6 +329,9 @@ class Torch(unittest.TestCase):
         self.assertEqual(out["stats"]["allocation.all.current"], 1)
         self.assertEqual(out["stats"]["reserved_bytes.all.current"], out["reserved"])
         self.assertIn("gpupool summary", out["summary"])
+        # reset_peak_memory_stats() restarts the peak from what is allocated now.
+        self.assertEqual(out["max_before_reset"], 3 * MIB)
+        self.assertEqual(out["max_after_reset"], out["allocated_after_free"])
         reserved_after, released = out["after_empty"]
         self.assertEqual((reserved_after, released), (0, out["reserved"]))
 

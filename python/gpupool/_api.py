@@ -59,8 +59,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.gpupool_set_release_threshold.argtypes = [ctypes.c_int, u64]
     lib.gpupool_get_summary.argtypes = [
         ctypes.c_int, ctypes.c_char_p, size, ctypes.POINTER(size)]
+    lib.gpupool_reset_peak_stats.argtypes = [ctypes.c_int]
     for function in (lib.gpupool_empty_cache, lib.gpupool_set_release_threshold,
-                     lib.gpupool_get_summary):
+                     lib.gpupool_get_summary, lib.gpupool_reset_peak_stats):
         function.restype = ctypes.c_int
 
 
@@ -121,6 +122,14 @@ def empty_cache(device: int = ALL_DEVICES) -> int:
     released = ctypes.c_uint64(0)
     _check("gpupool_empty_cache", _lib().gpupool_empty_cache(device, ctypes.byref(released)))
     return released.value
+
+
+def reset_peak_stats(device: int = ALL_DEVICES) -> None:
+    """Starts each figure's `peak_since_reset` over from its current value (-1: every device).
+
+    The run's `peak`, which the summary reports, stays.
+    """
+    _check("gpupool_reset_peak_stats", _lib().gpupool_reset_peak_stats(device))
 
 
 def set_release_threshold(threshold: Optional[int], device: int = ALL_DEVICES) -> None:

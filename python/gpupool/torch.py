@@ -6,7 +6,6 @@ preload, PyTorch already allocates through the pool and nothing here is needed.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, Dict, Optional
 
 from . import _api
@@ -50,24 +49,25 @@ def _wire(torch: Any) -> None:
 
     - `empty_cache()`: the pool's, on every device (`gpupool_empty_cache(-1)`).
     - `memory_allocated`, `memory_reserved` and their `max_` forms: the pool's figures for the
-      device; peaks are since the process started.
+      device; peaks are since the last `reset_peak_memory_stats()`, as PyTorch's are.
     - `memory_stats()`: PyTorch's keys for what the pool counts (`allocated_bytes`,
       `reserved_bytes`, `requested_bytes`, `allocation`, `segment`, all with `.all.current`,
       `.peak`, `.allocated`, `.freed`; `num_alloc_retries`, `num_ooms`). The pool does not
       split its figures into PyTorch's small and large pools, so only `all` is given.
     - `memory_summary()`: the pool's summary table.
-    - `reset_peak_memory_stats()`: warns and does nothing. The pool keeps one peak per figure
-      since the start and offers no call to reset it.
+    - `reset_peak_memory_stats()`: the pool's `gpupool_reset_peak_stats`; the summary keeps
+      the run's peaks.
     """
     calls = {
         "empty_cache": empty_cache,
         "memory_allocated": _reader(torch, "allocated_bytes", "current"),
-        "max_memory_allocated": _reader(torch, "allocated_bytes", "peak"),
+        "max_memory_allocated": _reader(torch, "allocated_bytes", "peak_since_reset"),
         "memory_reserved": _reader(torch, "reserved_bytes", "current"),
-        "max_memory_reserved": _reader(torch, "reserved_bytes", "peak"),
+        "max_memory_reserved": _reader(torch, "reserved_bytes", "peak_since_reset"),
         "memory_stats": lambda device=None: memory_stats(_index(torch, device)),
         "memory_summary": lambda device=None, abbreviated=False: _api.summary(),
-        "reset_peak_memory_stats": reset_peak_memory_stats,
+        "reset_peak_memory_stats": lambda device=None: _api.reset_peak_stats(
+            _index(torch, device)),
     }
     for module in (torch.cuda, torch.cuda.memory):
         for name, call in calls.items():
@@ -77,12 +77,6 @@ def _wire(torch: Any) -> None:
 def empty_cache() -> None:
     """`torch.cuda.empty_cache()`: gives every device's free segments back to the driver."""
     _api.empty_cache(_api.ALL_DEVICES)
-
-
-def reset_peak_memory_stats(device: Any = None) -> None:
-    """The pool has no call to reset its peaks: warns, and the peaks stay those since start."""
-    warnings.warn("gpupool keeps its peaks since the process started and cannot reset them",
-                  RuntimeWarning, stacklevel=2)
 
 
 def _index(torch: Any, device: Any) -> int:
@@ -123,7 +117,7 @@ def memory_stats(index: int) -> Dict[str, int]:
     out: Dict[str, int] = {}
     for torch_name, pool_name in names.items():
         gauge = entry.get(pool_name, {})
-        for torch_field, pool_field in (("current", "current"), ("peak", "peak"),
+        for torch_field, pool_field in (("current", "current"), ("peak", "peak_since_reset"),
                                         ("allocated", "total_in"), ("freed", "total_out")):
             out[f"{torch_name}.all.{torch_field}"] = int(gauge.get(pool_field, 0))
     oom = entry.get("out_of_memory", {})

@@ -62,6 +62,31 @@ pub unsafe extern "C" fn gpupool_empty_cache(device: c_int, released: *mut u64) 
     })
 }
 
+/// Starts the peaks over again on `device`, or on every device for -1 (`GPUPOOL_ALL_DEVICES`):
+/// each figure's peak since the reset (the JSON summary's `peak_since_reset`) restarts from its
+/// current value, as PyTorch's `reset_peak_memory_stats()` does. The run's peaks, which the
+/// summary and `gpupool_get_stats` report, stay. With the pool disabled the call does nothing.
+///
+/// Returns 0, 101 (not a device), 35, or 999.
+#[no_mangle]
+pub extern "C" fn gpupool_reset_peak_stats(device: c_int) -> c_int {
+    run(|| {
+        let g = state()?;
+        let which = devices(g, device, true)?;
+        let _inside = enter()?;
+        match (g.pool(), which) {
+            (None, _) => {}
+            (Some(pool), Devices::All) => {
+                for d in pool.used_devices() {
+                    pool.reset_peaks(d);
+                }
+            }
+            (Some(pool), Devices::One(d)) => pool.reset_peaks(d),
+        }
+        Ok(())
+    })
+}
+
 /// Sets the release threshold at run time: the cached-but-unused bytes to keep on `device`, or
 /// on every device, now and used later, for -1 (`GPUPOOL_ALL_DEVICES`). Above it, whole free
 /// segments go back to the driver at the next synchronization the program makes or the next

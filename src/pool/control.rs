@@ -50,6 +50,23 @@ impl<B: Backend> Pool<B> {
         p.trim_to(&self.timed(slot), &slot.clock, keep)
     }
 
+    /// Start every figure's peak of `device` over again from its current value.
+    pub fn reset_peaks(&self, device: u32) {
+        if let Some(slot) = self.existing(device) {
+            let mut p = Self::lock(slot);
+            let s = &mut p.stats;
+            for g in [
+                &mut s.requested,
+                &mut s.allocated,
+                &mut s.reserved,
+                &mut s.blocks,
+                &mut s.segments,
+            ] {
+                g.reset_peak();
+            }
+        }
+    }
+
     /// Start a new peak of `device`'s reserved bytes (`reserved`), or of its allocated bytes,
     /// from the current value; the run's peak stays in the summary.
     pub fn reset_peak(&self, device: u32, reserved: bool) {

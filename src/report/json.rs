@@ -29,9 +29,10 @@ pub fn quote(s: &str) -> String {
 
 fn gauge(g: &Gauge) -> String {
     format!(
-        "{{\"current\":{},\"peak\":{},\"total_in\":{},\"total_out\":{}}}",
+        "{{\"current\":{},\"peak\":{},\"peak_since_reset\":{},\"total_in\":{},\"total_out\":{}}}",
         g.current,
         g.peak_ever(),
+        g.peak,
         g.total_in,
         g.total_out
     )

@@ -59,13 +59,26 @@ static void summary_into_buffers(gpupool_stats st)
     CHECK_POOL(gpupool_get_summary(1, NULL, 0, &len));
     char *json = malloc(len + 1);
     CHECK_POOL(gpupool_get_summary(1, json, len + 1, &again));
-    char want[64];
+    char want[160];
     snprintf(want, sizeof want, "\"allocations\":%llu,", (unsigned long long)st.alloc_calls);
     CHECK(json[0] == '{' && strstr(json, want), "JSON lacks %s: %.200s", want, json);
     free(json);
 
     CHECK_POOL(gpupool_get_summary(2, NULL, 0, &len));
     CHECK(len > 100, "Prometheus text of %zu bytes", len);
+    /* After a reset, each peak since the reset is the current value; the run's peak stays. */
+    CHECK_POOL(gpupool_reset_peak_stats(0));
+    CHECK_POOL(gpupool_reset_peak_stats(-1));
+    CHECK(gpupool_reset_peak_stats(99) == GPUPOOL_ERROR_INVALID_DEVICE, "device 99");
+    CHECK_POOL(gpupool_get_summary(1, NULL, 0, &len));
+    json = malloc(len + 1);
+    CHECK_POOL(gpupool_get_summary(1, json, len + 1, &again));
+    snprintf(want, sizeof want, "\"requested_bytes\":{\"current\":%llu,\"peak\":%llu,"
+             "\"peak_since_reset\":%llu,", (unsigned long long)st.requested_bytes,
+             (unsigned long long)st.requested_bytes_peak, (unsigned long long)st.requested_bytes);
+    CHECK(strstr(json, want), "JSON lacks %s: %.300s", want, json);
+    free(json);
+
     CHECK(gpupool_get_summary(3, NULL, 0, &len) == GPUPOOL_ERROR_INVALID_VALUE, "format 3");
     CHECK(gpupool_get_summary(0, NULL, 8, &len) == GPUPOOL_ERROR_INVALID_VALUE, "NULL buffer");
     CHECK(gpupool_get_summary(0, small, 8, NULL) == GPUPOOL_ERROR_INVALID_VALUE, "NULL length");
