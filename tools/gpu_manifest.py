@@ -149,6 +149,14 @@ def manifest(build, src, lib, python, sanitizer, counts):
           pool(lib, "relaxed"))
     torch("torch_async_native", "bench", argv, 150, ok,
           (("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync"),))
+    # The Python package from the tree (no wheel on the GPU machine): its launcher, and
+    # gpupool.torch.use() (the pluggable route with PyTorch's memory calls wired to the pool).
+    package = (("PYTHONPATH", f"{src}/../../python"), ("GPUPOOL_LIBRARY", lib))
+    torch("torch_launcher_pool", "check",
+          [python, "-m", "gpupool", "--summary", "stderr", "--", *argv], 150,
+          finite + [INTERCEPTED, Positive("empty_cache_freed_mib")], package)
+    torch("torch_package_use", "check", argv + ["--package"], 150,
+          finite + [INTERCEPTED, Positive("empty_cache_freed_mib")], package)
     torch("torch_nocache_pool", "check", argv, 150, finite + [INTERCEPTED],
           pool(lib, "strict") + nocache)
     torch("torch_pluggable", "check", pluggable, 150, finite + [INTERCEPTED])

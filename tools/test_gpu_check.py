@@ -25,7 +25,8 @@ CLEAN = "env -u LD_PRELOAD -u GPUPOOL_* -u PYTORCH_..."
 # the tool at /cs.
 SHELL_DRY_RUN = (Path(__file__).parent / "testdata/shell-dry-run.txt").read_text().splitlines()
 # Steps the manifest gained after the shell version (PyTorch under the headline command).
-ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torch_async_native"}
+ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torch_async_native",
+                     "torch_launcher_pool", "torch_package_use"}
 
 
 def dry_run_lines(counts):
@@ -148,7 +149,7 @@ import os, subprocess, sys
 
 name, args = os.path.basename(sys.argv[1]), sys.argv[2:]
 mode = os.environ.get("GPUPOOL_REUSE", "strict")
-pooled = bool(os.environ.get("LD_PRELOAD")) or "--pluggable" in args
+pooled = bool(os.environ.get("LD_PRELOAD")) or "--pluggable" in args or "--package" in args
 fail = os.environ.get("FAKE_FAIL", "") == f"{name}:{mode}"
 
 def summary():
@@ -162,6 +163,11 @@ if name == "python":
         if "find_spec('torch')" in args[1]:
             sys.exit(0)
         os.execv(sys.executable, [sys.executable, *args])
+    if args[:2] == ["-m", "gpupool"]:
+        # The launcher: the command after "--", preloaded.
+        args = args[args.index("--") + 1:]
+        pooled = True
+        args = args[1:] if os.path.basename(args[0]).startswith("python") else args
     name = os.path.basename(args[0])
 if name == "churn":
     print("program_mallocs=6231\nbytes_verified=9\ninit_ms=1.0 churn_ms=812.5\nchurn=ok")

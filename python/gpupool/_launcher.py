@@ -11,7 +11,7 @@ import shlex
 import sys
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
-from ._library import PACKAGE_LIBRARY
+from ._library import own_library
 
 USAGE = """\
 usage: python -m gpupool [options] [--] COMMAND [ARGS...]
@@ -29,7 +29,8 @@ options:
                                                                       GPUPOOL_LIMIT
       --max-split SIZE   never split cached blocks this large         GPUPOOL_MAX_SPLIT_SIZE
       --disable          load the library but pass every call through GPUPOOL_DISABLE=1
-      --lib PATH         the library to preload (default: the one in this package)
+      --lib PATH         the library to preload (default: $GPUPOOL_LIBRARY, else the one in
+                         this package)
   -n, --dry-run          print the environment and command instead of running it
   -h, --help             this text
 
@@ -120,7 +121,7 @@ def parse(argv: Sequence[str]) -> Options:
 
 def library(requested: Optional[str]) -> str:
     """The absolute path to preload; LD_PRELOAD splits at spaces and colons, so those fail."""
-    path = os.path.abspath(requested) if requested else str(PACKAGE_LIBRARY)
+    path = os.path.abspath(requested) if requested else str(own_library())
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file")
     if any(c.isspace() or c == ":" for c in path):

@@ -17,6 +17,13 @@ PACKAGE_LIBRARY = Path(__file__).resolve().with_name("libgpupool.abi3.so")
 _PROBE = "gpupool_version"
 
 
+def own_library() -> Path:
+    """The library this package loads or preloads: `GPUPOOL_LIBRARY` when set (one built or
+    installed elsewhere, as on a machine the wheel was not built for), else the package's own."""
+    override = os.environ.get("GPUPOOL_LIBRARY")
+    return Path(override).resolve() if override else PACKAGE_LIBRARY
+
+
 def _mappings() -> Iterator[Tuple[int, int, str]]:
     """Yields (start, end, path) for each file mapped into this process."""
     try:
@@ -40,7 +47,7 @@ def _path_of(address: int) -> Optional[str]:
 
 def _is_gpupool_file(path: str) -> bool:
     """A mapped file that may be libgpupool: any name starting `libgpupool`, or our own copy."""
-    return os.path.basename(path).startswith("libgpupool") or path == str(PACKAGE_LIBRARY)
+    return os.path.basename(path).startswith("libgpupool") or path == str(own_library())
 
 
 def _from_global_scope() -> Optional[Tuple[ctypes.CDLL, str]]:
@@ -83,7 +90,7 @@ def _from_mappings() -> Optional[Tuple[ctypes.CDLL, str]]:
 
 def _own_copy() -> Tuple[ctypes.CDLL, str]:
     """The package's library, loaded RTLD_LOCAL: its hooks then serve nobody else's calls."""
-    path = str(PACKAGE_LIBRARY)
+    path = str(own_library())
     return ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW), path
 
 

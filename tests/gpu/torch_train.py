@@ -69,8 +69,18 @@ def main():
         help="install libgpupool as PyTorch's allocator (CUDAPluggableAllocator) and print "
         "its summary at the end",
     )
+    ap.add_argument(
+        "--package",
+        action="store_true",
+        help="make libgpupool PyTorch's allocator with the Python package's gpupool.torch.use() "
+        "and print its summary at the end",
+    )
     args = ap.parse_args()
 
+    if args.package:
+        import gpupool.torch  # noqa: the package, from PYTHONPATH on the GPU machine
+
+        gpupool.torch.use()
     dev = pluggable.start(args.pluggable)
     if dev is None:
         return 1
@@ -154,6 +164,11 @@ def main():
     print(f"max_memory_reserved_mib={mib(reserved):.0f}")
     print(f"peak_device_used_mib={mib(peak_used):.0f}")
     print(f"base_device_used_mib={mib(base_used):.0f}")
+    if args.package:
+        import gpupool
+
+        sys.stdout.flush()
+        print(gpupool.summary(), file=sys.stderr)
     return pluggable.finish(args.pluggable, "torch_train=ok")
 
 
