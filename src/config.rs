@@ -278,7 +278,7 @@ fn trimmed(v: &[u8]) -> Option<String> {
     std::str::from_utf8(v).ok().map(|s| s.trim().to_string())
 }
 
-fn parse_bool(v: &[u8]) -> Option<bool> {
+pub(crate) fn parse_bool(v: &[u8]) -> Option<bool> {
     match trimmed(v)?.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" | "" => Some(false),

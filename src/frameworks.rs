@@ -66,7 +66,8 @@ fn env(name: &str) -> Option<String> {
 /// `cudaMallocAsync` backend unless the user chose one, the pool is off, or PyTorch is already
 /// loaded. libc-level work only, as a constructor must.
 pub fn choose_at_load() {
-    if env("GPUPOOL_DISABLE").is_some_and(|v| v.trim() == "1") {
+    if env("GPUPOOL_DISABLE").is_some_and(|v| crate::config::parse_bool(v.as_bytes()) == Some(true))
+    {
         return;
     }
     let inherited = env(MARK).is_some()
