@@ -63,9 +63,10 @@ pub unsafe fn malloc_async(dev_ptr: *mut *mut c_void, size: usize, stream: Strea
     }
 }
 
-/// Whether `stream` is being captured into a graph (or cannot be asked: the safe side).
+/// Whether `stream` is being captured into a graph (or cannot be asked: the safe side). The
+/// legacy stream, PyTorch's, is never asked: CUDA refuses to capture it.
 fn capturing(rt: &Runtime, stream: Stream) -> bool {
-    let Some(is_capturing) = rt.stream_is_capturing else {
+    let Some(is_capturing) = rt.stream_is_capturing.filter(|_| !is_legacy(stream)) else {
         return false;
     };
     let mut status = 0;
