@@ -7,6 +7,8 @@
  *   MODE torch: gpupool_torch_malloc/gpupool_torch_free on device 0 and the legacy stream, as
  *               PyTorch's pluggable allocator calls them (libgpupool preloaded)
  *   MODE torch-stream: the same on a non-blocking stream of the program's own
+ *   MODE async: cudaMallocAsync/cudaFreeAsync on the legacy stream, as PyTorch's
+ *               cudaMallocAsync backend calls them (the pool's route under the preload)
  *
  * LIVE_BLOCKS blocks of mixed sizes (512 B .. 64 KiB, log-uniform, fixed seed) are allocated
  * with the same allocator before timing and stay live during it. After a warm-up, ITERATIONS
@@ -35,6 +37,7 @@
 static volatile uintptr_t sink;
 
 static int use_cuda;
+static int use_async;
 
 /* PyTorch's pluggable allocator signatures, and the stream its calls name (torch modes). */
 typedef void *(*torch_malloc_fn)(ssize_t size, int device, cudaStream_t stream);
@@ -48,6 +51,8 @@ static void *alloc(size_t n)
     void *p = NULL;
     if (torch_malloc) {
         p = torch_malloc((ssize_t)n, 0, torch_stream);
+    } else if (use_async) {
+        CHECK_CUDA(cudaMallocAsync(&p, n, 0));
     } else if (use_cuda) {
         CHECK_CUDA(cudaMalloc(&p, n));
     } else {
@@ -61,6 +66,8 @@ static void release(void *p, size_t n)
 {
     if (torch_free) {
         torch_free(p, (ssize_t)n, 0, torch_stream);
+    } else if (use_async) {
+        CHECK_CUDA(cudaFreeAsync(p, 0));
     } else if (use_cuda) {
         CHECK_CUDA(cudaFree(p));
     } else {
@@ -117,13 +124,16 @@ int main(int argc, char **argv)
     unsigned long long mallocs_before = 0;
     int r;
 
-    CHECK(argc == 5, "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS cuda|glibc|torch|torch-stream");
+    CHECK(argc == 5,
+          "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS cuda|glibc|torch|torch-stream|async");
     live = atol(argv[1]);
     size = (size_t)strtoull(argv[2], NULL, 0);
     iters = atol(argv[3]);
     CHECK(live >= 0 && size > 0 && iters > 0, "bad arguments");
     if (strcmp(argv[4], "cuda") == 0) {
         use_cuda = 1;
+    } else if (strcmp(argv[4], "async") == 0) {
+        use_cuda = use_async = 1;
     } else if (strncmp(argv[4], "torch", 5) == 0) {
         use_cuda = 1;
         torch_malloc = (torch_malloc_fn)dlsym(RTLD_DEFAULT, "gpupool_torch_malloc");
@@ -132,8 +142,8 @@ int main(int argc, char **argv)
         CHECK(strcmp(argv[4] + 5, "") == 0 || strcmp(argv[4] + 5, "-stream") == 0,
               "unknown mode '%s'", argv[4]);
     } else {
-        CHECK(strcmp(argv[4], "glibc") == 0, "MODE is cuda, glibc, torch or torch-stream, not '%s'",
-              argv[4]);
+        CHECK(strcmp(argv[4], "glibc") == 0,
+              "MODE is cuda, glibc, torch, torch-stream or async, not '%s'", argv[4]);
     }
     if (use_cuda) {
         CHECK_CUDA(cudaFree(NULL)); /* initialize the runtime outside the timing */
