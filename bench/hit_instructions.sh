@@ -57,7 +57,7 @@ per_pair() {
 # ns DEVICES REUSE LIVE MODE: the median nanoseconds per pair of a native run.
 ns() {
     env CUDASIM_DEVICES="$1" GPUPOOL_REUSE="$2" LD_PRELOAD="$lib" \
-        "$work/hit_path" "$3" "$SIZE" 200000 "$4" | awk '/^ns_per_pair/ {print $2}'
+        "$work/hit_path" "$3" "$SIZE" 200000 "$4" | awk -F= '/^ns_per_pair=/ {print $2}'
 }
 
 # name DEVICES REUSE LIVE MODE

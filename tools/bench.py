@@ -2,7 +2,8 @@
 
 Measures, in one run: the cudaMalloc+cudaFree pair of a cached size through the preloaded
 hooks next to glibc's malloc+free of the same size (with 0, 1, 1 000 and 100 000 other blocks
-live), the simulator's own pair without the pool, the pass-through cost with
+live), the same pair in instructions (bench/hit_instructions.sh, with valgrind), the
+simulator's own pair without the pool, the pass-through cost with
 GPUPOOL_DISABLE=1, and the wall time of the overlap loop (tests/c/overlap.c) in each
 GPUPOOL_REUSE mode against no pool and against the ideal. Then the policy comparison: the
 generated workloads (training, inference, RMM's random allocations) replayed through our pool
@@ -98,6 +99,11 @@ class Runner:
         log.write_text("")
 
     def run(self, m):
+        program = manifest.missing(m)
+        if program:
+            print(f"bench: {m.name} skipped: no {program}", file=sys.stderr)
+            self.figures[m.name] = manifest.not_measured(program)
+            return
         if m.build:
             if subprocess.run(list(m.argv), stdout=sys.stderr).returncode != 0:
                 raise Failed(" ".join(m.argv))

@@ -2,6 +2,7 @@
 its environment, whether it is pinned to one CPU, and what is read from its output."""
 
 import re
+import shutil
 from dataclasses import dataclass
 
 import kv
@@ -31,7 +32,8 @@ H200_CALLS = ("preload", "pluggable")
 class Measure:
     """One run: `argv` with `env` added, pinned to one CPU when `pin`; `parse` turns its
     output into the figure kept under `name` (None: nothing is read; its wall time always is);
-    `build`: a build step, whose output goes to stderr and is not kept."""
+    `build`: a build step, whose output goes to stderr and is not kept; `requires`: programs
+    it needs, without which it is skipped (`missing`)."""
 
     name: str
     argv: tuple
@@ -39,10 +41,22 @@ class Measure:
     pin: bool = False
     parse: object = None
     build: bool = False
+    requires: tuple = ()
+
+
+def missing(m, which=shutil.which):
+    """The first program `m` requires that is not on the PATH, or None."""
+    return next((p for p in m.requires if which(p) is None), None)
+
+
+def not_measured(program):
+    """The figure of a run skipped for want of `program`."""
+    return f"Not measured: `{program}` was not found."
 
 
 # What the runs measure, by the first part of their names: the progress lines on stderr.
 STAGES = {
+    "the hit path in instructions": ("instructions",),
     "counters and trace": ("stats", "nostats", "notrace", "trace", "disabled"),
     "overlap loop": ("overlap",),
     "policy comparison": ("compare", "generate", "replay", "seed"),
@@ -151,6 +165,16 @@ def manifest(bench, rel, lib, lib_nostats, trace_file, replay_trace, h200_trace,
                 )
             )
     out.append(Measure("raw", *hit(1, RAW_ITERS, "cuda"), pin=True, parse=ns))
+    # The cached pair in instructions, counted by callgrind (its own build and table; about a
+    # minute).
+    out.append(
+        Measure(
+            "instructions",
+            ("bash", "bench/hit_instructions.sh"),
+            parse=whole,
+            requires=("valgrind",),
+        )
+    )
     # PyTorch's pluggable allocator entry points, on the legacy stream and on a stream of its
     # own.
     for mode in MODES:

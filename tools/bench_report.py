@@ -65,6 +65,12 @@ TRACE = """\
 Trace (relaxed): {without} ns per pair without, {with_} ns with: {per_event} ns per event; the \
 file grew by {grew} MiB."""
 
+INSTRUCTIONS = """\
+### The hit path in instructions (callgrind, `bench/hit_instructions.sh`)
+
+docs/design-notes.md, "Note: the hit path's budget", gives the target: 1.5× glibc in
+`strict` mode with two devices."""
+
 RAW = """\
 ### What the pool avoids: the runtime's own pair ({size} B, 1 live block, 7 × {iters} pairs)"""
 
@@ -235,6 +241,14 @@ def overlap_table(r):
     return render.table(cols, rows)
 
 
+def instructions(r):
+    """The instruction table, when the run was in the manifest (it is not in the shell
+    version's figures)."""
+    if "instructions" not in r.figures:
+        return []
+    return [INSTRUCTIONS, r["instructions"]]
+
+
 def cpu(r, meta):
     """The hit path against glibc, PyTorch's entry points, the counters and the trace, the
     runtime's own pair, the overlap loop."""
@@ -250,6 +264,7 @@ def cpu(r, meta):
         hit_table(r),
         TARGETS,
         target_table(r),
+        *instructions(r),
         TORCH.format(size=SIZE),
         torch_table(r),
         COUNTERS.format(size=SIZE, trace_iters=TRACE_ITERS),

@@ -146,6 +146,14 @@ class Reports(unittest.TestCase):
         res = bench_report.Results(figures_of_that_run(), {})
         self.assertEqual(bench_report.cpu(res, META), SHELL_CPU)
 
+    def test_the_instruction_table_follows_the_targets(self):
+        f = figures_of_that_run()
+        f["instructions"] = "| configuration | pool | glibc |\n| strict, 2 devices | 594 | 335 |"
+        text = bench_report.cpu(bench_report.Results(f, {}), META)
+        self.assertIn("### The hit path in instructions (callgrind", text)
+        self.assertLess(text.index("| strict, 2 devices | 594 | 335 |"), text.index("### PyTorch"))
+        self.assertGreater(text.index("| strict, 2 devices | 594"), text.index("Targets"))
+
     def test_the_policies_report(self):
         f = {
             "compare": "#### training\n\n(tables)",
@@ -223,6 +231,18 @@ class Parsers(unittest.TestCase):
 
 
 class Manifest(unittest.TestCase):
+    def test_the_instruction_count_is_a_step_that_needs_valgrind(self):
+        runs = manifest.manifest("/b", "/r", "/r/lib.so", "/n/lib.so", "/t", "/i", "/h", "/f")
+        m = next(m for m in runs if m.name == "instructions")
+        self.assertEqual(m.argv, ("bash", "bench/hit_instructions.sh"))
+        self.assertEqual(manifest.stage(m.name), "the hit path in instructions")
+        self.assertEqual(manifest.missing(m, which=lambda p: None), "valgrind")
+        self.assertIsNone(manifest.missing(m, which=lambda p: "/usr/bin/" + p))
+        self.assertEqual(
+            manifest.not_measured("valgrind"), "Not measured: `valgrind` was not found."
+        )
+        self.assertEqual(m.parse("| a |\n| b |\n"), "| a |\n| b |")
+
     def test_the_runs_of_the_shell_version(self):
         runs = manifest.manifest("/b", "/r", "/r/lib.so", "/n/lib.so", "/t", "/i", "/h", "/f")
         shown = {

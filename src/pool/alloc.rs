@@ -73,7 +73,7 @@ impl<B: Backend> Pool<B> {
     #[inline(always)]
     pub(super) fn allocated_under_lock(&self, slot: &DeviceSlot, p: &mut DevicePool) {
         p.lock_allocs += 1;
-        if p.lock_allocs <= 1024 || p.lock_allocs % 64 == 0 {
+        if p.lock_allocs == p.next_sample {
             self.sample_allocation(slot, p);
         }
     }
@@ -82,6 +82,8 @@ impl<B: Backend> Pool<B> {
     /// of 64 allocations, so its end is always sampled).
     #[inline(never)]
     fn sample_allocation(&self, slot: &DeviceSlot, p: &mut DevicePool) {
+        let n = p.lock_allocs;
+        p.next_sample = if n < 1024 { n + 1 } else { (n / 64 + 1) * 64 };
         if slot.flags.second_thread_arrived() || self.caches_due(slot, p) {
             self.update_caches(slot, p);
         }

@@ -4,6 +4,9 @@
 //! is a power of two, with only the growth out of line (the standard `VecDeque`'s push was a
 //! call of 26 instructions there).
 
+/// Invariant: `buf.len()` is zero or a power of two, and at least `len`; `head` is below
+/// `buf.len()` whenever `len` is not zero. The ring's indexing relies on it to skip bounds
+/// checks.
 pub struct Fifo<T: Copy> {
     buf: Vec<T>,
     /// Index of the first item in `buf`.
@@ -27,6 +30,16 @@ impl<T: Copy> Fifo<T> {
         self.buf.len().wrapping_sub(1)
     }
 
+    /// The item at `i`, an index masked with `mask()` of a ring that is not empty.
+    #[inline(always)]
+    fn at(&self, i: usize) -> T {
+        debug_assert!(i < self.buf.len());
+        // SAFETY: callers pass `head` of a ring holding items, or an index masked with
+        // `buf.len() - 1` while `buf` is not empty; `buf.len()` is a power of two: in bounds
+        // (the struct's invariant).
+        unsafe { *self.buf.get_unchecked(i) }
+    }
+
     #[inline(always)]
     pub fn len(&self) -> usize {
         self.len
@@ -43,7 +56,10 @@ impl<T: Copy> Fifo<T> {
             self.grow(item);
         }
         let at = (self.head + self.len) & self.mask();
-        self.buf[at] = item;
+        debug_assert!(at < self.buf.len());
+        // SAFETY: `buf` holds more slots than items after the check above, so it is not empty,
+        // and its length is a power of two: the masked index is in bounds.
+        unsafe { *self.buf.get_unchecked_mut(at) = item };
         self.len += 1;
     }
 
@@ -64,7 +80,9 @@ impl<T: Copy> Fifo<T> {
         if self.len == 0 {
             None
         } else {
-            Some(&self.buf[self.head])
+            debug_assert!(self.head < self.buf.len());
+            // SAFETY: the ring holds items, so `head` is in bounds (the struct's invariant).
+            Some(unsafe { self.buf.get_unchecked(self.head) })
         }
     }
 
@@ -73,10 +91,28 @@ impl<T: Copy> Fifo<T> {
         if self.len == 0 {
             return None;
         }
-        let item = self.buf[self.head];
+        let item = self.at(self.head);
         self.head = (self.head + 1) & self.mask();
         self.len -= 1;
         Some(item)
+    }
+
+    /// Pop items from the front for as long as `take` accepts them: `take` sees each front item
+    /// and returns false to leave it in place and stop. The ring's position stays in registers
+    /// over the loop (a fence drains its whole budget this way, block by block).
+    #[inline(always)]
+    pub fn pop_while(&mut self, mut take: impl FnMut(T) -> bool) {
+        let mask = self.mask();
+        let (mut head, mut len) = (self.head, self.len);
+        while len > 0 {
+            if !take(self.at(head)) {
+                break;
+            }
+            head = (head + 1) & mask;
+            len -= 1;
+        }
+        self.head = head;
+        self.len = len;
     }
 
     /// The items, first to last.

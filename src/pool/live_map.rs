@@ -49,10 +49,27 @@ impl LiveMap {
         }
     }
 
-    /// Every index is masked, which also lets the compiler drop the bounds checks.
+    /// Every index is masked: that keeps it in bounds (`at`).
     #[inline(always)]
     fn mask(&self) -> usize {
         self.slots.len() - 1
+    }
+
+    /// The slot at `i`, an index masked with `mask()`.
+    #[inline(always)]
+    fn at(&self, i: usize) -> &Slot {
+        debug_assert!(i < self.slots.len());
+        // SAFETY: every index is masked with `slots.len() - 1`, and `slots.len()` is a power
+        // of two (`with_capacity`), never zero: the index is in bounds.
+        unsafe { self.slots.get_unchecked(i) }
+    }
+
+    /// `at`, to write.
+    #[inline(always)]
+    fn at_mut(&mut self, i: usize) -> &mut Slot {
+        debug_assert!(i < self.slots.len());
+        // SAFETY: as in `at`: a masked index into a power-of-two number of slots.
+        unsafe { self.slots.get_unchecked_mut(i) }
     }
 
     #[inline(always)]
@@ -69,7 +86,7 @@ impl LiveMap {
         let mask = self.mask();
         let mut i = self.home(addr);
         loop {
-            let a = self.slots[i].addr;
+            let a = self.at(i).addr;
             if a == addr {
                 return Some(i);
             }
@@ -86,10 +103,10 @@ impl LiveMap {
         debug_assert!(addr != EMPTY && self.find(addr).is_none());
         let mask = self.mask();
         let mut i = self.home(addr);
-        while self.slots[i].addr != EMPTY {
+        while self.at(i).addr != EMPTY {
             i = (i + 1) & mask;
         }
-        self.slots[i] = Slot { addr, idx };
+        *self.at_mut(i) = Slot { addr, idx };
         self.len += 1;
         if 2 * self.len > self.slots.len() {
             self.rebuild();
@@ -110,32 +127,32 @@ impl LiveMap {
     #[inline(always)]
     pub fn remove(&mut self, addr: Addr) -> Option<u32> {
         let mut hole = self.find(addr)?;
-        let idx = self.slots[hole].idx;
+        let idx = self.at(hole).idx;
         self.len -= 1;
         // Entries after the hole whose home is not between the hole and them move back into
         // it, so that every entry stays reachable from its home without a gap.
         let mask = self.mask();
         let mut j = (hole + 1) & mask;
         loop {
-            let s = self.slots[j];
+            let s = *self.at(j);
             if s.addr == EMPTY {
                 break;
             }
             let home = self.home(s.addr);
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
-                self.slots[hole] = s;
+                *self.at_mut(hole) = s;
                 hole = j;
             }
             j = (j + 1) & mask;
         }
-        self.slots[hole] = VACANT;
+        *self.at_mut(hole) = VACANT;
         Some(idx)
     }
 
     /// The handle of `addr`.
     #[inline]
     pub fn get(&self, addr: Addr) -> Option<u32> {
-        self.find(addr).map(|i| self.slots[i].idx)
+        self.find(addr).map(|i| self.at(i).idx)
     }
 
     pub fn contains_key(&self, addr: Addr) -> bool {

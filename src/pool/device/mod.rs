@@ -222,7 +222,8 @@ pub struct DevicePool {
     device: u32,
     /// Live blocks by address.
     live: LiveMap,
-    bins: Vec<Vec<u32>>,
+    /// One bin per small size: an array, so that a bin's index needs no bounds check.
+    bins: Box<[Vec<u32>; BINS]>,
     /// Bins that may hold blocks (a bit set on every push, all cleared by a flush), so a flush
     /// visits those alone rather than all 2 048: a workload of ever-different small sizes
     /// flushes often.
@@ -288,6 +289,9 @@ pub struct DevicePool {
     lent: u64,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
+    /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
+    /// one comparison on the hit path.
+    pub next_sample: u64,
     /// How threads competed for the device's lock while thread caches were off.
     pub contention: super::contention::Contention,
     /// Bumped by `forget_all`: thread caches drop what they hold from an earlier generation.
@@ -315,7 +319,11 @@ impl DevicePool {
         DevicePool {
             device,
             live: LiveMap::default(),
-            bins: vec![Vec::new(); BINS],
+            // Built on the heap: 48 KiB would not fit every program thread's stack.
+            bins: vec![Vec::new(); BINS]
+                .into_boxed_slice()
+                .try_into()
+                .expect("BINS bins"),
             bin_mask: [0; BINS / 64],
             binned_bytes: 0,
             blocks: Vec::new(),
@@ -350,6 +358,7 @@ impl DevicePool {
             idle_bytes: 0,
             lent: 0,
             lock_allocs: 0,
+            next_sample: 1,
             contention: Default::default(),
             generation: 0,
             borrowers: None,

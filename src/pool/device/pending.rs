@@ -181,7 +181,9 @@ impl DevicePool {
 
     /// Recycle the blocks of the fence's (or the barrier's) queue stamped below `upto`, in
     /// order, up to the first entry not covered. A fence makes its whole budget reusable here,
-    /// block by block: the common case, a small block that goes to its bin, is spelled out.
+    /// block by block: the common case, a small block that goes to its bin, is one tight loop
+    /// over the ring with the sums kept in registers; any other block stops it and goes
+    /// through `recycle`.
     #[inline(always)]
     fn promote_queue(&mut self, fence: bool, upto: u64) {
         // `recycle`'s room in the bins: the reserved bytes do not change while blocks recycle.
@@ -192,34 +194,44 @@ impl DevicePool {
             } else {
                 &mut self.pending_barrier
             };
-            let Some(&(idx, stamp)) = queue.front() else {
+            let (blocks, bins, bin_mask) =
+                (&mut self.blocks[..], &mut self.bins, &mut self.bin_mask);
+            let before = self.binned_bytes;
+            let mut binned = before;
+            let mut other = None;
+            queue.pop_while(|(idx, stamp)| {
+                if stamp >= upto {
+                    return false;
+                }
+                let b = &mut blocks[idx as usize];
+                if b.state != State::Pending || b.stamp != stamp {
+                    // A stale entry: the block left the queue another way.
+                    return true;
+                }
+                let size = b.size;
+                if b.held || b.class != Class::Small || size > SMALL_LIMIT || binned + size > room {
+                    other = Some(idx);
+                    return false;
+                }
+                b.state = State::Binned;
+                let k = (size / ALIGN) as usize - 1;
+                bins[k].push(idx);
+                bin_mask[k / 64] |= 1 << (k % 64);
+                binned += size;
+                true
+            });
+            self.binned_bytes = binned;
+            *self.waiting_bytes_mut(fence) -= binned - before;
+            let Some(idx) = other else {
                 break;
             };
-            if stamp >= upto {
-                break;
-            }
-            queue.pop_front();
-            let b = &mut self.blocks[idx as usize];
-            if b.state != State::Pending || b.stamp != stamp {
-                continue;
-            }
-            let size = b.size;
-            let binned = !b.held
-                && b.class == Class::Small
-                && size <= SMALL_LIMIT
-                && self.binned_bytes + size <= room;
-            if binned {
-                b.state = State::Binned;
-            }
-            *self.waiting_bytes_mut(fence) -= size;
-            if binned {
-                let k = (size / ALIGN) as usize - 1;
-                self.bins[k].push(idx);
-                self.bin_mask[k / 64] |= 1 << (k % 64);
-                self.binned_bytes += size;
+            if fence {
+                self.pending_fence.pop_front();
             } else {
-                self.recycle(idx);
+                self.pending_barrier.pop_front();
             }
+            *self.waiting_bytes_mut(fence) -= self.blocks[idx as usize].size;
+            self.recycle(idx);
         }
     }
 
