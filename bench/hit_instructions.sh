@@ -68,6 +68,7 @@ configs=(
     "relaxed, 2 devices|2 relaxed 0 cuda"
     "torch (legacy stream), strict|2 strict 0 torch"
     "torch-stream (own stream), strict|2 strict 0 torch-stream"
+    "cudaMallocAsync (PyTorch's backend under the preload), strict|2 strict 0 async"
     "strict, 2 devices, 100 000 live blocks|2 strict 100000 cuda"
 )
 
