@@ -31,7 +31,7 @@ source scripts/simlib.sh
 if [ "$CARGO_TARGET_DIR" != "$root/target" ]; then
     SIMLIB=$CARGO_TARGET_DIR/release/simlib
     mkdir -p "$SIMLIB"
-    for name in libcudart.so libcudart.so.12; do ln -sfn ../libcudasim.so "$SIMLIB/$name"; done
+    for name in libcudart.so libcudart.so.12 libcuda.so.1; do ln -sfn ../libcudasim.so "$SIMLIB/$name"; done
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -55,7 +55,7 @@ def run(cmd: List[str], env: Optional[Dict[str, str]] = None,
 def sim_cc(out: Path, src: Path, *flags: str) -> None:
     """A C program built against the simulator: scripts/simlib.sh's sim_cc, for this target."""
     SIMLIB.mkdir(parents=True, exist_ok=True)
-    for name in ("libcudart.so", "libcudart.so.12"):
+    for name in ("libcudart.so", "libcudart.so.12", "libcuda.so.1"):
         link = SIMLIB / name
         if not link.is_symlink():
             link.symlink_to("../libcudasim.so")

@@ -36,6 +36,8 @@ typedef struct cudasimStats {
     unsigned long long captured_mallocs;    /* of those, on a stream being captured */
     unsigned long long pool_used_bytes;     /* the default pool's UsedMemCurrent */
     unsigned long long pool_reserved_bytes; /* its ReservedMemCurrent (used + kept) */
+    unsigned long long driver_mallocs;      /* cuMemAlloc_v2, cuMemAllocAsync (also in malloc_calls) */
+    unsigned long long driver_frees;        /* cuMemFree_v2, cuMemFreeAsync (also in free_calls) */
 } cudasimStats;
 
 /* Fills *out for `device` (out->struct_size set by the caller). 0, 1 (bad out) or 101. */
@@ -44,7 +46,7 @@ int cudasimGetStats(int device, cudasimStats *out);
 void cudasimResetStats(void);
 /* The launched kernels not yet complete whose range overlaps [p, p+n). */
 size_t cudasimRangeBusy(const void *p, size_t n);
-/* The nth next call (1 = the very next) of the runtime function `name` returns `error`.
+/* The nth next call (1 = the very next) of the runtime or driver function `name` returns `error`.
  * 0, or 1 for an unknown name (or nth 0). */
 int cudasimFailNext(const char *name, unsigned nth, int error);
 /* The simulated kernel's "function pointer" (launch it with cudasim_launch_fill). */

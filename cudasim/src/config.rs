@@ -21,6 +21,9 @@ pub struct Config {
     pub free_us: u64,
     /// `CUDASIM_FAIL`: faults to inject.
     pub faults: Vec<FaultSpec>,
+    /// `CUDASIM_NO_DRIVER=1`: the runtime calls its internals directly instead of reaching
+    /// the driver through `cuGetProcAddress` (a runtime with no driver behind it).
+    pub no_driver: bool,
 }
 
 static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
@@ -65,6 +68,10 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         malloc_us: value("CUDASIM_MALLOC_US", "0", |s| s.parse().ok())?,
         free_us: value("CUDASIM_FREE_US", "0", |s| s.parse().ok())?,
         faults,
+        no_driver: value("CUDASIM_NO_DRIVER", "0", |s| match s {
+            "0" | "1" => s.parse().ok(),
+            _ => None,
+        })? == 1,
     })
 }
 
@@ -120,6 +127,9 @@ mod tests {
         assert_eq!((c.devices, c.capacity), (1, 80 << 30));
         assert_eq!((c.context_bytes, c.malloc_us, c.free_us), (300 << 20, 0, 0));
         assert!(c.faults.is_empty());
+        assert!(!c.no_driver);
+        assert!(config(&[("CUDASIM_NO_DRIVER", "1")]).unwrap().no_driver);
+        assert!(config(&[("CUDASIM_NO_DRIVER", "yes")]).is_err());
         let c = config(&[("CUDASIM_DEVICES", "2"), ("CUDASIM_FREE_US", "5")]).unwrap();
         assert_eq!((c.devices, c.free_us), (2, 5));
         assert!(config(&[("CUDASIM_DEVICES", "0")]).is_err());

@@ -1,4 +1,5 @@
-//! CUDA error codes, their names and strings, and the thread's last error.
+//! CUDA error codes (the runtime's `cudaError_t` and the driver's `CUresult`), their names and
+//! strings, and the runtime's per-thread last error.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -94,15 +95,103 @@ pub fn description(code: Code) -> &'static CStr {
         .map_or(UNRECOGNIZED, |e| e.2)
 }
 
-/// Parses an error given by number (`2`) or by name (`cudaErrorMemoryAllocation`).
+/// Parses an error given by number (`2`) or by name (`cudaErrorMemoryAllocation`,
+/// `CUDA_ERROR_OUT_OF_MEMORY`).
 pub fn parse(text: &str) -> Option<Code> {
     if let Ok(n) = text.parse::<Code>() {
         return Some(n);
     }
     TABLE
         .iter()
+        .chain(CU_TABLE)
         .find(|e| e.1.to_bytes() == text.as_bytes())
         .map(|e| e.0)
+}
+
+// The driver's `CUresult` values the simulator gives. Most share the runtime's number
+// (`CUDA_ERROR_OUT_OF_MEMORY` = `cudaErrorMemoryAllocation` = 2), so the runtime passes a
+// driver result through unchanged.
+pub const CU_NOT_INITIALIZED: Code = 3;
+pub const CU_INVALID_CONTEXT: Code = 201;
+pub const CU_INVALID_HANDLE: Code = 400;
+pub const CU_NOT_FOUND: Code = 500;
+pub const CU_NOT_SUPPORTED: Code = 801;
+
+/// Every `CUresult` the simulator knows: (code, name, description), as the driver gives them.
+const CU_TABLE: &[(Code, &CStr, &CStr)] = &[
+    (SUCCESS, c"CUDA_SUCCESS", c"no error"),
+    (
+        INVALID_VALUE,
+        c"CUDA_ERROR_INVALID_VALUE",
+        c"invalid argument",
+    ),
+    (
+        MEMORY_ALLOCATION,
+        c"CUDA_ERROR_OUT_OF_MEMORY",
+        c"out of memory",
+    ),
+    (
+        CU_NOT_INITIALIZED,
+        c"CUDA_ERROR_NOT_INITIALIZED",
+        c"initialization error",
+    ),
+    (
+        NO_DEVICE,
+        c"CUDA_ERROR_NO_DEVICE",
+        c"no CUDA-capable device is detected",
+    ),
+    (
+        INVALID_DEVICE,
+        c"CUDA_ERROR_INVALID_DEVICE",
+        c"invalid device ordinal",
+    ),
+    (
+        CU_INVALID_CONTEXT,
+        c"CUDA_ERROR_INVALID_CONTEXT",
+        c"invalid device context",
+    ),
+    (
+        CU_INVALID_HANDLE,
+        c"CUDA_ERROR_INVALID_HANDLE",
+        c"invalid resource handle",
+    ),
+    (
+        ILLEGAL_STATE,
+        c"CUDA_ERROR_ILLEGAL_STATE",
+        c"the operation cannot be performed in the present state",
+    ),
+    (
+        CU_NOT_FOUND,
+        c"CUDA_ERROR_NOT_FOUND",
+        c"named symbol not found",
+    ),
+    (NOT_READY, c"CUDA_ERROR_NOT_READY", c"device not ready"),
+    (
+        CU_NOT_SUPPORTED,
+        c"CUDA_ERROR_NOT_SUPPORTED",
+        c"operation not supported",
+    ),
+    (
+        STREAM_CAPTURE_UNSUPPORTED,
+        c"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+        c"operation not permitted when stream is capturing",
+    ),
+    (UNKNOWN, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
+];
+
+/// The `CUresult` of a simulator result: the same number, except that an invalid function
+/// (`cudaErrorInvalidDeviceFunction`) is an invalid handle to the driver.
+pub fn to_cu(code: Code) -> Code {
+    match code {
+        INVALID_DEVICE_FUNCTION => CU_INVALID_HANDLE,
+        c => c,
+    }
+}
+
+/// `cuGetErrorName` and `cuGetErrorString`: the enumerator's name and the description, or
+/// `None` for a code the driver does not know.
+pub fn cu_name_and_description(code: Code) -> Option<(&'static CStr, &'static CStr)> {
+    CU_TABLE.iter().find(|e| e.0 == code).map(|e| (e.1, e.2))
 }
 
 thread_local! {

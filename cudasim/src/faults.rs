@@ -1,4 +1,4 @@
-//! Fault injection: a call counter per exported runtime function, and the faults armed by
+//! Fault injection: a call counter per exported runtime and driver function, and the faults armed by
 //! `CUDASIM_FAIL` or `cudasimFailNext`.
 //!
 //! A function's calls are counted from the first time a fault is armed for it: `CUDASIM_FAIL`
@@ -14,7 +14,8 @@ use std::sync::{Mutex, PoisonError};
 
 macro_rules! functions {
     ($($name:ident),* $(,)?) => {
-        /// Every exported runtime function that returns a `cudaError_t`, named as in C.
+        /// Every exported runtime function that returns a `cudaError_t` and every driver
+        /// function that returns a `CUresult`, named as in C.
         #[allow(non_camel_case_types, clippy::enum_variant_names)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub enum Func { $($name),* }
@@ -83,9 +84,62 @@ functions!(
     cudaStreamBeginCapture,
     cudaStreamEndCapture,
     cudaGraphDestroy,
+    cuInit,
+    cuDriverGetVersion,
+    cuDeviceGetCount,
+    cuDeviceGet,
+    cuDevicePrimaryCtxRetain,
+    cuDevicePrimaryCtxRelease_v2,
+    cuDevicePrimaryCtxReset_v2,
+    cuCtxGetCurrent,
+    cuCtxSetCurrent,
+    cuCtxGetDevice,
+    cuCtxSynchronize,
+    cuCtxCreate_v2,
+    cuCtxDestroy_v2,
+    cuCtxPushCurrent_v2,
+    cuCtxPopCurrent_v2,
+    cuMemAlloc_v2,
+    cuMemFree_v2,
+    cuMemAllocAsync,
+    cuMemAllocAsync_ptsz,
+    cuMemFreeAsync,
+    cuMemFreeAsync_ptsz,
+    cuMemGetInfo_v2,
+    cuMemGetAddressRange_v2,
+    cuMemcpyHtoD_v2,
+    cuMemcpyDtoH_v2,
+    cuStreamCreate,
+    cuStreamCreateWithPriority,
+    cuStreamDestroy_v2,
+    cuStreamSynchronize,
+    cuStreamSynchronize_ptsz,
+    cuStreamQuery,
+    cuStreamGetFlags,
+    cuStreamWaitEvent,
+    cuStreamWaitEvent_ptsz,
+    cuEventCreate,
+    cuEventRecord,
+    cuEventRecord_ptsz,
+    cuEventSynchronize,
+    cuEventQuery,
+    cuEventDestroy_v2,
+    cuLaunchKernel,
+    cuLaunchKernel_ptsz,
+    cuGetErrorString,
+    cuGetErrorName,
+    cuGetExportTable,
+    cuGetProcAddress,
+    cuGetProcAddress_v2,
 );
 
 impl Func {
+    /// Whether it is a driver function (`cu*`, not `cuda*`).
+    #[cfg(test)]
+    pub fn is_driver(self) -> bool {
+        !self.name().starts_with("cuda") && !self.name().starts_with("__cuda")
+    }
+
     /// The function of that C name.
     pub fn from_name(name: &str) -> Option<Func> {
         Func::ALL.iter().copied().find(|f| f.name() == name)

@@ -29,6 +29,12 @@ pub struct Counters {
     pub async_mallocs: u64,
     /// Of those, the calls on a stream being captured.
     pub captured_mallocs: u64,
+    /// Driver allocations (`cuMemAlloc_v2`, `cuMemAllocAsync`), failed ones too: also counted
+    /// in `malloc_calls`, whoever called them (the runtime's own calls reach the driver).
+    pub driver_mallocs: u64,
+    /// Driver frees (`cuMemFree_v2`, `cuMemFreeAsync`) of non-NULL pointers: also counted in
+    /// `free_calls`.
+    pub driver_frees: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -62,6 +68,11 @@ pub struct State {
     pub pool_handles: Vec<usize>,
     /// The graphs `cudaStreamEndCapture` made and `cudaGraphDestroy` did not destroy yet.
     pub graphs: HashSet<usize>,
+    /// The contexts `cuCtxCreate_v2` made and `cuCtxDestroy_v2` did not destroy yet, with
+    /// their devices.
+    pub contexts: HashMap<usize, usize>,
+    /// How many times each device's primary context is retained.
+    pub primary_retains: Vec<u32>,
 }
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
@@ -130,6 +141,8 @@ impl State {
                 .map(|_| handles::create(POOL_MAGIC))
                 .collect(),
             graphs: HashSet::new(),
+            contexts: HashMap::new(),
+            primary_retains: vec![0; cfg.devices],
         }
     }
 

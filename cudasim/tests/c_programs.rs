@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::Sim;
+use common::{Build, Sim};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -145,4 +145,63 @@ fn headers_and_soname() {
         let dynamic = String::from_utf8_lossy(&out.stdout);
         assert!(dynamic.contains("[libcudart.so.12]"), "{dynamic}");
     }
+}
+
+/// A program linked with `-lcuda` alone: it records `libcuda.so.1`, not the runtime.
+#[test]
+fn driver_linked_alone() {
+    let sim = Sim::get();
+    let exe = sim.compile_driver(&source("sim_driver.c"));
+    let env = [
+        ("CUDASIM_MEM", "1GiB"),
+        ("CUDASIM_CONTEXT_BYTES", "0"),
+        ("CUDASIM_FAIL", "cuMemAlloc_v2@9=CUDA_ERROR_OUT_OF_MEMORY"),
+    ];
+    let out = sim.run_ok(&exe, &[], &env);
+    print!("{out}");
+    assert!(out.contains("sim_driver: all checks passed"));
+    if let Ok(out) = Command::new("readelf").arg("-d").arg(&exe).output() {
+        let dynamic = String::from_utf8_lossy(&out.stdout);
+        assert!(dynamic.contains("[libcuda.so.1]"), "{dynamic}");
+        assert!(!dynamic.contains("libcudart"), "{dynamic}");
+    }
+}
+
+/// As the static runtime reaches a driver: `dlopen`, `cuGetProcAddress_v2`, the `dlsym` fallback.
+#[test]
+fn driver_through_get_proc_address() {
+    let sim = Sim::get();
+    let simlib = sim.simlib.display().to_string();
+    let rpath = format!("-Wl,-rpath,{simlib}");
+    let build = Build {
+        compiler: "cc",
+        flags: &["-std=c11"],
+        libs: &[&rpath, "-ldl"],
+        cudart: false,
+    };
+    let exe = sim.build(&source("sim_driver_dlopen.c"), &build);
+    let out = sim.run_ok(&exe, &[], &[("CUDASIM_CONTEXT_BYTES", "0")]);
+    print!("{out}");
+    assert!(out.contains("sim_driver_dlopen: all checks passed"));
+}
+
+/// A runtime program's calls reach the driver, and without it (`CUDASIM_NO_DRIVER=1`) still
+/// work; runtime and driver calls mix on one state.
+#[test]
+fn runtime_on_the_driver() {
+    let sim = Sim::get();
+    let simlib = sim.simlib.display().to_string();
+    let build = Build {
+        compiler: "cc",
+        flags: &["-std=c11"],
+        libs: &["-L", &simlib, "-lcuda"],
+        cudart: true,
+    };
+    let exe = sim.build(&source("sim_driver_runtime.c"), &build);
+    let out = sim.run_ok(&exe, &["driver"], &[]);
+    print!("{out}");
+    assert!(out.contains("sim_driver_runtime driver: all checks passed"));
+    let out = sim.run_ok(&exe, &["nodriver"], &[("CUDASIM_NO_DRIVER", "1")]);
+    print!("{out}");
+    assert!(out.contains("sim_driver_runtime nodriver: all checks passed"));
 }

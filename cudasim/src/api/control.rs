@@ -32,6 +32,8 @@ pub struct Stats {
     pub captured_mallocs: u64,
     pub pool_used_bytes: u64,
     pub pool_reserved_bytes: u64,
+    pub driver_mallocs: u64,
+    pub driver_frees: u64,
 }
 
 fn stats_of(device: c_int) -> CudaResult<Stats> {
@@ -62,6 +64,8 @@ fn stats_of(device: c_int) -> CudaResult<Stats> {
             captured_mallocs: c.captured_mallocs,
             pool_used_bytes: dev.pool.used,
             pool_reserved_bytes: dev.pool.reserved(),
+            driver_mallocs: c.driver_mallocs,
+            driver_frees: c.driver_frees,
         })
     })
 }

@@ -1,16 +1,18 @@
 //! Devices: current device, count, synchronization, reset, versions.
 
 use crate::config;
+use crate::context;
 use crate::current;
 use crate::errors::CudaResult;
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
+use crate::link;
 use crate::state::{synchronize, with_state};
 use crate::timeline;
 use std::ffi::c_int;
 
 /// CUDA 12.8, for both the driver and the runtime.
-const VERSION: c_int = 12080;
+pub const VERSION: c_int = 12080;
 
 /// Lock-free: touches only the thread-local current device (and atomics).
 #[no_mangle]
@@ -23,10 +25,15 @@ pub unsafe extern "C" fn cudaGetDevice(device: *mut c_int) -> c_int {
     })
 }
 
-/// Lock-free: touches only the thread-local current device (and atomics).
+/// Lock-free: touches only thread-locals (the current device, and the driver's context stack,
+/// whose top becomes the device's primary context as in CUDA 12) and atomics.
 #[no_mangle]
 pub unsafe extern "C" fn cudaSetDevice(device: c_int) -> c_int {
-    runtime_call(Func::cudaSetDevice, || current::set(device))
+    runtime_call(Func::cudaSetDevice, || {
+        current::set(device)?;
+        context::set_device(current::get());
+        Ok(())
+    })
 }
 
 #[no_mangle]
@@ -39,22 +46,29 @@ pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> c_int {
     })
 }
 
+/// `cudaDeviceSynchronize` and `cuCtxSynchronize`: waits for all work of the current device.
+pub fn synchronize_device() -> CudaResult {
+    let d = current::get();
+    let deadline = with_state(|st| {
+        st.use_device(d).counters.device_syncs += 1;
+        Ok(st.device_tail(d))
+    })?;
+    synchronize(deadline, d)
+}
+
+/// Through the driver (`cuCtxSynchronize`).
 #[no_mangle]
 pub unsafe extern "C" fn cudaDeviceSynchronize() -> c_int {
-    runtime_call(Func::cudaDeviceSynchronize, || {
-        let d = current::get();
-        let deadline = with_state(|st| {
-            st.use_device(d).counters.device_syncs += 1;
-            Ok(st.device_tail(d))
-        })?;
-        synchronize(deadline, d)
+    runtime_call(Func::cudaDeviceSynchronize, || match link::driver() {
+        // SAFETY: the driver's cuCtxSynchronize.
+        Some(drv) => link::result(unsafe { (drv.ctx_synchronize)() }),
+        None => synchronize_device(),
     })
 }
 
-/// Waits for all work of the current device, then drops its allocations, streams, events and
-/// context.
-fn reset() -> CudaResult {
-    let d = current::get();
+/// `cudaDeviceReset` (of the current device) and `cuDevicePrimaryCtxReset_v2`: waits for all
+/// work of device `d`, then drops its allocations, streams, events and context.
+pub fn reset(d: usize) -> CudaResult {
     let deadline = with_state(|st| Ok(st.device_tail(d)))?;
     timeline::sleep_until(deadline);
     with_state(|st| {
@@ -65,7 +79,7 @@ fn reset() -> CudaResult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaDeviceReset() -> c_int {
-    runtime_call(Func::cudaDeviceReset, reset)
+    runtime_call(Func::cudaDeviceReset, || reset(current::get()))
 }
 
 #[no_mangle]

@@ -6,6 +6,7 @@ use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READ
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::handles::{self, EVENT_MAGIC};
+use crate::link;
 use crate::state::{synchronize, with_state, Event};
 use crate::timeline;
 use std::ffi::{c_int, c_uint};
@@ -15,11 +16,12 @@ const KNOWN_FLAGS: c_uint = 0x7;
 /// `cudaEventDisableTiming`.
 const DISABLE_TIMING: c_uint = 0x2;
 
-/// Creates an event of the current device.
+/// Creates an event of the current device (`cudaEventCreate*`, `cuEventCreate`: the flags
+/// have the same values).
 ///
 /// # Safety
 /// `event` must be NULL or valid for writing a `cudaEvent_t`.
-unsafe fn create(event: *mut CudaEvent, flags: c_uint) -> CudaResult {
+pub unsafe fn create(event: *mut CudaEvent, flags: c_uint) -> CudaResult {
     // SAFETY: forwarded from the caller.
     let out = unsafe { Out::new(event)? };
     if flags & !KNOWN_FLAGS != 0 {
@@ -56,46 +58,62 @@ pub unsafe extern "C" fn cudaEventCreateWithFlags(event: *mut CudaEvent, flags: 
     })
 }
 
+/// `cudaEventRecord` and `cuEventRecord`.
+pub fn record(event: usize, stream: usize) -> CudaResult {
+    with_state(|st| {
+        let event_device = st.event(event)?.device;
+        let id = st.stream(stream)?;
+        // CUDA: the event and the stream must belong to the same device (context).
+        if st.streams.get(id).device != event_device {
+            return Err(INVALID_RESOURCE_HANDLE);
+        }
+        let time = st.streams.enqueue(id, timeline::now(), 0, 0);
+        if let Some(e) = st.events.get_mut(&event) {
+            e.time = Some(time);
+        }
+        let d = st.streams.get(id).device;
+        st.use_device(d).counters.event_records += 1;
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaEventRecord(event: CudaEvent, stream: CudaStream) -> c_int {
     runtime_call(Func::cudaEventRecord, || {
-        with_state(|st| {
-            let event_device = st.event(event as usize)?.device;
-            let id = st.stream(stream as usize)?;
-            // CUDA: the event and the stream must belong to the same device (context).
-            if st.streams.get(id).device != event_device {
-                return Err(INVALID_RESOURCE_HANDLE);
-            }
-            let time = st.streams.enqueue(id, timeline::now(), 0, 0);
-            if let Some(e) = st.events.get_mut(&(event as usize)) {
-                e.time = Some(time);
-            }
-            let d = st.streams.get(id).device;
-            st.use_device(d).counters.event_records += 1;
-            Ok(())
-        })
+        record(event as usize, stream as usize)
+    })
+}
+
+/// `cudaEventQuery` and `cuEventQuery`.
+pub fn query(event: usize) -> CudaResult {
+    with_state(|st| match st.event(event)?.time {
+        Some(t) if t > timeline::now() => Err(NOT_READY),
+        _ => Ok(()),
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaEventQuery(event: CudaEvent) -> c_int {
-    runtime_call(Func::cudaEventQuery, || {
-        with_state(|st| match st.event(event as usize)?.time {
-            Some(t) if t > timeline::now() => Err(NOT_READY),
-            _ => Ok(()),
-        })
-    })
+    runtime_call(Func::cudaEventQuery, || query(event as usize))
 }
 
+/// `cudaEventSynchronize` and `cuEventSynchronize`.
+pub fn synchronize_event(event: usize) -> CudaResult {
+    let deadline = with_state(|st| {
+        let e = st.event(event)?;
+        st.use_device(e.device).counters.event_syncs += 1;
+        Ok((e.time.unwrap_or(0), e.device))
+    })?;
+    synchronize(deadline.0, deadline.1)
+}
+
+/// Through the driver (`cuEventSynchronize`).
 #[no_mangle]
 pub unsafe extern "C" fn cudaEventSynchronize(event: CudaEvent) -> c_int {
-    runtime_call(Func::cudaEventSynchronize, || {
-        let deadline = with_state(|st| {
-            let e = st.event(event as usize)?;
-            st.use_device(e.device).counters.event_syncs += 1;
-            Ok((e.time.unwrap_or(0), e.device))
-        })?;
-        synchronize(deadline.0, deadline.1)
+    runtime_call(Func::cudaEventSynchronize, || match link::driver() {
+        // SAFETY: the driver's cuEventSynchronize.
+        Some(d) => link::result(unsafe { (d.event_synchronize)(event) }),
+        None => synchronize_event(event as usize),
     })
 }
 
@@ -127,15 +145,18 @@ pub unsafe extern "C" fn cudaEventElapsedTime(
     })
 }
 
+/// `cudaEventDestroy` and `cuEventDestroy_v2`.
+pub fn destroy(event: usize) -> CudaResult {
+    with_state(|st| {
+        st.event(event)?;
+        st.events.remove(&event);
+        // SAFETY: the handle was registered, and is now removed from the registry.
+        unsafe { handles::destroy(event) };
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaEventDestroy(event: CudaEvent) -> c_int {
-    runtime_call(Func::cudaEventDestroy, || {
-        with_state(|st| {
-            st.event(event as usize)?;
-            st.events.remove(&(event as usize));
-            // SAFETY: the handle was registered, and is now removed from the registry.
-            unsafe { handles::destroy(event as usize) };
-            Ok(())
-        })
-    })
+    runtime_call(Func::cudaEventDestroy, || destroy(event as usize))
 }

@@ -5,6 +5,7 @@ use crate::current;
 use crate::errors::{CudaResult, INVALID_DEVICE_FUNCTION, INVALID_RESOURCE_HANDLE, INVALID_VALUE};
 use crate::faults::Func;
 use crate::ffi::{boundary, runtime_call};
+use crate::link;
 use crate::state::with_state;
 use crate::timeline::{self, Completion};
 use std::ffi::{c_int, c_uint, c_void};
@@ -104,19 +105,20 @@ fn launch(func: usize, args: CudaResult<FillArgs>, stream: CudaStream) -> CudaRe
     })
 }
 
+/// Through the driver (`cuLaunchKernel`, the fill kernel's address as its `CUfunction`).
 /// Grid and block dimensions and the shared memory size are accepted and ignored.
 #[no_mangle]
 pub unsafe extern "C" fn cudaLaunchKernel(
     func: *const c_void,
-    _grid_dim: Dim3,
-    _block_dim: Dim3,
+    grid_dim: Dim3,
+    block_dim: Dim3,
     args: *mut *mut c_void,
-    _shared_mem: usize,
+    shared_mem: usize,
     stream: CudaStream,
 ) -> c_int {
     // SAFETY: forwarded from the caller.
     runtime_call(Func::cudaLaunchKernel, || unsafe {
-        launch_call(func, args, stream)
+        launch_call(func, grid_dim, block_dim, args, shared_mem, stream)
     })
 }
 
@@ -125,21 +127,61 @@ pub unsafe extern "C" fn cudaLaunchKernel(
 #[no_mangle]
 pub unsafe extern "C" fn __cudaLaunchKernel(
     kernel: *const c_void,
-    _grid_dim: Dim3,
-    _block_dim: Dim3,
+    grid_dim: Dim3,
+    block_dim: Dim3,
     args: *mut *mut c_void,
-    _shared_mem: usize,
+    shared_mem: usize,
     stream: CudaStream,
 ) -> c_int {
     // SAFETY: forwarded from the caller.
     runtime_call(Func::__cudaLaunchKernel, || unsafe {
-        launch_call(kernel, args, stream)
+        launch_call(kernel, grid_dim, block_dim, args, shared_mem, stream)
     })
 }
 
+/// A runtime launch: any function but the fill kernel is refused here, as the runtime refuses
+/// a function it has no module for; the fill kernel goes to the driver.
+///
 /// # Safety
 /// For the fill kernel, `args` holds its 4 arguments as documented.
 unsafe fn launch_call(
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: CudaStream,
+) -> CudaResult {
+    match link::driver() {
+        Some(d) if is_fill_kernel(func as usize) => {
+            // SAFETY: the driver's cuLaunchKernel, given the caller's arguments.
+            link::result(unsafe {
+                (d.launch_kernel)(
+                    func.cast_mut(),
+                    grid.x,
+                    grid.y,
+                    grid.z,
+                    block.x,
+                    block.y,
+                    block.z,
+                    shared_mem as c_uint,
+                    stream,
+                    args,
+                    std::ptr::null_mut(),
+                )
+            })
+        }
+        // SAFETY: forwarded from the caller.
+        _ => unsafe { launch_fill(func, args, stream) },
+    }
+}
+
+/// Launches `func` if it is the fill kernel (`cudaErrorInvalidDeviceFunction` otherwise):
+/// the runtime's launches without a driver, and `cuLaunchKernel`.
+///
+/// # Safety
+/// For the fill kernel, `args` holds its 4 arguments as documented.
+pub unsafe fn launch_fill(
     func: *const c_void,
     args: *mut *mut c_void,
     stream: CudaStream,

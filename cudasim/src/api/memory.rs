@@ -6,6 +6,7 @@ use crate::current;
 use crate::errors::{CudaResult, INVALID_VALUE, MEMORY_ALLOCATION, STREAM_CAPTURE_UNSUPPORTED};
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
+use crate::link;
 use crate::memory::{Kind, State as AllocState};
 use crate::state::{wait_until, with_state, State};
 use crate::timeline::{self, Completion, StreamId};
@@ -37,6 +38,8 @@ struct Request {
     /// Pays `CUDASIM_MALLOC_US` and is refused during a capture that forbids it (synchronous
     /// device allocations).
     latency: bool,
+    /// A driver call (`cuMemAlloc_v2`, `cuMemAllocAsync`): counted in `driver_mallocs` too.
+    driver: bool,
 }
 
 impl Request {
@@ -46,6 +49,7 @@ impl Request {
             on: On::Current,
             counted: true,
             latency: true,
+            driver: false,
         }
     }
 
@@ -56,7 +60,12 @@ impl Request {
             on,
             counted: true,
             latency: false,
+            driver: false,
         }
+    }
+
+    fn via_driver(self, driver: bool) -> Request {
+        Request { driver, ..self }
     }
 }
 
@@ -102,6 +111,9 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
         if captured {
             dev.counters.captured_mallocs += 1;
         }
+        if req.driver {
+            dev.counters.driver_mallocs += 1;
+        }
         let result = target.and_then(|(d, _)| {
             let out = out?;
             if req.latency && req.counted && st.streams.forbids_unsafe_calls(current::thread_key())
@@ -124,12 +136,35 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
     })
 }
 
+/// `cudaMalloc` and `cuMemAlloc_v2` (`driver`; it refuses 0 bytes before calling this).
+pub fn malloc(out: CudaResult<Out<*mut c_void>>, size: usize, driver: bool) -> CudaResult {
+    allocate(out, size, Request::device(Kind::Device).via_driver(driver))
+}
+
+/// `cudaMallocAsync` and `cuMemAllocAsync` (`driver`).
+pub fn malloc_async(
+    out: CudaResult<Out<*mut c_void>>,
+    size: usize,
+    stream: usize,
+    driver: bool,
+) -> CudaResult {
+    let req = Request::stream_ordered(On::Stream(stream)).via_driver(driver);
+    allocate(out, size, req)
+}
+
+/// Through the driver (`cuMemAlloc_v2`) as NVIDIA's runtime does, except for 0 bytes, which
+/// the runtime answers itself (the driver refuses them).
 #[no_mangle]
 pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> c_int {
-    runtime_call(Func::cudaMalloc, || {
-        // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
-        let out = unsafe { Out::new(dev_ptr) };
-        allocate(out, size, Request::device(Kind::Device))
+    runtime_call(Func::cudaMalloc, || match link::driver() {
+        // SAFETY: the driver's cuMemAlloc_v2, given the caller's out-pointer (a CUdeviceptr is
+        // pointer-sized).
+        Some(d) if size > 0 => link::result(unsafe { (d.mem_alloc)(dev_ptr.cast(), size) }),
+        _ => {
+            // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
+            let out = unsafe { Out::new(dev_ptr) };
+            malloc(out, size, false)
+        }
     })
 }
 
@@ -139,14 +174,16 @@ pub unsafe extern "C" fn cudaMallocAsync(
     size: usize,
     stream: CudaStream,
 ) -> c_int {
-    runtime_call(Func::cudaMallocAsync, || {
-        // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
-        let out = unsafe { Out::new(dev_ptr) };
-        allocate(
-            out,
-            size,
-            Request::stream_ordered(On::Stream(stream as usize)),
-        )
+    runtime_call(Func::cudaMallocAsync, || match link::driver() {
+        Some(d) if size > 0 => {
+            // SAFETY: the driver's cuMemAllocAsync, given the caller's arguments.
+            link::result(unsafe { (d.mem_alloc_async)(dev_ptr.cast(), size, stream) })
+        }
+        _ => {
+            // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
+            let out = unsafe { Out::new(dev_ptr) };
+            malloc_async(out, size, stream as usize, false)
+        }
     })
 }
 
@@ -224,13 +261,15 @@ pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c
             on: On::Current,
             counted: false,
             latency: false,
+            driver: false,
         };
         allocate(out, size, req)
     })
 }
 
-/// `cudaFree`: waits for all work of the owning device, then unmaps.
-fn free(p: usize) -> CudaResult {
+/// `cudaFree` and `cuMemFree_v2` (`driver`): waits for all work of the owning device, then
+/// unmaps.
+pub fn free(p: usize, driver: bool) -> CudaResult {
     let cfg = config::get()?;
     let current = current::get();
     if p == 0 {
@@ -253,7 +292,9 @@ fn free(p: usize) -> CudaResult {
                 a.device
             });
         let d = found.unwrap_or(current);
-        st.use_device(d).counters.free_calls += 1;
+        let counters = &mut st.use_device(d).counters;
+        counters.free_calls += 1;
+        counters.driver_frees += u64::from(driver);
         found.ok_or(INVALID_VALUE)?;
         let tail = st.device_tail(d);
         if tail > timeline::now() {
@@ -271,35 +312,49 @@ fn free(p: usize) -> CudaResult {
     })
 }
 
+/// Through the driver (`cuMemFree_v2`), except `cudaFree(NULL)`, which only makes the
+/// context.
 #[no_mangle]
 pub unsafe extern "C" fn cudaFree(dev_ptr: *mut c_void) -> c_int {
-    runtime_call(Func::cudaFree, || free(dev_ptr as usize))
+    runtime_call(Func::cudaFree, || match link::driver() {
+        // SAFETY: the driver's cuMemFree_v2.
+        Some(d) if !dev_ptr.is_null() => link::result(unsafe { (d.mem_free)(dev_ptr as u64) }),
+        _ => free(dev_ptr as usize, false),
+    })
+}
+
+/// `cudaFreeAsync` and `cuMemFreeAsync` (`driver`).
+pub fn free_async(p: usize, stream: usize, driver: bool) -> CudaResult {
+    with_state(|st| {
+        let id = st.stream(stream)?;
+        if p == 0 {
+            return Ok(());
+        }
+        let found = st
+            .allocs
+            .live_at(p)
+            .filter(|a| a.kind != Kind::Host)
+            .map(|a| {
+                a.state = AllocState::PendingFree;
+                a.device
+            });
+        let d = found.unwrap_or(st.streams.get(id).device);
+        let counters = &mut st.use_device(d).counters;
+        counters.free_calls += 1;
+        counters.driver_frees += u64::from(driver);
+        let device = found.ok_or(INVALID_VALUE)?;
+        let at = st.streams.enqueue(id, timeline::now(), 0, 0);
+        st.queue.push(at, Completion::AsyncFree { device, base: p });
+        Ok(())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaFreeAsync(dev_ptr: *mut c_void, stream: CudaStream) -> c_int {
-    runtime_call(Func::cudaFreeAsync, || {
-        with_state(|st| {
-            let id = st.stream(stream as usize)?;
-            let p = dev_ptr as usize;
-            if p == 0 {
-                return Ok(());
-            }
-            let found = st
-                .allocs
-                .live_at(p)
-                .filter(|a| a.kind != Kind::Host)
-                .map(|a| {
-                    a.state = AllocState::PendingFree;
-                    a.device
-                });
-            let d = found.unwrap_or(st.streams.get(id).device);
-            st.use_device(d).counters.free_calls += 1;
-            let device = found.ok_or(INVALID_VALUE)?;
-            let at = st.streams.enqueue(id, timeline::now(), 0, 0);
-            st.queue.push(at, Completion::AsyncFree { device, base: p });
-            Ok(())
-        })
+    runtime_call(Func::cudaFreeAsync, || match link::driver() {
+        // SAFETY: the driver's cuMemFreeAsync.
+        Some(d) => link::result(unsafe { (d.mem_free_async)(dev_ptr as u64, stream) }),
+        None => free_async(dev_ptr as usize, stream as usize, false),
     })
 }
 
@@ -321,18 +376,29 @@ pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
     })
 }
 
+/// `cudaMemGetInfo` and `cuMemGetInfo_v2`: the current device's free and total bytes.
+///
+/// # Safety
+/// `free` and `total` must be NULL or valid for writing a `size_t`.
+pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CudaResult {
+    // SAFETY: forwarded from the caller.
+    let (free, total) = unsafe { (Out::new(free)?, Out::new(total)?) };
+    with_state(|st| {
+        let d = current::get();
+        st.use_device(d);
+        free.set(st.free_bytes(d) as usize);
+        total.set(st.cfg.capacity as usize);
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> c_int {
-    runtime_call(Func::cudaMemGetInfo, || {
+    runtime_call(Func::cudaMemGetInfo, || match link::driver() {
+        // SAFETY: the driver's cuMemGetInfo_v2, given the caller's out-pointers.
+        Some(d) => link::result(unsafe { (d.mem_get_info)(free, total) }),
         // SAFETY: the caller passes NULL or pointers valid for writing a size_t.
-        let (free, total) = unsafe { (Out::new(free)?, Out::new(total)?) };
-        with_state(|st| {
-            let d = current::get();
-            st.use_device(d);
-            free.set(st.free_bytes(d) as usize);
-            total.set(st.cfg.capacity as usize);
-            Ok(())
-        })
+        None => unsafe { mem_get_info(free, total) },
     })
 }
 
@@ -374,8 +440,8 @@ fn byte_op(
     }
 }
 
-/// Checks a copy and makes it.
-fn copy(
+/// Checks a copy and makes it (`cudaMemcpy`, and the driver's copies).
+pub fn copy(
     dst: *mut c_void,
     src: *const c_void,
     count: usize,

@@ -2,13 +2,13 @@
 //! the simulator. One module per family.
 
 mod control;
-mod device;
+pub mod device;
 mod error;
-mod event;
-mod kernel;
-mod memory;
+pub mod event;
+pub mod kernel;
+pub mod memory;
 mod mempool;
-mod stream;
+pub mod stream;
 
 use std::ffi::c_void;
 

@@ -9,6 +9,7 @@ use crate::errors::{
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::handles::{self, GRAPH_MAGIC, STREAM_MAGIC};
+use crate::link;
 use crate::state::{synchronize, with_state};
 use crate::timeline::{self, Capture, CaptureMode, Kind, Stream, StreamId};
 use std::ffi::{c_int, c_uint};
@@ -16,11 +17,11 @@ use std::ffi::{c_int, c_uint};
 /// `cudaStreamNonBlocking`.
 const NON_BLOCKING: c_uint = 1;
 
-/// Creates a stream of the current device.
+/// Creates a stream of the current device (`cudaStreamCreate*`, `cuStreamCreate*`).
 ///
 /// # Safety
 /// `stream` must be NULL or valid for writing a `cudaStream_t`.
-unsafe fn create(stream: *mut CudaStream, flags: c_uint) -> CudaResult {
+pub unsafe fn create(stream: *mut CudaStream, flags: c_uint) -> CudaResult {
     // SAFETY: forwarded from the caller.
     let out = unsafe { Out::new(stream)? };
     let kind = match flags {
@@ -38,78 +39,106 @@ unsafe fn create(stream: *mut CudaStream, flags: c_uint) -> CudaResult {
     })
 }
 
+/// Through the driver (`cuStreamCreate`).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamCreate(stream: *mut CudaStream) -> c_int {
-    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
-    runtime_call(Func::cudaStreamCreate, || unsafe { create(stream, 0) })
+    runtime_call(Func::cudaStreamCreate, || match link::driver() {
+        // SAFETY: the driver's cuStreamCreate, given the caller's out-pointer.
+        Some(d) => link::result(unsafe { (d.stream_create)(stream, 0) }),
+        // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
+        None => unsafe { create(stream, 0) },
+    })
 }
 
+/// Through the driver (`cuStreamCreate`: its flags have the same values).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamCreateWithFlags(
     stream: *mut CudaStream,
     flags: c_uint,
 ) -> c_int {
-    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
-    runtime_call(Func::cudaStreamCreateWithFlags, || unsafe {
-        create(stream, flags)
+    runtime_call(Func::cudaStreamCreateWithFlags, || match link::driver() {
+        // SAFETY: the driver's cuStreamCreate, given the caller's arguments.
+        Some(d) => link::result(unsafe { (d.stream_create)(stream, flags) }),
+        // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
+        None => unsafe { create(stream, flags) },
     })
 }
 
-/// The priority is accepted and ignored.
+/// Through the driver (`cuStreamCreateWithPriority`). The priority is accepted and ignored.
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamCreateWithPriority(
     stream: *mut CudaStream,
     flags: c_uint,
-    _priority: c_int,
+    priority: c_int,
 ) -> c_int {
-    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
-    runtime_call(Func::cudaStreamCreateWithPriority, || unsafe {
-        create(stream, flags)
+    runtime_call(Func::cudaStreamCreateWithPriority, || {
+        match link::driver() {
+            Some(d) => {
+                // SAFETY: the driver's cuStreamCreateWithPriority, given the caller's arguments.
+                link::result(unsafe { (d.stream_create_with_priority)(stream, flags, priority) })
+            }
+            // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
+            None => unsafe { create(stream, flags) },
+        }
+    })
+}
+
+/// `cudaStreamDestroy` and `cuStreamDestroy_v2`.
+pub fn destroy(stream: usize) -> CudaResult {
+    with_state(|st| match st.stream(stream)? {
+        StreamId::User(h) => {
+            // Work already enqueued still completes: its completions are queued apart.
+            st.streams.remove(h);
+            // SAFETY: `h` was a registered stream handle, now removed from the registry.
+            unsafe { handles::destroy(h) };
+            Ok(())
+        }
+        StreamId::Legacy(_) | StreamId::PerThread(..) => Err(INVALID_RESOURCE_HANDLE),
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamDestroy(stream: CudaStream) -> c_int {
-    runtime_call(Func::cudaStreamDestroy, || {
-        with_state(|st| match st.stream(stream as usize)? {
-            StreamId::User(h) => {
-                // Work already enqueued still completes: its completions are queued apart.
-                st.streams.remove(h);
-                // SAFETY: `h` was a registered stream handle, now removed from the registry.
-                unsafe { handles::destroy(h) };
-                Ok(())
-            }
-            StreamId::Legacy(_) | StreamId::PerThread(..) => Err(INVALID_RESOURCE_HANDLE),
-        })
+    runtime_call(Func::cudaStreamDestroy, || destroy(stream as usize))
+}
+
+/// `cudaStreamSynchronize` and `cuStreamSynchronize`.
+pub fn synchronize_stream(stream: usize) -> CudaResult {
+    let deadline = with_state(|st| {
+        let id = st.stream(stream)?;
+        let s = *st.streams.get(id);
+        st.use_device(s.device).counters.stream_syncs += 1;
+        Ok((s.tail, s.device))
+    })?;
+    synchronize(deadline.0, deadline.1)
+}
+
+/// Through the driver (`cuStreamSynchronize`).
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamSynchronize(stream: CudaStream) -> c_int {
+    runtime_call(Func::cudaStreamSynchronize, || match link::driver() {
+        // SAFETY: the driver's cuStreamSynchronize.
+        Some(d) => link::result(unsafe { (d.stream_synchronize)(stream) }),
+        None => synchronize_stream(stream as usize),
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cudaStreamSynchronize(stream: CudaStream) -> c_int {
-    runtime_call(Func::cudaStreamSynchronize, || {
-        let deadline = with_state(|st| {
-            let id = st.stream(stream as usize)?;
-            let s = *st.streams.get(id);
-            st.use_device(s.device).counters.stream_syncs += 1;
-            Ok((s.tail, s.device))
-        })?;
-        synchronize(deadline.0, deadline.1)
+/// `cudaStreamQuery` and `cuStreamQuery`: `NOT_READY` while work is in flight.
+pub fn query(stream: usize) -> CudaResult {
+    with_state(|st| {
+        let id = st.stream(stream)?;
+        let s = st.streams.get(id);
+        if s.tail > timeline::now() {
+            Err(NOT_READY)
+        } else {
+            Ok(())
+        }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamQuery(stream: CudaStream) -> c_int {
-    runtime_call(Func::cudaStreamQuery, || {
-        with_state(|st| {
-            let id = st.stream(stream as usize)?;
-            let s = st.streams.get(id);
-            if s.tail > timeline::now() {
-                Err(NOT_READY)
-            } else {
-                Ok(())
-            }
-        })
-    })
+    runtime_call(Func::cudaStreamQuery, || query(stream as usize))
 }
 
 /// Writes what `get` reads of `stream` to `out`: the stream queries below.
@@ -117,29 +146,29 @@ pub unsafe extern "C" fn cudaStreamQuery(stream: CudaStream) -> c_int {
 /// # Safety
 /// `out` must be NULL or valid for writing a `T`.
 unsafe fn stream_property<T>(
-    func: Func,
-    stream: CudaStream,
+    stream: usize,
     out: *mut T,
     get: impl FnOnce(&Stream) -> T,
-) -> c_int {
+) -> CudaResult {
     // SAFETY: forwarded from the caller.
-    runtime_call(func, || unsafe {
-        let out = Out::new(out)?;
-        with_state(|st| {
-            let id = st.stream(stream as usize)?;
-            out.set(get(st.streams.get(id)));
-            Ok(())
-        })
+    let out = unsafe { Out::new(out)? };
+    with_state(|st| {
+        let id = st.stream(stream)?;
+        out.set(get(st.streams.get(id)));
+        Ok(())
     })
 }
 
-/// The flags a stream was created with: `cudaStreamNonBlocking` for a non-blocking stream,
-/// else 0 (also for the legacy and per-thread default streams).
-#[no_mangle]
-pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_uint) -> c_int {
-    // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned int.
+/// The flags a stream was created with (`cudaStreamGetFlags`, `cuStreamGetFlags`):
+/// `cudaStreamNonBlocking` for a non-blocking stream, else 0 (also for the legacy and
+/// per-thread default streams).
+///
+/// # Safety
+/// `flags` must be NULL or valid for writing an unsigned int.
+pub unsafe fn get_flags(stream: usize, flags: *mut c_uint) -> CudaResult {
+    // SAFETY: forwarded from the caller.
     unsafe {
-        stream_property(Func::cudaStreamGetFlags, stream, flags, |s| {
+        stream_property(stream, flags, |s| {
             if s.kind == Kind::NonBlocking {
                 NON_BLOCKING
             } else {
@@ -149,13 +178,23 @@ pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_ui
     }
 }
 
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_uint) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned int.
+    runtime_call(Func::cudaStreamGetFlags, || unsafe {
+        get_flags(stream as usize, flags)
+    })
+}
+
 /// The stream's unique id (`cudaStreamGetId`, CUDA 12): never reused, also after the stream is
 /// destroyed and its handle's address is given to a new stream. The legacy default stream has
 /// one per device, and each thread's per-thread default stream one per device it used.
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned long long.
-    unsafe { stream_property(Func::cudaStreamGetId, stream, id, |s| s.id) }
+    runtime_call(Func::cudaStreamGetId, || unsafe {
+        stream_property(stream as usize, id, |s| s.id)
+    })
 }
 
 /// `cudaStreamCaptureStatusActive` (1) between `cudaStreamBeginCapture` and
@@ -163,11 +202,11 @@ pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamIsCapturing(stream: CudaStream, status: *mut c_int) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing the status enum (an int).
-    unsafe {
-        stream_property(Func::cudaStreamIsCapturing, stream, status, |s| {
+    runtime_call(Func::cudaStreamIsCapturing, || unsafe {
+        stream_property(stream as usize, status, |s| {
             c_int::from(s.capture.is_some())
         })
-    }
+    })
 }
 
 /// Begins a capture (modes 0–2, else 1). The legacy stream cannot be captured (900); a stream
@@ -238,7 +277,27 @@ pub unsafe extern "C" fn cudaGraphDestroy(graph: CudaGraph) -> c_int {
     })
 }
 
-/// `flags` must be `cudaEventWaitDefault` (0) or `cudaEventWaitExternal` (1).
+/// `cudaStreamWaitEvent` and `cuStreamWaitEvent`: `flags` must be `cudaEventWaitDefault` (0)
+/// or `cudaEventWaitExternal` (1).
+pub fn wait_event(stream: usize, event: usize, flags: c_uint) -> CudaResult {
+    if flags > 1 {
+        return Err(INVALID_VALUE);
+    }
+    with_state(|st| {
+        let id = st.stream(stream)?;
+        // An event never recorded is an empty set of work (CUDA's documentation of
+        // cudaEventRecord): waiting on it is taken to order nothing, not even as an action on
+        // the legacy stream. The documentation does not say either way; the stricter reading
+        // keeps a program (or the pool) from depending on it.
+        if let Some(dep) = st.event(event)?.time {
+            st.streams.enqueue(id, timeline::now(), 0, dep);
+        }
+        let d = st.streams.get(id).device;
+        st.use_device(d).counters.stream_wait_events += 1;
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamWaitEvent(
     stream: CudaStream,
@@ -246,21 +305,6 @@ pub unsafe extern "C" fn cudaStreamWaitEvent(
     flags: c_uint,
 ) -> c_int {
     runtime_call(Func::cudaStreamWaitEvent, || {
-        if flags > 1 {
-            return Err(INVALID_VALUE);
-        }
-        with_state(|st| {
-            let id = st.stream(stream as usize)?;
-            // An event never recorded is an empty set of work (CUDA's documentation of
-            // cudaEventRecord): waiting on it is taken to order nothing, not even as an action on
-            // the legacy stream. The documentation does not say either way; the stricter reading
-            // keeps a program (or the pool) from depending on it.
-            if let Some(dep) = st.event(event as usize)?.time {
-                st.streams.enqueue(id, timeline::now(), 0, dep);
-            }
-            let d = st.streams.get(id).device;
-            st.use_device(d).counters.stream_wait_events += 1;
-            Ok(())
-        })
+        wait_event(stream as usize, event as usize, flags)
     })
 }

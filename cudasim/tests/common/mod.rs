@@ -3,11 +3,15 @@
 //!
 //! - [`Sim::get`] builds `libcudasim.so` (with `cargo build -p cudasim`, in the same profile as
 //!   the test; quick when it is up to date: a cdylib-only crate's tests do not build it), and
-//!   makes `target/<profile>/simlib/` holding `libcudart.so` and `libcudart.so.12`, links to
-//!   `../libcudasim.so`.
+//!   makes `target/<profile>/simlib/` holding `libcudart.so`, `libcudart.so.12` and
+//!   `libcuda.so.1`, links to `../libcudasim.so` (the driver is a second name of the same
+//!   library), and `libcuda.so`, a link-time stub with the soname `libcuda.so.1` built from
+//!   `cudasim/stub/libcuda.c` (linked against the library itself, `-lcuda` would record the
+//!   runtime's soname).
 //! - [`Sim::compile`] compiles a C program with `cc` against it (`-lcudart`, with an rpath to
 //!   `simlib/`, so the program runs without `LD_LIBRARY_PATH`); [`Sim::build`] takes the
-//!   compiler, flags and libraries to put ahead of the runtime (C++, `-lgpupool`).
+//!   compiler, flags and libraries to put ahead of the runtime (C++, `-lgpupool`);
+//!   [`Sim::compile_driver`] links with `-lcuda` alone (no runtime).
 //! - [`Sim::run`] runs a program with a clean `CUDASIM_*` environment plus the given variables.
 #![allow(dead_code)]
 
@@ -34,7 +38,7 @@ pub struct Build<'a> {
 pub struct Sim {
     /// `target/<profile>`.
     pub profile_dir: PathBuf,
-    /// `target/<profile>/simlib`: link directory with `libcudart.so{,.12}`.
+    /// `target/<profile>/simlib`: link directory with `libcudart.so{,.12}`, `libcuda.so{,.1}`.
     pub simlib: PathBuf,
     /// `cudasim/include`.
     pub include: PathBuf,
@@ -79,6 +83,36 @@ fn build_library(cudasim_dir: &Path) {
     assert!(status.success(), "cargo build -p cudasim failed");
 }
 
+/// Builds `simlib/libcuda.so`, the link-time stub of the driver, unless it is newer than its
+/// source. Written under a temporary name and renamed, for concurrent test processes.
+fn build_driver_stub(cudasim_dir: &Path, simlib: &Path) {
+    let src = cudasim_dir.join("stub/libcuda.c");
+    let stub = simlib.join("libcuda.so");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let (Some(built), Some(source)) = (modified(&stub), modified(&src)) {
+        if built >= source && std::fs::symlink_metadata(&stub).is_ok_and(|m| m.is_file()) {
+            return;
+        }
+    }
+    let tmp = simlib.join(format!("libcuda.so.tmp{}", std::process::id()));
+    let output = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror"])
+        .arg("-Wl,-soname,libcuda.so.1")
+        .arg(&src)
+        .arg("-o")
+        .arg(&tmp)
+        .output()
+        .expect("run the compiler");
+    assert!(
+        output.status.success(),
+        "cc {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A link left by an older harness is replaced by the stub.
+    std::fs::rename(&tmp, &stub).expect("rename the driver stub");
+}
+
 /// Makes (or refreshes) `link` → `target`.
 pub fn symlink(target: &str, link: &Path) {
     match std::fs::read_link(link) {
@@ -108,9 +142,10 @@ impl Sim {
             assert!(library.exists(), "{} missing", library.display());
             let simlib = profile_dir.join("simlib");
             std::fs::create_dir_all(&simlib).expect("create simlib/");
-            for name in ["libcudart.so", "libcudart.so.12"] {
+            for name in ["libcudart.so", "libcudart.so.12", "libcuda.so.1"] {
                 symlink("../libcudasim.so", &simlib.join(name));
             }
+            build_driver_stub(&cudasim_dir, &simlib);
             Sim {
                 profile_dir,
                 simlib,
@@ -140,6 +175,22 @@ impl Sim {
                 flags: &flags,
                 libs: &[],
                 cudart: true,
+            },
+        )
+    }
+
+    /// Compiles the C source `src` linked with `-lcuda` alone, as a program of the driver API
+    /// (no runtime), with an rpath to `simlib/`.
+    pub fn compile_driver(&self, src: &Path) -> PathBuf {
+        let simlib = self.simlib.display().to_string();
+        let rpath = format!("-Wl,-rpath,{simlib}");
+        self.build(
+            src,
+            &Build {
+                compiler: "cc",
+                flags: &["-std=c11"],
+                libs: &["-L", &simlib, "-lcuda", &rpath, "-ldl"],
+                cudart: false,
             },
         )
     }

@@ -1,0 +1,203 @@
+//! Initialization, versions, devices and contexts.
+
+use super::{driver_call, CuContext, CuDevice, CuResult};
+use crate::api::device::{reset, synchronize_device, VERSION};
+use crate::config;
+use crate::context::{self, primary};
+use crate::current;
+use crate::errors::{CudaResult, CU_INVALID_CONTEXT, INVALID_DEVICE};
+use crate::faults::Func;
+use crate::ffi::Out;
+use crate::state::with_state;
+use std::ffi::{c_int, c_uint};
+
+/// A device ordinal in range (`CUDA_ERROR_INVALID_DEVICE` otherwise).
+fn device(dev: CuDevice) -> CudaResult<usize> {
+    let d = usize::try_from(dev).map_err(|_| INVALID_DEVICE)?;
+    if d < config::get()?.devices {
+        Ok(d)
+    } else {
+        Err(INVALID_DEVICE)
+    }
+}
+
+/// `Flags` must be 0, as in CUDA.
+#[no_mangle]
+pub unsafe extern "C" fn cuInit(flags: c_uint) -> CuResult {
+    driver_call(Func::cuInit, || {
+        if flags != 0 {
+            return Err(crate::errors::INVALID_VALUE);
+        }
+        context::initialize()
+    })
+}
+
+/// Callable before `cuInit`; the runtime's version number (12080).
+#[no_mangle]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CuResult {
+    driver_call(Func::cuDriverGetVersion, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        unsafe { Out::new(version)? }.set(VERSION);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CuResult {
+    driver_call(Func::cuDeviceGetCount, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        let out = unsafe { Out::new(count)? };
+        out.set(config::get()?.devices as c_int);
+        Ok(())
+    })
+}
+
+/// A `CUdevice` is the device's ordinal.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGet(dev: *mut CuDevice, ordinal: c_int) -> CuResult {
+    driver_call(Func::cuDeviceGet, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUdevice.
+        let out = unsafe { Out::new(dev)? };
+        out.set(device(ordinal)? as CuDevice);
+        Ok(())
+    })
+}
+
+/// The device's primary context (its handle is fixed for the process), whose memory the
+/// runtime uses too; retaining it makes it (takes `CUDASIM_CONTEXT_BYTES`).
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut CuContext, dev: CuDevice) -> CuResult {
+    driver_call(Func::cuDevicePrimaryCtxRetain, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUcontext.
+        let out = unsafe { Out::new(ctx)? };
+        let d = device(dev)?;
+        with_state(|st| {
+            st.use_device(d);
+            st.primary_retains[d] += 1;
+            Ok(())
+        })?;
+        out.set(primary(d) as CuContext);
+        Ok(())
+    })
+}
+
+/// Releasing a primary context that is not retained gives `CUDA_ERROR_INVALID_CONTEXT`. The
+/// last release drops nothing (CUDA destroys the context then; the runtime's own use keeps
+/// it alive in practice).
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CuDevice) -> CuResult {
+    driver_call(Func::cuDevicePrimaryCtxRelease_v2, || {
+        context::require_init()?;
+        let d = device(dev)?;
+        with_state(|st| {
+            let n = &mut st.primary_retains[d];
+            *n = n.checked_sub(1).ok_or(CU_INVALID_CONTEXT)?;
+            Ok(())
+        })
+    })
+}
+
+/// As `cudaDeviceReset` of that device: waits for its work, then drops its allocations,
+/// streams, events and context.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CuDevice) -> CuResult {
+    driver_call(Func::cuDevicePrimaryCtxReset_v2, || {
+        context::require_init()?;
+        reset(device(dev)?)
+    })
+}
+
+/// NULL when the thread has no current context.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut CuContext) -> CuResult {
+    driver_call(Func::cuCtxGetCurrent, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUcontext.
+        let out = unsafe { Out::new(ctx)? };
+        out.set(context::current_context().unwrap_or(0) as CuContext);
+        Ok(())
+    })
+}
+
+/// Replaces the top of the thread's context stack (NULL: pops it); the context's device
+/// becomes the runtime's current device.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CuContext) -> CuResult {
+    driver_call(Func::cuCtxSetCurrent, || {
+        context::require_init()?;
+        context::set_current(ctx as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CuDevice) -> CuResult {
+    driver_call(Func::cuCtxGetDevice, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUdevice.
+        let out = unsafe { Out::new(dev)? };
+        out.set(current::get() as CuDevice);
+        Ok(())
+    })
+}
+
+/// As `cudaDeviceSynchronize` (counted in `device_syncs`).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize() -> CuResult {
+    driver_call(Func::cuCtxSynchronize, || {
+        context::require_context()?;
+        synchronize_device()
+    })
+}
+
+/// A context distinct from the primary one, of device `dev`, pushed on the thread's stack.
+/// It shares its device's memory, streams and events (see `context.rs`). The flags are
+/// accepted and ignored.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    ctx: *mut CuContext,
+    _flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    driver_call(Func::cuCtxCreate_v2, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUcontext.
+        let out = unsafe { Out::new(ctx)? };
+        let h = context::create(device(dev)?)?;
+        out.set(h as CuContext);
+        Ok(())
+    })
+}
+
+/// Only created contexts can be destroyed; nothing of their device is freed.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CuContext) -> CuResult {
+    driver_call(Func::cuCtxDestroy_v2, || {
+        context::require_init()?;
+        context::destroy(ctx as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CuContext) -> CuResult {
+    driver_call(Func::cuCtxPushCurrent_v2, || {
+        context::require_init()?;
+        context::push(ctx as usize)
+    })
+}
+
+/// `ctx` may be NULL; an empty stack gives `CUDA_ERROR_INVALID_CONTEXT`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(ctx: *mut CuContext) -> CuResult {
+    driver_call(Func::cuCtxPopCurrent_v2, || {
+        context::require_init()?;
+        let h = context::pop()?;
+        if !ctx.is_null() {
+            // SAFETY: not NULL, and the caller passes a pointer valid for writing a CUcontext.
+            unsafe { ctx.write(h as CuContext) };
+        }
+        Ok(())
+    })
+}

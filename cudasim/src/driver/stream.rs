@@ -1,0 +1,145 @@
+//! Streams, events and launches: the runtime's, on the same handles (a `CUstream` is a
+//! `cudaStream_t`) and the same in-flight model.
+
+use super::{driver_call, with_ptsz, CuEvent, CuFunction, CuResult, CuStream};
+use crate::api::{event, kernel, stream};
+use crate::context;
+use crate::errors::INVALID_VALUE;
+use crate::faults::Func;
+use std::ffi::{c_int, c_uint, c_void};
+
+/// `CU_STREAM_DEFAULT` (0) or `CU_STREAM_NON_BLOCKING` (1), as the runtime's flags.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut CuStream, flags: c_uint) -> CuResult {
+    driver_call(Func::cuStreamCreate, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUstream.
+        unsafe { stream::create(stream, flags) }
+    })
+}
+
+/// The priority is accepted and ignored.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    stream: *mut CuStream,
+    flags: c_uint,
+    _priority: c_int,
+) -> CuResult {
+    driver_call(Func::cuStreamCreateWithPriority, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUstream.
+        unsafe { stream::create(stream, flags) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CuStream) -> CuResult {
+    driver_call(Func::cuStreamDestroy_v2, || {
+        context::require_context()?;
+        stream::destroy(stream as usize)
+    })
+}
+
+with_ptsz! {
+    /// As `cudaStreamSynchronize` (counted in `stream_syncs`).
+    fn cuStreamSynchronize / cuStreamSynchronize_ptsz (stream: CuStream; stream) {
+        context::require_context()?;
+        stream::synchronize_stream(stream)
+    }
+}
+
+/// `CUDA_ERROR_NOT_READY` (600) while work is in flight.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamQuery(stream: CuStream) -> CuResult {
+    driver_call(Func::cuStreamQuery, || {
+        context::require_context()?;
+        stream::query(stream as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetFlags(stream: CuStream, flags: *mut c_uint) -> CuResult {
+    driver_call(Func::cuStreamGetFlags, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned int.
+        unsafe { stream::get_flags(stream as usize, flags) }
+    })
+}
+
+with_ptsz! {
+    /// As `cudaStreamWaitEvent`.
+    fn cuStreamWaitEvent / cuStreamWaitEvent_ptsz (stream: CuStream, event: CuEvent, flags: c_uint; stream) {
+        context::require_context()?;
+        stream::wait_event(stream, event as usize, flags)
+    }
+}
+
+/// The flags have the runtime's values.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(event: *mut CuEvent, flags: c_uint) -> CuResult {
+    driver_call(Func::cuEventCreate, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUevent.
+        unsafe { event::create(event, flags) }
+    })
+}
+
+with_ptsz! {
+    /// As `cudaEventRecord`.
+    fn cuEventRecord / cuEventRecord_ptsz (event: CuEvent, stream: CuStream; stream) {
+        context::require_context()?;
+        event::record(event as usize, stream)
+    }
+}
+
+/// As `cudaEventSynchronize` (counted in `event_syncs`).
+#[no_mangle]
+pub unsafe extern "C" fn cuEventSynchronize(event: CuEvent) -> CuResult {
+    driver_call(Func::cuEventSynchronize, || {
+        context::require_context()?;
+        event::synchronize_event(event as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventQuery(event: CuEvent) -> CuResult {
+    driver_call(Func::cuEventQuery, || {
+        context::require_context()?;
+        event::query(event as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventDestroy_v2(event: CuEvent) -> CuResult {
+    driver_call(Func::cuEventDestroy_v2, || {
+        context::require_context()?;
+        event::destroy(event as usize)
+    })
+}
+
+with_ptsz! {
+    /// The fill kernel's address is its `CUfunction` (any other: `CUDA_ERROR_INVALID_HANDLE`),
+    /// its arguments in `kernelParams` as for `cudaLaunchKernel`; `extra` is not supported
+    /// (`CUDA_ERROR_INVALID_VALUE`). Grid, block and shared memory are ignored.
+    fn cuLaunchKernel / cuLaunchKernel_ptsz (
+        f: CuFunction,
+        _grid_x: c_uint,
+        _grid_y: c_uint,
+        _grid_z: c_uint,
+        _block_x: c_uint,
+        _block_y: c_uint,
+        _block_z: c_uint,
+        _shared_mem: c_uint,
+        stream: CuStream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void;
+        stream
+    ) {
+        context::require_context()?;
+        if !extra.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: for the fill kernel, the caller passes its 4 arguments as documented.
+        unsafe { kernel::launch_fill(f, params, stream as CuStream) }
+    }
+}

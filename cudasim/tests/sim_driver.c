@@ -1,0 +1,168 @@
+/* cudasim's driver face for a program linked with -lcuda alone (no runtime): initialization,
+ * the primary and created contexts, allocation and its errors, streams, events, the async pair
+ * and a launch on the in-flight model. */
+#include "check.h"
+#include "cuda.h"
+
+/* `call` must return the CUresult `want`. */
+#define CU_EXPECT(call, want)                                                           \
+    do {                                                                                \
+        CUresult got_ = (call);                                                         \
+        const char *name_ = NULL;                                                       \
+        cuGetErrorName(got_, &name_);                                                   \
+        CHECK(got_ == (want), "%s returned %d (%s), expected %d", #call, (int)got_,     \
+              name_ ? name_ : "?", (int)(want));                                        \
+    } while (0)
+#define CU_OK(call) CU_EXPECT(call, CUDA_SUCCESS)
+
+static CUresult launch_fill(CUdeviceptr p, size_t bytes, unsigned usec, int fill, CUstream s)
+{
+    void (*fn)(void) = cudasim_fill_kernel;
+    CUfunction f;
+    void *args[4];
+    memcpy(&f, &fn, sizeof f);
+    args[0] = &p;
+    args[1] = &bytes;
+    args[2] = &usec;
+    args[3] = &fill;
+    return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+}
+
+int main(void)
+{
+    CUdeviceptr p = 0, q = 7, a = 0;
+    CUcontext primary = NULL, ctx = NULL, created = NULL;
+    CUdevice dev = -1;
+    CUstream s = NULL;
+    CUevent e = NULL;
+    size_t free_b = 0, total_b = 0, size = 0;
+    int n = 0;
+    const char *text = NULL;
+    char buf[64], back[64];
+
+    SECTION("before cuInit: versions and names answer, the rest is not initialized");
+    CU_OK(cuDriverGetVersion(&n));
+    CHECK(n == 12080, "version %d", n);
+    CU_OK(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &text));
+    CHECK(strcmp(text, "CUDA_ERROR_OUT_OF_MEMORY") == 0, "%s", text);
+    CU_OK(cuGetErrorString(CUDA_ERROR_INVALID_CONTEXT, &text));
+    CHECK(strcmp(text, "invalid device context") == 0, "%s", text);
+    CU_EXPECT(cuGetErrorName((CUresult)12345, &text), CUDA_ERROR_INVALID_VALUE);
+    CHECK(text == NULL, "name of an unknown code");
+    CU_EXPECT(cuMemAlloc(&p, 64), CUDA_ERROR_NOT_INITIALIZED);
+    CU_EXPECT(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+
+    SECTION("cuInit, devices, and no context until one is made current");
+    CU_EXPECT(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuInit(0));
+    CU_OK(cuDeviceGetCount(&n));
+    CHECK(n == 1, "%d devices", n);
+    CU_OK(cuDeviceGet(&dev, 0));
+    CU_EXPECT(cuDeviceGet(&dev, 1), CUDA_ERROR_INVALID_DEVICE);
+    CU_OK(cuCtxGetCurrent(&ctx));
+    CHECK(ctx == NULL, "a current context before any");
+    CU_EXPECT(cuMemAlloc(&p, 64), CUDA_ERROR_INVALID_CONTEXT);
+    CU_EXPECT(cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+
+    SECTION("the primary context");
+    CU_OK(cuDevicePrimaryCtxRetain(&primary, 0));
+    CHECK(primary != NULL, "no primary context");
+    CU_OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(ctx == primary, "a second primary context");
+    CU_OK(cuCtxSetCurrent(primary));
+    CU_OK(cuCtxGetCurrent(&ctx));
+    CHECK(ctx == primary, "current %p", (void *)ctx);
+    CU_OK(cuCtxGetDevice(&dev));
+    CHECK(dev == 0, "device %d", dev);
+
+    SECTION("cuMemAlloc_v2 and cuMemFree_v2, counted as driver calls");
+    CU_OK(cuMemAlloc(&p, 1 << 20));
+    CHECK(p != 0, "NULL allocation");
+    CHECK(stats_of(0).driver_mallocs == 1 && stats_of(0).malloc_calls == 1, "counters");
+    CHECK(stats_of(0).live_allocations == 1, "live %llu", stats_of(0).live_allocations);
+    CU_OK(cuMemGetAddressRange(&a, &size, p + 100));
+    CHECK(a == p && size == 1 << 20, "range %llx %zu", a, size);
+    CU_EXPECT(cuMemGetAddressRange(&a, &size, 16), CUDA_ERROR_NOT_FOUND);
+    memset(buf, 0x42, sizeof buf);
+    CU_OK(cuMemcpyHtoD(p, buf, sizeof buf));
+    CU_OK(cuMemcpyDtoH(back, p, sizeof back));
+    CHECK(memcmp(buf, back, sizeof buf) == 0, "copies do not round-trip");
+    CU_OK(cuMemGetInfo(&free_b, &total_b));
+    CHECK(total_b == 1ull << 30 && free_b == (1ull << 30) - (1 << 20), "%zu of %zu", free_b,
+          total_b);
+
+    SECTION("out of memory, zero bytes, bad frees");
+    CU_EXPECT(cuMemAlloc(&q, 2ull << 30), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(q == 7, "out-pointer written on failure");
+    CU_EXPECT(cuMemAlloc(&q, 0), CUDA_ERROR_INVALID_VALUE);
+    CU_EXPECT(cuMemAlloc(NULL, 64), CUDA_ERROR_INVALID_VALUE);
+    CHECK(stats_of(0).malloc_failures == 3, "failures %llu", stats_of(0).malloc_failures);
+    CU_OK(cuMemFree(p));
+    CU_EXPECT(cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuMemFree(0));
+    CHECK(stats_of(0).driver_frees == 2 && stats_of(0).live_allocations == 0, "frees");
+
+    SECTION("streams, events and the async pair on the in-flight model");
+    CU_EXPECT(cuStreamCreate(&s, 4), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuStreamGetFlags(s, (unsigned *)&n));
+    CHECK(n == CU_STREAM_NON_BLOCKING, "flags %d", n);
+    CU_OK(cuEventCreate(&e, CU_EVENT_DEFAULT));
+    CU_OK(cuMemAllocAsync(&a, 4096, s));
+    CU_OK(launch_fill(a, 4096, 100000, 0x5a, s));
+    CU_OK(cuMemFreeAsync(a, s));
+    CU_OK(cuEventRecord(e, s));
+    CHECK(cudasimRangeBusy((void *)a, 4096) == 1, "the kernel is not in flight");
+    CU_EXPECT(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+    CU_EXPECT(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+    CU_OK(cuEventSynchronize(e));
+    CU_OK(cuStreamQuery(s));
+    CHECK(stats_of(0).kernel_writes == 1, "the block was unmapped before the kernel ended");
+    CHECK(stats_of(0).live_allocations == 0, "live %llu", stats_of(0).live_allocations);
+    CHECK(stats_of(0).async_mallocs == 1 && stats_of(0).driver_mallocs == 5, "counters");
+    CU_EXPECT(launch_fill(0, 0, 0, -1, (CUstream)0x99), CUDA_ERROR_INVALID_HANDLE);
+    CU_OK(cuStreamWaitEvent(s, e, 0));
+    CU_OK(cuStreamSynchronize(s));
+    CU_OK(cuStreamSynchronize_ptsz(NULL));
+    CU_OK(cuEventDestroy(e));
+    CU_OK(cuStreamDestroy(s));
+    CU_EXPECT(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE);
+
+    SECTION("a created context: its own handle, its device's memory");
+    CU_OK(cuCtxCreate(&created, 0, 0));
+    CHECK(created != NULL && created != primary, "created %p", (void *)created);
+    CU_OK(cuCtxGetCurrent(&ctx));
+    CHECK(ctx == created, "cuCtxCreate did not make it current");
+    CU_OK(cuMemAlloc(&p, 4096));
+    CU_OK(cuCtxPopCurrent(&ctx));
+    CHECK(ctx == created, "popped %p", (void *)ctx);
+    CU_OK(cuCtxGetCurrent(&ctx));
+    CHECK(ctx == primary, "below it: %p", (void *)ctx);
+    CU_OK(cuMemFree(p));
+    CU_OK(cuCtxPushCurrent(created));
+    CU_OK(cuCtxDestroy(created));
+    CU_OK(cuCtxGetCurrent(&ctx));
+    CHECK(ctx == primary, "the destroyed context stayed current");
+    CU_EXPECT(cuCtxPushCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
+    CU_EXPECT(cuCtxDestroy(primary), CUDA_ERROR_INVALID_CONTEXT);
+
+    SECTION("private tables, releases");
+    {
+        const void *table = (const void *)0x1;
+        CUuuid id;
+        memset(&id, 0, sizeof id);
+        CU_EXPECT(cuGetExportTable(&table, &id), CUDA_ERROR_NOT_SUPPORTED);
+        CHECK(table == NULL, "a table");
+    }
+    CU_OK(cuDevicePrimaryCtxRelease(0));
+    CU_OK(cuDevicePrimaryCtxRelease(0));
+    CU_EXPECT(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+    CU_OK(cuDevicePrimaryCtxReset(0));
+
+    SECTION("fault injection by driver name (CUDASIM_FAIL=cuMemAlloc_v2@9=2 in the test)");
+    CU_OK(cuMemAlloc(&p, 64));
+    CU_EXPECT(cuMemAlloc(&q, 64), CUDA_ERROR_OUT_OF_MEMORY);
+    CU_OK(cuMemFree(p));
+    printf("sim_driver: all checks passed\n");
+    return 0;
+}
