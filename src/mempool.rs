@@ -41,7 +41,8 @@ pub unsafe fn malloc_async(dev_ptr: *mut *mut c_void, size: usize, stream: Strea
     let rt = &g.runtime;
     // SAFETY: the caller's arguments, passed on unchanged.
     let pass = |rt: &Runtime| forward(rt.malloc_async, |f| unsafe { f(dev_ptr, size, stream) });
-    if pool.is_none() || dev_ptr.is_null() || size == 0 || guard::inside() {
+    // A call from inside the pool passes through in `malloc_with`, which enters the guard.
+    if pool.is_none() || dev_ptr.is_null() || size == 0 {
         return pass(rt);
     }
     let Some(dev) = current_device(rt) else {
