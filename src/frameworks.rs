@@ -62,18 +62,32 @@ fn env(name: &str) -> Option<String> {
     Some(unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
 }
 
-/// At load, before any thread of the program runs: set PyTorch's allocator to its
-/// `cudaMallocAsync` backend unless the user chose one, the pool is off, or PyTorch is already
-/// loaded. libc-level work only, as a constructor must.
+/// At load: set PyTorch's allocator to its `cudaMallocAsync` backend unless the user chose one,
+/// the pool is off, PyTorch is already loaded, or this copy of the library does not serve the
+/// process's calls (opened with `dlopen`, as `import gpupool` or a pluggable allocator does:
+/// then it is not the preload's, and the setting would send tensors past the pool). A preloaded
+/// library's constructor runs before any thread of the program. libc-level work only, as a
+/// constructor must.
 pub fn choose_at_load() {
-    if env("GPUPOOL_DISABLE").is_some_and(|v| crate::config::parse_bool(v.as_bytes()) == Some(true))
-    {
-        return;
-    }
     let inherited = env(MARK).is_some()
         && env(CUDA_ALLOC_CONF).as_deref() == Some(POOLED_SETTING)
         && env(ALLOC_CONF).is_none()
         && env(NO_CACHING).is_none();
+    if env("GPUPOOL_DISABLE").is_some_and(|v| crate::config::parse_bool(v.as_bytes()) == Some(true))
+    {
+        // A disabled child of a pooled parent runs PyTorch as it would without the pool.
+        if inherited {
+            // SAFETY: NUL-terminated names; at load, before the program's threads.
+            unsafe {
+                libc::unsetenv(c"PYTORCH_CUDA_ALLOC_CONF".as_ptr());
+                libc::unsetenv(c"GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF".as_ptr());
+            }
+        }
+        return;
+    }
+    if !serves_the_process() {
+        return;
+    }
     let choice = if inherited {
         TorchChoice::SetByPool
     } else if [ALLOC_CONF, CUDA_ALLOC_CONF, NO_CACHING]
@@ -208,7 +222,9 @@ pub fn torch_note(
             false,
             format!(
                 "tensors pooled through PyTorch's cudaMallocAsync backend ({var}={}, {by}); \
-                 torch.cuda.empty_cache() and memory_reserved() read the pool",
+                 torch.cuda.empty_cache() and memory_reserved() read the pool; for what that \
+                 backend refuses (memory snapshots, CUDA tensors shared between processes) set \
+                 {CUDA_ALLOC_CONF}=backend:native",
                 if var == ALLOC_CONF {
                     alloc_conf
                 } else {
@@ -265,6 +281,25 @@ pub fn jax_note(preallocate: Option<&str>, allocator: Option<&str>) -> Framework
         name: "jax",
         caches_above: !platform,
         note: note.into(),
+    }
+}
+
+/// Whether the process's `cudaMallocAsync` is this library's: preloaded or linked, not opened
+/// later with `RTLD_LOCAL`.
+fn serves_the_process() -> bool {
+    // SAFETY: dlsym and dladdr with a NUL-terminated name and addresses only read the loader's
+    // tables; `Dl_info` is plain data the calls fill.
+    unsafe {
+        let found = libc::dlsym(libc::RTLD_DEFAULT, c"cudaMallocAsync".as_ptr());
+        if found.is_null() {
+            return false;
+        }
+        let (mut theirs, mut ours): (libc::Dl_info, libc::Dl_info) =
+            (std::mem::zeroed(), std::mem::zeroed());
+        let own = serves_the_process as *const () as *const libc::c_void;
+        libc::dladdr(found, &mut theirs) != 0
+            && libc::dladdr(own, &mut ours) != 0
+            && theirs.dli_fbase == ours.dli_fbase
     }
 }
 

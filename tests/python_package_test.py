@@ -115,6 +115,9 @@ class Launcher(unittest.TestCase):
             "GPUPOOL_SUMMARY=stderr", "GPUPOOL_RELEASE_THRESHOLD=4GiB", "GPUPOOL_REUSE=barrier",
             "GPUPOOL_LIMIT=20GiB", "GPUPOOL_MAX_SPLIT_SIZE=64MiB", "GPUPOOL_DISABLE=1",
             f"LD_PRELOAD=/opt/other.so:{PACKAGE_LIBRARY}", "prog 'a b'"])
+        # Disabled as the library reads it, PyTorch is left alone.
+        lines = dry_run("prog", GPUPOOL_DISABLE="yes")
+        self.assertFalse([l for l in lines if "PYTORCH_" in l], lines)
         # Without --disable, PyTorch's cudaMallocAsync backend is chosen, and marked as the
         # pool's choice.
         lines = dry_run("prog")

@@ -186,3 +186,28 @@ fn a_child_that_inherits_the_pools_setting_says_it_was_the_pools() {
     assert!(out.contains("backend=2"), "{out}");
     assert!(err.contains("set by the pool"), "{err}");
 }
+
+#[test]
+fn a_library_opened_later_or_disabled_leaves_pytorchs_setting_alone() {
+    // Opened with dlopen (as `import gpupool` or a pluggable allocator opens it), the library
+    // serves none of the process's calls: it must not send PyTorch's tensors past itself.
+    let code = format!(
+        "import ctypes, os; ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
+         print('conf=' + str(os.environ.get('PYTORCH_CUDA_ALLOC_CONF')))",
+        support::library().display().to_string()
+    );
+    let py = PathBuf::from(python());
+    let (out, _) = ok(&mut unpooled(&py, &["-c", &code], &[]));
+    assert!(out.contains("conf=None"), "{out}");
+    // A disabled child of a pooled shell runs PyTorch as it would without the pool.
+    let (lib, script) = (standin(), script());
+    let line = format!(
+        "GPUPOOL_DISABLE=yes {} {} {} 2",
+        python(),
+        script.display(),
+        lib.display()
+    );
+    let sh = PathBuf::from("/bin/sh");
+    let (out, _) = ok(&mut pooled(&sh, &["-c", &line], &[]));
+    assert!(out.contains("backend=0"), "{out}");
+}

@@ -137,11 +137,16 @@ def preload(existing: str, lib: str) -> str:
     return f"{existing}:{lib}" if existing else lib
 
 
+def _truthy(value: str) -> bool:
+    """A boolean variable as the library reads it (`config::parse_bool`)."""
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
 def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
     """The variables the launcher sets, in the order it prints them."""
     added = dict(options.variables)
     added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), library(options.lib))
-    disabled = added.get("GPUPOOL_DISABLE", env.get("GPUPOOL_DISABLE", "")).strip() == "1"
+    disabled = _truthy(added.get("GPUPOOL_DISABLE", env.get("GPUPOOL_DISABLE", "")))
     if not disabled and not any(name in env for name in PYTORCH_SETTINGS):
         added["PYTORCH_CUDA_ALLOC_CONF"] = PYTORCH_ASYNC
         # As the library's constructor marks it: the summary then says the pool chose it.
