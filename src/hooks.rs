@@ -53,6 +53,45 @@ pub unsafe extern "C" fn cudaMallocAsync(
     })
 }
 
+/// The per-thread-default-stream form (`nvcc --default-stream per-thread`): stream 0 is the
+/// calling thread's own default stream.
+///
+/// # Safety
+/// As `cudaMallocAsync`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocAsync_ptsz(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Stream,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::malloc_async(dev_ptr, size, per_thread(stream))
+    })
+}
+
+/// The per-thread-default-stream form of `cudaFreeAsync`. A block of the pool freed this way
+/// must come back to the pool: the runtime would free the segment under it.
+///
+/// # Safety
+/// As `cudaFreeAsync`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: Stream) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::free_on(ptr, per_thread(stream), None, dispatch::Promise::Runtime)
+    })
+}
+
+/// Stream 0 of a `_ptsz` entry point: `cudaStreamPerThread`.
+fn per_thread(stream: Stream) -> Stream {
+    if stream.is_null() {
+        STREAM_PER_THREAD as Stream
+    } else {
+        stream
+    }
+}
+
 /// # Safety
 /// As `cudaMemPoolTrimTo`.
 #[no_mangle]

@@ -1,8 +1,15 @@
 /* cudaMallocAsync under the pool: pooled on ordinary streams; the block the program's own
  * cudaFreeAsync gave back serves that stream's next request at once, in every reuse mode, and
  * another stream only after a fence; on a stream being captured into a graph the request goes
- * to the runtime (the graph owns it). Prints "async_capture ok". */
+ * to the runtime (the graph owns it). The per-thread-default-stream forms (`_ptsz`) are the
+ * pool's too. Prints "async_capture ok". */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
+
 #include "check.h"
+
+typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
+typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
 
 #define MIB (1 << 20)
 
@@ -29,6 +36,19 @@ int main(void)
     CHECK(after.async_mallocs == before.async_mallocs, "the runtime served %llu pooled requests",
           after.async_mallocs - before.async_mallocs);
     CHECK(after.free_calls == before.free_calls, "a pooled block reached the runtime's free");
+
+    /* nvcc --default-stream per-thread calls the _ptsz forms; a pooled block freed through one
+     * must come back to the pool, never reach the runtime. */
+    malloc_async_fn malloc_ptsz = (malloc_async_fn)dlsym(RTLD_DEFAULT, "cudaMallocAsync_ptsz");
+    free_async_fn free_ptsz = (free_async_fn)dlsym(RTLD_DEFAULT, "cudaFreeAsync_ptsz");
+    CHECK(malloc_ptsz && free_ptsz, "the pool exports the _ptsz forms");
+    CHECK_CUDA(cudaMalloc(&c, MIB));
+    CHECK_CUDA(free_ptsz(c, 0));
+    CHECK_CUDA(malloc_ptsz(&c, 2 * MIB, 0));
+    CHECK_CUDA(free_ptsz(c, 0));
+    after = sim_stats(0);
+    CHECK(after.free_calls == before.free_calls && after.async_mallocs == before.async_mallocs,
+          "a _ptsz call of a pooled block reached the runtime");
 
     cudaGraph_t graph;
     void *g;
