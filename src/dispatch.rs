@@ -160,7 +160,7 @@ pub(crate) unsafe fn malloc_with(
         return pass();
     };
     let stream = stream
-        .map(|s| stream_key_for(rt, pool, s, promise))
+        .map(|s| stream_key(rt, pool, s, promise))
         .filter(|&k| k != NO_STREAM);
     match pool.alloc_on(dev, size as u64, stream) {
         Ok(addr) => {
@@ -288,22 +288,6 @@ fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
     r == SUCCESS && flags & STREAM_NON_BLOCKING == 0
 }
 
-/// The pool's name for `stream` (`StreamKey`), when `pool` uses names (`Pool::names_streams`):
-/// the runtime's unique id of the stream (`cudaStreamGetId`), never reused, so a stream created
-/// after another was destroyed, even at the same handle, is another stream (the destroyed one's
-/// work may still run). NULL and `cudaStreamLegacy` are the legacy default stream,
-/// `cudaStreamPerThread` the calling thread's own. `NO_STREAM` when the runtime cannot say
-/// (before CUDA 12, or a call that fails) or the stream is being captured into a graph (where
-/// the query may not be allowed, and would then invalidate the capture; cudaStreamIsCapturing
-/// is made to be asked then): then no stream-ordered reuse.
-///
-/// The legacy stream is named without asking: it is never destroyed nor captured (the runtime
-/// refuses to capture it), and each device's pool has its own names. It is PyTorch's stream,
-/// so its allocations and frees save two runtime calls each.
-fn stream_key<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> StreamKey {
-    stream_key_for(rt, pool, stream, Promise::Pool)
-}
-
 /// Whose promise a stream-ordered call carries, which says when its stream is named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Promise {
@@ -315,14 +299,26 @@ pub enum Promise {
     Runtime,
 }
 
-/// `stream_key` for a call that carries `promise`.
-fn stream_key_for<B: Backend>(
+/// The pool's name for `stream` (`StreamKey`), when `pool` uses names (`Pool::names_streams`) or
+/// the call carries the runtime's `promise`:
+/// the runtime's unique id of the stream (`cudaStreamGetId`), never reused, so a stream created
+/// after another was destroyed, even at the same handle, is another stream (the destroyed one's
+/// work may still run). NULL and `cudaStreamLegacy` are the legacy default stream,
+/// `cudaStreamPerThread` the calling thread's own. `NO_STREAM` when the runtime cannot say
+/// (before CUDA 12, or a call that fails) or the stream is being captured into a graph (where
+/// the query may not be allowed, and would then invalidate the capture; cudaStreamIsCapturing
+/// is made to be asked then): then no stream-ordered reuse.
+///
+/// The legacy stream is named without asking: it is never destroyed nor captured (the runtime
+/// refuses to capture it), and each device's pool has its own names. It is PyTorch's stream,
+/// so its allocations and frees save two runtime calls each.
+fn stream_key<B: Backend>(
     rt: &Runtime,
     pool: &Pool<B>,
     stream: Stream,
     promise: Promise,
 ) -> StreamKey {
-    if let Some(key) = stream_key_known_for(rt, pool, stream, promise) {
+    if let Some(key) = stream_key_known(rt, pool, stream, promise) {
         return key;
     }
     let (Some(get_id), Some(is_capturing)) = (rt.stream_get_id, rt.stream_is_capturing) else {
@@ -343,12 +339,7 @@ fn stream_key_for<B: Backend>(
 
 /// `stream_key` when it needs no runtime call: `None` when the runtime must be asked.
 #[inline(always)]
-fn stream_key_known<B: Backend>(rt: &Runtime, pool: &Pool<B>, stream: Stream) -> Option<StreamKey> {
-    stream_key_known_for(rt, pool, stream, Promise::Pool)
-}
-
-#[inline(always)]
-fn stream_key_known_for<B: Backend>(
+fn stream_key_known<B: Backend>(
     rt: &Runtime,
     pool: &Pool<B>,
     stream: Stream,
@@ -377,7 +368,7 @@ pub fn malloc_hit_on(size: usize, device: u32, stream: Stream) -> Option<*mut c_
         return None;
     }
     let inside = guard::enter()?;
-    let stream = stream_key_known(&g.runtime, pool, stream)?;
+    let stream = stream_key_known(&g.runtime, pool, stream, Promise::Pool)?;
     let addr = pool.alloc_hit(
         device,
         size as u64,
@@ -412,14 +403,13 @@ pub unsafe fn free_on(
     let Some(_inside) = guard::enter() else {
         return refuse_inside_free(ptr, "cudaFreeAsync");
     };
+    let stream_key = stream_key(rt, pool, stream, promise);
     let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed {
-        FreeKind::Ordered {
-            stream: stream_key_for(rt, pool, stream, promise),
-        }
+        FreeKind::Ordered { stream: stream_key }
     } else {
         FreeKind::Async {
             blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
-            stream: stream_key(rt, pool, stream),
+            stream: stream_key,
         }
     };
     match pool.free(ptr as u64, kind, device.or_else(|| current_device(rt))) {

@@ -15,6 +15,7 @@
 
 use std::ffi::c_void;
 
+use crate::cuda::backend::CudaBackend;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
 use crate::dispatch::{
@@ -22,6 +23,7 @@ use crate::dispatch::{
 };
 use crate::global;
 use crate::guard;
+use crate::pool::Pool;
 
 /// `cudaMemPoolAttrReservedMemCurrent`, and the three after it: reserved high, used current,
 /// used high (`enum cudaMemPoolAttr`).
@@ -102,29 +104,50 @@ fn default_pool_device(rt: &Runtime, mem_pool: MemPool) -> Option<u32> {
     })
 }
 
-/// `cudaMemPoolTrimTo`: the runtime trims its pool; for a default pool, the pool then gives
-/// back whole free segments until at most `keep` bytes stay reserved on that device.
-///
-/// # Safety
-/// As `cudaMemPoolTrimTo`.
-pub unsafe fn trim_to(mem_pool: MemPool, keep: usize) -> CudaStatus {
+/// A call about `mem_pool`: the runtime's own (`call` with its entry point `f`), then, when it
+/// succeeded, the call `concerns_pool` and `mem_pool` is the default pool of a device the pool
+/// serves, `then` on the pool and that device, inside the pool. Returns the runtime's status.
+fn on_default_pool<F: Copy>(
+    mem_pool: MemPool,
+    f: impl FnOnce(&Runtime) -> Option<F>,
+    call: impl FnOnce(F) -> CudaStatus,
+    concerns_pool: bool,
+    then: impl FnOnce(&Pool<CudaBackend>, u32),
+) -> CudaStatus {
     let g = match runtime() {
         Ok(g) => g,
         Err(e) => return e,
     };
     let rt = &g.runtime;
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = forward(rt.mem_pool_trim_to, |f| unsafe { f(mem_pool, keep) });
-    if r != SUCCESS {
+    let r = forward(f(rt), call);
+    if r != SUCCESS || !concerns_pool {
         return r;
     }
     let Some(_inside) = guard::enter() else {
         return r;
     };
     if let (Some(pool), Some(dev)) = (g.pool(), default_pool_device(rt, mem_pool)) {
-        pool.trim_to(dev, keep as u64);
+        then(pool, dev);
     }
     r
+}
+
+/// `cudaMemPoolTrimTo`: the runtime trims its pool; for a default pool, the pool then gives
+/// back whole free segments until at most `keep` bytes stay reserved on that device.
+///
+/// # Safety
+/// As `cudaMemPoolTrimTo`.
+pub unsafe fn trim_to(mem_pool: MemPool, keep: usize) -> CudaStatus {
+    on_default_pool(
+        mem_pool,
+        |rt| rt.mem_pool_trim_to,
+        // SAFETY: the caller's arguments, passed on unchanged.
+        |f| unsafe { f(mem_pool, keep) },
+        true,
+        |pool, dev| {
+            pool.trim_to(dev, keep as u64);
+        },
+    )
 }
 
 /// `cudaMemPoolGetAttribute`: for a default pool, the reserved and used bytes and their
@@ -133,37 +156,28 @@ pub unsafe fn trim_to(mem_pool: MemPool, keep: usize) -> CudaStatus {
 /// # Safety
 /// As `cudaMemPoolGetAttribute`.
 pub unsafe fn get_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) -> CudaStatus {
-    let g = match runtime() {
-        Ok(g) => g,
-        Err(e) => return e,
-    };
-    let rt = &g.runtime;
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = forward(rt.mem_pool_get_attribute, |f| unsafe {
-        f(mem_pool, attr, value)
-    });
-    if r != SUCCESS || value.is_null() || !(RESERVED_CURRENT..=USED_HIGH).contains(&attr) {
-        return r;
-    }
-    let Some(_inside) = guard::enter() else {
-        return r;
-    };
-    let (Some(pool), Some(dev)) = (g.pool(), default_pool_device(rt, mem_pool)) else {
-        return r;
-    };
-    let Some(snap) = pool.device_stats(dev) else {
-        return r;
-    };
-    let s = &snap.stats;
-    let ours = match attr {
-        RESERVED_CURRENT => s.reserved.current,
-        RESERVED_HIGH => s.reserved.peak,
-        USED_CURRENT => s.allocated.current,
-        _ => s.allocated.peak,
-    };
-    // SAFETY: these attributes are `cuuint64_t`, which the runtime just wrote at `value`.
-    unsafe { *value.cast::<u64>() += ours };
-    r
+    on_default_pool(
+        mem_pool,
+        |rt| rt.mem_pool_get_attribute,
+        // SAFETY: the caller's arguments, passed on unchanged.
+        |f| unsafe { f(mem_pool, attr, value) },
+        !value.is_null() && (RESERVED_CURRENT..=USED_HIGH).contains(&attr),
+        |pool, dev| {
+            let Some(snap) = pool.device_stats(dev) else {
+                return;
+            };
+            let s = &snap.stats;
+            let ours = match attr {
+                RESERVED_CURRENT => s.reserved.current,
+                RESERVED_HIGH => s.reserved.peak,
+                USED_CURRENT => s.allocated.current,
+                _ => s.allocated.peak,
+            };
+            // SAFETY: these attributes are `cuuint64_t`, which the runtime just wrote at
+            // `value` (checked non-NULL).
+            unsafe { *value.cast::<u64>() += ours };
+        },
+    )
 }
 
 /// `cudaMemPoolSetAttribute`: resetting a default pool's high-water mark of reserved or used
@@ -172,23 +186,12 @@ pub unsafe fn get_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) ->
 /// # Safety
 /// As `cudaMemPoolSetAttribute`.
 pub unsafe fn set_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) -> CudaStatus {
-    let g = match runtime() {
-        Ok(g) => g,
-        Err(e) => return e,
-    };
-    let rt = &g.runtime;
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = forward(rt.mem_pool_set_attribute, |f| unsafe {
-        f(mem_pool, attr, value)
-    });
-    if r != SUCCESS || !(attr == RESERVED_HIGH || attr == USED_HIGH) {
-        return r;
-    }
-    let Some(_inside) = guard::enter() else {
-        return r;
-    };
-    if let (Some(pool), Some(dev)) = (g.pool(), default_pool_device(rt, mem_pool)) {
-        pool.reset_peak(dev, attr == RESERVED_HIGH);
-    }
-    r
+    on_default_pool(
+        mem_pool,
+        |rt| rt.mem_pool_set_attribute,
+        // SAFETY: the caller's arguments, passed on unchanged.
+        |f| unsafe { f(mem_pool, attr, value) },
+        attr == RESERVED_HIGH || attr == USED_HIGH,
+        |pool, dev| pool.reset_peak(dev, attr == RESERVED_HIGH),
+    )
 }
