@@ -74,6 +74,9 @@ pub const MAX_SPLIT_SIZE_ABOVE: u64 = 20 << 20;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub disable: bool,
+    /// `GPUPOOL_DRIVER_HOOKS` (default on): the driver API's allocations are pooled too, reached
+    /// through `dlsym` and `cuGetProcAddress`. Off: those lookups and calls are left untouched.
+    pub driver_hooks: bool,
     pub release_threshold: DeviceBytes,
     /// `GPUPOOL_LIMIT`: the most bytes the pool reserves on each device.
     pub limit: DeviceBytes,
@@ -100,6 +103,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             disable: false,
+            driver_hooks: true,
             release_threshold: DeviceBytes::Unbounded,
             limit: DeviceBytes::Unbounded,
             reuse: ReuseMode::Strict,
@@ -120,6 +124,7 @@ pub const DEFAULT_THREAD_CACHE: u64 = 64 << 20;
 /// The variables this module understands, for the warning about misspelled ones.
 pub const VARIABLES: &[&str] = &[
     "GPUPOOL_DISABLE",
+    "GPUPOOL_DRIVER_HOOKS",
     "GPUPOOL_RELEASE_THRESHOLD",
     "GPUPOOL_LIMIT",
     "GPUPOOL_REUSE",
@@ -147,6 +152,12 @@ impl Config {
             match parse_bool(&v) {
                 Some(b) => c.disable = b,
                 None => bad("GPUPOOL_DISABLE", &v, "expected 0 or 1", "0"),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_DRIVER_HOOKS") {
+            match parse_bool(&v) {
+                Some(b) => c.driver_hooks = b,
+                None => bad("GPUPOOL_DRIVER_HOOKS", &v, "expected 0 or 1", "1"),
             }
         }
         if let Some(v) = get("GPUPOOL_RELEASE_THRESHOLD") {
@@ -272,6 +283,22 @@ impl Config {
     pub fn from_env() -> (Config, Vec<String>) {
         Config::parse(|name| std::env::var_os(name).map(|v| v.as_bytes().to_vec()))
     }
+}
+
+/// Whether the driver's lookups and calls are interposed: `GPUPOOL_DRIVER_HOOKS` not off and
+/// the pool not disabled. Read with `getenv` alone: `dlsym` asks it, at any point of a
+/// process's life, before the configuration exists (a value that does not parse counts as the
+/// default here; `Config::parse` warns about it).
+pub fn driver_hooks_from_env() -> bool {
+    let read = |name: &std::ffi::CStr| {
+        // SAFETY: getenv with a NUL-terminated name; the value is copied at once.
+        let v = unsafe { libc::getenv(name.as_ptr()) };
+        // SAFETY: a non-NULL getenv result is a NUL-terminated string.
+        (!v.is_null()).then(|| parse_bool(unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes()))
+    };
+    let hooks = read(c"GPUPOOL_DRIVER_HOOKS").flatten().unwrap_or(true);
+    let disabled = read(c"GPUPOOL_DISABLE").flatten().unwrap_or(false);
+    hooks && !disabled
 }
 
 fn trimmed(v: &[u8]) -> Option<String> {

@@ -13,14 +13,30 @@ use crate::log;
 use crate::pool::{Policy, Pool, Settings};
 use crate::report;
 
-pub struct Global {
-    pub runtime: Runtime,
-    pub runtime_path: String,
+/// The process's pool and settings, made on the first CUDA call through either API (the
+/// runtime's hooks, the driver's, the C API). Needs no runtime: a program that uses only the
+/// driver is pooled on segments from the driver.
+pub struct Process {
     /// `None` when `GPUPOOL_DISABLE=1`: every call passes through. Read it through `pool()`,
     /// which also answers `None` in a forked child.
     pool: Option<Pool<CudaBackend>>,
     pub config: Config,
 }
+
+/// The runtime's side of the state: the application's runtime, found on the first call of a
+/// runtime hook, and the process's pool.
+pub struct Global {
+    pub runtime: Runtime,
+    pub runtime_path: String,
+    process: &'static Process,
+    pub config: &'static Config,
+}
+
+static PROCESS: OnceLock<Process> = OnceLock::new();
+/// A forked child's own `Process` when the parent was still making `PROCESS` (see `CHILD_GLOBAL`).
+static CHILD_PROCESS: OnceLock<Process> = OnceLock::new();
+/// `process()` once made with a pool, for the driver's hit path: one load.
+static PROCESS_WITH_POOL: AtomicPtr<Process> = AtomicPtr::new(std::ptr::null_mut());
 
 static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 
@@ -40,13 +56,13 @@ static CHILD_GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 /// (the fork handler clears it).
 static WITH_POOL: AtomicPtr<Global> = AtomicPtr::new(std::ptr::null_mut());
 
-/// The state, made on first use; `None` when no runtime could be found.
+/// The runtime's state, made on first use; `None` when no runtime could be found.
 pub fn get() -> Option<&'static Global> {
     if FORKED.load(Ordering::Relaxed) {
         return forked_child();
     }
     let g = GLOBAL.get_or_init(init).as_ref().ok()?;
-    if g.pool.is_some() && WITH_POOL.load(Ordering::Relaxed).is_null() {
+    if g.process.pool.is_some() && WITH_POOL.load(Ordering::Relaxed).is_null() {
         WITH_POOL.store(g as *const Global as *mut Global, Ordering::Release);
     }
     Some(g)
@@ -62,7 +78,7 @@ pub fn with_pool() -> Option<(&'static Global, Option<&'static Pool<CudaBackend>
     // SAFETY: `WITH_POOL` only ever points at the state inside `GLOBAL`, which is never dropped
     // nor moved once made.
     let g = unsafe { &*g };
-    Some((g, g.pool.as_ref()))
+    Some((g, g.process.pool.as_ref()))
 }
 
 #[inline(never)]
@@ -71,12 +87,50 @@ fn with_pool_slow() -> Option<(&'static Global, Option<&'static Pool<CudaBackend
     Some((g, g.pool()))
 }
 
-/// The state if it was made already (for exit and reports).
+/// The runtime's state if it was made already.
 pub fn existing() -> Option<&'static Global> {
     if FORKED.load(Ordering::Relaxed) {
         return CHILD_GLOBAL.get().or(GLOBAL.get())?.as_ref().ok();
     }
     GLOBAL.get()?.as_ref().ok()
+}
+
+/// The process's state, made on first use (by either API).
+pub fn process() -> &'static Process {
+    if FORKED.load(Ordering::Relaxed) {
+        if let Some(p) = PROCESS.get() {
+            return p;
+        }
+        return CHILD_PROCESS.get_or_init(|| Process {
+            pool: None,
+            config: Config::from_env().0,
+        });
+    }
+    let p = PROCESS.get_or_init(make_process);
+    if p.pool.is_some() && PROCESS_WITH_POOL.load(Ordering::Relaxed).is_null() {
+        PROCESS_WITH_POOL.store(p as *const Process as *mut Process, Ordering::Release);
+    }
+    p
+}
+
+/// The pool when it is on, for the driver's hooks: one load once it exists.
+#[inline(always)]
+pub fn process_pool() -> Option<&'static Pool<CudaBackend>> {
+    let p = PROCESS_WITH_POOL.load(Ordering::Acquire);
+    if p.is_null() {
+        return process().pool();
+    }
+    // SAFETY: `PROCESS_WITH_POOL` only ever points at the state inside `PROCESS`, never dropped
+    // nor moved once made.
+    unsafe { &*p }.pool.as_ref()
+}
+
+/// The process's state if it was made already (for exit and reports).
+pub fn existing_process() -> Option<&'static Process> {
+    if FORKED.load(Ordering::Relaxed) {
+        return CHILD_PROCESS.get().or(PROCESS.get());
+    }
+    PROCESS.get()
 }
 
 /// `get()` in a forked child: the parent's state if it was complete (its pool is then never
@@ -88,13 +142,13 @@ fn forked_child() -> Option<&'static Global> {
     }
     CHILD_GLOBAL
         .get_or_init(|| {
-            let (config, _) = Config::from_env();
+            let process = process();
             let mut located = loader::locate()?;
             let g = Global {
                 runtime: located.runtime,
                 runtime_path: std::mem::take(&mut located.path),
-                pool: None,
-                config,
+                process,
+                config: &process.config,
             };
             std::mem::forget(located);
             Ok(g)
@@ -107,6 +161,7 @@ fn forked_child() -> Option<&'static Global> {
 extern "C" fn after_fork_in_child() {
     FORKED.store(true, Ordering::Relaxed);
     WITH_POOL.store(std::ptr::null_mut(), Ordering::Relaxed);
+    PROCESS_WITH_POOL.store(std::ptr::null_mut(), Ordering::Relaxed);
 }
 
 /// Register the fork handler, once, when the pool starts being made (not at load time: a
@@ -124,7 +179,7 @@ pub fn is_forked_child() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
 
-fn init() -> Result<Global, String> {
+fn make_process() -> Process {
     // First, so that a fork while the rest of this runs is seen by the child.
     watch_forks();
     crate::guard::quiet_panics();
@@ -132,15 +187,9 @@ fn init() -> Result<Global, String> {
     for w in &warnings {
         log::warn(w);
     }
-    let mut located = loader::locate().map_err(|why| {
-        log::warn(&format!(
-            "cannot find the CUDA runtime: {why}; CUDA calls fail with cudaErrorInsufficientDriver"
-        ));
-        why
-    })?;
     let pool = (!config.disable).then(|| {
         Pool::new(
-            CudaBackend::new(located.runtime),
+            CudaBackend::new(),
             Settings {
                 reuse: config.reuse,
                 threshold: config.release_threshold,
@@ -155,16 +204,28 @@ fn init() -> Result<Global, String> {
             },
         )
     });
+    Process { pool, config }
+}
+
+fn init() -> Result<Global, String> {
+    let process = process();
+    let mut located = loader::locate().map_err(|why| {
+        log::warn(&format!(
+            "cannot find the CUDA runtime: {why}; CUDA calls fail with cudaErrorInsufficientDriver"
+        ));
+        why
+    })?;
     let runtime = located.runtime;
     // Taken, not cloned: `located` is forgotten below, and a copy left in it would leak.
     let runtime_path = std::mem::take(&mut located.path);
     // The library handle stays open for the life of the process.
     std::mem::forget(located);
+    crate::cuda::backend::runtime_found(runtime);
     Ok(Global {
         runtime,
         runtime_path,
-        pool,
-        config,
+        process,
+        config: &process.config,
     })
 }
 
@@ -195,7 +256,7 @@ pub fn pool() -> Option<(&'static Global, &'static Pool<CudaBackend>)> {
     g.pool().map(|p| (g, p))
 }
 
-impl Global {
+impl Process {
     /// The pool, when it is on: not with `GPUPOOL_DISABLE=1`, and never in a forked child.
     #[inline]
     pub fn pool(&self) -> Option<&Pool<CudaBackend>> {
@@ -203,6 +264,32 @@ impl Global {
             return None;
         }
         self.pool.as_ref()
+    }
+
+    /// The CUDA library the pool's calls go to, for reports: the runtime when one was found,
+    /// else the driver.
+    pub fn cuda_path(&self) -> &str {
+        if let Some(g) = existing() {
+            return &g.runtime_path;
+        }
+        crate::cuda::driver::loaded().map_or("no CUDA library", |d| d.path.as_str())
+    }
+
+    /// What a report reads of this state.
+    pub fn report_source(&self) -> report::Source<'_> {
+        report::Source {
+            pool: self.pool(),
+            config: &self.config,
+            runtime_path: self.cuda_path(),
+        }
+    }
+}
+
+impl Global {
+    /// The pool, when it is on: not with `GPUPOOL_DISABLE=1`, and never in a forked child.
+    #[inline]
+    pub fn pool(&self) -> Option<&Pool<CudaBackend>> {
+        self.process.pool()
     }
 
     pub fn reuse(&self) -> ReuseMode {
@@ -213,7 +300,7 @@ impl Global {
     pub fn report_source(&self) -> report::Source<'_> {
         report::Source {
             pool: self.pool(),
-            config: &self.config,
+            config: self.config,
             runtime_path: &self.runtime_path,
         }
     }

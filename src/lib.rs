@@ -38,6 +38,8 @@ pub mod guard;
 /// cbindgen:ignore
 pub mod hooks;
 /// cbindgen:ignore
+pub mod interpose;
+/// cbindgen:ignore
 pub mod lifecycle;
 /// cbindgen:ignore
 pub mod load_time;

@@ -227,7 +227,11 @@ fn the_pool_core_names_only_itself_and_the_configuration() {
 fn the_checker_sees_dependencies_and_cycles() {
     // Both forms of path are read, or the tests above prove nothing.
     let deps = dependencies();
-    assert!(deps["hooks"].contains("dispatch"), "{:?}", deps["hooks"]);
+    assert!(
+        deps["hooks::runtime"].contains("dispatch"),
+        "{:?}",
+        deps["hooks::runtime"]
+    );
     assert!(
         deps["lifecycle"].contains("global"),
         "{:?}",

@@ -80,7 +80,7 @@ pub struct gpupool_stats {
 
 // The layout is a `size_t` then `uint64_t` fields with no padding: `copy_out` relies on it.
 const _: () =
-    assert!(size_of::<usize>() == size_of::<u64>() && size_of::<gpupool_stats>() % 8 == 0);
+    assert!(size_of::<usize>() == size_of::<u64>() && size_of::<gpupool_stats>().is_multiple_of(8));
 
 impl gpupool_stats {
     /// Add one device's counters (peaks add up too: for several devices, the sum of their

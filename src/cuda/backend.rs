@@ -1,14 +1,42 @@
-//! The pool's backend on the real runtime.
+//! The pool's backend: the application's runtime once it was found, else the driver the process
+//! loaded (a program that uses only the driver API). Either serves blocks of both APIs: a
+//! primary context's memory is the same to `cudaFree` and `cuMemFree`.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::OnceLock;
 
+use super::driver::{self, Driver};
 use super::runtime::Runtime;
 use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::pool::{Addr, Backend, CudaError, MAX_DEVICES};
 
+/// The runtime the pool's calls go to, once a runtime hook found it (`global::init`).
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// Called once the application's runtime is found: the pool's calls go to it from then on.
+pub fn runtime_found(rt: Runtime) {
+    let _ = RUNTIME.set(rt);
+}
+
+/// Which API the pool's own calls go to.
+enum Api {
+    Runtime(&'static Runtime),
+    Driver(&'static Driver),
+}
+
+fn api() -> Result<Api, CudaError> {
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(Api::Runtime(rt));
+    }
+    match driver::loaded() {
+        Some(d) => Ok(Api::Driver(&d.driver)),
+        // Only a driver hook or a runtime hook calls the pool, and each found its library.
+        None => Err(CudaError::UNKNOWN),
+    }
+}
+
 pub struct CudaBackend {
-    rt: Runtime,
     /// One event per device for the barrier: recorded on the legacy stream, then waited on
     /// there. Each is an action on the legacy stream, which waits for all earlier work of the
     /// blocking streams while their later work waits for it (CUDA's stream synchronization
@@ -21,9 +49,8 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    pub fn new(rt: Runtime) -> Self {
+    pub fn new() -> Self {
         CudaBackend {
-            rt,
             barrier_events: (0..MAX_DEVICES)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
@@ -54,13 +81,24 @@ impl CudaBackend {
             return Ok(e);
         }
         let mut e: Event = std::ptr::null_mut();
-        // SAFETY: `e` is a valid out-pointer; the device is current (the pool calls barriers
-        // from the allocating thread).
-        self.check_internal(unsafe {
-            (self.rt.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING)
+        // A driver event is a runtime event: either API makes it.
+        check_internal(match api()? {
+            // SAFETY: `e` is a valid out-pointer; the device is current (the pool calls
+            // barriers from the allocating thread).
+            Api::Runtime(rt) => unsafe {
+                (rt.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING)
+            },
+            // SAFETY: as above.
+            Api::Driver(d) => unsafe { (d.event_create)(&mut e, EVENT_DISABLE_TIMING) },
         })?;
         slot.store(e, Ordering::Release);
         Ok(e)
+    }
+}
+
+impl Default for CudaBackend {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -72,59 +110,90 @@ fn check(status: i32) -> Result<(), CudaError> {
     }
 }
 
-impl CudaBackend {
-    /// `check` for a call the pool made on its own (a fence, a barrier, a segment's release, a
-    /// memory sample): the program did not make it, so a failure must not stay behind in its
-    /// `cudaGetLastError`. The pool carries on without what the call would have given it; a
-    /// sticky error fails the program's next runtime call anyway, with the runtime's own code.
-    fn check_internal(&self, status: i32) -> Result<(), CudaError> {
-        if status != SUCCESS {
+/// `check` for a call the pool made on its own (a fence, a barrier, a segment's release, a
+/// memory sample): the program did not make it, so a failure must not stay behind in its
+/// `cudaGetLastError` (the driver keeps no last error). The pool carries on without what the
+/// call would have given it; a sticky error fails the program's next call anyway, with CUDA's
+/// own code.
+fn check_internal(status: i32) -> Result<(), CudaError> {
+    if status != SUCCESS {
+        if let Some(rt) = RUNTIME.get() {
             // SAFETY: no arguments.
-            unsafe { (self.rt.get_last_error)() };
+            unsafe { (rt.get_last_error)() };
         }
-        check(status)
     }
+    check(status)
 }
 
 impl Backend for CudaBackend {
     fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
         let bytes = usize::try_from(bytes).map_err(|_| CudaError::MEMORY_ALLOCATION)?;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer for the call.
-        let status = unsafe { (self.rt.malloc)(&mut p, bytes) };
-        if status == SUCCESS {
-            return Ok(p as Addr);
+        match api()? {
+            Api::Runtime(rt) => {
+                let mut p: *mut c_void = std::ptr::null_mut();
+                // SAFETY: `p` is a valid out-pointer for the call.
+                let status = unsafe { (rt.malloc)(&mut p, bytes) };
+                if status == SUCCESS {
+                    return Ok(p as Addr);
+                }
+                if status == CudaError::MEMORY_ALLOCATION.0 {
+                    // The pool may recover from this failure; the program must not find it
+                    // later in cudaGetLastError. When the pool gives up, the hook asks CUDA
+                    // once more, which sets the error again. Any other error goes back to the
+                    // program as the result of its allocation, as without the pool.
+                    // SAFETY: no arguments.
+                    unsafe { (rt.get_last_error)() };
+                }
+                Err(CudaError(status))
+            }
+            Api::Driver(d) => {
+                let mut p = 0u64;
+                // SAFETY: `p` is a valid out-pointer; the device's primary context is current
+                // (the driver path pools only there).
+                check(unsafe { (d.mem_alloc)(&mut p, bytes) })?;
+                Ok(p)
+            }
         }
-        if status == CudaError::MEMORY_ALLOCATION.0 {
-            // The pool may recover from this failure; the program must not find it later in
-            // cudaGetLastError. When the pool gives up, the hook asks the runtime once more,
-            // which sets the error again. Any other error goes back to the program as the
-            // result of its cudaMalloc, with the runtime's last error, as without the pool.
-            // SAFETY: no arguments.
-            unsafe { (self.rt.get_last_error)() };
-        }
-        Err(CudaError(status))
     }
 
     fn free_segment(&self, _device: u32, addr: Addr) -> Result<(), CudaError> {
-        // SAFETY: `addr` is a segment this backend allocated and the pool no longer uses.
-        self.check_internal(unsafe { (self.rt.free)(addr as *mut c_void) })
+        check_internal(match api()? {
+            // SAFETY: `addr` is a segment the pool allocated and no longer uses; either API
+            // frees a primary context's memory.
+            Api::Runtime(rt) => unsafe { (rt.free)(addr as *mut c_void) },
+            // SAFETY: as above.
+            Api::Driver(d) => unsafe { (d.mem_free)(addr) },
+        })
     }
 
     fn fence(&self, _device: u32) -> Result<(), CudaError> {
-        // SAFETY: no arguments; synchronizes the current device, which is `device`.
-        self.check_internal(unsafe { (self.rt.device_synchronize)() })
+        check_internal(match api()? {
+            // SAFETY: no arguments; synchronizes the current device, which is `device`.
+            Api::Runtime(rt) => unsafe { (rt.device_synchronize)() },
+            // SAFETY: as above, the current context being the device's primary one.
+            Api::Driver(d) => unsafe { (d.ctx_synchronize)() },
+        })
     }
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
         let e = self.barrier_event(device)?;
         let legacy = std::ptr::null_mut();
-        // SAFETY: an event of the current device, and the legacy stream (null).
-        let recorded = self.check_internal(unsafe { (self.rt.event_record)(e, legacy) });
-        let r = recorded.and_then(|()| {
-            // SAFETY: the same event, just recorded, and the legacy stream.
-            self.check_internal(unsafe { (self.rt.stream_wait_event)(legacy, e, 0) })
-        });
+        let r = match api()? {
+            Api::Runtime(rt) => {
+                // SAFETY: an event of the current device, and the legacy stream (null).
+                check_internal(unsafe { (rt.event_record)(e, legacy) }).and_then(|()| {
+                    // SAFETY: the same event, just recorded, and the legacy stream.
+                    check_internal(unsafe { (rt.stream_wait_event)(legacy, e, 0) })
+                })
+            }
+            Api::Driver(d) => {
+                // SAFETY: as above, through the driver.
+                check(unsafe { (d.event_record)(e, legacy) }).and_then(|()| {
+                    // SAFETY: as above.
+                    check(unsafe { (d.stream_wait_event)(legacy, e, 0) })
+                })
+            }
+        };
         if r.is_err() {
             // An event a reset destroyed meanwhile: the next barrier makes a new one.
             let _ = self.barrier_events[device as usize].compare_exchange(
@@ -139,8 +208,12 @@ impl Backend for CudaBackend {
 
     fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
         let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: both out-pointers are valid for the call.
-        self.check_internal(unsafe { (self.rt.mem_get_info)(&mut free, &mut total) })?;
+        check_internal(match api()? {
+            // SAFETY: both out-pointers are valid for the call.
+            Api::Runtime(rt) => unsafe { (rt.mem_get_info)(&mut free, &mut total) },
+            // SAFETY: as above.
+            Api::Driver(d) => unsafe { (d.mem_get_info)(&mut free, &mut total) },
+        })?;
         Ok((free as u64, total as u64))
     }
 }

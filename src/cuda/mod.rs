@@ -2,7 +2,11 @@
 //! entry points, and the pool backend built on them.
 
 pub mod backend;
+pub mod dl;
+pub mod driver;
+pub mod hooked;
 pub mod loader;
 pub mod others;
 pub mod runtime;
+pub mod symbols;
 pub mod types;

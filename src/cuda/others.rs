@@ -128,7 +128,7 @@ fn candidates(
     let loaded = loaded_runtimes();
     let stale = {
         let known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
-        !known.as_ref().is_some_and(|k| k.scanned == loaded)
+        known.as_ref().is_none_or(|k| k.scanned != loaded)
     };
     if stale {
         // Opened outside the lock: dlopen and dladdr take the dynamic linker's lock, which a

@@ -2,6 +2,8 @@
 
 use std::ffi::{c_char, c_void};
 
+pub use super::symbols::Lookup;
+use super::symbols::{optional, required};
 use super::types::{CudaStatus, Dim3, Event, IpcMemHandle, MemPool, Stream};
 
 pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaStatus;
@@ -75,56 +77,19 @@ pub struct Runtime {
     pub mem_pool_set_attribute: Option<MemPoolAttributeFn>,
 }
 
-/// Resolves a symbol by name to a raw address, or null.
-pub type Lookup<'a> = &'a dyn Fn(&[u8]) -> *mut c_void;
-
-/// Reinterpret a symbol address as a function pointer.
-///
-/// # Safety
-/// `F` must be a function pointer type matching the function at `p`.
-unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
-    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
-    // SAFETY: same size (checked), and the caller vouches for the signature.
-    unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) }
-}
-
-macro_rules! required {
-    ($lookup:expr, $name:literal) => {{
-        let p = $lookup(concat!($name, "\0").as_bytes());
-        if p.is_null() {
-            return Err(concat!("the runtime has no ", $name));
-        }
-        // SAFETY: the symbol is the runtime's own function of that name, whose C signature is
-        // the one the field's type spells out.
-        unsafe { as_fn(p) }
-    }};
-}
-
-macro_rules! optional {
-    ($lookup:expr, $name:literal) => {{
-        let p = $lookup(concat!($name, "\0").as_bytes());
-        if p.is_null() {
-            None
-        } else {
-            // SAFETY: as in `required!`.
-            Some(unsafe { as_fn(p) })
-        }
-    }};
-}
-
 impl Runtime {
     /// Build the table from a symbol lookup.
     pub fn resolve(lookup: Lookup) -> Result<Runtime, &'static str> {
         Ok(Runtime {
-            malloc: required!(lookup, "cudaMalloc"),
-            free: required!(lookup, "cudaFree"),
-            get_device: required!(lookup, "cudaGetDevice"),
-            device_synchronize: required!(lookup, "cudaDeviceSynchronize"),
-            get_last_error: required!(lookup, "cudaGetLastError"),
-            mem_get_info: required!(lookup, "cudaMemGetInfo"),
-            event_record: required!(lookup, "cudaEventRecord"),
-            stream_wait_event: required!(lookup, "cudaStreamWaitEvent"),
-            event_create_with_flags: required!(lookup, "cudaEventCreateWithFlags"),
+            malloc: required!(lookup, "the runtime", "cudaMalloc"),
+            free: required!(lookup, "the runtime", "cudaFree"),
+            get_device: required!(lookup, "the runtime", "cudaGetDevice"),
+            device_synchronize: required!(lookup, "the runtime", "cudaDeviceSynchronize"),
+            get_last_error: required!(lookup, "the runtime", "cudaGetLastError"),
+            mem_get_info: required!(lookup, "the runtime", "cudaMemGetInfo"),
+            event_record: required!(lookup, "the runtime", "cudaEventRecord"),
+            stream_wait_event: required!(lookup, "the runtime", "cudaStreamWaitEvent"),
+            event_create_with_flags: required!(lookup, "the runtime", "cudaEventCreateWithFlags"),
             free_async: optional!(lookup, "cudaFreeAsync"),
             malloc_async: optional!(lookup, "cudaMallocAsync"),
             set_device: optional!(lookup, "cudaSetDevice"),

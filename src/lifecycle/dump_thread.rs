@@ -6,7 +6,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::global::Global;
+use crate::global::Process;
 use crate::{log, report};
 
 /// The pipe's write end, for the handler.
@@ -30,7 +30,7 @@ extern "C" fn on_signal(_: c_int) {
 
 /// Install the `SIGUSR1` handler (unless the program handles the signal itself) and start the
 /// dump thread when there is anything for it to do.
-pub fn start(g: &'static Global) {
+pub fn start(g: &'static Process) {
     let mut fds = [-1; 2];
     // SAFETY: `fds` has room for the two descriptors.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
@@ -102,7 +102,7 @@ fn install_handler(write_fd: i32) -> bool {
     }
 }
 
-fn run(g: &'static Global, read_fd: i32, interval_ns: Option<u64>) {
+fn run(g: &'static Process, read_fd: i32, interval_ns: Option<u64>) {
     let timeout_ms = interval_ns.map_or(-1, |ns| (ns / 1_000_000).min(i32::MAX as u64) as i32);
     loop {
         let mut pfd = libc::pollfd {

@@ -20,8 +20,8 @@ pub fn note_allocation() {
         OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         // SAFETY: registering a plain extern "C" function with atexit.
         unsafe { libc::atexit(at_exit) };
-        if let Some(g) = global::existing() {
-            dump_thread::start(g);
+        if let Some(p) = global::existing_process() {
+            dump_thread::start(p);
         }
     }
 }
@@ -67,8 +67,8 @@ extern "C" fn at_exit_always() {
     if pid != ALWAYS_PID.load(Ordering::Relaxed) || FIRST_ALLOCATION.load(Ordering::Acquire) {
         return;
     }
-    crate::guard::boundary((), || match global::existing() {
-        Some(g) => report::write_exit_summary(&g.report_source()),
+    crate::guard::boundary((), || match global::existing_process() {
+        Some(p) => report::write_exit_summary(&p.report_source()),
         None => {
             let (config, _) = Config::from_env();
             report::write_not_intercepted(&config.summary);
@@ -83,11 +83,11 @@ extern "C" fn at_exit() {
         return;
     }
     crate::guard::boundary((), || {
-        if let Some(g) = global::existing() {
-            if let Some(pool) = g.pool() {
+        if let Some(p) = global::existing_process() {
+            if let Some(pool) = p.pool() {
                 pool.flush_trace();
             }
-            report::write_exit_summary(&g.report_source());
+            report::write_exit_summary(&p.report_source());
         }
     });
 }

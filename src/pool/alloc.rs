@@ -89,7 +89,7 @@ impl<B: Backend> Pool<B> {
         }
         // Contention is a rate: the count starts over every 65 536 allocations under the lock, so
         // threads that take turns by phases never start caches in a long run.
-        if p.lock_allocs % CONTENTION_WINDOW == 0 {
+        if p.lock_allocs.is_multiple_of(CONTENTION_WINDOW) {
             p.contention.restart();
         }
     }

@@ -32,7 +32,7 @@ pub struct FreeLists {
 const _: () = assert!(WORDS <= 128, "the summary word covers every bitmap word");
 
 fn class_of(size: u64) -> usize {
-    debug_assert!(size >= ALIGN && size % ALIGN == 0);
+    debug_assert!(size >= ALIGN && size.is_multiple_of(ALIGN));
     ((size / ALIGN) as usize).clamp(1, CLASSES) - 1
 }
 

@@ -63,7 +63,7 @@ use crate::config::{DeviceBytes, ReuseMode};
 /// Allocations under a device's lock over which `Settings::cache_contention` is counted (a
 /// multiple of 64: `Pool::allocated_under_lock` samples its end).
 const CONTENTION_WINDOW: u64 = 1 << 16;
-const _: () = assert!(CONTENTION_WINDOW % 64 == 0);
+const _: () = assert!(CONTENTION_WINDOW.is_multiple_of(64));
 
 /// The most of a fence share a strict- or barrier-mode thread cache keeps reusable (twice this at
 /// most): `GPUPOOL_THREAD_CACHE`'s own limit (a budget of `none` would be unbounded).

@@ -299,13 +299,13 @@ fn plausible(live: &BTreeMap<Addr, Segment>, addr: Addr, bytes: u64) -> bool {
     // Live segments never overlap one another: only the last one starting before the end can
     // reach into [addr, end).
     addr != 0
-        && addr % 512 == 0
+        && addr.is_multiple_of(512)
         && addr.checked_add(bytes).is_some_and(|end| {
             end < 1 << 63
                 && live
                     .range(..end)
                     .next_back()
-                    .map_or(true, |(&a, s)| a.saturating_add(s.bytes) <= addr)
+                    .is_none_or(|(&a, s)| a.saturating_add(s.bytes) <= addr)
         })
 }
 

@@ -193,8 +193,26 @@ pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_ui
 pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned long long.
     runtime_call(Func::cudaStreamGetId, || unsafe {
-        stream_property(stream as usize, id, |s| s.id)
+        get_id(stream as usize, id)
     })
+}
+
+/// `cudaStreamGetId`'s answer, also `cuStreamGetId`'s.
+///
+/// # Safety
+/// `id` must be NULL or valid for writing a `u64`.
+pub unsafe fn get_id(stream: usize, id: *mut u64) -> CudaResult {
+    // SAFETY: forwarded from the caller.
+    unsafe { stream_property(stream, id, |s| s.id) }
+}
+
+/// `cudaStreamIsCapturing`'s answer, also `cuStreamIsCapturing`'s.
+///
+/// # Safety
+/// `status` must be NULL or valid for writing an int.
+pub unsafe fn is_capturing(stream: usize, status: *mut c_int) -> CudaResult {
+    // SAFETY: forwarded from the caller.
+    unsafe { stream_property(stream, status, |s| c_int::from(s.capture.is_some())) }
 }
 
 /// `cudaStreamCaptureStatusActive` (1) between `cudaStreamBeginCapture` and
@@ -203,9 +221,7 @@ pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_
 pub unsafe extern "C" fn cudaStreamIsCapturing(stream: CudaStream, status: *mut c_int) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing the status enum (an int).
     runtime_call(Func::cudaStreamIsCapturing, || unsafe {
-        stream_property(stream as usize, status, |s| {
-            c_int::from(s.capture.is_some())
-        })
+        is_capturing(stream as usize, status)
     })
 }
 

@@ -100,6 +100,26 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CuDevice) -> CuResult
     })
 }
 
+/// Whether the device's primary context is active (its context exists: retained, or used by
+/// the runtime), and its flags (always 0). Never makes the context.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CuDevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> CuResult {
+    driver_call(Func::cuDevicePrimaryCtxGetState, || {
+        context::require_init()?;
+        let d = device(dev)?;
+        // SAFETY: the caller passes NULL or pointers valid for writing an unsigned int and an int.
+        let (flags, active) = unsafe { (Out::new(flags)?, Out::new(active)?) };
+        let on = with_state(|st| Ok(st.devices[d].context))?;
+        flags.set(0);
+        active.set(c_int::from(on));
+        Ok(())
+    })
+}
+
 /// As `cudaDeviceReset` of that device: waits for its work, then drops its allocations,
 /// streams, events and context.
 #[no_mangle]

@@ -66,6 +66,26 @@ pub unsafe extern "C" fn cuStreamGetFlags(stream: CuStream, flags: *mut c_uint) 
     })
 }
 
+/// As `cudaStreamGetId`: the stream's unique id, never reused.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetId(stream: CuStream, id: *mut u64) -> CuResult {
+    driver_call(Func::cuStreamGetId, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned long long.
+        unsafe { stream::get_id(stream as usize, id) }
+    })
+}
+
+/// As `cudaStreamIsCapturing`: `CU_STREAM_CAPTURE_STATUS_ACTIVE` (1) while capturing, else 0.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: CuStream, status: *mut c_int) -> CuResult {
+    driver_call(Func::cuStreamIsCapturing, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing the status enum.
+        unsafe { stream::is_capturing(stream as usize, status) }
+    })
+}
+
 with_ptsz! {
     /// As `cudaStreamWaitEvent`.
     fn cuStreamWaitEvent / cuStreamWaitEvent_ptsz (stream: CuStream, event: CuEvent, flags: c_uint; stream) {

@@ -27,7 +27,7 @@ impl DevicePool {
                 if b.addr != at || b.seg as usize != si || b.prev != prev || b.class != s.class {
                     return Err(format!("segment {si}: block chain broken at {:#x}", b.addr));
                 }
-                if b.addr % 512 != 0 || b.size == 0 || b.size % 512 != 0 {
+                if !b.addr.is_multiple_of(512) || b.size == 0 || !b.size.is_multiple_of(512) {
                     return Err(format!("block {:#x}+{} misaligned", b.addr, b.size));
                 }
                 match b.state {

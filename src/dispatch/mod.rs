@@ -1,11 +1,14 @@
 //! The one path every entry point takes to the pool or the runtime: the exported CUDA runtime
-//! symbols (`hooks`) and the C API (`api`) both call these, and so will the driver's. Argument
+//! symbols (`hooks::runtime`) and the C API (`api`) both call these; the driver's hooks take
+//! `driver.rs`, to the same pool. Argument
 //! checks and the reentrancy guard, then the pool or the real runtime. Callers hold the panic
 //! boundary.
 //!
 //! Every call the pool does not handle goes to the application's runtime unchanged, so the
 //! program sees that runtime's own answer (`cudaFree(NULL)`, `cudaMalloc(&p, 0)`, a NULL
 //! out-pointer, pointers from other allocators).
+
+pub mod driver;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -83,7 +86,7 @@ static RESET_UNKNOWN: AtomicBool = AtomicBool::new(false);
 /// interrupted call may hold the locks), and passing a pooled block to the runtime's own free
 /// would free its whole segment under the pool: refused, the memory kept. (An allocation there
 /// goes to the runtime instead: memory the runtime's own free takes back later.)
-fn refuse_inside_free(ptr: *mut c_void, what: &str) -> CudaStatus {
+pub(crate) fn refuse_inside_free(ptr: *mut c_void, what: &str) -> CudaStatus {
     log::warn_once(&INSIDE_FREE, || {
         format!(
             "{what}({ptr:p}) called while this thread was inside the pool (a signal handler?): \

@@ -1,0 +1,66 @@
+//! glibc's own `dlsym`, which the library's exported `dlsym` (`interpose`) stands in front of:
+//! every lookup the library makes for itself goes straight to it, never back through the hook.
+
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc's `dlsym`, once found. Read by the exported `dlsym`'s tail call.
+pub static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Find glibc's `dlsym` (by version: `GLIBC_2.34` since glibc moved it into libc, else
+/// `GLIBC_2.2.5`), once. `dlvsym` with `RTLD_NEXT` from this library finds the definition after
+/// it, so never this library's own.
+pub fn find_real_dlsym() -> *mut c_void {
+    let p = REAL_DLSYM.load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    let mut found = std::ptr::null_mut();
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+        // SAFETY: NUL-terminated name and version; dlvsym has no other precondition.
+        found = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+        if !found.is_null() {
+            break;
+        }
+    }
+    REAL_DLSYM.store(found, Ordering::Release);
+    found
+}
+
+/// glibc's `dlsym(handle, name)`, as if this library had called it (so `RTLD_NEXT` is relative
+/// to this library). Null when not found (glibc then has an error for `dlerror`).
+///
+/// # Safety
+/// `handle` is a handle from `dlopen` or a pseudo-handle; `name` is NUL-terminated.
+pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let f = find_real_dlsym();
+    if f.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `f` is glibc's dlsym, of this signature; the arguments are the caller's.
+    unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(f)(handle, name) }
+}
+
+/// Clears the error a failed lookup of the library's own left behind, so that the program's
+/// next `dlerror()` reads as it would without the library.
+pub fn forget_lookup_error() {
+    // SAFETY: dlerror has no preconditions; the string it returns is not used.
+    unsafe { libc::dlerror() };
+}
+
+/// The loaded object the address `addr` lies in: its load address and path.
+pub fn object_of(addr: usize) -> Option<(*mut c_void, *const c_char)> {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the dynamic linker's tables; `info` is a valid out-parameter.
+    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    Some((info.dli_fbase, info.dli_fname))
+}

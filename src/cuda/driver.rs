@@ -1,0 +1,206 @@
+//! The CUDA driver the process loaded, as a table of its entry points: the real functions
+//! behind the driver hooks, and the pool's backend where no runtime is loaded.
+//!
+//! Found only among loaded objects (`dlopen` with `RTLD_NOLOAD`): the library never loads the
+//! driver into a process that did not load it.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use super::dl;
+use super::symbols::{optional, required, Lookup};
+use super::types::{Event, Stream};
+
+/// `CUresult`.
+pub type CuResult = c_int;
+/// `CUdevice`.
+pub type CuDevice = c_int;
+/// `CUdeviceptr`.
+pub type CuDevicePtr = u64;
+/// `CUcontext`.
+pub type CuContext = *mut c_void;
+
+pub const CU_SUCCESS: CuResult = 0;
+pub const CU_ERROR_INVALID_VALUE: CuResult = 1;
+pub const CU_ERROR_OUT_OF_MEMORY: CuResult = 2;
+pub const CU_ERROR_NOT_INITIALIZED: CuResult = 3;
+pub const CU_ERROR_UNKNOWN: CuResult = 999;
+
+pub type MemAllocFn = unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult;
+pub type MemFreeFn = unsafe extern "C" fn(CuDevicePtr) -> CuResult;
+pub type MemAllocAsyncFn = unsafe extern "C" fn(*mut CuDevicePtr, usize, Stream) -> CuResult;
+pub type MemFreeAsyncFn = unsafe extern "C" fn(CuDevicePtr, Stream) -> CuResult;
+pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult;
+pub type VoidFn = unsafe extern "C" fn() -> CuResult;
+pub type StreamFn = unsafe extern "C" fn(Stream) -> CuResult;
+pub type EventFn = unsafe extern "C" fn(Event) -> CuResult;
+pub type EventRecordFn = unsafe extern "C" fn(Event, Stream) -> CuResult;
+pub type EventCreateFn = unsafe extern "C" fn(*mut Event, c_uint) -> CuResult;
+pub type StreamWaitEventFn = unsafe extern "C" fn(Stream, Event, c_uint) -> CuResult;
+pub type StreamCreateFn = unsafe extern "C" fn(*mut Stream, c_uint) -> CuResult;
+pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, c_uint, c_int) -> CuResult;
+pub type StreamGetIdFn = unsafe extern "C" fn(Stream, *mut u64) -> CuResult;
+pub type StreamIsCapturingFn = unsafe extern "C" fn(Stream, *mut c_int) -> CuResult;
+pub type StreamGetFlagsFn = unsafe extern "C" fn(Stream, *mut c_uint) -> CuResult;
+pub type CtxGetCurrentFn = unsafe extern "C" fn(*mut CuContext) -> CuResult;
+pub type CtxGetDeviceFn = unsafe extern "C" fn(*mut CuDevice) -> CuResult;
+pub type CtxFn = unsafe extern "C" fn(CuContext) -> CuResult;
+pub type DeviceFn = unsafe extern "C" fn(CuDevice) -> CuResult;
+pub type PrimaryCtxRetainFn = unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult;
+pub type PrimaryCtxGetStateFn = unsafe extern "C" fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;
+pub type DeviceGetCountFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
+pub type LaunchKernelFn = unsafe extern "C" fn(
+    *mut c_void,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Stream,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+/// `cuGetProcAddress` (CUDA 11.3).
+pub type GetProcAddressFn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;
+/// `cuGetProcAddress_v2` (CUDA 12.0): also the query result.
+pub type GetProcAddressV2Fn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
+
+/// The driver's entry points the pool calls, by their versioned names. The first group must
+/// exist for the driver path to be pooled; the rest are used when present.
+#[derive(Clone, Copy)]
+pub struct Driver {
+    pub mem_alloc: MemAllocFn,
+    pub mem_free: MemFreeFn,
+    pub mem_get_info: MemGetInfoFn,
+    pub ctx_synchronize: VoidFn,
+    pub ctx_get_current: CtxGetCurrentFn,
+    pub ctx_get_device: CtxGetDeviceFn,
+    pub primary_ctx_retain: PrimaryCtxRetainFn,
+    pub primary_ctx_release: DeviceFn,
+    pub primary_ctx_get_state: PrimaryCtxGetStateFn,
+    pub event_create: EventCreateFn,
+    pub event_record: EventRecordFn,
+    pub stream_wait_event: StreamWaitEventFn,
+    pub device_get_count: Option<DeviceGetCountFn>,
+    pub stream_get_id: Option<StreamGetIdFn>,
+    pub stream_is_capturing: Option<StreamIsCapturingFn>,
+    pub stream_get_flags: Option<StreamGetFlagsFn>,
+}
+
+impl Driver {
+    /// Build the table from a lookup of versioned names in the driver.
+    pub fn resolve(lookup: Lookup) -> Result<Driver, &'static str> {
+        Ok(Driver {
+            mem_alloc: required!(lookup, "the driver", "cuMemAlloc_v2"),
+            mem_free: required!(lookup, "the driver", "cuMemFree_v2"),
+            mem_get_info: required!(lookup, "the driver", "cuMemGetInfo_v2"),
+            ctx_synchronize: required!(lookup, "the driver", "cuCtxSynchronize"),
+            ctx_get_current: required!(lookup, "the driver", "cuCtxGetCurrent"),
+            ctx_get_device: required!(lookup, "the driver", "cuCtxGetDevice"),
+            primary_ctx_retain: required!(lookup, "the driver", "cuDevicePrimaryCtxRetain"),
+            primary_ctx_release: required!(lookup, "the driver", "cuDevicePrimaryCtxRelease_v2"),
+            primary_ctx_get_state: required!(lookup, "the driver", "cuDevicePrimaryCtxGetState"),
+            event_create: required!(lookup, "the driver", "cuEventCreate"),
+            event_record: required!(lookup, "the driver", "cuEventRecord"),
+            stream_wait_event: required!(lookup, "the driver", "cuStreamWaitEvent"),
+            device_get_count: optional!(lookup, "cuDeviceGetCount"),
+            stream_get_id: optional!(lookup, "cuStreamGetId"),
+            stream_is_capturing: optional!(lookup, "cuStreamIsCapturing"),
+            stream_get_flags: optional!(lookup, "cuStreamGetFlags"),
+        })
+    }
+}
+
+/// The loaded driver, once found; null until then or when none is loaded (asked again then:
+/// the program may load it later).
+static DRIVER: AtomicPtr<Located> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The driver and where it was found.
+pub struct Located {
+    pub driver: Driver,
+    pub path: String,
+    /// The object's handle, kept open: the real functions behind the hooks are looked up in it.
+    pub handle: *mut c_void,
+}
+
+// SAFETY: the handle is only passed to dlsym, which is thread-safe; the rest is plain data.
+unsafe impl Send for Located {}
+// SAFETY: as above.
+unsafe impl Sync for Located {}
+
+/// The driver the process loaded, if it loaded one (never loads it).
+pub fn loaded() -> Option<&'static Located> {
+    let p = DRIVER.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: `DRIVER` only ever holds a leaked `Box`, never freed.
+        return Some(unsafe { &*p });
+    }
+    let found = Box::into_raw(Box::new(find()?));
+    match DRIVER.compare_exchange(
+        std::ptr::null_mut(),
+        found,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        // SAFETY: just leaked, never freed.
+        Ok(_) => Some(unsafe { &*found }),
+        Err(other) => {
+            // Another thread found it first; its copy stays, ours goes (the handle's extra
+            // reference on an object that stays loaded is harmless).
+            // SAFETY: `found` is ours, never published.
+            drop(unsafe { Box::from_raw(found) });
+            // SAFETY: as above: a leaked `Box` in `DRIVER`.
+            Some(unsafe { &*other })
+        }
+    }
+}
+
+fn find() -> Option<Located> {
+    let names: [&[u8]; 2] = [b"libcuda.so.1\0", b"libcuda.so\0"];
+    for name in names {
+        // SAFETY: RTLD_NOLOAD opens only an object already loaded (and initialised).
+        let handle = unsafe {
+            libc::dlopen(
+                name.as_ptr().cast(),
+                libc::RTLD_NOLOAD | libc::RTLD_LAZY | libc::RTLD_LOCAL,
+            )
+        };
+        if handle.is_null() {
+            continue;
+        }
+        let missed = std::cell::Cell::new(false);
+        let lookup = |n: &[u8]| -> *mut c_void {
+            // SAFETY: a live handle and a NUL-terminated name; looking up has no side effect.
+            let p = unsafe { dl::real_dlsym(handle, n.as_ptr().cast()) };
+            missed.set(missed.get() || p.is_null());
+            p
+        };
+        let resolved = Driver::resolve(&lookup);
+        if missed.get() {
+            dl::forget_lookup_error();
+        }
+        if let Ok(driver) = resolved {
+            let path = String::from_utf8_lossy(&name[..name.len() - 1]).into_owned();
+            return Some(Located {
+                driver,
+                path,
+                handle,
+            });
+        }
+        // SAFETY: the handle from the dlopen above, not used after.
+        unsafe { libc::dlclose(handle) };
+    }
+    None
+}
+
+impl Located {
+    /// The driver's own function of a versioned name, or null.
+    pub fn symbol(&self, name: &std::ffi::CStr) -> *mut c_void {
+        // SAFETY: a live handle and a NUL-terminated name.
+        unsafe { dl::real_dlsym(self.handle, name.as_ptr()) }
+    }
+}

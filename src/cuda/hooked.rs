@@ -1,0 +1,124 @@
+//! The driver entry points the library hooks, by index, and the driver's real functions behind
+//! them: looked up once, by versioned name, in the driver the process loaded (or, for a program
+//! linked with `-lcuda` whose calls reach the hooks by symbol, the next definition after this
+//! library).
+
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+use super::{dl, driver};
+
+/// One hooked driver entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Hooked {
+    GetProcAddress,
+    GetProcAddressV2,
+    MemAlloc,
+    MemFree,
+    MemAllocAsync,
+    MemAllocAsyncPtsz,
+    MemFreeAsync,
+    MemFreeAsyncPtsz,
+    MemGetInfo,
+    CtxSynchronize,
+    StreamSynchronize,
+    StreamSynchronizePtsz,
+    EventSynchronize,
+    StreamCreate,
+    StreamCreateWithPriority,
+    LaunchKernel,
+    LaunchKernelPtsz,
+    PrimaryCtxReset,
+    PrimaryCtxRelease,
+}
+
+pub const COUNT: usize = Hooked::PrimaryCtxRelease as usize + 1;
+
+/// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
+pub const NAMES: [&CStr; COUNT] = [
+    c"cuGetProcAddress",
+    c"cuGetProcAddress_v2",
+    c"cuMemAlloc_v2",
+    c"cuMemFree_v2",
+    c"cuMemAllocAsync",
+    c"cuMemAllocAsync_ptsz",
+    c"cuMemFreeAsync",
+    c"cuMemFreeAsync_ptsz",
+    c"cuMemGetInfo_v2",
+    c"cuCtxSynchronize",
+    c"cuStreamSynchronize",
+    c"cuStreamSynchronize_ptsz",
+    c"cuEventSynchronize",
+    c"cuStreamCreate",
+    c"cuStreamCreateWithPriority",
+    c"cuLaunchKernel",
+    c"cuLaunchKernel_ptsz",
+    c"cuDevicePrimaryCtxReset_v2",
+    c"cuDevicePrimaryCtxRelease_v2",
+];
+
+/// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),
+/// read once.
+pub fn swapping() -> bool {
+    const UNKNOWN: u8 = 0;
+    const ON: u8 = 1;
+    static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match STATE.load(Ordering::Relaxed) {
+        UNKNOWN => {
+            let on = crate::config::driver_hooks_from_env();
+            STATE.store(if on { ON } else { ON + 1 }, Ordering::Relaxed);
+            on
+        }
+        s => s == ON,
+    }
+}
+
+static REALS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
+static RESOLVED: AtomicBool = AtomicBool::new(false);
+
+/// The driver's own functions behind the hooks, in `Hooked`'s order (0: the driver has none).
+/// Looked up on first use; again later while no driver was found (it may be loaded later).
+pub fn reals() -> &'static [AtomicUsize; COUNT] {
+    if !RESOLVED.load(Ordering::Acquire) {
+        resolve();
+    }
+    &REALS
+}
+
+/// The real function behind `h`, or 0.
+#[inline]
+pub fn real(h: Hooked) -> usize {
+    reals()[h as usize].load(Ordering::Relaxed)
+}
+
+fn resolve() {
+    let located = driver::loaded();
+    let mut missed = false;
+    for (name, slot) in NAMES.iter().zip(&REALS) {
+        let p = match located {
+            Some(d) => d.symbol(name),
+            // SAFETY: a pseudo-handle and a NUL-terminated name.
+            None => unsafe { dl::real_dlsym(libc::RTLD_NEXT, name.as_ptr()) },
+        };
+        missed |= p.is_null();
+        slot.store(p as usize, Ordering::Relaxed);
+    }
+    if missed {
+        dl::forget_lookup_error();
+    }
+    if located.is_some() {
+        RESOLVED.store(true, Ordering::Release);
+    }
+}
+
+/// Reinterpret the real function behind `h` as `F`.
+///
+/// # Safety
+/// `F` must be the C signature of the driver function `NAMES[h]`.
+pub unsafe fn real_fn<F: Copy>(h: Hooked) -> Option<F> {
+    let p = real(h);
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: non-zero, the driver's function of that name; the caller vouches for `F`.
+    (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
+}

@@ -1,0 +1,396 @@
+//! The driver API's path to the pool: what the driver hooks (`hooks::driver`) call. The same
+//! pool as the runtime's: a block `cuMemAlloc` gave may be freed by `cudaFree`, and the reverse.
+//!
+//! Only the devices' primary contexts are pooled, the contexts the runtime uses. A context the
+//! program made itself (`cuCtxCreate`) owns its allocations, which die with it: those calls go
+//! to the driver unchanged, as does everything the pool does not handle. Every answer is a
+//! `CUresult`; the driver keeps no last error, so the pool sets none.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::config::ReuseMode;
+use crate::cuda::backend::CudaBackend;
+use crate::cuda::driver::{self as cu, CuContext, CuDevicePtr, CuResult, Driver};
+use crate::cuda::types::{is_legacy, Stream, STREAM_NON_BLOCKING, STREAM_PER_THREAD};
+use crate::global;
+use crate::guard;
+use crate::log;
+use crate::pool::{CudaError, FreeKind, FreeOutcome, Pool, StreamKey, LEGACY_STREAM, NO_STREAM};
+
+/// The pool and the driver, when the pool is on and the driver is loaded.
+fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
+    let pool = global::process_pool()?;
+    Some((pool, &cu::loaded()?.driver))
+}
+
+/// Each device's primary context, once seen (0: not yet).
+static PRIMARY: [AtomicUsize; crate::pool::MAX_DEVICES] =
+    [const { AtomicUsize::new(0) }; crate::pool::MAX_DEVICES];
+
+/// The device whose primary context is the calling thread's current context: the one the pool
+/// serves. `None` with no current context, or one the program made.
+pub(crate) fn context_device(d: &Driver) -> Option<u32> {
+    let mut ctx: CuContext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    if unsafe { (d.ctx_get_current)(&mut ctx) } != cu::CU_SUCCESS || ctx.is_null() {
+        return None;
+    }
+    let mut dev: c_int = -1;
+    // SAFETY: a valid out-pointer; the thread has a current context.
+    if unsafe { (d.ctx_get_device)(&mut dev) } != cu::CU_SUCCESS {
+        return None;
+    }
+    let dev = u32::try_from(dev)
+        .ok()
+        .filter(|&v| (v as usize) < crate::pool::MAX_DEVICES)?;
+    (primary_context(d, dev)? == ctx as usize).then_some(dev)
+}
+
+/// The handle of `dev`'s primary context, when it is active. Found once by retaining it and
+/// releasing it again: only when it is active (a context the program made may be current while
+/// the primary one was never made, and retaining would make it).
+fn primary_context(d: &Driver, dev: u32) -> Option<usize> {
+    let slot = &PRIMARY[dev as usize];
+    let known = slot.load(Ordering::Relaxed);
+    if known != 0 {
+        return Some(known);
+    }
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    // SAFETY: valid out-pointers and a device ordinal the driver just gave.
+    let r = unsafe { (d.primary_ctx_get_state)(dev as c_int, &mut flags, &mut active) };
+    if r != cu::CU_SUCCESS || active == 0 {
+        return None;
+    }
+    let mut ctx: CuContext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is active, so retaining makes nothing.
+    if unsafe { (d.primary_ctx_retain)(&mut ctx, dev as c_int) } != cu::CU_SUCCESS {
+        return None;
+    }
+    // SAFETY: the retain just made, given back.
+    unsafe { (d.primary_ctx_release)(dev as c_int) };
+    slot.store(ctx as usize, Ordering::Relaxed);
+    Some(ctx as usize)
+}
+
+/// The primary context of `dev` was reset or destroyed: the pool forgets the device's memory
+/// (the driver freed it) and the handle (a new context may get another).
+fn forget_device(pool: &Pool<CudaBackend>, dev: u32) {
+    if let Some(slot) = PRIMARY.get(dev as usize) {
+        slot.store(0, Ordering::Relaxed);
+    }
+    pool.forget_device(dev);
+    pool.backend().forget_device(dev);
+}
+
+/// `cuMemAlloc_v2`, or `cuMemAllocAsync` when `stream` is given; `real` is the driver's own
+/// call with the caller's arguments.
+///
+/// # Safety
+/// As `cuMemAlloc_v2`: `dptr` NULL or writable.
+pub unsafe fn mem_alloc(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    stream: Option<Stream>,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    let Some((pool, d)) = pooled() else {
+        return real();
+    };
+    if dptr.is_null() || size == 0 {
+        return real();
+    }
+    let Some(inside) = guard::enter() else {
+        return real();
+    };
+    let Some(dev) = context_device(d) else {
+        return real();
+    };
+    let key = match stream {
+        None => None,
+        Some(s) => match async_stream(d, s) {
+            Some(k) => Some(k).filter(|&k| k != NO_STREAM),
+            None => return real(),
+        },
+    };
+    match pool.alloc_on(dev, size as u64, key) {
+        Ok(addr) => {
+            // SAFETY: `dptr` is non-NULL and, by the caller's contract, writable.
+            unsafe { *dptr = addr };
+            inside.set_last_device(dev);
+            crate::lifecycle::note_allocation();
+            cu::CU_SUCCESS
+        }
+        // The pool gave back what it could: the driver's own answer, unless a limit refused.
+        Err(CudaError::MEMORY_ALLOCATION) => {
+            let r = if pool.limit(dev) == u64::MAX {
+                real()
+            } else {
+                cu::CU_ERROR_OUT_OF_MEMORY
+            };
+            if r == cu::CU_ERROR_OUT_OF_MEMORY {
+                let source = global::process().report_source();
+                crate::report::oom::report(&source, dev, size as u64);
+            }
+            r
+        }
+        // Any other failure: the driver's own answer to the program's call.
+        Err(_) => real(),
+    }
+}
+
+/// The pool's name for `stream` for a stream-ordered allocation on the current device, or
+/// `None` when the allocation must go to the driver: the stream is being captured into a graph
+/// (the graph owns it), it may belong to another device (a created stream where the driver
+/// sees several), or the driver cannot say.
+fn async_stream(d: &Driver, stream: Stream) -> Option<StreamKey> {
+    if is_legacy(stream) {
+        return Some(LEGACY_STREAM);
+    }
+    if capturing(d, stream)? {
+        return None;
+    }
+    let default_or_only = stream as usize == STREAM_PER_THREAD || one_device(d);
+    default_or_only.then(|| stream_id(d, stream))
+}
+
+/// Whether `stream` is being captured; `None` when the driver cannot say.
+fn capturing(d: &Driver, stream: Stream) -> Option<bool> {
+    let f = d.stream_is_capturing?;
+    let mut status = 0;
+    // SAFETY: a stream the program passed, and a valid out-pointer.
+    (unsafe { f(stream, &mut status) } == cu::CU_SUCCESS).then_some(status != 0)
+}
+
+/// The driver's unique id of `stream`, or `NO_STREAM` when it cannot say.
+fn stream_id(d: &Driver, stream: Stream) -> StreamKey {
+    let Some(f) = d.stream_get_id else {
+        return NO_STREAM;
+    };
+    let mut id = 0u64;
+    // SAFETY: a stream the program passed, and a valid out-pointer.
+    match unsafe { f(stream, &mut id) } {
+        cu::CU_SUCCESS if id != NO_STREAM => id,
+        _ => NO_STREAM,
+    }
+}
+
+/// Whether the driver sees one device (asked once).
+fn one_device(d: &Driver) -> bool {
+    static COUNT: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let known = COUNT.load(Ordering::Relaxed);
+    if known != usize::MAX {
+        return known == 1;
+    }
+    let mut n = 0;
+    let ok = d.device_get_count.is_some_and(|count| {
+        // SAFETY: a valid out-pointer.
+        unsafe { count(&mut n) == cu::CU_SUCCESS }
+    });
+    let n = if ok { n.max(0) as usize } else { 0 };
+    COUNT.store(n, Ordering::Relaxed);
+    n == 1
+}
+
+static INVALID_FREE: AtomicBool = AtomicBool::new(false);
+
+/// `cuMemFree_v2`, or `cuMemFreeAsync` when `stream` is given.
+///
+/// # Safety
+/// As `cuMemFree_v2`.
+pub unsafe fn mem_free(
+    ptr: CuDevicePtr,
+    stream: Option<Stream>,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    let Some((pool, d)) = pooled() else {
+        return real();
+    };
+    if ptr == 0 {
+        return real();
+    }
+    let what = if stream.is_some() {
+        "cuMemFreeAsync"
+    } else {
+        "cuMemFree"
+    };
+    let Some(inside) = guard::enter() else {
+        return super::refuse_inside_free(ptr as *mut c_void, what);
+    };
+    let kind = match stream {
+        None => FreeKind::Sync,
+        Some(s) => {
+            let key = if is_legacy(s) {
+                LEGACY_STREAM
+            } else if capturing(d, s).unwrap_or(true) {
+                NO_STREAM
+            } else {
+                stream_id(d, s)
+            };
+            if pool.settings().reuse != ReuseMode::Relaxed {
+                FreeKind::Ordered { stream: key }
+            } else {
+                FreeKind::Async {
+                    blocking: pool.tells_blocking() && stream_is_blocking(d, s),
+                    stream: key,
+                }
+            }
+        }
+    };
+    let first = match inside.last_device() {
+        guard::NO_DEVICE => context_device(d),
+        dev => Some(dev),
+    };
+    match pool.free(ptr, kind, first) {
+        FreeOutcome::Freed => cu::CU_SUCCESS,
+        FreeOutcome::Invalid => {
+            log::warn_once(&INVALID_FREE, || {
+                format!(
+                    "{what}(0x{ptr:x}): not the start of a live allocation (double or interior \
+                     free); returned CUDA_ERROR_INVALID_VALUE and left the pool intact \
+                     (reported once)"
+                )
+            });
+            cu::CU_ERROR_INVALID_VALUE
+        }
+        FreeOutcome::NotOurs => real(),
+    }
+}
+
+/// Whether work on `stream` is ordered with the legacy stream (false when the driver cannot say).
+fn stream_is_blocking(d: &Driver, stream: Stream) -> bool {
+    if is_legacy(stream) || stream as usize == STREAM_PER_THREAD {
+        return true;
+    }
+    let Some(f) = d.stream_get_flags else {
+        return false;
+    };
+    let mut flags: c_uint = 0;
+    // SAFETY: a stream the program passed, and a valid out-pointer.
+    (unsafe { f(stream, &mut flags) } == cu::CU_SUCCESS) && flags & STREAM_NON_BLOCKING == 0
+}
+
+/// `cuMemGetInfo_v2`: the driver's figures, with the pool's reusable cache counted as free and
+/// its limit as the total, as `cudaMemGetInfo` gives them.
+///
+/// # Safety
+/// As `cuMemGetInfo_v2`.
+pub unsafe fn mem_get_info(
+    free: *mut usize,
+    total: *mut usize,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    let r = real();
+    let (Some((pool, d)), cu::CU_SUCCESS, false, false) =
+        (pooled(), r, free.is_null(), total.is_null())
+    else {
+        return r;
+    };
+    let Some(_inside) = guard::enter() else {
+        return r;
+    };
+    let Some(dev) = context_device(d) else {
+        return r;
+    };
+    // SAFETY: the driver wrote both on success; the caller's pointers, non-NULL.
+    let (f, t) = unsafe { (*free as u64, *total as u64) };
+    let (f, t) = pool.memory_for_program(dev, f, t);
+    // SAFETY: as above; the figures are at most the driver's `total`, which fit.
+    unsafe {
+        *free = f as usize;
+        *total = t as usize;
+    }
+    r
+}
+
+/// `cuCtxSynchronize`: every block freed before it is reusable once it returns.
+pub fn ctx_synchronize(real: impl Fn() -> CuResult) -> CuResult {
+    let Some((pool, d)) = pooled() else {
+        return real();
+    };
+    let Some(_inside) = guard::enter() else {
+        return real();
+    };
+    let Some(dev) = context_device(d) else {
+        return real();
+    };
+    let seq = pool.seq_before_sync(dev);
+    let r = real();
+    if r == cu::CU_SUCCESS {
+        pool.observe_fence(dev, seq);
+    }
+    r
+}
+
+/// After the program's `cuStreamSynchronize` or `cuEventSynchronize`: the release threshold
+/// applies.
+pub fn after_sync(r: CuResult) -> CuResult {
+    if r == cu::CU_SUCCESS {
+        if let (Some((pool, d)), Some(_inside)) = (pooled(), guard::enter()) {
+            if let Some(dev) = context_device(d) {
+                pool.sync_point(dev);
+            }
+        }
+    }
+    r
+}
+
+/// After `cuStreamCreate`/`WithPriority`: a non-blocking stream changes what a barrier covers.
+pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
+    if r == cu::CU_SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
+        if let Some(pool) = global::process_pool() {
+            pool.note_nonblocking_stream();
+        }
+    }
+    r
+}
+
+/// A `cuLaunchKernel` on `stream` (the legacy one for a NULL stream of the non-`_ptsz` form):
+/// in the modes that use barriers, a launch on the legacy stream is one.
+pub fn launch(stream: Stream, real: impl Fn() -> CuResult) -> CuResult {
+    let Some((pool, d)) = pooled() else {
+        return real();
+    };
+    if pool.settings().reuse == ReuseMode::Strict || !is_legacy(stream) {
+        return real();
+    }
+    let Some(dev) = context_device(d) else {
+        return real();
+    };
+    let seq = pool.seq_before_sync(dev);
+    let r = real();
+    if r == cu::CU_SUCCESS {
+        pool.observe_barrier(dev, seq);
+    }
+    r
+}
+
+/// `cuDevicePrimaryCtxReset_v2`: the driver frees the device's memory; the pool forgets it.
+pub fn primary_ctx_reset(dev: c_int, real: impl Fn() -> CuResult) -> CuResult {
+    let r = real();
+    if let (cu::CU_SUCCESS, Some(pool), Ok(dev)) = (r, global::process_pool(), u32::try_from(dev)) {
+        if (dev as usize) < crate::pool::MAX_DEVICES {
+            forget_device(pool, dev);
+        }
+    }
+    r
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`: the last release destroys the context and its memory, which
+/// the pool then forgets.
+pub fn primary_ctx_release(dev: c_int, real: impl Fn() -> CuResult) -> CuResult {
+    let r = real();
+    let (cu::CU_SUCCESS, Some((pool, d)), Ok(device)) = (r, pooled(), u32::try_from(dev)) else {
+        return r;
+    };
+    if device as usize >= crate::pool::MAX_DEVICES {
+        return r;
+    }
+    let (mut flags, mut active): (c_uint, c_int) = (0, 1);
+    // SAFETY: valid out-pointers and the device the program named.
+    let asked = unsafe { (d.primary_ctx_get_state)(dev, &mut flags, &mut active) };
+    if asked == cu::CU_SUCCESS && active == 0 {
+        forget_device(pool, device);
+    }
+    r
+}

@@ -1,0 +1,351 @@
+//! The CUDA driver entry points this library exports, by their versioned names: a program
+//! linked with `-lcuda` reaches them by symbol, and `dlsym` and `cuGetProcAddress` hand them
+//! out in place of the driver's own (`swap`). Each is the panic boundary, then
+//! `dispatch::driver`, with the driver's real function for what the pool does not handle.
+
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use crate::cuda::driver::*;
+use crate::cuda::hooked::{self, real_fn, Hooked, COUNT};
+use crate::cuda::types::{Event, Stream, STREAM_PER_THREAD};
+use crate::dispatch::driver as dispatch;
+use crate::guard::boundary;
+
+/// Calls the driver's own function behind `$hook` with `$call`, or answers
+/// `CUDA_ERROR_NOT_INITIALIZED` when no driver is loaded (the library never loads one).
+macro_rules! real {
+    ($hook:ident, $ty:ty, |$f:ident| $call:expr) => {{
+        // SAFETY: `$ty` is the C signature of the hooked function.
+        match unsafe { real_fn::<$ty>(Hooked::$hook) } {
+            // SAFETY: the driver's own function, called with the hook's arguments unchanged.
+            Some($f) => unsafe { $call },
+            None => CU_ERROR_NOT_INITIALIZED,
+        }
+    }};
+}
+
+/// Stream 0 of a `_ptsz` entry point: the calling thread's per-thread default stream.
+fn per_thread(stream: Stream) -> Stream {
+    if stream.is_null() {
+        STREAM_PER_THREAD as Stream
+    } else {
+        stream
+    }
+}
+
+/// The hooks' addresses, in `Hooked`'s order.
+fn hooks() -> [usize; COUNT] {
+    [
+        cuGetProcAddress as *const () as usize,
+        cuGetProcAddress_v2 as *const () as usize,
+        cuMemAlloc_v2 as *const () as usize,
+        cuMemFree_v2 as *const () as usize,
+        cuMemAllocAsync as *const () as usize,
+        cuMemAllocAsync_ptsz as *const () as usize,
+        cuMemFreeAsync as *const () as usize,
+        cuMemFreeAsync_ptsz as *const () as usize,
+        cuMemGetInfo_v2 as *const () as usize,
+        cuCtxSynchronize as *const () as usize,
+        cuStreamSynchronize as *const () as usize,
+        cuStreamSynchronize_ptsz as *const () as usize,
+        cuEventSynchronize as *const () as usize,
+        cuStreamCreate as *const () as usize,
+        cuStreamCreateWithPriority as *const () as usize,
+        cuLaunchKernel as *const () as usize,
+        cuLaunchKernel_ptsz as *const () as usize,
+        cuDevicePrimaryCtxReset_v2 as *const () as usize,
+        cuDevicePrimaryCtxRelease_v2 as *const () as usize,
+    ]
+}
+
+/// The hook to hand out in place of `f`, a function a lookup in the driver returned: decided
+/// by the identity of the driver's function, never by the name asked for. Anything else comes
+/// back unchanged.
+pub fn swap(f: *mut c_void) -> *mut c_void {
+    if f.is_null() || !hooked::swapping() {
+        return f;
+    }
+    let reals = hooked::reals();
+    match reals
+        .iter()
+        .position(|r| r.load(std::sync::atomic::Ordering::Relaxed) == f as usize)
+    {
+        Some(i) => hooks()[i] as *mut c_void,
+        None => f,
+    }
+}
+
+/// # Safety
+/// As `cuGetProcAddress` (CUDA 11.3).
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let r = real!(GetProcAddress, GetProcAddressFn, |f| f(
+            symbol, pfn, version, flags
+        ));
+        // SAFETY: on success the driver wrote `*pfn`, which the caller passed writable.
+        unsafe { swap_answer(r, pfn) };
+        r
+    })
+}
+
+/// # Safety
+/// As `cuGetProcAddress_v2` (CUDA 12.0).
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let r = real!(GetProcAddressV2, GetProcAddressV2Fn, |f| f(
+            symbol, pfn, version, flags, status
+        ));
+        // SAFETY: on success the driver wrote `*pfn`, which the caller passed writable.
+        unsafe { swap_answer(r, pfn) };
+        r
+    })
+}
+
+/// The function a successful `cuGetProcAddress` wrote, swapped for its hook.
+///
+/// # Safety
+/// `pfn` is NULL or valid for reading and writing a pointer.
+unsafe fn swap_answer(r: CuResult, pfn: *mut *mut c_void) {
+    if r == CU_SUCCESS && !pfn.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { *pfn = swap(*pfn) };
+    }
+}
+
+/// # Safety
+/// As `cuMemAlloc_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemAlloc, MemAllocFn, |f| f(dptr, size));
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_alloc(dptr, size, None, real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemFree_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemFree, MemFreeFn, |f| f(ptr));
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_free(ptr, None, real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemAllocAsync`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    stream: Stream,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemAllocAsync, MemAllocAsyncFn, |f| f(dptr, size, stream));
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_alloc(dptr, size, Some(stream), real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemAllocAsync_ptsz`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    stream: Stream,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || {
+            real!(MemAllocAsyncPtsz, MemAllocAsyncFn, |f| f(
+                dptr, size, stream
+            ))
+        };
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_alloc(dptr, size, Some(per_thread(stream)), real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemFreeAsync`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(ptr: CuDevicePtr, stream: Stream) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemFreeAsync, MemFreeAsyncFn, |f| f(ptr, stream));
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_free(ptr, Some(stream), real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemFreeAsync_ptsz`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(ptr: CuDevicePtr, stream: Stream) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemFreeAsyncPtsz, MemFreeAsyncFn, |f| f(ptr, stream));
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_free(ptr, Some(per_thread(stream)), real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemGetInfo_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemGetInfo, MemGetInfoFn, |f| f(free, total));
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_get_info(free, total, real) }
+    })
+}
+
+/// # Safety
+/// As `cuCtxSynchronize`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize() -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_synchronize(|| real!(CtxSynchronize, VoidFn, |f| f()))
+    })
+}
+
+/// # Safety
+/// As `cuStreamSynchronize`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize(stream: Stream) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::after_sync(real!(StreamSynchronize, StreamFn, |f| f(stream)))
+    })
+}
+
+/// # Safety
+/// As `cuStreamSynchronize_ptsz`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize_ptsz(stream: Stream) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::after_sync(real!(StreamSynchronizePtsz, StreamFn, |f| f(stream)))
+    })
+}
+
+/// # Safety
+/// As `cuEventSynchronize`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventSynchronize(event: Event) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::after_sync(real!(EventSynchronize, EventFn, |f| f(event)))
+    })
+}
+
+/// # Safety
+/// As `cuStreamCreate`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut Stream, flags: c_uint) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let r = real!(StreamCreate, StreamCreateFn, |f| f(stream, flags));
+        dispatch::stream_created(r, flags)
+    })
+}
+
+/// # Safety
+/// As `cuStreamCreateWithPriority`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    stream: *mut Stream,
+    flags: c_uint,
+    priority: c_int,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let r = real!(StreamCreateWithPriority, StreamCreateWithPriorityFn, |f| f(
+            stream, flags, priority
+        ));
+        dispatch::stream_created(r, flags)
+    })
+}
+
+/// # Safety
+/// As `cuLaunchKernel`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    func: *mut c_void,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: Stream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::launch(stream, || {
+            real!(LaunchKernel, LaunchKernelFn, |f| f(
+                func, gx, gy, gz, bx, by, bz, shared, stream, params, extra
+            ))
+        })
+    })
+}
+
+/// The per-thread form: a NULL stream is the thread's own, never the legacy one.
+///
+/// # Safety
+/// As `cuLaunchKernel_ptsz`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    func: *mut c_void,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: Stream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::launch(per_thread(stream), || {
+            real!(LaunchKernelPtsz, LaunchKernelFn, |f| f(
+                func, gx, gy, gz, bx, by, bz, shared, stream, params, extra
+            ))
+        })
+    })
+}
+
+/// # Safety
+/// As `cuDevicePrimaryCtxReset_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CuDevice) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::primary_ctx_reset(dev, || real!(PrimaryCtxReset, DeviceFn, |f| f(dev)))
+    })
+}
+
+/// # Safety
+/// As `cuDevicePrimaryCtxRelease_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CuDevice) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::primary_ctx_release(dev, || real!(PrimaryCtxRelease, DeviceFn, |f| f(dev)))
+    })
+}

@@ -1,0 +1,261 @@
+/* The driver API under the pool, reached the ways real programs reach the driver:
+ *   driver_pool lcuda   linked with -lcuda: calls reach the exported cuMemAlloc_v2... by symbol;
+ *   driver_pool static  as the static CUDA runtime: dlopen(libcuda.so.1), dlsym of
+ *                       cuGetProcAddress_v2, every entry point from it (flags 0 and 2), and the
+ *                       dlsym fallback of versioned names.
+ * Both print key=value lines the test compares with and without the pool, and end with
+ * "driver_pool MODE: all checks passed". Linked with nothing of the runtime. */
+#include "check.h"
+#include "cuda.h"
+
+#include <dlfcn.h>
+
+#define MiB (1024ull * 1024ull)
+
+#define CU_EXPECT(call, want)                                                           \
+    do {                                                                                \
+        CUresult got_ = (call);                                                         \
+        CHECK(got_ == (want), "%s returned %d, expected %d", #call, (int)got_, (int)(want)); \
+    } while (0)
+#define CU_OK(call) CU_EXPECT(call, CUDA_SUCCESS)
+
+/* The entry points, as the mode found them. */
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*retain)(CUcontext *, CUdevice);
+    CUresult (*set_current)(CUcontext);
+    CUresult (*create)(CUcontext *, unsigned, CUdevice);
+    CUresult (*pop)(CUcontext *);
+    CUresult (*destroy)(CUcontext);
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*free)(CUdeviceptr);
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*free_async)(CUdeviceptr, CUstream);
+    CUresult (*get_info)(size_t *, size_t *);
+    CUresult (*sync)(void);
+    CUresult (*htod)(CUdeviceptr, const void *, size_t);
+    CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, CUstream, void **, void **);
+    int (*stats)(int, cudasimStats *);
+    void (*fill)(void);
+} cu;
+
+static unsigned long long driver_mallocs(void)
+{
+    cudasimStats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    CHECK(cu.stats(0, &st) == 0, "cudasimGetStats");
+    return st.driver_mallocs;
+}
+
+static void link_directly(void)
+{
+    cu.init = cuInit;
+    cu.retain = cuDevicePrimaryCtxRetain;
+    cu.set_current = cuCtxSetCurrent;
+    cu.create = cuCtxCreate_v2;
+    cu.pop = cuCtxPopCurrent_v2;
+    cu.destroy = cuCtxDestroy_v2;
+    cu.alloc = cuMemAlloc_v2;
+    cu.free = cuMemFree_v2;
+    cu.alloc_async = cuMemAllocAsync;
+    cu.free_async = cuMemFreeAsync;
+    cu.get_info = cuMemGetInfo_v2;
+    cu.sync = cuCtxSynchronize;
+    cu.htod = cuMemcpyHtoD_v2;
+    cu.dtoh = cuMemcpyDtoH_v2;
+    cu.launch = cuLaunchKernel;
+    cu.stats = cudasimGetStats;
+    cu.fill = cudasim_fill_kernel;
+}
+
+typedef CUresult (*get_proc_t)(const char *, void **, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult *);
+
+static void *proc(get_proc_t get, const char *name, cuuint64_t flags)
+{
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st;
+    CUresult r = get(name, &p, 12080, flags, &st);
+    CHECK(r == CUDA_SUCCESS && p != NULL, "cuGetProcAddress(%s, flags %llu): %d", name,
+          (unsigned long long)flags, (int)r);
+    return p;
+}
+
+/* As the static runtime: the driver opened by name, everything through cuGetProcAddress. */
+static void link_as_static_runtime(cuuint64_t flags)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    get_proc_t first, get;
+    CHECK(h != NULL, "dlopen: %s", dlerror());
+    *(void **)&first = dlsym(h, "cuGetProcAddress_v2");
+    CHECK(first != NULL, "no cuGetProcAddress_v2");
+    *(void **)&get = proc(first, "cuGetProcAddress", 0);
+    *(void **)&cu.init = proc(get, "cuInit", flags);
+    *(void **)&cu.retain = proc(get, "cuDevicePrimaryCtxRetain", flags);
+    *(void **)&cu.set_current = proc(get, "cuCtxSetCurrent", flags);
+    *(void **)&cu.create = proc(get, "cuCtxCreate", flags);
+    *(void **)&cu.pop = proc(get, "cuCtxPopCurrent", flags);
+    *(void **)&cu.destroy = proc(get, "cuCtxDestroy", flags);
+    *(void **)&cu.alloc = proc(get, "cuMemAlloc", flags);
+    *(void **)&cu.free = proc(get, "cuMemFree", flags);
+    *(void **)&cu.alloc_async = proc(get, "cuMemAllocAsync", flags);
+    *(void **)&cu.free_async = proc(get, "cuMemFreeAsync", flags);
+    *(void **)&cu.get_info = proc(get, "cuMemGetInfo", flags);
+    *(void **)&cu.sync = proc(get, "cuCtxSynchronize", flags);
+    *(void **)&cu.htod = proc(get, "cuMemcpyHtoD", flags);
+    *(void **)&cu.dtoh = proc(get, "cuMemcpyDtoH", flags);
+    *(void **)&cu.launch = proc(get, "cuLaunchKernel", flags);
+    *(void **)&cu.stats = dlsym(h, "cudasimGetStats");
+    *(void **)&cu.fill = dlsym(h, "cudasim_fill_kernel");
+    CHECK(cu.stats != NULL && cu.fill != NULL, "no control API");
+}
+
+static CUresult launch_fill(CUdeviceptr p, size_t bytes, unsigned usec, int fill)
+{
+    CUfunction f;
+    void *args[4];
+    memcpy(&f, &cu.fill, sizeof f);
+    args[0] = &p;
+    args[1] = &bytes;
+    args[2] = &usec;
+    args[3] = &fill;
+    return cu.launch(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+}
+
+/* The checks every mode runs on the entry points it found. */
+static void exercise(void)
+{
+    CUcontext primary = NULL, created = NULL;
+    CUdeviceptr p = 0, q = 0, blocks[8];
+    size_t free_b = 0, total_b = 0;
+    unsigned long long before;
+    static unsigned char data[MiB], back[MiB];
+    int i, n;
+
+    CU_OK(cu.init(0));
+    CU_OK(cu.retain(&primary, 0));
+    CU_OK(cu.set_current(primary));
+
+    /* alloc and free, 100 times, the context synchronized after each free (what makes a
+     * block freed by cuMemFree reusable in strict mode) */
+    before = driver_mallocs();
+    for (i = 0; i < 100; i++) {
+        CU_OK(cu.alloc(&p, MiB));
+        CU_OK(cu.free(p));
+        CU_OK(cu.sync());
+    }
+    printf("churn_driver_mallocs=%llu\n", driver_mallocs() - before);
+
+    /* the async pair, 100 times */
+    before = driver_mallocs();
+    for (i = 0; i < 100; i++) {
+        CU_OK(cu.alloc_async(&p, 3 * MiB, NULL));
+        CU_OK(cu.free_async(p, NULL));
+    }
+    CU_OK(cu.sync());
+    printf("async_driver_mallocs=%llu\n", driver_mallocs() - before);
+
+    /* 0 bytes, interior and double frees: the driver's answers */
+    CU_EXPECT(cu.alloc(&p, 0), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cu.alloc(&p, 4096));
+    CU_EXPECT(cu.free(p + 256), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cu.free(p));
+    CU_EXPECT(cu.free(p), CUDA_ERROR_INVALID_VALUE);
+
+    /* content: a block freed under a running kernel is not handed out clobbered */
+    memset(data, 0x5a, sizeof data);
+    CU_OK(cu.alloc(&p, MiB));
+    CU_OK(launch_fill(p, MiB, 20000, 0xab));
+    CU_OK(cu.free(p));
+    CU_OK(cu.alloc(&q, MiB));
+    CU_OK(cu.htod(q, data, MiB));
+    CU_OK(cu.sync());
+    CU_OK(cu.dtoh(back, q, MiB));
+    CHECK(memcmp(back, data, MiB) == 0, "the kernel's fill landed on the new owner's data");
+    CU_OK(cu.free(q));
+
+    /* cached memory counts as free */
+    CU_OK(cu.alloc(&p, 64 * MiB));
+    CU_OK(cu.free(p));
+    CU_OK(cu.get_info(&free_b, &total_b));
+    printf("info_free=%zu\ninfo_total=%zu\n", free_b, total_b);
+
+    /* a context the program made: its allocations go to the driver */
+    CU_OK(cu.create(&created, 0, 0));
+    before = driver_mallocs();
+    for (i = 0; i < 10; i++) {
+        CU_OK(cu.alloc(&p, MiB));
+        CU_OK(cu.free(p));
+    }
+    printf("created_context_driver_mallocs=%llu\n", driver_mallocs() - before);
+    CU_OK(cu.pop(NULL));
+    CU_OK(cu.destroy(created));
+    CU_OK(cu.set_current(primary));
+
+    /* out of memory: the driver's error, and the cache given back for a retry */
+    for (n = 0; n < 8; n++) {
+        CUresult r = cu.alloc(&blocks[n], 300 * MiB);
+        if (r != CUDA_SUCCESS) {
+            CHECK(r == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc at OOM: %d", (int)r);
+            break;
+        }
+    }
+    printf("oom_after=%d\n", n);
+    for (i = 0; i < n; i++) {
+        CU_OK(cu.free(blocks[i]));
+    }
+    CU_OK(cu.alloc(&p, 900 * MiB));
+    CU_OK(cu.free(p));
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "lcuda";
+    if (strcmp(mode, "lcuda") == 0) {
+        link_directly();
+    } else if (strcmp(mode, "static") == 0) {
+        link_as_static_runtime(0);
+    } else if (strcmp(mode, "static-ptsz") == 0) {
+        link_as_static_runtime(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    } else if (strcmp(mode, "fallback") == 0) {
+        /* A driver without cuGetProcAddress: the versioned names by dlsym. */
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        CHECK(h != NULL, "dlopen: %s", dlerror());
+        link_directly();
+        *(void **)&cu.alloc = dlsym(h, "cuMemAlloc_v2");
+        *(void **)&cu.free = dlsym(h, "cuMemFree_v2");
+        *(void **)&cu.alloc_async = dlsym(h, "cuMemAllocAsync");
+        *(void **)&cu.free_async = dlsym(h, "cuMemFreeAsync");
+        *(void **)&cu.get_info = dlsym(h, "cuMemGetInfo_v2");
+        *(void **)&cu.sync = dlsym(h, "cuCtxSynchronize");
+        *(void **)&cu.launch = dlsym(h, "cuLaunchKernel");
+        CHECK(cu.alloc && cu.free && cu.get_info && cu.sync, "dlsym: %s", dlerror());
+    } else if (strcmp(mode, "lookups") == 0) {
+        /* What dlsym answers for everything else must not change under the pool. */
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        const char *err;
+        CHECK(h != NULL, "dlopen: %s", dlerror());
+        CHECK(dlsym(h, "cuNoSuchEntryPoint") == NULL, "found a missing name");
+        err = dlerror();
+        printf("dlerror_missing=%s\n", err ? err : "(none)");
+        CHECK(dlsym(h, "cuInit") != NULL, "no cuInit");
+        err = dlerror();
+        printf("dlerror_after_success=%s\n", err ? err : "(none)");
+        /* RTLD_NEXT is relative to the caller: from the program, the next object defining
+         * cudaMalloc is the preloaded pool, or none; never what comes after the pool. */
+        printf("rtld_next_is_default=%d\n",
+               dlsym(RTLD_NEXT, "cudaMalloc") == dlsym(RTLD_DEFAULT, "cudaMalloc"));
+        printf("rtld_next_getpid_is_default=%d\n",
+               dlsym(RTLD_NEXT, "getpid") == dlsym(RTLD_DEFAULT, "getpid"));
+        printf("driver_pool lookups: all checks passed\n");
+        return 0;
+    } else {
+        CHECK(0, "unknown mode %s", mode);
+    }
+    exercise();
+    printf("driver_pool %s: all checks passed\n", mode);
+    return 0;
+}
