@@ -11,7 +11,7 @@ mod support;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use sim::Sim;
+use sim::{Build, Sim};
 use support::{number, ok, pooled, unpooled};
 
 fn program() -> PathBuf {
@@ -20,14 +20,58 @@ fn program() -> PathBuf {
         .clone()
 }
 
+/// `tests/c/driver_module.c`, a shared library with nothing of CUDA linked.
+fn module() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let build = Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC"],
+            libs: &["-ldl"],
+            cudart: false,
+        };
+        Sim::get().build(&support::root().join("tests/c/driver_module.c"), &build)
+    })
+    .clone()
+}
+
+/// `tests/c/driver_mixed.c`, linked with the runtime and `-lcuda`.
+fn mixed() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let sim = Sim::get();
+        let simlib = sim.simlib.display().to_string();
+        let build = Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-L", &simlib, "-lcuda"],
+            cudart: true,
+        };
+        sim.build(&support::root().join("tests/c/driver_mixed.c"), &build)
+    })
+    .clone()
+}
+
 const ENV: &[(&str, &str)] = &[("CUDASIM_MEM", "1GiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
 
 /// Runs `mode` pooled (with `env` added) and unpooled; returns both stdouts and the pooled stderr.
 fn both(mode: &str, env: &[(&str, &str)]) -> (String, String, String) {
+    both_with_args(&[mode], env)
+}
+
+/// `both`, with the program's arguments (the mode first).
+fn both_with_args(args: &[&str], env: &[(&str, &str)]) -> (String, String, String) {
     let exe = program();
+    let mode = args[0];
     let all: Vec<(&str, &str)> = ENV.iter().chain(env).copied().collect();
-    let (with, stderr) = ok(&mut pooled(&exe, &[mode], &all));
-    let (without, _) = ok(&mut unpooled(&exe, &[mode], ENV));
+    let limit: Vec<(&str, &str)> = env
+        .iter()
+        .filter(|e| e.0 == "GPUPOOL_LIMIT")
+        .copied()
+        .collect();
+    let unpooled_env: Vec<(&str, &str)> = ENV.iter().chain(&limit).copied().collect();
+    let (with, stderr) = ok(&mut pooled(&exe, args, &all));
+    let (without, _) = ok(&mut unpooled(&exe, args, &unpooled_env));
     let done = format!("driver_pool {mode}: all checks passed");
     assert!(with.contains(&done), "{with}\n{stderr}");
     assert!(without.contains(&done), "{without}");
@@ -56,6 +100,9 @@ fn assert_pooled(mode: &str, with: &str, without: &str) {
     );
     assert_eq!(number::<u64>(with, "info_total="), 1 << 30);
     assert_eq!(number::<u64>(with, "created_context_driver_mallocs="), 10);
+    // CUDA_ERROR_INVALID_VALUE under the pool: a handle would name the segment, not the block.
+    assert_eq!(number::<i32>(with, "ipc_second_block="), 1, "{mode}");
+    assert_eq!(number::<i32>(without, "ipc_second_block="), 0, "{mode}");
     assert_eq!(
         number::<u64>(with, "oom_after="),
         number::<u64>(without, "oom_after=")
@@ -108,4 +155,48 @@ fn the_summary_counts_a_driver_only_program() {
     assert!(with.contains("driver_pool lcuda"));
     assert!(stderr.contains("gpupool summary"), "{stderr}");
     assert!(stderr.contains("runtime libcuda.so.1"), "{stderr}");
+    // The pool's own calls, and the out-of-memory report, named as the driver's.
+    assert!(stderr.contains(" driver     cuMemAlloc "), "{stderr}");
+    assert!(
+        stderr.contains("out of memory on device 0: cuMemAlloc of 300 MiB"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the driver's own cuMemAlloc"), "{stderr}");
+}
+
+#[test]
+fn a_module_loaded_rtld_local_that_finds_the_driver_itself_is_pooled() {
+    let lib = module();
+    let lib = lib.to_str().expect("a UTF-8 path");
+    let (with, without, _) = both_with_args(&["module", lib], &[]);
+    assert!(
+        number::<u64>(&with, "module_driver_mallocs=") <= 1,
+        "{with}"
+    );
+    assert_eq!(number::<u64>(&without, "module_driver_mallocs="), 100);
+}
+
+#[test]
+fn the_limit_applies_to_the_driver_path() {
+    let (with, without, stderr) = both("lcuda", &[("GPUPOOL_LIMIT", "512MiB")]);
+    // 300 MiB blocks: one fits under the limit, three on the device.
+    assert_eq!(number::<u64>(&with, "oom_after="), 1, "{stderr}");
+    assert_eq!(number::<u64>(&without, "oom_after="), 3);
+}
+
+#[test]
+fn one_pool_serves_both_apis_and_frees_cross() {
+    let exe = mixed();
+    let (with, stderr) = ok(&mut pooled(&exe, &[], ENV));
+    let (without, _) = ok(&mut unpooled(&exe, &[], ENV));
+    assert!(
+        with.contains("driver_mixed: all checks passed"),
+        "{with}\n{stderr}"
+    );
+    assert!(
+        without.contains("driver_mixed: all checks passed"),
+        "{without}"
+    );
+    assert!(number::<u64>(&with, "mixed_mallocs=") <= 2, "{with}");
+    assert_eq!(number::<u64>(&without, "mixed_mallocs="), 100);
 }

@@ -107,6 +107,7 @@ functions!(
     cuMemFreeAsync,
     cuMemFreeAsync_ptsz,
     cuMemGetInfo_v2,
+    cuIpcGetMemHandle,
     cuMemGetAddressRange_v2,
     cuMemcpyHtoD_v2,
     cuMemcpyDtoH_v2,

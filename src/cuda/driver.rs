@@ -62,6 +62,9 @@ pub type LaunchKernelFn = unsafe extern "C" fn(
     *mut *mut c_void,
     *mut *mut c_void,
 ) -> CuResult;
+/// `cuIpcGetMemHandle`: the handle is 64 opaque bytes, as `cudaIpcMemHandle_t`.
+pub type IpcGetMemHandleFn =
+    unsafe extern "C" fn(*mut super::types::IpcMemHandle, CuDevicePtr) -> CuResult;
 /// `cuGetProcAddress` (CUDA 11.3).
 pub type GetProcAddressFn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;

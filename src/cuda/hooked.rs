@@ -31,9 +31,10 @@ pub enum Hooked {
     LaunchKernelPtsz,
     PrimaryCtxReset,
     PrimaryCtxRelease,
+    IpcGetMemHandle,
 }
 
-pub const COUNT: usize = Hooked::PrimaryCtxRelease as usize + 1;
+pub const COUNT: usize = Hooked::IpcGetMemHandle as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -56,6 +57,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuLaunchKernel_ptsz",
     c"cuDevicePrimaryCtxReset_v2",
     c"cuDevicePrimaryCtxRelease_v2",
+    c"cuIpcGetMemHandle",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

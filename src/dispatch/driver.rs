@@ -394,3 +394,13 @@ pub fn primary_ctx_release(dev: c_int, real: impl Fn() -> CuResult) -> CuResult 
     }
     r
 }
+
+/// `cuIpcGetMemHandle`: refused for a block inside a pool segment, as `cudaIpcGetMemHandle` is.
+pub fn ipc_get_mem_handle(ptr: CuDevicePtr, real: impl Fn() -> CuResult) -> CuResult {
+    match global::process_pool() {
+        Some(pool) if super::ipc_refused(pool, ptr, "cuIpcGetMemHandle") => {
+            cu::CU_ERROR_INVALID_VALUE
+        }
+        _ => real(),
+    }
+}

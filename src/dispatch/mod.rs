@@ -626,10 +626,26 @@ pub unsafe fn stream_create_with_priority(
 
 static IPC_REFUSED: AtomicBool = AtomicBool::new(false);
 
-/// An IPC handle names a whole driver allocation. For a block that does not start its segment,
-/// the importer would map the segment's start instead of the block: refuse clearly rather than
-/// hand out a silently wrong mapping.
-///
+/// Whether an IPC handle for `addr` must be refused: an IPC handle names a whole driver
+/// allocation, and for a block that does not start its segment the importer would map the
+/// segment's start instead of the block. Says so once on stderr; `what` names the call.
+pub(crate) fn ipc_refused<B: Backend>(pool: &Pool<B>, addr: u64, what: &str) -> bool {
+    let starts_segment = match pool.live_block(addr) {
+        Some((_, b)) => b.addr == b.segment_addr,
+        None => pool.owner_of(addr).is_none(),
+    };
+    if !starts_segment {
+        log::warn_once(&IPC_REFUSED, || {
+            format!(
+                "{what}(0x{addr:x}): the pointer is sub-allocated inside a pool segment, and an \
+                 IPC handle would map the segment's start instead; returned an invalid-value \
+                 error (run with GPUPOOL_DISABLE=1 for IPC-heavy programs)"
+            )
+        });
+    }
+    !starts_segment
+}
+
 /// # Safety
 /// As `cudaIpcGetMemHandle`.
 pub unsafe fn ipc_get_mem_handle(handle: *mut IpcMemHandle, ptr: *mut c_void) -> CudaStatus {
@@ -639,23 +655,8 @@ pub unsafe fn ipc_get_mem_handle(handle: *mut IpcMemHandle, ptr: *mut c_void) ->
     };
     // SAFETY: the caller's arguments, passed on unchanged.
     let pass = || forward(g.runtime.ipc_get_mem_handle, |f| unsafe { f(handle, ptr) });
-    let Some(pool) = g.pool() else {
-        return pass();
-    };
-    let addr = ptr as u64;
-    let starts_segment = match pool.live_block(addr) {
-        Some((_, b)) => b.addr == b.segment_addr,
-        None => pool.owner_of(addr).is_none(),
-    };
-    if starts_segment {
-        return pass();
+    match g.pool() {
+        Some(pool) if ipc_refused(pool, ptr as u64, "cudaIpcGetMemHandle") => ERROR_INVALID_VALUE,
+        _ => pass(),
     }
-    log::warn_once(&IPC_REFUSED, || {
-        format!(
-            "cudaIpcGetMemHandle({ptr:p}): the pointer is sub-allocated inside a pool segment, \
-             and an IPC handle would map the segment's start instead; returned \
-             cudaErrorInvalidValue (run with GPUPOOL_DISABLE=1 for IPC-heavy programs)"
-        )
-    });
-    ERROR_INVALID_VALUE
 }

@@ -57,6 +57,7 @@ fn hooks() -> [usize; COUNT] {
         cuLaunchKernel_ptsz as *const () as usize,
         cuDevicePrimaryCtxReset_v2 as *const () as usize,
         cuDevicePrimaryCtxRelease_v2 as *const () as usize,
+        cuIpcGetMemHandle as *const () as usize,
     ]
 }
 
@@ -347,5 +348,19 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CuDevice) -> CuResult {
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CuDevice) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::primary_ctx_release(dev, || real!(PrimaryCtxRelease, DeviceFn, |f| f(dev)))
+    })
+}
+
+/// # Safety
+/// As `cuIpcGetMemHandle`.
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcGetMemHandle(
+    handle: *mut crate::cuda::types::IpcMemHandle,
+    ptr: CuDevicePtr,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ipc_get_mem_handle(ptr, || {
+            real!(IpcGetMemHandle, IpcGetMemHandleFn, |f| f(handle, ptr))
+        })
     })
 }

@@ -95,14 +95,15 @@ pub fn write_not_intercepted(dest: &SummaryDest) {
 fn not_intercepted_why() -> String {
     let loaded = crate::cuda::loader::loaded_runtimes();
     if loaded.is_empty() {
-        "no CUDA runtime was loaded dynamically: the program does not use CUDA, or it links the \
-         runtime statically (nvcc's default; build with -cudart shared)"
+        "no CUDA runtime was loaded dynamically and no driver allocation reached libgpupool: \
+         the program does not use CUDA, or the driver hooks were off (GPUPOOL_DRIVER_HOOKS=0, \
+         or a platform without the dlsym hook: only x86-64 Linux has it)"
             .to_string()
     } else {
         format!(
             "a CUDA runtime was loaded ({}) but no cudaMalloc reached libgpupool: the program \
-             allocates otherwise (cudaMallocManaged, the driver API) or the \
-             library that allocates links the runtime statically",
+             allocates otherwise (cudaMallocManaged, CUDA virtual memory management), or \
+             the driver hooks were off (GPUPOOL_DRIVER_HOOKS=0)",
             loaded.join(", ")
         )
     }

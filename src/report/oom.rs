@@ -30,19 +30,20 @@ pub fn report(src: &super::Source, device: u32, size: u64) {
     if let Some(d) = report.devices.iter().find(|d| d.snap.device == device) {
         log::write_stream(
             log::Stream::Stderr,
-            render(d, size, report.max_split_size).as_bytes(),
+            render(d, size, report.max_split_size, &report.runtime).as_bytes(),
         );
     }
 }
 
 /// The report of a `size`-byte request that failed on `d`'s device, with `max_split_size` the
-/// pool's setting.
-pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
+/// pool's setting and `runtime` the library its calls go to.
+pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -> String {
     let s = &d.snap.stats;
+    let (malloc, _) = super::summary::segment_calls(runtime);
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "gpupool: out of memory on device {}: cudaMalloc of {} ({size} bytes) failed",
+        "gpupool: out of memory on device {}: {malloc} of {} ({size} bytes) failed",
         d.snap.device,
         bytes(size)
     );
@@ -109,9 +110,11 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64) -> String {
                 String::new()
             },
             if limited {
-                ""
+                String::new()
+            } else if malloc == "cuMemAlloc" {
+                " and with the driver's own cuMemAlloc".to_string()
             } else {
-                " and with the runtime's own cudaMalloc"
+                " and with the runtime's own cudaMalloc".to_string()
             }
         );
     }

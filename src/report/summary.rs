@@ -80,6 +80,17 @@ fn group_leaks(leaks: &[LiveBlock]) -> Vec<(u64, u64)> {
     by_size.into_iter().rev().collect()
 }
 
+/// The calls that take and give back segments: the runtime's, or the driver's in a process
+/// where the pool's calls go to the driver (its library named as the report's runtime).
+pub fn segment_calls(runtime: &str) -> (&'static str, &'static str) {
+    let file = runtime.rsplit('/').next().unwrap_or(runtime);
+    if file.starts_with("libcuda.so") {
+        ("cuMemAlloc", "cuMemFree")
+    } else {
+        ("cudaMalloc", "cudaFree")
+    }
+}
+
 impl Report {
     pub fn collect<B: Backend>(pool: &Pool<B>, runtime: &str, patience: LockWait) -> Report {
         let mut devices = Vec::new();
@@ -255,9 +266,10 @@ pub fn render_text(r: &Report) -> String {
         // Calls the driver refused (out of memory, retried smaller or after a release) count
         // among the calls but made no segment: said, so that 42 calls beside 36 segments add up.
         let refused = s.mallocs_refused();
+        let (malloc, free) = segment_calls(&r.runtime);
         let _ = writeln!(
             o,
-            " driver     cudaMalloc {}{} ({} avoided, {}), cudaFree {} ({})",
+            " driver     {malloc} {}{} ({} avoided, {}), {free} {} ({})",
             s.real_mallocs,
             if refused > 0 {
                 format!(", {refused} refused")

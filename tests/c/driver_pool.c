@@ -32,6 +32,7 @@ static struct {
     CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
     CUresult (*free_async)(CUdeviceptr, CUstream);
     CUresult (*get_info)(size_t *, size_t *);
+    CUresult (*ipc)(CUipcMemHandle *, CUdeviceptr);
     CUresult (*sync)(void);
     CUresult (*htod)(CUdeviceptr, const void *, size_t);
     CUresult (*dtoh)(void *, CUdeviceptr, size_t);
@@ -63,6 +64,7 @@ static void link_directly(void)
     cu.alloc_async = cuMemAllocAsync;
     cu.free_async = cuMemFreeAsync;
     cu.get_info = cuMemGetInfo_v2;
+    cu.ipc = cuIpcGetMemHandle;
     cu.sync = cuCtxSynchronize;
     cu.htod = cuMemcpyHtoD_v2;
     cu.dtoh = cuMemcpyDtoH_v2;
@@ -104,6 +106,7 @@ static void link_as_static_runtime(cuuint64_t flags)
     *(void **)&cu.alloc_async = proc(get, "cuMemAllocAsync", flags);
     *(void **)&cu.free_async = proc(get, "cuMemFreeAsync", flags);
     *(void **)&cu.get_info = proc(get, "cuMemGetInfo", flags);
+    *(void **)&cu.ipc = proc(get, "cuIpcGetMemHandle", flags);
     *(void **)&cu.sync = proc(get, "cuCtxSynchronize", flags);
     *(void **)&cu.htod = proc(get, "cuMemcpyHtoD", flags);
     *(void **)&cu.dtoh = proc(get, "cuMemcpyDtoH", flags);
@@ -130,6 +133,7 @@ static void exercise(void)
 {
     CUcontext primary = NULL, created = NULL;
     CUdeviceptr p = 0, q = 0, blocks[8];
+    CUipcMemHandle handle;
     size_t free_b = 0, total_b = 0;
     unsigned long long before;
     static unsigned char data[MiB], back[MiB];
@@ -164,6 +168,13 @@ static void exercise(void)
     CU_EXPECT(cu.free(p + 256), CUDA_ERROR_INVALID_VALUE);
     CU_OK(cu.free(p));
     CU_EXPECT(cu.free(p), CUDA_ERROR_INVALID_VALUE);
+
+    /* an IPC handle of a block inside a segment would name the segment: refused */
+    CU_OK(cu.alloc(&p, 4096));
+    CU_OK(cu.alloc(&q, 4096));
+    printf("ipc_second_block=%d\n", (int)cu.ipc(&handle, p > q ? p : q));
+    CU_OK(cu.free(p));
+    CU_OK(cu.free(q));
 
     /* content: a block freed under a running kernel is not handed out clobbered */
     memset(data, 0x5a, sizeof data);
@@ -207,8 +218,10 @@ static void exercise(void)
     for (i = 0; i < n; i++) {
         CU_OK(cu.free(blocks[i]));
     }
-    CU_OK(cu.alloc(&p, 900 * MiB));
-    CU_OK(cu.free(p));
+    if (getenv("GPUPOOL_LIMIT") == NULL) {
+        CU_OK(cu.alloc(&p, 900 * MiB));
+        CU_OK(cu.free(p));
+    }
 }
 
 int main(int argc, char **argv)
@@ -230,9 +243,20 @@ int main(int argc, char **argv)
         *(void **)&cu.alloc_async = dlsym(h, "cuMemAllocAsync");
         *(void **)&cu.free_async = dlsym(h, "cuMemFreeAsync");
         *(void **)&cu.get_info = dlsym(h, "cuMemGetInfo_v2");
+        *(void **)&cu.ipc = dlsym(h, "cuIpcGetMemHandle");
         *(void **)&cu.sync = dlsym(h, "cuCtxSynchronize");
         *(void **)&cu.launch = dlsym(h, "cuLaunchKernel");
         CHECK(cu.alloc && cu.free && cu.get_info && cu.sync, "dlsym: %s", dlerror());
+    } else if (strcmp(mode, "module") == 0 && argc > 2) {
+        /* As XLA: a Python-extension-like module loaded RTLD_LOCAL finds the driver itself. */
+        void *m = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+        long (*churn)(void);
+        CHECK(m != NULL, "dlopen %s: %s", argv[2], dlerror());
+        *(void **)&churn = dlsym(m, "module_churn");
+        CHECK(churn != NULL, "no module_churn");
+        printf("module_driver_mallocs=%ld\n", churn());
+        printf("driver_pool module: all checks passed\n");
+        return 0;
     } else if (strcmp(mode, "lookups") == 0) {
         /* What dlsym answers for everything else must not change under the pool. */
         void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

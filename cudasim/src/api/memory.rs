@@ -600,16 +600,26 @@ pub unsafe extern "C" fn cudaIpcGetMemHandle(
     handle: *mut IpcMemHandle,
     dev_ptr: *mut c_void,
 ) -> c_int {
-    runtime_call(Func::cudaIpcGetMemHandle, || {
-        // SAFETY: the caller passes NULL or a pointer valid for writing the structure.
-        let out = unsafe { Out::new(handle)? };
-        let a = with_state(|st| Ok(st.allocs.live_containing(dev_ptr as usize).copied()))?
-            .filter(|a| a.kind == Kind::Device)
-            .ok_or(INVALID_VALUE)?;
-        let mut reserved = [0u8; 64];
-        reserved[..8].copy_from_slice(&(a.base as u64).to_ne_bytes());
-        reserved[8..12].copy_from_slice(&(a.device as i32).to_ne_bytes());
-        out.set(IpcMemHandle { reserved });
-        Ok(())
+    // SAFETY: the caller passes NULL or a pointer valid for writing the structure.
+    runtime_call(Func::cudaIpcGetMemHandle, || unsafe {
+        ipc_get_mem_handle(handle, dev_ptr as usize)
     })
+}
+
+/// The handle of the allocation containing `addr`: its base and device (the driver's answer
+/// names the whole allocation, as CUDA's does).
+///
+/// # Safety
+/// `handle` must be NULL or valid for writing the structure.
+pub unsafe fn ipc_get_mem_handle(handle: *mut IpcMemHandle, addr: usize) -> CudaResult {
+    // SAFETY: forwarded from the caller.
+    let out = unsafe { Out::new(handle)? };
+    let a = with_state(|st| Ok(st.allocs.live_containing(addr).copied()))?
+        .filter(|a| a.kind == Kind::Device)
+        .ok_or(INVALID_VALUE)?;
+    let mut reserved = [0u8; 64];
+    reserved[..8].copy_from_slice(&(a.base as u64).to_ne_bytes());
+    reserved[8..12].copy_from_slice(&(a.device as i32).to_ne_bytes());
+    out.set(IpcMemHandle { reserved });
+    Ok(())
 }

@@ -68,6 +68,19 @@ with_ptsz! {
     }
 }
 
+/// As `cudaIpcGetMemHandle`: the handle names the whole allocation containing `dptr`.
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcGetMemHandle(
+    handle: *mut crate::api::memory::IpcMemHandle,
+    dptr: CuDevicePtr,
+) -> CuResult {
+    driver_call(Func::cuIpcGetMemHandle, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing the structure.
+        unsafe { crate::api::memory::ipc_get_mem_handle(handle, dptr as usize) }
+    })
+}
+
 /// As `cudaMemGetInfo`, for the current context's device.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CuResult {

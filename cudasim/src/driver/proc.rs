@@ -63,6 +63,7 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuMemAllocAsync" => one!(11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
         b"cuMemFreeAsync" => one!(11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
         b"cuMemGetInfo" => one!(3020, cuMemGetInfo_v2),
+        b"cuIpcGetMemHandle" => one!(4010, cuIpcGetMemHandle),
         b"cuMemGetAddressRange" => one!(3020, cuMemGetAddressRange_v2),
         b"cuMemcpyHtoD" => one!(3020, cuMemcpyHtoD_v2),
         b"cuMemcpyDtoH" => one!(3020, cuMemcpyDtoH_v2),

@@ -1,0 +1,42 @@
+/* The runtime and the driver in one process, linked with both (-lcudart -lcuda): one pool for
+ * both paths. A block from cudaMalloc is freed by cuMemFree and the reverse; a double free
+ * across the two is refused by the second; the calls reach the device's allocator rarely.
+ * Prints key=value lines and "driver_mixed: all checks passed". */
+#include "check.h"
+#include "cuda.h"
+
+#define MiB (1024ull * 1024ull)
+
+int main(void)
+{
+    void *p = NULL;
+    CUdeviceptr d = 0;
+    cudasimStats before, after;
+    int i;
+
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(NULL));
+    before = sim_stats(0);
+    for (i = 0; i < 50; i++) {
+        CHECK_CUDA(cudaMalloc(&p, MiB));
+        CHECK(cuMemFree_v2((CUdeviceptr)p) == CUDA_SUCCESS, "cuMemFree of a cudaMalloc block");
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK(cuMemAlloc_v2(&d, MiB) == CUDA_SUCCESS, "cuMemAlloc");
+        CHECK_CUDA(cudaFree((void *)d));
+        CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "cuCtxSynchronize");
+    }
+    after = sim_stats(0);
+    printf("mixed_mallocs=%llu\n", after.malloc_calls - before.malloc_calls);
+
+    /* Freed by one API, freed again by the other: the second is refused. */
+    CHECK_CUDA(cudaMalloc(&p, MiB));
+    CHECK(cuMemFree_v2((CUdeviceptr)p) == CUDA_SUCCESS, "first free");
+    CHECK(cudaFree(p) == cudaErrorInvalidValue, "a second free through the runtime");
+    (void)cudaGetLastError();
+    CHECK(cuMemAlloc_v2(&d, MiB) == CUDA_SUCCESS, "cuMemAlloc");
+    CHECK_CUDA(cudaFree((void *)d));
+    CHECK(cuMemFree_v2(d) == CUDA_ERROR_INVALID_VALUE, "a second free through the driver");
+
+    printf("driver_mixed: all checks passed\n");
+    return 0;
+}
