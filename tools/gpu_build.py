@@ -91,12 +91,12 @@ def build_all(check):
         log.write_text("")
         out = check.build / p
         out.unlink(missing_ok=True)
-        src = str(check.src / f"{p}.cu")
-        cmd = manifest.nvcc_command(check.nvcc, src, str(out), link, arch=True)
+        src = str(check.src / f"{manifest.source_of(p)}.cu")
+        cmd = manifest.nvcc_command(check.nvcc, src, str(out), link, arch=True, program=p)
         if check.timed(cmd, log, check.build_limit(), "$ " + " ".join(cmd)) == 0:
             how[p] = "sm_90"
             return
-        cmd = manifest.nvcc_command(check.nvcc, src, str(out), link, arch=False)
+        cmd = manifest.nvcc_command(check.nvcc, src, str(out), link, arch=False, program=p)
         header = "$ " + " ".join(cmd) + "   (retry without -arch)"
         if check.timed(cmd, log, check.build_limit(), header) == 0:
             how[p] = "default arch (sm_90 failed)"

@@ -7,10 +7,16 @@ from dataclasses import dataclass
 from steps import GPU, SANITIZER, TORCH, Has, Is, Line, Positive, Step
 
 # The programs built from tests/gpu/NAME.cu with nvcc (each build needs nvcc; each step that runs
-# one needs its build).
-PROGRAMS = ("churn", "hazard", "stream_reuse", "overlap", "hit_bench")
-# -cudart shared: the runtime calls go through libcudart.so, where LD_PRELOAD interposes them.
-NVCC_FLAGS = ("-O2", "-cudart", "shared")
+# one needs its build). -cudart shared: the runtime calls go through libcudart.so, where the
+# runtime hooks interpose them.
+PROGRAMS = ("churn", "hazard", "stream_reuse", "overlap", "hit_bench", "cublas_loop",
+            "churn_static", "hazard_static")
+# NAME_static is NAME.cu built as nvcc builds by default, with the runtime inside the program:
+# its calls reach the pool only through the driver hooks (dlsym, cuGetProcAddress).
+STATIC_SUFFIX = "_static"
+# What a program links besides the runtime.
+PROGRAM_LIBS = {"cublas_loop": ("-lcublas",)}
+NVCC_FLAGS = ("-O2",)
 # Hopper first; without -arch when the toolkit cannot build for it.
 ARCH = "-arch=sm_90"
 LINK_LIBS = ("-lpthread", "-ldl")
@@ -42,6 +48,7 @@ class Counts:
     overlap: tuple = ("300", "1000", "1000", "1048576")  # iterations, kernel us, host us, bytes
     torch: tuple = ("--steps", "30", "--warmup", "5")
     sanitizer_churn: tuple = ("1", "200", "1", "1048576")  # threads, iterations, seed, max bytes
+    cublas_rounds: int = 20
 
 
 # GPU_CHECK_QUICK=1: smaller counts.
@@ -51,6 +58,7 @@ QUICK = Counts(
     overlap=("100", "1000", "1000", "1048576"),
     torch=("--steps", "12", "--warmup", "3"),
     sanitizer_churn=("1", "50", "1", "1048576"),
+    cublas_rounds=5,
 )
 
 
@@ -59,9 +67,17 @@ def pool(lib, mode):
     return (("LD_PRELOAD", lib), ("GPUPOOL_REUSE", mode), ("GPUPOOL_SUMMARY", "stderr"))
 
 
-def nvcc_command(nvcc, src, out, link_flags, arch):
-    """One build attempt of tests/gpu/NAME.cu (arch: True for -arch=sm_90)."""
-    return [nvcc, *NVCC_FLAGS, *([ARCH] if arch else []), "-o", out, src, *link_flags, *LINK_LIBS]
+def source_of(program):
+    """The tests/gpu file a program is built from: NAME.cu for NAME and NAME_static."""
+    return program.removesuffix(STATIC_SUFFIX)
+
+
+def nvcc_command(nvcc, src, out, link_flags, arch, program=None):
+    """One build attempt of tests/gpu/NAME.cu as `program` (arch: True for -arch=sm_90)."""
+    program = program or out.rsplit("/", 1)[-1]
+    cudart = "static" if program.endswith(STATIC_SUFFIX) else "shared"
+    return [nvcc, *NVCC_FLAGS, "-cudart", cudart, *([ARCH] if arch else []), "-o", out, src,
+            *link_flags, *PROGRAM_LIBS.get(program, ()), *LINK_LIBS]
 
 
 def manifest(build, src, lib, python, sanitizer, counts):
@@ -173,6 +189,35 @@ def manifest(build, src, lib, python, sanitizer, counts):
           finite + [INTERCEPTED, SAME_STREAM], reuse("relaxed"))
     torch("torch_nocache", "bench", argv, 150, ok, nocache)
 
+    # The static runtime (nvcc's default build): its allocations reach the pool through the
+    # driver hooks only. The same checks as the shared builds.
+    churn_static = group("churn_static", ("program_mallocs", "churn_ms"))
+    argv = [f"{build}/churn_static", str(c.churn_threads), str(c.churn_iters), "1"]
+    ok = Is("churn", "ok")
+    churn_static("churn_static_nopool", "check", argv, 120, [ok])
+    for mode in ("strict", "relaxed"):
+        churn_static(f"churn_static_pool_{mode}", "check", argv, 120, [ok, INTERCEPTED],
+                     pool(lib, mode))
+    hazard_static = group("hazard_static", ("reused_address", "clobbered"))
+    argv = [f"{build}/hazard_static", str(c.hazard_rounds)]
+    ok = Is("hazard", "ok")
+    hazard_static("hazard_static_nopool", "check", argv, 60, [ok])
+    for mode in ("strict", "barrier"):
+        hazard_static(f"hazard_static_pool_{mode}", "check", argv, 60, [ok, INTERCEPTED],
+                      pool(lib, mode))
+    # Driver hooks off: the static build's allocations go to the driver (informational: the
+    # summary's counts beside the run above).
+    hazard_static("hazard_static_hooks_off", "info", argv, 60, [ok],
+                  pool(lib, "strict") + (("GPUPOOL_DRIVER_HOOKS", "0"),))
+
+    # cuBLAS's own allocations (its static runtime): the program allocates nothing through the
+    # pool itself, so every malloc the summary counts is cuBLAS's.
+    blas = group("cublas_loop", ("rounds", "gemms", "max_error"))
+    argv = [f"{build}/cublas_loop", str(c.cublas_rounds)]
+    ok = Is("cublas_loop", "ok")
+    blas("cublas_nopool", "check", argv, 90, [ok])
+    blas("cublas_pool_strict", "check", argv, 90, [ok, INTERCEPTED], pool(lib, "strict"))
+
     # compute-sanitizer memcheck on churn under the pool; without the pool only to diagnose a
     # failure (informational).
     memcheck = group("churn", (), (GPU, SANITIZER))
@@ -185,6 +230,13 @@ def manifest(build, src, lib, python, sanitizer, counts):
              skip_if=SANITIZER_UNSUPPORTED)
     memcheck("sanitizer_memcheck_nopool", "info", tool + argv, 120, [clean],
              skip_if=SANITIZER_UNSUPPORTED, diagnoses="sanitizer_memcheck_pool")
+    # And on the static build, whose allocations come through the driver hooks.
+    memcheck = group("churn_static", (), (GPU, SANITIZER))
+    argv = [f"{build}/churn_static", *c.sanitizer_churn]
+    memcheck("sanitizer_memcheck_static_pool", "check",
+             tool + ["--target-processes", "all", "sh", "-c", PRELOAD_TARGET, lib] + argv, 150,
+             [clean, Is("churn", "ok")], (("GPUPOOL_SUMMARY", "stderr"),),
+             skip_if=SANITIZER_UNSUPPORTED)
 
     # Benchmarks.
     overlap = group("overlap", ("wall_ms", "ideal_ms", "serial_ms"))

@@ -26,7 +26,13 @@ CLEAN = "env -u LD_PRELOAD -u GPUPOOL_* -u PYTORCH_..."
 SHELL_DRY_RUN = (Path(__file__).parent / "testdata/shell-dry-run.txt").read_text().splitlines()
 # Steps the manifest gained after the shell version (PyTorch under the headline command).
 ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torch_async_native",
-                     "torch_launcher_pool", "torch_package_use"}
+                     "torch_launcher_pool", "torch_package_use",
+                     # The static runtime and cuBLAS, through the driver hooks (issue 19).
+                     "churn_static_nopool", "churn_static_pool_strict",
+                     "churn_static_pool_relaxed", "hazard_static_nopool",
+                     "hazard_static_pool_strict", "hazard_static_pool_barrier",
+                     "hazard_static_hooks_off", "cublas_nopool", "cublas_pool_strict",
+                     "sanitizer_memcheck_static_pool"}
 
 
 def dry_run_lines(counts):
@@ -53,7 +59,8 @@ class Manifest(unittest.TestCase):
         step = manifest.manifest("/b", "/s", "/l.so", "py", "/cs", manifest.Counts())[0]
         self.assertEqual(
             " ".join(step.command()),
-            "env -u LD_PRELOAD -u GPUPOOL_DISABLE -u GPUPOOL_RELEASE_THRESHOLD "
+            "env -u LD_PRELOAD -u GPUPOOL_DISABLE -u GPUPOOL_DRIVER_HOOKS "
+            "-u GPUPOOL_RELEASE_THRESHOLD "
             "-u GPUPOOL_REUSE -u GPUPOOL_MAX_SPLIT_SIZE -u GPUPOOL_FENCE_BYTES "
             "-u GPUPOOL_SUMMARY -u GPUPOOL_CUDART -u PYTORCH_NO_CUDA_MEMORY_CACHING "
             "-u PYTORCH_CUDA_ALLOC_CONF -u CUDA_LAUNCH_BLOCKING PYTHONUNBUFFERED=1 "
@@ -69,6 +76,14 @@ class Manifest(unittest.TestCase):
             "/cuda/bin/nvcc -O2 -cudart shared -arch=sm_90 -o /b/churn /s/churn.cu -L/cuda/lib64 "
             "-Xlinker -rpath -Xlinker /cuda/lib64 -lpthread -ldl",
         )
+        # nvcc's default static runtime for NAME_static, from NAME.cu; cuBLAS linked for its
+        # program.
+        self.assertEqual(
+            " ".join(manifest.nvcc_command("nvcc", "/s/churn.cu", "/b/churn_static", [], False)),
+            "nvcc -O2 -cudart static -o /b/churn_static /s/churn.cu -lpthread -ldl",
+        )
+        self.assertIn("-lcublas", manifest.nvcc_command("nvcc", "/s/cublas_loop.cu",
+                                                        "/b/cublas_loop", [], False))
         self.assertNotIn(
             "-arch=sm_90", manifest.nvcc_command("nvcc", "/s/churn.cu", "/b/churn", [], False)
         )
@@ -181,6 +196,8 @@ elif name == "hazard":
 elif name == "stream_reuse":
     reuse = 4 if (mode == "relaxed") != fail and pooled else 0
     print(f"rounds=4 same_stream_reuse={reuse} clobbered=0\nstream_reuse=ok")
+elif name == "cublas_loop":
+    print("rounds=20\ngemms=80\nmax_error=0\ncublas_loop=ok")
 elif name == "overlap":
     print(f"wall_ms={669.7 if not pooled else 324.6}\nideal_ms=300.0\nserial_ms=600.0")
 elif name == "hit_bench":

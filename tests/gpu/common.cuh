@@ -2,7 +2,9 @@
  * calls, a seeded RNG, a host clock, a calibrated clock64 spin kernel, and fill / count kernels.
  *
  * Every program here is built by scripts/gpu-check.sh with `nvcc -O2 -cudart shared`, so its
- * CUDA runtime calls go through libcudart.so and an LD_PRELOADed libgpupool.so sees them. */
+ * CUDA runtime calls go through libcudart.so and an LD_PRELOADed libgpupool.so sees them.
+ * churn and hazard are also built with nvcc's default static runtime (NAME_static), whose calls
+ * reach the pool through the driver hooks. */
 #ifndef GPUPOOL_GPU_COMMON_CUH
 #define GPUPOOL_GPU_COMMON_CUH
 
