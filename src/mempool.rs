@@ -23,7 +23,7 @@ use crate::dispatch::{
 };
 use crate::global;
 use crate::guard;
-use crate::pool::Pool;
+use crate::pool::{Origin, Pool};
 
 /// `cudaMemPoolAttrReservedMemCurrent`, and the three after it: reserved high, used current,
 /// used high (`enum cudaMemPoolAttr`).
@@ -36,7 +36,12 @@ const USED_HIGH: i32 = 8;
 ///
 /// # Safety
 /// As `cudaMallocAsync`.
-pub unsafe fn malloc_async(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> CudaStatus {
+pub unsafe fn malloc_async(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Stream,
+    origin: Origin,
+) -> CudaStatus {
     let Some((g, pool)) = global::with_pool() else {
         return global::missing_runtime();
     };
@@ -60,6 +65,7 @@ pub unsafe fn malloc_async(dev_ptr: *mut *mut c_void, size: usize, stream: Strea
             size,
             Some(stream),
             Some(dev),
+            origin,
             Promise::Runtime,
             pass,
         )

@@ -162,6 +162,12 @@ fn the_summary_counts_a_driver_only_program() {
         "{stderr}"
     );
     assert!(stderr.contains("the driver's own cuMemAlloc"), "{stderr}");
+    // Who held the memory when it ran out: the program's three 300 MiB blocks.
+    assert!(
+        stderr.contains("  held by    the program (driver_pool")
+            && stderr.contains("900 MiB in 3 blocks"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -199,4 +205,63 @@ fn one_pool_serves_both_apis_and_frees_cross() {
     );
     assert!(number::<u64>(&with, "mixed_mallocs=") <= 2, "{with}");
     assert_eq!(number::<u64>(&without, "mixed_mallocs="), 100);
+}
+
+/// `tests/c/holders.c` and its two libraries: who holds what, at exit, in text and JSON.
+fn holders() -> (PathBuf, PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let sim = Sim::get();
+            let simlib = sim.simlib.display().to_string();
+            let rpath = format!("-Wl,-rpath,{simlib}");
+            let driver = Build {
+                compiler: "cc",
+                flags: &["-std=c11", "-shared", "-fPIC"],
+                libs: &["-L", &simlib, "-lcuda", &rpath],
+                cudart: false,
+            };
+            (
+                support::c_program("holders"),
+                support::c_library("holder_runtime"),
+                sim.build(&support::root().join("tests/c/holder_driver.c"), &driver),
+            )
+        })
+        .clone()
+}
+
+#[test]
+fn the_summary_says_which_library_holds_the_memory() {
+    let (exe, runtime_lib, driver_lib) = holders();
+    let file_name = |p: &PathBuf| p.file_name().unwrap().to_string_lossy().into_owned();
+    let args = [runtime_lib.to_str().unwrap(), driver_lib.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    assert!(out.contains("holders: all checks passed"), "{out}");
+    // Most bytes first: the driver library's 8 MiB, the runtime library's 3, the program's 2.
+    let want = format!(
+        " held by    {} 8.00 MiB in 2 blocks, {} 3.00 MiB in 3 blocks, the program ({}) 2.00 MiB \
+         in 1 block",
+        file_name(&driver_lib),
+        file_name(&runtime_lib),
+        file_name(&exe)
+    );
+    assert!(stderr.contains(&want), "{want}\n{stderr}");
+
+    let json = support::scratch("holders").join("summary.json");
+    let env = [("GPUPOOL_SUMMARY", json.to_str().unwrap())];
+    ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the summary")).unwrap();
+    let by_library = &v["devices"][0]["still_allocated"]["by_library"];
+    assert_eq!(
+        by_library[0]["library"],
+        file_name(&driver_lib),
+        "{by_library}"
+    );
+    assert_eq!(by_library[0]["blocks"], 2);
+    assert_eq!(by_library[0]["requested_bytes"], 8 << 20);
+    assert_eq!(by_library[1]["library"], file_name(&runtime_lib));
+    assert_eq!(by_library[1]["requested_bytes"], 3 << 20);
+    assert_eq!(by_library[2]["requested_bytes"], 2 << 20);
 }

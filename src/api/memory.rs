@@ -45,7 +45,7 @@ pub unsafe extern "C" fn gpupool_malloc(ptr: *mut *mut c_void, size: usize) -> c
         }
         let mut p = std::ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer; `ptr` was checked and is the caller's to write.
-        unsafe { set_on_success(dispatch::malloc_on(&mut p, size, None, None), ptr, p) }
+        unsafe { set_on_success(dispatch::malloc_on(&mut p, size, None, None, 0), ptr, p) }
     })
 }
 
@@ -123,7 +123,7 @@ pub(super) unsafe fn malloc_async_on(
         // SAFETY: a valid out-pointer and the caller's stream, as cudaMallocAsync takes them.
         (None, Some(malloc_async)) => unsafe { malloc_async(&mut p, size, stream) },
         // SAFETY: a valid out-pointer; the caller's stream and knowledge of the device.
-        _ => unsafe { dispatch::malloc_on(&mut p, size, Some(stream), current) },
+        _ => unsafe { dispatch::malloc_on(&mut p, size, Some(stream), current, 0) },
     };
     // SAFETY: `ptr` was checked and is the caller's to write.
     unsafe { set_on_success(r, ptr, p) }

@@ -16,7 +16,9 @@ use crate::cuda::types::{is_legacy, Stream, STREAM_NON_BLOCKING, STREAM_PER_THRE
 use crate::global;
 use crate::guard;
 use crate::log;
-use crate::pool::{CudaError, FreeKind, FreeOutcome, Pool, StreamKey, LEGACY_STREAM, NO_STREAM};
+use crate::pool::{
+    CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
+};
 
 /// The pool and the driver, when the pool is on and the driver is loaded.
 fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
@@ -83,8 +85,8 @@ fn forget_device(pool: &Pool<CudaBackend>, dev: u32) {
     pool.backend().forget_device(dev);
 }
 
-/// `cuMemAlloc_v2`, or `cuMemAllocAsync` when `stream` is given; `real` is the driver's own
-/// call with the caller's arguments.
+/// `cuMemAlloc_v2`, or `cuMemAllocAsync` when `stream` is given, made by `origin`; `real` is the
+/// driver's own call with the caller's arguments.
 ///
 /// # Safety
 /// As `cuMemAlloc_v2`: `dptr` NULL or writable.
@@ -92,6 +94,7 @@ pub unsafe fn mem_alloc(
     dptr: *mut CuDevicePtr,
     size: usize,
     stream: Option<Stream>,
+    origin: Origin,
     real: impl Fn() -> CuResult,
 ) -> CuResult {
     let Some((pool, d)) = pooled() else {
@@ -113,7 +116,7 @@ pub unsafe fn mem_alloc(
             None => return real(),
         },
     };
-    match pool.alloc_on(dev, size as u64, key) {
+    match pool.alloc_from(dev, size as u64, key, origin) {
         Ok(addr) => {
             // SAFETY: `dptr` is non-NULL and, by the caller's contract, writable.
             unsafe { *dptr = addr };

@@ -21,7 +21,7 @@ use crate::global::{self, Global};
 use crate::guard;
 use crate::log;
 use crate::pool::{
-    Backend, CudaError, FreeKind, FreeOutcome, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
+    Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
 };
 
 /// The runtime, or the status to return when there is none.
@@ -114,7 +114,7 @@ fn refuse_invalid_free(rt: &Runtime, ptr: *mut c_void, what: &str) -> CudaStatus
 /// `cudaMalloc` for use on `stream` when there is one (`gpupool_malloc_async`): a block freed on
 /// the same stream may serve it before a barrier or fence covers it (`relaxed` mode). `current`
 /// is the calling thread's current device when the caller knows it (it made it current), else
-/// the runtime is asked.
+/// the runtime is asked. `origin` is who calls (`Origin`).
 ///
 /// # Safety
 /// As `cudaMalloc`; `stream` as for `cudaMallocAsync`; `current` the current device or `None`.
@@ -124,12 +124,19 @@ pub unsafe fn malloc_on(
     size: usize,
     stream: Option<Stream>,
     current: Option<u32>,
+    origin: Origin,
 ) -> CudaStatus {
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe {
-        malloc_with(dev_ptr, size, stream, current, Promise::Pool, |rt| {
-            (rt.malloc)(dev_ptr, size)
-        })
+        malloc_with(
+            dev_ptr,
+            size,
+            stream,
+            current,
+            origin,
+            Promise::Pool,
+            |rt| (rt.malloc)(dev_ptr, size),
+        )
     }
 }
 
@@ -144,6 +151,7 @@ pub(crate) unsafe fn malloc_with(
     size: usize,
     stream: Option<Stream>,
     current: Option<u32>,
+    origin: Origin,
     promise: Promise,
     pass: impl Fn(&Runtime) -> CudaStatus,
 ) -> CudaStatus {
@@ -165,7 +173,7 @@ pub(crate) unsafe fn malloc_with(
     let stream = stream
         .map(|s| stream_key(rt, pool, s, promise))
         .filter(|&k| k != NO_STREAM);
-    match pool.alloc_on(dev, size as u64, stream) {
+    match pool.alloc_from(dev, size as u64, stream, origin) {
         Ok(addr) => {
             // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
             unsafe { *dev_ptr = addr as *mut c_void };
@@ -363,7 +371,12 @@ fn stream_key_known<B: Backend>(
 /// CUDA call (`Pool::alloc_hit`). `None` when it is not such a hit: the caller then makes the
 /// device current and takes `malloc_on`'s way, which serves it as ever.
 #[inline(always)]
-pub fn malloc_hit_on(size: usize, device: u32, stream: Stream) -> Option<*mut c_void> {
+pub fn malloc_hit_on(
+    size: usize,
+    device: u32,
+    stream: Stream,
+    origin: Origin,
+) -> Option<*mut c_void> {
     let (g, Some(pool)) = global::with_pool()? else {
         return None;
     };
@@ -376,6 +389,7 @@ pub fn malloc_hit_on(size: usize, device: u32, stream: Stream) -> Option<*mut c_
         device,
         size as u64,
         Some(stream).filter(|&k| k != NO_STREAM),
+        origin,
     )?;
     inside.set_last_device(device);
     crate::lifecycle::note_allocation();

@@ -12,6 +12,9 @@ use crate::cuda::hooked::{self, real_fn, Hooked, COUNT};
 use crate::cuda::types::{Event, Stream, STREAM_PER_THREAD};
 use crate::dispatch::driver as dispatch;
 use crate::guard::boundary;
+use crate::pool::Origin;
+
+use super::origin::exported_with_origin;
 
 /// Calls the driver's own function behind `$hook` with `$call`, or answers
 /// `CUDA_ERROR_NOT_INITIALIZED` when no driver is loaded (the library never loads one).
@@ -128,14 +131,22 @@ unsafe fn swap_answer(r: CuResult, pfn: *mut *mut c_void) {
     }
 }
 
-/// # Safety
-/// As `cuMemAlloc_v2`.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> CuResult {
+exported_with_origin! {
+    /// # Safety
+    /// As `cuMemAlloc_v2`.
+    fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> CuResult = mem_alloc_from, "rdx"
+}
+
+/// `cuMemAlloc_v2` made by `origin`.
+unsafe extern "C" fn mem_alloc_from(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    origin: Origin,
+) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         let real = || real!(MemAlloc, MemAllocFn, |f| f(dptr, size));
         // SAFETY: the caller's contract.
-        unsafe { dispatch::mem_alloc(dptr, size, None, real) }
+        unsafe { dispatch::mem_alloc(dptr, size, None, origin, real) }
     })
 }
 
@@ -150,28 +161,40 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
     })
 }
 
-/// # Safety
-/// As `cuMemAllocAsync`.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync(
+exported_with_origin! {
+    /// # Safety
+    /// As `cuMemAllocAsync`.
+    fn cuMemAllocAsync(dptr: *mut CuDevicePtr, size: usize, stream: Stream) -> CuResult =
+        mem_alloc_async_from, "rcx"
+}
+
+/// `cuMemAllocAsync` made by `origin`.
+unsafe extern "C" fn mem_alloc_async_from(
     dptr: *mut CuDevicePtr,
     size: usize,
     stream: Stream,
+    origin: Origin,
 ) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         let real = || real!(MemAllocAsync, MemAllocAsyncFn, |f| f(dptr, size, stream));
         // SAFETY: the caller's contract.
-        unsafe { dispatch::mem_alloc(dptr, size, Some(stream), real) }
+        unsafe { dispatch::mem_alloc(dptr, size, Some(stream), origin, real) }
     })
 }
 
-/// # Safety
-/// As `cuMemAllocAsync_ptsz`.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+exported_with_origin! {
+    /// # Safety
+    /// As `cuMemAllocAsync_ptsz`.
+    fn cuMemAllocAsync_ptsz(dptr: *mut CuDevicePtr, size: usize, stream: Stream) -> CuResult =
+        mem_alloc_async_ptsz_from, "rcx"
+}
+
+/// `cuMemAllocAsync_ptsz` made by `origin`.
+unsafe extern "C" fn mem_alloc_async_ptsz_from(
     dptr: *mut CuDevicePtr,
     size: usize,
     stream: Stream,
+    origin: Origin,
 ) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         let real = || {
@@ -180,7 +203,7 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
             ))
         };
         // SAFETY: the caller's contract.
-        unsafe { dispatch::mem_alloc(dptr, size, Some(per_thread(stream)), real) }
+        unsafe { dispatch::mem_alloc(dptr, size, Some(per_thread(stream)), origin, real) }
     })
 }
 

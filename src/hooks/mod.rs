@@ -2,4 +2,5 @@
 //! (`driver.rs`). Each is the panic boundary, then the one path in `dispatch`.
 
 pub mod driver;
+mod origin;
 pub mod runtime;

@@ -10,14 +10,25 @@ use crate::cuda::types::*;
 use crate::dispatch;
 use crate::guard::boundary;
 use crate::mempool;
+use crate::pool::Origin;
 
-/// # Safety
-/// As `cudaMalloc`: `dev_ptr` is NULL or valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> CudaStatus {
+use super::origin::exported_with_origin;
+
+exported_with_origin! {
+    /// # Safety
+    /// As `cudaMalloc`: `dev_ptr` is NULL or valid for a write.
+    fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> CudaStatus = malloc_from, "rdx"
+}
+
+/// `cudaMalloc` made by `origin`.
+unsafe extern "C" fn malloc_from(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    origin: Origin,
+) -> CudaStatus {
     // SAFETY: the caller's contract.
     boundary(ERROR_UNKNOWN, || unsafe {
-        dispatch::malloc_on(dev_ptr, size, None, None)
+        dispatch::malloc_on(dev_ptr, size, None, None, origin)
     })
 }
 
@@ -39,34 +50,46 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> CudaStatus {
     boundary(ERROR_UNKNOWN, || unsafe { dispatch::free(ptr) })
 }
 
-/// # Safety
-/// As `cudaMallocAsync`: `dev_ptr` is NULL or valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMallocAsync(
+exported_with_origin! {
+    /// # Safety
+    /// As `cudaMallocAsync`: `dev_ptr` is NULL or valid for a write.
+    fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> CudaStatus =
+        malloc_async_from, "rcx"
+}
+
+/// `cudaMallocAsync` made by `origin`.
+unsafe extern "C" fn malloc_async_from(
     dev_ptr: *mut *mut c_void,
     size: usize,
     stream: Stream,
+    origin: Origin,
 ) -> CudaStatus {
     // SAFETY: the caller's contract.
     boundary(ERROR_UNKNOWN, || unsafe {
-        mempool::malloc_async(dev_ptr, size, stream)
+        mempool::malloc_async(dev_ptr, size, stream, origin)
     })
 }
 
-/// The per-thread-default-stream form (`nvcc --default-stream per-thread`): stream 0 is the
-/// calling thread's own default stream.
-///
-/// # Safety
-/// As `cudaMallocAsync`.
-#[no_mangle]
-pub unsafe extern "C" fn cudaMallocAsync_ptsz(
+exported_with_origin! {
+    /// The per-thread-default-stream form (`nvcc --default-stream per-thread`): stream 0 is the
+    /// calling thread's own default stream.
+    ///
+    /// # Safety
+    /// As `cudaMallocAsync`.
+    fn cudaMallocAsync_ptsz(dev_ptr: *mut *mut c_void, size: usize, stream: Stream) -> CudaStatus =
+        malloc_async_ptsz_from, "rcx"
+}
+
+/// `cudaMallocAsync_ptsz` made by `origin`.
+unsafe extern "C" fn malloc_async_ptsz_from(
     dev_ptr: *mut *mut c_void,
     size: usize,
     stream: Stream,
+    origin: Origin,
 ) -> CudaStatus {
     // SAFETY: the caller's contract.
     boundary(ERROR_UNKNOWN, || unsafe {
-        mempool::malloc_async(dev_ptr, size, per_thread(stream))
+        mempool::malloc_async(dev_ptr, size, per_thread(stream), origin)
     })
 }
 

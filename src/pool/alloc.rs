@@ -31,28 +31,42 @@ impl<B: Backend> Pool<B> {
         size: u64,
         stream: Option<StreamKey>,
     ) -> Result<Addr, CudaError> {
-        match self.alloc_hit(device, size, stream) {
+        self.alloc_from(device, size, stream, 0)
+    }
+
+    /// `alloc_on`, the block recorded as allocated by `origin` (`Origin`).
+    #[inline(always)]
+    pub fn alloc_from(
+        &self,
+        device: u32,
+        size: u64,
+        stream: Option<StreamKey>,
+        origin: Origin,
+    ) -> Result<Addr, CudaError> {
+        match self.alloc_hit(device, size, stream, origin) {
             Some(addr) => Ok(addr),
-            None => self.alloc_general(device, size, stream),
+            None => self.alloc_general(device, size, stream, origin),
         }
     }
 
-    /// `alloc_on` when the request is not a hit (`hit.rs`).
+    /// `alloc_from` when the request is not a hit (`hit.rs`).
     #[inline(never)]
     fn alloc_general(
         &self,
         device: u32,
         size: u64,
         stream: Option<StreamKey>,
+        origin: Origin,
     ) -> Result<Addr, CudaError> {
         let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
         let held_by_stream = stream.is_some() && self.settings.reuse == ReuseMode::Relaxed;
         if !held_by_stream && slot.flags.enabled.load(Ordering::Relaxed) {
-            if let Some(r) = self.alloc_cached(slot, device, size) {
+            if let Some(r) = self.alloc_cached(slot, device, size, origin) {
                 return r;
             }
         }
         let mut p = Self::lock_to_allocate(slot);
+        p.origin = origin;
         if slot.flags.any.load(Ordering::Relaxed) {
             slot.caches.sweep_orphans(&mut p, &slot.clock);
         }
@@ -131,12 +145,13 @@ impl<B: Backend> Pool<B> {
         slot: &DeviceSlot,
         device: u32,
         size: u64,
+        origin: Origin,
     ) -> Option<Result<Addr, CudaError>> {
         let rounded = size::round_request(size).filter(|&r| r <= tcache::LIMIT)?;
         slot.caches
             .with_mine(&slot.flags, self.id, device, true, |c| {
                 let mut st = c.state.lock();
-                if let Some(addr) = st.take_ready(rounded, size) {
+                if let Some(addr) = st.take_ready(rounded, size, origin) {
                     return Ok(addr);
                 }
                 // Blocks this thread freed may have become reusable since (a fence or barrier),
@@ -167,7 +182,7 @@ impl<B: Backend> Pool<B> {
                     if st.ready_bytes > keep {
                         st.spill_ready(keep, &mut spilled);
                     }
-                    let hit = st.take_ready(rounded, size);
+                    let hit = st.take_ready(rounded, size, origin);
                     if !spilled.is_empty() || hit.is_some() {
                         let gen = st.generation;
                         st.send(&spilled);
@@ -206,7 +221,7 @@ impl<B: Backend> Pool<B> {
                     st.clear(p.generation);
                 }
                 drop(p);
-                st.hand_out(addr, idx, block, size);
+                st.hand_out(addr, idx, block, size, origin);
                 for (a, i) in extras.iter() {
                     // Extras come from the exact-size bin of the block served.
                     st.push_ready(a, i, block);

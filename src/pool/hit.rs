@@ -37,7 +37,9 @@
 //! The target is not reached: the note says what remains. With one device the runtime is not
 //! asked (524). In `relaxed` mode a freed block goes back to its bin at once: no queue, no
 //! fence (561). The free's test for the runtime's own `cudaFreeAsync` (`FreeKind::Ordered`),
-//! which came after these counts, adds 5 (599; BENCHMARKS.md has the table at that commit).
+//! which came after these counts, adds 5 (599; BENCHMARKS.md has the table at that commit);
+//! the process state both APIs share adds 2, and each block's `Origin` (who allocated it) 2
+//! more (603).
 
 use super::*;
 
@@ -49,13 +51,20 @@ impl<B: Backend> Pool<B> {
     /// became reusable, a fit or a new segment, or a release threshold to apply
     /// (`DevicePool::alloc_hit`).
     #[inline(always)]
-    pub fn alloc_hit(&self, device: u32, size: u64, stream: Option<StreamKey>) -> Option<Addr> {
+    pub fn alloc_hit(
+        &self,
+        device: u32,
+        size: u64,
+        stream: Option<StreamKey>,
+        origin: Origin,
+    ) -> Option<Addr> {
         let slot = self.existing(device)?;
         if slot.flags.enabled.load(Ordering::Relaxed) || slot.flags.any.load(Ordering::Relaxed) {
             return None;
         }
         // A lock found taken goes the general way, which counts the wait.
         let mut p = slot.pool.try_lock()?;
+        p.origin = origin;
         let addr = p.alloc_hit(size, stream, &slot.clock)?;
         // As `lock_to_allocate` counts a lock taken without waiting.
         if slot.flags.multi() {

@@ -81,7 +81,7 @@ impl<B: Backend> Pool<B> {
                 let st = c.state.lock();
                 let o = st.out.get(&addr)?;
                 (st.generation == p.generation)
-                    .then(|| p.lent_block(o.idx, o.requested))
+                    .then(|| p.lent_block(o.idx, o.requested, o.origin))
                     .flatten()
                     .map(|b| (d, b))
             })
@@ -152,7 +152,7 @@ impl<B: Backend> Pool<B> {
                 blocks.extend(
                     st.out
                         .values()
-                        .filter_map(|o| p.lent_block(o.idx, o.requested)),
+                        .filter_map(|o| p.lent_block(o.idx, o.requested, o.origin)),
                 );
             }
         }

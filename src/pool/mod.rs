@@ -46,7 +46,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 pub use backend::{Addr, Backend, CudaError};
-pub use device::{DevicePool, LiveBlock, MemorySample, OomEvent, Policy, Release, ReuseWait};
+pub use device::{
+    DevicePool, LiveBlock, MemorySample, OomEvent, Origin, Policy, Release, ReuseWait,
+};
 pub use stats::DeviceStats;
 pub use trace::TraceSink;
 

@@ -76,6 +76,18 @@ fn device(d: &DeviceReport) -> String {
         .iter()
         .map(|&(size, count)| format!("{{\"requested_bytes\":{size},\"count\":{count}}}"))
         .collect();
+    let holders: Vec<String> = d
+        .holders
+        .iter()
+        .map(|h| {
+            format!(
+                "{{\"library\":{},\"blocks\":{},\"requested_bytes\":{}}}",
+                quote(&h.library),
+                h.blocks,
+                h.bytes
+            )
+        })
+        .collect();
     format!(
         concat!(
             "{{\"device\":{},\"release_threshold_bytes\":{},",
@@ -95,7 +107,8 @@ fn device(d: &DeviceReport) -> String {
             "\"in_flight\":{{\"fences\":{},\"fence_wait_ns\":{},\"program_syncs_used\":{},\"barriers\":{}}},",
             "\"invalid_frees\":{},\"resets\":{},",
             "\"request_histogram\":[{}],",
-            "\"still_allocated\":{{\"blocks\":{},\"requested_bytes\":{},\"by_size\":[{}]}}}}"
+            "\"still_allocated\":{{\"blocks\":{},\"requested_bytes\":{},\"by_size\":[{}],",
+            "\"by_library\":[{}]}}}}"
         ),
         d.snap.device,
         threshold,
@@ -143,7 +156,8 @@ fn device(d: &DeviceReport) -> String {
         histogram.join(","),
         d.leaked_blocks,
         d.leaked_bytes,
-        leaks.join(",")
+        leaks.join(","),
+        holders.join(",")
     )
 }
 

@@ -125,6 +125,13 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
         bytes(s.reserved.peak_ever()),
         s.blocks.current
     );
+    if !d.holders.is_empty() {
+        let _ = writeln!(
+            o,
+            "  held by    {}",
+            super::summary::holders_text(&d.holders)
+        );
+    }
     let mut advice = Vec::new();
     let total = d.snap.memory.map_or(u64::MAX, |m| m.total);
     // What the device had for the pool: beside the CUDA context and whatever else was in use

@@ -25,6 +25,7 @@ impl DevicePool {
                 stamp: 0,
                 wants_fence: false,
                 held: false,
+                origin: 0,
             });
             let next = self.blocks[idx as usize].next;
             if next != NONE {
@@ -40,10 +41,12 @@ impl DevicePool {
     /// Block `idx`, out of every free structure and split, goes to the program.
     #[inline(always)]
     pub(super) fn hand_out(&mut self, idx: u32, requested: u64) -> Addr {
+        let origin = self.origin;
         let b = &mut self.blocks[idx as usize];
         let (addr, seg) = (b.addr, b.seg);
         b.state = State::Live;
         b.requested = requested;
+        b.origin = origin;
         let size = b.size;
         self.seg_busy(seg);
         let s = &mut self.stats;

@@ -413,6 +413,7 @@ impl DevicePool {
             stamp: 0,
             wants_fence: false,
             held: false,
+            origin: 0,
         });
         self.seg_mut(si).first = idx;
         self.by_addr.insert(addr, si);

@@ -90,14 +90,16 @@ impl DevicePool {
         self.live.insert(addr, idx);
     }
 
-    /// Lent block `idx`, as the live block the program holds with `requested` bytes.
-    pub fn lent_block(&self, idx: u32, requested: u64) -> Option<LiveBlock> {
+    /// Lent block `idx`, as the live block the program holds with `requested` bytes, allocated
+    /// by `origin`.
+    pub fn lent_block(&self, idx: u32, requested: u64, origin: Origin) -> Option<LiveBlock> {
         let b = self.blocks.get(idx as usize)?;
         (b.state == State::Lent).then(|| LiveBlock {
             addr: b.addr,
             size: b.size,
             requested,
             segment_addr: self.seg(b.seg).addr,
+            origin,
         })
     }
 

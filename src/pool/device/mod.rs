@@ -139,9 +139,11 @@ struct Block {
     /// A pending block waits for a fence (else for a barrier).
     wants_fence: bool,
     /// A pending block held for the stream it was freed on (`DevicePool::held_by` names it),
-    /// which may reuse it at once (`DevicePool::stream_reuse`). A flag, not the key: blocks stay
-    /// 48 bytes, and the hit path reads nothing more.
+    /// which may reuse it at once (`DevicePool::stream_reuse`). A flag, not the key, and the hit
+    /// path reads nothing more.
     held: bool,
+    /// Who allocated the live block: an address in the calling object (`Origin`).
+    origin: Origin,
 }
 
 #[derive(Clone, Debug)]
@@ -209,17 +211,26 @@ pub struct OomEvent {
     pub memory: Option<MemorySample>,
 }
 
-/// A live block as the pool reports it (for the leak list and IPC checks).
+/// Who made an allocation: the return address of the call into the library (an address inside
+/// the calling object: `libtorch_cuda.so`, `libcublasLt.so`, the program), resolved to an
+/// object only when a report is written. 0: not known.
+pub type Origin = u64;
+
+/// A live block as the pool reports it (for the leak list, the holders and IPC checks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveBlock {
     pub addr: Addr,
     pub size: u64,
     pub requested: u64,
     pub segment_addr: Addr,
+    pub origin: Origin,
 }
 
 pub struct DevicePool {
     device: u32,
+    /// Who makes the allocation being served (set by `Pool` under the lock, before it asks):
+    /// what `hand_out` records in the block, one store on the hit path.
+    pub(crate) origin: Origin,
     /// Live blocks by address.
     live: LiveMap,
     /// One bin per small size: an array, so that a bin's index needs no bounds check.
@@ -318,6 +329,7 @@ impl DevicePool {
     pub fn new(device: u32, threshold: u64) -> Self {
         DevicePool {
             device,
+            origin: 0,
             live: LiveMap::default(),
             // Built on the heap: 48 KiB would not fit every program thread's stack.
             bins: vec![Vec::new(); BINS]
@@ -461,6 +473,7 @@ impl DevicePool {
             size: b.size,
             requested: b.requested,
             segment_addr: self.seg(b.seg).addr,
+            origin: b.origin,
         })
     }
 

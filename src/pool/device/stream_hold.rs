@@ -180,6 +180,7 @@ impl DevicePool {
                 stamp,
                 wants_fence: fence,
                 held: false,
+                origin: 0,
             });
             if next != NONE {
                 self.blocks[next as usize].prev = rest;

@@ -80,6 +80,7 @@ pub struct HandedOut {
     pub idx: u32,
     pub size: u64,
     pub requested: u64,
+    pub origin: crate::pool::device::Origin,
 }
 
 /// A free block the cache holds: reusable (in `ready`), or waiting for `need` (in `waiting`),

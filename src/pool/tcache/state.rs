@@ -2,6 +2,7 @@
 //! for a barrier or fence, and what is on its way back to the device.
 
 use super::*;
+use crate::pool::Origin;
 
 /// Lists of reusable blocks by size: small sizes (every 512 bytes up to 1 MiB, the common case)
 /// indexed directly, larger ones in a map; a bitmap of the small sizes that got a block since
@@ -130,7 +131,7 @@ impl Transit {
 
 impl CacheState {
     /// A reusable block of `rounded` bytes for a request of `requested`, if the cache has one.
-    pub fn take_ready(&mut self, rounded: u64, requested: u64) -> Option<Addr> {
+    pub fn take_ready(&mut self, rounded: u64, requested: u64, origin: Origin) -> Option<Addr> {
         let h = self.ready.get_mut(rounded)?.pop()?;
         self.ready_bytes -= h.size;
         self.ready_count -= 1;
@@ -139,12 +140,12 @@ impl CacheState {
         self.counts.allocated_in += h.size;
         self.counts.requested_in += requested;
         self.counts.histogram[histogram_bucket(requested)] += 1;
-        self.hand_out(h.addr, h.idx, h.size, requested);
+        self.hand_out(h.addr, h.idx, h.size, requested, origin);
         Some(h.addr)
     }
 
     /// Record a block handed out (the device counted the allocation if it served it).
-    pub fn hand_out(&mut self, addr: Addr, idx: u32, size: u64, requested: u64) {
+    pub fn hand_out(&mut self, addr: Addr, idx: u32, size: u64, requested: u64, origin: Origin) {
         self.out_slack += size - requested;
         self.out.insert(
             addr,
@@ -152,6 +153,7 @@ impl CacheState {
                 idx,
                 size,
                 requested,
+                origin,
             },
         );
     }
