@@ -132,12 +132,11 @@ fn versioned_names_taken_with_dlsym_are_pooled() {
 #[test]
 fn driver_hooks_off_leaves_the_driver_alone() {
     for env in [("GPUPOOL_DRIVER_HOOKS", "0"), ("GPUPOOL_DISABLE", "1")] {
-        let (with, _, _) = both("static", &[env]);
-        assert_eq!(
-            number::<u64>(&with, "churn_driver_mallocs="),
-            100,
-            "{env:?}"
-        );
+        for mode in ["static", "lcuda"] {
+            let (with, _, _) = both(mode, &[env]);
+            let mallocs: u64 = number(&with, "churn_driver_mallocs=");
+            assert_eq!(mallocs, 100, "{mode} {env:?}");
+        }
     }
 }
 

@@ -20,8 +20,12 @@ use crate::pool::{
     CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
 };
 
-/// The pool and the driver, when the pool is on and the driver is loaded.
+/// The pool and the driver, when the pool is on, the driver hooks are (`GPUPOOL_DRIVER_HOOKS`)
+/// and the driver is loaded.
 fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
+    if !crate::cuda::hooked::swapping() {
+        return None;
+    }
     let pool = global::process_pool()?;
     Some((pool, &cu::loaded()?.driver))
 }
