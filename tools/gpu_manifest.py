@@ -163,6 +163,10 @@ def manifest(build, src, lib, python, sanitizer, counts):
           finite + [INTERCEPTED, Positive("empty_cache_freed_mib")], pool(lib, "strict"))
     torch("torch_headline_pool_relaxed", "bench", argv, 150, finite + [INTERCEPTED],
           pool(lib, "relaxed"))
+    # Who holds the tensors, from a live dump with the model still live (issue 19): PyTorch's
+    # CUDA library, not "unknown".
+    torch("torch_held_by", "info", argv + ["--dump"], 150,
+          finite + [INTERCEPTED, Line(r"held by +lib(c10_cuda|torch_cuda)")], pool(lib, "strict"))
     torch("torch_async_native", "bench", argv, 150, ok,
           (("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync"),))
     # The Python package from the tree (no wheel on the GPU machine): its launcher, and

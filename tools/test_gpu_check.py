@@ -32,7 +32,7 @@ ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torc
                      "churn_static_pool_relaxed", "hazard_static_nopool",
                      "hazard_static_pool_strict", "hazard_static_pool_barrier",
                      "hazard_static_hooks_off", "cublas_nopool", "cublas_pool_strict",
-                     "sanitizer_memcheck_static_pool"}
+                     "sanitizer_memcheck_static_pool", "torch_held_by"}
 
 
 def dry_run_lines(counts):

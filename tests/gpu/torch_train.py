@@ -18,6 +18,7 @@ and "torch_train=ok" at the end, or exits 1 if a loss was not finite.
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -74,6 +75,12 @@ def main():
         action="store_true",
         help="make libgpupool PyTorch's allocator with the Python package's gpupool.torch.use() "
         "and print its summary at the end",
+    )
+    ap.add_argument(
+        "--dump",
+        action="store_true",
+        help="after the loop, with the model still live, ask the preloaded pool for a live "
+        "dump (SIGUSR1): its 'held by' line says which library holds the tensors",
     )
     args = ap.parse_args()
 
@@ -133,6 +140,11 @@ def main():
             print("loss_finite=0")
             return 1
     wall = time.perf_counter() - t_start
+    if args.dump:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(1.0)  # the pool's dump thread writes it
 
     try:
         reserved = torch.cuda.max_memory_reserved(dev)
