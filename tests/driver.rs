@@ -200,3 +200,54 @@ fn one_pool_serves_both_apis_and_frees_cross() {
     assert!(number::<u64>(&with, "mixed_mallocs=") <= 2, "{with}");
     assert_eq!(number::<u64>(&without, "mixed_mallocs="), 100);
 }
+
+/// `tests/c/driver_hostile.c`, linked with `-lcuda` alone.
+fn hostile() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| Sim::get().compile_driver(&support::root().join("tests/c/driver_hostile.c")))
+        .clone()
+}
+
+/// Runs `driver_hostile MODE` pooled and unpooled; returns both stdouts.
+fn hostile_both(mode: &str) -> (String, String) {
+    let exe = hostile();
+    let done = format!("driver_hostile {mode}: all checks passed");
+    let (with, stderr) = ok(&mut pooled(&exe, &[mode], ENV));
+    let (without, _) = ok(&mut unpooled(&exe, &[mode], ENV));
+    assert!(with.contains(&done), "{with}\n{stderr}");
+    assert!(without.contains(&done), "{without}");
+    (with, without)
+}
+
+#[test]
+fn a_context_the_program_made_gets_the_cached_memory_back_at_out_of_memory() {
+    // 700 MiB cached for the primary context, then 700 MiB asked in a created one on a 1 GiB
+    // device: without the pool it fits, so it must with it.
+    hostile_both("created-oom");
+}
+
+#[test]
+fn a_forked_child_reaches_the_driver_while_the_parent_allocates() {
+    // 20 children forked while another thread of the parent allocates and frees through the
+    // pool: each child's calls reach the driver, and none hangs.
+    hostile_both("fork");
+}
+
+#[test]
+fn a_primary_context_reset_makes_the_pool_forget_the_device() {
+    let (with, without) = hostile_both("reset");
+    assert_eq!(
+        number::<u64>(&with, "reset_new_driver_mallocs="),
+        1,
+        "{with}"
+    );
+    assert_eq!(
+        number::<u64>(&with, "reset_info_free="),
+        number::<u64>(&without, "reset_info_free="),
+    );
+}
+
+#[test]
+fn driver_names_looked_up_on_many_threads_while_others_allocate() {
+    hostile_both("threads");
+}

@@ -31,6 +31,12 @@ static PRIMARY: [AtomicUsize; crate::pool::MAX_DEVICES] =
 /// The device whose primary context is the calling thread's current context: the one the pool
 /// serves. `None` with no current context, or one the program made.
 pub(crate) fn context_device(d: &Driver) -> Option<u32> {
+    let (ctx, dev) = current_context(d)?;
+    (primary_context(d, dev)? == ctx as usize).then_some(dev)
+}
+
+/// The calling thread's current context and its device, when it has one.
+fn current_context(d: &Driver) -> Option<(CuContext, u32)> {
     let mut ctx: CuContext = std::ptr::null_mut();
     // SAFETY: a valid out-pointer.
     if unsafe { (d.ctx_get_current)(&mut ctx) } != cu::CU_SUCCESS || ctx.is_null() {
@@ -44,7 +50,7 @@ pub(crate) fn context_device(d: &Driver) -> Option<u32> {
     let dev = u32::try_from(dev)
         .ok()
         .filter(|&v| (v as usize) < crate::pool::MAX_DEVICES)?;
-    (primary_context(d, dev)? == ctx as usize).then_some(dev)
+    Some((ctx, dev))
 }
 
 /// The handle of `dev`'s primary context, when it is active. Found once by retaining it and
@@ -104,13 +110,13 @@ pub unsafe fn mem_alloc(
         return real();
     };
     let Some(dev) = context_device(d) else {
-        return real();
+        return unserved(pool, d, real);
     };
     let key = match stream {
         None => None,
         Some(s) => match async_stream(d, s) {
             Some(k) => Some(k).filter(|&k| k != NO_STREAM),
-            None => return real(),
+            None => return unserved(pool, d, real),
         },
     };
     match pool.alloc_on(dev, size as u64, key) {
@@ -137,6 +143,42 @@ pub unsafe fn mem_alloc(
         // Any other failure: the driver's own answer to the program's call.
         Err(_) => real(),
     }
+}
+
+/// The driver's answer to an allocation the pool does not serve (a context the program made, a
+/// stream being captured). Never worse on memory: when the driver is out of memory, the pool's
+/// cache on that device goes back to it and the driver is asked again.
+fn unserved(pool: &Pool<CudaBackend>, d: &Driver, real: impl Fn() -> CuResult) -> CuResult {
+    let r = real();
+    if r == cu::CU_ERROR_OUT_OF_MEMORY && release_cache(pool, d) > 0 {
+        return real();
+    }
+    r
+}
+
+/// Releases the pool's cache on the current context's device, with the device's primary
+/// context current meanwhile (the pool's own calls are made there). Returns the bytes released.
+fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
+    let Some((ctx, device)) = current_context(d) else {
+        return 0;
+    };
+    let Some(primary) = primary_context(d, device) else {
+        return 0;
+    };
+    if primary == ctx as usize {
+        return pool.empty_cache(device);
+    }
+    let Some(set_current) = d.ctx_set_current else {
+        return 0;
+    };
+    // SAFETY: the device's primary context, active (`primary_context`).
+    if unsafe { set_current(primary as CuContext) } != cu::CU_SUCCESS {
+        return 0;
+    }
+    let released = pool.empty_cache(device);
+    // SAFETY: the program's context, current a moment ago.
+    unsafe { set_current(ctx) };
+    released
 }
 
 /// The pool's name for `stream` for a stream-ordered allocation on the current device, or
