@@ -131,13 +131,17 @@ fn versioned_names_taken_with_dlsym_are_pooled() {
 
 #[test]
 fn driver_hooks_off_leaves_the_driver_alone() {
-    for env in [("GPUPOOL_DRIVER_HOOKS", "0"), ("GPUPOOL_DISABLE", "1")] {
-        let (with, _, _) = both("static", &[env]);
-        assert_eq!(
-            number::<u64>(&with, "churn_driver_mallocs="),
-            100,
-            "{env:?}"
-        );
+    // A program linked with -lcuda reaches the exported hooks by symbol, with or without the
+    // setting: off, they pass its calls to the driver.
+    for mode in ["static", "lcuda"] {
+        for env in [("GPUPOOL_DRIVER_HOOKS", "0"), ("GPUPOOL_DISABLE", "1")] {
+            let (with, _, _) = both(mode, &[env]);
+            assert_eq!(
+                number::<u64>(&with, "churn_driver_mallocs="),
+                100,
+                "{mode} {env:?}"
+            );
+        }
     }
 }
 

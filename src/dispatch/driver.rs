@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::config::ReuseMode;
 use crate::cuda::backend::CudaBackend;
 use crate::cuda::driver::{self as cu, CuContext, CuDevicePtr, CuResult, Driver};
+use crate::cuda::hooked;
 use crate::cuda::types::{is_legacy, Stream, STREAM_NON_BLOCKING, STREAM_PER_THREAD};
 use crate::global;
 use crate::guard;
@@ -22,6 +23,16 @@ use crate::pool::{CudaError, FreeKind, FreeOutcome, Pool, StreamKey, LEGACY_STRE
 fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
     let pool = global::process_pool()?;
     Some((pool, &cu::loaded()?.driver))
+}
+
+/// `pooled`, when the driver's calls are pooled too (not with `GPUPOOL_DRIVER_HOOKS=0`: a
+/// program linked with `-lcuda` reaches the hooks by symbol even then). What keeps the pool
+/// intact works either way: a free of a block the pool handed out, a reset, an IPC handle.
+fn serving() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
+    if !hooked::swapping() {
+        return None;
+    }
+    pooled()
 }
 
 /// Each device's primary context, once seen (0: not yet).
@@ -100,7 +111,7 @@ pub unsafe fn mem_alloc(
     stream: Option<Stream>,
     real: impl Fn() -> CuResult,
 ) -> CuResult {
-    let Some((pool, d)) = pooled() else {
+    let Some((pool, d)) = serving() else {
         return real();
     };
     if dptr.is_null() || size == 0 {
@@ -324,7 +335,7 @@ pub unsafe fn mem_get_info(
 ) -> CuResult {
     let r = real();
     let (Some((pool, d)), cu::CU_SUCCESS, false, false) =
-        (pooled(), r, free.is_null(), total.is_null())
+        (serving(), r, free.is_null(), total.is_null())
     else {
         return r;
     };
@@ -347,7 +358,7 @@ pub unsafe fn mem_get_info(
 
 /// `cuCtxSynchronize`: every block freed before it is reusable once it returns.
 pub fn ctx_synchronize(real: impl Fn() -> CuResult) -> CuResult {
-    let Some((pool, d)) = pooled() else {
+    let Some((pool, d)) = serving() else {
         return real();
     };
     let Some(_inside) = guard::enter() else {
@@ -368,7 +379,7 @@ pub fn ctx_synchronize(real: impl Fn() -> CuResult) -> CuResult {
 /// applies.
 pub fn after_sync(r: CuResult) -> CuResult {
     if r == cu::CU_SUCCESS {
-        if let (Some((pool, d)), Some(_inside)) = (pooled(), guard::enter()) {
+        if let (Some((pool, d)), Some(_inside)) = (serving(), guard::enter()) {
             if let Some(dev) = context_device(d) {
                 pool.sync_point(dev);
             }
@@ -390,7 +401,7 @@ pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
 /// A `cuLaunchKernel` on `stream` (the legacy one for a NULL stream of the non-`_ptsz` form):
 /// in the modes that use barriers, a launch on the legacy stream is one.
 pub fn launch(stream: Stream, real: impl Fn() -> CuResult) -> CuResult {
-    let Some((pool, d)) = pooled() else {
+    let Some((pool, d)) = serving() else {
         return real();
     };
     if pool.settings().reuse == ReuseMode::Strict || !is_legacy(stream) {
