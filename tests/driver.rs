@@ -131,11 +131,16 @@ fn versioned_names_taken_with_dlsym_are_pooled() {
 
 #[test]
 fn driver_hooks_off_leaves_the_driver_alone() {
-    for env in [("GPUPOOL_DRIVER_HOOKS", "0"), ("GPUPOOL_DISABLE", "1")] {
-        for mode in ["static", "lcuda"] {
+    // A program linked with -lcuda reaches the exported hooks by symbol, with or without the
+    // setting: off, they pass its calls to the driver.
+    for mode in ["static", "lcuda"] {
+        for env in [("GPUPOOL_DRIVER_HOOKS", "0"), ("GPUPOOL_DISABLE", "1")] {
             let (with, _, _) = both(mode, &[env]);
-            let mallocs: u64 = number(&with, "churn_driver_mallocs=");
-            assert_eq!(mallocs, 100, "{mode} {env:?}");
+            assert_eq!(
+                number::<u64>(&with, "churn_driver_mallocs="),
+                100,
+                "{mode} {env:?}"
+            );
         }
     }
 }
@@ -263,4 +268,55 @@ fn the_summary_says_which_library_holds_the_memory() {
     assert_eq!(by_library[1]["library"], file_name(&runtime_lib));
     assert_eq!(by_library[1]["requested_bytes"], 3 << 20);
     assert_eq!(by_library[2]["requested_bytes"], 2 << 20);
+}
+
+/// `tests/c/driver_hostile.c`, linked with `-lcuda` alone.
+fn hostile() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| Sim::get().compile_driver(&support::root().join("tests/c/driver_hostile.c")))
+        .clone()
+}
+
+/// Runs `driver_hostile MODE` pooled and unpooled; returns both stdouts.
+fn hostile_both(mode: &str) -> (String, String) {
+    let exe = hostile();
+    let done = format!("driver_hostile {mode}: all checks passed");
+    let (with, stderr) = ok(&mut pooled(&exe, &[mode], ENV));
+    let (without, _) = ok(&mut unpooled(&exe, &[mode], ENV));
+    assert!(with.contains(&done), "{with}\n{stderr}");
+    assert!(without.contains(&done), "{without}");
+    (with, without)
+}
+
+#[test]
+fn a_context_the_program_made_gets_the_cached_memory_back_at_out_of_memory() {
+    // 700 MiB cached for the primary context, then 700 MiB asked in a created one on a 1 GiB
+    // device: without the pool it fits, so it must with it.
+    hostile_both("created-oom");
+}
+
+#[test]
+fn a_forked_child_reaches_the_driver_while_the_parent_allocates() {
+    // 20 children forked while another thread of the parent allocates and frees through the
+    // pool: each child's calls reach the driver, and none hangs.
+    hostile_both("fork");
+}
+
+#[test]
+fn a_primary_context_reset_makes_the_pool_forget_the_device() {
+    let (with, without) = hostile_both("reset");
+    assert_eq!(
+        number::<u64>(&with, "reset_new_driver_mallocs="),
+        1,
+        "{with}"
+    );
+    assert_eq!(
+        number::<u64>(&with, "reset_info_free="),
+        number::<u64>(&without, "reset_info_free="),
+    );
+}
+
+#[test]
+fn driver_names_looked_up_on_many_threads_while_others_allocate() {
+    hostile_both("threads");
 }

@@ -92,6 +92,7 @@ pub struct Driver {
     pub stream_get_id: Option<StreamGetIdFn>,
     pub stream_is_capturing: Option<StreamIsCapturingFn>,
     pub stream_get_flags: Option<StreamGetFlagsFn>,
+    pub ctx_set_current: Option<CtxFn>,
 }
 
 impl Driver {
@@ -114,6 +115,7 @@ impl Driver {
             stream_get_id: optional!(lookup, "cuStreamGetId"),
             stream_is_capturing: optional!(lookup, "cuStreamIsCapturing"),
             stream_get_flags: optional!(lookup, "cuStreamGetFlags"),
+            ctx_set_current: optional!(lookup, "cuCtxSetCurrent"),
         })
     }
 }

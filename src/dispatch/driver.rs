@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::config::ReuseMode;
 use crate::cuda::backend::CudaBackend;
 use crate::cuda::driver::{self as cu, CuContext, CuDevicePtr, CuResult, Driver};
+use crate::cuda::hooked;
 use crate::cuda::types::{is_legacy, Stream, STREAM_NON_BLOCKING, STREAM_PER_THREAD};
 use crate::global;
 use crate::guard;
@@ -20,14 +21,20 @@ use crate::pool::{
     CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
 };
 
-/// The pool and the driver, when the pool is on, the driver hooks are (`GPUPOOL_DRIVER_HOOKS`)
-/// and the driver is loaded.
+/// The pool and the driver, when the pool is on and the driver is loaded.
 fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
-    if !crate::cuda::hooked::swapping() {
-        return None;
-    }
     let pool = global::process_pool()?;
     Some((pool, &cu::loaded()?.driver))
+}
+
+/// `pooled`, when the driver's calls are pooled too (not with `GPUPOOL_DRIVER_HOOKS=0`: a
+/// program linked with `-lcuda` reaches the hooks by symbol even then). What keeps the pool
+/// intact works either way: a free of a block the pool handed out, a reset, an IPC handle.
+fn serving() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
+    if !hooked::swapping() {
+        return None;
+    }
+    pooled()
 }
 
 /// Each device's primary context, once seen (0: not yet).
@@ -37,6 +44,12 @@ static PRIMARY: [AtomicUsize; crate::pool::MAX_DEVICES] =
 /// The device whose primary context is the calling thread's current context: the one the pool
 /// serves. `None` with no current context, or one the program made.
 pub(crate) fn context_device(d: &Driver) -> Option<u32> {
+    let (ctx, dev) = current_context(d)?;
+    (primary_context(d, dev)? == ctx as usize).then_some(dev)
+}
+
+/// The calling thread's current context and its device, when it has one.
+fn current_context(d: &Driver) -> Option<(CuContext, u32)> {
     let mut ctx: CuContext = std::ptr::null_mut();
     // SAFETY: a valid out-pointer.
     if unsafe { (d.ctx_get_current)(&mut ctx) } != cu::CU_SUCCESS || ctx.is_null() {
@@ -50,7 +63,7 @@ pub(crate) fn context_device(d: &Driver) -> Option<u32> {
     let dev = u32::try_from(dev)
         .ok()
         .filter(|&v| (v as usize) < crate::pool::MAX_DEVICES)?;
-    (primary_context(d, dev)? == ctx as usize).then_some(dev)
+    Some((ctx, dev))
 }
 
 /// The handle of `dev`'s primary context, when it is active. Found once by retaining it and
@@ -101,7 +114,7 @@ pub unsafe fn mem_alloc(
     origin: Origin,
     real: impl Fn() -> CuResult,
 ) -> CuResult {
-    let Some((pool, d)) = pooled() else {
+    let Some((pool, d)) = serving() else {
         return real();
     };
     if dptr.is_null() || size == 0 {
@@ -111,13 +124,13 @@ pub unsafe fn mem_alloc(
         return real();
     };
     let Some(dev) = context_device(d) else {
-        return real();
+        return unserved(pool, d, real);
     };
     let key = match stream {
         None => None,
         Some(s) => match async_stream(d, s) {
             Some(k) => Some(k).filter(|&k| k != NO_STREAM),
-            None => return real(),
+            None => return unserved(pool, d, real),
         },
     };
     match pool.alloc_from(dev, size as u64, key, origin) {
@@ -144,6 +157,42 @@ pub unsafe fn mem_alloc(
         // Any other failure: the driver's own answer to the program's call.
         Err(_) => real(),
     }
+}
+
+/// The driver's answer to an allocation the pool does not serve (a context the program made, a
+/// stream being captured). Never worse on memory: when the driver is out of memory, the pool's
+/// cache on that device goes back to it and the driver is asked again.
+fn unserved(pool: &Pool<CudaBackend>, d: &Driver, real: impl Fn() -> CuResult) -> CuResult {
+    let r = real();
+    if r == cu::CU_ERROR_OUT_OF_MEMORY && release_cache(pool, d) > 0 {
+        return real();
+    }
+    r
+}
+
+/// Releases the pool's cache on the current context's device, with the device's primary
+/// context current meanwhile (the pool's own calls are made there). Returns the bytes released.
+fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
+    let Some((ctx, device)) = current_context(d) else {
+        return 0;
+    };
+    let Some(primary) = primary_context(d, device) else {
+        return 0;
+    };
+    if primary == ctx as usize {
+        return pool.empty_cache(device);
+    }
+    let Some(set_current) = d.ctx_set_current else {
+        return 0;
+    };
+    // SAFETY: the device's primary context, active (`primary_context`).
+    if unsafe { set_current(primary as CuContext) } != cu::CU_SUCCESS {
+        return 0;
+    }
+    let released = pool.empty_cache(device);
+    // SAFETY: the program's context, current a moment ago.
+    unsafe { set_current(ctx) };
+    released
 }
 
 /// The pool's name for `stream` for a stream-ordered allocation on the current device, or
@@ -289,7 +338,7 @@ pub unsafe fn mem_get_info(
 ) -> CuResult {
     let r = real();
     let (Some((pool, d)), cu::CU_SUCCESS, false, false) =
-        (pooled(), r, free.is_null(), total.is_null())
+        (serving(), r, free.is_null(), total.is_null())
     else {
         return r;
     };
@@ -312,7 +361,7 @@ pub unsafe fn mem_get_info(
 
 /// `cuCtxSynchronize`: every block freed before it is reusable once it returns.
 pub fn ctx_synchronize(real: impl Fn() -> CuResult) -> CuResult {
-    let Some((pool, d)) = pooled() else {
+    let Some((pool, d)) = serving() else {
         return real();
     };
     let Some(_inside) = guard::enter() else {
@@ -333,7 +382,7 @@ pub fn ctx_synchronize(real: impl Fn() -> CuResult) -> CuResult {
 /// applies.
 pub fn after_sync(r: CuResult) -> CuResult {
     if r == cu::CU_SUCCESS {
-        if let (Some((pool, d)), Some(_inside)) = (pooled(), guard::enter()) {
+        if let (Some((pool, d)), Some(_inside)) = (serving(), guard::enter()) {
             if let Some(dev) = context_device(d) {
                 pool.sync_point(dev);
             }
@@ -355,7 +404,7 @@ pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
 /// A `cuLaunchKernel` on `stream` (the legacy one for a NULL stream of the non-`_ptsz` form):
 /// in the modes that use barriers, a launch on the legacy stream is one.
 pub fn launch(stream: Stream, real: impl Fn() -> CuResult) -> CuResult {
-    let Some((pool, d)) = pooled() else {
+    let Some((pool, d)) = serving() else {
         return real();
     };
     if pool.settings().reuse == ReuseMode::Strict || !is_legacy(stream) {
