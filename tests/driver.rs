@@ -209,6 +209,12 @@ fn one_pool_serves_both_apis_and_frees_cross() {
     );
     assert!(number::<u64>(&with, "mixed_mallocs=") <= 2, "{with}");
     assert_eq!(number::<u64>(&without, "mixed_mallocs="), 100);
+    // cuMemFree taken through cudaGetDriverEntryPoint(ByVersion) is the pool's hook: the block
+    // goes back to the pool, no segment to the driver.
+    for key in ["entry_point_frees=", "entry_point_by_version_frees="] {
+        assert_eq!(number::<u64>(&with, key), 0, "{key} {with}");
+        assert_eq!(number::<u64>(&without, key), 1, "{key} {without}");
+    }
 }
 
 /// `tests/c/holders.c` and its two libraries: who holds what, at exit, in text and JSON.

@@ -150,6 +150,21 @@ enum cudaStreamCaptureMode {
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+
+/* Driver entry points through the runtime (CUDA 12.0; ByVersion 12.5). */
+enum cudaDriverEntryPointQueryResult {
+    cudaDriverEntryPointSuccess = 0,
+    cudaDriverEntryPointSymbolNotFound = 1,
+    cudaDriverEntryPointVersionNotSufficent = 2
+};
+#define cudaEnableDefault 0x0
+#define cudaEnableLegacyStream 0x1
+#define cudaEnablePerThreadDefaultStream 0x2
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                    enum cudaDriverEntryPointQueryResult *driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
+                                             unsigned int cudaVersion, unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *driverStatus);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 
 /* Events */

@@ -19,6 +19,7 @@ pub const INVALID_DEVICE_FUNCTION: Code = 98;
 pub const NO_DEVICE: Code = 100;
 pub const INVALID_DEVICE: Code = 101;
 pub const INVALID_RESOURCE_HANDLE: Code = 400;
+pub const SYMBOL_NOT_FOUND: Code = 500;
 pub const ILLEGAL_STATE: Code = 401;
 pub const NOT_READY: Code = 600;
 pub const STREAM_CAPTURE_UNSUPPORTED: Code = 900;
@@ -28,6 +29,11 @@ pub const UNKNOWN: Code = 999;
 const TABLE: &[(Code, &CStr, &CStr)] = &[
     (SUCCESS, c"cudaSuccess", c"no error"),
     (INVALID_VALUE, c"cudaErrorInvalidValue", c"invalid argument"),
+    (
+        SYMBOL_NOT_FOUND,
+        c"cudaErrorSymbolNotFound",
+        c"named symbol not found",
+    ),
     (
         MEMORY_ALLOCATION,
         c"cudaErrorMemoryAllocation",

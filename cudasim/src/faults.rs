@@ -84,6 +84,8 @@ functions!(
     cudaStreamBeginCapture,
     cudaStreamEndCapture,
     cudaGraphDestroy,
+    cudaGetDriverEntryPoint,
+    cudaGetDriverEntryPointByVersion,
     cuInit,
     cuDriverGetVersion,
     cuDeviceGetCount,

@@ -32,6 +32,10 @@ pub type StreamGetDeviceFn = unsafe extern "C" fn(Stream, *mut i32) -> CudaStatu
 pub type DeviceGetDefaultMemPoolFn = unsafe extern "C" fn(*mut MemPool, i32) -> CudaStatus;
 pub type MemPoolTrimToFn = unsafe extern "C" fn(MemPool, usize) -> CudaStatus;
 pub type MemPoolAttributeFn = unsafe extern "C" fn(MemPool, i32, *mut c_void) -> CudaStatus;
+pub type GetDriverEntryPointFn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, u64, *mut i32) -> CudaStatus;
+pub type GetDriverEntryPointByVersionFn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, u32, u64, *mut i32) -> CudaStatus;
 
 /// Entry points of the runtime the application uses. The first group must exist for the pool to
 /// work; the rest are forwarded to when the application calls them, so they exist whenever the
@@ -75,6 +79,10 @@ pub struct Runtime {
     pub mem_pool_trim_to: Option<MemPoolTrimToFn>,
     pub mem_pool_get_attribute: Option<MemPoolAttributeFn>,
     pub mem_pool_set_attribute: Option<MemPoolAttributeFn>,
+    /// The driver's functions through the runtime (CUDA 12.0; `ByVersion` 12.5): their answers
+    /// are swapped for the driver hooks, as `cuGetProcAddress`'s are.
+    pub get_driver_entry_point: Option<GetDriverEntryPointFn>,
+    pub get_driver_entry_point_by_version: Option<GetDriverEntryPointByVersionFn>,
 }
 
 impl Runtime {
@@ -111,6 +119,11 @@ impl Runtime {
             mem_pool_trim_to: optional!(lookup, "cudaMemPoolTrimTo"),
             mem_pool_get_attribute: optional!(lookup, "cudaMemPoolGetAttribute"),
             mem_pool_set_attribute: optional!(lookup, "cudaMemPoolSetAttribute"),
+            get_driver_entry_point: optional!(lookup, "cudaGetDriverEntryPoint"),
+            get_driver_entry_point_by_version: optional!(
+                lookup,
+                "cudaGetDriverEntryPointByVersion"
+            ),
         })
     }
 

@@ -283,3 +283,63 @@ pub unsafe extern "C" fn cudaIpcGetMemHandle(
         dispatch::ipc_get_mem_handle(handle, ptr)
     })
 }
+
+/// The function a successful lookup wrote, swapped for its driver hook (`hooks::driver::swap`):
+/// a `cuMemFree` got this way must not free a pool block's segment under the pool.
+///
+/// # Safety
+/// `func` is NULL or valid for reading and writing a pointer.
+unsafe fn swap_entry_point(r: CudaStatus, func: *mut *mut c_void) -> CudaStatus {
+    if r == SUCCESS && !func.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { *func = super::driver::swap(*func) };
+    }
+    r
+}
+
+/// # Safety
+/// As `cudaGetDriverEntryPoint`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDriverEntryPoint(
+    symbol: *const std::ffi::c_char,
+    func: *mut *mut c_void,
+    flags: u64,
+    status: *mut i32,
+) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match dispatch::runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let r = dispatch::forward(g.runtime.get_driver_entry_point, |f| unsafe {
+            f(symbol, func, flags, status)
+        });
+        // SAFETY: the caller's contract.
+        unsafe { swap_entry_point(r, func) }
+    })
+}
+
+/// # Safety
+/// As `cudaGetDriverEntryPointByVersion`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
+    symbol: *const std::ffi::c_char,
+    func: *mut *mut c_void,
+    version: u32,
+    flags: u64,
+    status: *mut i32,
+) -> CudaStatus {
+    boundary(ERROR_UNKNOWN, || {
+        let g = match dispatch::runtime() {
+            Ok(g) => g,
+            Err(e) => return e,
+        };
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let r = dispatch::forward(g.runtime.get_driver_entry_point_by_version, |f| unsafe {
+            f(symbol, func, version, flags, status)
+        });
+        // SAFETY: the caller's contract.
+        unsafe { swap_entry_point(r, func) }
+    })
+}

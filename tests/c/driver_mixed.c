@@ -37,6 +37,28 @@ int main(void)
     CHECK_CUDA(cudaFree((void *)d));
     CHECK(cuMemFree_v2(d) == CUDA_ERROR_INVALID_VALUE, "a second free through the driver");
 
+    /* The driver's cuMemFree taken through the runtime: a cudaMalloc block freed with it goes
+     * back to the pool, never its segment to the driver. */
+    {
+        CUresult (*mem_free)(CUdeviceptr) = NULL;
+        enum cudaDriverEntryPointQueryResult st;
+        CHECK_CUDA(cudaGetDriverEntryPoint("cuMemFree", (void **)&mem_free, cudaEnableDefault, &st));
+        CHECK(mem_free != NULL && st == cudaDriverEntryPointSuccess, "no cuMemFree");
+        CHECK_CUDA(cudaMalloc(&p, MiB));
+        before = sim_stats(0);
+        CHECK(mem_free((CUdeviceptr)p) == CUDA_SUCCESS, "cuMemFree through the entry point");
+        after = sim_stats(0);
+        printf("entry_point_frees=%llu\n", after.free_calls - before.free_calls);
+        mem_free = NULL;
+        CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuMemFree", (void **)&mem_free, 12000,
+                                                    cudaEnableDefault, &st));
+        CHECK_CUDA(cudaMalloc(&p, MiB));
+        before = sim_stats(0);
+        CHECK(mem_free((CUdeviceptr)p) == CUDA_SUCCESS, "cuMemFree through ByVersion");
+        after = sim_stats(0);
+        printf("entry_point_by_version_frees=%llu\n", after.free_calls - before.free_calls);
+    }
+
     printf("driver_mixed: all checks passed\n");
     return 0;
 }

@@ -3,6 +3,7 @@
 
 mod control;
 pub mod device;
+mod entry_point;
 mod error;
 pub mod event;
 pub mod kernel;

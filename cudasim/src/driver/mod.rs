@@ -4,7 +4,7 @@
 
 mod context;
 mod memory;
-mod proc;
+pub(crate) mod proc;
 mod stream;
 
 use crate::config;

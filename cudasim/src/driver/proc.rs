@@ -93,6 +93,12 @@ fn versions(name: &[u8]) -> Vec<Version> {
     }
 }
 
+/// The driver function of base name `symbol` at `version` with `flags`, as `cuGetProcAddress`
+/// finds it: for the runtime's `cudaGetDriverEntryPoint`.
+pub(crate) fn lookup(symbol: &[u8], version: c_int, flags: u64) -> Result<usize, c_int> {
+    find(symbol, version, flags)
+}
+
 /// Looks `symbol` up: the function, or the query result that says why not.
 fn find(symbol: &[u8], version: c_int, flags: u64) -> Result<usize, c_int> {
     let all = versions(symbol);
