@@ -95,6 +95,9 @@ pub fn real(h: Hooked) -> usize {
 }
 
 fn resolve() {
+    // No lock (this runs inside `dlsym`, maybe under the dynamic linker's own lock in another
+    // thread's `dlopen`): threads may resolve at once, and a function found is never replaced
+    // by a miss, so a lookup made while no driver was found cannot undo one that found it.
     let located = driver::loaded();
     let mut missed = false;
     for (name, slot) in NAMES.iter().zip(&REALS) {
@@ -104,7 +107,9 @@ fn resolve() {
             None => unsafe { dl::real_dlsym(libc::RTLD_NEXT, name.as_ptr()) },
         };
         missed |= p.is_null();
-        slot.store(p as usize, Ordering::Relaxed);
+        if !p.is_null() {
+            slot.store(p as usize, Ordering::Relaxed);
+        }
     }
     if missed {
         dl::forget_lookup_error();

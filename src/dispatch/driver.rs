@@ -23,8 +23,10 @@ use crate::pool::{
 
 /// The pool and the driver, when the pool is on and the driver is loaded.
 fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
-    let pool = global::process_pool()?;
-    Some((pool, &cu::loaded()?.driver))
+    // The driver first: a hook called where no driver is loaded makes no process state (no
+    // trace file, no summary).
+    let driver = &cu::loaded()?.driver;
+    Some((global::process_pool()?, driver))
 }
 
 /// `pooled`, when the driver's calls are pooled too (not with `GPUPOOL_DRIVER_HOOKS=0`: a
@@ -95,11 +97,16 @@ fn primary_context(d: &Driver, dev: u32) -> Option<usize> {
 /// The primary context of `dev` was reset or destroyed: the pool forgets the device's memory
 /// (the driver freed it) and the handle (a new context may get another).
 fn forget_device(pool: &Pool<CudaBackend>, dev: u32) {
+    forget_primary(dev);
+    pool.forget_device(dev);
+    pool.backend().forget_device(dev);
+}
+
+/// Forget the handle of `dev`'s primary context (a `cudaDeviceReset` through the runtime too).
+pub(crate) fn forget_primary(dev: u32) {
     if let Some(slot) = PRIMARY.get(dev as usize) {
         slot.store(0, Ordering::Relaxed);
     }
-    pool.forget_device(dev);
-    pool.backend().forget_device(dev);
 }
 
 /// `cuMemAlloc_v2`, or `cuMemAllocAsync` when `stream` is given, made by `origin`; `real` is the

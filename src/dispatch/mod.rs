@@ -456,6 +456,7 @@ pub unsafe fn device_reset() -> CudaStatus {
             // not free.
             pool.forget_device(dev);
             pool.backend().forget_device(dev);
+            driver::forget_primary(dev);
         }
         (SUCCESS, Some(_), None) => log::warn_once(&RESET_UNKNOWN, || {
             "cudaDeviceReset succeeded but the current device could not be read: the pool \

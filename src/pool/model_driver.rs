@@ -7,6 +7,12 @@
 //! call of a kind failing with a chosen code; and the segment outcomes a trace recorded, played
 //! back until one does not match the request (the replay then diverges and the model takes
 //! over). Tests that check more, such as work still in flight, wrap it.
+//!
+//! It also models CUDA's virtual memory calls: address space reserved without memory
+//! (`reserve`), and memory mapped into it (`map`, counted against the capacity as segments are)
+//! and unmapped again (`unmap`, whole mappings only). A mapping is a segment placed at the
+//! caller's address, so `segment_containing` and `covers` see mapped memory as they see
+//! segments.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -53,6 +59,9 @@ pub struct Counts {
     /// Bytes in live segments now, and the most there ever were.
     pub reserved: u64,
     pub peak_reserved: u64,
+    /// `map` calls (refused ones included) and `unmap` calls.
+    pub maps: u64,
+    pub unmaps: u64,
 }
 
 /// The outcome of one `alloc_segment` a trace recorded.
@@ -68,6 +77,8 @@ struct State {
     next: Addr,
     gap: u64,
     segments: BTreeMap<Addr, Segment>,
+    /// Reserved address ranges (`reserve`): device and bytes, by base.
+    ranges: BTreeMap<Addr, Segment>,
     reserved_on: HashMap<u32, u64>,
     counts: Counts,
     /// The next call of each kind fails with this code.
@@ -102,6 +113,7 @@ impl ModelDriver {
                 next: FIRST_ADDRESS,
                 gap: 0,
                 segments: BTreeMap::new(),
+                ranges: BTreeMap::new(),
                 reserved_on: HashMap::new(),
                 counts: Counts::default(),
                 armed: HashMap::new(),
@@ -178,6 +190,94 @@ impl ModelDriver {
         let s = self.lock();
         let (&base, &segment) = s.segments.range(..=addr).next_back()?;
         (addr - base < segment.bytes).then_some((base, segment))
+    }
+
+    /// Whether `[addr, end)` lies in live segments or mappings that follow one another without
+    /// a hole (a block across two adjacent mappings of a reserved range).
+    pub fn covers(&self, addr: Addr, end: Addr) -> bool {
+        let s = self.lock();
+        let mut at = addr;
+        while at < end {
+            match s.segments.range(..=at).next_back() {
+                Some((&base, seg)) if at - base < seg.bytes => at = base + seg.bytes,
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Reserve `bytes` of address space on `device` (`cuMemAddressReserve`): no memory, no
+    /// capacity taken. Aligned to `SEGMENT_ALIGNMENT`, with the gap after it.
+    pub fn reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        let mut s = self.lock();
+        let next = bytes
+            .checked_next_multiple_of(SEGMENT_ALIGNMENT)
+            .and_then(|span| span.checked_add(s.gap))
+            .and_then(|span| s.next.checked_add(span))
+            .filter(|_| bytes > 0)
+            .ok_or(CudaError::INVALID_VALUE)?;
+        let addr = s.next;
+        s.next = next;
+        s.ranges.insert(addr, Segment { device, bytes });
+        Ok(addr)
+    }
+
+    /// Map `bytes` of new memory at `addr`, inside a reserved range and over nothing mapped
+    /// (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`): out of memory beyond the capacity.
+    pub fn map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        let mut s = self.lock();
+        s.counts.maps += 1;
+        let end = addr.checked_add(bytes).ok_or(CudaError::INVALID_VALUE)?;
+        let in_range = s
+            .ranges
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&base, r)| r.device == device && end <= base + r.bytes);
+        let free = s
+            .segments
+            .range(..end)
+            .next_back()
+            .is_none_or(|(&a, seg)| a + seg.bytes <= addr);
+        if !in_range || !free || bytes == 0 {
+            s.misuses.push(format!(
+                "mapped {addr:#x}+{bytes} outside a reservation or over a mapping"
+            ));
+            return Err(CudaError::INVALID_VALUE);
+        }
+        if s.reserved(device).saturating_add(bytes) > s.capacity {
+            s.counts.refused += 1;
+            return Err(CudaError::MEMORY_ALLOCATION);
+        }
+        s.segments.insert(addr, Segment { device, bytes });
+        *s.reserved_on.entry(device).or_default() += bytes;
+        s.counts.reserved += bytes;
+        s.counts.peak_reserved = s.counts.peak_reserved.max(s.counts.reserved);
+        Ok(())
+    }
+
+    /// Unmap the mapping at `addr` and release its memory (`cuMemUnmap`, `cuMemRelease`): a
+    /// whole mapping only. Its bytes.
+    pub fn unmap(&self, device: u32, addr: Addr) -> Result<u64, CudaError> {
+        let mut s = self.lock();
+        s.counts.unmaps += 1;
+        let mapped = s
+            .ranges
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, r)| addr - b < r.bytes);
+        let Some(seg) = s
+            .segments
+            .get(&addr)
+            .copied()
+            .filter(|g| mapped && g.device == device)
+        else {
+            s.misuses.push(format!("unmapped {addr:#x}, not a mapping"));
+            return Err(CudaError::INVALID_VALUE);
+        };
+        s.segments.remove(&addr);
+        *s.reserved_on.entry(device).or_default() -= seg.bytes;
+        s.counts.reserved -= seg.bytes;
+        Ok(seg.bytes)
     }
 
     /// A device reset: every segment of `device` is gone, without a free.
