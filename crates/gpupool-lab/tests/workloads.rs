@@ -155,7 +155,9 @@ fn the_tool_generates_and_compares() {
     let text = String::from_utf8_lossy(&out.stdout);
     for policy in [
         "| gpupool |",
+        "| granules (plan) |",
         "| PyTorch rules |",
+        "| PyTorch expandable |",
         "| exact-size cache |",
         "| no cache |",
     ] {

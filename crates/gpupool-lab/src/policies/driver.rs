@@ -11,11 +11,15 @@ pub struct Counters {
     /// Bytes held by the policy now, and the most it held.
     pub reserved: u64,
     pub peak_reserved: u64,
-    /// `cudaMalloc` calls, refused ones included, and how many were refused.
+    /// Calls that take memory from the driver, refused ones included (`cudaMalloc`, or a page
+    /// mapped for the virtual-memory policies), and how many were refused.
     pub mallocs: u64,
     pub refused: u64,
-    /// `cudaFree` calls.
+    /// Calls that give memory back (`cudaFree`, or a page unmapped).
     pub frees: u64,
+    /// Of those, the pages mapped and unmapped.
+    pub maps: u64,
+    pub unmaps: u64,
 }
 
 /// The policies' face of the model driver: `malloc` and `free` on device 0, and its counts.
@@ -47,10 +51,32 @@ impl Driver {
         Counters {
             reserved: c.reserved,
             peak_reserved: c.peak_reserved,
-            mallocs: c.mallocs,
+            mallocs: c.mallocs + c.maps,
             refused: c.refused,
-            frees: c.frees,
+            frees: c.frees + c.unmaps,
+            maps: c.maps,
+            unmaps: c.unmaps,
         }
+    }
+
+    /// Reserve `bytes` of address space (no memory).
+    pub fn reserve(&self, bytes: u64) -> Option<Addr> {
+        self.0.reserve(0, bytes).ok()
+    }
+
+    /// Map `bytes` of memory at `addr` in a reserved range: false beyond the capacity.
+    pub fn map(&self, addr: Addr, bytes: u64) -> bool {
+        self.0.map(0, addr, bytes).is_ok()
+    }
+
+    /// Unmap the mapping at `addr`: false when it is not one.
+    pub fn unmap(&self, addr: Addr) -> bool {
+        self.0.unmap(0, addr).is_ok()
+    }
+
+    /// Whether `[addr, end)` lies in segments or mappings without a hole.
+    pub fn covers(&self, addr: Addr, end: Addr) -> bool {
+        self.0.covers(addr, end)
     }
 
     /// The segment holding `addr`, as (base, size).

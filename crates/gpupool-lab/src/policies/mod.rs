@@ -1,12 +1,14 @@
 //! Allocation policies side by side on the same request stream (`crate::workloads`): our pool,
-//! with and without a release threshold; no cache; an exact-size free-list cache; a policy
-//! following PyTorch's documented caching rules. Each allocates from its own simulated driver
+//! with and without a release threshold; the plan for it on virtual memory (`expandable.rs`);
+//! no cache; an exact-size free-list cache; policies following PyTorch's documented caching
+//! rules, without and with expandable segments. Each allocates from its own simulated driver
 //! (`Driver`), which counts the calls and the reserved bytes; `run` drives a policy through a
 //! workload and reports; `run_checked` does the same while checking, after every operation,
 //! that live blocks never overlap and lie inside the policy's segments, that every free matches
 //! an allocation, and that allocated + cached = reserved.
 
 pub mod driver;
+pub mod expandable;
 pub mod ours;
 pub mod run;
 pub mod simple;
@@ -46,16 +48,19 @@ pub fn round(size: u64) -> Option<u64> {
 }
 
 /// The policies, in report order: ours by default and with release threshold `threshold`, the
-/// PyTorch rules, the exact-size cache, no cache. `capacity` caps each one's driver.
+/// plan for ours on virtual memory, the PyTorch rules without and with expandable segments,
+/// the exact-size cache, no cache. `capacity` caps each one's driver.
 pub fn lineup(threshold: u64, capacity: Option<u64>) -> Vec<Box<dyn CachePolicy>> {
     vec![
         Box::new(ours::Ours::new(capacity, u64::MAX)),
         Box::new(ours::Ours::new(capacity, threshold)),
+        Box::new(expandable::Expandable::granules(capacity)),
         Box::new(torch::TorchRules::new(capacity)),
+        Box::new(expandable::Expandable::torch(capacity)),
         Box::new(simple::ExactCache::new(capacity)),
         Box::new(simple::NoCache::new(capacity)),
     ]
 }
 
 /// How many policies `lineup` makes.
-pub const LINEUP: usize = 5;
+pub const LINEUP: usize = 7;

@@ -108,9 +108,8 @@ pub fn run_checked(p: &mut dyn CachePolicy, w: &Workload) -> Result<Outcome, Str
                 if a % 512 != 0 {
                     return Err(at(format!("address {a:#x} not 512-byte aligned")));
                 }
-                match p.driver().segment_containing(a) {
-                    Some((base, len)) if end <= base + len => {}
-                    _ => return Err(at(format!("block {a:#x}+{size} outside every segment"))),
+                if !p.driver().covers(a, end) {
+                    return Err(at(format!("block {a:#x}+{size} outside every segment")));
                 }
                 let before = live.range(..end).next_back();
                 if let Some((&b, &e)) = before.filter(|(_, &e)| e > a) {

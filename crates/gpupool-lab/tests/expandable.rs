@@ -1,0 +1,79 @@
+//! Policies on virtual memory (issue 20) against classic segments and no pool at all, on the two
+//! fragmentation scenarios the issue measured on a GPU: fill a device with blocks of one size;
+//! then free every other block and ask for blocks twice the size. (Both also run every generated
+//! workload, checked after each operation, in `workloads.rs`: they are in the comparison's
+//! lineup.)
+
+use gpupool::pool::{Addr, ReuseWait};
+use gpupool_lab::policies::expandable::Expandable;
+use gpupool_lab::policies::ours::Ours;
+use gpupool_lab::policies::simple::NoCache;
+use gpupool_lab::policies::CachePolicy;
+
+const MIB: u64 = 1 << 20;
+const DEVICE: u64 = 16 << 30;
+
+/// Blocks of `size` until the policy refuses one: their addresses.
+fn fill(p: &mut dyn CachePolicy, size: u64) -> Vec<Addr> {
+    std::iter::from_fn(|| p.alloc(size)).collect()
+}
+
+fn policies() -> Vec<Box<dyn CachePolicy>> {
+    vec![
+        Box::new(NoCache::new(Some(DEVICE))),
+        Box::new(Ours::new(Some(DEVICE), u64::MAX)),
+        Box::new(Expandable::granules(Some(DEVICE))),
+        Box::new(Expandable::torch(Some(DEVICE))),
+    ]
+}
+
+/// Bytes of `size` blocks that fit on the device, per policy, as a share of what fits with no
+/// pool: (name, share).
+fn fill_shares(size: u64) -> Vec<(String, f64)> {
+    let mut fitted = Vec::new();
+    for mut p in policies() {
+        let n = fill(p.as_mut(), size).len() as u64;
+        fitted.push((p.name(), (n * size) as f64));
+    }
+    let none = fitted[0].1;
+    fitted.into_iter().map(|(n, b)| (n, b / none)).collect()
+}
+
+fn share(shares: &[(String, f64)], name: &str) -> f64 {
+    shares.iter().find(|(n, _)| n == name).expect(name).1
+}
+
+#[test]
+fn granules_fit_a_device_filled_with_one_size_as_well_as_no_pool() {
+    for (size, at_least) in [
+        (7 * MIB, 0.85),
+        (12 * MIB, 0.85),
+        (5 * MIB + MIB / 10, 0.83),
+    ] {
+        let shares = fill_shares(size);
+        println!("{} MiB blocks: {shares:?}", size as f64 / MIB as f64);
+        let granules = share(&shares, "granules (plan)");
+        assert!(granules >= at_least, "{size}: {granules} < {at_least}");
+        // And never worse than today's segments.
+        assert!(granules >= share(&shares, "gpupool") - 1e-9, "{shares:?}");
+    }
+}
+
+#[test]
+fn after_freeing_every_other_block_granules_give_the_holes_back_for_larger_requests() {
+    let mut got = Vec::new();
+    for mut p in policies() {
+        let blocks = fill(p.as_mut(), 7 * MIB);
+        for &a in blocks.iter().step_by(2) {
+            assert!(p.free(a, ReuseWait::Nothing));
+        }
+        let n = fill(p.as_mut(), 14 * MIB).len() as u64;
+        got.push((p.name(), n * 14 * MIB));
+    }
+    println!("14 MiB after the half-free: {got:?}");
+    let none = got[0].1 as f64;
+    let of = |name: &str| got.iter().find(|(n, _)| n == name).unwrap().1 as f64 / none;
+    assert!(of("granules (plan)") >= 0.80, "{got:?}");
+    // PyTorch's 20 MiB pages each keep a live 7 MiB block: few pages come free.
+    assert!(of("granules (plan)") > of("PyTorch expandable"), "{got:?}");
+}
