@@ -6,6 +6,7 @@ mod context;
 mod memory;
 mod proc;
 mod stream;
+mod vmm;
 
 use crate::config;
 use crate::errors::{self, CudaResult, UNKNOWN};
