@@ -61,6 +61,10 @@ pub struct AccessDesc {
     flags: c_int,
 }
 
+// The layouts of CUDA's cuda.h on 64-bit Linux.
+const _: () = assert!(std::mem::size_of::<AllocationProp>() == 32);
+const _: () = assert!(std::mem::size_of::<AccessDesc>() == 12);
+
 /// The device a location names: it must be a device (`CUDA_ERROR_INVALID_VALUE`) in range
 /// (`CUDA_ERROR_INVALID_DEVICE`).
 fn location_device(loc: &MemLocation) -> CudaResult<usize> {
