@@ -38,6 +38,14 @@ typedef struct cudasimStats {
     unsigned long long pool_reserved_bytes; /* its ReservedMemCurrent (used + kept) */
     unsigned long long driver_mallocs;      /* cuMemAlloc_v2, cuMemAllocAsync (also in malloc_calls) */
     unsigned long long driver_frees;        /* cuMemFree_v2, cuMemFreeAsync (also in free_calls) */
+    /* Virtual memory management (a handle counts in live_allocations, its bytes in live_bytes): */
+    unsigned long long vmm_created_bytes;       /* bytes of live cuMemCreate handles */
+    unsigned long long vmm_mapped_bytes;        /* bytes of this device's memory mapped (cuMemMap) */
+    unsigned long long vmm_creates;             /* cuMemCreate calls, failed ones too */
+    unsigned long long vmm_maps;                /* successful cuMemMap calls */
+    unsigned long long vmm_unmaps;              /* successful cuMemUnmap calls */
+    unsigned long long unmapped_while_busy;     /* cuMemUnmap calls with a kernel still on the range */
+    unsigned long long accessed_without_access; /* copies, sets, launches refused: no cuMemSetAccess */
 } cudasimStats;
 
 /* Fills *out for `device` (out->struct_size set by the caller). 0, 1 (bad out) or 101. */

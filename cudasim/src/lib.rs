@@ -22,3 +22,4 @@ mod memory;
 mod mempool;
 mod state;
 mod timeline;
+mod vmm;

@@ -8,6 +8,7 @@ use crate::handles::{self, EVENT_MAGIC, POOL_MAGIC, STREAM_MAGIC};
 use crate::memory::{self, Allocations};
 use crate::mempool::Pool;
 use crate::timeline::{self, Completion, Nanos, Queue, StreamId, Streams};
+use crate::vmm::{Refusal, Vmm};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
@@ -35,6 +36,16 @@ pub struct Counters {
     /// Driver frees (`cuMemFree_v2`, `cuMemFreeAsync`) of non-NULL pointers: also counted in
     /// `free_calls`.
     pub driver_frees: u64,
+    /// `cuMemCreate` calls that reached the allocation (failed ones too).
+    pub vmm_creates: u64,
+    /// Successful `cuMemMap` and `cuMemUnmap` calls.
+    pub vmm_maps: u64,
+    pub vmm_unmaps: u64,
+    /// `cuMemUnmap` calls that found a kernel not yet complete on part of the range (a fault
+    /// on a GPU; the unmap still happens).
+    pub unmapped_while_busy: u64,
+    /// Copies, sets and launches refused because a mapped range lacked the device's access.
+    pub accessed_without_access: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -44,6 +55,11 @@ pub struct Device {
     pub live_allocations: u64,
     pub live_bytes: u64,
     pub peak_live_bytes: u64,
+    /// Physical bytes of its live `cuMemCreate` handles (also in `live_bytes`, as each
+    /// handle is in `live_allocations`).
+    pub vmm_created_bytes: u64,
+    /// Bytes of its physical memory mapped into reserved ranges.
+    pub vmm_mapped_bytes: u64,
     pub counters: Counters,
     /// Its default memory pool (what it uses and keeps; its attributes).
     pub pool: Pool,
@@ -61,6 +77,8 @@ pub struct State {
     pub cfg: &'static Config,
     pub devices: Vec<Device>,
     pub allocs: Allocations,
+    /// Reserved ranges, `cuMemCreate` handles and their mappings.
+    pub vmm: Vmm,
     pub streams: Streams,
     pub events: HashMap<usize, Event>,
     pub queue: Queue,
@@ -134,6 +152,7 @@ impl State {
             cfg,
             devices: vec![Device::default(); cfg.devices],
             allocs: Allocations::default(),
+            vmm: Vmm::default(),
             streams: Streams::new(cfg.devices),
             events: HashMap::new(),
             queue: Queue::default(),
@@ -158,9 +177,11 @@ impl State {
                     fill,
                 } => {
                     let Some(byte) = fill else { continue };
-                    if len > 0 && self.allocs.mapped_range(base, len) {
-                        // SAFETY: `[base, base + len)` lies inside a mapping this simulator
-                        // made and still holds (checked just above, under the lock).
+                    let writable =
+                        self.allocs.mapped_range(base, len) || self.vmm.writable(base, len);
+                    if len > 0 && writable {
+                        // SAFETY: `[base, base + len)` lies inside writable mappings this
+                        // simulator made and still holds (checked just above, under the lock).
                         unsafe { std::ptr::write_bytes(base as *mut u8, byte, len) };
                         self.devices[device].counters.kernel_writes += 1;
                     }
@@ -245,6 +266,30 @@ impl State {
         }
     }
 
+    /// Checks that `device` may use `[addr, addr + len)` (`len` > 0) of device memory: it lies
+    /// inside one live allocation, or in mapped memory (adjacent mappings too) that the device
+    /// was given access to (`write`: to write). Mapped memory without that access is counted
+    /// in `accessed_without_access`; either refusal is `cudaErrorInvalidValue`.
+    pub fn check_device_range(
+        &mut self,
+        addr: usize,
+        len: usize,
+        device: usize,
+        write: bool,
+    ) -> CudaResult {
+        if self.allocs.live_range(addr, len) {
+            return Ok(());
+        }
+        match self.vmm.check(addr, len, device, write) {
+            Ok(()) => Ok(()),
+            Err(Refusal::NoAccess) => {
+                self.devices[device].counters.accessed_without_access += 1;
+                Err(crate::errors::INVALID_VALUE)
+            }
+            Err(Refusal::Unmapped) => Err(crate::errors::INVALID_VALUE),
+        }
+    }
+
     /// The device whose default pool has the handle `raw`; `cudaErrorInvalidValue` if none.
     pub fn pool_device(&self, raw: usize) -> CudaResult<usize> {
         self.pool_handles
@@ -282,12 +327,14 @@ impl State {
     }
 
     /// Drops everything of device `d` (`cudaDeviceReset`, once its work is done): its
-    /// allocations, streams, events, queued completions, context and default pool (its
-    /// attributes too). Counters stay.
+    /// allocations, its mapped physical memory (`cuMemCreate` handles, released or not, and
+    /// their mappings), streams, events, queued completions, context and default pool (its
+    /// attributes too). Counters and reservations stay.
     pub fn reset_device(&mut self, d: usize) {
         for base in self.allocs.of_device(d) {
             self.destroy_allocation(base);
         }
+        self.vmm.reset_device(d);
         self.queue.forget_device(d);
         for h in self.streams.reset_device(d) {
             // SAFETY: `h` was a registered stream handle, now removed from the registry.
@@ -308,6 +355,8 @@ impl State {
         dev.context = false;
         dev.live_allocations = 0;
         dev.live_bytes = 0;
+        dev.vmm_created_bytes = 0;
+        dev.vmm_mapped_bytes = 0;
         // The context's default pool goes with it; the next one has the same handle.
         dev.pool = Pool::default();
     }

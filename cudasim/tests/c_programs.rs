@@ -205,3 +205,23 @@ fn runtime_on_the_driver() {
     print!("{out}");
     assert!(out.contains("sim_driver_runtime nodriver: all checks passed"));
 }
+
+/// Virtual memory management on the driver face: reserve, create, map, access, unmap, release,
+/// with the runtime's copies, sets and kernels on the mapped memory.
+#[test]
+fn virtual_memory() {
+    let sim = Sim::get();
+    let simlib = sim.simlib.display().to_string();
+    let build = Build {
+        compiler: "cc",
+        flags: &["-std=c11"],
+        libs: &["-L", &simlib, "-lcuda"],
+        cudart: true,
+    };
+    let exe = sim.build(&source("sim_vmm.c"), &build);
+    let env = [("CUDASIM_MEM", "1GiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+    let out = sim.run_ok(&exe, &[], &env);
+    print!("{out}");
+    assert!(out.contains("check: unmap under a running kernel proceeds and is counted"));
+    assert!(out.contains("sim_vmm: all checks passed"));
+}

@@ -34,6 +34,13 @@ pub struct Stats {
     pub pool_reserved_bytes: u64,
     pub driver_mallocs: u64,
     pub driver_frees: u64,
+    pub vmm_created_bytes: u64,
+    pub vmm_mapped_bytes: u64,
+    pub vmm_creates: u64,
+    pub vmm_maps: u64,
+    pub vmm_unmaps: u64,
+    pub unmapped_while_busy: u64,
+    pub accessed_without_access: u64,
 }
 
 fn stats_of(device: c_int) -> CudaResult<Stats> {
@@ -66,6 +73,13 @@ fn stats_of(device: c_int) -> CudaResult<Stats> {
             pool_reserved_bytes: dev.pool.reserved(),
             driver_mallocs: c.driver_mallocs,
             driver_frees: c.driver_frees,
+            vmm_created_bytes: dev.vmm_created_bytes,
+            vmm_mapped_bytes: dev.vmm_mapped_bytes,
+            vmm_creates: c.vmm_creates,
+            vmm_maps: c.vmm_maps,
+            vmm_unmaps: c.vmm_unmaps,
+            unmapped_while_busy: c.unmapped_while_busy,
+            accessed_without_access: c.accessed_without_access,
         })
     })
 }

@@ -80,10 +80,11 @@ fn launch(func: usize, args: CudaResult<FillArgs>, stream: CudaStream) -> CudaRe
     let a = args?;
     with_state(|st| {
         let id = st.stream(stream as usize)?;
-        if a.bytes > 0 && !st.allocs.live_range(a.buffer, a.bytes) {
-            return Err(INVALID_VALUE);
-        }
         let device = st.streams.get(id).device;
+        if a.bytes > 0 {
+            // A kernel that fills writes its range; one that does not only reads it.
+            st.check_device_range(a.buffer, a.bytes, device, a.fill != -1)?;
+        }
         // CUDA: a launch fails if its stream is not associated with the current device.
         if device != current::get() {
             return Err(INVALID_RESOURCE_HANDLE);

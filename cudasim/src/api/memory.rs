@@ -405,17 +405,18 @@ pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> 
 /// Runs a copy or a set as an operation of duration 0: synchronous ones (`stream` `None`) on
 /// the legacy stream of the current device, the bytes moving once the host has waited for it;
 /// asynchronous ones on their stream, the bytes moving at once. `valid` checks the device
-/// ranges (again after the wait); `apply` moves the bytes, under the lock.
+/// ranges for the device doing the operation (again after the wait); `apply` moves the bytes,
+/// under the lock.
 fn byte_op(
     stream: Option<CudaStream>,
-    valid: impl Fn(&State) -> CudaResult,
+    valid: impl Fn(&mut State, usize) -> CudaResult,
     apply: impl FnOnce(),
 ) -> CudaResult {
     match stream {
         None => {
+            let d = current::get();
             let deadline = with_state(|st| {
-                valid(st)?;
-                let d = current::get();
+                valid(st, d)?;
                 st.use_device(d);
                 Ok(st
                     .streams
@@ -423,15 +424,15 @@ fn byte_op(
             })?;
             wait_until(deadline)?;
             with_state(|st| {
-                valid(st)?;
+                valid(st, d)?;
                 apply();
                 Ok(())
             })
         }
         Some(raw) => with_state(|st| {
             let id = st.stream(raw as usize)?;
-            valid(st)?;
             let d = st.streams.get(id).device;
+            valid(st, d)?;
             st.use_device(d);
             st.streams.enqueue(id, timeline::now(), 0, 0);
             apply();
@@ -450,7 +451,8 @@ pub fn copy(
 ) -> CudaResult {
     let (d, s) = (dst as usize, src as usize);
     // Which sides must be device memory: cudaMemcpyHostToHost, HostToDevice, DeviceToHost,
-    // DeviceToDevice, Default (inferred: nothing checked).
+    // DeviceToDevice, Default (inferred: only reserved virtual memory is checked, since an
+    // unmapped part of it would fault the host).
     let (dst_dev, src_dev) = match kind {
         0 | 4 => (false, false),
         1 => (true, false),
@@ -461,19 +463,23 @@ pub fn copy(
     if count > 0 && (d == 0 || s == 0) {
         return Err(INVALID_VALUE);
     }
-    let valid = |st: &State| {
-        let ok = count == 0
-            || ((!dst_dev || st.allocs.live_range(d, count))
-                && (!src_dev || st.allocs.live_range(s, count)));
-        if ok {
-            Ok(())
-        } else {
-            Err(INVALID_VALUE)
+    let valid = |st: &mut State, device: usize| {
+        if count == 0 {
+            return Ok(());
         }
+        let inferred = kind == 4;
+        if dst_dev || (inferred && st.vmm.reserved(d)) {
+            st.check_device_range(d, count, device, true)?;
+        }
+        if src_dev || (inferred && st.vmm.reserved(s)) {
+            st.check_device_range(s, count, device, false)?;
+        }
+        Ok(())
     };
     byte_op(stream, valid, || {
         if count > 0 {
-            // SAFETY: the device sides were checked (under the lock) to lie in live mappings;
+            // SAFETY: the device sides were checked (under the lock) to lie in live mappings
+            // the device may use;
             // the host sides are the caller's promise, as with the real runtime. `copy`
             // allows overlap.
             unsafe { std::ptr::copy(s as *const u8, d as *mut u8, count) };
@@ -507,16 +513,16 @@ pub unsafe extern "C" fn cudaMemcpyAsync(
 /// Checks a set of device memory and makes it.
 fn set(dev_ptr: *mut c_void, value: c_int, count: usize, stream: Option<CudaStream>) -> CudaResult {
     let p = dev_ptr as usize;
-    let valid = |st: &State| {
-        if count == 0 || st.allocs.live_range(p, count) {
-            Ok(())
-        } else {
-            Err(INVALID_VALUE)
+    let valid = |st: &mut State, device: usize| {
+        if count == 0 {
+            return Ok(());
         }
+        st.check_device_range(p, count, device, true)
     };
     byte_op(stream, valid, || {
         if count > 0 {
-            // SAFETY: `[p, p + count)` was checked (under the lock) to lie in a live mapping.
+            // SAFETY: `[p, p + count)` was checked (under the lock) to lie in live, writable
+            // mappings.
             unsafe { std::ptr::write_bytes(p as *mut u8, value as u8, count) };
         }
     })
@@ -563,7 +569,18 @@ pub unsafe extern "C" fn cudaPointerGetAttributes(
         // SAFETY: the caller passes NULL or a pointer valid for writing the structure.
         let out = unsafe { Out::new(attributes)? };
         let p = ptr as *mut c_void;
-        let found = with_state(|st| Ok(st.allocs.live_containing(p as usize).copied()))?;
+        // Mapped virtual memory is device memory of its physical memory's device.
+        let found = with_state(|st| {
+            let a = st
+                .allocs
+                .live_containing(p as usize)
+                .map(|a| (a.kind, a.device));
+            let mapped = st
+                .vmm
+                .containing(p as usize)
+                .map(|m| (Kind::Device, m.device));
+            Ok(a.or(mapped))
+        })?;
         out.set(match found {
             None => PointerAttributes {
                 memory_type: MEMORY_TYPE_UNREGISTERED,
@@ -571,15 +588,15 @@ pub unsafe extern "C" fn cudaPointerGetAttributes(
                 device_pointer: null_mut(),
                 host_pointer: p,
             },
-            Some(a) => {
-                let (memory_type, host_pointer) = match a.kind {
+            Some((kind, device)) => {
+                let (memory_type, host_pointer) = match kind {
                     Kind::Device => (MEMORY_TYPE_DEVICE, null_mut()),
                     Kind::Managed => (MEMORY_TYPE_MANAGED, p),
                     Kind::Host => (MEMORY_TYPE_HOST, p),
                 };
                 PointerAttributes {
                     memory_type,
-                    device: a.device as c_int,
+                    device: device as c_int,
                     device_pointer: p,
                     host_pointer,
                 }

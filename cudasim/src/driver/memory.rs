@@ -91,8 +91,8 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     })
 }
 
-/// The base and size of the device allocation that contains `dptr` (either out-pointer may be
-/// NULL); `CUDA_ERROR_NOT_FOUND` outside every live device allocation.
+/// The base and size of the device allocation, or of the virtual memory mapping, that contains
+/// `dptr` (either out-pointer may be NULL); `CUDA_ERROR_NOT_FOUND` outside both.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     base: *mut CuDevicePtr,
@@ -101,16 +101,23 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
 ) -> CuResult {
     driver_call(Func::cuMemGetAddressRange_v2, || {
         context::require_context()?;
-        let a = with_state(|st| Ok(st.allocs.live_containing(dptr as usize).copied()))?
-            .filter(|a| a.kind != Kind::Host)
-            .ok_or(CU_NOT_FOUND)?;
+        let (start, len) = with_state(|st| {
+            let p = dptr as usize;
+            let a = st
+                .allocs
+                .live_containing(p)
+                .filter(|a| a.kind != Kind::Host);
+            let mapped = st.vmm.containing(p).map(|m| (m.base, m.size));
+            Ok(a.map(|a| (a.base, a.size)).or(mapped))
+        })?
+        .ok_or(CU_NOT_FOUND)?;
         if !base.is_null() {
             // SAFETY: not NULL, and the caller passes a pointer valid for writing a CUdeviceptr.
-            unsafe { base.write(a.base as CuDevicePtr) };
+            unsafe { base.write(start as CuDevicePtr) };
         }
         if !size.is_null() {
             // SAFETY: not NULL, and the caller passes a pointer valid for writing a size_t.
-            unsafe { size.write(a.size) };
+            unsafe { size.write(len) };
         }
         Ok(())
     })

@@ -6,6 +6,7 @@ mod context;
 mod memory;
 pub(crate) mod proc;
 mod stream;
+mod vmm;
 
 use crate::config;
 use crate::errors::{self, CudaResult, UNKNOWN};

@@ -4,6 +4,7 @@
 use super::context::*;
 use super::memory::*;
 use super::stream::*;
+use super::vmm::*;
 use super::{driver_call, CuResult};
 use crate::errors::{self, CudaResult, CU_NOT_FOUND, CU_NOT_SUPPORTED, INVALID_VALUE};
 use crate::faults::Func;
@@ -67,6 +68,14 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuMemGetAddressRange" => one!(3020, cuMemGetAddressRange_v2),
         b"cuMemcpyHtoD" => one!(3020, cuMemcpyHtoD_v2),
         b"cuMemcpyDtoH" => one!(3020, cuMemcpyDtoH_v2),
+        b"cuMemGetAllocationGranularity" => one!(10020, cuMemGetAllocationGranularity),
+        b"cuMemAddressReserve" => one!(10020, cuMemAddressReserve),
+        b"cuMemAddressFree" => one!(10020, cuMemAddressFree),
+        b"cuMemCreate" => one!(10020, cuMemCreate),
+        b"cuMemRelease" => one!(10020, cuMemRelease),
+        b"cuMemMap" => one!(10020, cuMemMap),
+        b"cuMemUnmap" => one!(10020, cuMemUnmap),
+        b"cuMemSetAccess" => one!(10020, cuMemSetAccess),
         b"cuStreamCreate" => one!(2000, cuStreamCreate),
         b"cuStreamCreateWithPriority" => one!(5050, cuStreamCreateWithPriority),
         b"cuStreamDestroy" => one!(4000, cuStreamDestroy_v2),
