@@ -172,6 +172,19 @@ fn cuda_malloc_async_is_pooled_stream_ordered_in_every_mode_and_capture_passes_t
 }
 
 #[test]
+fn another_threads_global_capture_does_not_refuse_the_pools_own_segment() {
+    // The runtime alone refuses a cudaMalloc during another thread's capture in global mode
+    // (900); the pool's segment allocation runs in relaxed mode, as PyTorch's allocator's does,
+    // and the thread's own mode (global) is left as it was.
+    let exe = c_program("capture_other_thread");
+    let (with, _) = ok(&mut pooled(&exe, &[], &[]));
+    let (without, _) = ok(&mut unpooled(&exe, &[], &[]));
+    assert!(with.contains("other_thread_malloc=0\n"), "{with}");
+    assert!(without.contains("other_thread_malloc=900\n"), "{without}");
+    assert!(with.contains("mode_after=0\n"), "{with}");
+}
+
+#[test]
 fn a_child_that_inherits_the_pools_setting_says_it_was_the_pools() {
     // A wrapper between the preload and PyTorch: the shell sets the variable, its child reads
     // it (as torchrun's workers do).

@@ -82,6 +82,7 @@ functions!(
     cudaMemPoolTrimTo,
     cudaMallocFromPoolAsync,
     cudaStreamBeginCapture,
+    cudaThreadExchangeStreamCaptureMode,
     cudaStreamEndCapture,
     cudaGraphDestroy,
     cudaGetDriverEntryPoint,

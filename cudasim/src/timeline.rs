@@ -155,17 +155,22 @@ impl Streams {
         self.get_mut(id).capture = capture;
     }
 
-    /// Whether a capture forbids an unsafe call (`cudaMalloc`) on thread `thread`: one in
-    /// global mode on any thread, or in thread-local mode on that thread.
-    pub fn forbids_unsafe_calls(&self, thread: u64) -> bool {
+    /// Whether a capture forbids an unsafe call (`cudaMalloc`) on thread `thread`, whose own
+    /// mode (`cudaThreadExchangeStreamCaptureMode`) is `mode`, as CUDA says: in global mode,
+    /// a capture in global mode on any thread or a capture not in relaxed mode on this one; in
+    /// thread-local mode, only the latter; in relaxed mode, none.
+    pub fn forbids_unsafe_calls(&self, thread: u64, mode: CaptureMode) -> bool {
         self.per_thread
             .values()
             .chain(self.user.values())
             .filter_map(|s| s.capture)
-            .any(|c| match c.mode {
-                CaptureMode::Global => true,
-                CaptureMode::ThreadLocal => c.thread == thread,
-                CaptureMode::Relaxed => false,
+            .any(|c| {
+                let own = c.thread == thread && c.mode != CaptureMode::Relaxed;
+                match mode {
+                    CaptureMode::Global => own || c.mode == CaptureMode::Global,
+                    CaptureMode::ThreadLocal => own,
+                    CaptureMode::Relaxed => false,
+                }
             })
     }
 

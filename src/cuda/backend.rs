@@ -96,6 +96,26 @@ impl CudaBackend {
     }
 }
 
+/// `call` with the calling thread in relaxed capture mode, as PyTorch's allocator makes its own
+/// `cudaMalloc`: another thread's graph capture in global mode would refuse the segment (and
+/// may be invalidated by it), though a cached block would have served the request at once. The
+/// thread's own mode comes back after.
+fn relaxed_capture(rt: &Runtime, call: impl FnOnce() -> i32) -> i32 {
+    const RELAXED: i32 = 2;
+    let Some(exchange) = rt.thread_exchange_stream_capture_mode else {
+        return call();
+    };
+    let mut mode = RELAXED;
+    // SAFETY: a valid in-out pointer.
+    if check_internal(unsafe { exchange(&mut mode) }).is_err() {
+        return call();
+    }
+    let status = call();
+    // SAFETY: as above; `mode` holds the thread's own mode.
+    let _ = check_internal(unsafe { exchange(&mut mode) });
+    status
+}
+
 impl Default for CudaBackend {
     fn default() -> Self {
         Self::new()
@@ -132,7 +152,7 @@ impl Backend for CudaBackend {
             Api::Runtime(rt) => {
                 let mut p: *mut c_void = std::ptr::null_mut();
                 // SAFETY: `p` is a valid out-pointer for the call.
-                let status = unsafe { (rt.malloc)(&mut p, bytes) };
+                let status = relaxed_capture(rt, || unsafe { (rt.malloc)(&mut p, bytes) });
                 if status == SUCCESS {
                     return Ok(p as Addr);
                 }

@@ -32,6 +32,7 @@ pub type StreamGetDeviceFn = unsafe extern "C" fn(Stream, *mut i32) -> CudaStatu
 pub type DeviceGetDefaultMemPoolFn = unsafe extern "C" fn(*mut MemPool, i32) -> CudaStatus;
 pub type MemPoolTrimToFn = unsafe extern "C" fn(MemPool, usize) -> CudaStatus;
 pub type MemPoolAttributeFn = unsafe extern "C" fn(MemPool, i32, *mut c_void) -> CudaStatus;
+pub type ExchangeCaptureModeFn = unsafe extern "C" fn(*mut i32) -> CudaStatus;
 pub type GetDriverEntryPointFn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, u64, *mut i32) -> CudaStatus;
 pub type GetDriverEntryPointByVersionFn =
@@ -82,6 +83,9 @@ pub struct Runtime {
     /// The driver's functions through the runtime (CUDA 12.0; `ByVersion` 12.5): their answers
     /// are swapped for the driver hooks, as `cuGetProcAddress`'s are.
     pub get_driver_entry_point: Option<GetDriverEntryPointFn>,
+    /// `cudaThreadExchangeStreamCaptureMode`: the pool's own segment allocations run in relaxed
+    /// mode, so that another thread's capture in global mode does not refuse them.
+    pub thread_exchange_stream_capture_mode: Option<ExchangeCaptureModeFn>,
     pub get_driver_entry_point_by_version: Option<GetDriverEntryPointByVersionFn>,
 }
 
@@ -120,6 +124,10 @@ impl Runtime {
             mem_pool_get_attribute: optional!(lookup, "cudaMemPoolGetAttribute"),
             mem_pool_set_attribute: optional!(lookup, "cudaMemPoolSetAttribute"),
             get_driver_entry_point: optional!(lookup, "cudaGetDriverEntryPoint"),
+            thread_exchange_stream_capture_mode: optional!(
+                lookup,
+                "cudaThreadExchangeStreamCaptureMode"
+            ),
             get_driver_entry_point_by_version: optional!(
                 lookup,
                 "cudaGetDriverEntryPointByVersion"

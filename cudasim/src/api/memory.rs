@@ -116,8 +116,8 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
         }
         let result = target.and_then(|(d, _)| {
             let out = out?;
-            if req.latency && req.counted && st.streams.forbids_unsafe_calls(current::thread_key())
-            {
+            let (thread, mode) = (current::thread_key(), super::stream::thread_capture_mode());
+            if req.latency && req.counted && st.streams.forbids_unsafe_calls(thread, mode) {
                 return Err(STREAM_CAPTURE_UNSUPPORTED);
             }
             let pooled = stream_ordered && !captured;

@@ -225,6 +225,43 @@ pub unsafe extern "C" fn cudaStreamIsCapturing(stream: CudaStream, status: *mut 
     })
 }
 
+thread_local! {
+    /// The calling thread's capture mode (`cudaThreadExchangeStreamCaptureMode`): global at
+    /// first, as in CUDA.
+    static THREAD_MODE: std::cell::Cell<CaptureMode> = const { std::cell::Cell::new(CaptureMode::Global) };
+}
+
+/// The calling thread's capture mode (global for a thread being torn down).
+pub fn thread_capture_mode() -> CaptureMode {
+    THREAD_MODE
+        .try_with(|m| m.get())
+        .unwrap_or(CaptureMode::Global)
+}
+
+/// Swaps the calling thread's capture mode with `*mode` (0 global, 1 thread-local, 2 relaxed;
+/// anything else, or NULL → 1).
+#[no_mangle]
+pub unsafe extern "C" fn cudaThreadExchangeStreamCaptureMode(mode: *mut c_int) -> c_int {
+    runtime_call(Func::cudaThreadExchangeStreamCaptureMode, || {
+        if mode.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: not NULL, and by the caller's contract valid for reading and writing an int.
+        let wanted = match unsafe { mode.read() } {
+            0 => CaptureMode::Global,
+            1 => CaptureMode::ThreadLocal,
+            2 => CaptureMode::Relaxed,
+            _ => return Err(INVALID_VALUE),
+        };
+        let old = THREAD_MODE
+            .try_with(|m| m.replace(wanted))
+            .map_err(|_| INVALID_VALUE)?;
+        // SAFETY: as above.
+        unsafe { mode.write(old as c_int) };
+        Ok(())
+    })
+}
+
 /// Begins a capture (modes 0–2, else 1). The legacy stream cannot be captured (900); a stream
 /// already capturing gives 401. Work enqueued during the capture still runs as usual: the
 /// graph records nothing (see the README).
