@@ -285,10 +285,17 @@ pub unsafe fn mem_free(
         Some(s) => {
             let key = if is_legacy(s) {
                 LEGACY_STREAM
-            } else if capturing(d, s).unwrap_or(true) {
-                NO_STREAM
             } else {
-                stream_id(d, s)
+                match capturing(d, s) {
+                    Some(true) => {
+                        if super::keep_captured_free(pool, ptr, what).is_some() {
+                            return cu::CU_SUCCESS;
+                        }
+                        return real();
+                    }
+                    Some(false) => stream_id(d, s),
+                    None => NO_STREAM,
+                }
             };
             if pool.settings().reuse != ReuseMode::Relaxed {
                 FreeKind::Ordered { stream: key }

@@ -329,23 +329,54 @@ fn stream_key<B: Backend>(
     stream: Stream,
     promise: Promise,
 ) -> StreamKey {
+    stream_key_or_capture(rt, pool, stream, promise).unwrap_or(NO_STREAM)
+}
+
+/// `stream_key`, or `None` when the runtime says the stream is being captured into a graph.
+fn stream_key_or_capture<B: Backend>(
+    rt: &Runtime,
+    pool: &Pool<B>,
+    stream: Stream,
+    promise: Promise,
+) -> Option<StreamKey> {
     if let Some(key) = stream_key_known(rt, pool, stream, promise) {
-        return key;
+        return Some(key);
     }
     let (Some(get_id), Some(is_capturing)) = (rt.stream_get_id, rt.stream_is_capturing) else {
-        return NO_STREAM;
+        return Some(NO_STREAM);
     };
     let mut capturing = -1;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    if own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) != SUCCESS || capturing != 0 {
-        return NO_STREAM;
+    match own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) {
+        SUCCESS if capturing != 0 => return None,
+        SUCCESS => {}
+        _ => return Some(NO_STREAM),
     }
     let mut id = 0u64;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    match own_query(rt, unsafe { get_id(stream, &mut id) }) {
+    Some(match own_query(rt, unsafe { get_id(stream, &mut id) }) {
         SUCCESS if id != NO_STREAM => id,
         _ => NO_STREAM,
-    }
+    })
+}
+
+static CAPTURED_FREE: AtomicBool = AtomicBool::new(false);
+
+/// A block of the pool freed in stream order on a stream being captured into a graph: CUDA frees
+/// it when the graph runs, which the pool cannot see, and the graph's own work may use it until
+/// then. The pool keeps it out of use for the rest of the process (it stays allocated in the
+/// reports) rather than hand it out under a graph that has not run yet. `None` for a pointer
+/// that is not a live block of the pool.
+pub(crate) fn keep_captured_free<B: Backend>(pool: &Pool<B>, addr: u64, what: &str) -> Option<()> {
+    pool.live_block(addr)?;
+    log::warn_once(&CAPTURED_FREE, || {
+        format!(
+            "{what}(0x{addr:x}) on a stream being captured into a graph: the graph frees it when \
+             it runs, which the pool cannot see, so the pool keeps the block out of use \
+             (reported once)"
+        )
+    });
+    Some(())
 }
 
 /// `stream_key` when it needs no runtime call: `None` when the runtime must be asked.
@@ -420,7 +451,12 @@ pub unsafe fn free_on(
     let Some(_inside) = guard::enter() else {
         return refuse_inside_free(ptr, "cudaFreeAsync");
     };
-    let stream_key = stream_key(rt, pool, stream, promise);
+    let Some(stream_key) = stream_key_or_capture(rt, pool, stream, promise) else {
+        if keep_captured_free(pool, ptr as u64, "cudaFreeAsync").is_some() {
+            return SUCCESS;
+        }
+        return pass();
+    };
     let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed {
         FreeKind::Ordered { stream: stream_key }
     } else {

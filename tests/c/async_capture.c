@@ -51,14 +51,26 @@ int main(void)
           "a _ptsz call of a pooled block reached the runtime");
 
     cudaGraph_t graph;
-    void *g;
+    void *g, *kept;
+    CHECK_CUDA(cudaMallocAsync(&kept, 5 * MIB, s));
     CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     CHECK_CUDA(cudaMallocAsync(&g, MIB, s));
     CHECK(sim_stats(0).captured_mallocs == before.captured_mallocs + 1,
           "a request during capture did not reach the runtime");
     CHECK_CUDA(cudaFreeAsync(g, s));
+    /* A pooled block freed into the graph: the graph frees it when it runs, so the pool must
+     * never hand it out again (and never give it to the runtime's free either). */
+    CHECK_CUDA(cudaFreeAsync(kept, s));
     CHECK_CUDA(cudaStreamEndCapture(s, &graph));
     CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    for (int i = 0; i < 8; i++) {
+        void *again;
+        CHECK_CUDA(cudaMallocAsync(&again, 5 * MIB, i % 2 ? s : t));
+        CHECK(again != kept, "a block freed during capture was handed out again (%p)", kept);
+        CHECK_CUDA(cudaFreeAsync(again, i % 2 ? s : t));
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
 
     CHECK_CUDA(cudaDeviceSynchronize());
     CHECK_CUDA(cudaStreamDestroy(s));
