@@ -24,13 +24,17 @@ fn program() -> PathBuf {
 fn module() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
+        let sim = Sim::get();
+        // Its own run path finds libcuda.so.1 for its dlopen, as a wheel's module finds the
+        // driver on the system's path.
+        let rpath = format!("-Wl,-rpath,{}", sim.simlib.display());
         let build = Build {
             compiler: "cc",
             flags: &["-std=c11", "-shared", "-fPIC"],
-            libs: &["-ldl"],
+            libs: &["-ldl", &rpath],
             cudart: false,
         };
-        Sim::get().build(&support::root().join("tests/c/driver_module.c"), &build)
+        sim.build(&support::root().join("tests/c/driver_module.c"), &build)
     })
     .clone()
 }
@@ -179,6 +183,24 @@ fn a_module_loaded_rtld_local_that_finds_the_driver_itself_is_pooled() {
     let lib = module();
     let lib = lib.to_str().expect("a UTF-8 path");
     let (with, without, _) = both_with_args(&["module", lib], &[]);
+    assert!(
+        number::<u64>(&with, "module_driver_mallocs=") <= 1,
+        "{with}"
+    );
+    assert_eq!(number::<u64>(&without, "module_driver_mallocs="), 100);
+}
+
+#[test]
+fn a_python_extension_loaded_rtld_local_that_finds_the_driver_itself_is_pooled() {
+    // As XLA: Python loads the module RTLD_LOCAL, the module opens the driver and takes its
+    // versioned functions with dlsym.
+    let lib = module();
+    let script = support::root().join("tests/xla_like.py");
+    let py = std::path::PathBuf::from(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()));
+    let args = [script.to_str().unwrap(), lib.to_str().unwrap()];
+    let (with, stderr) = ok(&mut pooled(&py, &args, ENV));
+    let (without, _) = ok(&mut unpooled(&py, &args, ENV));
+    assert!(with.contains("xla_like ok"), "{with}\n{stderr}");
     assert!(
         number::<u64>(&with, "module_driver_mallocs=") <= 1,
         "{with}"
