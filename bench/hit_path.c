@@ -9,6 +9,8 @@
  *   MODE torch-stream: the same on a non-blocking stream of the program's own
  *   MODE async: cudaMallocAsync/cudaFreeAsync on the legacy stream, as PyTorch's
  *               cudaMallocAsync backend calls them (the pool's route under the preload)
+ *   MODE driver: cuMemAlloc_v2/cuMemFree_v2 on the primary context, the driver hooks' route
+ *               (a static runtime's, XLA's), taken with dlsym(RTLD_DEFAULT)
  *
  * LIVE_BLOCKS blocks of mixed sizes (512 B .. 64 KiB, log-uniform, fixed seed) are allocated
  * with the same allocator before timing and stay live during it. After a warm-up, ITERATIONS
@@ -43,6 +45,11 @@ static int use_async;
 typedef void *(*torch_malloc_fn)(ssize_t size, int device, cudaStream_t stream);
 typedef void (*torch_free_fn)(void *ptr, ssize_t size, int device, cudaStream_t stream);
 static torch_malloc_fn torch_malloc;
+/* The driver's pair (driver mode): the static runtime's route, reached by symbol. */
+typedef int (*cu_malloc_fn)(unsigned long long *dptr, size_t size);
+typedef int (*cu_free_fn)(unsigned long long dptr);
+static cu_malloc_fn cu_malloc;
+static cu_free_fn cu_free;
 static torch_free_fn torch_free;
 static cudaStream_t torch_stream;
 
@@ -54,7 +61,13 @@ static void *alloc(size_t n)
     } else if (use_async) {
         CHECK_CUDA(cudaMallocAsync(&p, n, 0));
     } else if (use_cuda) {
-        CHECK_CUDA(cudaMalloc(&p, n));
+        if (cu_malloc) {
+            unsigned long long d = 0;
+            CHECK(cu_malloc(&d, n) == 0, "cuMemAlloc_v2");
+            p = (void *)(uintptr_t)d;
+        } else {
+            CHECK_CUDA(cudaMalloc(&p, n));
+        }
     } else {
         p = malloc(n);
     }
@@ -69,7 +82,11 @@ static void release(void *p, size_t n)
     } else if (use_async) {
         CHECK_CUDA(cudaFreeAsync(p, 0));
     } else if (use_cuda) {
-        CHECK_CUDA(cudaFree(p));
+        if (cu_free) {
+            CHECK(cu_free((unsigned long long)(uintptr_t)p) == 0, "cuMemFree_v2");
+        } else {
+            CHECK_CUDA(cudaFree(p));
+        }
     } else {
         free(p);
     }
@@ -125,7 +142,7 @@ int main(int argc, char **argv)
     int r;
 
     CHECK(argc == 5,
-          "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS cuda|glibc|torch|torch-stream|async");
+          "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS cuda|glibc|torch|torch-stream|async|driver");
     live = atol(argv[1]);
     size = (size_t)strtoull(argv[2], NULL, 0);
     iters = atol(argv[3]);
@@ -134,6 +151,11 @@ int main(int argc, char **argv)
         use_cuda = 1;
     } else if (strcmp(argv[4], "async") == 0) {
         use_cuda = use_async = 1;
+    } else if (strcmp(argv[4], "driver") == 0) {
+        use_cuda = 1;
+        cu_malloc = (cu_malloc_fn)dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+        cu_free = (cu_free_fn)dlsym(RTLD_DEFAULT, "cuMemFree_v2");
+        CHECK(cu_malloc && cu_free, "no cuMemAlloc_v2");
     } else if (strncmp(argv[4], "torch", 5) == 0) {
         use_cuda = 1;
         torch_malloc = (torch_malloc_fn)dlsym(RTLD_DEFAULT, "gpupool_torch_malloc");
@@ -143,7 +165,7 @@ int main(int argc, char **argv)
               "unknown mode '%s'", argv[4]);
     } else {
         CHECK(strcmp(argv[4], "glibc") == 0,
-              "MODE is cuda, glibc, torch, torch-stream or async, not '%s'", argv[4]);
+              "MODE is cuda, glibc, torch, torch-stream, async or driver, not '%s'", argv[4]);
     }
     if (use_cuda) {
         CHECK_CUDA(cudaFree(NULL)); /* initialize the runtime outside the timing */

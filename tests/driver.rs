@@ -348,3 +348,15 @@ fn a_primary_context_reset_makes_the_pool_forget_the_device() {
 fn driver_names_looked_up_on_many_threads_while_others_allocate() {
     hostile_both("threads");
 }
+
+#[test]
+fn a_driver_loaded_by_a_full_path_is_found_and_pooled() {
+    // cudasim's runtime opens its driver by a full path (libcuda.so.1 is not on the library
+    // search path here): the pool finds it by what it defines, not by its name.
+    let exe = support::c_program("driver_by_path");
+    let (with, stderr) = ok(&mut pooled(&exe, &[], ENV));
+    let (without, _) = ok(&mut unpooled(&exe, &[], ENV));
+    assert!(with.contains("driver_by_path ok"), "{with}\n{stderr}");
+    assert!(number::<u64>(&with, "driver_path_mallocs=") <= 1, "{with}");
+    assert_eq!(number::<u64>(&without, "driver_path_mallocs="), 100);
+}

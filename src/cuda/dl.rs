@@ -64,3 +64,28 @@ pub fn object_of(addr: usize) -> Option<(*mut c_void, *const c_char)> {
     }
     Some((info.dli_fbase, info.dli_fname))
 }
+
+/// The paths of the loaded objects, in load order (the main program's empty name left out).
+pub fn loaded_objects() -> Vec<String> {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: the dynamic linker passes a valid `info` for the duration of the callback, and
+        // `data` is the `Vec` passed to dl_iterate_phdr below.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<String>)) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: dlpi_name is a NUL-terminated string owned by the dynamic linker.
+            let name = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy();
+            if !name.is_empty() {
+                out.push(name.into_owned());
+            }
+        }
+        0
+    }
+    let mut out: Vec<String> = Vec::new();
+    // SAFETY: `visit` only reads `info` and appends to `out`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<String> as *mut c_void) };
+    out
+}

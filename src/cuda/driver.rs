@@ -164,42 +164,92 @@ pub fn loaded() -> Option<&'static Located> {
     }
 }
 
+/// The driver among the loaded objects: by its usual names, else the object that defines
+/// `cuGetProcAddress_v2` itself (a driver loaded by a path outside the library search path).
+/// Lookups that fail leave no error for the program's `dlerror()`.
 fn find() -> Option<Located> {
-    let names: [&[u8]; 2] = [b"libcuda.so.1\0", b"libcuda.so\0"];
-    for name in names {
-        // SAFETY: RTLD_NOLOAD opens only an object already loaded (and initialised).
-        let handle = unsafe {
-            libc::dlopen(
-                name.as_ptr().cast(),
-                libc::RTLD_NOLOAD | libc::RTLD_LAZY | libc::RTLD_LOCAL,
-            )
-        };
-        if handle.is_null() {
-            continue;
+    let mut failed = false;
+    let mut found = ["libcuda.so.1", "libcuda.so"]
+        .into_iter()
+        .find_map(|name| open_as_driver(name, &mut failed));
+    if found.is_none() {
+        // Never this library, which exports `cuGetProcAddress_v2` too (its hook).
+        let own = dl::object_of(find as *const () as usize).map(|(base, _)| base);
+        for path in dl::loaded_objects() {
+            if defines_get_proc_address(&path, own, &mut failed) {
+                found = open_as_driver(&path, &mut failed);
+                if found.is_some() {
+                    break;
+                }
+            }
         }
-        let missed = std::cell::Cell::new(false);
-        let lookup = |n: &[u8]| -> *mut c_void {
-            // SAFETY: a live handle and a NUL-terminated name; looking up has no side effect.
-            let p = unsafe { dl::real_dlsym(handle, n.as_ptr().cast()) };
-            missed.set(missed.get() || p.is_null());
-            p
-        };
-        let resolved = Driver::resolve(&lookup);
-        if missed.get() {
-            dl::forget_lookup_error();
-        }
-        if let Ok(driver) = resolved {
-            let path = String::from_utf8_lossy(&name[..name.len() - 1]).into_owned();
-            return Some(Located {
-                driver,
-                path,
-                handle,
-            });
-        }
-        // SAFETY: the handle from the dlopen above, not used after.
-        unsafe { libc::dlclose(handle) };
     }
-    None
+    if failed {
+        dl::forget_lookup_error();
+    }
+    found
+}
+
+/// Whether the loaded object at `path` defines `cuGetProcAddress_v2` itself (not one of its
+/// dependencies), and is not the object at `own`.
+fn defines_get_proc_address(path: &str, own: Option<*mut c_void>, failed: &mut bool) -> bool {
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: RTLD_NOLOAD opens only an object already loaded; a NUL-terminated path.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        *failed = true;
+        return false;
+    }
+    // SAFETY: a live handle and a NUL-terminated name.
+    let f = unsafe { dl::real_dlsym(h, c"cuGetProcAddress_v2".as_ptr()) };
+    *failed |= f.is_null();
+    // SAFETY: the handle just opened, closed once (the object stays loaded).
+    unsafe { libc::dlclose(h) };
+    !f.is_null()
+        && dl::object_of(f as usize).is_some_and(|(base, p)| {
+            // SAFETY: a NUL-terminated path owned by the dynamic linker.
+            let p = unsafe { std::ffi::CStr::from_ptr(p) };
+            Some(base) != own && p.to_bytes() == path.as_bytes()
+        })
+}
+
+/// The loaded object `name` as the driver, if it is loaded and has the driver's functions.
+fn open_as_driver(name: &str, failed: &mut bool) -> Option<Located> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: RTLD_NOLOAD opens only an object already loaded (and initialised).
+    let handle = unsafe {
+        libc::dlopen(
+            c.as_ptr(),
+            libc::RTLD_NOLOAD | libc::RTLD_LAZY | libc::RTLD_LOCAL,
+        )
+    };
+    if handle.is_null() {
+        *failed = true;
+        return None;
+    }
+    let missed = std::cell::Cell::new(false);
+    let lookup = |n: &[u8]| -> *mut c_void {
+        // SAFETY: a live handle and a NUL-terminated name; looking up has no side effect.
+        let p = unsafe { dl::real_dlsym(handle, n.as_ptr().cast()) };
+        missed.set(missed.get() || p.is_null());
+        p
+    };
+    let resolved = Driver::resolve(&lookup);
+    *failed |= missed.get();
+    match resolved {
+        Ok(driver) => Some(Located {
+            driver,
+            path: name.to_string(),
+            handle,
+        }),
+        Err(_) => {
+            // SAFETY: the handle from the dlopen above, not used after.
+            unsafe { libc::dlclose(handle) };
+            None
+        }
+    }
 }
 
 impl Located {

@@ -7,7 +7,7 @@
 //! usual sonames. Loading a runtime by name while another is loaded would give the process two
 //! runtimes with separate state, so that is never done.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 
 use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL, RTLD_NOW};
 
@@ -135,27 +135,13 @@ pub(crate) fn open_and_resolve(
 
 /// Paths of loaded objects whose file name starts with `libcudart.so`.
 pub fn loaded_runtimes() -> Vec<String> {
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: the dynamic linker passes a valid `info` for the duration of the callback, and
-        // `data` is the `Vec` passed to dl_iterate_phdr below.
-        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<String>)) };
-        if info.dlpi_name.is_null() {
-            return 0;
-        }
-        // SAFETY: dlpi_name is a NUL-terminated string owned by the dynamic linker.
-        let name = unsafe { CStr::from_ptr(info.dlpi_name as *const c_char) }.to_string_lossy();
-        let base = name.rsplit('/').next().unwrap_or("");
-        if base.starts_with("libcudart.so") {
-            out.push(name.into_owned());
-        }
-        0
-    }
-    let mut out: Vec<String> = Vec::new();
-    // SAFETY: `visit` only reads `info` and appends to `out`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<String> as *mut c_void) };
-    out
+    super::dl::loaded_objects()
+        .into_iter()
+        .filter(|name| {
+            name.rsplit('/')
+                .next()
+                .unwrap_or("")
+                .starts_with("libcudart.so")
+        })
+        .collect()
 }

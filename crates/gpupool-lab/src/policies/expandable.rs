@@ -68,10 +68,18 @@ impl Range {
     }
 
     /// The free block that serves `r` bytes (best fit, lowest address), after growing the tiled
-    /// part at the end when none does.
-    fn place(&mut self, r: u64) -> Addr {
+    /// part at the end when none does; `None` when the range has no room left.
+    fn place(&mut self, r: u64) -> Option<Addr> {
         if let Some(&(_, addr)) = self.free.range((r, 0)..).next() {
-            return addr;
+            return Some(addr);
+        }
+        let tail_free = match self.blocks.range(..self.frontier).next_back() {
+            Some((&a, &(size, true))) if a + size == self.frontier => size,
+            _ => 0,
+        };
+        let room = self.base + RANGE - self.frontier + tail_free;
+        if r > room {
+            return None;
         }
         // Grow: the free block at the end, if any, and new space after it.
         let tail = match self.blocks.range(..self.frontier).next_back() {
@@ -84,7 +92,7 @@ impl Range {
         let end = tail + r;
         self.set_free(tail, end - tail);
         self.frontier = end;
-        tail
+        Some(tail)
     }
 
     /// Free block `addr` gives its first `r` bytes to the program; the rest stays free.
@@ -268,7 +276,7 @@ impl CachePolicy for Expandable {
         } else {
             &mut self.large
         };
-        let start = range.place(r);
+        let start = range.place(r)?;
         range.carve(start, r);
         if !self.map(small, start, r) {
             let range = if small {
