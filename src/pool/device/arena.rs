@@ -75,6 +75,8 @@ impl DevicePool {
         }
         self.blocks[idx as usize].state = State::Free;
         self.index(idx);
+        // Only expandable segments' large blocks matter here; one store is cheaper than a test.
+        self.unmap_due = true;
     }
 
     /// Merge the block after `idx` into `idx`.
@@ -119,7 +121,7 @@ impl DevicePool {
         let s = self.seg_mut(i);
         s.live += 1;
         if s.live == 1 {
-            let size = s.size;
+            let size = s.idle_size;
             self.idle_bytes -= size;
         }
     }
@@ -130,7 +132,7 @@ impl DevicePool {
         let s = self.seg_mut(i);
         s.live -= 1;
         if s.live == 0 {
-            let size = s.size;
+            let size = s.idle_size;
             self.idle_bytes += size;
         }
     }

@@ -10,6 +10,7 @@
 //! - `pending.rs`: frees, and the fences and barriers that make freed blocks reusable;
 //! - `stream_hold.rs`: blocks held for the stream that freed them (`relaxed` mode);
 //! - `release.rs`: the threshold, empty-cache, outgrown segments, reset; threshold and limit;
+//! - `expandable.rs`: expandable segments, mapped and unmapped in granules;
 //! - `lend.rs`: blocks lent to thread caches;
 //! - `check.rs`: the structural check.
 
@@ -33,6 +34,7 @@ use super::{FreeKind, IntHasher, ReuseClock, StreamKey, NO_STREAM};
 
 mod arena;
 mod check;
+mod expandable;
 mod fit;
 mod grow;
 mod hit;
@@ -154,6 +156,12 @@ struct Segment {
     /// Live blocks inside; a segment with none can go back to the driver.
     live: u32,
     first: u32,
+    /// What the segment adds to `DevicePool::idle_bytes` while it has no live block: its size,
+    /// or 0 for an expandable segment, whose free granules go back one by one instead.
+    idle_size: u64,
+    /// An expandable segment's mapped granules (`expandable.rs`); `None`: a classic segment,
+    /// all of it memory.
+    granules: Option<Box<expandable::Granules>>,
 }
 
 /// Settings shared by every device.
@@ -298,6 +306,13 @@ pub struct DevicePool {
     idle_bytes: u64,
     /// Blocks lent to thread caches.
     lent: u64,
+    /// The granule expandable segments map memory in; 0: expandable segments are off.
+    granule: u64,
+    /// Address space one expandable segment reserves.
+    range_bytes: u64,
+    /// A block of an expandable segment became free since a release last looked for free
+    /// granules (`make_free` sets it).
+    unmap_due: bool,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
     /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
@@ -369,6 +384,9 @@ impl DevicePool {
             largest_segment: 0,
             idle_bytes: 0,
             lent: 0,
+            granule: 0,
+            range_bytes: 0,
+            unmap_due: false,
             lock_allocs: 0,
             next_sample: 1,
             contention: Default::default(),
@@ -453,11 +471,18 @@ impl DevicePool {
         self.idle_bytes
     }
 
-    /// The segment holding `addr`, as (base, size).
+    /// The segment holding `addr`, as (base, size); in an expandable segment, the run of
+    /// mapped granules around it (what the driver calls its allocation).
     pub fn segment_containing(&self, addr: Addr) -> Option<(Addr, u64)> {
         let (_, &si) = self.by_addr.range(..=addr).next_back()?;
         let s = self.seg(si);
-        (addr < s.addr + s.size).then_some((s.addr, s.size))
+        if addr >= s.addr + s.size {
+            return None;
+        }
+        match s.granules {
+            Some(_) => self.mapped_run(si, addr),
+            None => Some((s.addr, s.size)),
+        }
     }
 
     /// The live block at `addr`.
