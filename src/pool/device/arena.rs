@@ -121,7 +121,7 @@ impl DevicePool {
         let s = self.seg_mut(i);
         s.live += 1;
         if s.live == 1 {
-            let size = s.idle_size;
+            let size = s.size;
             self.idle_bytes -= size;
         }
     }
@@ -132,7 +132,7 @@ impl DevicePool {
         let s = self.seg_mut(i);
         s.live -= 1;
         if s.live == 0 {
-            let size = s.idle_size;
+            let size = s.size;
             self.idle_bytes += size;
         }
     }

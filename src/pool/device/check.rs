@@ -16,9 +16,9 @@ impl DevicePool {
         let mut held = 0;
         for (si, s) in self.segments.iter().enumerate() {
             let Some(s) = s else { continue };
-            reserved += match &s.granules {
-                Some(g) => g.mapped,
-                None => s.size,
+            reserved += match self.range_granules(si as u32) {
+                Some(g) if s.expandable => g.mapped,
+                _ => s.size,
             };
             self.check_granules(si as u32)?;
             let mut at = s.addr;
@@ -88,15 +88,13 @@ impl DevicePool {
                     s.size
                 ));
             }
+            // An expandable segment's pin (`Segment::expandable`).
+            let live = live + s.expandable as u32;
             if live != s.live {
                 return Err(format!("segment {si}: live count {} != {live}", s.live));
             }
-            let idle_size = if s.granules.is_some() { 0 } else { s.size };
-            if s.idle_size != idle_size {
-                return Err(format!("segment {si}: idle size {}", s.idle_size));
-            }
             if live == 0 {
-                idle += s.idle_size;
+                idle += s.size;
             }
         }
         if idle != self.idle_bytes {
@@ -151,8 +149,11 @@ impl DevicePool {
     /// a block touches that is not free (live, lent, pending, binned) is mapped.
     fn check_granules(&self, si: u32) -> Result<(), String> {
         let s = self.seg(si);
-        let Some(granules) = &s.granules else {
+        if !s.expandable {
             return Ok(());
+        }
+        let Some(granules) = self.range_granules(si) else {
+            return Err(format!("segment {si}: expandable, without granules"));
         };
         if granules.count() * self.granule != granules.mapped {
             return Err(format!(

@@ -87,7 +87,7 @@ impl DevicePool {
 
     /// A new expandable segment for `class` that holds at least `size` bytes: a reserved
     /// range and its single free block, nothing mapped. `None` when it is not for this class or
-    /// the reservation failed: the caller falls back to a classic segment.
+    /// size, or the reservation failed: the caller falls back to a classic segment.
     pub(super) fn new_range(
         &mut self,
         class: Class,
@@ -96,17 +96,17 @@ impl DevicePool {
     ) -> Option<u32> {
         // Small blocks keep their 4 MiB segments: each strands less than a small request, goes
         // back whole once idle, and the small free lists index blocks up to a segment's size.
-        if self.granule == 0 || class != Class::Large {
+        // A request larger than a range, twice the device's memory, gets the classic
+        // segment's refusal.
+        if self.granule == 0 || class != Class::Large || size > self.range_bytes {
             return None;
         }
-        let bytes = self
-            .range_bytes
-            .max(size.checked_next_multiple_of(self.granule)?);
+        let bytes = self.range_bytes;
         let addr = backend.vmm_reserve(self.device, bytes).ok()?;
         self.stats.segments.add(1);
         self.sample_memory(backend);
-        let granules = Some(Box::new(Granules::new(bytes / self.granule)));
-        Some(self.add_segment(addr, bytes, class, 0, granules))
+        let granules = Granules::new(bytes / self.granule);
+        Some(self.add_segment(addr, bytes, class, Some(granules)))
     }
 
     /// Map what free block `idx` still lacks for the request of `rounded` bytes it is about to
@@ -121,7 +121,7 @@ impl DevicePool {
         clock: &ReuseClock,
         policy: &Policy,
     ) -> Result<u32, CudaError> {
-        if self.seg(self.blocks[idx as usize].seg).granules.is_none() {
+        if !self.seg(self.blocks[idx as usize].seg).expandable {
             return Ok(idx);
         }
         match self.map_block(idx, rounded, backend, policy) {
@@ -190,18 +190,18 @@ impl DevicePool {
         Ok(())
     }
 
+    /// The granules of segment `si`, if it is expandable.
+    pub(super) fn range_granules(&self, si: u32) -> Option<&Granules> {
+        self.ranges.iter().find(|r| r.0 == si).map(|r| &r.1)
+    }
+
     fn granules(&self, si: u32) -> &Granules {
-        self.seg(si)
-            .granules
-            .as_ref()
-            .expect("an expandable segment")
+        self.range_granules(si).expect("an expandable segment")
     }
 
     fn granules_mut(&mut self, si: u32) -> &mut Granules {
-        self.seg_mut(si)
-            .granules
-            .as_mut()
-            .expect("an expandable segment")
+        let r = self.ranges.iter_mut().find(|r| r.0 == si);
+        &mut r.expect("an expandable segment").1
     }
 
     /// Mapping failed for lack of memory: take back what thread caches hold, fence so that
@@ -230,9 +230,10 @@ impl DevicePool {
                 .and_then(Result::ok),
         };
         if let Some(idx) = fit {
-            let mapped = match self.seg(self.blocks[idx as usize].seg).granules {
-                Some(_) => self.map_block(idx, rounded, backend, policy),
-                None => Ok(()),
+            let mapped = if self.seg(self.blocks[idx as usize].seg).expandable {
+                self.map_block(idx, rounded, backend, policy)
+            } else {
+                Ok(())
             };
             if mapped.is_ok() {
                 self.stats.oom_recovered += 1;
@@ -323,11 +324,8 @@ impl DevicePool {
     /// neighbours are not free (free blocks merge), so no other block touches it.
     fn free_granules(&self) -> Vec<(u32, u64)> {
         let mut found = Vec::new();
-        for (si, s) in self.segments.iter().enumerate() {
-            let Some(granules) = s.as_ref().and_then(|s| s.granules.as_ref()) else {
-                continue;
-            };
-            let s = s.as_ref().expect("a segment");
+        for (si, granules) in &self.ranges {
+            let s = self.seg(*si);
             let mut idx = s.first;
             while idx != NONE {
                 let b = &self.blocks[idx as usize];
@@ -338,7 +336,7 @@ impl DevicePool {
                     found.extend(
                         (first..end)
                             .filter(|&k| granules.is_mapped(k))
-                            .map(|k| (si as u32, k)),
+                            .map(|k| (*si, k)),
                     );
                 }
                 idx = b.next;
@@ -351,7 +349,7 @@ impl DevicePool {
     /// what the driver reports as the allocation holding `addr`.
     pub(super) fn mapped_run(&self, si: u32, addr: Addr) -> Option<(Addr, u64)> {
         let s = self.seg(si);
-        let granules = s.granules.as_ref()?;
+        let granules = self.range_granules(si)?;
         let g = self.granule;
         let k = (addr - s.addr) / g;
         if !granules.is_mapped(k) {

@@ -392,28 +392,29 @@ impl DevicePool {
         self.stats.reserved.add(size);
         self.stats.segments.add(1);
         self.sample_memory(backend);
-        Ok(self.add_segment(addr, size, class, size, None))
+        Ok(self.add_segment(addr, size, class, None))
     }
 
-    /// A segment the backend gave, as one free block, indexed: its handle. `idle_size`: what
-    /// it counts in `idle_bytes` while idle.
+    /// A segment the backend gave, as one free block, indexed: its handle. An expandable one
+    /// comes with its granules.
     pub(super) fn add_segment(
         &mut self,
         addr: Addr,
         size: u64,
         class: Class,
-        idle_size: u64,
-        granules: Option<Box<expandable::Granules>>,
+        granules: Option<expandable::Granules>,
     ) -> u32 {
-        self.idle_bytes += idle_size;
+        let expandable = granules.is_some();
+        if !expandable {
+            self.idle_bytes += size;
+        }
         let seg = Segment {
             addr,
             size,
             class,
-            live: 0,
+            live: expandable as u32,
             first: NONE,
-            idle_size,
-            granules,
+            expandable,
         };
         let si = match self.vacant_segments.pop() {
             Some(i) => {
@@ -441,6 +442,9 @@ impl DevicePool {
         });
         self.seg_mut(si).first = idx;
         self.by_addr.insert(addr, si);
+        if let Some(g) = granules {
+            self.ranges.push((si, g));
+        }
         self.index(idx);
         idx
     }

@@ -156,12 +156,11 @@ struct Segment {
     /// Live blocks inside; a segment with none can go back to the driver.
     live: u32,
     first: u32,
-    /// What the segment adds to `DevicePool::idle_bytes` while it has no live block: its size,
-    /// or 0 for an expandable segment, whose free granules go back one by one instead.
-    idle_size: u64,
-    /// An expandable segment's mapped granules (`expandable.rs`); `None`: a classic segment,
-    /// all of it memory.
-    granules: Option<Box<expandable::Granules>>,
+    /// A reserved range whose granules `DevicePool::ranges` tracks (`expandable.rs`). Its
+    /// `live` count starts at one, a pin that never goes: it is never idle, since its free
+    /// granules go back one by one. (A flag, not the bitmap, so that the struct keeps the size
+    /// the hit path indexes by.)
+    expandable: bool,
 }
 
 /// Settings shared by every device.
@@ -310,6 +309,8 @@ pub struct DevicePool {
     granule: u64,
     /// Address space one expandable segment reserves.
     range_bytes: u64,
+    /// The mapped granules of each expandable segment, by segment handle (one or two).
+    ranges: Vec<(u32, expandable::Granules)>,
     /// A block of an expandable segment became free since a release last looked for free
     /// granules (`make_free` sets it).
     unmap_due: bool,
@@ -386,6 +387,7 @@ impl DevicePool {
             lent: 0,
             granule: 0,
             range_bytes: 0,
+            ranges: Vec::new(),
             unmap_due: false,
             lock_allocs: 0,
             next_sample: 1,
@@ -479,9 +481,10 @@ impl DevicePool {
         if addr >= s.addr + s.size {
             return None;
         }
-        match s.granules {
-            Some(_) => self.mapped_run(si, addr),
-            None => Some((s.addr, s.size)),
+        if s.expandable {
+            self.mapped_run(si, addr)
+        } else {
+            Some((s.addr, s.size))
         }
     }
 

@@ -39,10 +39,7 @@ impl DevicePool {
         clock: &ReuseClock,
     ) -> u64 {
         let outgrown = |s: &Segment| {
-            s.class == Class::Large
-                && s.granules.is_none()
-                && s.size >= OUTGROWN_FROM
-                && s.size < rounded
+            s.class == Class::Large && !s.expandable && s.size >= OUTGROWN_FROM && s.size < rounded
         };
         // Nothing to outgrow: the thread caches are not emptied for nothing.
         if self.largest_segment < OUTGROWN_FROM || !self.segments.iter().flatten().any(outgrown) {
@@ -76,7 +73,7 @@ impl DevicePool {
             .enumerate()
             .filter_map(|(i, s)| {
                 s.as_ref()
-                    .filter(|s| s.live == 0 && s.granules.is_none() && pick(s))
+                    .filter(|s| s.live == 0 && !s.expandable && pick(s))
                     .map(|s| (s.size, i as u32))
             })
             .collect();
@@ -253,6 +250,7 @@ impl DevicePool {
         self.held_blocks = 0;
         self.largest_segment = 0;
         self.idle_bytes = 0;
+        self.ranges.clear();
         self.unmap_due = false;
         self.lent = 0;
         // The reset destroyed the context too: the next sample is the new baseline of what is
