@@ -97,6 +97,9 @@ pub struct Config {
     pub summary_interval_ns: Option<u64>,
     /// `GPUPOOL_TRACE`: the allocation trace's path (`%p`, `%r`, `%h` expanded), if any.
     pub trace: Option<Vec<u8>>,
+    /// `GPUPOOL_EXPANDABLE`: large blocks from expandable segments on CUDA virtual memory. Off
+    /// by default until a GPU run validates it.
+    pub expandable: bool,
 }
 
 impl Default for Config {
@@ -114,6 +117,7 @@ impl Default for Config {
             summary_always: false,
             summary_interval_ns: None,
             trace: None,
+            expandable: false,
         }
     }
 }
@@ -134,6 +138,7 @@ pub const VARIABLES: &[&str] = &[
     "GPUPOOL_SUMMARY",
     "GPUPOOL_SUMMARY_INTERVAL",
     "GPUPOOL_TRACE",
+    "GPUPOOL_EXPANDABLE",
 ];
 
 impl Config {
@@ -274,6 +279,12 @@ impl Config {
                     "no trace",
                 ),
                 Output::Path => c.trace = Some(v),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_EXPANDABLE") {
+            match parse_bool(&v) {
+                Some(b) => c.expandable = b,
+                None => bad("GPUPOOL_EXPANDABLE", &v, "expected 0 or 1", "0"),
             }
         }
         (c, warnings)
@@ -529,6 +540,16 @@ mod tests {
                 "{w:?}"
             );
         }
+    }
+
+    #[test]
+    fn expandable_segments_are_off_unless_asked_for() {
+        assert!(!Config::default().expandable);
+        let (c, w) = parse(&[("GPUPOOL_EXPANDABLE", b"1")]);
+        assert!(c.expandable && w.is_empty());
+        let (c, w) = parse(&[("GPUPOOL_EXPANDABLE", b"maybe")]);
+        assert!(!c.expandable);
+        assert!(w[0].contains("GPUPOOL_EXPANDABLE"), "{w:?}");
     }
 
     #[test]

@@ -201,6 +201,7 @@ fn make_process() -> Process {
                 trace: open_trace(&config),
                 thread_cache: config.thread_cache,
                 cache_contention: crate::pool::tcache::CONTENTION,
+                expandable: config.expandable,
             },
         )
     });

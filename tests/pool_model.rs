@@ -430,6 +430,7 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
             thread_cache: setup.thread_cache,
             // Caches from the second thread on, in every mode: the sequences have no contention.
             cache_contention: 0,
+            expandable: false,
         },
     );
     if setup.shared {

@@ -12,6 +12,8 @@ pub struct CudaError(pub i32);
 impl CudaError {
     pub const INVALID_VALUE: CudaError = CudaError(1);
     pub const MEMORY_ALLOCATION: CudaError = CudaError(2);
+    /// `cudaErrorNotSupported`: a backend without virtual memory calls.
+    pub const NOT_SUPPORTED: CudaError = CudaError(801);
     pub const UNKNOWN: CudaError = CudaError(999);
 }
 
@@ -30,4 +32,37 @@ pub trait Backend: Send + Sync {
     /// Free and total memory of `device`, the current device (`cudaMemGetInfo`). Asked when the
     /// threshold is a percentage, after each new segment and at out-of-memory: never at exit.
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError>;
+
+    // CUDA virtual memory, for expandable segments (`device/expandable.rs`). The default bodies
+    // mean "not supported": the pool then keeps classic segments.
+
+    /// The granule physical memory is mapped in on `device` (`cuMemGetAllocationGranularity`),
+    /// or `None` when the backend cannot map memory.
+    fn vmm_granularity(&self, _device: u32) -> Option<u64> {
+        None
+    }
+    /// Reserve `bytes` of address space on `device`, no memory behind it
+    /// (`cuMemAddressReserve`).
+    fn vmm_reserve(&self, _device: u32, _bytes: u64) -> Result<Addr, CudaError> {
+        Err(CudaError::NOT_SUPPORTED)
+    }
+    /// Map `bytes` of new physical memory at `addr`, inside a reservation, with access for
+    /// `device` (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`): one mapping, unmapped whole.
+    fn vmm_map(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), CudaError> {
+        Err(CudaError::NOT_SUPPORTED)
+    }
+    /// Unmap the mapping of `bytes` at `addr` and release its memory (`cuMemUnmap`,
+    /// `cuMemRelease`). Waits for nothing: the caller proves the work that used it done.
+    fn vmm_unmap(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), CudaError> {
+        Err(CudaError::NOT_SUPPORTED)
+    }
+    /// Give a reservation of `bytes` at `addr` back, nothing mapped in it (`cuMemAddressFree`).
+    fn vmm_free_reservation(
+        &self,
+        _device: u32,
+        _addr: Addr,
+        _bytes: u64,
+    ) -> Result<(), CudaError> {
+        Err(CudaError::NOT_SUPPORTED)
+    }
 }

@@ -122,6 +122,21 @@ impl<B: Backend> Backend for Timed<'_, B> {
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
         self.time(|| self.inner.memory_info(device))
     }
+    fn vmm_granularity(&self, device: u32) -> Option<u64> {
+        self.inner.vmm_granularity(device)
+    }
+    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        self.time(|| self.inner.vmm_reserve(device, bytes))
+    }
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.time(|| self.inner.vmm_map(device, addr, bytes))
+    }
+    fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.time(|| self.inner.vmm_unmap(device, addr, bytes))
+    }
+    fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.time(|| self.inner.vmm_free_reservation(device, addr, bytes))
+    }
 }
 
 /// How long a report waits for a device's lock.
@@ -153,6 +168,10 @@ pub struct Settings {
     /// for it as `tcache::CONTENTION_WAIT_NS` says. Threads that take turns by phases gain
     /// nothing from caches there. 0: at once.
     pub cache_contention: u64,
+    /// Large blocks come from expandable segments on CUDA virtual memory where the backend
+    /// supports it (`GPUPOOL_EXPANDABLE`; `device/expandable.rs`). Off while tracing, as
+    /// thread caches are: a replay has no mapping records to follow yet.
+    pub expandable: bool,
 }
 
 pub struct Pool<B: Backend> {
@@ -204,6 +223,9 @@ impl<B: Backend> Pool<B> {
                 if self.nonblocking_seen.load(Ordering::Relaxed) {
                     pool.note_nonblocking_stream();
                 }
+            }
+            if self.settings.expandable && self.settings.trace.is_none() {
+                pool.enable_expandable(&self.backend);
             }
             let limit = self.resolve(self.settings.limit, device);
             if limit != u64::MAX {

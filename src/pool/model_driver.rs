@@ -22,6 +22,9 @@ use super::backend::{Addr, Backend, CudaError};
 /// Segments start on 2 MiB boundaries, as the driver's large allocations do.
 pub const SEGMENT_ALIGNMENT: u64 = 2 << 20;
 
+/// The granule `with_vmm` reports, a real GPU's (`cuMemGetAllocationGranularity`).
+pub const VMM_GRANULE: u64 = 2 << 20;
+
 /// The gap the tests and the policy comparison leave after each segment.
 pub const GUARD_GAP: u64 = 2 << 20;
 
@@ -36,6 +39,9 @@ pub enum Call {
     Fence,
     Barrier,
     MemoryInfo,
+    /// `vmm_reserve` and `vmm_map` (with `with_vmm`).
+    Reserve,
+    Map,
 }
 
 /// A live segment: its device and size.
@@ -90,6 +96,8 @@ struct State {
     diverged: bool,
     /// Calls a real driver would refuse, or that show a bug in the caller.
     misuses: Vec<String>,
+    /// The `Backend`'s virtual memory calls answer (`with_vmm`).
+    vmm: bool,
 }
 
 /// The model driver. A lock inside, because `Backend` takes `&self`; it is taken only on driver
@@ -121,6 +129,7 @@ impl ModelDriver {
                 recorded: None,
                 diverged: false,
                 misuses: Vec::new(),
+                vmm: false,
             }),
         }
     }
@@ -128,6 +137,12 @@ impl ModelDriver {
     /// Each device holds at most `bytes` in segments.
     pub fn with_capacity(self, bytes: u64) -> ModelDriver {
         self.configured(|s| s.capacity = bytes)
+    }
+
+    /// The `Backend`'s virtual memory calls work (`reserve`, `map`, `unmap` in `VMM_GRANULE`s):
+    /// a pool with expandable segments on uses them.
+    pub fn with_vmm(self) -> ModelDriver {
+        self.configured(|s| s.vmm = true)
     }
 
     /// Addresses from `addr` up.
@@ -280,6 +295,16 @@ impl ModelDriver {
         Ok(seg.bytes)
     }
 
+    /// Bytes mapped into reserved ranges of `device` now (segments not counted).
+    pub fn mapped_on(&self, device: u32) -> u64 {
+        let s = self.lock();
+        s.segments
+            .iter()
+            .filter(|&(&a, seg)| seg.device == device && s.in_reservation(a))
+            .map(|(_, seg)| seg.bytes)
+            .sum()
+    }
+
     /// A device reset: every segment of `device` is gone, without a free.
     pub fn forget_device(&self, device: u32) {
         let mut s = self.lock();
@@ -322,6 +347,14 @@ impl ModelDriver {
 }
 
 impl State {
+    /// Whether `addr` lies in a reserved range.
+    fn in_reservation(&self, addr: Addr) -> bool {
+        self.ranges
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, r)| addr - b < r.bytes)
+    }
+
     fn reserved(&self, device: u32) -> u64 {
         self.reserved_on.get(&device).copied().unwrap_or(0)
     }
@@ -440,6 +473,71 @@ impl Backend for ModelDriver {
         let mut s = self.lock();
         s.fault(Call::MemoryInfo)?;
         Ok((s.capacity.saturating_sub(s.reserved(device)), s.capacity))
+    }
+
+    fn vmm_granularity(&self, _device: u32) -> Option<u64> {
+        self.lock().vmm.then_some(VMM_GRANULE)
+    }
+
+    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        {
+            let mut s = self.lock();
+            if !s.vmm {
+                return Err(CudaError::NOT_SUPPORTED);
+            }
+            s.fault(Call::Reserve)?;
+        }
+        self.reserve(device, bytes)
+    }
+
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        {
+            let mut s = self.lock();
+            if !s.vmm {
+                return Err(CudaError::NOT_SUPPORTED);
+            }
+            if let Err(e) = s.fault(Call::Map) {
+                s.counts.maps += 1;
+                return Err(e);
+            }
+            if !addr.is_multiple_of(VMM_GRANULE) || !bytes.is_multiple_of(VMM_GRANULE) {
+                s.misuses
+                    .push(format!("mapped {addr:#x}+{bytes}, not whole granules"));
+                return Err(CudaError::INVALID_VALUE);
+            }
+        }
+        self.map(device, addr, bytes)
+    }
+
+    fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        let unmapped = self.unmap(device, addr)?;
+        if unmapped != bytes {
+            self.lock().misuses.push(format!(
+                "unmapped {addr:#x} as {bytes} bytes, mapped as {unmapped}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        let mut s = self.lock();
+        let end = addr.saturating_add(bytes);
+        let still_mapped = s
+            .segments
+            .range(addr..end)
+            .next()
+            .is_some_and(|(_, seg)| seg.device == device);
+        match s.ranges.get(&addr) {
+            Some(r) if r.device == device && r.bytes == bytes && !still_mapped => {
+                s.ranges.remove(&addr);
+                Ok(())
+            }
+            _ => {
+                s.misuses
+                    .push(format!("freed reservation {addr:#x}+{bytes} wrongly"));
+                Err(CudaError::INVALID_VALUE)
+            }
+        }
     }
 }
 

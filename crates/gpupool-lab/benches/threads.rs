@@ -30,6 +30,7 @@ fn pool(reuse: ReuseMode, thread_cache: u64) -> Pool<Bump> {
             trace: None,
             thread_cache,
             cache_contention: gpupool::pool::tcache::CONTENTION,
+            expandable: false,
         },
     )
 }

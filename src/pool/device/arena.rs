@@ -75,6 +75,8 @@ impl DevicePool {
         }
         self.blocks[idx as usize].state = State::Free;
         self.index(idx);
+        // Only expandable segments' large blocks matter here; one store is cheaper than a test.
+        self.unmap_due = true;
     }
 
     /// Merge the block after `idx` into `idx`.

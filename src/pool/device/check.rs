@@ -16,7 +16,11 @@ impl DevicePool {
         let mut held = 0;
         for (si, s) in self.segments.iter().enumerate() {
             let Some(s) = s else { continue };
-            reserved += s.size;
+            reserved += match self.range_granules(si as u32) {
+                Some(g) if s.expandable => g.mapped,
+                _ => s.size,
+            };
+            self.check_granules(si as u32)?;
             let mut at = s.addr;
             let mut idx = s.first;
             let mut prev = NONE;
@@ -84,6 +88,8 @@ impl DevicePool {
                     s.size
                 ));
             }
+            // An expandable segment's pin (`Segment::expandable`).
+            let live = live + s.expandable as u32;
             if live != s.live {
                 return Err(format!("segment {si}: live count {} != {live}", s.live));
             }
@@ -137,6 +143,38 @@ impl DevicePool {
             return Err(format!("pending {pending} != {}", self.pending_bytes()));
         }
         self.check_waiting()
+    }
+
+    /// An expandable segment: its mapped bytes are its granules marked mapped, and every granule
+    /// a block touches that is not free (live, lent, pending, binned) is mapped.
+    fn check_granules(&self, si: u32) -> Result<(), String> {
+        let s = self.seg(si);
+        if !s.expandable {
+            return Ok(());
+        }
+        let Some(granules) = self.range_granules(si) else {
+            return Err(format!("segment {si}: expandable, without granules"));
+        };
+        if granules.count() * self.granule != granules.mapped {
+            return Err(format!(
+                "segment {si}: mapped bytes disagree with its granules"
+            ));
+        }
+        let mut idx = s.first;
+        while idx != NONE {
+            let b = &self.blocks[idx as usize];
+            if b.state != State::Free {
+                let (first, end) = self.granules_of(si, b.addr, b.size);
+                if let Some(k) = (first..end).find(|&k| !granules.is_mapped(k)) {
+                    return Err(format!(
+                        "block {:#x} ({:?}) touches granule {k}, not mapped",
+                        b.addr, b.state
+                    ));
+                }
+            }
+            idx = b.next;
+        }
+        Ok(())
     }
 
     /// Pending blocks: the bytes waiting for a fence and for a barrier, and each block's entry in

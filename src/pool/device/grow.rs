@@ -44,7 +44,7 @@ impl DevicePool {
             }
             Err(e) => self.record(Kind::AllocFailed, requested, e.0 as u64, 0, 0),
         }
-        self.enforce_threshold(backend);
+        self.enforce_threshold(backend, clock);
         r.map(|(addr, _)| addr)
     }
 
@@ -91,6 +91,11 @@ impl DevicePool {
                 }
                 None => self.refill(class, rounded, seg_size, backend, clock, policy)?,
             },
+        };
+        let idx = if self.granule != 0 && class == Class::Large {
+            self.map_or_recover(idx, rounded, backend, clock, policy)?
+        } else {
+            idx
         };
         let addr = self.take(idx, rounded, requested, policy);
         if live {
@@ -262,7 +267,7 @@ impl DevicePool {
 
     /// Step 6: a new segment of the first of `sizes` the driver (and the limit) grants. `None`
     /// when each was refused as out of memory; another error is the request's.
-    fn grow(
+    pub(super) fn grow(
         &mut self,
         class: Class,
         sizes: &[u64],
@@ -313,7 +318,7 @@ impl DevicePool {
                 return Ok(idx);
             }
         }
-        let released = outgrown + self.release_segments(backend, 0, Release::OutOfMemory);
+        let released = outgrown + self.release_segments(backend, clock, 0, Release::OutOfMemory);
         let sizes: &[u64] = if rounded != exact {
             &[exact, rounded]
         } else {
@@ -353,13 +358,17 @@ impl DevicePool {
         }
     }
 
-    /// Ask the driver for a segment; returns its single free block, already indexed.
+    /// Ask the driver for a segment, an expandable one where they are on; returns its single
+    /// free block, already indexed.
     pub(super) fn new_segment(
         &mut self,
         class: Class,
         size: u64,
         backend: &dyn Backend,
     ) -> Result<u32, CudaError> {
+        if let Some(idx) = self.new_range(class, size, backend) {
+            return Ok(idx);
+        }
         if self.stats.reserved.current.saturating_add(size) > self.limit {
             self.limit_refused = true;
             self.stats.limit_refusals += 1;
@@ -382,14 +391,30 @@ impl DevicePool {
         }
         self.stats.reserved.add(size);
         self.stats.segments.add(1);
-        self.idle_bytes += size;
         self.sample_memory(backend);
+        Ok(self.add_segment(addr, size, class, None))
+    }
+
+    /// A segment the backend gave, as one free block, indexed: its handle. An expandable one
+    /// comes with its granules.
+    pub(super) fn add_segment(
+        &mut self,
+        addr: Addr,
+        size: u64,
+        class: Class,
+        granules: Option<expandable::Granules>,
+    ) -> u32 {
+        let expandable = granules.is_some();
+        if !expandable {
+            self.idle_bytes += size;
+        }
         let seg = Segment {
             addr,
             size,
             class,
-            live: 0,
+            live: expandable as u32,
             first: NONE,
+            expandable,
         };
         let si = match self.vacant_segments.pop() {
             Some(i) => {
@@ -417,7 +442,10 @@ impl DevicePool {
         });
         self.seg_mut(si).first = idx;
         self.by_addr.insert(addr, si);
+        if let Some(g) = granules {
+            self.ranges.push((si, g));
+        }
         self.index(idx);
-        Ok(idx)
+        idx
     }
 }

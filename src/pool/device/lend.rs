@@ -19,7 +19,7 @@ impl DevicePool {
     ) -> Result<(Addr, u32, u64), CudaError> {
         debug_assert!(self.trace.is_none(), "thread caches are off while tracing");
         let r = self.serve(requested, backend, clock, policy, false);
-        self.enforce_threshold(backend);
+        self.enforce_threshold(backend, clock);
         let (_, idx) = r?;
         let b = &mut self.blocks[idx as usize];
         let (addr, size, req) = (b.addr, b.size, b.requested);
@@ -68,7 +68,9 @@ impl DevicePool {
             s.requested.unlend(size);
             s.blocks.unlend(1);
         }
-        let stamp = if need == ReuseWait::Nothing {
+        // With expandable segments every free takes a number, also one reusable at once: an
+        // unmap must know whether a fence came after it (`expandable.rs`).
+        let stamp = if need == ReuseWait::Nothing && self.granule == 0 {
             0
         } else {
             stamp()

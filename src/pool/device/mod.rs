@@ -10,6 +10,7 @@
 //! - `pending.rs`: frees, and the fences and barriers that make freed blocks reusable;
 //! - `stream_hold.rs`: blocks held for the stream that freed them (`relaxed` mode);
 //! - `release.rs`: the threshold, empty-cache, outgrown segments, reset; threshold and limit;
+//! - `expandable.rs`: expandable segments, mapped and unmapped in granules;
 //! - `lend.rs`: blocks lent to thread caches;
 //! - `check.rs`: the structural check.
 
@@ -33,6 +34,7 @@ use super::{FreeKind, IntHasher, ReuseClock, StreamKey, NO_STREAM};
 
 mod arena;
 mod check;
+mod expandable;
 mod fit;
 mod grow;
 mod hit;
@@ -154,6 +156,11 @@ struct Segment {
     /// Live blocks inside; a segment with none can go back to the driver.
     live: u32,
     first: u32,
+    /// A reserved range whose granules `DevicePool::ranges` tracks (`expandable.rs`). Its
+    /// `live` count starts at one, a pin that never goes: it is never idle, since its free
+    /// granules go back one by one. (A flag, not the bitmap, so that the struct keeps the size
+    /// the hit path indexes by.)
+    expandable: bool,
 }
 
 /// Settings shared by every device.
@@ -298,6 +305,15 @@ pub struct DevicePool {
     idle_bytes: u64,
     /// Blocks lent to thread caches.
     lent: u64,
+    /// The granule expandable segments map memory in; 0: expandable segments are off.
+    granule: u64,
+    /// Address space one expandable segment reserves.
+    range_bytes: u64,
+    /// The mapped granules of each expandable segment, by segment handle (one or two).
+    ranges: Vec<(u32, expandable::Granules)>,
+    /// A block of an expandable segment became free since a release last looked for free
+    /// granules (`make_free` sets it).
+    unmap_due: bool,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
     /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
@@ -369,6 +385,10 @@ impl DevicePool {
             largest_segment: 0,
             idle_bytes: 0,
             lent: 0,
+            granule: 0,
+            range_bytes: 0,
+            ranges: Vec::new(),
+            unmap_due: false,
             lock_allocs: 0,
             next_sample: 1,
             contention: Default::default(),
@@ -453,11 +473,19 @@ impl DevicePool {
         self.idle_bytes
     }
 
-    /// The segment holding `addr`, as (base, size).
+    /// The segment holding `addr`, as (base, size); in an expandable segment, the run of
+    /// mapped granules around it (what the driver calls its allocation).
     pub fn segment_containing(&self, addr: Addr) -> Option<(Addr, u64)> {
         let (_, &si) = self.by_addr.range(..=addr).next_back()?;
         let s = self.seg(si);
-        (addr < s.addr + s.size).then_some((s.addr, s.size))
+        if addr >= s.addr + s.size {
+            return None;
+        }
+        if s.expandable {
+            self.mapped_run(si, addr)
+        } else {
+            Some((s.addr, s.size))
+        }
     }
 
     /// The live block at `addr`.

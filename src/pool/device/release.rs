@@ -4,14 +4,25 @@
 use super::*;
 
 impl DevicePool {
-    /// Give whole free segments back, largest first, until the cache holds at most `keep` bytes.
-    /// Returns the bytes released.
-    pub fn release_segments(&mut self, backend: &dyn Backend, keep: u64, why: Release) -> u64 {
-        if self.cached() <= keep || self.idle_bytes == 0 {
+    /// Give free granules of expandable segments back, then whole free segments, largest
+    /// first, until the cache holds at most `keep` bytes. Returns the bytes released.
+    pub fn release_segments(
+        &mut self,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+        keep: u64,
+        why: Release,
+    ) -> u64 {
+        let granules_due = self.granule != 0
+            && (self.unmap_due
+                || self.binned_bytes > 0
+                || (why != Release::Threshold && self.pending_bytes() > 0));
+        if self.cached() <= keep || (self.idle_bytes == 0 && !granules_due) {
             return 0;
         }
         self.flush_bins();
-        self.release_idle(backend, keep, why, |_| true)
+        let unmapped = self.unmap_free_granules(backend, clock, keep, why);
+        unmapped + self.release_idle(backend, keep, why, |_| true)
     }
 
     /// A request of `rounded` bytes, larger than every segment the device has had, is about to
@@ -27,8 +38,9 @@ impl DevicePool {
         backend: &dyn Backend,
         clock: &ReuseClock,
     ) -> u64 {
-        let outgrown =
-            |s: &Segment| s.class == Class::Large && s.size >= OUTGROWN_FROM && s.size < rounded;
+        let outgrown = |s: &Segment| {
+            s.class == Class::Large && !s.expandable && s.size >= OUTGROWN_FROM && s.size < rounded
+        };
         // Nothing to outgrow: the thread caches are not emptied for nothing.
         if self.largest_segment < OUTGROWN_FROM || !self.segments.iter().flatten().any(outgrown) {
             return 0;
@@ -61,7 +73,7 @@ impl DevicePool {
             .enumerate()
             .filter_map(|(i, s)| {
                 s.as_ref()
-                    .filter(|s| s.live == 0 && pick(s))
+                    .filter(|s| s.live == 0 && !s.expandable && pick(s))
                     .map(|s| (s.size, i as u32))
             })
             .collect();
@@ -75,22 +87,7 @@ impl DevicePool {
                 break;
             }
             released += size;
-            let s = &mut self.stats;
-            match why {
-                Release::Threshold => {
-                    s.threshold_releases += 1;
-                    s.threshold_released_bytes += size;
-                }
-                Release::EmptyCache => {
-                    s.empty_cache_releases += 1;
-                    s.empty_cache_released_bytes += size;
-                }
-                Release::OutOfMemory => s.oom_released_bytes += size,
-                Release::Outgrown => {
-                    s.outgrown_releases += 1;
-                    s.outgrown_released_bytes += size;
-                }
-            }
+            self.count_release(why, size);
         }
         if released > 0 {
             // Drop the queue entries of blocks that went with their segments.
@@ -105,11 +102,31 @@ impl DevicePool {
         released
     }
 
+    /// One release of `bytes` (a segment, or a granule of an expandable one) in the counters.
+    pub(super) fn count_release(&mut self, why: Release, bytes: u64) {
+        let s = &mut self.stats;
+        match why {
+            Release::Threshold => {
+                s.threshold_releases += 1;
+                s.threshold_released_bytes += bytes;
+            }
+            Release::EmptyCache => {
+                s.empty_cache_releases += 1;
+                s.empty_cache_released_bytes += bytes;
+            }
+            Release::OutOfMemory => s.oom_released_bytes += bytes,
+            Release::Outgrown => {
+                s.outgrown_releases += 1;
+                s.outgrown_released_bytes += bytes;
+            }
+        }
+    }
+
     /// Release threshold check: the next pool operation or program synchronization calls it.
     #[inline]
-    pub fn enforce_threshold(&mut self, backend: &dyn Backend) {
+    pub fn enforce_threshold(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
         if self.cached() > self.threshold {
-            self.release_segments(backend, self.threshold, Release::Threshold);
+            self.release_segments(backend, clock, self.threshold, Release::Threshold);
         }
     }
 
@@ -117,7 +134,7 @@ impl DevicePool {
     pub fn sync_point(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
         self.promote(clock);
         self.record(Kind::SyncPoint, 0, 0, 0, 0);
-        self.enforce_threshold(backend);
+        self.enforce_threshold(backend, clock);
     }
 
     /// An explicit request to give every whole free segment back. Returns the bytes released.
@@ -131,7 +148,7 @@ impl DevicePool {
         self.promote(clock);
         self.record(Kind::EmptyCache, keep, 0, 0, 0);
         let keep_cached = keep.saturating_sub(self.stats.reserved.current - self.cached());
-        self.release_segments(backend, keep_cached, Release::EmptyCache)
+        self.release_segments(backend, clock, keep_cached, Release::EmptyCache)
     }
 
     /// Set the most bytes this pool may reserve (applied to the next segment).
@@ -233,6 +250,8 @@ impl DevicePool {
         self.held_blocks = 0;
         self.largest_segment = 0;
         self.idle_bytes = 0;
+        self.ranges.clear();
+        self.unmap_due = false;
         self.lent = 0;
         // The reset destroyed the context too: the next sample is the new baseline of what is
         // in use outside the pool.

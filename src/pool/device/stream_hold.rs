@@ -42,7 +42,11 @@ impl DevicePool {
             }
             let b = &p.blocks[n as usize];
             match b.state {
-                State::Free if !fence && b.class == Class::Large => Some(b.size),
+                // Not in an expandable segment: a free neighbour may not be mapped, and a
+                // held block must be, since `serve_held` hands it out as it is.
+                State::Free if !fence && b.class == Class::Large && !p.seg(b.seg).expandable => {
+                    Some(b.size)
+                }
                 State::Pending
                     if b.held && p.held_by[n as usize] == stream && b.wants_fence == fence =>
                 {

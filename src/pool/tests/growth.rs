@@ -43,6 +43,7 @@ fn a_new_largest_request_gets_room_to_grow() {
             trace: None,
             thread_cache: crate::config::DEFAULT_THREAD_CACHE,
             cache_contention: 0,
+            expandable: false,
         },
     );
     m.alloc(0, 600 * MIB).unwrap();

@@ -3,6 +3,7 @@
 
 mod alloc_fit;
 mod cache_sync;
+mod expandable;
 mod frees;
 mod growth;
 mod hazard_stress;
@@ -22,12 +23,24 @@ use std::sync::Mutex;
 
 const MIB: u64 = 1 << 20;
 
+/// Whether the shared helpers build pools with expandable segments
+/// (`GPUPOOL_TEST_EXPANDABLE=1`), to run the whole suite with them on.
+fn expandable_on() -> bool {
+    std::env::var_os("GPUPOOL_TEST_EXPANDABLE").is_some_and(|v| v == "1")
+}
+
 /// A driver with `capacity` bytes per device, and a gap after each segment so that a block
-/// running over its segment's end lands in no other.
+/// running over its segment's end lands in no other; with virtual memory when
+/// `expandable_on`.
 fn model(capacity: u64) -> ModelDriver {
-    ModelDriver::new()
+    let driver = ModelDriver::new()
         .with_capacity(capacity)
-        .with_gap(GUARD_GAP)
+        .with_gap(GUARD_GAP);
+    if expandable_on() {
+        driver.with_vmm()
+    } else {
+        driver
+    }
 }
 
 /// A pool on `model(capacity)` with no limit, no split bound and a 64 MiB fence budget.
@@ -45,6 +58,7 @@ fn pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<Mo
             trace: None,
             thread_cache: crate::config::DEFAULT_THREAD_CACHE,
             cache_contention: 0,
+            expandable: expandable_on(),
         },
     )
 }

@@ -1,0 +1,368 @@
+//! Expandable segments (docs/design-notes.md, "Note: expandable segments"): large blocks come
+//! from one reserved address range per device, packed one after another, with physical memory
+//! mapped in granules as blocks need it and free granules unmapped again, once a fence proved
+//! the work that used them done.
+//!
+//! An expandable segment is a `Segment` with a bitmap of its mapped granules. Its blocks tile
+//! the whole range: the free block at its end is address space not yet used, mapped only where a
+//! request carves it. A block is mapped in the one place a free block goes to the program or a
+//! thread cache (`serve`, through `map_or_recover`); bins and pending queues only ever hold
+//! blocks that were handed out, so they are mapped, and the hit path does no work for this.
+
+use super::*;
+
+/// Address space reserved per range when the device's size is not known. More than any GPU
+/// holds today, and address space costs nothing until mapped.
+const RANGE_UNKNOWN: u64 = 256 << 30;
+/// Ranges are twice the device's memory (a packed range cannot run out before the device does,
+/// whatever the holes between blocks), within these bounds.
+const RANGE_MIN: u64 = 1 << 30;
+const RANGE_MAX: u64 = 4 << 40;
+
+/// The mapped granules of an expandable segment.
+#[derive(Clone, Debug)]
+pub(super) struct Granules {
+    /// Bit `k` set: granule `k` of the range is mapped.
+    bits: Vec<u64>,
+    /// Bytes mapped.
+    pub(super) mapped: u64,
+}
+
+impl Granules {
+    fn new(count: u64) -> Granules {
+        Granules {
+            bits: vec![0; count.div_ceil(64) as usize],
+            mapped: 0,
+        }
+    }
+
+    pub(super) fn is_mapped(&self, k: u64) -> bool {
+        self.bits[(k / 64) as usize] & (1 << (k % 64)) != 0
+    }
+
+    fn set(&mut self, k: u64, mapped: bool) {
+        let (w, bit) = ((k / 64) as usize, 1 << (k % 64));
+        if mapped {
+            self.bits[w] |= bit;
+        } else {
+            self.bits[w] &= !bit;
+        }
+    }
+
+    /// Granules marked mapped.
+    pub(super) fn count(&self) -> u64 {
+        self.bits.iter().map(|w| w.count_ones() as u64).sum()
+    }
+}
+
+impl DevicePool {
+    /// Serve large requests from expandable segments, if `backend` can map memory on this
+    /// device. Called once, before the first request.
+    pub fn enable_expandable(&mut self, backend: &dyn Backend) {
+        let Some(granule) = backend
+            .vmm_granularity(self.device)
+            .filter(|g| g.is_power_of_two() && g.is_multiple_of(ALIGN))
+        else {
+            return;
+        };
+        let range = match backend.memory_info(self.device) {
+            Ok((_, total)) => total.saturating_mul(2).clamp(RANGE_MIN, RANGE_MAX),
+            Err(_) => RANGE_UNKNOWN,
+        };
+        self.granule = granule;
+        self.range_bytes = range.next_multiple_of(granule);
+    }
+
+    /// Whether large blocks come from expandable segments.
+    pub fn expandable(&self) -> bool {
+        self.granule != 0
+    }
+
+    /// The granules `[addr, addr + bytes)` touches in segment `si`: first and end.
+    pub(super) fn granules_of(&self, si: u32, addr: Addr, bytes: u64) -> (u64, u64) {
+        let base = self.seg(si).addr;
+        let g = self.granule;
+        ((addr - base) / g, (addr + bytes - base).div_ceil(g))
+    }
+
+    /// A new expandable segment for `class` that holds at least `size` bytes: a reserved
+    /// range and its single free block, nothing mapped. `None` when it is not for this class or
+    /// size, or the reservation failed: the caller falls back to a classic segment.
+    pub(super) fn new_range(
+        &mut self,
+        class: Class,
+        size: u64,
+        backend: &dyn Backend,
+    ) -> Option<u32> {
+        // Small blocks keep their 4 MiB segments: each strands less than a small request, goes
+        // back whole once idle, and the small free lists index blocks up to a segment's size.
+        // A request larger than a range, twice the device's memory, gets the classic
+        // segment's refusal.
+        if self.granule == 0 || class != Class::Large || size > self.range_bytes {
+            return None;
+        }
+        let bytes = self.range_bytes;
+        let addr = backend.vmm_reserve(self.device, bytes).ok()?;
+        self.stats.segments.add(1);
+        self.sample_memory(backend);
+        let granules = Granules::new(bytes / self.granule);
+        Some(self.add_segment(addr, bytes, class, Some(granules)))
+    }
+
+    /// Map what free block `idx` still lacks for the request of `rounded` bytes it is about to
+    /// serve (all of it, if `take` will not split it). Out of memory: the last step of the
+    /// ladder, for mapped memory, which may serve the request from another block. The block's
+    /// handle.
+    pub(super) fn map_or_recover(
+        &mut self,
+        idx: u32,
+        rounded: u64,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+        policy: &Policy,
+    ) -> Result<u32, CudaError> {
+        if !self.seg(self.blocks[idx as usize].seg).expandable {
+            return Ok(idx);
+        }
+        match self.map_block(idx, rounded, backend, policy) {
+            Err(e) if e == CudaError::MEMORY_ALLOCATION => {
+                self.recover_mapping(rounded, backend, clock, policy)
+            }
+            r => r.map(|()| idx),
+        }
+    }
+
+    /// Map the granules block `idx` would hand out for `rounded` bytes and lacks, one mapping
+    /// per granule (so that each can be unmapped alone). All or nothing: on a refusal the
+    /// granules mapped here are unmapped again, which is safe at once (nothing used them).
+    fn map_block(
+        &mut self,
+        idx: u32,
+        rounded: u64,
+        backend: &dyn Backend,
+        policy: &Policy,
+    ) -> Result<(), CudaError> {
+        let b = &self.blocks[idx as usize];
+        let out = if should_split(b.class, b.size, rounded, policy.max_split_size) {
+            rounded
+        } else {
+            b.size
+        };
+        let (si, addr) = (b.seg, b.addr);
+        let (first, end) = self.granules_of(si, addr, out);
+        let (base, g) = (self.seg(si).addr, self.granule);
+        let mut mapped_here = Vec::new();
+        let mut refused = None;
+        for k in first..end {
+            if self.granules(si).is_mapped(k) {
+                continue;
+            }
+            let added = mapped_here.len() as u64 * g;
+            if self.stats.reserved.current + added + g > self.limit {
+                self.limit_refused = true;
+                self.stats.limit_refusals += 1;
+                refused = Some(CudaError::MEMORY_ALLOCATION);
+                break;
+            }
+            if let Err(e) = backend.vmm_map(self.device, base + k * g, g) {
+                refused = Some(e);
+                break;
+            }
+            self.granules_mut(si).set(k, true);
+            mapped_here.push(k);
+        }
+        if let Some(e) = refused {
+            for k in mapped_here {
+                // An unmap that fails leaves the granule mapped and counted: a later release
+                // tries again.
+                if backend.vmm_unmap(self.device, base + k * g, g).is_ok() {
+                    self.granules_mut(si).set(k, false);
+                } else {
+                    self.granules_mut(si).mapped += g;
+                    self.stats.reserved.add(g);
+                }
+            }
+            return Err(e);
+        }
+        let added = mapped_here.len() as u64 * g;
+        self.granules_mut(si).mapped += added;
+        self.stats.reserved.add(added);
+        Ok(())
+    }
+
+    /// The granules of segment `si`, if it is expandable.
+    pub(super) fn range_granules(&self, si: u32) -> Option<&Granules> {
+        self.ranges.iter().find(|r| r.0 == si).map(|r| &r.1)
+    }
+
+    fn granules(&self, si: u32) -> &Granules {
+        self.range_granules(si).expect("an expandable segment")
+    }
+
+    fn granules_mut(&mut self, si: u32) -> &mut Granules {
+        let r = self.ranges.iter_mut().find(|r| r.0 == si);
+        &mut r.expect("an expandable segment").1
+    }
+
+    /// Mapping failed for lack of memory: take back what thread caches hold, fence so that
+    /// pending blocks become reusable (one of them may fit, mapped already), give back free
+    /// granules and idle classic segments, and fit and map again.
+    fn recover_mapping(
+        &mut self,
+        rounded: u64,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+        policy: &Policy,
+    ) -> Result<u32, CudaError> {
+        self.stats.oom_retries += 1;
+        if self.lent > 0 {
+            if let Some(l) = self.borrowers.clone() {
+                l.reclaim(self, clock);
+            }
+        }
+        let fenced = self.pending_bytes() > 0 && self.fence(backend, clock).is_ok();
+        let released = self.release_segments(backend, clock, 0, Release::OutOfMemory);
+        self.limit_refused = false;
+        let fit = match self.fit_after_return(Class::Large, rounded, policy) {
+            Some(idx) => Some(idx),
+            None => self
+                .grow(Class::Large, &[rounded], backend)
+                .and_then(Result::ok),
+        };
+        if let Some(idx) = fit {
+            let mapped = if self.seg(self.blocks[idx as usize].seg).expandable {
+                self.map_block(idx, rounded, backend, policy)
+            } else {
+                Ok(())
+            };
+            if mapped.is_ok() {
+                self.stats.oom_recovered += 1;
+                return Ok(idx);
+            }
+        }
+        self.stats.ooms += 1;
+        self.sample_memory(backend);
+        self.last_oom = Some(OomEvent {
+            requested: rounded,
+            segment: rounded.next_multiple_of(self.granule),
+            released,
+            fenced,
+            limited: self.limit_refused,
+            memory: self.memory,
+        });
+        Err(CudaError::MEMORY_ALLOCATION)
+    }
+
+    /// Whether a fence that completed started after every free so far: then no work the
+    /// program issued before a free still runs, and any free memory may be unmapped.
+    fn fenced_since_frees(clock: &ReuseClock) -> bool {
+        clock.fenced.load(Ordering::Acquire) >= clock.freed.load(Ordering::Acquire)
+    }
+
+    /// Unmap mapped granules no block but a free one touches, until the cache holds at most
+    /// `keep` bytes, after a fence unless one already covers every free (`cuMemUnmap` waits
+    /// for nothing, and an unmap under a running kernel is a fault, in every reuse mode).
+    /// Empty-cache and out-of-memory fence first when blocks are pending, as a classic segment's
+    /// `cudaFree` waits for them. Binned blocks must have been merged back. Returns the bytes
+    /// unmapped.
+    pub(super) fn unmap_free_granules(
+        &mut self,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+        keep: u64,
+        why: Release,
+    ) -> u64 {
+        if self.cached() <= keep {
+            return 0;
+        }
+        if why != Release::Threshold && self.pending_bytes() > 0 {
+            // A failed fence leaves them pending: what is free already still goes.
+            let _ = self.fence(backend, clock);
+            self.flush_bins();
+        }
+        if !self.unmap_due {
+            return 0;
+        }
+        let mut candidates = self.free_granules();
+        if candidates.is_empty() {
+            self.unmap_due = false;
+            return 0;
+        }
+        if !Self::fenced_since_frees(clock) {
+            if self.fence(backend, clock).is_err() || !Self::fenced_since_frees(clock) {
+                return 0;
+            }
+            // What the fence made reusable can go too.
+            self.flush_bins();
+            candidates = self.free_granules();
+        }
+        let g = self.granule;
+        let mut released = 0;
+        let mut all = true;
+        for (si, k) in candidates {
+            if self.cached() <= keep {
+                all = false;
+                break;
+            }
+            let at = self.seg(si).addr + k * g;
+            if backend.vmm_unmap(self.device, at, g).is_err() {
+                all = false;
+                break;
+            }
+            let granules = self.granules_mut(si);
+            granules.set(k, false);
+            granules.mapped -= g;
+            self.stats.reserved.sub(g);
+            released += g;
+            self.count_release(why, g);
+        }
+        self.unmap_due = !all;
+        released
+    }
+
+    /// (segment, granule) of every mapped granule that lies wholly inside a free block: its
+    /// neighbours are not free (free blocks merge), so no other block touches it.
+    fn free_granules(&self) -> Vec<(u32, u64)> {
+        let mut found = Vec::new();
+        for (si, granules) in &self.ranges {
+            let s = self.seg(*si);
+            let mut idx = s.first;
+            while idx != NONE {
+                let b = &self.blocks[idx as usize];
+                if b.state == State::Free {
+                    let g = self.granule;
+                    let first = (b.addr - s.addr).div_ceil(g);
+                    let end = (b.addr + b.size - s.addr) / g;
+                    found.extend(
+                        (first..end)
+                            .filter(|&k| granules.is_mapped(k))
+                            .map(|k| (*si, k)),
+                    );
+                }
+                idx = b.next;
+            }
+        }
+        found
+    }
+
+    /// The run of mapped granules around `addr` in expandable segment `si`, as (base, size):
+    /// what the driver reports as the allocation holding `addr`.
+    pub(super) fn mapped_run(&self, si: u32, addr: Addr) -> Option<(Addr, u64)> {
+        let s = self.seg(si);
+        let granules = self.range_granules(si)?;
+        let g = self.granule;
+        let k = (addr - s.addr) / g;
+        if !granules.is_mapped(k) {
+            return None;
+        }
+        let mut first = k;
+        while first > 0 && granules.is_mapped(first - 1) {
+            first -= 1;
+        }
+        let mut end = k + 1;
+        while end < s.size / g && granules.is_mapped(end) {
+            end += 1;
+        }
+        Some((s.addr + first * g, (end - first) * g))
+    }
+}

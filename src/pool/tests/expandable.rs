@@ -1,0 +1,399 @@
+//! Expandable segments on the model driver's virtual memory (`device/expandable.rs`): what fits
+//! against no pool, free granules given back, never an unmap under work in flight, the limit
+//! on mapped bytes, and the fallbacks to classic segments.
+
+use super::*;
+use crate::pool::model_driver::{Call, VMM_GRANULE};
+
+const DEVICE: u64 = 16 << 30;
+
+/// The model driver with virtual memory and `capacity` bytes.
+fn vmm_model(capacity: u64) -> ModelDriver {
+    ModelDriver::new()
+        .with_capacity(capacity)
+        .with_gap(GUARD_GAP)
+        .with_vmm()
+}
+
+/// Settings with expandable segments on, in `reuse` mode, with `threshold`.
+fn vmm_settings(reuse: ReuseMode, threshold: DeviceBytes) -> Settings {
+    let mut s = pool_with(reuse, threshold, 1).settings().clone();
+    s.expandable = true;
+    s
+}
+
+fn vmm_pool(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<ModelDriver> {
+    Pool::new(vmm_model(capacity), vmm_settings(reuse, threshold))
+}
+
+/// Blocks of `size` until the pool refuses one.
+fn fill<B: Backend>(p: &Pool<B>, size: u64) -> Vec<Addr> {
+    std::iter::from_fn(|| p.alloc(0, size).ok()).collect()
+}
+
+/// Blocks of `size` that fit on a device of `DEVICE` bytes with no pool.
+fn fits_without_pool(size: u64) -> u64 {
+    DEVICE / size
+}
+
+/// Bytes of 14 MiB blocks that fit with no pool after every other 7 MiB block of a full device
+/// was freed.
+fn half_free_without_pool() -> u64 {
+    let d = ModelDriver::new().with_capacity(DEVICE);
+    let blocks: Vec<Addr> = std::iter::from_fn(|| d.alloc_segment(0, 7 * MIB).ok()).collect();
+    for &a in blocks.iter().step_by(2) {
+        d.free_segment(0, a).unwrap();
+    }
+    std::iter::from_fn(|| d.alloc_segment(0, 14 * MIB).ok()).count() as u64 * 14 * MIB
+}
+
+/// The program's `cudaDeviceSynchronize`.
+fn program_sync<B: Backend>(p: &Pool<B>) {
+    let at = p.seq_before_sync(0);
+    p.observe_fence(0, at);
+}
+
+#[test]
+fn a_device_filled_with_one_size_fits_what_it_would_without_the_pool() {
+    for size in [7 * MIB, 12 * MIB, 5 * MIB + MIB / 10] {
+        let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+        let n = fill(&p, size).len() as u64;
+        let share = n as f64 / fits_without_pool(size) as f64;
+        println!(
+            "{:.1} MiB blocks: {share:.3} of no pool",
+            size as f64 / MIB as f64
+        );
+        assert!(share >= 0.99, "{size}: {share}");
+        assert!(stats(&p, 0).reserved.current <= DEVICE);
+        assert_eq!(p.backend().counts().mallocs, 0, "no classic segment");
+        p.check().unwrap();
+        assert!(
+            p.backend().misuses().is_empty(),
+            "{:?}",
+            p.backend().misuses()
+        );
+    }
+}
+
+#[test]
+fn after_freeing_every_other_block_the_holes_serve_requests_twice_their_size() {
+    let none = half_free_without_pool() as f64;
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
+        let blocks = fill(&p, 7 * MIB);
+        for &a in blocks.iter().step_by(2) {
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        let n = fill(&p, 14 * MIB).len() as u64;
+        let share = (n * 14 * MIB) as f64 / none;
+        println!("{reuse:?}: 14 MiB after the half-free: {share:.3} of no pool");
+        assert!(share >= 0.80, "{reuse:?}: {share}");
+        // Out of memory gave free granules back before failing.
+        let s = stats(&p, 0);
+        assert!(s.oom_released_bytes > 0 && s.oom_recovered > 0);
+        assert!(p.backend().counts().unmaps > 0);
+        p.check().unwrap();
+        assert!(
+            p.backend().misuses().is_empty(),
+            "{:?}",
+            p.backend().misuses()
+        );
+    }
+}
+
+#[test]
+fn with_a_zero_threshold_free_granules_go_back_at_the_next_sync() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Bytes(0), DEVICE);
+        let sizes = [
+            7 * MIB,
+            3 * MIB + 512,
+            12 * MIB,
+            5 * MIB + MIB / 10,
+            40 * MIB,
+        ];
+        let blocks: Vec<(Addr, u64)> = (0..400)
+            .map(|i| {
+                let size = sizes[i % sizes.len()];
+                (p.alloc(0, size).unwrap(), size)
+            })
+            .collect();
+        for &(a, _) in &blocks {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        program_sync(&p);
+        let mapped = p.backend().mapped_on(0);
+        println!("{reuse:?}: all freed: {} MiB mapped", mapped / MIB);
+        assert!(mapped <= 64 * MIB, "{reuse:?}: {mapped}");
+        assert_eq!(stats(&p, 0).reserved.current, p.backend().reserved_on(0));
+
+        // Two blocks alive at both ends of the range, everything between freed.
+        let blocks: Vec<(Addr, u64)> = (0..400)
+            .map(|i| {
+                let size = sizes[i % sizes.len()];
+                (p.alloc(0, size).unwrap(), size)
+            })
+            .collect();
+        let (lo, hi) = (blocks[0], blocks[blocks.len() - 1]);
+        for &(a, _) in &blocks[1..blocks.len() - 1] {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        program_sync(&p);
+        let mapped = p.backend().mapped_on(0);
+        println!(
+            "{reuse:?}: two alive ({} MiB): {} MiB mapped",
+            (lo.1 + hi.1) / MIB,
+            mapped / MIB
+        );
+        assert!(hi.0 - lo.0 > 1 << 30, "the blocks are far apart");
+        assert!(mapped <= lo.1 + hi.1 + 64 * MIB, "{reuse:?}: {mapped}");
+        p.check().unwrap();
+        assert!(
+            p.backend().misuses().is_empty(),
+            "{:?}",
+            p.backend().misuses()
+        );
+    }
+}
+
+/// The model driver with kernels in flight: a test launches one on a block's range before it
+/// frees it; only a completed fence (the pool's or the program's) ends them. A barrier orders
+/// later work but waits for nothing on the host, so it ends none. Every unmap over a range in
+/// flight is recorded.
+#[derive(Default)]
+struct InFlight {
+    inner: ModelDriver,
+    running: Mutex<Vec<(Addr, u64)>>,
+    unmaps_under_work: Mutex<Vec<Addr>>,
+}
+
+impl InFlight {
+    fn new(capacity: u64) -> InFlight {
+        InFlight {
+            inner: vmm_model(capacity),
+            ..InFlight::default()
+        }
+    }
+
+    fn launch(&self, addr: Addr, bytes: u64) {
+        self.running.lock().unwrap().push((addr, bytes));
+    }
+
+    fn program_fence(&self) {
+        self.running.lock().unwrap().clear();
+    }
+}
+
+impl Backend for InFlight {
+    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        self.inner.alloc_segment(device, bytes)
+    }
+    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
+        self.inner.free_segment(device, addr)
+    }
+    fn fence(&self, device: u32) -> Result<(), CudaError> {
+        self.program_fence();
+        self.inner.fence(device)
+    }
+    fn barrier(&self, device: u32) -> Result<(), CudaError> {
+        self.inner.barrier(device)
+    }
+    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
+        self.inner.memory_info(device)
+    }
+    fn vmm_granularity(&self, device: u32) -> Option<u64> {
+        self.inner.vmm_granularity(device)
+    }
+    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        self.inner.vmm_reserve(device, bytes)
+    }
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.inner.vmm_map(device, addr, bytes)
+    }
+    fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        let under_work = self
+            .running
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|&(a, n)| a < addr + bytes && addr < a + n);
+        if under_work {
+            self.unmaps_under_work.lock().unwrap().push(addr);
+        }
+        self.inner.vmm_unmap(device, addr, bytes)
+    }
+}
+
+#[test]
+fn no_granule_is_unmapped_while_work_issued_before_its_free_may_run() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+        // Threshold 0: every operation is a release point.
+        let p = Pool::new(
+            InFlight::new(2 << 30),
+            vmm_settings(reuse, DeviceBytes::Bytes(0)),
+        );
+        let d = p.backend();
+        let mut live: Vec<(Addr, u64)> = Vec::new();
+        let mut rng = crate::rng::Rng::new(7);
+        for step in 0..3000u64 {
+            if live.len() > 40 || (!live.is_empty() && rng.percent(50)) {
+                let (a, n) = live.swap_remove(rng.range(0, live.len() as u64 - 1) as usize);
+                d.launch(a, n);
+                p.free(a, FreeKind::Sync, Some(0));
+            } else {
+                let n = rng.range(1, 24) * MIB + rng.range(0, 3) * 512;
+                match p.alloc(0, n) {
+                    Ok(a) => live.push((a, n)),
+                    Err(_) => panic!("{reuse:?}: out of memory at step {step}"),
+                }
+            }
+            match step % 500 {
+                100 => {
+                    // A barrier the program made: ends no work.
+                    let at = p.seq_before_sync(0);
+                    p.observe_barrier(0, at);
+                }
+                200 => {
+                    p.empty_cache(0);
+                }
+                300 => {
+                    d.program_fence();
+                    program_sync(&p);
+                }
+                _ => {}
+            }
+        }
+        // Out of memory with work in flight: fill what is left.
+        for &(a, n) in &live {
+            d.launch(a, n);
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        let big = fill(&p, 64 * MIB);
+        assert!(!big.is_empty());
+        let unmaps = d.inner.counts().unmaps;
+        println!("{reuse:?}: {unmaps} unmaps");
+        assert!(unmaps > 0, "{reuse:?}: nothing was unmapped");
+        let bad = d.unmaps_under_work.lock().unwrap().clone();
+        assert!(bad.is_empty(), "{reuse:?}: unmapped under work: {bad:x?}");
+        p.check().unwrap();
+        assert!(d.inner.misuses().is_empty(), "{:?}", d.inner.misuses());
+    }
+}
+
+#[test]
+fn the_limit_counts_mapped_bytes_not_address_space() {
+    let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+    s.limit = DeviceBytes::Bytes(1 << 30);
+    let p = Pool::new(vmm_model(DEVICE), s);
+    let n = fill(&p, 7 * MIB).len() as u64;
+    let st = stats(&p, 0);
+    assert!(n * 7 * MIB >= (1 << 30) - 2 * VMM_GRANULE, "{n} blocks");
+    assert!(st.reserved.current <= 1 << 30 && st.limit_refusals > 0);
+    assert_eq!(st.reserved.current, p.backend().mapped_on(0));
+    // The program sees the limit's room, not the reserved range.
+    let (free, total) = p.memory_for_program(0, DEVICE, DEVICE);
+    assert_eq!(total, 1 << 30);
+    assert!(free < 8 * MIB, "{free}");
+    p.check().unwrap();
+}
+
+#[test]
+fn without_virtual_memory_or_a_reservation_the_pool_keeps_classic_segments() {
+    // A backend that cannot map: the setting changes nothing.
+    let p = Pool::new(
+        model(DEVICE),
+        vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded),
+    );
+    let n = fill(&p, 7 * MIB).len() as u64;
+    assert!((n as f64 / fits_without_pool(7 * MIB) as f64) < 0.8);
+    assert_eq!(p.backend().counts().maps, 0);
+    p.check().unwrap();
+
+    // A reservation refused: the request gets a classic segment; the next one a range.
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    p.backend().fail_next(Call::Reserve, 2);
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    assert_eq!(p.backend().counts().mallocs, 1);
+    let _grown = fill(&p, 30 * MIB);
+    assert!(p.backend().counts().maps > 0);
+    p.free(a, FreeKind::Sync, Some(0));
+    p.check().unwrap();
+
+    // Small requests keep their small segments.
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    p.alloc(0, 4096).unwrap();
+    assert_eq!(p.backend().counts().mallocs, 1);
+    assert_eq!(p.backend().counts().maps, 0);
+}
+
+#[test]
+fn a_trace_turns_expandable_segments_off() {
+    struct Discard;
+    impl TraceSink for Discard {
+        fn write(&self, _: &[u8]) {}
+    }
+    let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+    s.trace = Some(Arc::new(Discard));
+    let p = Pool::new(vmm_model(DEVICE), s);
+    p.alloc(0, 7 * MIB).unwrap();
+    assert_eq!(p.backend().counts().maps, 0);
+    assert_eq!(p.backend().counts().mallocs, 1);
+}
+
+#[test]
+fn a_refused_mapping_is_undone_and_the_request_recovers() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    let mapped = p.backend().mapped_on(0);
+    p.backend().fail_next(Call::Map, 2);
+    // The second granule of this block's mapping is refused once: what it mapped goes back,
+    // and the retry after the release maps it whole.
+    let b = p.alloc(0, 9 * MIB).unwrap();
+    assert!(p.backend().mapped_on(0) > mapped);
+    assert_eq!(stats(&p, 0).oom_recovered, 1);
+    assert_eq!(stats(&p, 0).reserved.current, p.backend().mapped_on(0));
+    for x in [a, b] {
+        p.free(x, FreeKind::Sync, Some(0));
+    }
+    p.check().unwrap();
+    assert!(
+        p.backend().misuses().is_empty(),
+        "{:?}",
+        p.backend().misuses()
+    );
+}
+
+#[test]
+fn the_allocation_around_a_block_is_its_run_of_mapped_granules() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    let a = p.alloc(0, 3 * MIB).unwrap();
+    let b = p.alloc(0, 3 * MIB).unwrap();
+    let slot = p.existing(0).unwrap();
+    let pool = slot.pool.lock();
+    let (base, size) = pool.segment_containing(b + 100).unwrap();
+    // Two blocks packed: 6 MiB over three granules, from the range's start.
+    assert_eq!((base, size), (a, 6 * MIB));
+    assert!(pool.segment_containing(a + 64 * MIB).is_none());
+}
+
+#[test]
+fn thread_caches_lend_mapped_blocks_and_give_them_back() {
+    let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+    s.thread_cache = crate::config::DEFAULT_THREAD_CACHE;
+    let p = Pool::new(vmm_model(DEVICE), s);
+    let a = p.alloc(0, 4096).unwrap();
+    on_thread(|| alloc_and_free(&p, 64, 5 * MIB));
+    alloc_and_free(&p, 64, 5 * MIB);
+    p.free(a, FreeKind::Sync, Some(0));
+    assert!(p.backend().counts().maps > 0);
+    p.check().unwrap();
+    program_sync(&p);
+    p.empty_cache(0);
+    assert!(p.backend().mapped_on(0) <= 2 * VMM_GRANULE);
+    p.check().unwrap();
+    assert!(
+        p.backend().misuses().is_empty(),
+        "{:?}",
+        p.backend().misuses()
+    );
+}
