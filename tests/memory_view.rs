@@ -109,6 +109,23 @@ fn the_out_of_memory_report_names_the_pools_packing() {
 }
 
 #[test]
+fn expandable_segments_fill_the_device_as_without_the_pool() {
+    // GPUPOOL_EXPANDABLE=1 through the CUDA backend: the driver's virtual memory calls map 2 MiB
+    // granules into one reserved range, so 7 MiB blocks pack (classic segments fit 0.70 of
+    // them), and after every other block is freed its granules serve blocks twice the size.
+    let on = [("GPUPOOL_EXPANDABLE", "1")];
+    let blocks = |pool: bool, args: &[&str], key: &str| -> u64 {
+        number(&run(pool, args, if pool { &on } else { &[] }).0, key)
+    };
+    let alone = blocks(false, &["fill", "7"], "blocks");
+    let packed = blocks(true, &["fill", "7"], "blocks");
+    assert!(packed * 100 >= alone * 99, "{packed} of {alone}");
+    let alone = blocks(false, &["half", "7"], "double_blocks");
+    let packed = blocks(true, &["half", "7"], "double_blocks");
+    assert!(packed * 10 >= alone * 8, "{packed} of {alone}");
+}
+
+#[test]
 fn the_limit_caps_what_the_pool_reserves_and_what_the_program_is_told() {
     for limit in ["1GiB", "6.25%"] {
         let (out, err) = run(

@@ -116,6 +116,32 @@ fn relaxed_capture(rt: &Runtime, call: impl FnOnce() -> i32) -> i32 {
     status
 }
 
+/// The driver's virtual memory calls, when the process loaded a driver that has them: a runtime
+/// with no driver behind it keeps classic segments. Asked first at the device's first
+/// allocation, which may come before the runtime has loaded its driver: the runtime is then
+/// initialised as CUDA programs do it, `cudaFree(NULL)`, and the driver looked for again.
+fn vmm() -> Option<&'static driver::Vmm> {
+    let found = driver::loaded().or_else(|| {
+        let rt = RUNTIME.get()?;
+        // SAFETY: `cudaFree(NULL)` frees nothing; it initialises the runtime and its context.
+        let _ = check_internal(unsafe { (rt.free)(std::ptr::null_mut()) });
+        driver::loaded()
+    })?;
+    found.driver.vmm.as_ref()
+}
+
+/// Pinned memory on `device`, no shareable handle: what expandable segments map.
+fn pinned_on(device: u32) -> driver::MemAllocationProp {
+    driver::MemAllocationProp {
+        kind: driver::MEM_ALLOCATION_TYPE_PINNED,
+        requested_handle_types: 0,
+        location_type: driver::MEM_LOCATION_TYPE_DEVICE,
+        location_id: device as i32,
+        win32_handle_meta_data: std::ptr::null_mut(),
+        alloc_flags: [0; 8],
+    }
+}
+
 impl Default for CudaBackend {
     fn default() -> Self {
         Self::new()
@@ -224,6 +250,74 @@ impl Backend for CudaBackend {
             );
         }
         r
+    }
+
+    fn vmm_granularity(&self, device: u32) -> Option<u64> {
+        let vmm = vmm()?;
+        let prop = pinned_on(device);
+        let mut granule = 0usize;
+        // SAFETY: valid pointers to a granularity and a property of the layout cuda.h gives.
+        let ask = |g: &mut usize| unsafe {
+            (vmm.get_granularity)(g, &prop, driver::MEM_GRANULARITY_MINIMUM)
+        };
+        let mut r = ask(&mut granule);
+        if r == driver::CU_ERROR_NOT_INITIALIZED {
+            // Before the runtime initialised the driver: as it will, `cuInit(0)` (idempotent).
+            if let Some(init) = driver::loaded().and_then(|d| d.driver.init) {
+                // SAFETY: flags 0, as CUDA requires.
+                unsafe { init(0) };
+                r = ask(&mut granule);
+            }
+        }
+        (r == SUCCESS && granule > 0).then_some(granule as u64)
+    }
+
+    fn vmm_reserve(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
+        let mut addr = 0u64;
+        // SAFETY: a valid out-pointer; no alignment, address hint or flags asked.
+        check(unsafe { (vmm.address_reserve)(&mut addr, bytes as usize, 0, 0, 0) })?;
+        Ok(addr)
+    }
+
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
+        let prop = pinned_on(device);
+        let mut handle = 0u64;
+        // SAFETY: a valid out-pointer and property.
+        check(unsafe { (vmm.create)(&mut handle, bytes as usize, &prop, 0) })?;
+        // SAFETY: `addr` lies in a range this backend reserved, unmapped there (the pool's
+        // bitmap), and `handle` holds `bytes`.
+        let mapped = check(unsafe { (vmm.map)(addr, bytes as usize, 0, handle, 0) });
+        let access = driver::MemAccessDesc {
+            location_type: driver::MEM_LOCATION_TYPE_DEVICE,
+            location_id: device as i32,
+            flags: driver::MEM_ACCESS_PROT_READWRITE,
+        };
+        let usable = mapped.and_then(|()| {
+            // SAFETY: the mapping just made, and one valid access descriptor.
+            check(unsafe { (vmm.set_access)(addr, bytes as usize, &access, 1) })
+        });
+        if usable.is_err() && mapped.is_ok() {
+            // SAFETY: the mapping just made, never used.
+            unsafe { (vmm.unmap)(addr, bytes as usize) };
+        }
+        // The mapping keeps the memory: the handle goes now, the memory at the unmap.
+        // SAFETY: the handle made above, released once.
+        unsafe { (vmm.release)(handle) };
+        usable
+    }
+
+    fn vmm_unmap(&self, _device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
+        // SAFETY: a whole mapping `vmm_map` made; the pool proved the work that used it done.
+        check(unsafe { (vmm.unmap)(addr, bytes as usize) })
+    }
+
+    fn vmm_free_reservation(&self, _device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
+        // SAFETY: a reservation `vmm_reserve` made, nothing mapped in it.
+        check(unsafe { (vmm.address_free)(addr, bytes as usize) })
     }
 
     fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {

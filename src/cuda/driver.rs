@@ -62,6 +62,79 @@ pub type LaunchKernelFn = unsafe extern "C" fn(
     *mut *mut c_void,
     *mut *mut c_void,
 ) -> CuResult;
+/// `CUmemAllocationProp` (32 bytes): pinned device memory on `location_id`, no shareable
+/// handle.
+#[repr(C)]
+pub struct MemAllocationProp {
+    pub kind: c_int,
+    pub requested_handle_types: c_int,
+    pub location_type: c_int,
+    pub location_id: c_int,
+    pub win32_handle_meta_data: *mut c_void,
+    pub alloc_flags: [u8; 8],
+}
+
+const _: () = assert!(std::mem::size_of::<MemAllocationProp>() == 32);
+const _: () = assert!(std::mem::size_of::<MemAccessDesc>() == 12);
+
+/// `CUmemAccessDesc` (12 bytes).
+#[repr(C)]
+pub struct MemAccessDesc {
+    pub location_type: c_int,
+    pub location_id: c_int,
+    pub flags: c_int,
+}
+
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`, `CU_MEM_LOCATION_TYPE_DEVICE`,
+/// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`, `CU_MEM_ALLOC_GRANULARITY_MINIMUM`.
+pub const MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+pub const MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+pub const MEM_ACCESS_PROT_READWRITE: c_int = 3;
+pub const MEM_GRANULARITY_MINIMUM: c_int = 0;
+
+pub type InitFn = unsafe extern "C" fn(c_uint) -> CuResult;
+pub type MemGetGranularityFn =
+    unsafe extern "C" fn(*mut usize, *const MemAllocationProp, c_int) -> CuResult;
+pub type MemAddressReserveFn =
+    unsafe extern "C" fn(*mut CuDevicePtr, usize, usize, CuDevicePtr, u64) -> CuResult;
+pub type MemAddressFreeFn = unsafe extern "C" fn(CuDevicePtr, usize) -> CuResult;
+pub type MemCreateFn =
+    unsafe extern "C" fn(*mut u64, usize, *const MemAllocationProp, u64) -> CuResult;
+pub type MemReleaseFn = unsafe extern "C" fn(u64) -> CuResult;
+pub type MemMapFn = unsafe extern "C" fn(CuDevicePtr, usize, usize, u64, u64) -> CuResult;
+pub type MemUnmapFn = unsafe extern "C" fn(CuDevicePtr, usize) -> CuResult;
+pub type MemSetAccessFn =
+    unsafe extern "C" fn(CuDevicePtr, usize, *const MemAccessDesc, usize) -> CuResult;
+
+/// The virtual memory calls expandable segments need (`cuMemCreate` and its kin), when the
+/// driver has them all.
+#[derive(Clone, Copy)]
+pub struct Vmm {
+    pub get_granularity: MemGetGranularityFn,
+    pub address_reserve: MemAddressReserveFn,
+    pub address_free: MemAddressFreeFn,
+    pub create: MemCreateFn,
+    pub release: MemReleaseFn,
+    pub map: MemMapFn,
+    pub unmap: MemUnmapFn,
+    pub set_access: MemSetAccessFn,
+}
+
+impl Vmm {
+    fn resolve(lookup: Lookup) -> Option<Vmm> {
+        Some(Vmm {
+            get_granularity: optional!(lookup, "cuMemGetAllocationGranularity")?,
+            address_reserve: optional!(lookup, "cuMemAddressReserve")?,
+            address_free: optional!(lookup, "cuMemAddressFree")?,
+            create: optional!(lookup, "cuMemCreate")?,
+            release: optional!(lookup, "cuMemRelease")?,
+            map: optional!(lookup, "cuMemMap")?,
+            unmap: optional!(lookup, "cuMemUnmap")?,
+            set_access: optional!(lookup, "cuMemSetAccess")?,
+        })
+    }
+}
+
 /// `cuIpcGetMemHandle`: the handle is 64 opaque bytes, as `cudaIpcMemHandle_t`.
 pub type IpcGetMemHandleFn =
     unsafe extern "C" fn(*mut super::types::IpcMemHandle, CuDevicePtr) -> CuResult;
@@ -92,6 +165,11 @@ pub struct Driver {
     pub stream_get_id: Option<StreamGetIdFn>,
     pub stream_is_capturing: Option<StreamIsCapturingFn>,
     pub stream_get_flags: Option<StreamGetFlagsFn>,
+    /// The virtual memory calls, for expandable segments.
+    pub vmm: Option<Vmm>,
+    /// `cuInit`: the pool's first virtual memory query may come before the runtime initialised
+    /// the driver.
+    pub init: Option<InitFn>,
     pub ctx_set_current: Option<CtxFn>,
 }
 
@@ -116,6 +194,8 @@ impl Driver {
             stream_is_capturing: optional!(lookup, "cuStreamIsCapturing"),
             stream_get_flags: optional!(lookup, "cuStreamGetFlags"),
             ctx_set_current: optional!(lookup, "cuCtxSetCurrent"),
+            vmm: Vmm::resolve(lookup),
+            init: optional!(lookup, "cuInit"),
         })
     }
 }
