@@ -10,7 +10,7 @@ from steps import GPU, SANITIZER, TORCH, Has, Is, Line, Positive, Step
 # one needs its build). -cudart shared: the runtime calls go through libcudart.so, where the
 # runtime hooks interpose them.
 PROGRAMS = ("churn", "hazard", "stream_reuse", "overlap", "hit_bench", "cublas_loop",
-            "churn_static", "hazard_static")
+            "churn_static", "hazard_static", "fragment")
 # NAME_static is NAME.cu built as nvcc builds by default, with the runtime inside the program:
 # its calls reach the pool only through the driver hooks (dlsym, cuGetProcAddress).
 STATIC_SUFFIX = "_static"
@@ -165,6 +165,10 @@ def manifest(build, src, lib, python, sanitizer, counts):
           pool(lib, "relaxed"))
     # Who holds the tensors, from a live dump with the model still live (issue 19): PyTorch's
     # CUDA library, not "unknown".
+    # Expandable segments under the headline command (issue 20): step time and peak reserved
+    # beside torch_headline_pool.
+    torch("torch_headline_pool_expandable", "bench", argv, 150, finite + [INTERCEPTED],
+          pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "1"),))
     torch("torch_held_by", "info", argv + ["--dump"], 150,
           finite + [INTERCEPTED, Line(r"held by +lib(c10_cuda|torch_cuda)")], pool(lib, "strict"))
     torch("torch_async_native", "bench", argv, 150, ok,
@@ -221,6 +225,17 @@ def manifest(build, src, lib, python, sanitizer, counts):
     ok = Is("cublas_loop", "ok")
     blas("cublas_nopool", "check", argv, 90, [ok])
     blas("cublas_pool_strict", "check", argv, 90, [ok, INTERCEPTED], pool(lib, "strict"))
+
+    # What fits: fill with 7 MiB blocks, free every other, fill with 14 MiB (issue 20): without
+    # the pool, with classic segments, with expandable segments on virtual memory.
+    expandable = (("GPUPOOL_EXPANDABLE", "1"),)
+    frag = group("fragment", ("blocks", "double_blocks"))
+    argv = [f"{build}/fragment", "7"]
+    ok = Is("fragment", "ok")
+    frag("fragment_nopool", "bench", argv, 120, [ok])
+    frag("fragment_pool_classic", "bench", argv, 120, [ok, INTERCEPTED], pool(lib, "strict"))
+    frag("fragment_pool_expandable", "info", argv, 120, [ok, INTERCEPTED],
+         pool(lib, "strict") + expandable)
 
     # compute-sanitizer memcheck on churn under the pool; without the pool only to diagnose a
     # failure (informational).

@@ -32,7 +32,10 @@ ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torc
                      "churn_static_pool_relaxed", "hazard_static_nopool",
                      "hazard_static_pool_strict", "hazard_static_pool_barrier",
                      "hazard_static_hooks_off", "cublas_nopool", "cublas_pool_strict",
-                     "sanitizer_memcheck_static_pool", "torch_held_by"}
+                     "sanitizer_memcheck_static_pool", "torch_held_by",
+                     # Expandable segments (issue 20).
+                     "fragment_nopool", "fragment_pool_classic", "fragment_pool_expandable",
+                     "torch_headline_pool_expandable"}
 
 
 def dry_run_lines(counts):
@@ -59,7 +62,7 @@ class Manifest(unittest.TestCase):
         step = manifest.manifest("/b", "/s", "/l.so", "py", "/cs", manifest.Counts())[0]
         self.assertEqual(
             " ".join(step.command()),
-            "env -u LD_PRELOAD -u GPUPOOL_DISABLE -u GPUPOOL_DRIVER_HOOKS "
+            "env -u LD_PRELOAD -u GPUPOOL_DISABLE -u GPUPOOL_DRIVER_HOOKS -u GPUPOOL_EXPANDABLE "
             "-u GPUPOOL_RELEASE_THRESHOLD "
             "-u GPUPOOL_REUSE -u GPUPOOL_MAX_SPLIT_SIZE -u GPUPOOL_FENCE_BYTES "
             "-u GPUPOOL_SUMMARY -u GPUPOOL_CUDART -u PYTORCH_NO_CUDA_MEMORY_CACHING "
@@ -196,6 +199,8 @@ elif name == "hazard":
 elif name == "stream_reuse":
     reuse = 4 if (mode == "relaxed") != fail and pooled else 0
     print(f"rounds=4 same_stream_reuse={reuse} clobbered=0\nstream_reuse=ok")
+elif name == "fragment":
+    print(f"blocks={2267 if not pooled else 1587}\ndouble_blocks=0\nfragment=ok")
 elif name == "cublas_loop":
     print("rounds=20\ngemms=80\nmax_error=0\ncublas_loop=ok")
 elif name == "overlap":
