@@ -9,6 +9,7 @@
 //! out-pointer, pointers from other allocators).
 
 pub mod driver;
+mod stream_names;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -20,9 +21,10 @@ use crate::cuda::types::*;
 use crate::global::{self, Global};
 use crate::guard;
 use crate::log;
-use crate::pool::{
-    Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
-};
+use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, NO_STREAM};
+
+pub use stream_names::Promise;
+use stream_names::{stream_is_blocking, stream_key, stream_key_known, stream_key_or_capture};
 
 /// The runtime, or the status to return when there is none.
 pub(crate) fn runtime() -> Result<&'static Global, CudaStatus> {
@@ -283,83 +285,6 @@ pub(crate) fn own_query(rt: &Runtime, status: CudaStatus) -> CudaStatus {
     status
 }
 
-/// Whether work on `stream` is ordered with the legacy stream (false when the runtime cannot
-/// say: its frees then wait for a fence).
-fn stream_is_blocking(rt: &Runtime, stream: Stream) -> bool {
-    let s = stream as usize;
-    if s == 0 || s == STREAM_LEGACY || s == STREAM_PER_THREAD {
-        return true;
-    }
-    let Some(get_flags) = rt.stream_get_flags else {
-        return false;
-    };
-    let mut flags = 0u32;
-    // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    let r = own_query(rt, unsafe { get_flags(stream, &mut flags) });
-    r == SUCCESS && flags & STREAM_NON_BLOCKING == 0
-}
-
-/// Whose promise a stream-ordered call carries, which says when its stream is named.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Promise {
-    /// The pool's own API and PyTorch's pluggable allocator: named only where the reuse mode
-    /// uses the name (`Pool::names_streams`).
-    Pool,
-    /// The runtime's `cudaMallocAsync`/`cudaFreeAsync`, whose contract orders every use of a
-    /// block on its stream: named in every mode (`FreeKind::Ordered`).
-    Runtime,
-}
-
-/// The pool's name for `stream` (`StreamKey`), when `pool` uses names (`Pool::names_streams`) or
-/// the call carries the runtime's `promise`:
-/// the runtime's unique id of the stream (`cudaStreamGetId`), never reused, so a stream created
-/// after another was destroyed, even at the same handle, is another stream (the destroyed one's
-/// work may still run). NULL and `cudaStreamLegacy` are the legacy default stream,
-/// `cudaStreamPerThread` the calling thread's own. `NO_STREAM` when the runtime cannot say
-/// (before CUDA 12, or a call that fails) or the stream is being captured into a graph (where
-/// the query may not be allowed, and would then invalidate the capture; cudaStreamIsCapturing
-/// is made to be asked then): then no stream-ordered reuse.
-///
-/// The legacy stream is named without asking: it is never destroyed nor captured (the runtime
-/// refuses to capture it), and each device's pool has its own names. It is PyTorch's stream,
-/// so its allocations and frees save two runtime calls each.
-fn stream_key<B: Backend>(
-    rt: &Runtime,
-    pool: &Pool<B>,
-    stream: Stream,
-    promise: Promise,
-) -> StreamKey {
-    stream_key_or_capture(rt, pool, stream, promise).unwrap_or(NO_STREAM)
-}
-
-/// `stream_key`, or `None` when the runtime says the stream is being captured into a graph.
-fn stream_key_or_capture<B: Backend>(
-    rt: &Runtime,
-    pool: &Pool<B>,
-    stream: Stream,
-    promise: Promise,
-) -> Option<StreamKey> {
-    if let Some(key) = stream_key_known(rt, pool, stream, promise) {
-        return Some(key);
-    }
-    let (Some(get_id), Some(is_capturing)) = (rt.stream_get_id, rt.stream_is_capturing) else {
-        return Some(NO_STREAM);
-    };
-    let mut capturing = -1;
-    // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    match own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) {
-        SUCCESS if capturing != 0 => return None,
-        SUCCESS => {}
-        _ => return Some(NO_STREAM),
-    }
-    let mut id = 0u64;
-    // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    Some(match own_query(rt, unsafe { get_id(stream, &mut id) }) {
-        SUCCESS if id != NO_STREAM => id,
-        _ => NO_STREAM,
-    })
-}
-
 static CAPTURED_FREE: AtomicBool = AtomicBool::new(false);
 
 /// A block of the pool freed in stream order on a stream being captured into a graph: CUDA frees
@@ -377,24 +302,6 @@ pub(crate) fn keep_captured_free<B: Backend>(pool: &Pool<B>, addr: u64, what: &s
         )
     });
     Some(())
-}
-
-/// `stream_key` when it needs no runtime call: `None` when the runtime must be asked.
-#[inline(always)]
-fn stream_key_known<B: Backend>(
-    rt: &Runtime,
-    pool: &Pool<B>,
-    stream: Stream,
-    promise: Promise,
-) -> Option<StreamKey> {
-    let named = promise == Promise::Runtime || pool.names_streams();
-    if rt.stream_get_id.is_none() || rt.stream_is_capturing.is_none() || !named {
-        Some(NO_STREAM)
-    } else if is_legacy(stream) {
-        Some(LEGACY_STREAM)
-    } else {
-        None
-    }
 }
 
 /// A cached allocation of `size` bytes on `device` for use on `stream`, as PyTorch's
