@@ -20,6 +20,34 @@ impl DevicePool {
         id as u16
     }
 
+    /// Whether neighbour `n` joins a block being held for `stream` that waits for a fence
+    /// (`fence`) or a barrier (`hold_for_stream` says when): `Some(its size)` when it is free,
+    /// `Some(0)` when it is held for the same stream, `None` when it does not join.
+    #[inline(always)]
+    fn joins_held(&self, n: u32, stream: StreamKey, fence: bool) -> Option<u64> {
+        if n == NONE {
+            return None;
+        }
+        let b = &self.blocks[n as usize];
+        match b.state {
+            // Not in an expandable segment: a free neighbour may not be mapped, and a held
+            // block must be, since `serve_held` hands it out as it is.
+            State::Free
+                if !fence
+                    && b.class == Class::Large
+                    && (self.granule == 0 || !self.seg(b.seg).expandable) =>
+            {
+                Some(b.size)
+            }
+            State::Pending
+                if b.held && self.held_by[n as usize] == stream && b.wants_fence == fence =>
+            {
+                Some(0)
+            }
+            _ => None,
+        }
+    }
+
     /// Hold pending block `idx`, freed on `stream`, for reuse on that stream.
     pub(super) fn hold_for_stream(&mut self, mut idx: u32, stream: StreamKey) {
         let (stamp, fence) = {
@@ -36,28 +64,12 @@ impl DevicePool {
         // allocates small tensors in turn would merge and split the segment's rest on every
         // pair, and small requests rarely need their neighbours (the H200 trace's figures are the
         // same either way).
-        let joins = |p: &DevicePool, n: u32| {
-            if n == NONE {
-                return None;
-            }
-            let b = &p.blocks[n as usize];
-            match b.state {
-                // Not in an expandable segment: a free neighbour may not be mapped, and a
-                // held block must be, since `serve_held` hands it out as it is.
-                State::Free if !fence && b.class == Class::Large && !p.seg(b.seg).expandable => {
-                    Some(b.size)
-                }
-                State::Pending
-                    if b.held && p.held_by[n as usize] == stream && b.wants_fence == fence =>
-                {
-                    Some(0)
-                }
-                _ => None,
-            }
-        };
         let prev = self.blocks[idx as usize].prev;
         let next = self.blocks[idx as usize].next;
-        let (join_prev, join_next) = (joins(self, prev), joins(self, next));
+        let (join_prev, join_next) = (
+            self.joins_held(prev, stream, fence),
+            self.joins_held(next, stream, fence),
+        );
         // The merged block waits for the latest free among its parts: a split's remainder
         // (`serve_held`) may sit next to a block freed on its stream after it.
         let later = [(prev, join_prev), (next, join_next)]
