@@ -104,6 +104,11 @@ fn assert_pooled(mode: &str, with: &str, without: &str) {
     );
     assert_eq!(number::<u64>(with, "info_total="), 1 << 30);
     assert_eq!(number::<u64>(with, "created_context_driver_mallocs="), 10);
+    assert_eq!(
+        number::<u64>(with, "created_info_free="),
+        number::<u64>(without, "created_info_free="),
+        "{mode}"
+    );
     // CUDA_ERROR_INVALID_VALUE under the pool: a handle would name the segment, not the block.
     assert_eq!(number::<i32>(with, "ipc_second_block="), 1, "{mode}");
     assert_eq!(number::<i32>(without, "ipc_second_block="), 0, "{mode}");

@@ -359,12 +359,18 @@ pub unsafe fn mem_get_info(
     let Some(_inside) = guard::enter() else {
         return r;
     };
-    let Some(dev) = context_device(d) else {
+    let Some((ctx, dev)) = current_context(d) else {
         return r;
     };
     // SAFETY: the driver wrote both on success; the caller's pointers, non-NULL.
     let (f, t) = unsafe { (*free as u64, *total as u64) };
-    let (f, t) = pool.memory_for_program(dev, f, t);
+    let (f, t) = if primary_context(d, dev) == Some(ctx as usize) {
+        pool.memory_for_program(dev, f, t)
+    } else {
+        // A context the program made: the pool's whole free segments come back to it when the
+        // driver refuses it (`unserved`), so they count as free; the pool's limit is not its.
+        ((f + pool.releasable(dev)).min(t), t)
+    };
     // SAFETY: as above; the figures are at most the driver's `total`, which fit.
     unsafe {
         *free = f as usize;

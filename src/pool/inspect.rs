@@ -51,6 +51,18 @@ impl<B: Backend> Pool<B> {
         program_memory(free, total, reserved, idle, limit)
     }
 
+    /// The bytes of `device` the pool would give back for another context's request that the
+    /// driver refused (its whole free segments, after the thread caches return theirs): what
+    /// such a context may count as free beside the driver's own figure.
+    pub fn releasable(&self, device: u32) -> u64 {
+        self.existing(device).map_or(0, |slot| {
+            let mut p = Self::lock(slot);
+            slot.caches.sweep_orphans(&mut p, &slot.clock);
+            slot.caches.reclaim(&mut p, &slot.clock);
+            p.idle_bytes()
+        })
+    }
+
     /// Entries in `device`'s fence and barrier queues (tests).
     #[cfg(test)]
     pub fn queue_lens(&self, device: u32) -> (usize, usize) {
