@@ -9,12 +9,13 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::cuda::driver::*;
 use crate::cuda::hooked::{self, real_fn, Hooked, COUNT};
-use crate::cuda::types::{Event, Stream, STREAM_PER_THREAD};
+use crate::cuda::types::{Event, Stream};
 use crate::dispatch::driver as dispatch;
 use crate::guard::boundary;
 use crate::pool::Origin;
 
 use super::origin::exported_with_origin;
+use super::per_thread;
 
 /// Calls the driver's own function behind `$hook` with `$call`, or answers
 /// `CUDA_ERROR_NOT_INITIALIZED` when no driver is loaded (the library never loads one).
@@ -27,15 +28,6 @@ macro_rules! real {
             None => CU_ERROR_NOT_INITIALIZED,
         }
     }};
-}
-
-/// Stream 0 of a `_ptsz` entry point: the calling thread's per-thread default stream.
-fn per_thread(stream: Stream) -> Stream {
-    if stream.is_null() {
-        STREAM_PER_THREAD as Stream
-    } else {
-        stream
-    }
 }
 
 /// The hooks' addresses, in `Hooked`'s order.

@@ -4,3 +4,15 @@
 pub mod driver;
 mod origin;
 pub mod runtime;
+
+use crate::cuda::types::{Stream, STREAM_PER_THREAD};
+
+/// Stream 0 of a `_ptsz` entry point (runtime or driver): the calling thread's per-thread
+/// default stream, never the legacy one.
+fn per_thread(stream: Stream) -> Stream {
+    if stream.is_null() {
+        STREAM_PER_THREAD as Stream
+    } else {
+        stream
+    }
+}

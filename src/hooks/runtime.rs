@@ -13,6 +13,7 @@ use crate::mempool;
 use crate::pool::Origin;
 
 use super::origin::exported_with_origin;
+use super::per_thread;
 
 exported_with_origin! {
     /// # Safety
@@ -104,15 +105,6 @@ pub unsafe extern "C" fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: Stream) ->
     boundary(ERROR_UNKNOWN, || unsafe {
         dispatch::free_on(ptr, per_thread(stream), None, dispatch::Promise::Runtime)
     })
-}
-
-/// Stream 0 of a `_ptsz` entry point: `cudaStreamPerThread`.
-fn per_thread(stream: Stream) -> Stream {
-    if stream.is_null() {
-        STREAM_PER_THREAD as Stream
-    } else {
-        stream
-    }
 }
 
 /// # Safety
