@@ -314,6 +314,9 @@ pub struct DevicePool {
     /// A block of an expandable segment became free since a release last looked for free
     /// granules (`make_free` sets it).
     unmap_due: bool,
+    /// The driver's refusal that turned expandable segments off on this device (virtual memory
+    /// missing or broken): classic segments serve since.
+    pub expandable_refused: Option<CudaError>,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
     /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
@@ -389,6 +392,7 @@ impl DevicePool {
             range_bytes: 0,
             ranges: Vec::new(),
             unmap_due: false,
+            expandable_refused: None,
             lock_allocs: 0,
             next_sample: 1,
             contention: Default::default(),
