@@ -1,7 +1,7 @@
 //! Expandable segments over a device's life, on the simulator: a reset gives
 //! their virtual memory back (the driver keeps it otherwise), and a driver that refuses virtual
-//! memory leaves the program served from classic segments. The program is
-//! `tests/c/expandable_lifecycle.c`.
+//! memory leaves the program served from classic segments (`tests/c/expandable_lifecycle.c`);
+//! issue 20's targets through the driver API (`tests/c/driver_fill.c`).
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -82,4 +82,66 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
     // Without the refusal the same program maps granules.
     let (out, _) = run(true, "fallback", &[]);
     assert!(number::<u64>(&out, "fallback_maps=") > 0, "{out}");
+}
+
+/// `tests/c/driver_fill.c` on a 16 GiB device with a 512 MiB context, as in the issue.
+fn driver_fill(pool: bool, size_kib: u64) -> String {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    let exe = EXE.get_or_init(|| support::c_program("driver_fill"));
+    let env = [
+        ("CUDASIM_MEM", "16GiB"),
+        ("CUDASIM_CONTEXT_BYTES", "512MiB"),
+        ("GPUPOOL_EXPANDABLE", "1"),
+        ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+    ];
+    let size = size_kib.to_string();
+    let (out, err) = if pool {
+        ok(&mut pooled(exe, &[&size], &env))
+    } else {
+        ok(&mut unpooled(exe, &[&size], &env))
+    };
+    assert!(out.ends_with("driver_fill ok\n"), "{out}\n{err}");
+    out
+}
+
+#[test]
+fn through_the_driver_a_device_fills_as_without_the_pool_and_free_granules_go_back() {
+    // 7 MiB, 12 MiB and 5.1 MiB blocks; the issue's shares of what fits without the pool. Blocks
+    // are packed, not granule-aligned: a 5.1 MiB hole between live blocks frees only the
+    // granules wholly inside it, 0.61 of the holes' bytes for blocks twice the size (aligned
+    // starts would give 0.85 there, and 0.875 of the 7 MiB fill).
+    for (kib, fill_share, half_share) in [
+        (7 * 1024, 0.85, 0.80),
+        (12 * 1024, 0.85, 0.80),
+        (5222, 0.83, 0.60),
+    ] {
+        let with = driver_fill(true, kib);
+        let without = driver_fill(false, kib);
+        let n = |text: &str, key: &str| number::<u64>(text, key) as f64;
+        let filled = n(&with, "fill_count=") / n(&without, "fill_count=");
+        let halves = n(&with, "half_count=") / n(&without, "half_count=");
+        println!("{kib} KiB: fill {filled:.3}, twice the size after the half-free {halves:.3}");
+        assert!(
+            filled >= fill_share,
+            "{kib} KiB: {filled}\n{with}\n{without}"
+        );
+        assert!(
+            halves >= half_share,
+            "{kib} KiB: {halves}\n{with}\n{without}"
+        );
+        // Out of memory as the driver says it.
+        assert_eq!(n(&with, "fill_error="), 2.0, "{with}");
+        // With a zero threshold: at most 64 MiB kept once all is freed, and with two blocks
+        // left at both ends of the range, those two and at most 64 MiB more.
+        let block = (kib * 1024) as f64;
+        assert!(
+            n(&with, "held_after_free=") <= (64 * MIB) as f64,
+            "{kib} KiB: {with}"
+        );
+        assert!(
+            n(&with, "held_two_ends=") <= 2.0 * block + (64 * MIB) as f64,
+            "{kib} KiB: {with}"
+        );
+        assert_eq!(n(&with, "unmapped_while_busy="), 0.0, "{with}");
+    }
 }
