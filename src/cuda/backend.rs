@@ -10,7 +10,7 @@ use super::driver::{self, Driver};
 use super::runtime::Runtime;
 use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::log;
-use crate::pool::{Addr, Backend, CudaError, MAX_DEVICES};
+use crate::pool::{Addr, Backend, CudaError, DeviceSet, MAX_DEVICES};
 
 /// The runtime the pool's calls go to, once a runtime hook found it (`global::init`).
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -319,6 +319,26 @@ impl Backend for CudaBackend {
                 why.0
             )
         });
+    }
+
+    fn vmm_grant(
+        &self,
+        _device: u32,
+        addr: Addr,
+        bytes: u64,
+        peers: DeviceSet,
+    ) -> Result<(), CudaError> {
+        let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
+        let access: Vec<driver::MemAccessDesc> = peers
+            .iter()
+            .map(|d| driver::MemAccessDesc {
+                location_type: driver::MEM_LOCATION_TYPE_DEVICE,
+                location_id: d as i32,
+                flags: driver::MEM_ACCESS_PROT_READWRITE,
+            })
+            .collect();
+        // SAFETY: whole mappings `vmm_map` made, and `access.len()` valid descriptors.
+        check(unsafe { (vmm.set_access)(addr, bytes as usize, access.as_ptr(), access.len()) })
     }
 
     fn vmm_unmap(&self, _device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {

@@ -37,6 +37,7 @@ mod free_kind;
 mod hashers;
 mod hit;
 mod inspect;
+mod peers;
 mod reuse_clock;
 mod sync;
 
@@ -45,7 +46,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-pub use backend::{Addr, Backend, CudaError};
+pub use backend::{Addr, Backend, CudaError, DeviceSet};
 pub use device::{
     DevicePool, LiveBlock, MemorySample, OomEvent, Origin, Policy, Release, ReuseWait,
 };
@@ -58,6 +59,7 @@ pub use free_kind::{
 };
 pub use hashers::{AddrHasher, IntHasher};
 pub use inspect::{program_memory, DeviceSnapshot};
+pub use peers::{IpcRefusal, IpcRefusals};
 pub use reuse_clock::{ReuseClock, SyncSeq};
 
 use crate::config::{DeviceBytes, ReuseMode};
@@ -134,6 +136,15 @@ impl<B: Backend> Backend for Timed<'_, B> {
     fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.time(|| self.inner.vmm_unmap(device, addr, bytes))
     }
+    fn vmm_grant(
+        &self,
+        device: u32,
+        addr: Addr,
+        bytes: u64,
+        peers: DeviceSet,
+    ) -> Result<(), CudaError> {
+        self.time(|| self.inner.vmm_grant(device, addr, bytes, peers))
+    }
     fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.time(|| self.inner.vmm_free_reservation(device, addr, bytes))
     }
@@ -189,6 +200,10 @@ pub struct Pool<B: Backend> {
     threshold_override: AtomicU64,
     /// Time zero of the trace.
     start: Instant,
+    /// Per device, the devices given access to its mapped memory (`peers.rs`).
+    peers: Vec<Arc<peers::PeerSet>>,
+    /// IPC handles refused on the pool's memory (`peers.rs`).
+    ipc: peers::IpcCounts,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX - 1;
@@ -203,6 +218,8 @@ impl<B: Backend> Pool<B> {
             nonblocking_seen: AtomicBool::new(false),
             threshold_override: AtomicU64::new(NO_OVERRIDE),
             start: Instant::now(),
+            peers: (0..MAX_DEVICES).map(|_| Arc::default()).collect(),
+            ipc: peers::IpcCounts::default(),
         }
     }
 
@@ -230,6 +247,7 @@ impl<B: Backend> Pool<B> {
             if self.settings.expandable && self.settings.trace.is_none() {
                 pool.enable_expandable(&self.backend);
             }
+            pool.share_peers(Arc::clone(&self.peers[device as usize]));
             let limit = self.resolve(self.settings.limit, device);
             if limit != u64::MAX {
                 pool.set_limit(limit);

@@ -228,6 +228,9 @@ impl DevicePool {
             self.granules_mut(si).set(k, true);
             mapped_here.push(k);
         }
+        if refused.is_none() && !mapped_here.is_empty() {
+            refused = self.grant_peers(si, first, end, backend).err();
+        }
         if let Some(e) = refused {
             for k in mapped_here {
                 // An unmap that fails leaves the granule mapped and counted: a later release

@@ -11,6 +11,7 @@
 //! - `stream_hold.rs`: blocks held for the stream that freed them (`relaxed` mode);
 //! - `release.rs`: the threshold, empty-cache, outgrown segments, reset; threshold and limit;
 //! - `expandable.rs`: expandable segments, mapped and unmapped in granules;
+//! - `peers.rs`: peers' access to expandable segments, and their mapped runs;
 //! - `lend.rs`: blocks lent to thread caches;
 //! - `check.rs`: the structural check.
 
@@ -39,6 +40,7 @@ mod fit;
 mod grow;
 mod hit;
 mod lend;
+mod peers;
 mod pending;
 mod release;
 mod stream_hold;
@@ -317,6 +319,8 @@ pub struct DevicePool {
     /// The driver's refusal that turned expandable segments off on this device (virtual memory
     /// missing or broken): classic segments serve since.
     pub expandable_refused: Option<CudaError>,
+    /// The devices given access to this device's mapped memory (`peers.rs`).
+    peers: Arc<super::peers::PeerSet>,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
     /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
@@ -393,6 +397,7 @@ impl DevicePool {
             ranges: Vec::new(),
             unmap_due: false,
             expandable_refused: None,
+            peers: Arc::default(),
             lock_allocs: 0,
             next_sample: 1,
             contention: Default::default(),
