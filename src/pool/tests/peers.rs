@@ -90,7 +90,12 @@ fn a_refused_grant_is_reported_and_leaves_nothing_half_done() {
 
 #[test]
 fn classic_segments_need_no_grant() {
-    let p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    let mut s = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 1)
+        .settings()
+        .clone();
+    s.expandable = false;
+    let driver = ModelDriver::new().with_capacity(DEVICE).with_vmm();
+    let p = Pool::new(driver, s);
     let a = p.alloc(0, 7 * MIB).unwrap();
     p.add_peer(0, 1).unwrap();
     assert!(p.backend().peers_at(a).is_empty());
