@@ -85,6 +85,25 @@ fn peer_access_enabled_reaches_pool_blocks_in_virtual_memory() {
 }
 
 #[test]
+fn a_copy_with_another_device_in_use_current_works_without_peer_access() {
+    // cudaMalloc memory copies from any device current; mapped memory only where access was
+    // given: the pool gives the devices in use access to each other's granules.
+    for under in ALL {
+        let (out, err) = run("copy-current", under, &[]);
+        let n = |key: &str| number::<i64>(&out, key);
+        for key in [
+            "to_host_0=",
+            "to_host_1=",
+            "to_peer_0=",
+            "to_peer_1=",
+            "denied=",
+        ] {
+            assert_eq!(n(key), 0, "{key} {under:?}\n{out}\n{err}");
+        }
+    }
+}
+
+#[test]
 fn ipc_of_a_block_in_virtual_memory_is_refused_and_the_summary_says_what_to_set() {
     let summary = [("GPUPOOL_SUMMARY", "stderr")];
     let (out, err) = run("ipc", Under::Pool("1"), &summary);

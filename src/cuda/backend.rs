@@ -2,7 +2,7 @@
 //! loaded (a program that uses only the driver API). Either serves blocks of both APIs: a
 //! primary context's memory is the same to `cudaFree` and `cuMemFree`.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
@@ -307,6 +307,28 @@ impl Backend for CudaBackend {
         // SAFETY: the handle made above, released once.
         unsafe { (vmm.release)(handle) };
         usable
+    }
+
+    fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {
+        let found = driver::loaded()?;
+        let count = found.driver.device_get_count?;
+        let mut n: c_int = 0;
+        // SAFETY: a valid out-pointer.
+        if unsafe { count(&mut n) } != SUCCESS || n < 1 {
+            return None;
+        }
+        let mut peers = DeviceSet::default();
+        for peer in (0..n as u32).filter(|&p| p != device) {
+            let can_access = found.driver.vmm.as_ref()?.can_access_peer?;
+            let mut can: c_int = 0;
+            // SAFETY: a valid out-pointer and two device ordinals the driver counted.
+            let r = unsafe { can_access(&mut can, peer as c_int, device as c_int) };
+            if r != SUCCESS || can == 0 || peer as usize >= MAX_DEVICES {
+                return None;
+            }
+            peers = peers | DeviceSet::one(peer);
+        }
+        Some(peers)
     }
 
     fn vmm_stopped(&self, device: u32, why: CudaError) {

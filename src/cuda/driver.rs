@@ -119,7 +119,12 @@ pub struct Vmm {
     pub map: MemMapFn,
     pub unmap: MemUnmapFn,
     pub set_access: MemSetAccessFn,
+    /// `cuDeviceCanAccessPeer`: which other devices may be given access to mapped memory.
+    pub can_access_peer: Option<DeviceCanAccessPeerFn>,
 }
+
+/// `cuDeviceCanAccessPeer(can, device, peer)`: whether `device` can reach `peer`'s memory.
+pub type DeviceCanAccessPeerFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
 
 impl Vmm {
     fn resolve(lookup: Lookup) -> Option<Vmm> {
@@ -132,6 +137,7 @@ impl Vmm {
             map: optional!(lookup, "cuMemMap")?,
             unmap: optional!(lookup, "cuMemUnmap")?,
             set_access: optional!(lookup, "cuMemSetAccess")?,
+            can_access_peer: optional!(lookup, "cuDeviceCanAccessPeer"),
         })
     }
 }

@@ -42,6 +42,13 @@ impl DeviceSet {
     }
 }
 
+impl std::ops::BitOr for DeviceSet {
+    type Output = DeviceSet;
+    fn bitor(self, other: DeviceSet) -> DeviceSet {
+        DeviceSet(self.0 | other.0)
+    }
+}
+
 impl std::ops::BitAnd for DeviceSet {
     type Output = DeviceSet;
     fn bitand(self, other: DeviceSet) -> DeviceSet {
@@ -109,6 +116,13 @@ pub trait Backend: Send + Sync {
         _bytes: u64,
     ) -> Result<(), CudaError> {
         Err(CudaError::NOT_SUPPORTED)
+    }
+    /// The other devices that can be given access to `device`'s mapped memory
+    /// (`cuDeviceCanAccessPeer`), or `None` when some visible device cannot: a copy made with
+    /// that device current would fail on mapped memory, where it works on `cudaMalloc`
+    /// memory, so the device keeps classic segments.
+    fn vmm_peers(&self, _device: u32) -> Option<DeviceSet> {
+        Some(DeviceSet::default())
     }
     /// The pool turned expandable segments off on `device`: the driver refused a mapping with
     /// `why`, not for lack of memory, before any worked. A backend that can tell the user does.

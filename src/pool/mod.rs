@@ -148,6 +148,9 @@ impl<B: Backend> Backend for Timed<'_, B> {
     fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.time(|| self.inner.vmm_free_reservation(device, addr, bytes))
     }
+    fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {
+        self.inner.vmm_peers(device)
+    }
     fn vmm_stopped(&self, device: u32, why: CudaError) {
         self.inner.vmm_stopped(device, why)
     }
@@ -233,7 +236,25 @@ impl<B: Backend> Pool<B> {
 
     fn slot(&self, device: u32) -> Option<&DeviceSlot> {
         let cell = self.devices.get(device as usize)?;
-        Some(cell.get_or_init(|| {
+        if let Some(slot) = cell.get() {
+            return Some(slot);
+        }
+        let mut made = false;
+        let slot = self.make_slot(cell, device, &mut made);
+        if made {
+            self.reach_devices_in_use(device);
+        }
+        Some(slot)
+    }
+
+    fn make_slot<'a>(
+        &self,
+        cell: &'a OnceLock<DeviceSlot>,
+        device: u32,
+        made: &mut bool,
+    ) -> &'a DeviceSlot {
+        cell.get_or_init(|| {
+            *made = true;
             let threshold = self.initial_threshold(device);
             let mut pool = DevicePool::new(device, threshold);
             pool.stream_reuse = self.settings.reuse == ReuseMode::Relaxed;
@@ -261,7 +282,7 @@ impl<B: Backend> Pool<B> {
                 caches,
                 backend_ns: AtomicU64::new(0),
             }
-        }))
+        })
     }
 
     fn existing(&self, device: u32) -> Option<&DeviceSlot> {

@@ -74,6 +74,21 @@ impl<B: Backend> Pool<B> {
         granted.map(drop)
     }
 
+    /// `device` came into use (its pool was just made): it and the devices in use before it
+    /// reach each other's mapped memory. A program copies with any device current, and that
+    /// works on `cudaMalloc` memory whether or not it enabled peer access. A device that cannot
+    /// reach another keeps classic segments (`Backend::vmm_peers`); a grant the driver refuses
+    /// all the same drops the pair (`add_peer`).
+    pub(super) fn reach_devices_in_use(&self, device: u32) {
+        let Some(reachable) = self.backend.vmm_peers(device) else {
+            return;
+        };
+        for other in reachable.iter().filter(|&d| self.existing(d).is_some()) {
+            let _ = self.add_peer(other, device);
+            let _ = self.add_peer(device, other);
+        }
+    }
+
     /// The devices given access to `owner`'s mapped memory.
     pub fn peers_of(&self, owner: u32) -> DeviceSet {
         self.peers

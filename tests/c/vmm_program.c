@@ -3,6 +3,9 @@
  *   peer-runtime, peer-driver: two devices. A block of device 0 allocated before device 1 is
  *     given peer access (cudaDeviceEnablePeerAccess, or cuCtxEnablePeerAccess with device 0's
  *     primary context) and one after; then a kernel and a copy on device 1 use each.
+ *   copy-current: two devices, each with a block, no peer access enabled; each block copied
+ *     to the host and to the other device's block with the other device current, as
+ *     cudaMalloc memory allows.
  *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
  *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
  *     block on each of two devices.
@@ -121,6 +124,39 @@ static void queries(void)
     CHECK_CUDA(cudaFree(b));
 }
 
+/* A copy needs no peer access on cudaMalloc memory: the devices in use reach each other's
+ * blocks in virtual memory too. */
+static void copy_current(void)
+{
+    void *b[2] = {NULL, NULL};
+    unsigned char *h = (unsigned char *)malloc(7 * MiB);
+    int d;
+    CHECK(h != NULL, "host buffer");
+    for (d = 0; d < 2; d++) {
+        CHECK_CUDA(cudaSetDevice(d));
+        CHECK_CUDA(cudaMalloc(&b[d], 7 * MiB));
+        CHECK_CUDA(cudaMemset(b[d], 0x40 + d, 7 * MiB));
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    for (d = 0; d < 2; d++) {
+        int other = 1 - d;
+        CHECK_CUDA(cudaSetDevice(other));
+        printf("to_host_%d=%d\n", d, (int)cudaMemcpy(h, b[d], 7 * MiB, cudaMemcpyDeviceToHost));
+        CHECK(h[0] == 0x40 + d && h[7 * MiB - 1] == 0x40 + d, "block %d holds %u", d,
+              (unsigned)h[0]);
+        printf("to_peer_%d=%d\n", d,
+               (int)cudaMemcpy(b[other], b[d], 7 * MiB, cudaMemcpyDeviceToDevice));
+        (void)cudaGetLastError();
+        CHECK_CUDA(cudaMemset(b[other], 0x40 + other, 7 * MiB));
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    printf("denied=%llu\n",
+           sim_stats(0).accessed_without_access + sim_stats(1).accessed_without_access);
+    for (d = 0; d < 2; d++)
+        CHECK_CUDA(cudaFree(b[d]));
+    free(h);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -129,6 +165,8 @@ int main(int argc, char **argv)
         peer(0);
     else if (strcmp(mode, "peer-driver") == 0)
         peer(1);
+    else if (strcmp(mode, "copy-current") == 0)
+        copy_current();
     else if (strcmp(mode, "ipc") == 0)
         ipc();
     else if (strcmp(mode, "queries") == 0)

@@ -65,6 +65,11 @@ impl DevicePool {
         else {
             return;
         };
+        // Every device the program may make current must be able to reach the memory: a copy
+        // with it current works on `cudaMalloc` memory and would fail on mapped memory.
+        if backend.vmm_peers(self.device).is_none() {
+            return;
+        }
         let range = match backend.memory_info(self.device) {
             Ok((_, total)) => total.saturating_mul(2).clamp(RANGE_MIN, RANGE_MAX),
             Err(_) => RANGE_UNKNOWN,
