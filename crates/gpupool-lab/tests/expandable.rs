@@ -81,3 +81,46 @@ fn after_freeing_every_other_block_expandable_segments_give_the_holes_back_for_l
         "{got:?}"
     );
 }
+
+/// The comparison's lineup holds our real pool with expandable segments next to PyTorch's
+/// expandable rules; on training and inference it reserves no more than those rules, and less
+/// than our classic segments. (The 1.05 × peak requested is not met yet: 1.076 and
+/// 1.089 at the default sizes, BENCHMARKS.md.)
+#[test]
+fn in_the_lineup_expandable_segments_reserve_no_more_than_pytorch_expandable_rules() {
+    use gpupool_lab::policies::{lineup, run};
+    use gpupool_lab::workloads::Kind;
+    let names: Vec<String> = lineup(1 << 30, None).iter().map(|p| p.name()).collect();
+    assert!(
+        names.iter().any(|n| n == "gpupool, expandable"),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("plan")), "{names:?}");
+    for kind in [
+        Kind::Training { steps: 2 },
+        Kind::Inference { requests: 40 },
+    ] {
+        let w = kind.generate(1);
+        let peak = |name: &str| {
+            let mut p = lineup(1 << 30, None)
+                .into_iter()
+                .find(|p| p.name() == name)
+                .expect(name);
+            run(p.as_mut(), &w).counters.peak_reserved
+        };
+        let (ours, torch, classic) = (
+            peak("gpupool, expandable"),
+            peak("PyTorch expandable"),
+            peak("gpupool"),
+        );
+        let requested = w.peak_requested() as f64;
+        println!(
+            "{}: expandable {:.3}, PyTorch expandable {:.3}, classic {:.3} of peak requested",
+            w.name,
+            ours as f64 / requested,
+            torch as f64 / requested,
+            classic as f64 / requested
+        );
+        assert!(ours <= torch && ours < classic, "{}", w.name);
+    }
+}
