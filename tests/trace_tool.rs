@@ -706,3 +706,53 @@ fn help_early_readers_and_new_plot_directories() {
     assert!(plots.join("training-1.svg").is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Recorded under the preload with expandable segments on (the simulator's driver maps memory),
+/// a trace holds the granules mapped: `stats` counts them as reserved, `replay` gives the same
+/// peak from the pool's own decisions without diverging, and `--expandable both` gives the
+/// peaks with and without them.
+#[test]
+fn a_trace_recorded_with_expandable_segments_replays_as_recorded_and_both_ways() {
+    let dir = scratch("trace-tool-expandable");
+    let trace = dir.join("churn.trace");
+    let exe = Sim::get().compile(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/churn.c"),
+        &[],
+    );
+    let out = support::clean_command(&exe)
+        .args(["1", "800", "1"])
+        .env("LD_PRELOAD", library())
+        .env("CUDASIM_DEVICES", "1")
+        .env("GPUPOOL_EXPANDABLE", "1")
+        .env("GPUPOOL_TRACE", &trace)
+        .output()
+        .expect("run churn");
+    let (stdout, stderr) = support::texts(&out);
+    assert!(out.status.success(), "churn failed:\n{stdout}\n{stderr}");
+    let t = trace.to_str().unwrap();
+    let stats = String::from_utf8(tool_ok(&["stats", t])).unwrap();
+    let mapped = before(&stats, " granules mapped");
+    assert!(mapped > 0, "{stats}");
+    let replay = String::from_utf8(tool_ok(&["replay", t])).unwrap();
+    assert!(!replay.contains("diverged"), "{replay}");
+    assert!(
+        replay.contains(&format!("{mapped} granules mapped")),
+        "{replay}"
+    );
+    assert_eq!(
+        peak(&replay, "peak reserved ").1,
+        peak(&stats, "peak reserved ").1,
+        "{stats}\n{replay}"
+    );
+    let both = String::from_utf8(tool_ok(&["replay", t, "--expandable", "both"])).unwrap();
+    for part in [
+        "with expandable segments:\n",
+        "without expandable segments:\n",
+        "with expandable segments, ",
+    ] {
+        assert!(both.contains(part), "{part:?}\n{both}");
+    }
+    let o = tool(&["replay", t, "--expandable", "maybe"]);
+    assert_eq!(o.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).ok();
+}

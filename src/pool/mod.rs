@@ -186,8 +186,9 @@ pub struct Settings {
     /// nothing from caches there. 0: at once.
     pub cache_contention: u64,
     /// Large blocks come from expandable segments on CUDA virtual memory where the backend
-    /// supports it (`GPUPOOL_EXPANDABLE`; `device/expandable.rs`). Off while tracing, as
-    /// thread caches are: a replay has no mapping records to follow yet.
+    /// supports it (`GPUPOOL_EXPANDABLE`; `device/expandable.rs`). Traced as any other
+    /// decision: the trace records the setting, the ranges and every granule mapped and
+    /// unmapped (`trace.rs`), and a replay maps where the live run did.
     pub expandable: bool,
 }
 
@@ -265,7 +266,7 @@ impl<B: Backend> Pool<B> {
                     pool.note_nonblocking_stream();
                 }
             }
-            if self.settings.expandable && self.settings.trace.is_none() {
+            if self.settings.expandable {
                 pool.enable_expandable(&self.backend);
             }
             pool.share_peers(Arc::clone(&self.peers[device as usize]));

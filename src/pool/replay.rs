@@ -3,12 +3,18 @@
 //! With the settings the trace was recorded with, the replay takes the same decisions as the
 //! live run (the backend hands back the recorded segment addresses and refusals in order), so it
 //! reproduces the run's figures exactly. With other settings (threshold, split bound, fence
-//! budget, reuse mode, a capacity), it answers "what would this job have reserved with X".
+//! budget, reuse mode, a capacity, expandable segments on or off), it answers "what would this
+//! job have reserved with X".
+//!
+//! Expandable segments replay on the model driver's virtual memory (`ModelDriver::with_vmm`),
+//! with the granule and range size the trace recorded; with the recorded settings the driver's
+//! refusals of ranges and mappings are played back too, as segment refusals are.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 
-use super::backend::Addr;
+use super::backend::{Addr, Backend, CudaError};
 use super::device::{DevicePool, Policy, ReuseWait};
 use super::model_driver::{ModelDriver, RecordedSegment, GUARD_GAP};
 use super::stats::DeviceStats;
@@ -36,6 +42,9 @@ pub struct Overrides {
     pub limit: Option<u64>,
     /// Replay every allocation and free as one of PyTorch's routes into the pool makes them.
     pub route: Route,
+    /// Expandable segments on or off (`GPUPOOL_EXPANDABLE`), whatever the trace was recorded
+    /// with.
+    pub expandable: Option<bool>,
 }
 
 /// How a replay makes the program's calls.
@@ -72,6 +81,11 @@ impl Overrides {
 pub struct DeviceResult {
     pub device: u8,
     pub stats: DeviceStats,
+    /// Whether large blocks came from expandable segments, and the granules mapped and
+    /// unmapped (refused maps included).
+    pub expandable: bool,
+    pub maps: u64,
+    pub unmaps: u64,
     /// Requests the live run served and the replay could not (out of memory under a capacity
     /// or a limit).
     pub failed: u64,
@@ -82,12 +96,135 @@ pub struct DeviceResult {
     pub diverged: bool,
 }
 
+/// The outcome of one range reservation or granule mapping a trace recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RecordedMapping {
+    Reserved,
+    ReserveRefused { code: i32 },
+    Mapped { bytes: u64 },
+    MapRefused { bytes: u64, code: i32 },
+}
+
+/// The model driver, answering the pool's virtual memory calls with the outcomes the trace
+/// recorded, in order, while each matches the call (a reservation for a reservation, a map of
+/// the same size); from the first that does not, with the model's own answers.
+struct ReplayDriver {
+    model: ModelDriver,
+    playback: Mutex<Playback>,
+}
+
+struct Playback {
+    /// `None` once the outcomes stopped matching, or when there were none.
+    recorded: Option<VecDeque<RecordedMapping>>,
+    diverged: bool,
+    /// Maps refused from the recording (the model counts the others).
+    refused_maps: u64,
+}
+
+impl ReplayDriver {
+    fn new(model: ModelDriver, recorded: Option<VecDeque<RecordedMapping>>) -> ReplayDriver {
+        ReplayDriver {
+            model,
+            playback: Mutex::new(Playback {
+                recorded,
+                diverged: false,
+                refused_maps: 0,
+            }),
+        }
+    }
+
+    fn playback(&self) -> std::sync::MutexGuard<'_, Playback> {
+        // Every change is made whole under the lock.
+        self.playback.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The recorded outcome of the next call, if it is `expected`'s kind and size. `None`:
+    /// the model answers.
+    fn play_back(&self, expected: RecordedMapping) -> Option<RecordedMapping> {
+        let mut p = self.playback();
+        let queue = p.recorded.as_mut()?;
+        let same = |r: &RecordedMapping| match (r, expected) {
+            (
+                RecordedMapping::Reserved | RecordedMapping::ReserveRefused { .. },
+                RecordedMapping::Reserved,
+            ) => true,
+            (
+                RecordedMapping::Mapped { bytes } | RecordedMapping::MapRefused { bytes, .. },
+                RecordedMapping::Mapped { bytes: b },
+            ) => *bytes == b,
+            _ => false,
+        };
+        match queue.pop_front() {
+            Some(r) if same(&r) => {
+                if matches!(r, RecordedMapping::MapRefused { .. }) {
+                    p.refused_maps += 1;
+                }
+                Some(r)
+            }
+            _ => {
+                p.recorded = None;
+                p.diverged = true;
+                None
+            }
+        }
+    }
+
+    fn diverged(&self) -> bool {
+        self.model.diverged() || self.playback().diverged
+    }
+
+    /// Granules mapped (refused ones included) and unmapped.
+    fn maps_and_unmaps(&self) -> (u64, u64) {
+        let c = self.model.counts();
+        (c.maps + self.playback().refused_maps, c.unmaps)
+    }
+}
+
+impl Backend for ReplayDriver {
+    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        self.model.alloc_segment(device, bytes)
+    }
+    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
+        self.model.free_segment(device, addr)
+    }
+    fn fence(&self, device: u32) -> Result<(), CudaError> {
+        self.model.fence(device)
+    }
+    fn barrier(&self, device: u32) -> Result<(), CudaError> {
+        self.model.barrier(device)
+    }
+    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
+        self.model.memory_info(device)
+    }
+    fn vmm_granularity(&self, device: u32) -> Option<u64> {
+        self.model.vmm_granularity(device)
+    }
+    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        match self.play_back(RecordedMapping::Reserved) {
+            Some(RecordedMapping::ReserveRefused { code }) => Err(CudaError(code)),
+            _ => self.model.vmm_reserve(device, bytes),
+        }
+    }
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        match self.play_back(RecordedMapping::Mapped { bytes }) {
+            Some(RecordedMapping::MapRefused { code, .. }) => Err(CudaError(code)),
+            _ => self.model.vmm_map(device, addr, bytes),
+        }
+    }
+    fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.model.vmm_unmap(device, addr, bytes)
+    }
+    fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.model.vmm_free_reservation(device, addr, bytes)
+    }
+}
+
 /// One device being replayed.
 struct DeviceReplay {
     pool: DevicePool,
-    /// With the recorded settings, it hands back the recorded segment addresses and refusals
-    /// in order.
-    backend: ModelDriver,
+    /// With the recorded settings, it hands back the recorded segment addresses and refusals,
+    /// and the recorded outcomes of reservations and mappings, in order.
+    backend: ReplayDriver,
     clock: ReuseClock,
     policy: Policy,
     reuse: ReuseMode,
@@ -115,11 +252,21 @@ impl DeviceReplay {
         let threshold = o
             .threshold
             .unwrap_or_else(|| settings.map_or(u64::MAX, |r| r.c));
+        // The granule and range size the live run used, if it had expandable segments.
+        let recorded_vmm = records
+            .iter()
+            .find(|r| r.kind == Kind::Expandable)
+            .map(|r| (r.a, r.b));
+        let expandable = o.expandable.unwrap_or(recorded_vmm.is_some());
+        let as_recorded = !o.any() && expandable == recorded_vmm.is_some();
         let mut backend = ModelDriver::new()
             .starting_at(SYNTHETIC_BASE)
             .with_gap(GUARD_GAP)
             .with_capacity(o.capacity.unwrap_or(u64::MAX));
-        if !o.any() {
+        if expandable {
+            backend = backend.with_vmm();
+        }
+        if as_recorded {
             backend = backend.replaying(records.iter().filter_map(|r| match r.kind {
                 Kind::SegmentAlloc => Some(RecordedSegment::Given {
                     addr: r.a,
@@ -132,12 +279,36 @@ impl DeviceReplay {
                 _ => None,
             }));
         }
+        let mappings = as_recorded.then(|| {
+            records
+                .iter()
+                .filter_map(|r| match r.kind {
+                    Kind::RangeReserved => Some(RecordedMapping::Reserved),
+                    Kind::RangeRefused => {
+                        Some(RecordedMapping::ReserveRefused { code: r.b as i32 })
+                    }
+                    Kind::Map => Some(RecordedMapping::Mapped { bytes: r.b }),
+                    Kind::MapRefused => Some(RecordedMapping::MapRefused {
+                        bytes: r.b,
+                        code: r.c as i32,
+                    }),
+                    _ => None,
+                })
+                .collect()
+        });
+        let backend = ReplayDriver::new(backend, mappings);
         DeviceReplay {
             pool: {
                 let mut p = DevicePool::new(device as u32, threshold);
                 p.stream_reuse = o.reuse.unwrap_or(recorded_reuse) == ReuseMode::Relaxed;
                 if let Some(limit) = o.limit {
                     p.set_limit(limit);
+                }
+                match recorded_vmm {
+                    Some((granule, range)) if expandable => p.set_expandable(granule, range),
+                    // A device of the capacity replayed, or of unknown size.
+                    None if expandable => p.enable_expandable(&backend),
+                    _ => {}
                 }
                 p
             },
@@ -218,7 +389,7 @@ impl DeviceReplay {
             Kind::Reset => {
                 self.pool.forget_all();
                 self.addrs.clear();
-                self.backend.forget_device(u32::from(r.device));
+                self.backend.model.forget_device(u32::from(r.device));
             }
             // Decisions the replay takes again itself.
             Kind::Settings
@@ -228,7 +399,13 @@ impl DeviceReplay {
             | Kind::SegmentRefused
             | Kind::SegmentFree
             | Kind::Fence
-            | Kind::Barrier => {}
+            | Kind::Barrier
+            | Kind::Expandable
+            | Kind::RangeReserved
+            | Kind::RangeRefused
+            | Kind::Map
+            | Kind::MapRefused
+            | Kind::Unmap => {}
         }
     }
 }
@@ -257,9 +434,13 @@ pub fn replay(records: &[Record], overrides: &Overrides) -> Vec<DeviceResult> {
                 d.apply(r, overrides);
             }
             let diverged = d.diverged || d.backend.diverged();
+            let (maps, unmaps) = d.backend.maps_and_unmaps();
             DeviceResult {
                 device,
                 stats: d.pool.stats.clone(),
+                expandable: d.pool.expandable(),
+                maps,
+                unmaps,
                 failed: d.failed,
                 limit: d.pool.limit,
                 diverged,

@@ -7,6 +7,11 @@
 //!
 //! File layout: the 8-byte magic `GPTRACE1`, then records of `RECORD_SIZE` bytes, little-endian:
 //! `t_ns u64 | a u64 | b u64 | c u64 | thread u32 | kind u8 | device u8 | aux u16`.
+//!
+//! Compatibility: a kind keeps its number and the meaning of its fields; new kinds take the
+//! next numbers, and what a new setting changes is a record of its own after `Settings` (as
+//! `Limit` and `Expandable` are). So every older trace reads as it was written, and an older
+//! reader refuses a newer trace by the kind it does not know, rather than misread it.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -65,7 +70,26 @@ pub enum Kind {
     /// The pool's limit (`GPUPOOL_LIMIT`): `a` bytes it may reserve on the device. Recorded
     /// after `Settings` when a limit is in force.
     Limit = 15,
+    /// Large blocks come from expandable segments (`GPUPOOL_EXPANDABLE`, and the driver maps
+    /// memory): `a` the granule, `b` the address space each range reserves. Recorded after
+    /// `Settings`; a trace without it was recorded with classic segments only.
+    Expandable = 16,
+    /// An expandable segment's address range reserved (nothing mapped yet): `a` address, `b`
+    /// size.
+    RangeReserved = 17,
+    /// The driver refused a range (the request got a classic segment): `a` size, `b` error code.
+    RangeRefused = 18,
+    /// One granule of memory mapped into a range: `a` address, `b` size.
+    Map = 19,
+    /// The driver refused to map a granule: `a` address, `b` size, `c` error code.
+    MapRefused = 20,
+    /// A granule unmapped and its memory given back: `a` address, `b` size, `aux` why (as
+    /// `SegmentFree`'s, and 4: undoing a mapping refused half-way).
+    Unmap = 21,
 }
+
+/// `Unmap`'s `aux` for the granules a refused mapping had mapped (after `Release`'s codes).
+pub const UNMAP_UNDONE: u16 = 4;
 
 impl Kind {
     pub fn from_u8(v: u8) -> Option<Kind> {
@@ -87,6 +111,12 @@ impl Kind {
             13 => Reset,
             14 => NonBlockingStream,
             15 => Limit,
+            16 => Expandable,
+            17 => RangeReserved,
+            18 => RangeRefused,
+            19 => Map,
+            20 => MapRefused,
+            21 => Unmap,
             _ => return None,
         })
     }
@@ -278,6 +308,43 @@ mod tests {
         assert!(parse(&[0x1f, 0x8b, 8, 0]).unwrap_err().contains("gzip"));
     }
 
+    /// The records of expandable segments (the setting, a range, granules mapped, refused and
+    /// unmapped) read back as written, after the settings they follow; a trace written before
+    /// they existed reads as before.
+    #[test]
+    fn mapping_records_round_trip() {
+        let rec = |t_ns, kind, a, b, c, aux| Record {
+            t_ns,
+            a,
+            b,
+            c,
+            thread: 2,
+            kind,
+            device: 1,
+            aux,
+        };
+        let g = 2 << 20;
+        let base = 0x7f00_0000_0000;
+        let written = [
+            rec(1, Kind::Settings, u64::MAX, 64 << 20, u64::MAX, 0),
+            rec(1, Kind::Expandable, g, 160 << 30, 0, 0),
+            rec(2, Kind::RangeRefused, 160 << 30, 2, 0, 0),
+            rec(3, Kind::RangeReserved, base, 160 << 30, 0, 0),
+            rec(4, Kind::Map, base, g, 0, 0),
+            rec(5, Kind::MapRefused, base + g, g, 2, 0),
+            rec(6, Kind::Unmap, base, g, 0, UNMAP_UNDONE),
+            rec(7, Kind::Unmap, base + 4 * g, g, 0, 1),
+        ];
+        let mut v = MAGIC.to_vec();
+        written.iter().for_each(|r| r.encode(&mut v));
+        assert_eq!(parse(&v).unwrap(), written);
+        // An older trace: settings and a segment, no mapping records.
+        let mut old = MAGIC.to_vec();
+        written[0].encode(&mut old);
+        rec(2, Kind::SegmentAlloc, base, 20 << 20, 0, 0).encode(&mut old);
+        assert_eq!(parse(&old).unwrap().len(), 2);
+    }
+
     /// A device's records start with its settings, hold them once and keep time; records
     /// shifted by a partial chunk fail those checks.
     #[test]
@@ -318,8 +385,9 @@ mod tests {
         shifted.extend_from_slice(&tail[8 + 32..]);
         shifted.extend_from_slice(&encode(&[rec(9, Kind::Alloc, 0); 4])[8..]);
         assert!(parse(&shifted).is_err());
-        for k in 0..=14u8 {
+        for k in 0..=21u8 {
             assert_eq!(Kind::from_u8(k).map(|k| k as u8), Some(k));
         }
+        assert_eq!(Kind::from_u8(22), None);
     }
 }

@@ -1,8 +1,9 @@
-//! Policies on virtual memory (issue 20) against classic segments and no pool at all, on the two
+//! Policies on virtual memory (issue 20) — our pool with expandable segments, PyTorch's
+//! expandable-segment rules — against classic segments and no pool at all, on the two
 //! fragmentation scenarios the issue measured on a GPU: fill a device with blocks of one size;
-//! then free every other block and ask for blocks twice the size. (Both also run every generated
-//! workload, checked after each operation, in `workloads.rs`: they are in the comparison's
-//! lineup.)
+//! then free every other block and ask for blocks twice the size; and the comparison's targets
+//! on the generated workloads. (Every policy also runs every generated workload, checked after
+//! each operation, in `workloads.rs`: they are in the comparison's lineup.)
 
 use gpupool::pool::{Addr, ReuseWait};
 use gpupool_lab::policies::expandable::Expandable;
@@ -22,7 +23,7 @@ fn policies() -> Vec<Box<dyn CachePolicy>> {
     vec![
         Box::new(NoCache::new(Some(DEVICE))),
         Box::new(Ours::new(Some(DEVICE), u64::MAX)),
-        Box::new(Expandable::granules(Some(DEVICE))),
+        Box::new(Ours::expandable(Some(DEVICE), u64::MAX)),
         Box::new(Expandable::torch(Some(DEVICE))),
     ]
 }
@@ -44,7 +45,7 @@ fn share(shares: &[(String, f64)], name: &str) -> f64 {
 }
 
 #[test]
-fn granules_fit_a_device_filled_with_one_size_as_well_as_no_pool() {
+fn expandable_segments_fit_a_device_filled_with_one_size_as_well_as_no_pool() {
     for (size, at_least) in [
         (7 * MIB, 0.85),
         (12 * MIB, 0.85),
@@ -52,7 +53,7 @@ fn granules_fit_a_device_filled_with_one_size_as_well_as_no_pool() {
     ] {
         let shares = fill_shares(size);
         println!("{} MiB blocks: {shares:?}", size as f64 / MIB as f64);
-        let granules = share(&shares, "granules (plan)");
+        let granules = share(&shares, "gpupool, expandable");
         assert!(granules >= at_least, "{size}: {granules} < {at_least}");
         // And never worse than today's segments.
         assert!(granules >= share(&shares, "gpupool") - 1e-9, "{shares:?}");
@@ -60,7 +61,7 @@ fn granules_fit_a_device_filled_with_one_size_as_well_as_no_pool() {
 }
 
 #[test]
-fn after_freeing_every_other_block_granules_give_the_holes_back_for_larger_requests() {
+fn after_freeing_every_other_block_expandable_segments_give_the_holes_back_for_larger_requests() {
     let mut got = Vec::new();
     for mut p in policies() {
         let blocks = fill(p.as_mut(), 7 * MIB);
@@ -73,7 +74,53 @@ fn after_freeing_every_other_block_granules_give_the_holes_back_for_larger_reque
     println!("14 MiB after the half-free: {got:?}");
     let none = got[0].1 as f64;
     let of = |name: &str| got.iter().find(|(n, _)| n == name).unwrap().1 as f64 / none;
-    assert!(of("granules (plan)") >= 0.80, "{got:?}");
+    assert!(of("gpupool, expandable") >= 0.80, "{got:?}");
     // PyTorch's 20 MiB pages each keep a live 7 MiB block: few pages come free.
-    assert!(of("granules (plan)") > of("PyTorch expandable"), "{got:?}");
+    assert!(
+        of("gpupool, expandable") > of("PyTorch expandable"),
+        "{got:?}"
+    );
+}
+
+/// The comparison's lineup holds our real pool with expandable segments next to PyTorch's
+/// expandable rules; on training and inference it reserves no more than those rules, and less
+/// than our classic segments. (The issue's 1.05 × peak requested is not met yet: 1.076 and
+/// 1.089 at the default sizes, BENCHMARKS.md.)
+#[test]
+fn in_the_lineup_expandable_segments_reserve_no_more_than_pytorch_expandable_rules() {
+    use gpupool_lab::policies::{lineup, run};
+    use gpupool_lab::workloads::Kind;
+    let names: Vec<String> = lineup(1 << 30, None).iter().map(|p| p.name()).collect();
+    assert!(
+        names.iter().any(|n| n == "gpupool, expandable"),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("plan")), "{names:?}");
+    for kind in [
+        Kind::Training { steps: 2 },
+        Kind::Inference { requests: 40 },
+    ] {
+        let w = kind.generate(1);
+        let peak = |name: &str| {
+            let mut p = lineup(1 << 30, None)
+                .into_iter()
+                .find(|p| p.name() == name)
+                .expect(name);
+            run(p.as_mut(), &w).counters.peak_reserved
+        };
+        let (ours, torch, classic) = (
+            peak("gpupool, expandable"),
+            peak("PyTorch expandable"),
+            peak("gpupool"),
+        );
+        let requested = w.peak_requested() as f64;
+        println!(
+            "{}: expandable {:.3}, PyTorch expandable {:.3}, classic {:.3} of peak requested",
+            w.name,
+            ours as f64 / requested,
+            torch as f64 / requested,
+            classic as f64 / requested
+        );
+        assert!(ours <= torch && ours < classic, "{}", w.name);
+    }
 }

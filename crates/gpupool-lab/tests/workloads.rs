@@ -155,7 +155,7 @@ fn the_tool_generates_and_compares() {
     let text = String::from_utf8_lossy(&out.stdout);
     for policy in [
         "| gpupool |",
-        "| granules (plan) |",
+        "| gpupool, expandable |",
         "| PyTorch rules |",
         "| PyTorch expandable |",
         "| exact-size cache |",
@@ -165,6 +165,10 @@ fn the_tool_generates_and_compares() {
     }
     assert!(
         text.contains("gpupool peak reserved vs PyTorch rules"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| training:1 | ") && text.contains("expandable ÷ peak requested"),
         "{text}"
     );
     for svg in ["training-1.svg", "inference-trace--device-0.svg"] {

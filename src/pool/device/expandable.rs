@@ -10,6 +10,7 @@
 //! blocks that were handed out, so they are mapped, and the hit path does no work for this.
 
 use super::*;
+use crate::pool::trace::UNMAP_UNDONE;
 
 /// Address space reserved per range when the device's size is not known. More than any GPU
 /// holds today, and address space costs nothing until mapped.
@@ -74,8 +75,16 @@ impl DevicePool {
             Ok((_, total)) => total.saturating_mul(2).clamp(RANGE_MIN, RANGE_MAX),
             Err(_) => RANGE_UNKNOWN,
         };
+        self.set_expandable(granule, range);
+    }
+
+    /// Serve large requests from ranges of `range` bytes mapped in granules of `granule` bytes
+    /// (a power of two, a multiple of `ALIGN`): what `enable_expandable` found, or what a trace
+    /// recorded (`replay.rs`).
+    pub fn set_expandable(&mut self, granule: u64, range: u64) {
         self.granule = granule;
         self.range_bytes = range.next_multiple_of(granule);
+        self.record(Kind::Expandable, granule, self.range_bytes, 0, 0);
     }
 
     /// Whether large blocks come from expandable segments.
@@ -107,7 +116,14 @@ impl DevicePool {
             return None;
         }
         let bytes = self.range_bytes;
-        let addr = backend.vmm_reserve(self.device, bytes).ok()?;
+        let addr = match backend.vmm_reserve(self.device, bytes) {
+            Ok(addr) => addr,
+            Err(e) => {
+                self.record(Kind::RangeRefused, bytes, e.0 as u64, 0, 0);
+                return None;
+            }
+        };
+        self.record(Kind::RangeReserved, addr, bytes, 0, 0);
         self.stats.segments.add(1);
         self.sample_memory(backend);
         let granules = Granules::new(bytes / self.granule);
@@ -227,9 +243,11 @@ impl DevicePool {
                 break;
             }
             if let Err(e) = backend.vmm_map(self.device, base + k * g, g) {
+                self.record(Kind::MapRefused, base + k * g, g, e.0 as u64, 0);
                 refused = Some(e);
                 break;
             }
+            self.record(Kind::Map, base + k * g, g, 0, 0);
             self.granules_mut(si).set(k, true);
             mapped_here.push(k);
         }
@@ -241,6 +259,7 @@ impl DevicePool {
                 // An unmap that fails leaves the granule mapped and counted: a later release
                 // tries again.
                 if backend.vmm_unmap(self.device, base + k * g, g).is_ok() {
+                    self.record(Kind::Unmap, base + k * g, g, 0, UNMAP_UNDONE);
                     self.granules_mut(si).set(k, false);
                 } else {
                     self.granules_mut(si).mapped += g;
@@ -374,6 +393,7 @@ impl DevicePool {
                 all = false;
                 break;
             }
+            self.record(Kind::Unmap, at, g, 0, why as u16);
             let granules = self.granules_mut(si);
             granules.set(k, false);
             granules.mapped -= g;

@@ -327,17 +327,41 @@ fn without_virtual_memory_or_a_reservation_the_pool_keeps_classic_segments() {
 }
 
 #[test]
-fn a_trace_turns_expandable_segments_off() {
+fn a_traced_pool_keeps_expandable_segments_and_behaves_as_untraced() {
     struct Discard;
     impl TraceSink for Discard {
         fn write(&self, _: &[u8]) {}
     }
-    let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
-    s.trace = Some(Arc::new(Discard));
-    let p = Pool::new(vmm_model(DEVICE), s);
-    p.alloc(0, 7 * MIB).unwrap();
-    assert_eq!(p.backend().counts().maps, 0);
-    assert_eq!(p.backend().counts().mallocs, 1);
+    let run = |traced: bool| {
+        let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+        if traced {
+            s.trace = Some(Arc::new(Discard));
+        }
+        let p = Pool::new(vmm_model(2 << 30), s);
+        let blocks = fill(&p, 7 * MIB);
+        for &a in blocks.iter().step_by(2) {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        let big = fill(&p, 14 * MIB).len();
+        p.check().unwrap();
+        let st = stats(&p, 0);
+        let c = p.backend().counts();
+        (
+            blocks.len(),
+            big,
+            st.reserved.peak_ever(),
+            c.maps,
+            c.unmaps,
+            c.mallocs,
+        )
+    };
+    let traced = run(true);
+    assert!(
+        traced.3 > 0 && traced.4 > 0,
+        "mapped and unmapped: {traced:?}"
+    );
+    assert_eq!(traced.5, 0, "no classic segment");
+    assert_eq!(traced, run(false));
 }
 
 #[test]

@@ -262,3 +262,125 @@ fn trace_stream_numbers_saturate_past_16383_streams() {
         &wrong[..wrong.len().min(5)]
     );
 }
+
+/// A pool on a device of `capacity` bytes, tracing into memory, with expandable segments on a
+/// driver that maps memory, or classic segments.
+fn traced_with(
+    reuse: ReuseMode,
+    capacity: u64,
+    expandable: bool,
+) -> (Pool<ModelDriver>, Arc<MemoryTrace>) {
+    let sink = Arc::new(MemoryTrace(Mutex::new(trace::MAGIC.to_vec())));
+    let mut settings = pool_with(reuse, DeviceBytes::Unbounded, 1)
+        .settings()
+        .clone();
+    settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
+    settings.expandable = expandable;
+    let driver = ModelDriver::new()
+        .with_capacity(capacity)
+        .with_gap(GUARD_GAP);
+    let driver = if expandable {
+        driver.with_vmm()
+    } else {
+        driver
+    };
+    (Pool::new(driver, settings), sink)
+}
+
+/// A device filled with 7 MiB blocks, every other one freed, then filled with 14 MiB blocks:
+/// mappings refused at the device's end, free granules unmapped before the retries, an
+/// empty-cache at the end. The trace records the setting, the range and every granule, and the
+/// replay with the recorded settings maps, unmaps and peaks as the live run did.
+#[test]
+fn a_trace_recorded_with_expandable_segments_replays_to_the_same_reserved_peak() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
+        let (p, sink) = traced_with(reuse, 1 << 30, true);
+        let blocks: Vec<Addr> = std::iter::from_fn(|| p.alloc(0, 7 * MIB).ok()).collect();
+        for &a in blocks.iter().step_by(2) {
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        let big: Vec<Addr> = std::iter::from_fn(|| p.alloc(0, 14 * MIB).ok()).collect();
+        assert!(!big.is_empty());
+        for &a in blocks.iter().skip(1).step_by(2).chain(&big) {
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        p.empty_cache(0);
+        p.check().unwrap();
+        p.flush_trace();
+        let live = stats(&p, 0);
+        let counts = p.backend().counts();
+        let records = sink.records();
+        let kinds = |k| records.iter().filter(|r| r.kind == k).count() as u64;
+        assert_eq!(kinds(trace::Kind::Expandable), 1);
+        assert_eq!(kinds(trace::Kind::RangeReserved), 1);
+        assert_eq!(
+            kinds(trace::Kind::Map) + kinds(trace::Kind::MapRefused),
+            counts.maps
+        );
+        assert_eq!(kinds(trace::Kind::Unmap), counts.unmaps);
+        assert!(kinds(trace::Kind::MapRefused) > 0, "the device ran out");
+        let r = &replay::replay(&records, &replay::Overrides::default())[0];
+        assert!(!r.diverged, "{reuse:?}");
+        assert!(r.expandable);
+        assert_eq!(
+            (
+                r.stats.reserved.peak_ever(),
+                r.stats.reserved.current,
+                r.stats.ooms,
+                r.stats.oom_recovered,
+                r.maps,
+                r.unmaps,
+                r.failed
+            ),
+            (
+                live.reserved.peak_ever(),
+                live.reserved.current,
+                live.ooms,
+                live.oom_recovered,
+                counts.maps,
+                counts.unmaps,
+                0
+            ),
+            "{reuse:?}"
+        );
+    }
+}
+
+/// The stranding workload, 7 MiB blocks (two per 20 MiB segment, 6 MiB stranded in
+/// each): recorded with expandable segments on or off, a replay answers for both. With them,
+/// the peak is the blocks and less than a granule; without, a 20 MiB segment per two blocks.
+#[test]
+fn replays_with_and_without_expandable_segments_differ_on_a_stranding_workload() {
+    let blocks = 100u64;
+    for recorded_on in [true, false] {
+        let (p, sink) = traced_with(ReuseMode::Strict, 80 << 30, recorded_on);
+        let records = run_7mib(&p, &sink);
+        let peak = |expandable| {
+            let o = replay::Overrides {
+                expandable,
+                ..Default::default()
+            };
+            let r = &replay::replay(&records, &o)[0];
+            assert_eq!(r.failed, 0);
+            r.stats.reserved.peak_ever()
+        };
+        let (on, off, recorded) = (peak(Some(true)), peak(Some(false)), peak(None));
+        println!("recorded with expandable {recorded_on}: on {on}, off {off}");
+        assert!(
+            on >= blocks * 7 * MIB && on < blocks * 7 * MIB + 2 * MIB,
+            "{on}"
+        );
+        assert_eq!(off, blocks / 2 * 20 * MIB);
+        assert_eq!(recorded, if recorded_on { on } else { off });
+    }
+}
+
+/// 100 blocks of 7 MiB, then all freed: the trace's records.
+fn run_7mib<B: Backend>(p: &Pool<B>, sink: &MemoryTrace) -> Vec<trace::Record> {
+    let blocks: Vec<Addr> = (0..100).map(|_| p.alloc(0, 7 * MIB).unwrap()).collect();
+    for a in blocks {
+        assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    }
+    p.flush_trace();
+    sink.records()
+}

@@ -36,6 +36,13 @@ impl Driver {
         )
     }
 
+    /// `new`, with the driver's virtual memory calls (`Backend::vmm_*`) answering: our pool
+    /// then serves large requests from expandable segments.
+    pub fn with_vmm(capacity: Option<u64>) -> Driver {
+        let Driver(d) = Driver::new(capacity);
+        Driver(d.with_vmm())
+    }
+
     /// A `cudaMalloc` of `bytes`: `None` beyond the capacity.
     pub fn malloc(&self, bytes: u64) -> Option<Addr> {
         self.0.alloc_segment(0, bytes).ok()
@@ -103,5 +110,20 @@ impl Backend for Driver {
     }
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
         self.0.memory_info(device)
+    }
+    fn vmm_granularity(&self, device: u32) -> Option<u64> {
+        self.0.vmm_granularity(device)
+    }
+    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+        self.0.vmm_reserve(device, bytes)
+    }
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.0.vmm_map(device, addr, bytes)
+    }
+    fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.0.vmm_unmap(device, addr, bytes)
+    }
+    fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.0.vmm_free_reservation(device, addr, bytes)
     }
 }

@@ -1,20 +1,11 @@
-//! Policies on CUDA virtual memory: each size pool is one reserved address range, tiled by
-//! blocks, into which physical memory is mapped page by page as blocks need it (`Driver::map`)
-//! and from which the pages no live block touches are unmapped when the driver is out of memory
-//! (before the one retry). A block never ends at a segment's edge: free neighbours merge across
-//! the whole range, so no memory is stranded at segment ends.
-//!
-//! Two sets of rules:
-//! - `Expandable::torch`: PyTorch's `expandable_segments:True`, written from its documentation
-//!   (the note on expandable segments): a small pool for requests up to 1 MiB mapped in 2 MiB
-//!   pages, a large pool mapped in 20 MiB pages, blocks packed one after another, best fit;
-//! - `Expandable::granules`: the plan for this pool's own expandable segments (issue 20): 2 MiB
-//!   granules for both pools (a page is the unit mapped and unmapped alone), requests below a
-//!   granule in the small pool, blocks packed one after another. Large requests started on a
-//!   granule boundary instead (so that a freed block frees whole granules) measured worse:
-//!   7 MiB blocks filled 0.875 of the device instead of 1.0, and training and inference
-//!   reserved 2–3% more; after half the blocks are freed, packed blocks still give back 0.86 of
-//!   what no pool fits for blocks twice the size (`tests/expandable.rs`).
+//! PyTorch's `expandable_segments:True`, written from its documentation (the note on expandable
+//! segments): each size pool is one reserved address range, tiled by blocks, into which
+//! physical memory is mapped page by page as blocks need it (`Driver::map`), and from which the
+//! pages no live block touches are unmapped when the driver is out of memory (before the one
+//! retry). A small pool for requests up to 1 MiB is mapped in 2 MiB pages, a large pool in
+//! 20 MiB pages; blocks are packed one after another, best fit. A block never ends at a
+//! segment's edge: free neighbours merge across the whole range, so no memory is stranded at
+//! segment ends. (Our own pool's expandable segments are `Ours::expandable`.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -146,16 +137,6 @@ impl Expandable {
             large_page: 20 * MIB,
         };
         Expandable::new("PyTorch expandable", rules, capacity)
-    }
-
-    /// This pool's plan: 2 MiB granules in both pools.
-    pub fn granules(capacity: Option<u64>) -> Expandable {
-        let rules = Rules {
-            small_limit: 2 * MIB - 1,
-            small_page: 2 * MIB,
-            large_page: 2 * MIB,
-        };
-        Expandable::new("granules (plan)", rules, capacity)
     }
 
     fn new(name: &'static str, rules: Rules, capacity: Option<u64>) -> Expandable {

@@ -1,6 +1,6 @@
 //! Allocation policies side by side on the same request stream (`crate::workloads`): our pool,
-//! with and without a release threshold; the plan for it on virtual memory (`expandable.rs`);
-//! no cache; an exact-size free-list cache; policies following PyTorch's documented caching
+//! with and without a release threshold, and with expandable segments on the driver's virtual
+//! memory; no cache; an exact-size free-list cache; policies following PyTorch's documented caching
 //! rules, without and with expandable segments. Each allocates from its own simulated driver
 //! (`Driver`), which counts the calls and the reserved bytes; `run` drives a policy through a
 //! workload and reports; `run_checked` does the same while checking, after every operation,
@@ -47,14 +47,14 @@ pub fn round(size: u64) -> Option<u64> {
     size.max(1).checked_next_multiple_of(512)
 }
 
-/// The policies, in report order: ours by default and with release threshold `threshold`, the
-/// plan for ours on virtual memory, the PyTorch rules without and with expandable segments,
+/// The policies, in report order: ours by default, with release threshold `threshold` and with
+/// expandable segments, the PyTorch rules without and with expandable segments,
 /// the exact-size cache, no cache. `capacity` caps each one's driver.
 pub fn lineup(threshold: u64, capacity: Option<u64>) -> Vec<Box<dyn CachePolicy>> {
     vec![
         Box::new(ours::Ours::new(capacity, u64::MAX)),
         Box::new(ours::Ours::new(capacity, threshold)),
-        Box::new(expandable::Expandable::granules(capacity)),
+        Box::new(ours::Ours::expandable(capacity, u64::MAX)),
         Box::new(torch::TorchRules::new(capacity)),
         Box::new(expandable::Expandable::torch(capacity)),
         Box::new(simple::ExactCache::new(capacity)),

@@ -39,6 +39,24 @@ impl Ours {
     }
 }
 
+impl Ours {
+    /// The pool with expandable segments on (`GPUPOOL_EXPANDABLE=1`), its driver answering the
+    /// virtual memory calls, and release threshold `threshold`.
+    pub fn expandable(capacity: Option<u64>, threshold: u64) -> Ours {
+        let mut ours = Ours::new(capacity, threshold);
+        ours.name = match threshold {
+            u64::MAX => "gpupool, expandable".to_string(),
+            t => format!(
+                "gpupool, expandable, threshold {}",
+                gpupool::report::units::bytes(t)
+            ),
+        };
+        ours.driver = Driver::with_vmm(capacity);
+        ours.pool.enable_expandable(&ours.driver);
+        ours
+    }
+}
+
 impl CachePolicy for Ours {
     fn name(&self) -> String {
         self.name.clone()

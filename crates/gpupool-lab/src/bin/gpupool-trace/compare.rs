@@ -267,6 +267,36 @@ pub fn against_torch(cs: &[Comparison]) -> String {
     s
 }
 
+/// Our pool with expandable segments against PyTorch's expandable-segment rules, one line per
+/// workload, as ratios to the program's peak requested bytes (issue 20's targets: at most
+/// PyTorch's on every workload, at most 1.05 on training and inference).
+pub fn against_torch_expandable(cs: &[Comparison]) -> String {
+    let mut s = String::from(
+        "| workload | gpupool, expandable ÷ peak requested | PyTorch expandable ÷ peak requested | gpupool ÷ peak requested | maps per 1 000 requests (gpupool, expandable) |\n\
+         | --- | ---: | ---: | ---: | ---: |\n",
+    );
+    for c in cs {
+        let (Some(x), Some(pt), Some(us)) = (
+            row(c, "gpupool, expandable"),
+            row(c, "PyTorch expandable"),
+            row(c, "gpupool"),
+        ) else {
+            continue;
+        };
+        let ratio = |o: &Outcome| o.counters.peak_reserved as f64 / c.peak_requested.max(1) as f64;
+        let _ = writeln!(
+            s,
+            "| {} | {:.3} | {:.3} | {:.3} | {:.1} |",
+            c.title,
+            ratio(x),
+            ratio(pt),
+            ratio(us),
+            x.counters.maps as f64 * 1000.0 / c.requests.max(1) as f64
+        );
+    }
+    s
+}
+
 /// The chart of `w` (reserved over operations per policy), for `--svg-dir`.
 pub fn chart(title: &str, w: &Workload, threshold: u64) -> String {
     let requested: Vec<(u64, u64)> = std::iter::once((0, 0))

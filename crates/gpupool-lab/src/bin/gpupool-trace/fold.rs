@@ -3,7 +3,7 @@
 //!
 //! A trace holds the pool's decisions, not its counters; a device's allocated bytes are the sum
 //! of the blocks it handed out and has not taken back, and its reserved bytes the sum of the
-//! segments it holds from the driver. Records of one device are in the order the pool applied
+//! segments it holds from the driver and the granules it has mapped. Records of one device are in the order the pool applied
 //! them, so folding them in file order gives the counters after every record.
 
 use gpupool::pool::trace::{Kind, Record};
@@ -23,8 +23,11 @@ pub struct Fold {
     pub resets: u64,
     /// Bytes in blocks handed to the program and not given back.
     pub allocated: u64,
-    /// Bytes in segments held from the driver.
+    /// Bytes in segments held from the driver, and mapped granules of expandable segments.
     pub reserved: u64,
+    /// Granules mapped and unmapped.
+    pub maps: u64,
+    pub unmaps: u64,
     pub peak_allocated: u64,
     pub peak_reserved: u64,
     /// When each peak was first reached.
@@ -64,6 +67,14 @@ impl Fold {
             }
             Kind::SegmentFree => {
                 self.segment_frees += 1;
+                self.reserved = self.reserved.saturating_sub(r.b);
+            }
+            Kind::Map => {
+                self.maps += 1;
+                self.reserved = self.reserved.saturating_add(r.b);
+            }
+            Kind::Unmap => {
+                self.unmaps += 1;
                 self.reserved = self.reserved.saturating_sub(r.b);
             }
             Kind::Fence => self.fences += 1,
@@ -160,15 +171,23 @@ mod tests {
             rec(40, Kind::Alloc, 1000, 0x1200, 1024),
             rec(35, Kind::Free, 0x1000, 0, 512), // stamped early: counts as t=40
             rec(50, Kind::SegmentFree, 0x1000, 2 << 20, 0),
+            // Granules mapped count as reserved until unmapped.
+            rec(52, Kind::RangeReserved, 1 << 40, 1 << 30, 0),
+            rec(53, Kind::Map, 1 << 40, 2 << 20, 0),
+            rec(54, Kind::Map, (1 << 40) + (2 << 20), 2 << 20, 0),
+            rec(55, Kind::Unmap, 1 << 40, 2 << 20, 0),
+            rec(56, Kind::Unmap, (1 << 40) + (2 << 20), 2 << 20, 0),
             rec(60, Kind::Reset, 0, 0, 0),
         ];
         let (samples, f) = series(&rs, 0);
         assert_eq!(f.peak_allocated, 1536);
         assert_eq!(f.peak_allocated_ns, 40);
-        assert_eq!(f.peak_reserved, 2 << 20);
+        assert_eq!(f.peak_reserved, 4 << 20);
+        assert_eq!(f.peak_reserved_ns, 54);
+        assert_eq!((f.maps, f.unmaps), (2, 2));
         assert_eq!((f.allocated, f.reserved, f.t_ns), (0, 0, 60));
         let ts: Vec<u64> = samples.iter().map(|s| s.t_ns).collect();
-        assert_eq!(ts, [10, 20, 30, 40, 40, 50, 60]);
+        assert_eq!(ts, [10, 20, 30, 40, 40, 50, 53, 54, 55, 56, 60]);
         assert_eq!(fold(&rs, 0), f);
         assert_eq!(fold(&rs, 1), Fold::default());
     }

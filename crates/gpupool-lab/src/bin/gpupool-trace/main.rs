@@ -6,6 +6,7 @@
 //!     --threshold SIZE|none  --max-split SIZE|none  --fence-bytes SIZE
 //!     --reuse strict|barrier|relaxed  --capacity SIZE  --limit SIZE|none
 //!     --calls recorded|pluggable|uncached|async  (--one-stream: --calls pluggable)
+//!     --expandable recorded|on|off|both  (both: with and without expandable segments)
 //! gpupool-trace perfetto TRACE [OUT.json]        Chrome/Perfetto trace-event JSON
 //! gpupool-trace plot TRACE [OUT.svg]             allocated and reserved bytes over time, as SVG
 //! gpupool-trace generate WORKLOAD [--seed N] [--out FILE]
@@ -39,6 +40,7 @@ const USAGE: &str = "usage: gpupool-trace stats TRACE
                                   [--fence-bytes SIZE] [--reuse strict|barrier|relaxed]
                                   [--capacity SIZE] [--limit SIZE|none]
                                   [--calls recorded|pluggable|uncached|async] [--one-stream]
+                                  [--expandable recorded|on|off|both]
        gpupool-trace perfetto TRACE [OUT.json]   (trace-event JSON for ui.perfetto.dev)
        gpupool-trace plot TRACE [OUT.svg]        (allocated and reserved bytes over time)
        gpupool-trace generate WORKLOAD [--seed N] [--out FILE]
@@ -164,6 +166,8 @@ fn run_workloads(cmd: &str, args: &[String]) -> Result<(), Error> {
         }
     }
     out.write_all(compare::against_torch(&all).as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.write_all(compare::against_torch_expandable(&all).as_bytes()))
         .and_then(|()| out.flush())
         .map_err(|e| written(e, &to))
 }

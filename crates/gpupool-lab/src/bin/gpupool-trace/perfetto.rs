@@ -250,8 +250,34 @@ fn instant(ev: &mut Events, r: &Record, t_ns: u64) -> io::Result<()> {
         ),
         Kind::Reset => ev.instant(r, t_ns, "device reset", &[]),
         Kind::NonBlockingStream => ev.instant(r, t_ns, "non-blocking stream created", &[]),
+        Kind::Expandable => ev.instant(
+            r,
+            t_ns,
+            "expandable segments",
+            &[("granule", Str(&bytes(r.a))), ("range", Str(&bytes(r.b)))],
+        ),
+        Kind::RangeReserved => ev.instant(
+            r,
+            t_ns,
+            "range reserved",
+            &[("size_h", Str(&bytes(r.b))), ("address", Str(&hex(r.a)))],
+        ),
+        Kind::RangeRefused => ev.instant(
+            r,
+            t_ns,
+            "range refused",
+            &[("size_h", Str(&bytes(r.a))), ("error", Num(r.b))],
+        ),
+        Kind::MapRefused => ev.instant(
+            r,
+            t_ns,
+            "map refused",
+            &[("address", Str(&hex(r.a))), ("error", Num(r.c))],
+        ),
         // Shown by the counters, or too frequent to be worth an event.
-        Kind::Alloc | Kind::Free | Kind::Observe | Kind::SyncPoint => Ok(()),
+        Kind::Alloc | Kind::Free | Kind::Observe | Kind::SyncPoint | Kind::Map | Kind::Unmap => {
+            Ok(())
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! algorithm, with other settings if asked).
 
 use gpupool::config::{parse_bytes, ReuseMode};
-use gpupool::pool::replay::{replay as run_replay, Overrides, Route};
+use gpupool::pool::replay::{replay as run_replay, DeviceResult, Overrides, Route};
 use gpupool::pool::trace::Record;
 use gpupool::report::units::bytes;
 
@@ -24,9 +24,17 @@ pub fn reuse_mode(value: &str) -> Result<ReuseMode, String> {
     }
 }
 
+/// `replay`'s options: the overrides, and whether to replay with expandable segments on and
+/// off (`--expandable both`).
+pub struct ReplayOptions {
+    pub overrides: Overrides,
+    pub both: bool,
+}
+
 /// `replay`'s options.
-pub fn overrides(args: &[String]) -> Result<Overrides, String> {
+pub fn overrides(args: &[String]) -> Result<ReplayOptions, String> {
     let mut o = Overrides::default();
+    let mut both = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         if flag == "--one-stream" {
@@ -49,6 +57,19 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
             "--capacity" => o.capacity = Some(size_or_none(value)?),
             "--limit" => o.limit = Some(size_or_none(value)?),
             "--reuse" => o.reuse = Some(reuse_mode(value)?),
+            "--expandable" => {
+                (o.expandable, both) = match value.as_str() {
+                    "recorded" => (None, false),
+                    "on" => (Some(true), false),
+                    "off" => (Some(false), false),
+                    "both" => (None, true),
+                    _ => {
+                        return Err(format!(
+                            "--expandable is recorded, on, off or both (got {value:?})"
+                        ))
+                    }
+                }
+            }
             "--calls" => {
                 o.route = match value.as_str() {
                     "recorded" => Route::Recorded,
@@ -65,7 +86,7 @@ pub fn overrides(args: &[String]) -> Result<Overrides, String> {
             _ => return Err(format!("unknown option {flag:?}")),
         }
     }
-    Ok(o)
+    Ok(ReplayOptions { overrides: o, both })
 }
 
 pub fn stats(records: &[Record]) -> String {
@@ -74,13 +95,16 @@ pub fn stats(records: &[Record]) -> String {
         let f = fold(records, d);
         o += &format!(
             "device {d}: {} records over {:.3} s; {} allocations, {} frees, {} failed; \
-             {} segments, {} fences\n  peak allocated {} ({} bytes), peak reserved {} ({} bytes)\n",
+             {} segments, {} granules mapped, {} unmapped, {} fences\n  peak allocated {} ({} \
+             bytes), peak reserved {} ({} bytes)\n",
             f.records,
             f.t_ns as f64 / 1e9,
             f.allocs,
             f.frees,
             f.failed,
             f.segments,
+            f.maps,
+            f.unmaps,
             f.fences,
             bytes(f.peak_allocated),
             f.peak_allocated,
@@ -95,14 +119,57 @@ pub fn stats(records: &[Record]) -> String {
     o
 }
 
-pub fn replay(records: &[Record], o: &Overrides) -> String {
+/// `replay`: the replay's figures per device; with `--expandable both`, those of a replay with
+/// expandable segments and one without, and the two peaks side by side.
+pub fn replay(records: &[Record], o: &ReplayOptions) -> String {
+    if !o.both {
+        return figures(&run_replay(records, &o.overrides));
+    }
+    let with = |on| {
+        run_replay(
+            records,
+            &Overrides {
+                expandable: Some(on),
+                ..o.overrides
+            },
+        )
+    };
+    let (on, off) = (with(true), with(false));
+    let mut out = format!(
+        "with expandable segments:\n{}without expandable segments:\n{}",
+        figures(&on),
+        figures(&off)
+    );
+    for (a, b) in on.iter().zip(&off) {
+        let (x, y) = (a.stats.reserved.peak_ever(), b.stats.reserved.peak_ever());
+        out += &format!(
+            "device {}: peak reserved {} with expandable segments, {} without: {:.3} of it\n",
+            a.device,
+            bytes(x),
+            bytes(y),
+            x as f64 / y.max(1) as f64
+        );
+    }
+    out
+}
+
+/// Each device's figures.
+fn figures(results: &[DeviceResult]) -> String {
     let mut out = String::new();
-    for r in run_replay(records, o) {
+    for r in results {
         let s = &r.stats;
+        let vmm = if r.expandable {
+            format!(
+                "\n  expandable segments: {} granules mapped, {} unmapped",
+                r.maps, r.unmaps
+            )
+        } else {
+            String::new()
+        };
         out += &format!(
             "device {}: peak reserved {} ({} bytes), peak allocated {} ({} bytes), \
-             reserved/allocated {:.3}\n  driver calls: {} cudaMalloc, {} cudaFree; fences {}, \
-             barriers {}; requests that failed {}{}{}\n",
+             reserved/allocated {:.3}{vmm}\n  driver calls: {} cudaMalloc, {} cudaFree; \
+             fences {}, barriers {}; requests that failed {}{}{}\n",
             r.device,
             bytes(s.reserved.peak_ever()),
             s.reserved.peak_ever(),
