@@ -47,7 +47,8 @@ use std::time::Instant;
 
 pub use backend::{Addr, Backend, CudaError};
 pub use device::{
-    DevicePool, LiveBlock, MemorySample, OomEvent, Origin, Policy, Release, ReuseWait,
+    CacheFigures, DevicePool, Expandable, LiveBlock, MemorySample, OomEvent, Origin, Policy,
+    Release, ReuseWait,
 };
 pub use stats::DeviceStats;
 pub use trace::TraceSink;
@@ -226,6 +227,8 @@ impl<B: Backend> Pool<B> {
             }
             if self.settings.expandable && self.settings.trace.is_none() {
                 pool.enable_expandable(&self.backend);
+            } else if self.settings.expandable {
+                pool.note_expandable_traced();
             }
             let limit = self.resolve(self.settings.limit, device);
             if limit != u64::MAX {

@@ -53,6 +53,53 @@ impl Granules {
     pub(super) fn count(&self) -> u64 {
         self.bits.iter().map(|w| w.count_ones() as u64).sum()
     }
+
+    /// The first granule from `k` on, before `end`, that is mapped (if `mapped`) or not;
+    /// `end` if none. Skips a word of 64 granules at a time.
+    pub(super) fn next_with(&self, mut k: u64, end: u64, mapped: bool) -> u64 {
+        while k < end {
+            let (w, bit) = ((k / 64) as usize, k % 64);
+            let word = if mapped { self.bits[w] } else { !self.bits[w] } >> bit;
+            if word != 0 {
+                return (k + word.trailing_zeros() as u64).min(end);
+            }
+            k += 64 - bit;
+        }
+        end
+    }
+
+    /// Granules marked mapped among `[first, end)`.
+    pub(super) fn count_between(&self, first: u64, end: u64) -> u64 {
+        let mut n = 0;
+        let mut k = first;
+        while k < end {
+            let (w, bit) = ((k / 64) as usize, k % 64);
+            let span = (64 - bit).min(end - k);
+            let mask = if span == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << span) - 1) << bit
+            };
+            n += (self.bits[w] & mask).count_ones() as u64;
+            k += span;
+        }
+        n
+    }
+}
+
+/// Whether a device's large blocks come from expandable segments, and if not, why (for the
+/// reports).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Expandable {
+    /// `GPUPOOL_EXPANDABLE` is off.
+    #[default]
+    Off,
+    /// Asked for, but a trace records this run: a replay follows classic segments.
+    Tracing,
+    /// Asked for, but the driver offers no virtual memory management on this device.
+    Unavailable,
+    /// On.
+    On,
 }
 
 impl DevicePool {
@@ -63,6 +110,7 @@ impl DevicePool {
             .vmm_granularity(self.device)
             .filter(|g| g.is_power_of_two() && g.is_multiple_of(ALIGN))
         else {
+            self.expandable_use = Expandable::Unavailable;
             return;
         };
         let range = match backend.memory_info(self.device) {
@@ -71,6 +119,18 @@ impl DevicePool {
         };
         self.granule = granule;
         self.range_bytes = range.next_multiple_of(granule);
+        self.expandable_use = Expandable::On;
+    }
+
+    /// Expandable segments were asked for, but a trace records this run (`Pool` does not
+    /// enable them then).
+    pub fn note_expandable_traced(&mut self) {
+        self.expandable_use = Expandable::Tracing;
+    }
+
+    /// Whether large blocks come from expandable segments, and if not, why.
+    pub fn expandable_use(&self) -> Expandable {
+        self.expandable_use
     }
 
     /// Whether large blocks come from expandable segments.
@@ -102,7 +162,10 @@ impl DevicePool {
             return None;
         }
         let bytes = self.range_bytes;
-        let addr = backend.vmm_reserve(self.device, bytes).ok()?;
+        let Ok(addr) = backend.vmm_reserve(self.device, bytes) else {
+            self.stats.ranges_refused += 1;
+            return None;
+        };
         self.stats.segments.add(1);
         self.sample_memory(backend);
         let granules = Granules::new(bytes / self.granule);
@@ -180,6 +243,7 @@ impl DevicePool {
                 } else {
                     self.granules_mut(si).mapped += g;
                     self.stats.reserved.add(g);
+                    self.stats.granules_mapped += 1;
                 }
             }
             return Err(e);
@@ -187,6 +251,7 @@ impl DevicePool {
         let added = mapped_here.len() as u64 * g;
         self.granules_mut(si).mapped += added;
         self.stats.reserved.add(added);
+        self.stats.granules_mapped += mapped_here.len() as u64;
         Ok(())
     }
 
@@ -313,6 +378,7 @@ impl DevicePool {
             granules.set(k, false);
             granules.mapped -= g;
             self.stats.reserved.sub(g);
+            self.stats.granules_unmapped += 1;
             released += g;
             self.count_release(why, g);
         }
@@ -364,5 +430,39 @@ impl DevicePool {
             end += 1;
         }
         Some((s.addr + first * g, (end - first) * g))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Granules;
+
+    /// The bitmap's counts and searches against a plain scan, across word boundaries.
+    #[test]
+    fn granule_counts_and_searches_agree_with_a_scan() {
+        let mut g = Granules::new(200);
+        for k in [0, 1, 63, 64, 65, 127, 128, 150, 151, 152, 199] {
+            g.set(k, true);
+        }
+        let scan = |first: u64, end: u64| (first..end).filter(|&k| g.is_mapped(k)).count() as u64;
+        let next =
+            |k: u64, end: u64, m: bool| (k..end).find(|&i| g.is_mapped(i) == m).unwrap_or(end);
+        for first in 0..=200 {
+            for end in first..=200 {
+                assert_eq!(
+                    g.count_between(first, end),
+                    scan(first, end),
+                    "{first}..{end}"
+                );
+                for m in [true, false] {
+                    assert_eq!(
+                        g.next_with(first, end, m),
+                        next(first, end, m),
+                        "{first}..{end} {m}"
+                    );
+                }
+            }
+        }
+        assert_eq!(g.count(), 11);
     }
 }

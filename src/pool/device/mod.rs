@@ -11,6 +11,7 @@
 //! - `stream_hold.rs`: blocks held for the stream that freed them (`relaxed` mode);
 //! - `release.rs`: the threshold, empty-cache, outgrown segments, reset; threshold and limit;
 //! - `expandable.rs`: expandable segments, mapped and unmapped in granules;
+//! - `figures.rs`: where the memory lies (mapped, releasable, stranded), for the reports;
 //! - `lend.rs`: blocks lent to thread caches;
 //! - `check.rs`: the structural check.
 
@@ -35,6 +36,7 @@ use super::{FreeKind, IntHasher, ReuseClock, StreamKey, NO_STREAM};
 mod arena;
 mod check;
 mod expandable;
+mod figures;
 mod fit;
 mod grow;
 mod hit;
@@ -42,6 +44,9 @@ mod lend;
 mod pending;
 mod release;
 mod stream_hold;
+
+pub use expandable::Expandable;
+pub use figures::CacheFigures;
 
 /// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
 /// (or an eighth of its reserved memory, if more): a request of the same size takes one back
@@ -314,6 +319,8 @@ pub struct DevicePool {
     /// A block of an expandable segment became free since a release last looked for free
     /// granules (`make_free` sets it).
     unmap_due: bool,
+    /// Whether expandable segments are on, and if not, why (for the reports).
+    expandable_use: Expandable,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
     /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
@@ -389,6 +396,7 @@ impl DevicePool {
             range_bytes: 0,
             ranges: Vec::new(),
             unmap_due: false,
+            expandable_use: Expandable::Off,
             lock_allocs: 0,
             next_sample: 1,
             contention: Default::default(),
@@ -466,11 +474,6 @@ impl DevicePool {
         self.segments[i as usize]
             .as_mut()
             .expect("block in a released segment")
-    }
-
-    /// Bytes of segments that hold no live or lent block: what a release could give back now.
-    pub fn idle_bytes(&self) -> u64 {
-        self.idle_bytes
     }
 
     /// The segment holding `addr`, as (base, size); in an expandable segment, the run of
