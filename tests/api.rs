@@ -40,6 +40,9 @@ fn build_linked(src: &Path, compiler: &str, std: &str, cudart: bool) -> PathBuf 
     )
 }
 
+/// Classic segments, where a test counts the driver's allocations or times `cudaMalloc`.
+const CLASSIC: (&str, &str) = ("GPUPOOL_EXPANDABLE", "0");
+
 fn api(mode: &str, env: &[(&str, &str)]) -> (String, String) {
     ok(clean_command(&api_program())
         .arg(mode)
@@ -48,7 +51,8 @@ fn api(mode: &str, env: &[(&str, &str)]) -> (String, String) {
 
 #[test]
 fn statistics_equal_what_the_program_did() {
-    let (out, _) = api("stats", &[]);
+    // Classic segments: each is one allocation the simulator counts.
+    let (out, _) = api("stats", &[CLASSIC]);
     assert!(out.contains("stats ok"), "{out}");
     // The summary written through the API agrees with the struct.
     assert!(out.contains("gpupool summary"), "{out}");
@@ -104,7 +108,7 @@ fn a_forked_childs_summary_says_the_pool_is_off_there() {
 /// the pool would let the second deadlock), and no free reaches the runtime.
 #[test]
 fn calls_from_a_signal_handler_inside_the_pool_are_refused_and_free_nothing() {
-    let (out, err) = api("reentry", &[("CUDASIM_MALLOC_US", "400000")]);
+    let (out, err) = api("reentry", &[("CUDASIM_MALLOC_US", "400000"), CLASSIC]);
     assert!(out.contains("reentry ok"), "{out}");
     assert!(
         err.contains("cudaFree(")
@@ -127,7 +131,7 @@ fn empty_cache_gives_memory_back_to_the_driver() {
 
 #[test]
 fn idle_segments_a_larger_request_outgrew_go_back_to_the_driver() {
-    let (out, _) = api("outgrown", &[]);
+    let (out, _) = api("outgrown", &[CLASSIC]);
     assert!(out.contains("outgrown ok"), "{out}");
     // The summary says why the memory went back.
     let line = out
@@ -175,6 +179,7 @@ fn a_preloaded_library_and_a_linked_one_are_the_same_copy() {
     // (the stats mode checks that cudaMalloc allocations show in gpupool_get_stats).
     let (out, _) = ok(clean_command(&api_program())
         .arg("stats")
+        .env(CLASSIC.0, CLASSIC.1)
         .env("LD_PRELOAD", library()));
     assert!(out.contains("stats ok"), "{out}");
 }

@@ -41,8 +41,16 @@ fn program() -> PathBuf {
     Sim::get().compile(&root().join("tests/c/faults.c"), &[&flag])
 }
 
-/// The settings under which the pool makes the call in question on its own.
+/// The settings under which the pool makes the call in question on its own. Classic segments:
+/// the runtime calls above are the ones the pool makes for them (expandable segments map
+/// through the driver, whose refusals `tests/expandable_segments.rs` injects).
 fn env_for(function: &str) -> Vec<(&'static str, &'static str)> {
+    let mut env = settings_for(function);
+    env.push(("GPUPOOL_EXPANDABLE", "0"));
+    env
+}
+
+fn settings_for(function: &str) -> Vec<(&'static str, &'static str)> {
     match function {
         "cudaFree" | "cudaStreamSynchronize" | "cudaEventSynchronize" => {
             vec![("GPUPOOL_RELEASE_THRESHOLD", "0")]

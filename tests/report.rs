@@ -1182,6 +1182,10 @@ fn out_of_memory_advice_fits_the_situation() {
             "1GiB"
         };
         env.push(("CUDASIM_MEM", mem));
+        // The advice for classic segments' packing: expandable segments have none of it.
+        if !env.iter().any(|(k, _)| *k == "GPUPOOL_EXPANDABLE") {
+            env.push(("GPUPOOL_EXPANDABLE", "0"));
+        }
         let (_, out, err) = run_ok(&c_program("oom_advice"), &[mode], &env);
         assert!(out.ends_with("oom advice ok\n"), "{mode}: {out}");
         (out, err)

@@ -165,10 +165,13 @@ def manifest(build, src, lib, python, sanitizer, counts):
           pool(lib, "relaxed"))
     # Who holds the tensors, from a live dump with the model still live (issue 19): PyTorch's
     # CUDA library, not "unknown".
-    # Expandable segments under the headline command (issue 20): step time and peak reserved
-    # beside torch_headline_pool.
-    torch("torch_headline_pool_expandable", "bench", argv, 150, finite + [INTERCEPTED],
-          pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "1"),))
+    # Expandable segments are the default (issue 20): the headline command with classic
+    # segments, and PyTorch's own expandable segments, for step time and peak reserved beside
+    # torch_headline_pool.
+    torch("torch_headline_pool_classic", "bench", argv, 150, finite + [INTERCEPTED],
+          pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "0"),))
+    torch("torch_native_expandable", "bench", argv, 150, ok,
+          (("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),))
     torch("torch_held_by", "info", argv + ["--dump"], 150,
           finite + [INTERCEPTED, Line(r"held by +lib(c10_cuda|torch_cuda)")], pool(lib, "strict"))
     torch("torch_async_native", "bench", argv, 150, ok,
@@ -228,14 +231,14 @@ def manifest(build, src, lib, python, sanitizer, counts):
 
     # What fits: fill with 7 MiB blocks, free every other, fill with 14 MiB (issue 20): without
     # the pool, with classic segments, with expandable segments on virtual memory.
-    expandable = (("GPUPOOL_EXPANDABLE", "1"),)
     frag = group("fragment", ("blocks", "double_blocks"))
     argv = [f"{build}/fragment", "7"]
     ok = Is("fragment", "ok")
     frag("fragment_nopool", "bench", argv, 120, [ok])
-    frag("fragment_pool_classic", "bench", argv, 120, [ok, INTERCEPTED], pool(lib, "strict"))
+    frag("fragment_pool_classic", "bench", argv, 120, [ok, INTERCEPTED],
+         pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "0"),))
     frag("fragment_pool_expandable", "info", argv, 120, [ok, INTERCEPTED],
-         pool(lib, "strict") + expandable)
+         pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "1"),))
 
     # compute-sanitizer memcheck on churn under the pool; without the pool only to diagnose a
     # failure (informational).

@@ -35,7 +35,7 @@ ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torc
                      "sanitizer_memcheck_static_pool", "torch_held_by",
                      # Expandable segments (issue 20).
                      "fragment_nopool", "fragment_pool_classic", "fragment_pool_expandable",
-                     "torch_headline_pool_expandable"}
+                     "torch_headline_pool_classic", "torch_native_expandable"}
 
 
 def dry_run_lines(counts):

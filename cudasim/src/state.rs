@@ -327,14 +327,13 @@ impl State {
     }
 
     /// Drops everything of device `d` (`cudaDeviceReset`, once its work is done): its
-    /// allocations, its mapped physical memory (`cuMemCreate` handles, released or not, and
-    /// their mappings), streams, events, queued completions, context and default pool (its
-    /// attributes too). Counters and reservations stay.
+    /// allocations, streams, events, queued completions, context and default pool (its
+    /// attributes too). Counters stay, and virtual memory: as `cuCtxDestroy` documents, memory
+    /// from `cuMemCreate` outlives the context (its handles, mappings and reservations).
     pub fn reset_device(&mut self, d: usize) {
         for base in self.allocs.of_device(d) {
             self.destroy_allocation(base);
         }
-        self.vmm.reset_device(d);
         self.queue.forget_device(d);
         for h in self.streams.reset_device(d) {
             // SAFETY: `h` was a registered stream handle, now removed from the registry.
@@ -353,10 +352,8 @@ impl State {
         }
         let dev = &mut self.devices[d];
         dev.context = false;
-        dev.live_allocations = 0;
-        dev.live_bytes = 0;
-        dev.vmm_created_bytes = 0;
-        dev.vmm_mapped_bytes = 0;
+        dev.live_allocations = self.vmm.handles_of(d);
+        dev.live_bytes = dev.vmm_created_bytes;
         // The context's default pool goes with it; the next one has the same handle.
         dev.pool = Pool::default();
     }

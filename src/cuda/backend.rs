@@ -3,12 +3,13 @@
 //! primary context's memory is the same to `cudaFree` and `cuMemFree`.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
 use super::driver::{self, Driver};
 use super::runtime::Runtime;
 use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
+use crate::log;
 use crate::pool::{Addr, Backend, CudaError, MAX_DEVICES};
 
 /// The runtime the pool's calls go to, once a runtime hook found it (`global::init`).
@@ -306,6 +307,18 @@ impl Backend for CudaBackend {
         // SAFETY: the handle made above, released once.
         unsafe { (vmm.release)(handle) };
         usable
+    }
+
+    fn vmm_stopped(&self, device: u32, why: CudaError) {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        log::warn_once(&SAID, || {
+            format!(
+                "the driver refused virtual memory on device {device} (CUDA error {}): expandable \
+                 segments off there, classic segments serve its requests (GPUPOOL_EXPANDABLE=0 \
+                 chooses them from the start; reported once)",
+                why.0
+            )
+        });
     }
 
     fn vmm_unmap(&self, _device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {

@@ -96,9 +96,12 @@ fn primary_context(d: &Driver, dev: u32) -> Option<usize> {
 
 /// The primary context of `dev` was reset or destroyed: the pool forgets the device's memory
 /// (the driver freed it) and the handle (a new context may get another).
-fn forget_device(pool: &Pool<CudaBackend>, dev: u32) {
+/// `forgot`: the pool forgot the device's memory already.
+fn forget_device(pool: &Pool<CudaBackend>, dev: u32, forgot: bool) {
     forget_primary(dev);
-    pool.forget_device(dev);
+    if !forgot {
+        pool.forget_device(dev);
+    }
     pool.backend().forget_device(dev);
 }
 
@@ -441,13 +444,17 @@ pub fn launch(stream: Stream, real: impl Fn() -> CuResult) -> CuResult {
     r
 }
 
-/// `cuDevicePrimaryCtxReset_v2`: the driver frees the device's memory; the pool forgets it.
+/// `cuDevicePrimaryCtxReset_v2`: the driver frees the device's memory but for virtual memory,
+/// which the pool gives back first; the pool forgets the device.
 pub fn primary_ctx_reset(dev: c_int, real: impl Fn() -> CuResult) -> CuResult {
+    let pooled = match (global::process_pool(), u32::try_from(dev)) {
+        (Some(pool), Ok(dev)) if (dev as usize) < crate::pool::MAX_DEVICES => Some((pool, dev)),
+        _ => None,
+    };
+    let forgot = pooled.is_some_and(|(pool, dev)| pool.release_mappings_for_reset(dev, false));
     let r = real();
-    if let (cu::CU_SUCCESS, Some(pool), Ok(dev)) = (r, global::process_pool(), u32::try_from(dev)) {
-        if (dev as usize) < crate::pool::MAX_DEVICES {
-            forget_device(pool, dev);
-        }
+    if let (cu::CU_SUCCESS, Some((pool, dev))) = (r, pooled) {
+        forget_device(pool, dev, forgot);
     }
     r
 }
@@ -466,7 +473,9 @@ pub fn primary_ctx_release(dev: c_int, real: impl Fn() -> CuResult) -> CuResult 
     // SAFETY: valid out-pointers and the device the program named.
     let asked = unsafe { (d.primary_ctx_get_state)(dev, &mut flags, &mut active) };
     if asked == cu::CU_SUCCESS && active == 0 {
-        forget_device(pool, device);
+        // The last release destroyed the context: its virtual memory stays until unmapped.
+        let forgot = pool.release_mappings_for_reset(device, true);
+        forget_device(pool, device, forgot);
     }
     r
 }

@@ -388,6 +388,10 @@ pub unsafe fn device_reset() -> CudaStatus {
     };
     let rt = &g.runtime;
     let before = current_device(rt);
+    let forgot = match (g.pool(), before) {
+        (Some(pool), Some(dev)) => pool.release_mappings_for_reset(dev, false),
+        _ => false,
+    };
     // SAFETY: no arguments.
     let r = forward(rt.device_reset, |f| unsafe { f() });
     // Asked again if the runtime could not say before: a pool that did not forget the
@@ -397,7 +401,9 @@ pub unsafe fn device_reset() -> CudaStatus {
         (SUCCESS, Some(pool), Some(dev)) => {
             // The driver freed every allocation of the device, and its events: forget, do
             // not free.
-            pool.forget_device(dev);
+            if !forgot {
+                pool.forget_device(dev);
+            }
             pool.backend().forget_device(dev);
             driver::forget_primary(dev);
         }

@@ -65,4 +65,7 @@ pub trait Backend: Send + Sync {
     ) -> Result<(), CudaError> {
         Err(CudaError::NOT_SUPPORTED)
     }
+    /// The pool turned expandable segments off on `device`: the driver refused a mapping with
+    /// `why`, not for lack of memory, before any worked. A backend that can tell the user does.
+    fn vmm_stopped(&self, _device: u32, _why: CudaError) {}
 }

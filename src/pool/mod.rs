@@ -138,6 +138,9 @@ impl<B: Backend> Backend for Timed<'_, B> {
     fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.time(|| self.inner.vmm_free_reservation(device, addr, bytes))
     }
+    fn vmm_stopped(&self, device: u32, why: CudaError) {
+        self.inner.vmm_stopped(device, why)
+    }
 }
 
 /// How long a report waits for a device's lock.

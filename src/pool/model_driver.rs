@@ -295,6 +295,11 @@ impl ModelDriver {
         Ok(seg.bytes)
     }
 
+    /// Address ranges reserved and not freed.
+    pub fn reservations(&self) -> usize {
+        self.lock().ranges.len()
+    }
+
     /// Bytes mapped into reserved ranges of `device` now (segments not counted).
     pub fn mapped_on(&self, device: u32) -> u64 {
         let s = self.lock();

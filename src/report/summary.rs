@@ -256,6 +256,10 @@ fn expandable_text(d: &DeviceReport) -> String {
         Expandable::Unavailable => {
             "off: the driver has no virtual memory management on this device".to_string()
         }
+        Expandable::Refused(why) => format!(
+            "off: the driver refused to map virtual memory (error {}), classic segments since",
+            why.0
+        ),
     };
     let refused = match s.ranges_refused {
         0 => String::new(),

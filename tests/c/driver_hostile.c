@@ -22,9 +22,10 @@
     } while (0)
 #define CU_OK(call) CU_EXPECT(call, CUDA_SUCCESS)
 
+/* Memory taken from the driver: cuMemAlloc calls, and granules mapped (expandable segments). */
 static unsigned long long driver_mallocs(void)
 {
-    return sim_stats(0).driver_mallocs;
+    return sim_stats(0).driver_mallocs + sim_stats(0).vmm_maps;
 }
 
 static CUcontext primary_current(void)

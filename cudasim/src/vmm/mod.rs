@@ -312,23 +312,9 @@ impl Vmm {
             .is_ok_and(|c| c.iter().all(|m| m.prot() == Prot::ReadWrite))
     }
 
-    /// Drops device `d`'s physical memory (`cudaDeviceReset`): its mappings are unmapped and
-    /// its handles freed, released or not. Reservations stay: they are address space, not
-    /// the device's.
-    pub fn reset_device(&mut self, d: usize) {
-        let bases: Vec<usize> = self
-            .mappings
-            .values()
-            .filter(|m| m.device == d)
-            .map(|m| m.base)
-            .collect();
-        for b in bases {
-            if let Some(m) = self.mappings.remove(&b) {
-                // SAFETY: a mapping of ours, now forgotten.
-                unsafe { os::unmap(m.base, m.size) };
-            }
-        }
-        self.handles.retain(|_, h| h.device != d);
+    /// Physical allocations of device `d` still alive (released ones kept by a mapping too).
+    pub fn handles_of(&self, d: usize) -> u64 {
+        self.handles.values().filter(|h| h.device == d).count() as u64
     }
 }
 

@@ -98,6 +98,9 @@ pub enum Expandable {
     Tracing,
     /// Asked for, but the driver offers no virtual memory management on this device.
     Unavailable,
+    /// On until the driver refused a mapping for another reason than memory (this code),
+    /// before any worked: classic segments since.
+    Refused(CudaError),
     /// On.
     On,
 }
@@ -130,7 +133,10 @@ impl DevicePool {
 
     /// Whether large blocks come from expandable segments, and if not, why.
     pub fn expandable_use(&self) -> Expandable {
-        self.expandable_use
+        match self.expandable_refused {
+            Some(why) => Expandable::Refused(why),
+            None => self.expandable_use,
+        }
     }
 
     /// Whether large blocks come from expandable segments.
@@ -188,11 +194,68 @@ impl DevicePool {
             return Ok(idx);
         }
         match self.map_block(idx, rounded, backend, policy) {
-            Err(e) if e == CudaError::MEMORY_ALLOCATION => {
-                self.recover_mapping(rounded, backend, clock, policy)
+            Ok(()) => Ok(idx),
+            Err(e) if e != CudaError::MEMORY_ALLOCATION && !self.any_mapped() => {
+                self.stop_expandable(backend, e);
+                let seg_size = segment_size(rounded, self.grow_above(policy))
+                    .ok_or(CudaError::MEMORY_ALLOCATION)?;
+                self.refill(Class::Large, rounded, seg_size, backend, clock, policy)
             }
-            r => r.map(|()| idx),
+            // Mapping worked before: the refusal is taken as the driver's lack of memory.
+            Err(_) => self.recover_mapping(rounded, backend, clock, policy),
         }
+    }
+
+    fn any_mapped(&self) -> bool {
+        self.ranges.iter().any(|(_, g)| g.mapped > 0)
+    }
+
+    /// The driver refused a mapping for another reason than memory while the pool had none
+    /// mapped: virtual memory is missing or broken on this device. Expandable segments stop
+    /// here; the ranges, which hold nothing, go back, and classic segments serve from now on.
+    fn stop_expandable(&mut self, backend: &dyn Backend, why: CudaError) {
+        for (si, _) in std::mem::take(&mut self.ranges) {
+            let s = self.seg(si);
+            let (addr, size, idx) = (s.addr, s.size, s.first);
+            // Nothing mapped: nothing was handed out, so the range is its one free block.
+            debug_assert_eq!(self.blocks[idx as usize].next, NONE);
+            self.unindex(idx);
+            self.drop_block(idx);
+            self.by_addr.remove(&addr);
+            self.segments[si as usize] = None;
+            self.vacant_segments.push(si);
+            self.stats.segments.sub(1);
+            let _ = backend.vmm_free_reservation(self.device, addr, size);
+        }
+        self.granule = 0;
+        self.unmap_due = false;
+        self.expandable_refused = Some(why);
+        backend.vmm_stopped(self.device, why);
+    }
+
+    /// Before the program resets the device. A context's destruction frees what `cuMemAlloc`
+    /// gave but not virtual memory (`cuCtxDestroy`'s documentation: memory from `cuMemCreate`
+    /// stays), so every granule is unmapped and every range freed here, once the device's work
+    /// is done (the reset waits for it too; `destroyed`: the context is gone already, and with
+    /// it its work). Returns whether there was a range: the pool's figures then no longer
+    /// match the driver, and the caller forgets the device.
+    pub fn unmap_all_before_reset(&mut self, backend: &dyn Backend, destroyed: bool) -> bool {
+        if self.ranges.is_empty() {
+            return false;
+        }
+        if !destroyed {
+            // A failed fence is a dead context: none of its kernels runs any more.
+            let _ = backend.fence(self.device);
+        }
+        let g = self.granule;
+        for (si, granules) in std::mem::take(&mut self.ranges) {
+            let (addr, size) = (self.seg(si).addr, self.seg(si).size);
+            for k in (0..size / g).filter(|&k| granules.is_mapped(k)) {
+                let _ = backend.vmm_unmap(self.device, addr + k * g, g);
+            }
+            let _ = backend.vmm_free_reservation(self.device, addr, size);
+        }
+        true
     }
 
     /// Map the granules block `idx` would hand out for `rounded` bytes and lacks, one mapping

@@ -321,6 +321,9 @@ pub struct DevicePool {
     unmap_due: bool,
     /// Whether expandable segments are on, and if not, why (for the reports).
     expandable_use: Expandable,
+    /// The driver's refusal that turned expandable segments off on this device (virtual memory
+    /// missing or broken): classic segments serve since.
+    pub expandable_refused: Option<CudaError>,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
     /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
@@ -397,6 +400,7 @@ impl DevicePool {
             ranges: Vec::new(),
             unmap_due: false,
             expandable_use: Expandable::Off,
+            expandable_refused: None,
             lock_allocs: 0,
             next_sample: 1,
             contention: Default::default(),

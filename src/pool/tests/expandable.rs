@@ -518,9 +518,20 @@ fn the_reports_say_why_expandable_segments_are_off() {
     off.alloc(0, 4096).unwrap();
     assert_eq!(off.device_stats(0).unwrap().expandable, Expandable::Off);
     // A refused reservation is counted: the request got a classic segment.
-    on.backend().fail_next(Call::Reserve, 1);
+    on.backend()
+        .fail_next(Call::Reserve, CudaError::MEMORY_ALLOCATION.0);
     on.alloc(0, 7 * MIB).unwrap();
     assert_eq!(stats(&on, 0).ranges_refused, 1);
+    // A driver that refuses virtual memory: off since, with the driver's code.
+    let refused = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    refused
+        .backend()
+        .fail_next(Call::Map, CudaError::NOT_SUPPORTED.0);
+    refused.alloc(0, 7 * MIB).unwrap();
+    assert_eq!(
+        refused.device_stats(0).unwrap().expandable,
+        Expandable::Refused(CudaError::NOT_SUPPORTED)
+    );
 }
 
 /// Through a random workload, what the figures call releasable is what an empty-cache gives
@@ -561,6 +572,80 @@ fn what_the_figures_call_releasable_is_what_empty_cache_gives_back() {
                 p.check().unwrap();
             }
         }
+        assert!(
+            p.backend().misuses().is_empty(),
+            "{:?}",
+            p.backend().misuses()
+        );
+    }
+}
+
+#[test]
+fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    // Not supported, before any granule was mapped: the range goes back, the request and
+    // every later one get classic segments, and nothing tells the program.
+    p.backend().fail_next(Call::Map, CudaError::NOT_SUPPORTED.0);
+    let blocks = fill(&p, 7 * MIB);
+    assert!(!blocks.is_empty());
+    let counts = p.backend().counts();
+    assert_eq!(counts.maps, 1, "one refused map, none after");
+    assert!(counts.mallocs >= 1);
+    assert_eq!(p.backend().reservations(), 0);
+    assert_eq!(p.backend().mapped_on(0), 0);
+    let slot = p.existing(0).unwrap();
+    assert_eq!(
+        slot.pool.lock().expandable_refused,
+        Some(CudaError::NOT_SUPPORTED)
+    );
+    for a in blocks {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    p.check().unwrap();
+    assert!(
+        p.backend().misuses().is_empty(),
+        "{:?}",
+        p.backend().misuses()
+    );
+
+    // Once mapping worked, a refusal is the driver's lack of memory: the ladder retries.
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    p.backend().fail_next(Call::Map, CudaError::NOT_SUPPORTED.0);
+    let b = p.alloc(0, 9 * MIB).unwrap();
+    assert_eq!(p.backend().counts().mallocs, 0);
+    assert!(p
+        .existing(0)
+        .unwrap()
+        .pool
+        .lock()
+        .expandable_refused
+        .is_none());
+    for x in [a, b] {
+        p.free(x, FreeKind::Sync, Some(0));
+    }
+    p.check().unwrap();
+}
+
+#[test]
+fn before_a_reset_every_granule_and_range_goes_back() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
+        let live = p.alloc(0, 64 * MIB).unwrap();
+        let cached = p.alloc(0, 96 * MIB).unwrap();
+        p.free(cached, FreeKind::Sync, Some(0));
+        assert!(p.backend().mapped_on(0) >= 160 * MIB);
+        assert!(p.release_mappings_for_reset(0, false));
+        // The pool forgot the device: the live block is no longer its own.
+        assert_eq!(p.backend().mapped_on(0), 0, "{reuse:?}");
+        assert_eq!(p.backend().reservations(), 0, "{reuse:?}");
+        assert_eq!(stats(&p, 0).reserved.current, 0);
+        assert!(p.live_block(live).is_none());
+        // Nothing to give back a second time: the caller forgets as before.
+        assert!(!p.release_mappings_for_reset(0, false));
+        let again = p.alloc(0, 64 * MIB).unwrap();
+        p.free(again, FreeKind::Sync, Some(0));
+        p.check().unwrap();
         assert!(
             p.backend().misuses().is_empty(),
             "{:?}",

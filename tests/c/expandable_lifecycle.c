@@ -1,0 +1,84 @@
+/* Expandable segments over a device's life: what a reset gives back, and the fallback to
+ * classic segments when the driver refuses virtual memory. Modes (one per run):
+ *   expandable_lifecycle reset-runtime   cudaDeviceReset with blocks live and cached
+ *   expandable_lifecycle reset-driver    cuDevicePrimaryCtxReset_v2 likewise
+ *   expandable_lifecycle fallback        run with CUDASIM_FAIL=cuMemCreate@1=801
+ * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
+ * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
+#include "check.h"
+#include "cuda.h"
+
+#define MiB ((size_t)1 << 20)
+
+static size_t free_bytes(void)
+{
+    size_t free_b = 0, total_b = 0;
+    CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    return free_b;
+}
+
+/* Blocks live and cached, then the reset: the driver frees the context's allocations but not
+ * virtual memory, so the pool must have unmapped and released its granules. */
+static void reset(int driver)
+{
+    void *live = NULL, *cached = NULL, *again = NULL;
+    CHECK_CUDA(cudaMalloc(&live, 64 * MiB));
+    CHECK_CUDA(cudaMalloc(&cached, 96 * MiB));
+    tag_block(live, 64 * MiB, 0x11);
+    CHECK_CUDA(cudaFree(cached));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    printf("mapped_before=%llu\n", sim_stats(0).vmm_mapped_bytes);
+    if (driver) {
+        CHECK(cuDevicePrimaryCtxReset_v2(0) == CUDA_SUCCESS, "cuDevicePrimaryCtxReset_v2");
+    } else {
+        CHECK_CUDA(cudaDeviceReset());
+    }
+    cudasimStats st = sim_stats(0);
+    printf("mapped_after_reset=%llu\n", st.vmm_mapped_bytes);
+    printf("created_after_reset=%llu\n", st.vmm_created_bytes);
+    printf("live_after_reset=%llu\n", st.live_allocations);
+    printf("free_after_reset=%zu\n", free_bytes());
+    /* The device works as new: memory comes from the driver again and keeps its content. */
+    CHECK_CUDA(cudaMalloc(&again, 64 * MiB));
+    tag_block(again, 64 * MiB, 0x22);
+    check_tag(again, 64 * MiB, 0x22);
+    CHECK_CUDA(cudaFree(again));
+    printf("unmapped_while_busy=%llu\n", sim_stats(0).unmapped_while_busy);
+}
+
+/* The driver refuses the first cuMemCreate as not supported: the pool serves from classic
+ * segments, and keeps doing so. */
+static void fallback(void)
+{
+    void *p[4];
+    int i;
+    for (i = 0; i < 4; i++) {
+        CHECK_CUDA(cudaMalloc(&p[i], 7 * MiB));
+        tag_block(p[i], 7 * MiB, (unsigned char)(0x30 + i));
+    }
+    for (i = 0; i < 4; i++) {
+        check_tag(p[i], 7 * MiB, (unsigned char)(0x30 + i));
+        CHECK_CUDA(cudaFree(p[i]));
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    cudasimStats st = sim_stats(0);
+    printf("fallback_maps=%llu\n", st.vmm_maps);
+    printf("fallback_mallocs=%llu\n", st.malloc_calls);
+    printf("fallback_last_error=%d\n", (int)cudaGetLastError());
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "reset-runtime") == 0) {
+        reset(0);
+    } else if (strcmp(mode, "reset-driver") == 0) {
+        reset(1);
+    } else if (strcmp(mode, "fallback") == 0) {
+        fallback();
+    } else {
+        CHECK(0, "mode: reset-runtime, reset-driver or fallback");
+    }
+    printf("expandable_lifecycle ok\n");
+    return 0;
+}

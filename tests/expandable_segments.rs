@@ -1,0 +1,147 @@
+//! Expandable segments over a device's life, on the simulator: a reset gives
+//! their virtual memory back (the driver keeps it otherwise), and a driver that refuses virtual
+//! memory leaves the program served from classic segments (`tests/c/expandable_lifecycle.c`);
+//! issue 20's targets through the driver API (`tests/c/driver_fill.c`).
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use support::{number, ok, pooled, unpooled};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const DEVICE: [(&str, &str); 3] = [
+    ("CUDASIM_MEM", "1GiB"),
+    ("CUDASIM_CONTEXT_BYTES", "0"),
+    ("GPUPOOL_EXPANDABLE", "1"),
+];
+
+fn program() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| support::c_program("expandable_lifecycle"))
+        .clone()
+}
+
+fn run(pool: bool, mode: &str, env: &[(&str, &str)]) -> (String, String) {
+    let mut all = DEVICE.to_vec();
+    all.extend_from_slice(env);
+    let exe = program();
+    let (out, err) = if pool {
+        ok(&mut pooled(&exe, &[mode], &all))
+    } else {
+        ok(&mut unpooled(&exe, &[mode], &all))
+    };
+    assert!(out.ends_with("expandable_lifecycle ok\n"), "{out}\n{err}");
+    (out, err)
+}
+
+#[test]
+fn a_reset_gives_the_mapped_memory_back() {
+    for mode in ["reset-runtime", "reset-driver"] {
+        for reuse in ["strict", "relaxed"] {
+            let (out, err) = run(true, mode, &[("GPUPOOL_REUSE", reuse)]);
+            let n = |key: &str| number::<u64>(&out, key);
+            // The blocks were mapped, live and cached (160 MiB in 2 MiB granules).
+            assert!(
+                n("mapped_before=") >= 160 * MIB,
+                "{mode} {reuse}: {out}\n{err}"
+            );
+            // A context's destruction leaves virtual memory to whoever mapped it: the pool gave
+            // every granule and handle back, so the whole device is free again.
+            assert_eq!(n("mapped_after_reset="), 0, "{mode} {reuse}: {out}");
+            assert_eq!(n("created_after_reset="), 0, "{mode} {reuse}: {out}");
+            assert_eq!(n("live_after_reset="), 0, "{mode} {reuse}: {out}");
+            assert_eq!(n("free_after_reset="), GIB, "{mode} {reuse}: {out}");
+            assert_eq!(n("unmapped_while_busy="), 0, "{mode} {reuse}: {out}");
+        }
+        let (without, _) = run(false, mode, &[]);
+        assert_eq!(
+            number::<u64>(&without, "free_after_reset="),
+            GIB,
+            "{without}"
+        );
+    }
+}
+
+#[test]
+fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
+    // CUDA_ERROR_NOT_SUPPORTED (801) for the first cuMemCreate: the request is served from a
+    // classic segment, with no error left for the program, and no granule is mapped later.
+    let (out, err) = run(true, "fallback", &[("CUDASIM_FAIL", "cuMemCreate@1=801")]);
+    let n = |key: &str| number::<u64>(&out, key);
+    assert_eq!(n("fallback_maps="), 0, "{out}\n{err}");
+    assert!(n("fallback_mallocs=") >= 1, "{out}");
+    assert_eq!(n("fallback_last_error="), 0, "{out}");
+    // Said once, with the setting that chooses classic segments from the start.
+    assert_eq!(err.matches("expandable segments off").count(), 1, "{err}");
+    assert!(err.contains("GPUPOOL_EXPANDABLE=0"), "{err}");
+    // Without the refusal the same program maps granules.
+    let (out, _) = run(true, "fallback", &[]);
+    assert!(number::<u64>(&out, "fallback_maps=") > 0, "{out}");
+}
+
+/// `tests/c/driver_fill.c` on a 16 GiB device with a 512 MiB context, as in the issue.
+fn driver_fill(pool: bool, size_kib: u64) -> String {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    let exe = EXE.get_or_init(|| support::c_program("driver_fill"));
+    let env = [
+        ("CUDASIM_MEM", "16GiB"),
+        ("CUDASIM_CONTEXT_BYTES", "512MiB"),
+        ("GPUPOOL_EXPANDABLE", "1"),
+        ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+    ];
+    let size = size_kib.to_string();
+    let (out, err) = if pool {
+        ok(&mut pooled(exe, &[&size], &env))
+    } else {
+        ok(&mut unpooled(exe, &[&size], &env))
+    };
+    assert!(out.ends_with("driver_fill ok\n"), "{out}\n{err}");
+    out
+}
+
+#[test]
+fn through_the_driver_a_device_fills_as_without_the_pool_and_free_granules_go_back() {
+    // 7 MiB, 12 MiB and 5.1 MiB blocks; the issue's shares of what fits without the pool. Blocks
+    // are packed, not granule-aligned: a 5.1 MiB hole between live blocks frees only the
+    // granules wholly inside it, 0.61 of the holes' bytes for blocks twice the size (aligned
+    // starts would give 0.85 there, and 0.875 of the 7 MiB fill).
+    for (kib, fill_share, half_share) in [
+        (7 * 1024, 0.85, 0.80),
+        (12 * 1024, 0.85, 0.80),
+        (5222, 0.83, 0.60),
+    ] {
+        let with = driver_fill(true, kib);
+        let without = driver_fill(false, kib);
+        let n = |text: &str, key: &str| number::<u64>(text, key) as f64;
+        let filled = n(&with, "fill_count=") / n(&without, "fill_count=");
+        let halves = n(&with, "half_count=") / n(&without, "half_count=");
+        println!("{kib} KiB: fill {filled:.3}, twice the size after the half-free {halves:.3}");
+        assert!(
+            filled >= fill_share,
+            "{kib} KiB: {filled}\n{with}\n{without}"
+        );
+        assert!(
+            halves >= half_share,
+            "{kib} KiB: {halves}\n{with}\n{without}"
+        );
+        // Out of memory as the driver says it.
+        assert_eq!(n(&with, "fill_error="), 2.0, "{with}");
+        // With a zero threshold: at most 64 MiB kept once all is freed, and with two blocks
+        // left at both ends of the range, those two and at most 64 MiB more.
+        let block = (kib * 1024) as f64;
+        assert!(
+            n(&with, "held_after_free=") <= (64 * MIB) as f64,
+            "{kib} KiB: {with}"
+        );
+        assert!(
+            n(&with, "held_two_ends=") <= 2.0 * block + (64 * MIB) as f64,
+            "{kib} KiB: {with}"
+        );
+        assert_eq!(n(&with, "unmapped_while_busy="), 0.0, "{with}");
+    }
+}
