@@ -22,6 +22,8 @@ pub const INVALID_RESOURCE_HANDLE: Code = 400;
 pub const SYMBOL_NOT_FOUND: Code = 500;
 pub const ILLEGAL_STATE: Code = 401;
 pub const NOT_READY: Code = 600;
+pub const PEER_ACCESS_ALREADY_ENABLED: Code = 704;
+pub const PEER_ACCESS_NOT_ENABLED: Code = 705;
 pub const STREAM_CAPTURE_UNSUPPORTED: Code = 900;
 pub const UNKNOWN: Code = 999;
 
@@ -75,6 +77,16 @@ const TABLE: &[(Code, &CStr, &CStr)] = &[
         c"the operation cannot be performed in the present state",
     ),
     (NOT_READY, c"cudaErrorNotReady", c"device not ready"),
+    (
+        PEER_ACCESS_ALREADY_ENABLED,
+        c"cudaErrorPeerAccessAlreadyEnabled",
+        c"peer access is already enabled",
+    ),
+    (
+        PEER_ACCESS_NOT_ENABLED,
+        c"cudaErrorPeerAccessNotEnabled",
+        c"peer access has not been enabled",
+    ),
     (
         STREAM_CAPTURE_UNSUPPORTED,
         c"cudaErrorStreamCaptureUnsupported",
@@ -172,6 +184,16 @@ const CU_TABLE: &[(Code, &CStr, &CStr)] = &[
         c"named symbol not found",
     ),
     (NOT_READY, c"CUDA_ERROR_NOT_READY", c"device not ready"),
+    (
+        PEER_ACCESS_ALREADY_ENABLED,
+        c"CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+        c"peer access is already enabled",
+    ),
+    (
+        PEER_ACCESS_NOT_ENABLED,
+        c"CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+        c"peer access has not been enabled",
+    ),
     (
         CU_NOT_SUPPORTED,
         c"CUDA_ERROR_NOT_SUPPORTED",

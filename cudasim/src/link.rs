@@ -35,6 +35,8 @@ pub struct Driver {
     pub event_synchronize: unsafe extern "C" fn(*mut c_void) -> c_int,
     pub stream_create: unsafe extern "C" fn(*mut Stream, c_uint) -> c_int,
     pub stream_create_with_priority: unsafe extern "C" fn(*mut Stream, c_uint, c_int) -> c_int,
+    pub ctx_enable_peer_access: unsafe extern "C" fn(*mut c_void, c_uint) -> c_int,
+    pub ctx_disable_peer_access: unsafe extern "C" fn(*mut c_void) -> c_int,
     #[allow(clippy::type_complexity)]
     pub launch_kernel: unsafe extern "C" fn(
         *mut c_void,
@@ -186,6 +188,8 @@ unsafe fn link(h: *mut c_void) -> Result<Driver, String> {
             stream_create: as_fn(get(c"cuStreamCreate")?),
             stream_create_with_priority: as_fn(get(c"cuStreamCreateWithPriority")?),
             launch_kernel: as_fn(get(c"cuLaunchKernel")?),
+            ctx_enable_peer_access: as_fn(get(c"cuCtxEnablePeerAccess")?),
+            ctx_disable_peer_access: as_fn(get(c"cuCtxDisablePeerAccess")?),
         };
         match init(0) {
             SUCCESS => Ok(driver),

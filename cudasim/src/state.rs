@@ -91,6 +91,8 @@ pub struct State {
     pub contexts: HashMap<usize, usize>,
     /// How many times each device's primary context is retained.
     pub primary_retains: Vec<u32>,
+    /// (accessor, owner): peer access the program enabled (`api/peer.rs`).
+    pub peer_access: HashSet<(usize, usize)>,
 }
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
@@ -162,6 +164,7 @@ impl State {
             graphs: HashSet::new(),
             contexts: HashMap::new(),
             primary_retains: vec![0; cfg.devices],
+            peer_access: HashSet::new(),
         }
     }
 
@@ -334,6 +337,8 @@ impl State {
         for base in self.allocs.of_device(d) {
             self.destroy_allocation(base);
         }
+        // Peer access is the contexts', and the device's context goes.
+        self.peer_access.retain(|&(a, o)| a != d && o != d);
         self.queue.forget_device(d);
         for h in self.streams.reset_device(d) {
             // SAFETY: `h` was a registered stream handle, now removed from the registry.

@@ -225,3 +225,30 @@ fn virtual_memory() {
     assert!(out.contains("check: unmap under a running kernel proceeds and is counted"));
     assert!(out.contains("sim_vmm: all checks passed"));
 }
+
+/// Peer access between two devices, through the runtime and the driver, and mapped memory
+/// reachable from a peer only where `cuMemSetAccess` gave it access.
+#[test]
+fn peer_access() {
+    let sim = Sim::get();
+    let simlib = sim.simlib.display().to_string();
+    let build = Build {
+        compiler: "cc",
+        flags: &["-std=c11"],
+        libs: &["-L", &simlib, "-lcuda"],
+        cudart: true,
+    };
+    let exe = sim.build(&source("sim_peer.c"), &build);
+    let env = [
+        ("CUDASIM_DEVICES", "2"),
+        ("CUDASIM_MEM", "1GiB"),
+        ("CUDASIM_CONTEXT_BYTES", "0"),
+    ];
+    for no_driver in ["0", "1"] {
+        let mut env = env.to_vec();
+        env.push(("CUDASIM_NO_DRIVER", no_driver));
+        let out = sim.run_ok(&exe, &[], &env);
+        print!("{out}");
+        assert!(out.contains("sim_peer: all checks passed"), "{no_driver}");
+    }
+}

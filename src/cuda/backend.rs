@@ -2,7 +2,7 @@
 //! loaded (a program that uses only the driver API). Either serves blocks of both APIs: a
 //! primary context's memory is the same to `cudaFree` and `cuMemFree`.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
@@ -10,7 +10,7 @@ use super::driver::{self, Driver};
 use super::runtime::Runtime;
 use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::log;
-use crate::pool::{Addr, Backend, CudaError, MAX_DEVICES};
+use crate::pool::{Addr, Backend, CudaError, DeviceSet, MAX_DEVICES};
 
 /// The runtime the pool's calls go to, once a runtime hook found it (`global::init`).
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -309,6 +309,28 @@ impl Backend for CudaBackend {
         usable
     }
 
+    fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {
+        let found = driver::loaded()?;
+        let count = found.driver.device_get_count?;
+        let mut n: c_int = 0;
+        // SAFETY: a valid out-pointer.
+        if unsafe { count(&mut n) } != SUCCESS || n < 1 {
+            return None;
+        }
+        let mut peers = DeviceSet::default();
+        for peer in (0..n as u32).filter(|&p| p != device) {
+            let can_access = found.driver.vmm.as_ref()?.can_access_peer?;
+            let mut can: c_int = 0;
+            // SAFETY: a valid out-pointer and two device ordinals the driver counted.
+            let r = unsafe { can_access(&mut can, peer as c_int, device as c_int) };
+            if r != SUCCESS || can == 0 || peer as usize >= MAX_DEVICES {
+                return None;
+            }
+            peers = peers | DeviceSet::one(peer);
+        }
+        Some(peers)
+    }
+
     fn vmm_stopped(&self, device: u32, why: CudaError) {
         static SAID: AtomicBool = AtomicBool::new(false);
         log::warn_once(&SAID, || {
@@ -319,6 +341,26 @@ impl Backend for CudaBackend {
                 why.0
             )
         });
+    }
+
+    fn vmm_grant(
+        &self,
+        _device: u32,
+        addr: Addr,
+        bytes: u64,
+        peers: DeviceSet,
+    ) -> Result<(), CudaError> {
+        let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
+        let access: Vec<driver::MemAccessDesc> = peers
+            .iter()
+            .map(|d| driver::MemAccessDesc {
+                location_type: driver::MEM_LOCATION_TYPE_DEVICE,
+                location_id: d as i32,
+                flags: driver::MEM_ACCESS_PROT_READWRITE,
+            })
+            .collect();
+        // SAFETY: whole mappings `vmm_map` made, and `access.len()` valid descriptors.
+        check(unsafe { (vmm.set_access)(addr, bytes as usize, access.as_ptr(), access.len()) })
     }
 
     fn vmm_unmap(&self, _device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {

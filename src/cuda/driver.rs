@@ -24,6 +24,7 @@ pub const CU_SUCCESS: CuResult = 0;
 pub const CU_ERROR_INVALID_VALUE: CuResult = 1;
 pub const CU_ERROR_OUT_OF_MEMORY: CuResult = 2;
 pub const CU_ERROR_NOT_INITIALIZED: CuResult = 3;
+pub const CU_ERROR_PEER_ACCESS_ALREADY_ENABLED: CuResult = 704;
 pub const CU_ERROR_UNKNOWN: CuResult = 999;
 
 pub type MemAllocFn = unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult;
@@ -118,7 +119,12 @@ pub struct Vmm {
     pub map: MemMapFn,
     pub unmap: MemUnmapFn,
     pub set_access: MemSetAccessFn,
+    /// `cuDeviceCanAccessPeer`: which other devices may be given access to mapped memory.
+    pub can_access_peer: Option<DeviceCanAccessPeerFn>,
 }
+
+/// `cuDeviceCanAccessPeer(can, device, peer)`: whether `device` can reach `peer`'s memory.
+pub type DeviceCanAccessPeerFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
 
 impl Vmm {
     fn resolve(lookup: Lookup) -> Option<Vmm> {
@@ -131,6 +137,7 @@ impl Vmm {
             map: optional!(lookup, "cuMemMap")?,
             unmap: optional!(lookup, "cuMemUnmap")?,
             set_access: optional!(lookup, "cuMemSetAccess")?,
+            can_access_peer: optional!(lookup, "cuDeviceCanAccessPeer"),
         })
     }
 }
@@ -138,6 +145,11 @@ impl Vmm {
 /// `cuIpcGetMemHandle`: the handle is 64 opaque bytes, as `cudaIpcMemHandle_t`.
 pub type IpcGetMemHandleFn =
     unsafe extern "C" fn(*mut super::types::IpcMemHandle, CuDevicePtr) -> CuResult;
+/// `cuCtxEnablePeerAccess`.
+pub type CtxEnablePeerAccessFn = unsafe extern "C" fn(CuContext, c_uint) -> CuResult;
+/// `cuMemGetAddressRange_v2`: the base and size of the allocation holding an address.
+pub type MemGetAddressRangeFn =
+    unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, CuDevicePtr) -> CuResult;
 /// `cuGetProcAddress` (CUDA 11.3).
 pub type GetProcAddressFn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;

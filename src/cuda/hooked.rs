@@ -32,9 +32,11 @@ pub enum Hooked {
     PrimaryCtxReset,
     PrimaryCtxRelease,
     IpcGetMemHandle,
+    CtxEnablePeerAccess,
+    MemGetAddressRange,
 }
 
-pub const COUNT: usize = Hooked::IpcGetMemHandle as usize + 1;
+pub const COUNT: usize = Hooked::MemGetAddressRange as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -58,6 +60,8 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuDevicePrimaryCtxReset_v2",
     c"cuDevicePrimaryCtxRelease_v2",
     c"cuIpcGetMemHandle",
+    c"cuCtxEnablePeerAccess",
+    c"cuMemGetAddressRange_v2",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

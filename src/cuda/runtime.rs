@@ -27,6 +27,7 @@ pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, u32, i32
 pub type LaunchKernelFn =
     unsafe extern "C" fn(*const c_void, Dim3, Dim3, *mut *mut c_void, usize, Stream) -> CudaStatus;
 pub type IpcGetMemHandleFn = unsafe extern "C" fn(*mut IpcMemHandle, *mut c_void) -> CudaStatus;
+pub type DeviceEnablePeerAccessFn = unsafe extern "C" fn(i32, u32) -> CudaStatus;
 pub type GetErrorStringFn = unsafe extern "C" fn(CudaStatus) -> *const c_char;
 pub type StreamGetDeviceFn = unsafe extern "C" fn(Stream, *mut i32) -> CudaStatus;
 pub type DeviceGetDefaultMemPoolFn = unsafe extern "C" fn(*mut MemPool, i32) -> CudaStatus;
@@ -70,6 +71,8 @@ pub struct Runtime {
     /// `__cudaLaunchKernel`, the target of `<<<...>>>` since CUDA 13.
     pub launch_kernel_internal: Option<LaunchKernelFn>,
     pub ipc_get_mem_handle: Option<IpcGetMemHandleFn>,
+    /// `cudaDeviceEnablePeerAccess`: the pool gives the peer access to its mapped memory too.
+    pub device_enable_peer_access: Option<DeviceEnablePeerAccessFn>,
     pub get_error_string: Option<GetErrorStringFn>,
     /// `cudaStreamGetDevice` (CUDA 12.8 and later): the device of a stream `cudaMallocAsync`
     /// names.
@@ -117,6 +120,7 @@ impl Runtime {
             launch_kernel: optional!(lookup, "cudaLaunchKernel"),
             launch_kernel_internal: optional!(lookup, "__cudaLaunchKernel"),
             ipc_get_mem_handle: optional!(lookup, "cudaIpcGetMemHandle"),
+            device_enable_peer_access: optional!(lookup, "cudaDeviceEnablePeerAccess"),
             get_error_string: optional!(lookup, "cudaGetErrorString"),
             stream_get_device: optional!(lookup, "cudaStreamGetDevice"),
             device_get_default_mem_pool: optional!(lookup, "cudaDeviceGetDefaultMemPool"),

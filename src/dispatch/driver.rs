@@ -241,12 +241,17 @@ fn stream_id(d: &Driver, stream: Stream) -> StreamKey {
     }
 }
 
-/// Whether the driver sees one device (asked once).
+/// Whether the driver sees one device.
 fn one_device(d: &Driver) -> bool {
+    device_count(d) == 1
+}
+
+/// The devices the driver sees (asked once; 0 when it cannot say).
+fn device_count(d: &Driver) -> usize {
     static COUNT: AtomicUsize = AtomicUsize::new(usize::MAX);
     let known = COUNT.load(Ordering::Relaxed);
     if known != usize::MAX {
-        return known == 1;
+        return known;
     }
     let mut n = 0;
     let ok = d.device_get_count.is_some_and(|count| {
@@ -255,7 +260,7 @@ fn one_device(d: &Driver) -> bool {
     });
     let n = if ok { n.max(0) as usize } else { 0 };
     COUNT.store(n, Ordering::Relaxed);
-    n == 1
+    n
 }
 
 static INVALID_FREE: AtomicBool = AtomicBool::new(false);
@@ -488,4 +493,63 @@ pub fn ipc_get_mem_handle(ptr: CuDevicePtr, real: impl Fn() -> CuResult) -> CuRe
         }
         _ => real(),
     }
+}
+
+/// `cuCtxEnablePeerAccess`: the current context's device may now reach `peer`'s memory. When
+/// `peer` is a primary context, the pool's mapped memory there gets that access too
+/// (`dispatch::peer`): the driver gives it to `cuMemAlloc` memory only. Inside the pool (the
+/// runtime's `cudaDeviceEnablePeerAccess` comes this way) its own hook does it.
+pub fn ctx_enable_peer_access(peer: CuContext, real: impl Fn() -> CuResult) -> CuResult {
+    let Some((pool, d)) = pooled() else {
+        return real();
+    };
+    let Some(_inside) = guard::enter() else {
+        return real();
+    };
+    let r = real();
+    if r == cu::CU_SUCCESS || r == cu::CU_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        if let (Some((_, accessor)), Some(owner)) = (current_context(d), primary_device(d, peer)) {
+            super::peer::grant(pool, owner, accessor, "cuCtxEnablePeerAccess");
+        }
+    }
+    r
+}
+
+/// The device whose primary context `ctx` is, if it is an active one.
+fn primary_device(d: &Driver, ctx: CuContext) -> Option<u32> {
+    let devices = device_count(d).min(crate::pool::MAX_DEVICES) as u32;
+    (0..devices).find(|&dev| primary_context(d, dev) == Some(ctx as usize))
+}
+
+/// `cuMemGetAddressRange_v2`: for an address in the pool's mapped memory, the run of mapped
+/// granules around it, as a classic segment is reported whole (the driver would give the one
+/// 2 MiB mapping holding it, less than the block). Anything else is the driver's answer.
+///
+/// # Safety
+/// As `cuMemGetAddressRange_v2`: `base` and `size` NULL or writable.
+pub unsafe fn mem_get_address_range(
+    base: *mut CuDevicePtr,
+    size: *mut usize,
+    dptr: CuDevicePtr,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    let Some((pool, _)) = pooled() else {
+        return real();
+    };
+    let Some(_inside) = guard::enter() else {
+        return real();
+    };
+    let Some((run_base, run_size)) = pool.mapped_run(dptr) else {
+        return real();
+    };
+    // Either out-pointer may be NULL, as for the driver.
+    if !base.is_null() {
+        // SAFETY: not NULL, and writable by the caller's contract.
+        unsafe { *base = run_base };
+    }
+    if !size.is_null() {
+        // SAFETY: as above; a run is at most a reserved range, which fit in a `size_t`.
+        unsafe { *size = run_size as usize };
+    }
+    cu::CU_SUCCESS
 }

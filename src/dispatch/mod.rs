@@ -9,6 +9,8 @@
 //! out-pointer, pointers from other allocators).
 
 pub mod driver;
+mod ipc;
+pub mod peer;
 mod stream_names;
 
 use std::ffi::c_void;
@@ -23,6 +25,8 @@ use crate::guard;
 use crate::log;
 use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, NO_STREAM};
 
+pub use ipc::ipc_get_mem_handle;
+pub(crate) use ipc::ipc_refused;
 pub use stream_names::Promise;
 use stream_names::{stream_is_blocking, stream_key, stream_key_known, stream_key_or_capture};
 
@@ -586,41 +590,4 @@ pub unsafe fn stream_create_with_priority(
         f(stream, flags, priority)
     });
     note_stream_flags(g, r, flags)
-}
-
-static IPC_REFUSED: AtomicBool = AtomicBool::new(false);
-
-/// Whether an IPC handle for `addr` must be refused: an IPC handle names a whole driver
-/// allocation, and for a block that does not start its segment the importer would map the
-/// segment's start instead of the block. Says so once on stderr; `what` names the call.
-pub(crate) fn ipc_refused<B: Backend>(pool: &Pool<B>, addr: u64, what: &str) -> bool {
-    let starts_segment = match pool.live_block(addr) {
-        Some((_, b)) => b.addr == b.segment_addr,
-        None => pool.owner_of(addr).is_none(),
-    };
-    if !starts_segment {
-        log::warn_once(&IPC_REFUSED, || {
-            format!(
-                "{what}(0x{addr:x}): the pointer is sub-allocated inside a pool segment, and an \
-                 IPC handle would map the segment's start instead; returned an invalid-value \
-                 error (run with GPUPOOL_DISABLE=1 for IPC-heavy programs)"
-            )
-        });
-    }
-    !starts_segment
-}
-
-/// # Safety
-/// As `cudaIpcGetMemHandle`.
-pub unsafe fn ipc_get_mem_handle(handle: *mut IpcMemHandle, ptr: *mut c_void) -> CudaStatus {
-    let g = match runtime() {
-        Ok(g) => g,
-        Err(e) => return e,
-    };
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let pass = || forward(g.runtime.ipc_get_mem_handle, |f| unsafe { f(handle, ptr) });
-    match g.pool() {
-        Some(pool) if ipc_refused(pool, ptr as u64, "cudaIpcGetMemHandle") => ERROR_INVALID_VALUE,
-        _ => pass(),
-    }
 }

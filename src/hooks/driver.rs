@@ -53,6 +53,8 @@ fn hooks() -> [usize; COUNT] {
         cuDevicePrimaryCtxReset_v2 as *const () as usize,
         cuDevicePrimaryCtxRelease_v2 as *const () as usize,
         cuIpcGetMemHandle as *const () as usize,
+        cuCtxEnablePeerAccess as *const () as usize,
+        cuMemGetAddressRange_v2 as *const () as usize,
     ]
 }
 
@@ -377,5 +379,37 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(
         dispatch::ipc_get_mem_handle(ptr, || {
             real!(IpcGetMemHandle, IpcGetMemHandleFn, |f| f(handle, ptr))
         })
+    })
+}
+
+/// # Safety
+/// As `cuCtxEnablePeerAccess`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CuContext, flags: c_uint) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_enable_peer_access(peer, || {
+            real!(CtxEnablePeerAccess, CtxEnablePeerAccessFn, |f| f(
+                peer, flags
+            ))
+        })
+    })
+}
+
+/// # Safety
+/// As `cuMemGetAddressRange_v2`: `base` and `size` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut CuDevicePtr,
+    size: *mut usize,
+    dptr: CuDevicePtr,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || {
+            real!(MemGetAddressRange, MemGetAddressRangeFn, |f| f(
+                base, size, dptr
+            ))
+        };
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_get_address_range(base, size, dptr, real) }
     })
 }

@@ -259,9 +259,8 @@ pub unsafe extern "C" fn cudaStreamCreateWithPriority(
     })
 }
 
-/// An IPC handle names a whole driver allocation. For a block that does not start its segment,
-/// the importer would map the segment's start instead of the block: refuse clearly rather than
-/// hand out a silently wrong mapping.
+/// An IPC handle names a whole driver allocation: refused for a pool block it cannot name
+/// (`dispatch::ipc`), rather than a handle that maps something else.
 ///
 /// # Safety
 /// As `cudaIpcGetMemHandle`.
@@ -273,6 +272,16 @@ pub unsafe extern "C" fn cudaIpcGetMemHandle(
     // SAFETY: the caller's contract.
     boundary(ERROR_UNKNOWN, || unsafe {
         dispatch::ipc_get_mem_handle(handle, ptr)
+    })
+}
+
+/// # Safety
+/// As `cudaDeviceEnablePeerAccess`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceEnablePeerAccess(peer: i32, flags: u32) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::peer::device_enable_peer_access(peer, flags)
     })
 }
 

@@ -17,6 +17,45 @@ impl CudaError {
     pub const UNKNOWN: CudaError = CudaError(999);
 }
 
+/// A set of device ordinals below 64 (`MAX_DEVICES`): the peers given access to a device's
+/// mapped memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceSet(pub u64);
+
+impl DeviceSet {
+    /// The set of `device` alone (empty for an ordinal of 64 or more).
+    pub fn one(device: u32) -> DeviceSet {
+        DeviceSet(1u64.checked_shl(device).unwrap_or(0))
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn contains(self, device: u32) -> bool {
+        !(self & DeviceSet::one(device)).is_empty()
+    }
+
+    /// The ordinals in the set, lowest first.
+    pub fn iter(self) -> impl Iterator<Item = u32> {
+        (0..64).filter(move |&d| self.contains(d))
+    }
+}
+
+impl std::ops::BitOr for DeviceSet {
+    type Output = DeviceSet;
+    fn bitor(self, other: DeviceSet) -> DeviceSet {
+        DeviceSet(self.0 | other.0)
+    }
+}
+
+impl std::ops::BitAnd for DeviceSet {
+    type Output = DeviceSet;
+    fn bitand(self, other: DeviceSet) -> DeviceSet {
+        DeviceSet(self.0 & other.0)
+    }
+}
+
 pub trait Backend: Send + Sync {
     /// Allocate `bytes` on `device`, which is the calling thread's current device (a real
     /// `cudaMalloc`).
@@ -51,6 +90,19 @@ pub trait Backend: Send + Sync {
     fn vmm_map(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), CudaError> {
         Err(CudaError::NOT_SUPPORTED)
     }
+    /// Give `peers`, devices other than `device`, read and write access to `[addr, addr +
+    /// bytes)`, memory of `device` that `vmm_map` mapped, in one or more mappings
+    /// (`cuMemSetAccess`). The driver gives peers access to `cudaMalloc` memory itself once the
+    /// program enables peer access; to mapped memory only this does.
+    fn vmm_grant(
+        &self,
+        _device: u32,
+        _addr: Addr,
+        _bytes: u64,
+        _peers: DeviceSet,
+    ) -> Result<(), CudaError> {
+        Err(CudaError::NOT_SUPPORTED)
+    }
     /// Unmap the mapping of `bytes` at `addr` and release its memory (`cuMemUnmap`,
     /// `cuMemRelease`). Waits for nothing: the caller proves the work that used it done.
     fn vmm_unmap(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), CudaError> {
@@ -64,6 +116,13 @@ pub trait Backend: Send + Sync {
         _bytes: u64,
     ) -> Result<(), CudaError> {
         Err(CudaError::NOT_SUPPORTED)
+    }
+    /// The other devices that can be given access to `device`'s mapped memory
+    /// (`cuDeviceCanAccessPeer`), or `None` when some visible device cannot: a copy made with
+    /// that device current would fail on mapped memory, where it works on `cudaMalloc`
+    /// memory, so the device keeps classic segments.
+    fn vmm_peers(&self, _device: u32) -> Option<DeviceSet> {
+        Some(DeviceSet::default())
     }
     /// The pool turned expandable segments off on `device`: the driver refused a mapping with
     /// `why`, not for lack of memory, before any worked. A backend that can tell the user does.

@@ -37,6 +37,7 @@ mod free_kind;
 mod hashers;
 mod hit;
 mod inspect;
+mod peers;
 mod reuse_clock;
 mod sync;
 
@@ -45,7 +46,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-pub use backend::{Addr, Backend, CudaError};
+pub use backend::{Addr, Backend, CudaError, DeviceSet};
 pub use device::{
     CacheFigures, DevicePool, Expandable, LiveBlock, MemorySample, OomEvent, Origin, Policy,
     Release, ReuseWait,
@@ -59,6 +60,7 @@ pub use free_kind::{
 };
 pub use hashers::{AddrHasher, IntHasher};
 pub use inspect::{program_memory, DeviceSnapshot};
+pub use peers::{IpcRefusal, IpcRefusals};
 pub use reuse_clock::{ReuseClock, SyncSeq};
 
 use crate::config::{DeviceBytes, ReuseMode};
@@ -135,8 +137,20 @@ impl<B: Backend> Backend for Timed<'_, B> {
     fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.time(|| self.inner.vmm_unmap(device, addr, bytes))
     }
+    fn vmm_grant(
+        &self,
+        device: u32,
+        addr: Addr,
+        bytes: u64,
+        peers: DeviceSet,
+    ) -> Result<(), CudaError> {
+        self.time(|| self.inner.vmm_grant(device, addr, bytes, peers))
+    }
     fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.time(|| self.inner.vmm_free_reservation(device, addr, bytes))
+    }
+    fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {
+        self.inner.vmm_peers(device)
     }
     fn vmm_stopped(&self, device: u32, why: CudaError) {
         self.inner.vmm_stopped(device, why)
@@ -190,6 +204,10 @@ pub struct Pool<B: Backend> {
     threshold_override: AtomicU64,
     /// Time zero of the trace.
     start: Instant,
+    /// Per device, the devices given access to its mapped memory (`peers.rs`).
+    peers: Vec<Arc<peers::PeerSet>>,
+    /// IPC handles refused on the pool's memory (`peers.rs`).
+    ipc: peers::IpcCounts,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX - 1;
@@ -204,6 +222,8 @@ impl<B: Backend> Pool<B> {
             nonblocking_seen: AtomicBool::new(false),
             threshold_override: AtomicU64::new(NO_OVERRIDE),
             start: Instant::now(),
+            peers: (0..MAX_DEVICES).map(|_| Arc::default()).collect(),
+            ipc: peers::IpcCounts::default(),
         }
     }
 
@@ -217,7 +237,25 @@ impl<B: Backend> Pool<B> {
 
     fn slot(&self, device: u32) -> Option<&DeviceSlot> {
         let cell = self.devices.get(device as usize)?;
-        Some(cell.get_or_init(|| {
+        if let Some(slot) = cell.get() {
+            return Some(slot);
+        }
+        let mut made = false;
+        let slot = self.make_slot(cell, device, &mut made);
+        if made {
+            self.reach_devices_in_use(device);
+        }
+        Some(slot)
+    }
+
+    fn make_slot<'a>(
+        &self,
+        cell: &'a OnceLock<DeviceSlot>,
+        device: u32,
+        made: &mut bool,
+    ) -> &'a DeviceSlot {
+        cell.get_or_init(|| {
+            *made = true;
             let threshold = self.initial_threshold(device);
             let mut pool = DevicePool::new(device, threshold);
             pool.stream_reuse = self.settings.reuse == ReuseMode::Relaxed;
@@ -233,6 +271,7 @@ impl<B: Backend> Pool<B> {
             } else if self.settings.expandable {
                 pool.note_expandable_traced();
             }
+            pool.share_peers(Arc::clone(&self.peers[device as usize]));
             let limit = self.resolve(self.settings.limit, device);
             if limit != u64::MAX {
                 pool.set_limit(limit);
@@ -246,7 +285,7 @@ impl<B: Backend> Pool<B> {
                 caches,
                 backend_ns: AtomicU64::new(0),
             }
-        }))
+        })
     }
 
     fn existing(&self, device: u32) -> Option<&DeviceSlot> {

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
-use super::backend::{Addr, Backend, CudaError};
+use super::backend::{Addr, Backend, CudaError, DeviceSet};
 
 /// Segments start on 2 MiB boundaries, as the driver's large allocations do.
 pub const SEGMENT_ALIGNMENT: u64 = 2 << 20;
@@ -39,9 +39,10 @@ pub enum Call {
     Fence,
     Barrier,
     MemoryInfo,
-    /// `vmm_reserve` and `vmm_map` (with `with_vmm`).
+    /// `vmm_reserve`, `vmm_map` and `vmm_grant` (with `with_vmm`).
     Reserve,
     Map,
+    Grant,
 }
 
 /// A live segment: its device and size.
@@ -98,6 +99,8 @@ struct State {
     misuses: Vec<String>,
     /// The `Backend`'s virtual memory calls answer (`with_vmm`).
     vmm: bool,
+    /// The peers given access to each mapping (`vmm_grant`), by its address.
+    access: HashMap<Addr, DeviceSet>,
 }
 
 /// The model driver. A lock inside, because `Backend` takes `&self`; it is taken only on driver
@@ -130,6 +133,7 @@ impl ModelDriver {
                 diverged: false,
                 misuses: Vec::new(),
                 vmm: false,
+                access: HashMap::new(),
             }),
         }
     }
@@ -290,6 +294,7 @@ impl ModelDriver {
             return Err(CudaError::INVALID_VALUE);
         };
         s.segments.remove(&addr);
+        s.access.remove(&addr);
         *s.reserved_on.entry(device).or_default() -= seg.bytes;
         s.counts.reserved -= seg.bytes;
         Ok(seg.bytes)
@@ -298,6 +303,17 @@ impl ModelDriver {
     /// Address ranges reserved and not freed.
     pub fn reservations(&self) -> usize {
         self.lock().ranges.len()
+    }
+
+    /// The peers `vmm_grant` gave access to the mapping that holds `addr` (none outside one).
+    pub fn peers_at(&self, addr: Addr) -> DeviceSet {
+        let s = self.lock();
+        match s.segments.range(..=addr).next_back() {
+            Some((&base, seg)) if addr - base < seg.bytes => {
+                s.access.get(&base).copied().unwrap_or_default()
+            }
+            _ => DeviceSet::default(),
+        }
     }
 
     /// Bytes mapped into reserved ranges of `device` now (segments not counted).
@@ -314,6 +330,10 @@ impl ModelDriver {
     pub fn forget_device(&self, device: u32) {
         let mut s = self.lock();
         s.segments.retain(|_, seg| seg.device != device);
+        let State {
+            access, segments, ..
+        } = &mut *s;
+        access.retain(|a, _| segments.contains_key(a));
         let bytes = s.reserved_on.remove(&device).unwrap_or(0);
         s.counts.reserved -= bytes;
     }
@@ -520,6 +540,39 @@ impl Backend for ModelDriver {
             self.lock().misuses.push(format!(
                 "unmapped {addr:#x} as {bytes} bytes, mapped as {unmapped}"
             ));
+        }
+        Ok(())
+    }
+
+    fn vmm_grant(
+        &self,
+        device: u32,
+        addr: Addr,
+        bytes: u64,
+        peers: DeviceSet,
+    ) -> Result<(), CudaError> {
+        let mut s = self.lock();
+        s.fault(Call::Grant)?;
+        // Whole mappings of `device` that tile the range, as `cuMemSetAccess` takes them.
+        let (end, mut at, mut bases) = (addr.saturating_add(bytes), addr, Vec::new());
+        while at < end {
+            match s.segments.get(&at) {
+                Some(seg) if seg.device == device && s.in_reservation(at) => {
+                    bases.push(at);
+                    at += seg.bytes;
+                }
+                _ => break,
+            }
+        }
+        if bytes == 0 || at != end || peers.contains(device) {
+            s.misuses.push(format!(
+                "granted {addr:#x}+{bytes}, not whole mappings of peers"
+            ));
+            return Err(CudaError::INVALID_VALUE);
+        }
+        for b in bases {
+            let given = s.access.entry(b).or_default();
+            *given = DeviceSet(given.0 | peers.0);
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ fn expandable(d: &DeviceReport) -> String {
         Expandable::Off => "off",
         Expandable::Tracing => "off_while_tracing",
         Expandable::Unavailable => "unavailable",
+        Expandable::NoPeerAccess => "no_peer_access",
         Expandable::Refused(_) => "refused",
     };
     format!(

@@ -275,7 +275,10 @@ fn packing_advice(d: &DeviceReport, stranded: u64, device_free: u64) -> String {
              above 1 MiB packed one after another in virtual memory, at most a 2 MiB granule \
              stranded beside a live block), "
         }
-        Expandable::Unavailable | Expandable::Refused(_) | Expandable::On => "",
+        Expandable::Unavailable
+        | Expandable::NoPeerAccess
+        | Expandable::Refused(_)
+        | Expandable::On => "",
     };
     format!(
         "{cause}: {} is free in pieces of segments that still hold live blocks ({} more on the \

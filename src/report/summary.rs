@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::units::{bytes, duration_ns};
 use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
-use crate::pool::{Backend, DeviceSnapshot, Expandable, LiveBlock, LockWait, Pool};
+use crate::pool::{Backend, DeviceSnapshot, Expandable, IpcRefusals, LiveBlock, LockWait, Pool};
 
 pub struct Report {
     pub pid: u32,
@@ -26,6 +26,8 @@ pub struct Report {
     pub at_exit: bool,
     /// Frameworks in the process and what their caches do above the pool.
     pub frameworks: Vec<crate::frameworks::FrameworkNote>,
+    /// IPC handles the pool refused, and so the variable the program needs (`ipc_text`).
+    pub ipc: IpcRefusals,
 }
 
 pub struct DeviceReport {
@@ -188,6 +190,7 @@ impl Report {
             max_split_size: pool.settings().policy.max_split_size,
             devices,
             frameworks: crate::frameworks::notes(),
+            ipc: pool.ipc_refusals(),
         }
     }
 
@@ -256,6 +259,9 @@ fn expandable_text(d: &DeviceReport) -> String {
         Expandable::Unavailable => {
             "off: the driver has no virtual memory management on this device".to_string()
         }
+        Expandable::NoPeerAccess => "off: a visible device cannot reach this device's memory \
+                                     (cuDeviceCanAccessPeer), which mapped memory needs"
+            .to_string(),
         Expandable::Refused(why) => format!(
             "off: the driver refused to map virtual memory (error {}), classic segments since",
             why.0
@@ -491,6 +497,10 @@ pub fn render_text(r: &Report) -> String {
             let _ = writeln!(o, " held by    {}", holders_text(&d.holders));
         }
     }
+    if let Some(line) = ipc_text(&r.ipc) {
+        let _ = writeln!(o, "{rule}");
+        let _ = writeln!(o, " {line}");
+    }
     if !r.frameworks.is_empty() {
         let _ = writeln!(o, "{rule}");
         for f in &r.frameworks {
@@ -499,4 +509,24 @@ pub fn render_text(r: &Report) -> String {
     }
     let _ = writeln!(o, "{rule}");
     o
+}
+
+/// The IPC handles refused, and the variable that lets the program share its blocks.
+pub fn ipc_text(ipc: &IpcRefusals) -> Option<String> {
+    let handles = |n: u64| format!("{n} IPC handle{}", if n == 1 { "" } else { "s" });
+    let mut parts = Vec::new();
+    if ipc.mapped > 0 {
+        parts.push(format!(
+            "{} refused on blocks in CUDA virtual memory: run with GPUPOOL_EXPANDABLE=0 \
+             (classic segments) or GPUPOOL_DISABLE=1",
+            handles(ipc.mapped)
+        ));
+    }
+    if ipc.inside_segment > 0 {
+        parts.push(format!(
+            "{} refused on blocks inside a segment: run with GPUPOOL_DISABLE=1",
+            handles(ipc.inside_segment)
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("ipc        {}", parts.join("; ")))
 }

@@ -458,10 +458,13 @@ static void streams(void)
 /* A block of device 0 freed in stream order with device 1 current: the stream named is device
  * 1's, so neither device 0's legacy stream nor its barriers may reuse the block at once (in
  * relaxed mode device 0's next request on its legacy stream must not take it under device 1's
- * kernel). Run with CUDASIM_DEVICES=2. */
+ * kernel). Device 1 is given peer access to device 0's memory first, as a kernel on a GPU
+ * needs. Run with CUDASIM_DEVICES=2. */
 static void xdev(void)
 {
     void *a, *b;
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceEnablePeerAccess(0, 0));
     CHECK_CUDA(cudaSetDevice(0));
     CHECK_POOL(gpupool_malloc_async(&a, 3 * MIB, NULL));
     CHECK_CUDA(cudaSetDevice(1));

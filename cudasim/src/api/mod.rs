@@ -9,6 +9,7 @@ pub mod event;
 pub mod kernel;
 pub mod memory;
 mod mempool;
+pub mod peer;
 pub mod stream;
 
 use std::ffi::c_void;

@@ -221,3 +221,33 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(ctx: *mut CuContext) -> CuResult {
         Ok(())
     })
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(
+    can: *mut c_int,
+    dev: CuDevice,
+    peer: CuDevice,
+) -> CuResult {
+    driver_call(Func::cuDeviceCanAccessPeer, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        crate::api::peer::can_access(unsafe { Out::new(can) }, dev, peer)
+    })
+}
+
+/// The current context's device may reach the memory of `peer`'s device (`flags` 0).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CuContext, flags: c_uint) -> CuResult {
+    driver_call(Func::cuCtxEnablePeerAccess, || {
+        context::require_context()?;
+        crate::api::peer::enable(context::device_of(peer as usize)?, flags)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDisablePeerAccess(peer: CuContext) -> CuResult {
+    driver_call(Func::cuCtxDisablePeerAccess, || {
+        context::require_context()?;
+        crate::api::peer::disable(context::device_of(peer as usize)?)
+    })
+}

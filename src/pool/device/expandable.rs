@@ -98,6 +98,9 @@ pub enum Expandable {
     Tracing,
     /// Asked for, but the driver offers no virtual memory management on this device.
     Unavailable,
+    /// Asked for, but a visible device cannot reach this one's memory (`cuDeviceCanAccessPeer`),
+    /// which a copy with it current needs of mapped memory.
+    NoPeerAccess,
     /// On until the driver refused a mapping for another reason than memory (this code),
     /// before any worked: classic segments since.
     Refused(CudaError),
@@ -116,6 +119,12 @@ impl DevicePool {
             self.expandable_use = Expandable::Unavailable;
             return;
         };
+        // Every device the program may make current must be able to reach the memory: a copy
+        // with it current works on `cudaMalloc` memory and would fail on mapped memory.
+        if backend.vmm_peers(self.device).is_none() {
+            self.expandable_use = Expandable::NoPeerAccess;
+            return;
+        }
         let range = match backend.memory_info(self.device) {
             Ok((_, total)) => total.saturating_mul(2).clamp(RANGE_MIN, RANGE_MAX),
             Err(_) => RANGE_UNKNOWN,
@@ -296,6 +305,9 @@ impl DevicePool {
             }
             self.granules_mut(si).set(k, true);
             mapped_here.push(k);
+        }
+        if refused.is_none() && !mapped_here.is_empty() {
+            refused = self.grant_peers(si, first, end, backend).err();
         }
         if let Some(e) = refused {
             for k in mapped_here {

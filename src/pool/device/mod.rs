@@ -12,6 +12,7 @@
 //! - `release.rs`: the threshold, empty-cache, outgrown segments, reset; threshold and limit;
 //! - `expandable.rs`: expandable segments, mapped and unmapped in granules;
 //! - `figures.rs`: where the memory lies (mapped, releasable, stranded), for the reports;
+//! - `peers.rs`: peers' access to expandable segments, and their mapped runs;
 //! - `lend.rs`: blocks lent to thread caches;
 //! - `check.rs`: the structural check.
 
@@ -41,6 +42,7 @@ mod fit;
 mod grow;
 mod hit;
 mod lend;
+mod peers;
 mod pending;
 mod release;
 mod stream_hold;
@@ -324,6 +326,8 @@ pub struct DevicePool {
     /// The driver's refusal that turned expandable segments off on this device (virtual memory
     /// missing or broken): classic segments serve since.
     pub expandable_refused: Option<CudaError>,
+    /// The devices given access to this device's mapped memory (`peers.rs`).
+    peers: Arc<super::peers::PeerSet>,
     /// Allocations served under the device lock (to sample which threads allocate).
     pub lock_allocs: u64,
     /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
@@ -401,6 +405,7 @@ impl DevicePool {
             unmap_due: false,
             expandable_use: Expandable::Off,
             expandable_refused: None,
+            peers: Arc::default(),
             lock_allocs: 0,
             next_sample: 1,
             contention: Default::default(),

@@ -532,6 +532,39 @@ fn the_reports_say_why_expandable_segments_are_off() {
         refused.device_stats(0).unwrap().expandable,
         Expandable::Refused(CudaError::NOT_SUPPORTED)
     );
+    // Virtual memory, but a visible device cannot reach this one's: classic segments.
+    struct NoPeers(ModelDriver);
+    impl Backend for NoPeers {
+        fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+            self.0.alloc_segment(device, bytes)
+        }
+        fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
+            self.0.free_segment(device, addr)
+        }
+        fn fence(&self, device: u32) -> Result<(), CudaError> {
+            self.0.fence(device)
+        }
+        fn barrier(&self, device: u32) -> Result<(), CudaError> {
+            self.0.barrier(device)
+        }
+        fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
+            self.0.memory_info(device)
+        }
+        fn vmm_granularity(&self, device: u32) -> Option<u64> {
+            self.0.vmm_granularity(device)
+        }
+        fn vmm_peers(&self, _device: u32) -> Option<crate::pool::backend::DeviceSet> {
+            None
+        }
+    }
+    let lonely = Pool::new(
+        NoPeers(vmm_model(DEVICE)),
+        vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded),
+    );
+    lonely.alloc(0, 7 * MIB).unwrap();
+    let snap = lonely.device_stats(0).unwrap();
+    assert_eq!(snap.expandable, Expandable::NoPeerAccess);
+    assert_eq!(lonely.backend().0.counts().mallocs, 1);
 }
 
 /// Through a random workload, what the figures call releasable is what an empty-cache gives

@@ -10,6 +10,7 @@ mod hazard_stress;
 mod many_threads;
 mod memory_view;
 mod oom;
+mod peers;
 mod pending;
 mod release;
 mod stream_hold;

@@ -1,0 +1,60 @@
+//! Peer access and the pool's mapped memory. The driver gives a peer access to `cudaMalloc`
+//! memory itself once the program enables it; to CUDA virtual memory only `cuMemSetAccess`
+//! does. So when the program lets a device reach another's memory, the pool gives it access to
+//! the blocks it mapped there (`Pool::add_peer`), now and later. A disable is the runtime's
+//! alone: the grants stay (docs/design-notes.md, "Note: expandable segments"). The driver's
+//! `cuCtxEnablePeerAccess` comes through `driver.rs` to `grant`.
+
+use std::sync::atomic::AtomicBool;
+
+use super::{current_device, forward, runtime};
+use crate::cuda::types::*;
+use crate::guard;
+use crate::log;
+use crate::pool::{Backend, Pool};
+
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The program let `accessor` reach `owner`'s memory with `what`: the pool's mapped memory on
+/// `owner` gets that access. A refusal is said once on stderr: the program's kernels on
+/// `accessor` would fail on those blocks.
+pub(crate) fn grant<B: Backend>(pool: &Pool<B>, owner: u32, accessor: u32, what: &str) {
+    if let Err(e) = pool.add_peer(owner, accessor) {
+        log::warn_once(&REFUSED, || {
+            format!(
+                "{what}: the driver refused device {accessor} access to the pool's mapped memory \
+                 on device {owner} (error {}): device {accessor} cannot use those blocks (run with \
+                 GPUPOOL_EXPANDABLE=0 for classic segments, which the driver shares itself) \
+                 (reported once)",
+                e.0
+            )
+        });
+    }
+}
+
+/// # Safety
+/// As `cudaDeviceEnablePeerAccess`.
+pub unsafe fn device_enable_peer_access(peer: i32, flags: u32) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let pass = || forward(rt.device_enable_peer_access, |f| unsafe { f(peer, flags) });
+    let Some(pool) = g.pool() else {
+        return pass();
+    };
+    // Held while the runtime calls the driver: the driver's hook then leaves the grant here.
+    let Some(_inside) = guard::enter() else {
+        return pass();
+    };
+    let r = pass();
+    // Enabled already, perhaps by a call the pool did not see: granted again, harmlessly.
+    if r == SUCCESS || r == ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        if let (Some(accessor), Ok(owner)) = (current_device(rt), u32::try_from(peer)) {
+            grant(pool, owner, accessor, "cudaDeviceEnablePeerAccess");
+        }
+    }
+    r
+}

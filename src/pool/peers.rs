@@ -1,0 +1,134 @@
+//! The pool's side of peer access and of the program's queries about its memory: which devices
+//! reach a device's expandable segments (`cudaDeviceEnablePeerAccess`), and the mapped run
+//! around an address (`cuMemGetAddressRange`, IPC). The hooks' side is `dispatch::peer`.
+
+use super::*;
+
+/// The devices given access to one device's mapped memory. Kept by `Pool` for every device, so
+/// that a peer enabled before the device's pool exists is not lost; the device's pool reads it
+/// under its lock each time it maps.
+#[derive(Debug, Default)]
+pub struct PeerSet(AtomicU64);
+
+impl PeerSet {
+    pub fn get(&self) -> DeviceSet {
+        DeviceSet(self.0.load(Ordering::Acquire))
+    }
+
+    /// Adds `device`; whether it was not there.
+    fn add(&self, device: u32) -> bool {
+        let bit = DeviceSet::one(device).0;
+        self.0.fetch_or(bit, Ordering::AcqRel) & bit == 0
+    }
+
+    fn remove(&self, device: u32) {
+        self.0
+            .fetch_and(!DeviceSet::one(device).0, Ordering::AcqRel);
+    }
+}
+
+/// Why an IPC handle of the pool's memory is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpcRefusal {
+    /// A block of an expandable segment: CUDA virtual memory, which no IPC handle names.
+    Mapped,
+    /// A block inside a classic segment, not at its start: the handle would name the segment.
+    InsideSegment,
+}
+
+/// IPC handles refused on the pool's memory, by reason (for the summary).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IpcRefusals {
+    pub mapped: u64,
+    pub inside_segment: u64,
+}
+
+/// `IpcRefusals`, counted as they happen.
+#[derive(Debug, Default)]
+pub struct IpcCounts {
+    mapped: AtomicU64,
+    inside_segment: AtomicU64,
+}
+
+impl<B: Backend> Pool<B> {
+    /// The program let `peer` reach `owner`'s memory (`cudaDeviceEnablePeerAccess(owner)` with
+    /// `peer` current): the granules `owner`'s pool has mapped get the access now, and its later
+    /// mappings with it. A refusal drops the peer again and is the caller's to report: the
+    /// program's kernels on `peer` would fault on `owner`'s mapped blocks.
+    pub fn add_peer(&self, owner: u32, peer: u32) -> Result<(), CudaError> {
+        if owner == peer || !self.serves(owner) || !self.serves(peer) {
+            return Ok(());
+        }
+        let set = &self.peers[owner as usize];
+        if !set.add(peer) {
+            return Ok(());
+        }
+        // A pool made meanwhile reads the set at its first mapping.
+        let Some(slot) = self.existing(owner) else {
+            return Ok(());
+        };
+        let granted = Self::lock(slot).grant_mapped(DeviceSet::one(peer), &self.timed(slot));
+        if granted.is_err() {
+            set.remove(peer);
+        }
+        granted.map(drop)
+    }
+
+    /// `device` came into use (its pool was just made): it and the devices in use before it
+    /// reach each other's mapped memory. A program copies with any device current, and that
+    /// works on `cudaMalloc` memory whether or not it enabled peer access. A device that cannot
+    /// reach another keeps classic segments (`Backend::vmm_peers`); a grant the driver refuses
+    /// all the same drops the pair (`add_peer`).
+    pub(super) fn reach_devices_in_use(&self, device: u32) {
+        let Some(reachable) = self.backend.vmm_peers(device) else {
+            return;
+        };
+        for other in reachable.iter().filter(|&d| self.existing(d).is_some()) {
+            let _ = self.add_peer(other, device);
+            let _ = self.add_peer(device, other);
+        }
+    }
+
+    /// The devices given access to `owner`'s mapped memory.
+    pub fn peers_of(&self, owner: u32) -> DeviceSet {
+        self.peers
+            .get(owner as usize)
+            .map_or(DeviceSet::default(), |s| s.get())
+    }
+
+    /// The run of mapped granules around `addr` when it lies in an expandable segment, as
+    /// (base, size): CUDA virtual memory, which the driver reports one mapping at a time and
+    /// IPC handles cannot name.
+    pub fn mapped_run(&self, addr: Addr) -> Option<(Addr, u64)> {
+        (0..MAX_DEVICES as u32).find_map(|d| Self::lock(self.existing(d)?).mapped_run_at(addr))
+    }
+
+    /// Why an IPC handle of `addr` would not name the program's block, if it would not. `None`
+    /// for memory that is not the pool's, and for a block that starts a classic segment.
+    pub fn ipc_refusal(&self, addr: Addr) -> Option<IpcRefusal> {
+        if self.mapped_run(addr).is_some() {
+            return Some(IpcRefusal::Mapped);
+        }
+        let inside = match self.live_block(addr) {
+            Some((_, b)) => b.addr != b.segment_addr,
+            None => self.owner_of(addr).is_some(),
+        };
+        inside.then_some(IpcRefusal::InsideSegment)
+    }
+
+    /// An IPC handle was refused for `why`.
+    pub fn note_ipc_refused(&self, why: IpcRefusal) {
+        let n = match why {
+            IpcRefusal::Mapped => &self.ipc.mapped,
+            IpcRefusal::InsideSegment => &self.ipc.inside_segment,
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn ipc_refusals(&self) -> IpcRefusals {
+        IpcRefusals {
+            mapped: self.ipc.mapped.load(Ordering::Relaxed),
+            inside_segment: self.ipc.inside_segment.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Peers of expandable segments (`device/peers.rs`, `peers.rs`): the granules a device mapped
+//! get a peer's access when the program enables it, later mappings get it too, a refusal is
+//! reported, and the mapped run around a block is what the pointer queries see.
+
+use super::*;
+use crate::pool::model_driver::{Call, VMM_GRANULE};
+
+const DEVICE: u64 = 16 << 30;
+
+/// A pool on two devices with expandable segments, strict reuse.
+fn two_devices() -> Pool<ModelDriver> {
+    let driver = ModelDriver::new()
+        .with_capacity(DEVICE)
+        .with_gap(GUARD_GAP)
+        .with_vmm();
+    let mut s = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 1)
+        .settings()
+        .clone();
+    s.expandable = true;
+    Pool::new(driver, s)
+}
+
+/// The program's `cudaDeviceSynchronize`.
+fn program_sync<B: Backend>(p: &Pool<B>) {
+    let at = p.seq_before_sync(0);
+    p.observe_fence(0, at);
+}
+
+/// Whether every granule of the block at `addr` of `size` bytes gives `peer` access.
+fn reachable(p: &Pool<ModelDriver>, addr: Addr, size: u64, peer: u32) -> bool {
+    let first = addr - addr % VMM_GRANULE;
+    (first..addr + size)
+        .step_by(VMM_GRANULE as usize)
+        .all(|g| p.backend().peers_at(g).contains(peer))
+}
+
+#[test]
+fn a_peer_reaches_the_blocks_mapped_before_and_after_it_was_enabled() {
+    let p = two_devices();
+    let before = p.alloc(0, 7 * MIB).unwrap();
+    let own = p.alloc(1, 7 * MIB).unwrap();
+    assert!(!reachable(&p, before, 7 * MIB, 1), "no access before");
+    p.add_peer(0, 1).unwrap();
+    assert!(reachable(&p, before, 7 * MIB, 1));
+    let after = p.alloc(0, 12 * MIB).unwrap();
+    assert!(reachable(&p, after, 12 * MIB, 1));
+    // Device 1's own memory is not device 0's to share, and device 0 was not made its peer.
+    assert!(p.backend().peers_at(own).is_empty());
+    assert_eq!(p.peers_of(0), DeviceSet::one(1));
+    assert!(p.peers_of(1).is_empty());
+    // Freed, unmapped and mapped again: the new mapping has the access too.
+    p.free(after, FreeKind::Sync, Some(0));
+    program_sync(&p);
+    p.empty_cache(0);
+    let again = p.alloc(0, 12 * MIB).unwrap();
+    assert!(reachable(&p, again, 12 * MIB, 1));
+    assert!(
+        p.backend().misuses().is_empty(),
+        "{:?}",
+        p.backend().misuses()
+    );
+    p.check().unwrap();
+}
+
+#[test]
+fn a_peer_enabled_before_the_device_allocated_is_kept() {
+    let p = two_devices();
+    p.add_peer(0, 1).unwrap();
+    let a = p.alloc(0, 30 * MIB).unwrap();
+    assert!(reachable(&p, a, 30 * MIB, 1));
+}
+
+#[test]
+fn a_refused_grant_is_reported_and_never_leaves_a_block_without_access() {
+    let p = two_devices();
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    p.backend().fail_next(Call::Grant, 101);
+    assert_eq!(p.add_peer(0, 1), Err(CudaError(101)));
+    assert!(p.peers_of(0).is_empty(), "dropped again");
+    // Enabled again, it holds. A later mapping the driver then refuses access for is unmapped and
+    // mapped again, as after any refusal once mapping worked: the block handed out has access.
+    p.add_peer(0, 1).unwrap();
+    assert!(reachable(&p, a, 7 * MIB, 1));
+    p.backend().fail_next(Call::Grant, 101);
+    let b = p.alloc(0, 20 * MIB).unwrap();
+    assert_eq!(p.backend().delivered(), vec![(Call::Grant, 101); 2]);
+    assert!(reachable(&p, b, 20 * MIB, 1));
+    assert!(
+        p.backend().misuses().is_empty(),
+        "{:?}",
+        p.backend().misuses()
+    );
+    p.check().unwrap();
+}
+
+#[test]
+fn classic_segments_need_no_grant() {
+    let mut s = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 1)
+        .settings()
+        .clone();
+    s.expandable = false;
+    let driver = ModelDriver::new().with_capacity(DEVICE).with_vmm();
+    let p = Pool::new(driver, s);
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    p.add_peer(0, 1).unwrap();
+    assert!(p.backend().peers_at(a).is_empty());
+    assert_eq!(
+        p.mapped_run(a),
+        None,
+        "a classic segment is the driver's to report"
+    );
+}
+
+#[test]
+fn the_mapped_run_around_a_block_covers_it() {
+    let p = two_devices();
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    let b = p.alloc(0, 7 * MIB).unwrap();
+    let (base, size) = p.mapped_run(b + 5).unwrap();
+    assert!(base <= a && b + 7 * MIB <= base + size, "{base:#x}+{size}");
+    assert_eq!(size % VMM_GRANULE, 0);
+    assert_eq!(p.mapped_run(base + size), None, "past the mapped run");
+}

@@ -1,0 +1,178 @@
+/* What a program sees of pool blocks in CUDA virtual memory (expandable segments), against
+ * classic segments and no pool. Linked with the runtime and -lcuda. Modes:
+ *   peer-runtime, peer-driver: two devices. A block of device 0 allocated before device 1 is
+ *     given peer access (cudaDeviceEnablePeerAccess, or cuCtxEnablePeerAccess with device 0's
+ *     primary context) and one after; then a kernel and a copy on device 1 use each.
+ *   copy-current: two devices, each with a block, no peer access enabled; each block copied
+ *     to the host and to the other device's block with the other device current, as
+ *     cudaMalloc memory allows.
+ *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
+ *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
+ *     block on each of two devices.
+ * Prints "key=value" lines and "vmm_program MODE: all checks passed". */
+#include "check.h"
+#include "cuda.h"
+
+#define MiB (1024ull * 1024ull)
+
+/* A fill kernel on device 1 over `bytes` of `p`, then a copy back there: 0 when both work,
+ * else the first error. The bytes must hold `tag` afterwards. */
+static int use_on_device_1(void *p, size_t bytes, unsigned char tag)
+{
+    cudaError_t r;
+    unsigned char *h = (unsigned char *)malloc(bytes);
+    CHECK(h != NULL, "host buffer");
+    CHECK_CUDA(cudaSetDevice(1));
+    r = cudasim_launch_fill(p, bytes, 100, tag, NULL);
+    if (r == cudaSuccess) {
+        CHECK_CUDA(cudaDeviceSynchronize());
+        r = cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost);
+    }
+    (void)cudaGetLastError();
+    if (r == cudaSuccess) {
+        for (size_t i = 0; i < bytes; i += 4096)
+            CHECK(h[i] == tag, "byte %zu is %u, not %u", i, (unsigned)h[i], (unsigned)tag);
+    }
+    free(h);
+    return (int)r;
+}
+
+static void peer(int driver)
+{
+    void *before = NULL, *after = NULL;
+    int can = 0;
+    CUcontext zero = NULL;
+
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&before, 7 * MiB));
+    CHECK_CUDA(cudaMemset(before, 0, 7 * MiB));
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can, 1, 0));
+    CHECK(can == 1, "device 1 cannot reach device 0");
+
+    CHECK_CUDA(cudaSetDevice(1));
+    if (driver) {
+        CHECK(cuDevicePrimaryCtxRetain(&zero, 0) == CUDA_SUCCESS, "retain device 0's context");
+        CHECK(cuCtxEnablePeerAccess(zero, 0) == CUDA_SUCCESS, "cuCtxEnablePeerAccess");
+        printf("enable_again=%d\n", (int)cuCtxEnablePeerAccess(zero, 0));
+    } else {
+        CHECK_CUDA(cudaDeviceEnablePeerAccess(0, 0));
+        printf("enable_again=%d\n", (int)cudaDeviceEnablePeerAccess(0, 0));
+        (void)cudaGetLastError();
+    }
+
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&after, 12 * MiB));
+    CHECK_CUDA(cudaMemset(after, 0, 12 * MiB));
+
+    printf("use_before=%d\n", use_on_device_1(before, 7 * MiB, 0x5a));
+    printf("use_after=%d\n", use_on_device_1(after, 12 * MiB, 0xa5));
+    printf("denied=%llu\n", sim_stats(1).accessed_without_access);
+
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(before));
+    CHECK_CUDA(cudaFree(after));
+    if (driver)
+        CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS, "release");
+}
+
+static void ipc(void)
+{
+    void *big = NULL, *small = NULL;
+    cudaIpcMemHandle_t h;
+    CUipcMemHandle ch;
+
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&big, 7 * MiB));
+    CHECK_CUDA(cudaMalloc(&small, 256 * 1024));
+    printf("ipc_runtime=%d\n", (int)cudaIpcGetMemHandle(&h, big));
+    (void)cudaGetLastError();
+    printf("ipc_driver=%d\n", (int)cuIpcGetMemHandle(&ch, (CUdeviceptr)big));
+    printf("ipc_small=%d\n", (int)cudaIpcGetMemHandle(&h, small));
+    (void)cudaGetLastError();
+    CHECK_CUDA(cudaFree(big));
+    CHECK_CUDA(cudaFree(small));
+}
+
+static void queries(void)
+{
+    void *a = NULL, *b = NULL, *c = NULL;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    struct cudaPointerAttributes at;
+    uintptr_t p;
+
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&a, 7 * MiB));
+    CHECK_CUDA(cudaMalloc(&b, 7 * MiB));
+    p = (uintptr_t)b;
+    CHECK(cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)(p + 100)) == CUDA_SUCCESS,
+          "cuMemGetAddressRange");
+    printf("range_covers=%d\n", base <= p && p + 7 * MiB <= base + size);
+    CHECK(cuMemGetAddressRange_v2(NULL, &size, (CUdeviceptr)p) == CUDA_SUCCESS, "NULL base");
+    printf("range_size_alone=%d\n", size >= 7 * MiB);
+
+    CHECK_CUDA(cudaPointerGetAttributes(&at, (void *)(p + 100)));
+    printf("attr_type=%d\nattr_device=%d\nattr_pointer=%d\nattr_host_null=%d\n", (int)at.type,
+           at.device, at.devicePointer == (void *)(p + 100), at.hostPointer == NULL);
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&c, 12 * MiB));
+    CHECK_CUDA(cudaPointerGetAttributes(&at, c));
+    printf("attr1_type=%d\nattr1_device=%d\n", (int)at.type, at.device);
+    CHECK_CUDA(cudaFree(c));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(a));
+    CHECK_CUDA(cudaFree(b));
+}
+
+/* A copy needs no peer access on cudaMalloc memory: the devices in use reach each other's
+ * blocks in virtual memory too. */
+static void copy_current(void)
+{
+    void *b[2] = {NULL, NULL};
+    unsigned char *h = (unsigned char *)malloc(7 * MiB);
+    int d;
+    CHECK(h != NULL, "host buffer");
+    for (d = 0; d < 2; d++) {
+        CHECK_CUDA(cudaSetDevice(d));
+        CHECK_CUDA(cudaMalloc(&b[d], 7 * MiB));
+        CHECK_CUDA(cudaMemset(b[d], 0x40 + d, 7 * MiB));
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    for (d = 0; d < 2; d++) {
+        int other = 1 - d;
+        CHECK_CUDA(cudaSetDevice(other));
+        printf("to_host_%d=%d\n", d, (int)cudaMemcpy(h, b[d], 7 * MiB, cudaMemcpyDeviceToHost));
+        CHECK(h[0] == 0x40 + d && h[7 * MiB - 1] == 0x40 + d, "block %d holds %u", d,
+              (unsigned)h[0]);
+        printf("to_peer_%d=%d\n", d,
+               (int)cudaMemcpy(b[other], b[d], 7 * MiB, cudaMemcpyDeviceToDevice));
+        (void)cudaGetLastError();
+        CHECK_CUDA(cudaMemset(b[other], 0x40 + other, 7 * MiB));
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    printf("denied=%llu\n",
+           sim_stats(0).accessed_without_access + sim_stats(1).accessed_without_access);
+    for (d = 0; d < 2; d++)
+        CHECK_CUDA(cudaFree(b[d]));
+    free(h);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    CHECK(cuInit(0) == CUDA_SUCCESS, "cuInit");
+    if (strcmp(mode, "peer-runtime") == 0)
+        peer(0);
+    else if (strcmp(mode, "peer-driver") == 0)
+        peer(1);
+    else if (strcmp(mode, "copy-current") == 0)
+        copy_current();
+    else if (strcmp(mode, "ipc") == 0)
+        ipc();
+    else if (strcmp(mode, "queries") == 0)
+        queries();
+    else
+        CHECK(0, "unknown mode '%s'", mode);
+    printf("vmm_program %s: all checks passed\n", mode);
+    return 0;
+}

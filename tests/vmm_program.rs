@@ -1,0 +1,155 @@
+//! What changes for a program when the pool's blocks are CUDA virtual memory (expandable
+//! segments, `GPUPOOL_EXPANDABLE=1`), against classic segments and no pool: peer access enabled
+//! through the runtime and the driver reaches them, IPC handles are refused with the driver's
+//! error and a summary line naming the variable to set, `cuMemGetAddressRange` covers the block
+//! and `cudaPointerGetAttributes` reads as without the pool. The program is
+//! `tests/c/vmm_program.c`, on two simulated devices.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use sim::{Build, Sim};
+use support::{number, ok, pooled, unpooled};
+
+/// `tests/c/vmm_program.c`, linked with the runtime and `-lcuda`.
+fn program() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let sim = Sim::get();
+        let simlib = sim.simlib.display().to_string();
+        let build = Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-L", &simlib, "-lcuda"],
+            cudart: true,
+        };
+        sim.build(&support::root().join("tests/c/vmm_program.c"), &build)
+    })
+    .clone()
+}
+
+const DEVICES: [(&str, &str); 3] = [
+    ("CUDASIM_DEVICES", "2"),
+    ("CUDASIM_MEM", "1GiB"),
+    ("CUDASIM_CONTEXT_BYTES", "0"),
+];
+
+/// How the program runs: without the pool, or with it and `GPUPOOL_EXPANDABLE` at this value.
+#[derive(Clone, Copy, Debug)]
+enum Under {
+    NoPool,
+    Pool(&'static str),
+}
+
+const ALL: [Under; 3] = [Under::NoPool, Under::Pool("0"), Under::Pool("1")];
+
+/// Runs `mode` under `under` with `env` added; (stdout, stderr).
+fn run(mode: &str, under: Under, env: &[(&str, &str)]) -> (String, String) {
+    let mut all: Vec<(&str, &str)> = DEVICES.iter().chain(env).copied().collect();
+    let (out, err) = match under {
+        Under::NoPool => ok(&mut unpooled(&program(), &[mode], &all)),
+        Under::Pool(expandable) => {
+            all.push(("GPUPOOL_EXPANDABLE", expandable));
+            ok(&mut pooled(&program(), &[mode], &all))
+        }
+    };
+    let done = format!("vmm_program {mode}: all checks passed");
+    assert!(out.contains(&done), "{under:?}\n{out}\n{err}");
+    (out, err)
+}
+
+#[test]
+fn peer_access_enabled_reaches_pool_blocks_in_virtual_memory() {
+    // Device 1 launches on and copies from device 0's blocks, one mapped before the program
+    // enabled peer access and one after: the pool gives device 1 access to both.
+    for mode in ["peer-runtime", "peer-driver"] {
+        for under in ALL {
+            let (out, err) = run(mode, under, &[]);
+            let n = |key: &str| number::<i64>(&out, key);
+            assert_eq!(n("use_before="), 0, "{mode} {under:?}\n{out}\n{err}");
+            assert_eq!(n("use_after="), 0, "{mode} {under:?}\n{out}");
+            assert_eq!(
+                n("denied="),
+                0,
+                "{mode} {under:?}: refused for lack of access"
+            );
+            // Enabled twice: the second says so, with or without the pool.
+            assert_eq!(n("enable_again="), 704, "{mode} {under:?}");
+            assert!(!err.contains("refused device"), "{mode} {under:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_copy_with_another_device_in_use_current_works_without_peer_access() {
+    // cudaMalloc memory copies from any device current; mapped memory only where access was
+    // given: the pool gives the devices in use access to each other's granules.
+    for under in ALL {
+        let (out, err) = run("copy-current", under, &[]);
+        let n = |key: &str| number::<i64>(&out, key);
+        for key in [
+            "to_host_0=",
+            "to_host_1=",
+            "to_peer_0=",
+            "to_peer_1=",
+            "denied=",
+        ] {
+            assert_eq!(n(key), 0, "{key} {under:?}\n{out}\n{err}");
+        }
+    }
+}
+
+#[test]
+fn ipc_of_a_block_in_virtual_memory_is_refused_and_the_summary_says_what_to_set() {
+    let summary = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, err) = run("ipc", Under::Pool("1"), &summary);
+    // The driver's own answer for virtual memory: invalid value, from both APIs.
+    assert_eq!(number::<i32>(&out, "ipc_runtime="), 1, "{out}");
+    assert_eq!(number::<i32>(&out, "ipc_driver="), 1, "{out}");
+    // A small block starts its classic segment: it still shares.
+    assert_eq!(number::<i32>(&out, "ipc_small="), 0, "{out}");
+    assert_eq!(
+        err.matches("which IPC handles cannot name").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(err.contains("GPUPOOL_EXPANDABLE=0"), "{err}");
+    assert!(
+        err.contains(
+            " ipc        2 IPC handles refused on blocks in CUDA virtual memory: run with \
+             GPUPOOL_EXPANDABLE=0 (classic segments) or GPUPOOL_DISABLE=1"
+        ),
+        "{err}"
+    );
+    // What the variable gives: with classic segments, and without the pool, the block shares.
+    for under in [Under::NoPool, Under::Pool("0")] {
+        let (out, err) = run("ipc", under, &summary);
+        for key in ["ipc_runtime=", "ipc_driver=", "ipc_small="] {
+            assert_eq!(number::<i32>(&out, key), 0, "{under:?} {key}\n{out}\n{err}");
+        }
+        assert!(!err.contains(" ipc "), "{under:?}: {err}");
+    }
+}
+
+#[test]
+fn pointer_queries_cover_a_block_in_virtual_memory() {
+    for under in ALL {
+        let (out, err) = run("queries", under, &[]);
+        let n = |key: &str| number::<i64>(&out, key);
+        // The range the driver reports holds the whole block (the driver alone would report
+        // the one 2 MiB mapping holding the address).
+        assert_eq!(n("range_covers="), 1, "{under:?}\n{out}\n{err}");
+        assert_eq!(n("range_size_alone="), 1, "{under:?}");
+        // Device memory of its own device, the pointer itself, as without the pool.
+        assert_eq!(n("attr_type="), 2, "{under:?}");
+        assert_eq!(n("attr_device="), 0, "{under:?}");
+        assert_eq!(n("attr_pointer="), 1, "{under:?}");
+        assert_eq!(n("attr_host_null="), 1, "{under:?}");
+        assert_eq!(n("attr1_type="), 2, "{under:?}");
+        assert_eq!(n("attr1_device="), 1, "{under:?}");
+    }
+}
