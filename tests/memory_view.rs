@@ -45,11 +45,15 @@ fn run(pool: bool, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     (out, err)
 }
 
+/// Classic segments: what strands memory, and what the tests of it rely on.
+const CLASSIC: (&str, &str) = ("GPUPOOL_EXPANDABLE", "0");
+const EXPANDABLE: (&str, &str) = ("GPUPOOL_EXPANDABLE", "1");
+
 #[test]
 fn mem_get_info_counts_the_cache_the_pool_can_give_back_as_free() {
     let (without, _) = run(false, &["info"], &[]);
     for mode in ["strict", "barrier", "relaxed"] {
-        let (with_pool, err) = run(true, &["info"], &[("GPUPOOL_REUSE", mode)]);
+        let (with_pool, err) = run(true, &["info"], &[("GPUPOOL_REUSE", mode), CLASSIC]);
         let n = |text: &str, key: &str| number::<u64>(text, key);
         // Everything allocated and freed, synchronized: what the program would see without
         // the pool (it was 7.5 GiB of 15.5 before, the 8 GiB cached counted as used).
@@ -76,15 +80,85 @@ fn mem_get_info_counts_the_cache_the_pool_can_give_back_as_free() {
 }
 
 #[test]
+fn with_expandable_segments_mem_get_info_counts_free_granules_as_free() {
+    let n = |text: &str, key: &str| number::<u64>(text, key);
+    let (without, _) = run(false, &["cached"], &[]);
+    for mode in ["strict", "barrier", "relaxed"] {
+        let (with_pool, err) = run(
+            true,
+            &["cached"],
+            &[
+                ("GPUPOOL_REUSE", mode),
+                EXPANDABLE,
+                ("GPUPOOL_SUMMARY", "stderr"),
+            ],
+        );
+        // 3.4 GiB of 7 MiB blocks freed, their granules still mapped: free, as without the
+        // pool, before the synchronization too (out of memory would fence and unmap them).
+        for key in [
+            "start_free",
+            "freed_free",
+            "synced_free",
+            "all_freed_free",
+            "all_freed_total",
+        ] {
+            assert_eq!(
+                n(&with_pool, key),
+                n(&without, key),
+                "{mode} {key}\n{with_pool}\n{err}"
+            );
+        }
+        // A live 7 MiB block beside that cache keeps at most one granule more than without the
+        // pool (classic segments: its whole 20 MiB segment, 13 MiB more).
+        for key in ["seven_mib_live_free", "churned_free"] {
+            let (pooled, alone) = (n(&with_pool, key), n(&without, key));
+            assert!(
+                pooled <= alone && alone - pooled <= 2 * MIB,
+                "{mode} {key}: {pooled} with the pool, {alone} without"
+            );
+        }
+        // What it was told is free, it gets.
+        assert_eq!(
+            n(&with_pool, "gib_blocks"),
+            n(&without, "gib_blocks"),
+            "{mode}"
+        );
+        // The summary's line: what is mapped, in how much address space, and nothing stranded
+        // at exit.
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(" expandable "))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            line.contains(" mapped in ")
+                && line.contains(" GiB of reserved address space (1 range); ")
+                && line.contains(" granules of 2.00 MiB mapped over the run, ")
+                && line.contains("; stranded 0 B beside live blocks, "),
+            "{line}"
+        );
+    }
+    // Classic segments, for contrast: the 7 MiB block holds its 20 MiB segment.
+    let (classic, err) = run(true, &["cached"], &[CLASSIC, ("GPUPOOL_SUMMARY", "stderr")]);
+    assert_eq!(
+        n(&classic, "seven_mib_live_free"),
+        n(&without, "seven_mib_live_free") - 13 * MIB
+    );
+    assert!(
+        err.contains(" expandable off (GPUPOOL_EXPANDABLE=0); stranded "),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_out_of_memory_report_names_the_pools_packing() {
     // 7 MiB blocks take two to a 20 MiB segment: 6 MiB of each stranded.
-    let fill = |pool: bool| -> u64 { number(&run(pool, &["fill", "7"], &[]).0, "blocks") };
+    let fill = |pool: bool| -> u64 { number(&run(pool, &["fill", "7"], &[CLASSIC]).0, "blocks") };
     let (alone, pooled_fill) = (fill(false), fill(true));
     assert!(pooled_fill * 10 < alone * 8, "{pooled_fill} of {alone}");
     // Every other block freed: 14 MiB blocks fit without the pool, not with it.
     let (out, _) = run(false, &["half", "7"], &[]);
     assert!(number::<u64>(&out, "double_blocks") > 500, "{out}");
-    let (out, err) = run(true, &["half", "7"], &[]);
+    let (out, err) = run(true, &["half", "7"], &[CLASSIC]);
     assert!(number::<u64>(&out, "double_blocks") < 50, "{out}");
     // The report says why, and what helps now, instead of blaming the program's tensors.
     let line = |key: &str| {
@@ -102,10 +176,65 @@ fn the_out_of_memory_report_names_the_pools_packing() {
         "{advice}"
     );
     assert!(advice.contains("GPUPOOL_DISABLE=1"), "{advice}");
+    // Expandable segments pack without stranding: the advice says so.
+    assert!(
+        advice.contains("GPUPOOL_EXPANDABLE=1 (soon the default"),
+        "{advice}"
+    );
     assert!(
         !advice.contains("free tensors the program no longer needs"),
         "{advice}"
     );
+}
+
+/// The out-of-memory report of the request named `what` (`cudaMalloc of 14.0 MiB`) in `err`.
+fn oom_report<'a>(err: &'a str, what: &str) -> &'a str {
+    let head = format!("gpupool: out of memory on device 0: {what} (");
+    let at = err
+        .find(&head)
+        .unwrap_or_else(|| panic!("no {head:?} in:\n{err}"));
+    let rest = &err[at..];
+    let end = rest[1..].find("gpupool: ").map_or(rest.len(), |i| i + 1);
+    &rest[..end]
+}
+
+#[test]
+fn with_expandable_segments_the_out_of_memory_report_tells_mapped_from_stranded() {
+    // Every other 7 MiB block freed: the holes' whole granules went back, the granules they
+    // share with the live blocks beside them stay mapped. 14 MiB blocks then fill the device
+    // but for those shared granules.
+    let (out, err) = run(true, &["half", "7"], &[EXPANDABLE]);
+    assert!(number::<u64>(&out, "double_blocks") > 400, "{out}");
+    let report = oom_report(&err, "cudaMalloc of 14.0 MiB");
+    let line = |key: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("no {key:?} in:\n{report}"))
+    };
+    assert!(
+        line("  expandable ").contains(" GiB of reserved address space (2.00 MiB granules"),
+        "{report}"
+    );
+    assert!(
+        line("  stranded   ").contains(" in granules they share, "),
+        "{report}"
+    );
+    assert!(
+        line("  it tried   ").contains("then tried again to map the granules the request lacks"),
+        "{report}"
+    );
+    let advice = &report[report.find("  you can    ").expect("advice")..];
+    assert!(
+        advice.starts_with(
+            "  you can    the pool's own packing is the cause, not the program's tensors"
+        ),
+        "{advice}"
+    );
+    // Nothing of 20 MiB segments, nor of the setting in force already.
+    assert!(!advice.contains("20 MiB"), "{advice}");
+    assert!(!advice.contains("GPUPOOL_EXPANDABLE"), "{advice}");
+    assert!(advice.contains("in whole 2.00 MiB granules"), "{advice}");
 }
 
 #[test]

@@ -175,6 +175,23 @@ fn check_json_device_at_exit(d: &Value) {
     assert!(u(d, "/largest_free_block_bytes") <= u(d, "/cached_free_bytes"));
     let frag = d["fragmentation"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&frag), "{d}");
+    // Nothing live: nothing stranded, the whole cache could go back to the driver.
+    assert_eq!(u(d, "/stranded_bytes"), 0, "{d}");
+    assert_eq!(u(d, "/stranded_in_granules_bytes"), 0, "{d}");
+    assert_eq!(u(d, "/releasable_bytes"), u(d, "/cached_bytes"), "{d}");
+    // Expandable segments: their mapped bytes are part of the reserved ones, the granules
+    // mapped less those unmapped.
+    let e = &d["expandable"];
+    assert!(["on", "off"].contains(&e["state"].as_str().unwrap()), "{d}");
+    assert!(
+        u(e, "/mapped_bytes") <= u(d, "/reserved_bytes/current"),
+        "{d}"
+    );
+    assert_eq!(
+        u(e, "/mapped_bytes"),
+        (u(e, "/granules_mapped") - u(e, "/granules_unmapped")) * u(e, "/granule_bytes"),
+        "{d}"
+    );
     // The histogram counts every request once, in the bucket of its size.
     let hist = d["request_histogram"].as_array().unwrap();
     let counted: u64 = hist.iter().map(|b| u(b, "/count")).sum();
@@ -485,6 +502,24 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
             (
                 "gpupool_device_outside_pool_bytes",
                 "/memory/outside_pool_bytes",
+            ),
+            ("gpupool_releasable_bytes", "/releasable_bytes"),
+            ("gpupool_stranded_bytes", "/stranded_bytes"),
+            (
+                "gpupool_expandable_address_space_bytes",
+                "/expandable/address_space_bytes",
+            ),
+            (
+                "gpupool_expandable_mapped_bytes",
+                "/expandable/mapped_bytes",
+            ),
+            (
+                "gpupool_granules_mapped_total",
+                "/expandable/granules_mapped",
+            ),
+            (
+                "gpupool_granules_unmapped_total",
+                "/expandable/granules_unmapped",
             ),
             ("gpupool_request_size_bytes_count", "/allocations"),
             (
@@ -946,6 +981,7 @@ fn summaries(err: &str) -> Vec<(u64, u64, u64, u64)> {
             " allocations ",
             " segments ",
             " cached ",
+            " expandable ",
             " calls ",
             " driver ",
             " in flight ",

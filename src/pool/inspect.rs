@@ -18,48 +18,61 @@ pub struct DeviceSnapshot {
     /// The device's first memory sample (`DevicePool::memory_first`).
     pub memory_first: Option<MemorySample>,
     pub last_oom: Option<OomEvent>,
+    /// Whether large blocks come from expandable segments, and if not, why.
+    pub expandable: Expandable,
+    /// Where the device's memory lies: address space, mapped, releasable and stranded bytes.
+    pub figures: CacheFigures,
 }
 
 /// `Pool::memory_for_program` on figures: the driver's `free` and `total`, the pool's
-/// `reserved` bytes, `idle` of them in whole free segments, and its `limit`.
-pub fn program_memory(free: u64, total: u64, reserved: u64, idle: u64, limit: u64) -> (u64, u64) {
-    let free = free.saturating_add(idle).min(total);
+/// `reserved` bytes, `releasable` of them it could give back now (`DevicePool::releasable`),
+/// and its `limit`.
+pub fn program_memory(
+    free: u64,
+    total: u64,
+    reserved: u64,
+    releasable: u64,
+    limit: u64,
+) -> (u64, u64) {
+    let free = free.saturating_add(releasable).min(total);
     if limit == u64::MAX {
         return (free, total);
     }
-    let within = limit.saturating_sub(reserved.saturating_sub(idle));
+    let within = limit.saturating_sub(reserved.saturating_sub(releasable));
     let total = total.min(limit);
     (free.min(within).min(total), total)
 }
 
 impl<B: Backend> Pool<B> {
     /// What `cudaMemGetInfo` tells the program of `device`, from the driver's `free` and
-    /// `total`: the memory it could get, as without the pool. Whole free segments count as free
-    /// (the pool gives them back before it reports out-of-memory), so the thread caches first
-    /// return their free blocks; free pieces of segments that hold live blocks do not. Under a
-    /// limit the device looks the limit's size.
+    /// `total`: the memory it could get, as without the pool. What the pool gives back before
+    /// it reports out-of-memory counts as free: whole free segments, and mapped granules of
+    /// expandable segments that no live block touches. So the thread caches first return
+    /// their free blocks. Free pieces of segments and granules that hold live blocks do not
+    /// count. Under a limit the device looks the limit's size.
     pub fn memory_for_program(&self, device: u32, free: u64, total: u64) -> (u64, u64) {
-        let (reserved, idle, limit) = match self.existing(device) {
+        let (reserved, releasable, limit) = match self.existing(device) {
             Some(slot) => {
                 let mut p = Self::lock(slot);
                 slot.caches.sweep_orphans(&mut p, &slot.clock);
                 slot.caches.reclaim(&mut p, &slot.clock);
-                (p.stats.reserved.current, p.idle_bytes(), p.limit)
+                (p.stats.reserved.current, p.releasable(), p.limit)
             }
             None => (0, 0, self.settings.limit.resolve(total)),
         };
-        program_memory(free, total, reserved, idle, limit)
+        program_memory(free, total, reserved, releasable, limit)
     }
 
     /// The bytes of `device` the pool would give back for another context's request that the
-    /// driver refused (its whole free segments, after the thread caches return theirs): what
-    /// such a context may count as free beside the driver's own figure.
+    /// driver refused (its whole free segments and free mapped granules, after the thread
+    /// caches return theirs): what such a context may count as free beside the driver's own
+    /// figure.
     pub fn releasable(&self, device: u32) -> u64 {
         self.existing(device).map_or(0, |slot| {
             let mut p = Self::lock(slot);
             slot.caches.sweep_orphans(&mut p, &slot.clock);
             slot.caches.reclaim(&mut p, &slot.clock);
-            p.idle_bytes()
+            p.releasable()
         })
     }
 
@@ -112,7 +125,8 @@ impl<B: Backend> Pool<B> {
         let p = Self::lock_for_report(slot, patience)?;
         let mut stats = p.stats.clone();
         let mut pending = p.pending_bytes();
-        let mut largest_free = p.largest_free();
+        let mut largest_free = 0;
+        let mut held = Vec::new();
         for c in slot.caches.caches_for_report() {
             let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
                 continue;
@@ -123,10 +137,14 @@ impl<B: Backend> Pool<B> {
                 // Free blocks in thread caches count: else a cache of reusable 1 MB blocks reads
                 // as 100% fragmented.
                 largest_free = largest_free.max(st.largest_ready());
+                held.extend(st.held_blocks().map(|h| h.idx));
             } else {
                 tcache::add_counts(&mut stats, &st.counts);
             }
         }
+        held.sort_unstable();
+        let figures = p.cache_figures(&held);
+        largest_free = largest_free.max(figures.largest_free);
         Some(DeviceSnapshot {
             device,
             cached: stats.reserved.current - stats.allocated.current,
@@ -138,6 +156,8 @@ impl<B: Backend> Pool<B> {
             memory: p.memory,
             memory_first: p.memory_first,
             last_oom: p.last_oom,
+            expandable: p.expandable_use(),
+            figures,
         })
     }
 

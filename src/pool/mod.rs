@@ -48,7 +48,8 @@ use std::time::Instant;
 
 pub use backend::{Addr, Backend, CudaError, DeviceSet};
 pub use device::{
-    DevicePool, LiveBlock, MemorySample, OomEvent, Origin, Policy, Release, ReuseWait,
+    CacheFigures, DevicePool, Expandable, LiveBlock, MemorySample, OomEvent, Origin, Policy,
+    Release, ReuseWait,
 };
 pub use stats::DeviceStats;
 pub use trace::TraceSink;

@@ -127,6 +127,11 @@ pub struct DeviceStats {
     pub invalid_frees: u64,
     /// `cudaDeviceReset` calls that made the pool forget this device.
     pub resets: u64,
+    /// Granules of expandable segments mapped and unmapped over the run, and reservations of
+    /// a range the driver refused (the request got a classic segment).
+    pub granules_mapped: u64,
+    pub granules_unmapped: u64,
+    pub ranges_refused: u64,
     pub histogram: [u64; HISTOGRAM_BUCKETS],
 }
 
@@ -167,6 +172,9 @@ impl Default for DeviceStats {
             barriers: 0,
             invalid_frees: 0,
             resets: 0,
+            granules_mapped: 0,
+            granules_unmapped: 0,
+            ranges_refused: 0,
             histogram: [0; HISTOGRAM_BUCKETS],
         }
     }

@@ -5,6 +5,35 @@ use std::fmt::Write;
 
 use super::summary::{DeviceReport, Report};
 use crate::pool::stats::Gauge;
+use crate::pool::Expandable;
+
+/// The `expandable` object: whether large blocks came from expandable segments (or why not),
+/// their address space and mapped bytes, and the granules mapped and unmapped over the run.
+fn expandable(d: &DeviceReport) -> String {
+    let (f, s) = (&d.snap.figures, &d.snap.stats);
+    let state = match d.snap.expandable {
+        Expandable::On => "on",
+        Expandable::Off => "off",
+        Expandable::Unavailable => "unavailable",
+        Expandable::NoPeerAccess => "no_peer_access",
+        Expandable::Refused(_) => "refused",
+    };
+    format!(
+        concat!(
+            "{{\"state\":\"{}\",\"granule_bytes\":{},\"ranges\":{},",
+            "\"address_space_bytes\":{},\"mapped_bytes\":{},",
+            "\"granules_mapped\":{},\"granules_unmapped\":{},\"reservations_refused\":{}}}"
+        ),
+        state,
+        f.granule,
+        f.ranges,
+        f.range_bytes,
+        f.mapped,
+        s.granules_mapped,
+        s.granules_unmapped,
+        s.ranges_refused
+    )
+}
 
 /// A JSON string literal.
 pub fn quote(s: &str) -> String {
@@ -96,6 +125,8 @@ fn device(d: &DeviceReport) -> String {
             "\"live_blocks\":{},\"segments\":{},",
             "\"cached_bytes\":{},\"cached_free_bytes\":{},\"pending_bytes\":{},",
             "\"largest_free_block_bytes\":{},\"fragmentation\":{:.4},",
+            "\"releasable_bytes\":{},\"stranded_bytes\":{},\"stranded_in_granules_bytes\":{},",
+            "\"expandable\":{},",
             "\"memory\":{},",
             "\"allocations\":{},\"frees\":{},\"cache_hits\":{},\"cache_misses\":{},",
             "\"thread_cache_hits\":{},\"stream_hits\":{},",
@@ -124,6 +155,10 @@ fn device(d: &DeviceReport) -> String {
         d.snap.pending,
         d.snap.largest_free,
         d.fragmentation(),
+        d.snap.figures.releasable,
+        d.snap.figures.stranded,
+        d.snap.figures.stranded_in_granules,
+        expandable(d),
         memory,
         s.allocs,
         s.frees,

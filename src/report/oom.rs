@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use super::summary::{DeviceReport, Report};
 use super::units::bytes;
 use crate::log;
+use crate::pool::size::{SMALL_LIMIT, SMALL_SEGMENT};
 use crate::pool::stats::histogram_bucket;
+use crate::pool::Expandable;
 
 /// Situations already reported; bounded so a program retrying forever cannot grow it.
 static REPORTED: Mutex<Vec<(u32, usize)>> = Mutex::new(Vec::new());
@@ -78,37 +80,73 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
             bytes(d.snap.limit.saturating_sub(s.reserved.current))
         );
     }
-    // After the retry every whole free segment went back: what stays cached lies in segments
-    // that also hold live blocks, which the driver cannot take back while they live.
-    let stranded = d.snap.cached;
-    if oom.is_some() && stranded > 0 {
+    let f = &d.snap.figures;
+    // Large requests map granules of expandable segments: that is what failed.
+    let mapping = d.snap.expandable == Expandable::On && size > SMALL_LIMIT && f.ranges > 0;
+    if d.snap.expandable == Expandable::On {
         let _ = writeln!(
             o,
-            "  stranded   {} free inside the {} segments that hold the {} live blocks (largest \
-             piece {}): no segment can go back to the driver while a block in it lives",
-            bytes(stranded),
-            s.segments.current,
-            s.blocks.current,
-            bytes(d.snap.largest_free)
+            "  expandable {} mapped in {} of reserved address space ({} granules; address \
+             space is not memory, only what is mapped)",
+            bytes(f.mapped),
+            bytes(f.range_bytes),
+            bytes(f.granule)
         );
     }
+    // After the retry everything that could go back went: what stays cached lies in segments
+    // or granules that also hold live blocks, which the driver cannot take back while they
+    // live.
+    let stranded = f.stranded;
+    if oom.is_some() && stranded > 0 {
+        if d.snap.expandable == Expandable::On {
+            let _ = writeln!(
+                o,
+                "  stranded   {} free beside the {} live blocks ({} in granules they share, {} in \
+                 small segments; largest piece {}): a granule or segment goes back to the \
+                 driver only once no live block touches it",
+                bytes(stranded),
+                s.blocks.current,
+                bytes(f.stranded_in_granules),
+                bytes(stranded.saturating_sub(f.stranded_in_granules)),
+                bytes(d.snap.largest_free)
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "  stranded   {} free inside the {} segments that hold the {} live blocks \
+                 (largest piece {}): no segment can go back to the driver while a block in it \
+                 lives",
+                bytes(stranded),
+                s.segments.current,
+                s.blocks.current,
+                bytes(d.snap.largest_free)
+            );
+        }
+    }
     if let Some(e) = oom {
+        let retried = if mapping {
+            " (free granules included), then tried again to map the granules the request lacks"
+                .to_string()
+        } else {
+            format!(
+                ", then retried with a {} segment{}",
+                bytes(e.segment),
+                if e.segment != e.requested {
+                    format!(" and an exact {} one", bytes(e.requested))
+                } else {
+                    String::new()
+                }
+            )
+        };
         let _ = writeln!(
             o,
-            "  it tried   {}released {} of cached segments to the driver, then retried with a {} \
-             segment{}{}",
+            "  it tried   {}released {} of cached segments to the driver{retried}{}",
             if e.fenced {
                 "waited for the device's in-flight work, "
             } else {
                 ""
             },
             bytes(e.released),
-            bytes(e.segment),
-            if e.segment != e.requested {
-                format!(" and an exact {} one", bytes(e.requested))
-            } else {
-                String::new()
-            },
             if limited {
                 String::new()
             } else if malloc == "cuMemAlloc" {
@@ -159,16 +197,7 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
     } else if s.allocated.current + size > usable {
         advice.push("the program's live allocations alone do not fit: smaller batches or model shards, or free tensors sooner (look for references kept across steps)".to_string());
     } else if packing {
-        advice.push(format!(
-            "the pool's own packing is the cause, not the program's tensors: {} is free in \
-             pieces of segments that still hold live blocks ({} more on the device), and no \
-             piece fits; without the pool the driver would have that memory back. What helps now: \
-             free the live blocks that share those segments, request sizes that pack (requests \
-             of 1 to 10 MiB share 20 MiB segments: 5 or 10 MiB fill them, 7 MiB leaves 6 MiB \
-             over), or run this job with GPUPOOL_DISABLE=1 (every call straight to the driver)",
-            bytes(stranded),
-            bytes(device_free)
-        ));
+        advice.push(packing_advice(d, stranded, device_free));
     } else {
         advice.push(
             "free tensors the program no longer needs (references kept across steps are the usual leak)"
@@ -209,4 +238,51 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
     }
     let _ = writeln!(o, "  you can    {}", advice.join(";\n             "));
     o
+}
+
+/// The advice when the pool's own packing is the cause: `stranded` bytes free in pieces of
+/// segments (or granules) that still hold live blocks, `device_free` more on the device, and
+/// no piece fits the request. With expandable segments the pieces are granule edges and small
+/// segments, not 20 MiB segments; without them, `GPUPOOL_EXPANDABLE=1` packs large blocks
+/// without stranding, where the driver has virtual memory.
+fn packing_advice(d: &DeviceReport, stranded: u64, device_free: u64) -> String {
+    let f = &d.snap.figures;
+    let cause = "the pool's own packing is the cause, not the program's tensors";
+    if d.snap.expandable == Expandable::On {
+        return format!(
+            "{cause}: {} is free in pieces of granules and small segments that still hold live \
+             blocks ({} in {} granules, {} in {} segments of blocks up to {}; {} more on the \
+             device), and no piece fits. What helps now: free the live blocks beside those \
+             pieces, or request large sizes in whole {} granules (blocks then share none)",
+            bytes(stranded),
+            bytes(f.stranded_in_granules),
+            bytes(f.granule),
+            bytes(stranded.saturating_sub(f.stranded_in_granules)),
+            bytes(SMALL_SEGMENT),
+            bytes(SMALL_LIMIT),
+            bytes(device_free),
+            bytes(f.granule)
+        );
+    }
+    let expandable = match d.snap.expandable {
+        Expandable::Off => {
+            "run this job with GPUPOOL_EXPANDABLE=1 (soon the default: blocks above 1 MiB packed \
+             one after another in virtual memory, at most a 2 MiB granule stranded beside a live \
+             block), "
+        }
+        Expandable::Unavailable
+        | Expandable::NoPeerAccess
+        | Expandable::Refused(_)
+        | Expandable::On => "",
+    };
+    format!(
+        "{cause}: {} is free in pieces of segments that still hold live blocks ({} more on the \
+         device), and no piece fits; without the pool the driver would have that memory back. \
+         What helps now: free the live blocks that share those segments, request sizes that \
+         pack (requests of 1 to 10 MiB share 20 MiB segments: 5 or 10 MiB fill them, 7 MiB \
+         leaves 6 MiB over), {expandable}or run this job with GPUPOOL_DISABLE=1 (every call \
+         straight to the driver)",
+        bytes(stranded),
+        bytes(device_free)
+    )
 }

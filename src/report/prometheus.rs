@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use super::summary::{bucket_bound, DeviceReport, Report};
 use crate::pool::stats::HISTOGRAM_BUCKETS;
+use crate::pool::Expandable;
 
 /// A label value with `\`, `"` and newlines escaped.
 fn label(v: &str) -> String {
@@ -77,6 +78,48 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "gauge",
         "Share of reusable cached bytes outside the largest free block.",
         |d| d.fragmentation(),
+    ),
+    (
+        "gpupool_releasable_bytes",
+        "gauge",
+        "Cached bytes the pool could give back to the driver now: idle segments, and mapped granules no live block touches.",
+        |d| d.snap.figures.releasable as f64,
+    ),
+    (
+        "gpupool_stranded_bytes",
+        "gauge",
+        "Cached bytes that cannot go back while live blocks stay: free pieces of segments and granules that also hold live blocks.",
+        |d| d.snap.figures.stranded as f64,
+    ),
+    (
+        "gpupool_expandable_enabled",
+        "gauge",
+        "1 if large blocks come from expandable segments (GPUPOOL_EXPANDABLE and the driver's virtual memory), else 0.",
+        |d| (d.snap.expandable == Expandable::On) as u8 as f64,
+    ),
+    (
+        "gpupool_expandable_address_space_bytes",
+        "gauge",
+        "Address space expandable segments reserve (costs no memory until mapped).",
+        |d| d.snap.figures.range_bytes as f64,
+    ),
+    (
+        "gpupool_expandable_mapped_bytes",
+        "gauge",
+        "Bytes mapped in expandable segments (part of the reserved bytes).",
+        |d| d.snap.figures.mapped as f64,
+    ),
+    (
+        "gpupool_granules_mapped_total",
+        "counter",
+        "Granules of expandable segments mapped.",
+        |d| d.snap.stats.granules_mapped as f64,
+    ),
+    (
+        "gpupool_granules_unmapped_total",
+        "counter",
+        "Granules of expandable segments unmapped (given back to the driver).",
+        |d| d.snap.stats.granules_unmapped as f64,
     ),
     (
         "gpupool_live_blocks",

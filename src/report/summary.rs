@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::units::{bytes, duration_ns};
 use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
-use crate::pool::{Backend, DeviceSnapshot, IpcRefusals, LiveBlock, LockWait, Pool};
+use crate::pool::{Backend, DeviceSnapshot, Expandable, IpcRefusals, LiveBlock, LockWait, Pool};
 
 pub struct Report {
     pub pid: u32,
@@ -234,6 +234,50 @@ fn limit_text(limit: u64, s: &crate::pool::DeviceStats) -> String {
     )
 }
 
+/// Whether large blocks came from expandable segments (what they map and reserve, the
+/// granules mapped and unmapped over the run) or why not, and where the cache lies: stranded
+/// beside live blocks, or free to go back to the driver.
+fn expandable_text(d: &DeviceReport) -> String {
+    let (f, s) = (&d.snap.figures, &d.snap.stats);
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let state = match d.snap.expandable {
+        Expandable::On => format!(
+            "{} mapped in {} of reserved address space ({} range{}); {} granules of {} mapped \
+             over the run, {} unmapped",
+            bytes(f.mapped),
+            bytes(f.range_bytes),
+            f.ranges,
+            plural(f.ranges),
+            s.granules_mapped,
+            bytes(f.granule),
+            s.granules_unmapped
+        ),
+        Expandable::Off => "off (GPUPOOL_EXPANDABLE=0)".to_string(),
+        Expandable::Unavailable => {
+            "off: the driver has no virtual memory management on this device".to_string()
+        }
+        Expandable::NoPeerAccess => "off: a visible device cannot reach this device's memory \
+                                     (cuDeviceCanAccessPeer), which mapped memory needs"
+            .to_string(),
+        Expandable::Refused(why) => format!(
+            "off: the driver refused to map virtual memory (error {}), classic segments since",
+            why.0
+        ),
+    };
+    let refused = match s.ranges_refused {
+        0 => String::new(),
+        n => format!(
+            "; {n} reservation{} refused (classic segments instead)",
+            plural(n)
+        ),
+    };
+    format!(
+        "{state}{refused}; stranded {} beside live blocks, {} free to give back",
+        bytes(f.stranded),
+        bytes(f.releasable)
+    )
+}
+
 /// `libc10_cuda.so 3.00 MiB in 3 blocks, the program (train) 1.00 MiB in 1 block`.
 pub fn holders_text(holders: &[Holder]) -> String {
     holders
@@ -324,6 +368,7 @@ pub fn render_text(r: &Report) -> String {
             bytes(d.snap.largest_free),
             d.fragmentation() * 100.0
         );
+        let _ = writeln!(o, " expandable {}", expandable_text(d));
         if let Some(m) = d.snap.memory {
             let _ = writeln!(
                 o,

@@ -1,6 +1,10 @@
 /* What a program sees of device memory: cudaMemGetInfo, how much fits, the pool's limit.
  *   info:    cudaMemGetInfo at start, with one 7 MiB block live (in a 20 MiB segment), with
  *            1 GiB live, with 8 GiB live, and with all of it freed and synchronized.
+ *   cached:  cudaMemGetInfo at start; after 500 blocks of 7 MiB are freed, and again once
+ *            synchronized; with one 7 MiB block live beside that cache; after 300 blocks of
+ *            5 MiB are allocated beside it, freed and synchronized; then how many 1 GiB blocks
+ *            fit beside it (the memory it was told is free, it can have); and with all freed.
  *   fill M:  M MiB blocks until out of memory; prints the count.
  *   half M:  M MiB blocks until out of memory, every other one freed, then 2*M MiB blocks
  *            until out of memory; prints both counts.
@@ -114,6 +118,29 @@ int main(int argc, char **argv)
         free_all(n);
         CHECK_CUDA(cudaDeviceSynchronize());
         info("all_freed");
+    } else if (strcmp(mode, "cached") == 0) {
+        info("start");
+        int n = 0;
+        for (; n < 500; n++)
+            CHECK_CUDA(cudaMalloc(&blocks[n], 7 * MIB));
+        free_all(n);
+        info("freed");
+        CHECK_CUDA(cudaDeviceSynchronize());
+        info("synced");
+        void *one = NULL;
+        CHECK_CUDA(cudaMalloc(&one, 7 * MIB));
+        info("seven_mib_live");
+        for (n = 0; n < 300; n++)
+            CHECK_CUDA(cudaMalloc(&blocks[n], 5 * MIB));
+        free_all(n);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        info("churned");
+        n = fill(1024 * MIB, 0);
+        printf("gib_blocks %d\n", n);
+        free_all(n);
+        CHECK_CUDA(cudaFree(one));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        info("all_freed");
     } else if (strcmp(mode, "fill") == 0) {
         int n = fill(size, 0);
         printf("blocks %d\n", n);
@@ -145,7 +172,7 @@ int main(int argc, char **argv)
             pthread_join(t[i], NULL);
         printf("held_max %zu\n", w[0].held_max > w[1].held_max ? w[0].held_max : w[1].held_max);
     } else {
-        CHECK(0, "mode: info, fill, half, limit, devices or threads");
+        CHECK(0, "mode: info, cached, fill, half, limit, devices or threads");
     }
     printf("memory view ok\n");
     return 0;

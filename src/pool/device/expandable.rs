@@ -54,6 +54,57 @@ impl Granules {
     pub(super) fn count(&self) -> u64 {
         self.bits.iter().map(|w| w.count_ones() as u64).sum()
     }
+
+    /// The first granule from `k` on, before `end`, that is mapped (if `mapped`) or not;
+    /// `end` if none. Skips a word of 64 granules at a time.
+    pub(super) fn next_with(&self, mut k: u64, end: u64, mapped: bool) -> u64 {
+        while k < end {
+            let (w, bit) = ((k / 64) as usize, k % 64);
+            let word = if mapped { self.bits[w] } else { !self.bits[w] } >> bit;
+            if word != 0 {
+                return (k + word.trailing_zeros() as u64).min(end);
+            }
+            k += 64 - bit;
+        }
+        end
+    }
+
+    /// Granules marked mapped among `[first, end)`.
+    pub(super) fn count_between(&self, first: u64, end: u64) -> u64 {
+        let mut n = 0;
+        let mut k = first;
+        while k < end {
+            let (w, bit) = ((k / 64) as usize, k % 64);
+            let span = (64 - bit).min(end - k);
+            let mask = if span == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << span) - 1) << bit
+            };
+            n += (self.bits[w] & mask).count_ones() as u64;
+            k += span;
+        }
+        n
+    }
+}
+
+/// Whether a device's large blocks come from expandable segments, and if not, why (for the
+/// reports).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Expandable {
+    /// `GPUPOOL_EXPANDABLE` is off.
+    #[default]
+    Off,
+    /// Asked for, but the driver offers no virtual memory management on this device.
+    Unavailable,
+    /// Asked for, but a visible device cannot reach this one's memory (`cuDeviceCanAccessPeer`),
+    /// which a copy with it current needs of mapped memory.
+    NoPeerAccess,
+    /// On until the driver refused a mapping for another reason than memory (this code),
+    /// before any worked: classic segments since.
+    Refused(CudaError),
+    /// On.
+    On,
 }
 
 impl DevicePool {
@@ -64,11 +115,13 @@ impl DevicePool {
             .vmm_granularity(self.device)
             .filter(|g| g.is_power_of_two() && g.is_multiple_of(ALIGN))
         else {
+            self.expandable_use = Expandable::Unavailable;
             return;
         };
         // Every device the program may make current must be able to reach the memory: a copy
         // with it current works on `cudaMalloc` memory and would fail on mapped memory.
         if backend.vmm_peers(self.device).is_none() {
+            self.expandable_use = Expandable::NoPeerAccess;
             return;
         }
         let range = match backend.memory_info(self.device) {
@@ -85,6 +138,15 @@ impl DevicePool {
         self.granule = granule;
         self.range_bytes = range.next_multiple_of(granule);
         self.record(Kind::Expandable, granule, self.range_bytes, 0, 0);
+        self.expandable_use = Expandable::On;
+    }
+
+    /// Whether large blocks come from expandable segments, and if not, why.
+    pub fn expandable_use(&self) -> Expandable {
+        match self.expandable_refused {
+            Some(why) => Expandable::Refused(why),
+            None => self.expandable_use,
+        }
     }
 
     /// Whether large blocks come from expandable segments.
@@ -120,6 +182,7 @@ impl DevicePool {
             Ok(addr) => addr,
             Err(e) => {
                 self.record(Kind::RangeRefused, bytes, e.0 as u64, 0, 0);
+                self.stats.ranges_refused += 1;
                 return None;
             }
         };
@@ -264,6 +327,7 @@ impl DevicePool {
                 } else {
                     self.granules_mut(si).mapped += g;
                     self.stats.reserved.add(g);
+                    self.stats.granules_mapped += 1;
                 }
             }
             return Err(e);
@@ -271,6 +335,7 @@ impl DevicePool {
         let added = mapped_here.len() as u64 * g;
         self.granules_mut(si).mapped += added;
         self.stats.reserved.add(added);
+        self.stats.granules_mapped += mapped_here.len() as u64;
         Ok(())
     }
 
@@ -398,6 +463,7 @@ impl DevicePool {
             granules.set(k, false);
             granules.mapped -= g;
             self.stats.reserved.sub(g);
+            self.stats.granules_unmapped += 1;
             released += g;
             self.count_release(why, g);
         }
@@ -449,5 +515,39 @@ impl DevicePool {
             end += 1;
         }
         Some((s.addr + first * g, (end - first) * g))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Granules;
+
+    /// The bitmap's counts and searches against a plain scan, across word boundaries.
+    #[test]
+    fn granule_counts_and_searches_agree_with_a_scan() {
+        let mut g = Granules::new(200);
+        for k in [0, 1, 63, 64, 65, 127, 128, 150, 151, 152, 199] {
+            g.set(k, true);
+        }
+        let scan = |first: u64, end: u64| (first..end).filter(|&k| g.is_mapped(k)).count() as u64;
+        let next =
+            |k: u64, end: u64, m: bool| (k..end).find(|&i| g.is_mapped(i) == m).unwrap_or(end);
+        for first in 0..=200 {
+            for end in first..=200 {
+                assert_eq!(
+                    g.count_between(first, end),
+                    scan(first, end),
+                    "{first}..{end}"
+                );
+                for m in [true, false] {
+                    assert_eq!(
+                        g.next_with(first, end, m),
+                        next(first, end, m),
+                        "{first}..{end} {m}"
+                    );
+                }
+            }
+        }
+        assert_eq!(g.count(), 11);
     }
 }

@@ -6,14 +6,19 @@ use super::*;
 impl DevicePool {
     /// The largest block that could be handed out now.
     pub fn largest_free(&self) -> u64 {
-        let small = self.free_small.largest().unwrap_or(0);
         let large = self.free_large.keys().next_back().map_or(0, |k| k.0);
+        self.largest_free_small().max(large)
+    }
+
+    /// The largest free block of the small index and the bins.
+    pub(super) fn largest_free_small(&self) -> u64 {
+        let small = self.free_small.largest().unwrap_or(0);
         let binned = self
             .bins
             .iter()
             .rposition(|b| !b.is_empty())
             .map_or(0, |k| (k as u64 + 1) * ALIGN);
-        small.max(large).max(binned)
+        small.max(binned)
     }
 
     /// The bin of blocks of exactly `rounded` bytes, for small sizes.

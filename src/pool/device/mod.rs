@@ -11,6 +11,7 @@
 //! - `stream_hold.rs`: blocks held for the stream that freed them (`relaxed` mode);
 //! - `release.rs`: the threshold, empty-cache, outgrown segments, reset; threshold and limit;
 //! - `expandable.rs`: expandable segments, mapped and unmapped in granules;
+//! - `figures.rs`: where the memory lies (mapped, releasable, stranded), for the reports;
 //! - `peers.rs`: peers' access to expandable segments, and their mapped runs;
 //! - `lend.rs`: blocks lent to thread caches;
 //! - `check.rs`: the structural check.
@@ -36,6 +37,7 @@ use super::{FreeKind, IntHasher, ReuseClock, StreamKey, NO_STREAM};
 mod arena;
 mod check;
 mod expandable;
+mod figures;
 mod fit;
 mod grow;
 mod hit;
@@ -44,6 +46,9 @@ mod peers;
 mod pending;
 mod release;
 mod stream_hold;
+
+pub use expandable::Expandable;
+pub use figures::CacheFigures;
 
 /// Small blocks freed and reusable wait in exact-size bins, up to this many bytes per device
 /// (or an eighth of its reserved memory, if more): a request of the same size takes one back
@@ -316,6 +321,8 @@ pub struct DevicePool {
     /// A block of an expandable segment became free since a release last looked for free
     /// granules (`make_free` sets it).
     unmap_due: bool,
+    /// Whether expandable segments are on, and if not, why (for the reports).
+    expandable_use: Expandable,
     /// The driver's refusal that turned expandable segments off on this device (virtual memory
     /// missing or broken): classic segments serve since.
     pub expandable_refused: Option<CudaError>,
@@ -396,6 +403,7 @@ impl DevicePool {
             range_bytes: 0,
             ranges: Vec::new(),
             unmap_due: false,
+            expandable_use: Expandable::Off,
             expandable_refused: None,
             peers: Arc::default(),
             lock_allocs: 0,
@@ -475,11 +483,6 @@ impl DevicePool {
         self.segments[i as usize]
             .as_mut()
             .expect("block in a released segment")
-    }
-
-    /// Bytes of segments that hold no live or lent block: what a release could give back now.
-    pub fn idle_bytes(&self) -> u64 {
-        self.idle_bytes
     }
 
     /// The segment holding `addr`, as (base, size); in an expandable segment, the run of

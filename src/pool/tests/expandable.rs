@@ -422,6 +422,218 @@ fn thread_caches_lend_mapped_blocks_and_give_them_back() {
     );
 }
 
+/// The figures the reports show of device 0 (`DeviceSnapshot::figures`).
+fn figures<B: Backend>(p: &Pool<B>) -> (crate::pool::CacheFigures, DeviceSnapshot) {
+    let snap = p.device_stats(0).unwrap();
+    (snap.figures, snap)
+}
+
+/// `cudaMemGetInfo` (`memory_for_program`) counts as free the mapped granules no live block
+/// touches, as it counts whole free segments: the program that freed everything sees the
+/// device as without the pool, before its synchronization too (out of memory fences and
+/// unmaps them), and it can have that memory. A live 7 MiB block keeps at most one granule more
+/// than its size. The reports' figures add up to the cached bytes.
+#[test]
+fn free_mapped_granules_count_as_free_memory() {
+    let driver = |p: &Pool<ModelDriver>| p.backend().memory_info(0).unwrap();
+    let sizes = [
+        7 * MIB,
+        3 * MIB + 512,
+        12 * MIB,
+        5 * MIB + MIB / 10,
+        40 * MIB,
+        4096,
+    ];
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
+        let blocks: Vec<Addr> = (0..300)
+            .map(|i| p.alloc(0, sizes[i % sizes.len()]).unwrap())
+            .collect();
+        for &a in &blocks {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        let (free, total) = driver(&p);
+        assert!(
+            free + 1000 * MIB < total,
+            "{reuse:?}: the granules stay mapped"
+        );
+        assert_eq!(
+            p.memory_for_program(0, free, total),
+            (total, total),
+            "{reuse:?}: freed, not synchronized"
+        );
+        program_sync(&p);
+        let (f, snap) = figures(&p);
+        assert_eq!(p.memory_for_program(0, free, total), (total, total));
+        assert_eq!(
+            (f.ranges, f.range_bytes, f.granule),
+            (1, 2 * DEVICE, VMM_GRANULE)
+        );
+        assert_eq!(f.mapped, p.backend().mapped_on(0));
+        assert_eq!((f.releasable, f.stranded), (snap.cached, 0), "{reuse:?}");
+        // The largest free block is mapped memory, not the range's unused address space.
+        assert!(f.largest_free <= f.mapped, "{reuse:?}: {f:?}");
+
+        // One 7 MiB block live: its last granule is shared with free space, nothing more.
+        let a = p.alloc(0, 7 * MIB).unwrap();
+        let (free, total) = driver(&p);
+        let (seen, _) = p.memory_for_program(0, free, total);
+        assert!(seen + 7 * MIB <= total, "{reuse:?}: {seen}");
+        assert!(seen + 7 * MIB + VMM_GRANULE >= total, "{reuse:?}: {seen}");
+        let (f, snap) = figures(&p);
+        assert_eq!(f.releasable + f.stranded, snap.cached, "{reuse:?}: {f:?}");
+        assert!(
+            f.stranded > 0 && f.stranded < VMM_GRANULE,
+            "{reuse:?}: {f:?}"
+        );
+        assert_eq!(f.stranded_in_granules, f.stranded, "{reuse:?}");
+        assert_eq!(p.releasable(0), f.releasable);
+
+        // It can have what it was told: 1 GiB blocks fill the device but for that block's.
+        let big = fill(&p, 1 << 30);
+        assert_eq!(big.len() as u64, (seen >> 30), "{reuse:?}");
+        for x in big.into_iter().chain([a]) {
+            p.free(x, FreeKind::Sync, Some(0));
+        }
+        // Given back: the counters of granules mapped and unmapped agree with the driver.
+        program_sync(&p);
+        p.empty_cache(0);
+        let s = stats(&p, 0);
+        assert!(s.granules_unmapped > 0, "{reuse:?}");
+        assert_eq!(
+            (s.granules_mapped - s.granules_unmapped) * VMM_GRANULE,
+            p.backend().mapped_on(0),
+            "{reuse:?}"
+        );
+        let (f, _) = figures(&p);
+        assert_eq!((f.mapped, f.releasable, f.stranded), (0, 0, 0), "{reuse:?}");
+        p.check().unwrap();
+        assert!(
+            p.backend().misuses().is_empty(),
+            "{:?}",
+            p.backend().misuses()
+        );
+    }
+}
+
+#[test]
+fn the_reports_say_why_expandable_segments_are_off() {
+    use crate::pool::Expandable;
+    let on = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    on.alloc(0, 4096).unwrap();
+    assert_eq!(on.device_stats(0).unwrap().expandable, Expandable::On);
+    let no_vmm = Pool::new(
+        model(DEVICE),
+        vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded),
+    );
+    no_vmm.alloc(0, 4096).unwrap();
+    let want = if super::expandable_on() {
+        Expandable::On
+    } else {
+        Expandable::Unavailable
+    };
+    assert_eq!(no_vmm.device_stats(0).unwrap().expandable, want);
+    let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+    s.expandable = false;
+    let off = Pool::new(vmm_model(DEVICE), s);
+    off.alloc(0, 4096).unwrap();
+    assert_eq!(off.device_stats(0).unwrap().expandable, Expandable::Off);
+    // A refused reservation is counted: the request got a classic segment.
+    on.backend()
+        .fail_next(Call::Reserve, CudaError::MEMORY_ALLOCATION.0);
+    on.alloc(0, 7 * MIB).unwrap();
+    assert_eq!(stats(&on, 0).ranges_refused, 1);
+    // A driver that refuses virtual memory: off since, with the driver's code.
+    let refused = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    refused
+        .backend()
+        .fail_next(Call::Map, CudaError::NOT_SUPPORTED.0);
+    refused.alloc(0, 7 * MIB).unwrap();
+    assert_eq!(
+        refused.device_stats(0).unwrap().expandable,
+        Expandable::Refused(CudaError::NOT_SUPPORTED)
+    );
+    // Virtual memory, but a visible device cannot reach this one's: classic segments.
+    struct NoPeers(ModelDriver);
+    impl Backend for NoPeers {
+        fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
+            self.0.alloc_segment(device, bytes)
+        }
+        fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
+            self.0.free_segment(device, addr)
+        }
+        fn fence(&self, device: u32) -> Result<(), CudaError> {
+            self.0.fence(device)
+        }
+        fn barrier(&self, device: u32) -> Result<(), CudaError> {
+            self.0.barrier(device)
+        }
+        fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
+            self.0.memory_info(device)
+        }
+        fn vmm_granularity(&self, device: u32) -> Option<u64> {
+            self.0.vmm_granularity(device)
+        }
+        fn vmm_peers(&self, _device: u32) -> Option<crate::pool::backend::DeviceSet> {
+            None
+        }
+    }
+    let lonely = Pool::new(
+        NoPeers(vmm_model(DEVICE)),
+        vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded),
+    );
+    lonely.alloc(0, 7 * MIB).unwrap();
+    let snap = lonely.device_stats(0).unwrap();
+    assert_eq!(snap.expandable, Expandable::NoPeerAccess);
+    assert_eq!(lonely.backend().0.counts().mallocs, 1);
+}
+
+/// Through a random workload, what the figures call releasable is what an empty-cache gives
+/// back, in every reuse mode, with blocks live, pending and free: the free mapped granules no
+/// live block touches and the idle small segments.
+#[test]
+fn what_the_figures_call_releasable_is_what_empty_cache_gives_back() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Unbounded, 4 << 30);
+        let mut rng = crate::rng::Rng::new(11);
+        let mut live: Vec<Addr> = Vec::new();
+        for step in 0..4000u64 {
+            if live.len() > 60 || (!live.is_empty() && rng.percent(45)) {
+                let a = live.swap_remove(rng.range(0, live.len() as u64 - 1) as usize);
+                p.free(a, FreeKind::Sync, Some(0));
+            } else {
+                let n = if rng.percent(20) {
+                    rng.range(1, 64) * 4096
+                } else {
+                    rng.range(1, 30) * MIB + rng.range(0, 7) * 512
+                };
+                live.push(p.alloc(0, n).unwrap());
+            }
+            let (f, snap) = figures(&p);
+            assert!(f.releasable <= snap.cached, "{reuse:?} {step}: {f:?}");
+            assert!(
+                f.stranded_in_granules <= f.stranded,
+                "{reuse:?} {step}: {f:?}"
+            );
+            assert_eq!(f.mapped, p.backend().mapped_on(0), "{reuse:?} {step}");
+            if step % 250 == 249 {
+                let before = p.releasable(0);
+                assert_eq!(before, figures(&p).0.releasable);
+                let released = p.empty_cache(0);
+                assert_eq!(released, before, "{reuse:?} {step}");
+                let (f, _) = figures(&p);
+                assert_eq!(f.releasable, 0, "{reuse:?} {step}: {f:?}");
+                p.check().unwrap();
+            }
+        }
+        assert!(
+            p.backend().misuses().is_empty(),
+            "{:?}",
+            p.backend().misuses()
+        );
+    }
+}
+
 #[test]
 fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
     let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
@@ -493,5 +705,33 @@ fn before_a_reset_every_granule_and_range_goes_back() {
             "{:?}",
             p.backend().misuses()
         );
+    }
+}
+
+/// Free blocks a live thread's cache holds count as free to give back in the figures, as
+/// `cudaMemGetInfo` counts them (they come back first): with nothing live, nothing is
+/// stranded, with classic and with expandable segments.
+#[test]
+fn free_blocks_in_thread_caches_are_not_stranded() {
+    for expandable in [false, true] {
+        let mut s = vmm_settings(ReuseMode::Relaxed, DeviceBytes::Unbounded);
+        s.expandable = expandable;
+        let p = Pool::new(vmm_model(DEVICE), s);
+        let a = p.alloc(0, 4096).unwrap();
+        on_thread(|| alloc_and_free(&p, 8, 4096));
+        p.free(a, FreeKind::Sync, Some(0));
+        beside_a_second_cache(
+            &p,
+            |p| alloc_and_free(p, 64, 3 * MIB),
+            || {
+                let (f, snap) = figures(&p);
+                assert!(snap.cached > 0 && snap.stats.thread_cache_borrowed > 0);
+                assert_eq!(f.stranded, 0, "expandable {expandable}: {f:?}");
+                assert_eq!(f.releasable, snap.cached, "expandable {expandable}: {f:?}");
+                let (free, total) = p.backend().memory_info(0).unwrap();
+                assert_eq!(p.memory_for_program(0, free, total), (total, total));
+            },
+        );
+        p.check().unwrap();
     }
 }
