@@ -97,8 +97,8 @@ pub struct Config {
     pub summary_interval_ns: Option<u64>,
     /// `GPUPOOL_TRACE`: the allocation trace's path (`%p`, `%r`, `%h` expanded), if any.
     pub trace: Option<Vec<u8>>,
-    /// `GPUPOOL_EXPANDABLE`: large blocks from expandable segments on CUDA virtual memory. Off
-    /// by default until a GPU run validates it.
+    /// `GPUPOOL_EXPANDABLE`: large blocks from expandable segments on CUDA virtual memory,
+    /// where the driver has it (classic segments otherwise).
     pub expandable: bool,
 }
 
@@ -117,7 +117,7 @@ impl Default for Config {
             summary_always: false,
             summary_interval_ns: None,
             trace: None,
-            expandable: false,
+            expandable: true,
         }
     }
 }
@@ -284,7 +284,7 @@ impl Config {
         if let Some(v) = get("GPUPOOL_EXPANDABLE") {
             match parse_bool(&v) {
                 Some(b) => c.expandable = b,
-                None => bad("GPUPOOL_EXPANDABLE", &v, "expected 0 or 1", "0"),
+                None => bad("GPUPOOL_EXPANDABLE", &v, "expected 0 or 1", "1"),
             }
         }
         (c, warnings)
@@ -543,12 +543,12 @@ mod tests {
     }
 
     #[test]
-    fn expandable_segments_are_off_unless_asked_for() {
-        assert!(!Config::default().expandable);
-        let (c, w) = parse(&[("GPUPOOL_EXPANDABLE", b"1")]);
-        assert!(c.expandable && w.is_empty());
+    fn expandable_segments_are_on_unless_turned_off() {
+        assert!(Config::default().expandable);
+        let (c, w) = parse(&[("GPUPOOL_EXPANDABLE", b"0")]);
+        assert!(!c.expandable && w.is_empty());
         let (c, w) = parse(&[("GPUPOOL_EXPANDABLE", b"maybe")]);
-        assert!(!c.expandable);
+        assert!(c.expandable);
         assert!(w[0].contains("GPUPOOL_EXPANDABLE"), "{w:?}");
     }
 

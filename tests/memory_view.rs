@@ -178,7 +178,7 @@ fn the_out_of_memory_report_names_the_pools_packing() {
     assert!(advice.contains("GPUPOOL_DISABLE=1"), "{advice}");
     // Expandable segments pack without stranding: the advice says so.
     assert!(
-        advice.contains("GPUPOOL_EXPANDABLE=1 (soon the default"),
+        advice.contains("GPUPOOL_EXPANDABLE=1 (the default"),
         "{advice}"
     );
     assert!(

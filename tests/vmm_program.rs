@@ -92,6 +92,7 @@ fn a_copy_with_another_device_in_use_current_works_without_peer_access() {
         let (out, err) = run("copy-current", under, &[]);
         let n = |key: &str| number::<i64>(&out, key);
         for key in [
+            "only_current_copy=",
             "to_host_0=",
             "to_host_1=",
             "to_peer_0=",

@@ -404,7 +404,9 @@ pub unsafe fn device_reset() -> CudaStatus {
     match (r, g.pool(), dev) {
         (SUCCESS, Some(pool), Some(dev)) => {
             // The driver freed every allocation of the device, and its events: forget, do
-            // not free.
+            // not free. Mapped memory it keeps: given back now if the device could not be read
+            // before the reset (the context is gone, and its work with it).
+            let forgot = forgot || pool.release_mappings_for_reset(dev, true);
             if !forgot {
                 pool.forget_device(dev);
             }

@@ -32,6 +32,25 @@ pub(crate) fn grant<B: Backend>(pool: &Pool<B>, owner: u32, accessor: u32, what:
     }
 }
 
+/// `cudaSetDevice`: a device made current is in use. A copy there may read another device's
+/// blocks, which `cudaMalloc` memory allows without peer access; mapped memory needs the grant
+/// (`Pool::note_device_in_use`).
+///
+/// # Safety
+/// As `cudaSetDevice`.
+pub unsafe fn set_device(device: i32) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's argument, passed on unchanged.
+    let r = forward(g.runtime.set_device, |f| unsafe { f(device) });
+    if let (SUCCESS, Some(pool), Ok(device)) = (r, g.pool(), u32::try_from(device)) {
+        pool.note_device_in_use(device);
+    }
+    r
+}
+
 /// # Safety
 /// As `cudaDeviceEnablePeerAccess`.
 pub unsafe fn device_enable_peer_access(peer: i32, flags: u32) -> CudaStatus {

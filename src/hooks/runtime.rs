@@ -285,6 +285,16 @@ pub unsafe extern "C" fn cudaDeviceEnablePeerAccess(peer: i32, flags: u32) -> Cu
     })
 }
 
+/// # Safety
+/// As `cudaSetDevice`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaSetDevice(device: i32) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::peer::set_device(device)
+    })
+}
+
 /// The function a successful lookup wrote, swapped for its driver hook (`hooks::driver::swap`):
 /// a `cuMemFree` got this way must not free a pool block's segment under the pool.
 ///

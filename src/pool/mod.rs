@@ -209,6 +209,10 @@ pub struct Pool<B: Backend> {
     peers: Vec<Arc<peers::PeerSet>>,
     /// IPC handles refused on the pool's memory (`peers.rs`).
     ipc: peers::IpcCounts,
+    /// The devices in use: allocated on or made current (`peers.rs`).
+    in_use: AtomicU64,
+    /// Held while a device is noted in use.
+    noting: Mutex<()>,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX - 1;
@@ -225,6 +229,8 @@ impl<B: Backend> Pool<B> {
             start: Instant::now(),
             peers: (0..MAX_DEVICES).map(|_| Arc::default()).collect(),
             ipc: peers::IpcCounts::default(),
+            in_use: AtomicU64::new(0),
+            noting: Mutex::new(()),
         }
     }
 
@@ -244,7 +250,7 @@ impl<B: Backend> Pool<B> {
         let mut made = false;
         let slot = self.make_slot(cell, device, &mut made);
         if made {
-            self.reach_devices_in_use(device);
+            self.note_device_in_use(device);
         }
         Some(slot)
     }

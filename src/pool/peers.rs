@@ -74,19 +74,33 @@ impl<B: Backend> Pool<B> {
         granted.map(drop)
     }
 
-    /// `device` came into use (its pool was just made): it and the devices in use before it
-    /// reach each other's mapped memory. A program copies with any device current, and that
-    /// works on `cudaMalloc` memory whether or not it enabled peer access. A device that cannot
-    /// reach another keeps classic segments (`Backend::vmm_peers`); a grant the driver refuses
-    /// all the same drops the pair (`add_peer`).
-    pub(super) fn reach_devices_in_use(&self, device: u32) {
-        let Some(reachable) = self.backend.vmm_peers(device) else {
+    /// `device` is in use (the program allocated there or made it current): it and the devices
+    /// in use before it reach each other's mapped memory. A program copies with any device
+    /// current, and that works on `cudaMalloc` memory whether or not it enabled peer access. A
+    /// device that cannot reach another keeps classic segments (`Backend::vmm_peers`); a grant
+    /// the driver refuses drops the pair (`add_peer`). One load when it was in use:
+    /// the device is marked only once its grants are made, so that another thread that finds
+    /// it marked may copy at once.
+    pub fn note_device_in_use(&self, device: u32) {
+        let wanted = self.settings.expandable && self.serves(device);
+        let Some(bit) = 1u64.checked_shl(device).filter(|_| wanted) else {
             return;
         };
-        for other in reachable.iter().filter(|&d| self.existing(d).is_some()) {
+        if self.in_use.load(Ordering::Acquire) & bit != 0 {
+            return;
+        }
+        // Devices noted at once see each other: one at a time.
+        let _one = self.noting.lock();
+        let before = DeviceSet(self.in_use.load(Ordering::Acquire));
+        if before.contains(device) {
+            return;
+        }
+        // Asked of every pair: the driver may not be loaded yet to say which can reach which.
+        for other in before.iter() {
             let _ = self.add_peer(other, device);
             let _ = self.add_peer(device, other);
         }
+        self.in_use.fetch_or(bit, Ordering::Release);
     }
 
     /// The devices given access to `owner`'s mapped memory.

@@ -266,7 +266,7 @@ fn packing_advice(d: &DeviceReport, stranded: u64, device_free: u64) -> String {
     }
     let expandable = match d.snap.expandable {
         Expandable::Off => {
-            "run this job with GPUPOOL_EXPANDABLE=1 (soon the default: blocks above 1 MiB packed \
+            "run this job with GPUPOOL_EXPANDABLE=1 (the default: blocks above 1 MiB packed \
              one after another in virtual memory, at most a 2 MiB granule stranded beside a live \
              block), "
         }

@@ -3,9 +3,10 @@
  *   peer-runtime, peer-driver: two devices. A block of device 0 allocated before device 1 is
  *     given peer access (cudaDeviceEnablePeerAccess, or cuCtxEnablePeerAccess with device 0's
  *     primary context) and one after; then a kernel and a copy on device 1 use each.
- *   copy-current: two devices, each with a block, no peer access enabled; each block copied
- *     to the host and to the other device's block with the other device current, as
- *     cudaMalloc memory allows.
+ *   copy-current: two devices, each with a block, no peer access enabled; device 0's block
+ *     copied with device 1 current before device 1 allocated, then each block copied to the
+ *     host and to the other device's block with the other device current, as cudaMalloc
+ *     memory allows.
  *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
  *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
  *     block on each of two devices.
@@ -137,6 +138,13 @@ static void copy_current(void)
         CHECK_CUDA(cudaMalloc(&b[d], 7 * MiB));
         CHECK_CUDA(cudaMemset(b[d], 0x40 + d, 7 * MiB));
         CHECK_CUDA(cudaDeviceSynchronize());
+        if (d == 0) {
+            /* Device 1 made current before it allocated anything. */
+            CHECK_CUDA(cudaSetDevice(1));
+            printf("only_current_copy=%d\n",
+                   (int)cudaMemcpy(h, b[0], 7 * MiB, cudaMemcpyDeviceToHost));
+            (void)cudaGetLastError();
+        }
     }
     for (d = 0; d < 2; d++) {
         int other = 1 - d;

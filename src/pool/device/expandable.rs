@@ -183,6 +183,11 @@ impl DevicePool {
             Err(e) => {
                 self.record(Kind::RangeRefused, bytes, e.0 as u64, 0, 0);
                 self.stats.ranges_refused += 1;
+                // Not for lack of memory, and no range yet: the driver has no usable virtual
+                // memory, and asking again at every segment would only repeat the refusal.
+                if e != CudaError::MEMORY_ALLOCATION && self.ranges.is_empty() {
+                    self.stop_expandable(backend, e);
+                }
                 return None;
             }
         };
@@ -196,11 +201,12 @@ impl DevicePool {
     /// Map what free block `idx` still lacks for the request of `rounded` bytes it is about to
     /// serve (all of it, if `take` will not split it). Out of memory: the last step of the
     /// ladder, for mapped memory, which may serve the request from another block. The block's
-    /// handle.
+    /// handle. `hit`: the request was counted as a hit, which a failure takes back.
     pub(super) fn map_or_recover(
         &mut self,
         idx: u32,
         rounded: u64,
+        hit: bool,
         backend: &dyn Backend,
         clock: &ReuseClock,
         policy: &Policy,
@@ -208,6 +214,23 @@ impl DevicePool {
         if !self.seg(self.blocks[idx as usize].seg).expandable {
             return Ok(idx);
         }
+        let hits = self.stats.hits.saturating_sub(hit as u64);
+        let served = self.map_or_fall_back(idx, rounded, backend, clock, policy);
+        if served.is_err() {
+            // A failed request is no hit, whatever the recovery's fits counted.
+            self.stats.hits = hits;
+        }
+        served
+    }
+
+    fn map_or_fall_back(
+        &mut self,
+        idx: u32,
+        rounded: u64,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+        policy: &Policy,
+    ) -> Result<u32, CudaError> {
         match self.map_block(idx, rounded, backend, policy) {
             Ok(()) => Ok(idx),
             Err(e) if e != CudaError::MEMORY_ALLOCATION && !self.any_mapped() => {

@@ -78,22 +78,26 @@ impl DevicePool {
         let class = class_of(rounded);
         self.promote(clock);
         let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
-        let idx = match binned {
+        let (idx, hit) = match binned {
             Some(idx) => {
                 self.binned_bytes -= rounded;
                 counted! { self.stats.hits += 1; }
-                idx
+                (idx, true)
             }
             None => match self.find_fit(class, rounded, policy) {
                 Some(idx) => {
                     counted! { self.stats.hits += 1; }
-                    self.better_fit(idx, class, rounded, backend, clock, policy)?
+                    let idx = self.better_fit(idx, class, rounded, backend, clock, policy)?;
+                    (idx, true)
                 }
-                None => self.refill(class, rounded, seg_size, backend, clock, policy)?,
+                None => (
+                    self.refill(class, rounded, seg_size, backend, clock, policy)?,
+                    false,
+                ),
             },
         };
         let idx = if self.granule != 0 && class == Class::Large {
-            self.map_or_recover(idx, rounded, backend, clock, policy)?
+            self.map_or_recover(idx, rounded, hit, backend, clock, policy)?
         } else {
             idx
         };

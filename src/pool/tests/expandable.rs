@@ -735,3 +735,43 @@ fn free_blocks_in_thread_caches_are_not_stranded() {
         p.check().unwrap();
     }
 }
+
+#[test]
+fn a_reservation_refused_for_want_of_virtual_memory_is_not_asked_again() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    p.backend()
+        .fail_next(Call::Reserve, CudaError::NOT_SUPPORTED.0);
+    let blocks: Vec<Addr> = (0..20).map(|_| p.alloc(0, 30 * MIB).unwrap()).collect();
+    let refused = p.backend().delivered().len();
+    assert_eq!(refused, 1, "one reservation asked, none after the refusal");
+    assert_eq!(p.backend().counts().maps, 0);
+    assert_eq!(p.backend().reservations(), 0);
+    assert_eq!(
+        p.existing(0).unwrap().pool.lock().expandable_refused,
+        Some(CudaError::NOT_SUPPORTED)
+    );
+    for a in blocks {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    p.check().unwrap();
+}
+
+#[test]
+fn a_request_that_fits_a_cached_block_but_cannot_map_it_is_no_hit() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Bytes(0), 64 * MIB);
+    let a = p.alloc(0, 32 * MIB).unwrap();
+    p.free(a, FreeKind::Sync, Some(0));
+    program_sync(&p);
+    assert_eq!(
+        p.backend().mapped_on(0),
+        0,
+        "the zero threshold unmapped it"
+    );
+    // Another user of the device takes its memory: the cached range fits, mapping it cannot.
+    let other = p.backend().alloc_segment(0, 64 * MIB).unwrap();
+    let hits = stats(&p, 0).hits;
+    assert_eq!(p.alloc(0, 32 * MIB), Err(CudaError::MEMORY_ALLOCATION));
+    assert_eq!(stats(&p, 0).hits, hits);
+    p.backend().free_segment(0, other).unwrap();
+    p.check().unwrap();
+}

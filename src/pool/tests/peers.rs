@@ -38,14 +38,14 @@ fn reachable(p: &Pool<ModelDriver>, addr: Addr, size: u64, peer: u32) -> bool {
 fn a_peer_reaches_the_blocks_mapped_before_and_after_it_was_enabled() {
     let p = two_devices();
     let before = p.alloc(0, 7 * MIB).unwrap();
-    let own = p.alloc(1, 7 * MIB).unwrap();
-    assert!(!reachable(&p, before, 7 * MIB, 1), "no access before");
+    assert!(
+        !reachable(&p, before, 7 * MIB, 1),
+        "no access before: device 1 is not in use"
+    );
     p.add_peer(0, 1).unwrap();
     assert!(reachable(&p, before, 7 * MIB, 1));
     let after = p.alloc(0, 12 * MIB).unwrap();
     assert!(reachable(&p, after, 12 * MIB, 1));
-    // Device 1's own memory is not device 0's to share, and device 0 was not made its peer.
-    assert!(p.backend().peers_at(own).is_empty());
     assert_eq!(p.peers_of(0), DeviceSet::one(1));
     assert!(p.peers_of(1).is_empty());
     // Freed, unmapped and mapped again: the new mapping has the access too.
@@ -120,4 +120,31 @@ fn the_mapped_run_around_a_block_covers_it() {
     assert!(base <= a && b + 7 * MIB <= base + size, "{base:#x}+{size}");
     assert_eq!(size % VMM_GRANULE, 0);
     assert_eq!(p.mapped_run(base + size), None, "past the mapped run");
+}
+
+#[test]
+fn the_devices_in_use_reach_each_others_blocks() {
+    let p = two_devices();
+    let zero = p.alloc(0, 7 * MIB).unwrap();
+    assert!(!reachable(&p, zero, 7 * MIB, 1));
+    // Device 1 made current (`cudaSetDevice`), nothing allocated there: a copy with it current
+    // must read device 0's block, as it reads `cudaMalloc` memory.
+    p.note_device_in_use(1);
+    assert!(reachable(&p, zero, 7 * MIB, 1));
+    // Its own blocks, once it allocates, are device 0's to read too.
+    let one = p.alloc(1, 12 * MIB).unwrap();
+    assert!(reachable(&p, one, 12 * MIB, 0));
+    assert_eq!(p.peers_of(0), DeviceSet::one(1));
+    assert_eq!(p.peers_of(1), DeviceSet::one(0));
+    // Noted again: nothing more to do.
+    p.note_device_in_use(1);
+    for (d, a) in [(0, zero), (1, one)] {
+        p.free(a, FreeKind::Sync, Some(d));
+    }
+    p.check().unwrap();
+    assert!(
+        p.backend().misuses().is_empty(),
+        "{:?}",
+        p.backend().misuses()
+    );
 }
