@@ -42,18 +42,8 @@ fn module() -> PathBuf {
 /// `tests/c/driver_mixed.c`, linked with the runtime and `-lcuda`.
 fn mixed() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let sim = Sim::get();
-        let simlib = sim.simlib.display().to_string();
-        let build = Build {
-            compiler: "cc",
-            flags: &["-std=c11"],
-            libs: &["-L", &simlib, "-lcuda"],
-            cudart: true,
-        };
-        sim.build(&support::root().join("tests/c/driver_mixed.c"), &build)
-    })
-    .clone()
+    EXE.get_or_init(|| support::c_program_with_driver("driver_mixed"))
+        .clone()
 }
 
 const ENV: &[(&str, &str)] = &[("CUDASIM_MEM", "1GiB"), ("CUDASIM_CONTEXT_BYTES", "0")];

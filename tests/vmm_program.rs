@@ -12,24 +12,13 @@ mod support;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use sim::{Build, Sim};
 use support::{number, ok, pooled, unpooled};
 
 /// `tests/c/vmm_program.c`, linked with the runtime and `-lcuda`.
 fn program() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let sim = Sim::get();
-        let simlib = sim.simlib.display().to_string();
-        let build = Build {
-            compiler: "cc",
-            flags: &["-std=c11"],
-            libs: &["-L", &simlib, "-lcuda"],
-            cudart: true,
-        };
-        sim.build(&support::root().join("tests/c/vmm_program.c"), &build)
-    })
-    .clone()
+    EXE.get_or_init(|| support::c_program_with_driver("vmm_program"))
+        .clone()
 }
 
 const DEVICES: [(&str, &str); 3] = [

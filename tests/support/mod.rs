@@ -142,6 +142,19 @@ pub fn c_program(name: &str) -> PathBuf {
     Sim::get().compile(&src, &[])
 }
 
+/// `tests/c/NAME.c` linked with the simulator's runtime and its driver (`-lcuda`).
+pub fn c_program_with_driver(name: &str) -> PathBuf {
+    let sim = Sim::get();
+    let simlib = sim.simlib.display().to_string();
+    let build = sim::Build {
+        compiler: "cc",
+        flags: &["-std=c11"],
+        libs: &["-L", &simlib, "-lcuda"],
+        cudart: true,
+    };
+    sim.build(&root().join(format!("tests/c/{name}.c")), &build)
+}
+
 /// `tests/c/NAME.c` compiled as a shared library against the simulator.
 pub fn c_library(name: &str) -> PathBuf {
     let src = root().join(format!("tests/c/{name}.c"));
