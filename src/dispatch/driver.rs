@@ -456,9 +456,9 @@ pub fn primary_ctx_reset(dev: c_int, real: impl Fn() -> CuResult) -> CuResult {
         (Some(pool), Ok(dev)) if (dev as usize) < crate::pool::MAX_DEVICES => Some((pool, dev)),
         _ => None,
     };
-    let forgot = pooled.is_some_and(|(pool, dev)| pool.release_mappings_for_reset(dev, false));
     let r = real();
     if let (cu::CU_SUCCESS, Some((pool, dev))) = (r, pooled) {
+        let forgot = pool.release_mappings_after_reset(dev);
         forget_device(pool, dev, forgot);
     }
     r
@@ -479,7 +479,7 @@ pub fn primary_ctx_release(dev: c_int, real: impl Fn() -> CuResult) -> CuResult 
     let asked = unsafe { (d.primary_ctx_get_state)(dev, &mut flags, &mut active) };
     if asked == cu::CU_SUCCESS && active == 0 {
         // The last release destroyed the context: its virtual memory stays until unmapped.
-        let forgot = pool.release_mappings_for_reset(device, true);
+        let forgot = pool.release_mappings_after_reset(device);
         forget_device(pool, device, forgot);
     }
     r

@@ -392,10 +392,6 @@ pub unsafe fn device_reset() -> CudaStatus {
     };
     let rt = &g.runtime;
     let before = current_device(rt);
-    let forgot = match (g.pool(), before) {
-        (Some(pool), Some(dev)) => pool.release_mappings_for_reset(dev, false),
-        _ => false,
-    };
     // SAFETY: no arguments.
     let r = forward(rt.device_reset, |f| unsafe { f() });
     // Asked again if the runtime could not say before: a pool that did not forget the
@@ -404,10 +400,9 @@ pub unsafe fn device_reset() -> CudaStatus {
     match (r, g.pool(), dev) {
         (SUCCESS, Some(pool), Some(dev)) => {
             // The driver freed every allocation of the device, and its events: forget, do
-            // not free. Mapped memory it keeps: given back now if the device could not be read
-            // before the reset (the context is gone, and its work with it).
-            let forgot = forgot || pool.release_mappings_for_reset(dev, true);
-            if !forgot {
+            // not free. Mapped memory it keeps: given back now (the reset waited for the work
+            // and destroyed the context).
+            if !pool.release_mappings_after_reset(dev) {
                 pool.forget_device(dev);
             }
             pool.backend().forget_device(dev);

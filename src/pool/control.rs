@@ -122,18 +122,17 @@ impl<B: Backend> Pool<B> {
         Self::forget_locked(slot, &mut Self::lock(slot));
     }
 
-    /// The program is about to reset `device` (`destroyed`: it just destroyed the primary
-    /// context). The reset frees the context's allocations but not virtual memory, so the pool
-    /// gives back its expandable segments' mappings now, and forgets the device at once if it
-    /// had any (its figures no longer hold, whatever the reset answers). Returns whether it
-    /// forgot: the caller then does not forget again.
-    pub fn release_mappings_for_reset(&self, device: u32, destroyed: bool) -> bool {
+    /// The program reset `device`, or released its primary context for the last time. The
+    /// driver freed the context's allocations but not virtual memory, so the pool gives back its
+    /// expandable segments' mappings now, and forgets the device if it had any. Returns whether
+    /// it forgot: the caller then does not forget again.
+    pub fn release_mappings_after_reset(&self, device: u32) -> bool {
         let Some(slot) = self.existing(device) else {
             return false;
         };
         let mut p = Self::lock(slot);
         slot.caches.settle(&mut p, &slot.clock);
-        if !p.unmap_all_before_reset(&self.backend, destroyed) {
+        if !p.unmap_all_after_reset(&self.backend) {
             return false;
         }
         Self::forget_locked(slot, &mut p);

@@ -244,53 +244,41 @@ impl<B: Backend> Pool<B> {
 
     fn slot(&self, device: u32) -> Option<&DeviceSlot> {
         let cell = self.devices.get(device as usize)?;
-        if let Some(slot) = cell.get() {
-            return Some(slot);
-        }
-        let mut made = false;
-        let slot = self.make_slot(cell, device, &mut made);
-        if made {
-            self.note_device_in_use(device);
-        }
+        let slot = cell.get_or_init(|| self.make_slot(device));
+        // Also on a slot another thread is making: its grants are done once this returns (one
+        // load once they are).
+        self.note_device_in_use(device);
         Some(slot)
     }
 
-    fn make_slot<'a>(
-        &self,
-        cell: &'a OnceLock<DeviceSlot>,
-        device: u32,
-        made: &mut bool,
-    ) -> &'a DeviceSlot {
-        cell.get_or_init(|| {
-            *made = true;
-            let threshold = self.initial_threshold(device);
-            let mut pool = DevicePool::new(device, threshold);
-            pool.stream_reuse = self.settings.reuse == ReuseMode::Relaxed;
-            if let Some(sink) = &self.settings.trace {
-                let buf = trace::TraceBuf::new(Arc::clone(sink), self.start, device);
-                pool.set_trace(buf, &self.settings.policy, reuse_code(self.settings.reuse));
-                if self.nonblocking_seen.load(Ordering::Relaxed) {
-                    pool.note_nonblocking_stream();
-                }
+    fn make_slot(&self, device: u32) -> DeviceSlot {
+        let threshold = self.initial_threshold(device);
+        let mut pool = DevicePool::new(device, threshold);
+        pool.stream_reuse = self.settings.reuse == ReuseMode::Relaxed;
+        if let Some(sink) = &self.settings.trace {
+            let buf = trace::TraceBuf::new(Arc::clone(sink), self.start, device);
+            pool.set_trace(buf, &self.settings.policy, reuse_code(self.settings.reuse));
+            if self.nonblocking_seen.load(Ordering::Relaxed) {
+                pool.note_nonblocking_stream();
             }
-            if self.settings.expandable {
-                pool.enable_expandable(&self.backend);
-            }
-            pool.share_peers(Arc::clone(&self.peers[device as usize]));
-            let limit = self.resolve(self.settings.limit, device);
-            if limit != u64::MAX {
-                pool.set_limit(limit);
-            }
-            let caches = Arc::new(tcache::Registry::default());
-            pool.set_borrowers(Arc::clone(&caches) as Arc<dyn device::Borrowers>);
-            DeviceSlot {
-                pool: Mutex::new(pool),
-                clock: ReuseClock::default(),
-                flags: tcache::CacheSwitches::default(),
-                caches,
-                backend_ns: AtomicU64::new(0),
-            }
-        })
+        }
+        if self.settings.expandable {
+            pool.enable_expandable(&self.backend);
+        }
+        pool.share_peers(Arc::clone(&self.peers[device as usize]));
+        let limit = self.resolve(self.settings.limit, device);
+        if limit != u64::MAX {
+            pool.set_limit(limit);
+        }
+        let caches = Arc::new(tcache::Registry::default());
+        pool.set_borrowers(Arc::clone(&caches) as Arc<dyn device::Borrowers>);
+        DeviceSlot {
+            pool: Mutex::new(pool),
+            clock: ReuseClock::default(),
+            flags: tcache::CacheSwitches::default(),
+            caches,
+            backend_ns: AtomicU64::new(0),
+        }
     }
 
     fn existing(&self, device: u32) -> Option<&DeviceSlot> {

@@ -60,13 +60,29 @@ impl<B: Backend> Pool<B> {
             return Ok(());
         }
         let set = &self.peers[owner as usize];
+        // Added under the owner's lock, so that a second caller finds the peer only once its
+        // grant is made.
+        let Some(slot) = self.existing(owner) else {
+            set.add(peer);
+            // A pool made meanwhile may have mapped before it read the set: granted again.
+            return match self.existing(owner) {
+                Some(slot) => self.grant_to(slot, set, peer),
+                None => Ok(()),
+            };
+        };
+        let mut p = Self::lock(slot);
         if !set.add(peer) {
             return Ok(());
         }
-        // A pool made meanwhile reads the set at its first mapping.
-        let Some(slot) = self.existing(owner) else {
-            return Ok(());
-        };
+        let granted = p.grant_mapped(DeviceSet::one(peer), &self.timed(slot));
+        if granted.is_err() {
+            set.remove(peer);
+        }
+        granted.map(drop)
+    }
+
+    /// Give `peer` access to what `slot`'s pool mapped, under its lock; a refusal drops it.
+    fn grant_to(&self, slot: &DeviceSlot, set: &PeerSet, peer: u32) -> Result<(), CudaError> {
         let granted = Self::lock(slot).grant_mapped(DeviceSet::one(peer), &self.timed(slot));
         if granted.is_err() {
             set.remove(peer);

@@ -214,38 +214,36 @@ impl DevicePool {
         if !self.seg(self.blocks[idx as usize].seg).expandable {
             return Ok(idx);
         }
-        let hits = self.stats.hits.saturating_sub(hit as u64);
-        let served = self.map_or_fall_back(idx, rounded, backend, clock, policy);
-        if served.is_err() {
-            // A failed request is no hit, whatever the recovery's fits counted.
-            self.stats.hits = hits;
-        }
+        let Err(refused) = self.map_block(idx, rounded, backend, policy) else {
+            return Ok(idx);
+        };
+        // The request is one hit or one miss, whatever the steps below count: a hit if it is
+        // served and no segment grew for it.
+        let hits = self.stats.hits - u64::from(hit && cfg!(feature = "stats"));
+        let misses = self.stats.misses;
+        let served = self.after_refused_map(refused, rounded, backend, clock, policy);
+        self.stats.hits = hits + u64::from(served.is_ok() && self.stats.misses == misses);
         served
     }
 
-    fn map_or_fall_back(
+    fn after_refused_map(
         &mut self,
-        idx: u32,
+        refused: CudaError,
         rounded: u64,
         backend: &dyn Backend,
         clock: &ReuseClock,
         policy: &Policy,
     ) -> Result<u32, CudaError> {
-        match self.map_block(idx, rounded, backend, policy) {
-            Ok(()) => Ok(idx),
-            Err(e) if e != CudaError::MEMORY_ALLOCATION && !self.any_mapped() => {
+        match refused {
+            e if e != CudaError::MEMORY_ALLOCATION && self.stats.granules_mapped == 0 => {
                 self.stop_expandable(backend, e);
                 let seg_size = segment_size(rounded, self.grow_above(policy))
                     .ok_or(CudaError::MEMORY_ALLOCATION)?;
                 self.refill(Class::Large, rounded, seg_size, backend, clock, policy)
             }
             // Mapping worked before: the refusal is taken as the driver's lack of memory.
-            Err(_) => self.recover_mapping(rounded, backend, clock, policy),
+            _ => self.recover_mapping(rounded, backend, clock, policy),
         }
-    }
-
-    fn any_mapped(&self) -> bool {
-        self.ranges.iter().any(|(_, g)| g.mapped > 0)
     }
 
     /// The driver refused a mapping for another reason than memory while the pool had none
@@ -271,19 +269,15 @@ impl DevicePool {
         backend.vmm_stopped(self.device, why);
     }
 
-    /// Before the program resets the device. A context's destruction frees what `cuMemAlloc`
+    /// After the program reset the device. A context's destruction frees what `cuMemAlloc`
     /// gave but not virtual memory (`cuCtxDestroy`'s documentation: memory from `cuMemCreate`
-    /// stays), so every granule is unmapped and every range freed here, once the device's work
-    /// is done (the reset waits for it too; `destroyed`: the context is gone already, and with
-    /// it its work). Returns whether there was a range: the pool's figures then no longer
-    /// match the driver, and the caller forgets the device.
-    pub fn unmap_all_before_reset(&mut self, backend: &dyn Backend, destroyed: bool) -> bool {
+    /// stays), so every granule is unmapped and every range freed here. The reset waited for
+    /// the context's work, and destroyed it: nothing runs on the granules any more. Returns
+    /// whether there was a range: the pool's figures then no longer match the driver, and the
+    /// caller forgets the device.
+    pub fn unmap_all_after_reset(&mut self, backend: &dyn Backend) -> bool {
         if self.ranges.is_empty() {
             return false;
-        }
-        if !destroyed {
-            // A failed fence is a dead context: none of its kernels runs any more.
-            let _ = backend.fence(self.device);
         }
         let g = self.granule;
         for (si, granules) in std::mem::take(&mut self.ranges) {

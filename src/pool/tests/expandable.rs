@@ -682,21 +682,21 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
 }
 
 #[test]
-fn before_a_reset_every_granule_and_range_goes_back() {
+fn after_a_reset_every_granule_and_range_goes_back() {
     for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
         let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
         let live = p.alloc(0, 64 * MIB).unwrap();
         let cached = p.alloc(0, 96 * MIB).unwrap();
         p.free(cached, FreeKind::Sync, Some(0));
         assert!(p.backend().mapped_on(0) >= 160 * MIB);
-        assert!(p.release_mappings_for_reset(0, false));
+        assert!(p.release_mappings_after_reset(0));
         // The pool forgot the device: the live block is no longer its own.
         assert_eq!(p.backend().mapped_on(0), 0, "{reuse:?}");
         assert_eq!(p.backend().reservations(), 0, "{reuse:?}");
         assert_eq!(stats(&p, 0).reserved.current, 0);
         assert!(p.live_block(live).is_none());
         // Nothing to give back a second time: the caller forgets as before.
-        assert!(!p.release_mappings_for_reset(0, false));
+        assert!(!p.release_mappings_after_reset(0));
         let again = p.alloc(0, 64 * MIB).unwrap();
         p.free(again, FreeKind::Sync, Some(0));
         p.check().unwrap();
@@ -773,5 +773,50 @@ fn a_request_that_fits_a_cached_block_but_cannot_map_it_is_no_hit() {
     assert_eq!(p.alloc(0, 32 * MIB), Err(CudaError::MEMORY_ALLOCATION));
     assert_eq!(stats(&p, 0).hits, hits);
     p.backend().free_segment(0, other).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn a_refusal_after_mapping_once_worked_is_no_reason_to_stop() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    p.free(a, FreeKind::Sync, Some(0));
+    program_sync(&p);
+    p.empty_cache(0);
+    assert_eq!(p.backend().mapped_on(0), 0, "nothing mapped now");
+    // Mapping has worked on this device: the refusal is out of memory, retried, not a driver
+    // without virtual memory.
+    p.backend().fail_next(Call::Map, CudaError::NOT_SUPPORTED.0);
+    let b = p.alloc(0, 7 * MIB).unwrap();
+    assert!(p
+        .existing(0)
+        .unwrap()
+        .pool
+        .lock()
+        .expandable_refused
+        .is_none());
+    assert_eq!(p.backend().counts().mallocs, 0, "no classic segment");
+    p.free(b, FreeKind::Sync, Some(0));
+    p.check().unwrap();
+}
+
+#[test]
+fn a_request_served_after_a_refused_mapping_counts_once() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    p.backend().fail_next(Call::Map, 2);
+    let b = p.alloc(0, 9 * MIB).unwrap();
+    let st = stats(&p, 0);
+    assert_eq!(st.oom_recovered, 1);
+    assert_eq!(
+        st.hits + st.misses,
+        2,
+        "two requests: {} hits, {} misses",
+        st.hits,
+        st.misses
+    );
+    for x in [a, b] {
+        p.free(x, FreeKind::Sync, Some(0));
+    }
     p.check().unwrap();
 }
