@@ -139,7 +139,7 @@ static int fork_rounds(const char *how, int rounds)
             child_uses_cuda();
             exit(0);
         }
-        CHECK(wait_child(pid, 20, how) == 0, "child %d (%s) failed", i, how);
+        CHECK(wait_child(pid, 60, how) == 0, "child %d (%s) failed", i, how);
     }
     stop_storm(tid);
     printf("fork %s ok: %d children\n", how, rounds);
@@ -209,7 +209,7 @@ static int fork_during_init(void)
         CHECK(pool_enabled() == 0, "the pool is on in a child forked while it was being made");
         exit(0);
     }
-    CHECK(wait_child(pid, 20, "fork-init") == 0, "the child failed");
+    CHECK(wait_child(pid, 60, "fork-init") == 0, "the child failed");
     /* The child did all that while the parent's pool was still being made. */
     CHECK(now() < g_slow_until, "the child outlived the pool's start: the fork missed it");
     pthread_join(maker, NULL);
