@@ -44,7 +44,5 @@ run faults env GPUPOOL_REUSE=strict GPUPOOL_FENCE_BYTES=8MiB "${vg[@]}" "$out/fa
 # A forked child inherits the parent's heap but not its threads, so what those threads own is
 # "definitely lost" in the child when it exits: no leak check for this run (memory errors still
 # fail it, in parent and children).
-# Children that exit at once: children that use CUDA deadlock one run in two under valgrind since
-# 2026-12-01 (not natively; tests/lifecycle.rs runs them), being bisected (issue 20's note).
 run fork env GPUPOOL_SUMMARY=stderr valgrind -q --error-exitcode=1 --leak-check=no \
-    --child-silent-after-fork=yes "$out/lifecycle" fork exit 3
+    --child-silent-after-fork=yes "$out/lifecycle" fork cuda 3

@@ -24,6 +24,9 @@ pub struct Config {
     /// `CUDASIM_NO_DRIVER=1`: the runtime calls its internals directly instead of reaching
     /// the driver through `cuGetProcAddress` (a runtime with no driver behind it).
     pub no_driver: bool,
+    /// `CUDASIM_LINK_DELAY_MS`: how long the runtime takes to link the driver at its first call
+    /// that needs it, milliseconds (for tests that fork meanwhile).
+    pub link_delay_ms: u64,
 }
 
 static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
@@ -72,6 +75,7 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
             "0" | "1" => s.parse().ok(),
             _ => None,
         })? == 1,
+        link_delay_ms: value("CUDASIM_LINK_DELAY_MS", "0", |s| s.parse().ok())?,
     })
 }
 

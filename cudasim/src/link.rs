@@ -16,8 +16,9 @@ use crate::api::device::VERSION;
 use crate::config;
 use crate::context;
 use crate::errors::{CudaResult, SUCCESS};
+use crate::state;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 type Stream = *mut c_void;
 type GetProc =
@@ -55,10 +56,23 @@ pub struct Driver {
 
 static DRIVER: OnceLock<Option<Driver>> = OnceLock::new();
 
+/// Held while the driver is linked, and by a fork's prepare handler (`state.rs`): linking opens
+/// the driver and takes ~20 entry points, long enough for another thread to fork in the middle,
+/// and a child would then wait forever for a link no thread of its own is making.
+pub static LINKING: Mutex<()> = Mutex::new(());
+
 /// The driver, for a runtime call that goes through it (`None`: call the internals). The
 /// calling thread then has a current context: its device's primary one unless it set another.
 pub fn driver() -> Option<&'static Driver> {
-    let driver = DRIVER.get_or_init(load).as_ref()?;
+    let linked = match DRIVER.get() {
+        Some(linked) => linked,
+        None => {
+            state::watch_forks();
+            let _linking = LINKING.lock().unwrap_or_else(PoisonError::into_inner);
+            DRIVER.get_or_init(load)
+        }
+    };
+    let driver = linked.as_ref()?;
     context::bind_runtime();
     Some(driver)
 }
@@ -73,9 +87,11 @@ pub fn result(code: c_int) -> CudaResult {
 
 fn load() -> Option<Driver> {
     // A bad configuration: the internals answer `cudaErrorInitializationError`, as today.
-    if config::get().ok()?.no_driver {
+    let cfg = config::get().ok()?;
+    if cfg.no_driver {
         return None;
     }
+    std::thread::sleep(std::time::Duration::from_millis(cfg.link_delay_ms));
     let linked = open().and_then(|h| {
         // SAFETY: `h` is a live handle from dlopen.
         unsafe { link(h) }

@@ -5,6 +5,7 @@ use crate::config::{self, Config};
 use crate::current;
 use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE};
 use crate::handles::{self, EVENT_MAGIC, POOL_MAGIC, STREAM_MAGIC};
+use crate::link;
 use crate::memory::{self, Allocations};
 use crate::mempool::Pool;
 use crate::timeline::{self, Completion, Nanos, Queue, StreamId, Streams};
@@ -97,29 +98,46 @@ pub struct State {
 
 static STATE: OnceLock<Mutex<State>> = OnceLock::new();
 
+/// What a fork's prepare handler holds until its parent and child handlers (which run on the
+/// same thread): the driver link's lock, then the state lock. A child never starts with either
+/// held by a thread it does not have, nor with the driver half linked. Like a real runtime's
+/// own fork handling, it makes the simulator safe to call in a child (with a copy of the
+/// parent's memory).
+type ForkGuards = (
+    std::sync::MutexGuard<'static, ()>,
+    Option<std::sync::MutexGuard<'static, State>>,
+);
+
 thread_local! {
-    /// The state lock, held by the forking thread from `pthread_atfork`'s prepare handler to its
-    /// parent and child handlers (which run on the same thread), so that a child never starts
-    /// with the lock held by a thread it does not have. Like a real runtime's own fork handling,
-    /// it makes the simulator safe to call in a child (with a copy of the parent's memory).
-    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, State>>> =
+    static FORK_GUARDS: std::cell::RefCell<Option<ForkGuards>> =
         const { std::cell::RefCell::new(None) };
 }
 
 extern "C" fn fork_prepare() {
-    if let Some(lock) = STATE.get() {
-        let guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = FORK_GUARD.try_with(|g| *g.borrow_mut() = Some(guard));
-    }
+    // The link first: linking calls the driver, which takes the state lock.
+    let linking = link::LINKING.lock().unwrap_or_else(PoisonError::into_inner);
+    let state = STATE
+        .get()
+        .map(|lock| lock.lock().unwrap_or_else(PoisonError::into_inner));
+    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = Some((linking, state)));
 }
 
 extern "C" fn fork_release() {
-    let _ = FORK_GUARD.try_with(|g| g.borrow_mut().take());
+    let _ = FORK_GUARDS.try_with(|g| g.borrow_mut().take());
+}
+
+/// Registers the fork handlers, once, before the first of the state or the driver link is
+/// made (a process that never calls the simulator registers nothing).
+pub fn watch_forks() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registering plain extern "C" functions, once.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+    });
 }
 
 fn make_state(cfg: &'static Config) -> Mutex<State> {
-    // SAFETY: registering plain extern "C" functions; called once, when the state is made.
-    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+    watch_forks();
     Mutex::new(State::new(cfg))
 }
 

@@ -252,3 +252,9 @@ fn peer_access() {
         assert!(out.contains("sim_peer: all checks passed"), "{no_driver}");
     }
 }
+
+#[test]
+fn fork_while_the_driver_is_being_linked() {
+    let out = run_c("sim_fork.c", &[], &[("CUDASIM_LINK_DELAY_MS", "500")]);
+    assert!(out.contains("sim_fork: all checks passed"));
+}
