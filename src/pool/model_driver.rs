@@ -115,6 +115,13 @@ impl Default for ModelDriver {
     }
 }
 
+/// The model driver itself, where a test takes any backend that is or wraps it.
+impl AsRef<ModelDriver> for ModelDriver {
+    fn as_ref(&self) -> &ModelDriver {
+        self
+    }
+}
+
 impl ModelDriver {
     /// No capacity, addresses from `FIRST_ADDRESS`, each segment right after the last one.
     pub fn new() -> ModelDriver {

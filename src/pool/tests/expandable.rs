@@ -66,12 +66,7 @@ fn a_device_filled_with_one_size_fits_what_it_would_without_the_pool() {
         assert!(share >= 0.99, "{size}: {share}");
         assert!(stats(&p, 0).reserved.current <= DEVICE);
         assert_eq!(p.backend().counts().mallocs, 0, "no classic segment");
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -92,12 +87,7 @@ fn after_freeing_every_other_block_the_holes_serve_requests_twice_their_size() {
         let s = stats(&p, 0);
         assert!(s.oom_released_bytes > 0 && s.oom_recovered > 0);
         assert!(p.backend().counts().unmaps > 0);
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -147,12 +137,7 @@ fn with_a_zero_threshold_free_granules_go_back_at_the_next_sync() {
         );
         assert!(hi.0 - lo.0 > 1 << 30, "the blocks are far apart");
         assert!(mapped <= lo.1 + hi.1 + 64 * MIB, "{reuse:?}: {mapped}");
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -181,6 +166,12 @@ impl InFlight {
 
     fn program_fence(&self) {
         self.running.lock().unwrap().clear();
+    }
+}
+
+impl AsRef<ModelDriver> for InFlight {
+    fn as_ref(&self) -> &ModelDriver {
+        &self.inner
     }
 }
 
@@ -275,8 +266,7 @@ fn no_granule_is_unmapped_while_work_issued_before_its_free_may_run() {
         assert!(unmaps > 0, "{reuse:?}: nothing was unmapped");
         let bad = d.unmaps_under_work.lock().unwrap().clone();
         assert!(bad.is_empty(), "{reuse:?}: unmapped under work: {bad:x?}");
-        p.check().unwrap();
-        assert!(d.inner.misuses().is_empty(), "{:?}", d.inner.misuses());
+        assert_sound(&p);
     }
 }
 
@@ -379,12 +369,7 @@ fn a_refused_mapping_is_undone_and_the_request_recovers() {
     for x in [a, b] {
         p.free(x, FreeKind::Sync, Some(0));
     }
-    p.check().unwrap();
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
+    assert_sound(&p);
 }
 
 #[test]
@@ -414,12 +399,7 @@ fn thread_caches_lend_mapped_blocks_and_give_them_back() {
     program_sync(&p);
     p.empty_cache(0);
     assert!(p.backend().mapped_on(0) <= 2 * VMM_GRANULE);
-    p.check().unwrap();
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
+    assert_sound(&p);
 }
 
 /// The figures the reports show of device 0 (`DeviceSnapshot::figures`).
@@ -507,12 +487,7 @@ fn free_mapped_granules_count_as_free_memory() {
         );
         let (f, _) = figures(&p);
         assert_eq!((f.mapped, f.releasable, f.stranded), (0, 0, 0), "{reuse:?}");
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -626,11 +601,7 @@ fn what_the_figures_call_releasable_is_what_empty_cache_gives_back() {
                 p.check().unwrap();
             }
         }
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -655,12 +626,7 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
     for a in blocks {
         p.free(a, FreeKind::Sync, Some(0));
     }
-    p.check().unwrap();
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
+    assert_sound(&p);
 
     // Once mapping worked, a refusal is the driver's lack of memory: the ladder retries.
     let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
@@ -699,12 +665,7 @@ fn after_a_reset_every_granule_and_range_goes_back() {
         assert!(!p.release_mappings_after_reset(0));
         let again = p.alloc(0, 64 * MIB).unwrap();
         p.free(again, FreeKind::Sync, Some(0));
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 

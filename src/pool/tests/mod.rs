@@ -64,6 +64,14 @@ fn pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<Mo
     )
 }
 
+/// The pool's structure checks (`Pool::check`) and its driver saw no call a real one would
+/// refuse (`ModelDriver::misuses`): how a test ends that is done with its pool.
+fn assert_sound<B: Backend + AsRef<ModelDriver>>(p: &Pool<B>) {
+    let misuses = p.backend().as_ref().misuses();
+    assert!(misuses.is_empty(), "{misuses:?}");
+    p.check().unwrap();
+}
+
 /// `pool_with` in relaxed mode, no threshold, 80 GiB per device.
 fn relaxed() -> Pool<ModelDriver> {
     pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30)

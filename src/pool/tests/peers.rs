@@ -54,12 +54,7 @@ fn a_peer_reaches_the_blocks_mapped_before_and_after_it_was_enabled() {
     p.empty_cache(0);
     let again = p.alloc(0, 12 * MIB).unwrap();
     assert!(reachable(&p, again, 12 * MIB, 1));
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
-    p.check().unwrap();
+    assert_sound(&p);
 }
 
 #[test]
@@ -85,12 +80,7 @@ fn a_refused_grant_is_reported_and_never_leaves_a_block_without_access() {
     let b = p.alloc(0, 20 * MIB).unwrap();
     assert_eq!(p.backend().delivered(), vec![(Call::Grant, 101); 2]);
     assert!(reachable(&p, b, 20 * MIB, 1));
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
-    p.check().unwrap();
+    assert_sound(&p);
 }
 
 #[test]
@@ -141,10 +131,5 @@ fn the_devices_in_use_reach_each_others_blocks() {
     for (d, a) in [(0, zero), (1, one)] {
         p.free(a, FreeKind::Sync, Some(d));
     }
-    p.check().unwrap();
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
+    assert_sound(&p);
 }
