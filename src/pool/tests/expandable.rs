@@ -175,31 +175,10 @@ impl AsRef<ModelDriver> for InFlight {
     }
 }
 
-impl Backend for InFlight {
-    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.inner.alloc_segment(device, bytes)
-    }
-    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
-        self.inner.free_segment(device, addr)
-    }
+impl ModelWrapper for InFlight {
     fn fence(&self, device: u32) -> Result<(), CudaError> {
         self.program_fence();
         self.inner.fence(device)
-    }
-    fn barrier(&self, device: u32) -> Result<(), CudaError> {
-        self.inner.barrier(device)
-    }
-    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
-        self.inner.memory_info(device)
-    }
-    fn vmm_granularity(&self, device: u32) -> Option<u64> {
-        self.inner.vmm_granularity(device)
-    }
-    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.inner.vmm_reserve(device, bytes)
-    }
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
-        self.inner.vmm_map(device, addr, bytes)
     }
     fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let under_work = self
@@ -530,25 +509,12 @@ fn the_reports_say_why_expandable_segments_are_off() {
     );
     // Virtual memory, but a visible device cannot reach this one's: classic segments.
     struct NoPeers(ModelDriver);
-    impl Backend for NoPeers {
-        fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-            self.0.alloc_segment(device, bytes)
+    impl AsRef<ModelDriver> for NoPeers {
+        fn as_ref(&self) -> &ModelDriver {
+            &self.0
         }
-        fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
-            self.0.free_segment(device, addr)
-        }
-        fn fence(&self, device: u32) -> Result<(), CudaError> {
-            self.0.fence(device)
-        }
-        fn barrier(&self, device: u32) -> Result<(), CudaError> {
-            self.0.barrier(device)
-        }
-        fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
-            self.0.memory_info(device)
-        }
-        fn vmm_granularity(&self, device: u32) -> Option<u64> {
-            self.0.vmm_granularity(device)
-        }
+    }
+    impl ModelWrapper for NoPeers {
         fn vmm_peers(&self, _device: u32) -> Option<crate::pool::backend::DeviceSet> {
             None
         }

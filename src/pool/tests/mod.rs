@@ -17,7 +17,7 @@ mod stream_hold;
 mod thread_caches;
 mod trace_replay;
 
-use super::model_driver::{ModelDriver, GUARD_GAP};
+use super::model_driver::{ModelDriver, ModelWrapper, GUARD_GAP};
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -197,13 +197,13 @@ impl Default for Hazard {
     }
 }
 
-impl Backend for Hazard {
-    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.inner.alloc_segment(device, bytes)
+impl AsRef<ModelDriver> for Hazard {
+    fn as_ref(&self) -> &ModelDriver {
+        &self.inner
     }
-    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
-        self.inner.free_segment(device, addr)
-    }
+}
+
+impl ModelWrapper for Hazard {
     fn fence(&self, d: u32) -> Result<(), CudaError> {
         std::thread::sleep(std::time::Duration::from_millis(self.fence_ms));
         self.busy.lock().unwrap().clear();
@@ -212,8 +212,5 @@ impl Backend for Hazard {
     fn barrier(&self, d: u32) -> Result<(), CudaError> {
         self.busy.lock().unwrap().clear();
         self.inner.barrier(d)
-    }
-    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
-        self.inner.memory_info(device)
     }
 }
