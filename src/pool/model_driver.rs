@@ -101,6 +101,8 @@ struct State {
     vmm: bool,
     /// The peers given access to each mapping (`vmm_grant`), by its address.
     access: HashMap<Addr, DeviceSet>,
+    /// What the pool said of peers it dropped (`vmm_peer_dropped`): device, peer, error.
+    peers_dropped: Vec<(u32, u32, CudaError)>,
 }
 
 /// The model driver. A lock inside, because `Backend` takes `&self`; it is taken only on driver
@@ -141,6 +143,7 @@ impl ModelDriver {
                 misuses: Vec::new(),
                 vmm: false,
                 access: HashMap::new(),
+                peers_dropped: Vec::new(),
             }),
         }
     }
@@ -321,6 +324,12 @@ impl ModelDriver {
             }
             _ => DeviceSet::default(),
         }
+    }
+
+    /// The peers the pool dropped after the driver refused them a grant, as it told the backend
+    /// (`vmm_peer_dropped`): device, peer, error.
+    pub fn peers_dropped(&self) -> Vec<(u32, u32, CudaError)> {
+        self.lock().peers_dropped.clone()
     }
 
     /// Bytes mapped into reserved ranges of `device` now (segments not counted).
@@ -604,6 +613,10 @@ impl Backend for ModelDriver {
             }
         }
     }
+
+    fn vmm_peer_dropped(&self, device: u32, peer: u32, why: CudaError) {
+        self.lock().peers_dropped.push((device, peer, why));
+    }
 }
 
 /// A backend that is the model driver it wraps (`AsRef`) but for the calls it answers its own
@@ -656,6 +669,9 @@ pub trait ModelWrapper: AsRef<ModelDriver> + Send + Sync {
     fn vmm_stopped(&self, device: u32, why: CudaError) {
         self.as_ref().vmm_stopped(device, why)
     }
+    fn vmm_peer_dropped(&self, device: u32, peer: u32, why: CudaError) {
+        self.as_ref().vmm_peer_dropped(device, peer, why)
+    }
 }
 
 impl<W: ModelWrapper> Backend for W {
@@ -703,6 +719,9 @@ impl<W: ModelWrapper> Backend for W {
     }
     fn vmm_stopped(&self, device: u32, why: CudaError) {
         ModelWrapper::vmm_stopped(self, device, why)
+    }
+    fn vmm_peer_dropped(&self, device: u32, peer: u32, why: CudaError) {
+        ModelWrapper::vmm_peer_dropped(self, device, peer, why)
     }
 }
 

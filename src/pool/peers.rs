@@ -21,7 +21,8 @@ impl PeerSet {
         self.0.fetch_or(bit, Ordering::AcqRel) & bit == 0
     }
 
-    fn remove(&self, device: u32) {
+    /// Drops `device`: the driver refused it a grant.
+    pub(super) fn remove(&self, device: u32) {
         self.0
             .fetch_and(!DeviceSet::one(device).0, Ordering::AcqRel);
     }

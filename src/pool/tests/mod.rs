@@ -78,7 +78,7 @@ fn relaxed() -> Pool<ModelDriver> {
 }
 
 /// Device `d`'s counters.
-fn stats(p: &Pool<ModelDriver>, d: u32) -> DeviceStats {
+fn stats<B: Backend>(p: &Pool<B>, d: u32) -> DeviceStats {
     p.device_stats(d).unwrap().stats
 }
 
