@@ -34,10 +34,20 @@ fn expandable_on() -> bool {
 /// running over its segment's end lands in no other; with virtual memory when
 /// `expandable_on`.
 fn model(capacity: u64) -> ModelDriver {
+    model_of(capacity, expandable_on())
+}
+
+/// `model` without virtual memory, whatever `GPUPOOL_TEST_EXPANDABLE` says: a pool on it keeps
+/// classic segments.
+fn classic_model(capacity: u64) -> ModelDriver {
+    model_of(capacity, false)
+}
+
+fn model_of(capacity: u64, vmm: bool) -> ModelDriver {
     let driver = ModelDriver::new()
         .with_capacity(capacity)
         .with_gap(GUARD_GAP);
-    if expandable_on() {
+    if vmm {
         driver.with_vmm()
     } else {
         driver
@@ -46,8 +56,23 @@ fn model(capacity: u64) -> ModelDriver {
 
 /// A pool on `model(capacity)` with no limit, no split bound and a 64 MiB fence budget.
 fn pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<ModelDriver> {
+    pool_of(expandable_on(), reuse, threshold, capacity)
+}
+
+/// `pool_with` with classic segments, whatever `GPUPOOL_TEST_EXPANDABLE` says: for the tests
+/// of what classic segments look like (their sizes, their count, room to grow, outgrown ones).
+fn classic_pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<ModelDriver> {
+    pool_of(false, reuse, threshold, capacity)
+}
+
+fn pool_of(
+    expandable: bool,
+    reuse: ReuseMode,
+    threshold: DeviceBytes,
+    capacity: u64,
+) -> Pool<ModelDriver> {
     Pool::new(
-        model(capacity),
+        model_of(capacity, expandable),
         Settings {
             reuse,
             threshold,
@@ -59,7 +84,7 @@ fn pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<Mo
             trace: None,
             thread_cache: crate::config::DEFAULT_THREAD_CACHE,
             cache_contention: 0,
-            expandable: expandable_on(),
+            expandable,
         },
     )
 }
@@ -75,6 +100,11 @@ fn assert_sound<B: Backend + AsRef<ModelDriver>>(p: &Pool<B>) {
 /// `pool_with` in relaxed mode, no threshold, 80 GiB per device.
 fn relaxed() -> Pool<ModelDriver> {
     pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30)
+}
+
+/// `relaxed` with classic segments (`classic_pool_with`).
+fn classic_relaxed() -> Pool<ModelDriver> {
+    classic_pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30)
 }
 
 /// Device `d`'s counters.
