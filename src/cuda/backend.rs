@@ -343,6 +343,19 @@ impl Backend for CudaBackend {
         });
     }
 
+    fn vmm_peer_dropped(&self, device: u32, peer: u32, why: CudaError) {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        log::warn_once(&SAID, || {
+            format!(
+                "the driver refused device {peer} access to new mapped memory on device {device} \
+                 (CUDA error {}): device {peer} cannot use the pool's blocks mapped there from \
+                 now on, until the program enables peer access again (GPUPOOL_EXPANDABLE=0 for \
+                 classic segments, which the driver shares itself; reported once)",
+                why.0
+            )
+        });
+    }
+
     fn vmm_grant(
         &self,
         _device: u32,

@@ -127,4 +127,9 @@ pub trait Backend: Send + Sync {
     /// The pool turned expandable segments off on `device`: the driver refused a mapping with
     /// `why`, not for lack of memory, before any worked. A backend that can tell the user does.
     fn vmm_stopped(&self, _device: u32, _why: CudaError) {}
+    /// The driver refused `peer` access to a new mapping of `device`'s memory with `why`, after
+    /// the peer had it: the pool dropped the peer, whose kernels cannot use the blocks mapped
+    /// there from now on, until the program enables peer access again. A backend that can tell
+    /// the user does.
+    fn vmm_peer_dropped(&self, _device: u32, _peer: u32, _why: CudaError) {}
 }

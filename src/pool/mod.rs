@@ -155,6 +155,9 @@ impl<B: Backend> Backend for Timed<'_, B> {
     fn vmm_stopped(&self, device: u32, why: CudaError) {
         self.inner.vmm_stopped(device, why)
     }
+    fn vmm_peer_dropped(&self, device: u32, peer: u32, why: CudaError) {
+        self.inner.vmm_peer_dropped(device, peer, why)
+    }
 }
 
 /// How long a report waits for a device's lock.

@@ -21,7 +21,8 @@ impl PeerSet {
         self.0.fetch_or(bit, Ordering::AcqRel) & bit == 0
     }
 
-    fn remove(&self, device: u32) {
+    /// Drops `device`: the driver refused it a grant.
+    pub(super) fn remove(&self, device: u32) {
         self.0
             .fetch_and(!DeviceSet::one(device).0, Ordering::AcqRel);
     }
@@ -66,24 +67,26 @@ impl<B: Backend> Pool<B> {
             set.add(peer);
             // A pool made meanwhile may have mapped before it read the set: granted again.
             return match self.existing(owner) {
-                Some(slot) => self.grant_to(slot, set, peer),
+                Some(slot) => self.grant_to(slot, Self::lock(slot), set, peer),
                 None => Ok(()),
             };
         };
-        let mut p = Self::lock(slot);
+        let p = Self::lock(slot);
         if !set.add(peer) {
             return Ok(());
         }
-        let granted = p.grant_mapped(DeviceSet::one(peer), &self.timed(slot));
-        if granted.is_err() {
-            set.remove(peer);
-        }
-        granted.map(drop)
+        self.grant_to(slot, p, set, peer)
     }
 
-    /// Give `peer` access to what `slot`'s pool mapped, under its lock; a refusal drops it.
-    fn grant_to(&self, slot: &DeviceSlot, set: &PeerSet, peer: u32) -> Result<(), CudaError> {
-        let granted = Self::lock(slot).grant_mapped(DeviceSet::one(peer), &self.timed(slot));
+    /// Give `peer` access to what `slot`'s pool, locked in `p`, mapped; a refusal drops it.
+    fn grant_to(
+        &self,
+        slot: &DeviceSlot,
+        mut p: MutexGuard<'_, DevicePool>,
+        set: &PeerSet,
+        peer: u32,
+    ) -> Result<(), CudaError> {
+        let granted = p.grant_mapped(DeviceSet::one(peer), &self.timed(slot));
         if granted.is_err() {
             set.remove(peer);
         }

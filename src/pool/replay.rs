@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use super::backend::{Addr, Backend, CudaError};
 use super::device::{DevicePool, Policy, ReuseWait};
-use super::model_driver::{ModelDriver, RecordedSegment, GUARD_GAP};
+use super::model_driver::{ModelDriver, ModelWrapper, RecordedSegment, GUARD_GAP};
 use super::stats::DeviceStats;
 use super::trace::{Kind, Record};
 use super::{need_for, reuse_from_code, FreeKind, ReuseClock, StreamKey, NO_STREAM};
@@ -180,25 +180,13 @@ impl ReplayDriver {
     }
 }
 
-impl Backend for ReplayDriver {
-    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.model.alloc_segment(device, bytes)
+impl AsRef<ModelDriver> for ReplayDriver {
+    fn as_ref(&self) -> &ModelDriver {
+        &self.model
     }
-    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
-        self.model.free_segment(device, addr)
-    }
-    fn fence(&self, device: u32) -> Result<(), CudaError> {
-        self.model.fence(device)
-    }
-    fn barrier(&self, device: u32) -> Result<(), CudaError> {
-        self.model.barrier(device)
-    }
-    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
-        self.model.memory_info(device)
-    }
-    fn vmm_granularity(&self, device: u32) -> Option<u64> {
-        self.model.vmm_granularity(device)
-    }
+}
+
+impl ModelWrapper for ReplayDriver {
     fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
         match self.play_back(RecordedMapping::Reserved) {
             Some(RecordedMapping::ReserveRefused { code }) => Err(CudaError(code)),
@@ -210,12 +198,6 @@ impl Backend for ReplayDriver {
             Some(RecordedMapping::MapRefused { code, .. }) => Err(CudaError(code)),
             _ => self.model.vmm_map(device, addr, bytes),
         }
-    }
-    fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
-        self.model.vmm_unmap(device, addr, bytes)
-    }
-    fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
-        self.model.vmm_free_reservation(device, addr, bytes)
     }
 }
 

@@ -332,7 +332,7 @@ impl DevicePool {
             mapped_here.push(k);
         }
         if refused.is_none() && !mapped_here.is_empty() {
-            refused = self.grant_peers(si, first, end, backend).err();
+            self.grant_peers(si, first, end, backend);
         }
         if let Some(e) = refused {
             for k in mapped_here {

@@ -2,7 +2,9 @@
 //! (docs/design-notes.md, "Note: expandable segments"). The driver gives a peer access to
 //! `cudaMalloc` memory once the program enables peer access; to mapped memory only
 //! `cuMemSetAccess` does. So every run of mapped granules gets the access when a peer is added
-//! (`grant_mapped`), and every later mapping with it (`grant_peers`, from `map_block`).
+//! (`grant_mapped`), and every later mapping with it (`grant_peers`, from `map_block`). A peer
+//! the driver refuses is dropped: at the grant of what is mapped, the program's call to enable
+//! it reports the refusal; at a later mapping, the backend does, and the request is served.
 
 use super::*;
 use crate::pool::backend::DeviceSet;
@@ -50,20 +52,26 @@ impl DevicePool {
     }
 
     /// Give the peers access to granules `[first, end)` of segment `si`, all mapped now, just
-    /// before a block there is handed out (those mapped before get it again: harmless).
-    pub(super) fn grant_peers(
-        &self,
-        si: u32,
-        first: u64,
-        end: u64,
-        backend: &dyn Backend,
-    ) -> Result<(), CudaError> {
+    /// before a block there is handed out (those mapped before get it again: harmless). A
+    /// refusal is no lack of memory: the peers are asked one at a time, and each one refused
+    /// is dropped and reported (`Backend::vmm_peer_dropped`); the device keeps the mapping and
+    /// serves the request.
+    pub(super) fn grant_peers(&self, si: u32, first: u64, end: u64, backend: &dyn Backend) {
         let peers = self.peers();
         if peers.is_empty() {
-            return Ok(());
+            return;
         }
         let (base, g) = (self.seg(si).addr, self.granule);
-        backend.vmm_grant(self.device, base + first * g, (end - first) * g, peers)
+        let (addr, bytes) = (base + first * g, (end - first) * g);
+        if backend.vmm_grant(self.device, addr, bytes, peers).is_ok() {
+            return;
+        }
+        for peer in peers.iter() {
+            if let Err(e) = backend.vmm_grant(self.device, addr, bytes, DeviceSet::one(peer)) {
+                self.peers.remove(peer);
+                backend.vmm_peer_dropped(self.device, peer, e);
+            }
+        }
     }
 
     /// The run of mapped granules around `addr`, if it lies in one of this device's

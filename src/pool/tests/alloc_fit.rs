@@ -35,7 +35,7 @@ fn small_requests_share_a_segment_and_count_one_malloc() {
 
 #[test]
 fn best_fit_picks_the_smallest_block_that_fits() {
-    let p = relaxed();
+    let p = classic_relaxed();
     // Carve one 20 MiB medium segment into blocks of 2, 8 and 4 MiB with live separators.
     let a = p.alloc(0, 2 * MIB).unwrap();
     let _s1 = p.alloc(0, 3 * MIB / 2).unwrap();
@@ -78,7 +78,7 @@ fn small_blocks_come_back_from_exact_size_bins_and_merge_when_needed() {
 
 #[test]
 fn large_blocks_split_only_with_a_big_remainder() {
-    let p = relaxed();
+    let p = classic_relaxed();
     // 15 MiB gets a 16 MiB segment; the 1 MiB remainder is not split off.
     let a = p.alloc(0, 15 * MIB).unwrap();
     assert_eq!(stats(&p, 0).allocated.current, 16 * MIB);
@@ -94,7 +94,9 @@ fn large_blocks_split_only_with_a_big_remainder() {
 
 #[test]
 fn max_split_size_keeps_big_blocks_whole() {
-    let mut p = relaxed();
+    // Classic segments: under a split cap expandable ones serve no large request (see
+    // `a_split_cap_leaves_large_requests_served_from_the_range`).
+    let mut p = classic_relaxed();
     p.settings.policy.max_split_size = 32 * MIB;
     let big = p.alloc(0, 64 * MIB).unwrap();
     p.free(big, FreeKind::Sync, None);
@@ -110,7 +112,7 @@ fn max_split_size_keeps_big_blocks_whole() {
 
 #[test]
 fn freed_neighbours_merge_back_into_one_block() {
-    let p = relaxed();
+    let p = classic_relaxed();
     // Four 4 MiB blocks and a 4 MiB free tail in one 20 MiB segment.
     let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 4 * MIB).unwrap()).collect();
     let largest = |p: &Pool<ModelDriver>| p.device_stats(0).unwrap().largest_free;
@@ -136,11 +138,12 @@ fn freed_neighbours_merge_back_into_one_block() {
 #[test]
 fn a_request_just_under_the_split_cap_reuses_its_own_segment() {
     for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
-        let mut s = pool_with(reuse, DeviceBytes::Unbounded, 1)
+        // Classic segments, as in `max_split_size_keeps_big_blocks_whole`.
+        let mut s = classic_pool_with(reuse, DeviceBytes::Unbounded, 1)
             .settings()
             .clone();
         s.policy.max_split_size = 128 * MIB;
-        let p = Pool::new(model(1 << 30), s);
+        let p = Pool::new(classic_model(1 << 30), s);
         let req = 127 * MIB + MIB / 2;
         for _ in 0..12 {
             let a = p.alloc(0, req).unwrap();

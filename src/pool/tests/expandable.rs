@@ -66,12 +66,7 @@ fn a_device_filled_with_one_size_fits_what_it_would_without_the_pool() {
         assert!(share >= 0.99, "{size}: {share}");
         assert!(stats(&p, 0).reserved.current <= DEVICE);
         assert_eq!(p.backend().counts().mallocs, 0, "no classic segment");
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -92,12 +87,7 @@ fn after_freeing_every_other_block_the_holes_serve_requests_twice_their_size() {
         let s = stats(&p, 0);
         assert!(s.oom_released_bytes > 0 && s.oom_recovered > 0);
         assert!(p.backend().counts().unmaps > 0);
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -147,12 +137,7 @@ fn with_a_zero_threshold_free_granules_go_back_at_the_next_sync() {
         );
         assert!(hi.0 - lo.0 > 1 << 30, "the blocks are far apart");
         assert!(mapped <= lo.1 + hi.1 + 64 * MIB, "{reuse:?}: {mapped}");
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -184,31 +169,16 @@ impl InFlight {
     }
 }
 
-impl Backend for InFlight {
-    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.inner.alloc_segment(device, bytes)
+impl AsRef<ModelDriver> for InFlight {
+    fn as_ref(&self) -> &ModelDriver {
+        &self.inner
     }
-    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
-        self.inner.free_segment(device, addr)
-    }
+}
+
+impl ModelWrapper for InFlight {
     fn fence(&self, device: u32) -> Result<(), CudaError> {
         self.program_fence();
         self.inner.fence(device)
-    }
-    fn barrier(&self, device: u32) -> Result<(), CudaError> {
-        self.inner.barrier(device)
-    }
-    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
-        self.inner.memory_info(device)
-    }
-    fn vmm_granularity(&self, device: u32) -> Option<u64> {
-        self.inner.vmm_granularity(device)
-    }
-    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.inner.vmm_reserve(device, bytes)
-    }
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
-        self.inner.vmm_map(device, addr, bytes)
     }
     fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let under_work = self
@@ -275,8 +245,7 @@ fn no_granule_is_unmapped_while_work_issued_before_its_free_may_run() {
         assert!(unmaps > 0, "{reuse:?}: nothing was unmapped");
         let bad = d.unmaps_under_work.lock().unwrap().clone();
         assert!(bad.is_empty(), "{reuse:?}: unmapped under work: {bad:x?}");
-        p.check().unwrap();
-        assert!(d.inner.misuses().is_empty(), "{:?}", d.inner.misuses());
+        assert_sound(&p);
     }
 }
 
@@ -301,7 +270,7 @@ fn the_limit_counts_mapped_bytes_not_address_space() {
 fn without_virtual_memory_or_a_reservation_the_pool_keeps_classic_segments() {
     // A backend that cannot map: the setting changes nothing.
     let p = Pool::new(
-        model(DEVICE),
+        classic_model(DEVICE),
         vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded),
     );
     let n = fill(&p, 7 * MIB).len() as u64;
@@ -379,12 +348,7 @@ fn a_refused_mapping_is_undone_and_the_request_recovers() {
     for x in [a, b] {
         p.free(x, FreeKind::Sync, Some(0));
     }
-    p.check().unwrap();
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
+    assert_sound(&p);
 }
 
 #[test]
@@ -414,12 +378,7 @@ fn thread_caches_lend_mapped_blocks_and_give_them_back() {
     program_sync(&p);
     p.empty_cache(0);
     assert!(p.backend().mapped_on(0) <= 2 * VMM_GRANULE);
-    p.check().unwrap();
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
+    assert_sound(&p);
 }
 
 /// The figures the reports show of device 0 (`DeviceSnapshot::figures`).
@@ -507,12 +466,7 @@ fn free_mapped_granules_count_as_free_memory() {
         );
         let (f, _) = figures(&p);
         assert_eq!((f.mapped, f.releasable, f.stranded), (0, 0, 0), "{reuse:?}");
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -523,16 +477,14 @@ fn the_reports_say_why_expandable_segments_are_off() {
     on.alloc(0, 4096).unwrap();
     assert_eq!(on.device_stats(0).unwrap().expandable, Expandable::On);
     let no_vmm = Pool::new(
-        model(DEVICE),
+        classic_model(DEVICE),
         vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded),
     );
     no_vmm.alloc(0, 4096).unwrap();
-    let want = if super::expandable_on() {
-        Expandable::On
-    } else {
+    assert_eq!(
+        no_vmm.device_stats(0).unwrap().expandable,
         Expandable::Unavailable
-    };
-    assert_eq!(no_vmm.device_stats(0).unwrap().expandable, want);
+    );
     let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
     s.expandable = false;
     let off = Pool::new(vmm_model(DEVICE), s);
@@ -555,25 +507,12 @@ fn the_reports_say_why_expandable_segments_are_off() {
     );
     // Virtual memory, but a visible device cannot reach this one's: classic segments.
     struct NoPeers(ModelDriver);
-    impl Backend for NoPeers {
-        fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-            self.0.alloc_segment(device, bytes)
+    impl AsRef<ModelDriver> for NoPeers {
+        fn as_ref(&self) -> &ModelDriver {
+            &self.0
         }
-        fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
-            self.0.free_segment(device, addr)
-        }
-        fn fence(&self, device: u32) -> Result<(), CudaError> {
-            self.0.fence(device)
-        }
-        fn barrier(&self, device: u32) -> Result<(), CudaError> {
-            self.0.barrier(device)
-        }
-        fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
-            self.0.memory_info(device)
-        }
-        fn vmm_granularity(&self, device: u32) -> Option<u64> {
-            self.0.vmm_granularity(device)
-        }
+    }
+    impl ModelWrapper for NoPeers {
         fn vmm_peers(&self, _device: u32) -> Option<crate::pool::backend::DeviceSet> {
             None
         }
@@ -626,11 +565,7 @@ fn what_the_figures_call_releasable_is_what_empty_cache_gives_back() {
                 p.check().unwrap();
             }
         }
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -655,12 +590,7 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
     for a in blocks {
         p.free(a, FreeKind::Sync, Some(0));
     }
-    p.check().unwrap();
-    assert!(
-        p.backend().misuses().is_empty(),
-        "{:?}",
-        p.backend().misuses()
-    );
+    assert_sound(&p);
 
     // Once mapping worked, a refusal is the driver's lack of memory: the ladder retries.
     let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
@@ -699,12 +629,7 @@ fn after_a_reset_every_granule_and_range_goes_back() {
         assert!(!p.release_mappings_after_reset(0));
         let again = p.alloc(0, 64 * MIB).unwrap();
         p.free(again, FreeKind::Sync, Some(0));
-        p.check().unwrap();
-        assert!(
-            p.backend().misuses().is_empty(),
-            "{:?}",
-            p.backend().misuses()
-        );
+        assert_sound(&p);
     }
 }
 
@@ -819,4 +744,73 @@ fn a_request_served_after_a_refused_mapping_counts_once() {
         p.free(x, FreeKind::Sync, Some(0));
     }
     p.check().unwrap();
+}
+
+/// A split cap (`GPUPOOL_MAX_SPLIT_SIZE`) keeps big cached blocks whole; a range's unused
+/// address space is no cached block, and large requests are carved from it as without a cap.
+#[test]
+#[ignore = "bug: under a split cap the range's free block is never split: the first large \
+            request tries to map the whole range, and every large request fails"]
+fn a_split_cap_leaves_large_requests_served_from_the_range() {
+    for cap in [32 * MIB, 128 * MIB, 1 << 30] {
+        let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+        s.policy.max_split_size = cap;
+        let p = Pool::new(vmm_model(DEVICE), s);
+        let blocks: Vec<Addr> = [7 * MIB, 100 * MIB, 2 << 30]
+            .into_iter()
+            .map(|size| {
+                p.alloc(0, size)
+                    .unwrap_or_else(|e| panic!("cap {cap}: {size}: {e:?}"))
+            })
+            .collect();
+        assert_eq!(
+            p.backend().counts().mallocs,
+            0,
+            "cap {cap}: no classic segment"
+        );
+        assert!(
+            p.backend().mapped_on(0) < (2 << 30) + 110 * MIB,
+            "cap {cap}"
+        );
+        for a in blocks {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        assert_sound(&p);
+    }
+}
+
+/// A miss takes blocks of its size back from another thread's cache before it maps new
+/// memory, as it does before it grows with classic segments (`refill`, step 2).
+#[test]
+#[ignore = "bug: a miss maps fresh granules from the range's unused address space and never \
+            reaches the ladder's step that takes blocks back from other threads' caches"]
+fn a_miss_takes_blocks_of_its_size_from_another_threads_cache_before_mapping() {
+    let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+    s.thread_cache = crate::config::DEFAULT_THREAD_CACHE;
+    s.policy.fence_bytes = 1 << 30;
+    let p = Pool::new(vmm_model(DEVICE), s);
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    p.alloc(0, 4096).unwrap(); // caches on
+    let theirs = Mutex::new(Vec::new());
+    beside_a_second_cache(
+        &p,
+        |p| {
+            let big: Vec<Addr> = (0..5).map(|_| p.alloc(0, 4 * MIB).unwrap()).collect();
+            for &a in &big {
+                p.free(a, FreeKind::Sync, Some(0));
+            }
+            program_sync(p);
+            // A miss of another size makes what the fence covered reusable in this cache.
+            let w = p.alloc(0, 8192).unwrap();
+            p.free(w, FreeKind::Sync, Some(0));
+            *theirs.lock().unwrap() = big;
+        },
+        || {
+            let mapped = p.backend().mapped_on(0);
+            let a = p.alloc(0, 4 * MIB).unwrap();
+            assert!(theirs.lock().unwrap().contains(&a), "{a:#x}");
+            assert_eq!(p.backend().mapped_on(0), mapped, "nothing mapped");
+        },
+    );
+    assert_sound(&p);
 }

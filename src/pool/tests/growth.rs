@@ -6,7 +6,7 @@ use crate::pool::size::SMALL_SEGMENT;
 
 #[test]
 fn a_new_largest_request_gets_room_to_grow() {
-    let p = relaxed();
+    let p = classic_relaxed();
     // 600 MiB, larger than any segment so far and above 512 MiB: a 768 MiB segment.
     let a = p.alloc(0, 600 * MIB).unwrap();
     assert_eq!(stats(&p, 0).reserved.current, 768 * MIB);
@@ -26,12 +26,12 @@ fn a_new_largest_request_gets_room_to_grow() {
     }
     p.check().unwrap();
     // With a release threshold, segments are never rounded up for growth.
-    let t = pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(1 << 40), 80 << 30);
+    let t = classic_pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(1 << 40), 80 << 30);
     t.alloc(0, 600 * MIB).unwrap();
     assert_eq!(stats(&t, 0).reserved.current, 600 * MIB);
     // Nor with a maximum split size.
     let m = Pool::new(
-        model(80 << 30),
+        classic_model(80 << 30),
         Settings {
             reuse: ReuseMode::Relaxed,
             threshold: DeviceBytes::Unbounded,
@@ -50,7 +50,7 @@ fn a_new_largest_request_gets_room_to_grow() {
     assert_eq!(stats(&m, 0).reserved.current, 600 * MIB);
     // Near the capacity, a refused rounded segment is asked for again at the exact size
     // before anything cached is released.
-    let q = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 700 * MIB);
+    let q = classic_pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 700 * MIB);
     let s = q.alloc(0, 10 * MIB).unwrap();
     q.free(s, FreeKind::Sync, None);
     q.alloc(0, 600 * MIB).unwrap();
@@ -62,7 +62,7 @@ fn a_new_largest_request_gets_room_to_grow() {
 
 #[test]
 fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
-    let p = relaxed();
+    let p = classic_relaxed();
     let a = p.alloc(0, 600 * MIB).unwrap(); // a record: a 768 MiB segment
     let k = p.alloc(0, 700 * MIB).unwrap(); // no record: 700 MiB
     let m = p.alloc(0, 200 * MIB).unwrap(); // below 512 MiB: 200 MiB
@@ -95,7 +95,7 @@ fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
     // Strict mode: the outgrown segment's block still waits for a fence (the budget is larger
     // than the block); the release (a real cudaFree, which waits for the device) takes it along
     // and the pending accounting stays exact.
-    let mut q = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
+    let mut q = classic_pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 80 << 30);
     q.settings.policy.fence_bytes = 4 << 30;
     let a = q.alloc(0, 600 * MIB).unwrap();
     q.free(a, FreeKind::Sync, None);
@@ -108,7 +108,7 @@ fn a_new_largest_request_releases_the_idle_segments_it_outgrew() {
 
     // With a release threshold (which gives idle segments back itself) records neither round
     // up nor release.
-    let t = pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(1 << 40), 80 << 30);
+    let t = classic_pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(1 << 40), 80 << 30);
     let a = t.alloc(0, 600 * MIB).unwrap();
     t.free(a, FreeKind::Sync, None);
     t.alloc(0, 1000 * MIB).unwrap();
@@ -121,7 +121,7 @@ fn the_first_request_above_512_mib_releases_the_idle_segments_of_256_mib_it_outg
     // An inference server's logits: idle 300 MiB segments of earlier prompts cannot serve the
     // first buffer above 512 MiB; they go back before it gets its segment. Below 256 MiB they
     // stay (later requests are likelier to reuse them).
-    let p = relaxed();
+    let p = classic_relaxed();
     let a = p.alloc(0, 300 * MIB).unwrap();
     let m = p.alloc(0, 200 * MIB).unwrap();
     p.free(a, FreeKind::Sync, None);
@@ -145,7 +145,7 @@ fn the_first_request_above_512_mib_releases_the_idle_segments_of_256_mib_it_outg
 fn free_blocks_in_thread_caches_do_not_keep_an_outgrown_segment() {
     // Medium blocks carved from a big segment's room and cached by a thread must not keep the
     // segment busy, or the record behind them releases nothing.
-    let p = relaxed();
+    let p = classic_relaxed();
     on_thread(|| p.alloc(0, 4096).unwrap()); // a second thread: caches on
     let a = p.alloc(0, 600 * MIB).unwrap(); // 768 MiB segment, 168 MiB of room
     let x = p.alloc(0, 5 * MIB).unwrap(); // through this thread's cache, from the room
@@ -168,7 +168,7 @@ fn free_blocks_in_thread_caches_do_not_keep_an_outgrown_segment() {
 fn the_first_large_request_leaves_thread_caches_alone() {
     // With nothing of 512 MiB or more to outgrow, the first such request has no reason to
     // empty every thread cache.
-    let p = relaxed();
+    let p = classic_relaxed();
     on_thread(|| p.alloc(0, 4096).unwrap());
     p.alloc(0, 4096).unwrap(); // the device sees a second thread: caches on
     let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 3 * MIB).unwrap()).collect();

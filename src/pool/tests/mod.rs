@@ -17,7 +17,7 @@ mod stream_hold;
 mod thread_caches;
 mod trace_replay;
 
-use super::model_driver::{ModelDriver, GUARD_GAP};
+use super::model_driver::{ModelDriver, ModelWrapper, GUARD_GAP};
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -34,10 +34,20 @@ fn expandable_on() -> bool {
 /// running over its segment's end lands in no other; with virtual memory when
 /// `expandable_on`.
 fn model(capacity: u64) -> ModelDriver {
+    model_of(capacity, expandable_on())
+}
+
+/// `model` without virtual memory, whatever `GPUPOOL_TEST_EXPANDABLE` says: a pool on it keeps
+/// classic segments.
+fn classic_model(capacity: u64) -> ModelDriver {
+    model_of(capacity, false)
+}
+
+fn model_of(capacity: u64, vmm: bool) -> ModelDriver {
     let driver = ModelDriver::new()
         .with_capacity(capacity)
         .with_gap(GUARD_GAP);
-    if expandable_on() {
+    if vmm {
         driver.with_vmm()
     } else {
         driver
@@ -46,8 +56,23 @@ fn model(capacity: u64) -> ModelDriver {
 
 /// A pool on `model(capacity)` with no limit, no split bound and a 64 MiB fence budget.
 fn pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<ModelDriver> {
+    pool_of(expandable_on(), reuse, threshold, capacity)
+}
+
+/// `pool_with` with classic segments, whatever `GPUPOOL_TEST_EXPANDABLE` says: for the tests
+/// of what classic segments look like (their sizes, their count, room to grow, outgrown ones).
+fn classic_pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<ModelDriver> {
+    pool_of(false, reuse, threshold, capacity)
+}
+
+fn pool_of(
+    expandable: bool,
+    reuse: ReuseMode,
+    threshold: DeviceBytes,
+    capacity: u64,
+) -> Pool<ModelDriver> {
     Pool::new(
-        model(capacity),
+        model_of(capacity, expandable),
         Settings {
             reuse,
             threshold,
@@ -59,9 +84,17 @@ fn pool_with(reuse: ReuseMode, threshold: DeviceBytes, capacity: u64) -> Pool<Mo
             trace: None,
             thread_cache: crate::config::DEFAULT_THREAD_CACHE,
             cache_contention: 0,
-            expandable: expandable_on(),
+            expandable,
         },
     )
+}
+
+/// The pool's structure checks (`Pool::check`) and its driver saw no call a real one would
+/// refuse (`ModelDriver::misuses`): how a test ends that is done with its pool.
+fn assert_sound<B: Backend + AsRef<ModelDriver>>(p: &Pool<B>) {
+    let misuses = p.backend().as_ref().misuses();
+    assert!(misuses.is_empty(), "{misuses:?}");
+    p.check().unwrap();
 }
 
 /// `pool_with` in relaxed mode, no threshold, 80 GiB per device.
@@ -69,8 +102,13 @@ fn relaxed() -> Pool<ModelDriver> {
     pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30)
 }
 
+/// `relaxed` with classic segments (`classic_pool_with`).
+fn classic_relaxed() -> Pool<ModelDriver> {
+    classic_pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30)
+}
+
 /// Device `d`'s counters.
-fn stats(p: &Pool<ModelDriver>, d: u32) -> DeviceStats {
+fn stats<B: Backend>(p: &Pool<B>, d: u32) -> DeviceStats {
     p.device_stats(d).unwrap().stats
 }
 
@@ -189,13 +227,13 @@ impl Default for Hazard {
     }
 }
 
-impl Backend for Hazard {
-    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.inner.alloc_segment(device, bytes)
+impl AsRef<ModelDriver> for Hazard {
+    fn as_ref(&self) -> &ModelDriver {
+        &self.inner
     }
-    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
-        self.inner.free_segment(device, addr)
-    }
+}
+
+impl ModelWrapper for Hazard {
     fn fence(&self, d: u32) -> Result<(), CudaError> {
         std::thread::sleep(std::time::Duration::from_millis(self.fence_ms));
         self.busy.lock().unwrap().clear();
@@ -204,8 +242,5 @@ impl Backend for Hazard {
     fn barrier(&self, d: u32) -> Result<(), CudaError> {
         self.busy.lock().unwrap().clear();
         self.inner.barrier(d)
-    }
-    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
-        self.inner.memory_info(device)
     }
 }

@@ -7,7 +7,7 @@ use crate::pool::model_driver::Call;
 #[test]
 fn an_out_of_memory_report_counts_what_the_outgrown_release_gave_back() {
     // The report must say what was released before the failure.
-    let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 1800 * MIB);
+    let p = classic_pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 1800 * MIB);
     let a = p.alloc(0, 600 * MIB).unwrap(); // 768 MiB segment
     let _k = p.alloc(0, 700 * MIB).unwrap();
     p.free(a, FreeKind::Sync, None);
@@ -58,7 +58,7 @@ fn out_of_memory_is_reported_and_the_pool_stays_usable() {
 fn exact_size_fallback_when_the_segment_would_not_fit() {
     // 3 MiB capacity: a 1.5 MiB request would take a 20 MiB medium segment; only the exact size
     // fits.
-    let p = pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 3 * MIB);
+    let p = classic_pool_with(ReuseMode::Strict, DeviceBytes::Unbounded, 3 * MIB);
     assert!(p.alloc(0, 3 * MIB / 2).is_ok());
     assert_eq!(stats(&p, 0).reserved.current, 3 * MIB / 2);
 }

@@ -48,7 +48,7 @@ fn a_fence_does_not_cover_frees_made_after_it_started() {
 
 #[test]
 fn barrier_mode_issues_one_barrier_for_many_blocks() {
-    let p = pool_with(ReuseMode::Barrier, DeviceBytes::Unbounded, 80 << 30);
+    let p = classic_pool_with(ReuseMode::Barrier, DeviceBytes::Unbounded, 80 << 30);
     // 12 MiB blocks each have a segment of their own.
     let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 12 * MIB).unwrap()).collect();
     for a in &v {

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn threshold_releases_whole_free_segments_at_the_next_operation() {
-    let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(256 * MIB), 80 << 30);
+    let p = classic_pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(256 * MIB), 80 << 30);
     let v: Vec<Addr> = (0..16).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
     assert_eq!(p.backend().reserved_on(0), 1024 * MIB);
     for a in v {
@@ -24,7 +24,7 @@ fn threshold_releases_whole_free_segments_at_the_next_operation() {
 
 #[test]
 fn without_threshold_everything_stays_cached() {
-    let p = relaxed();
+    let p = classic_relaxed();
     let v: Vec<Addr> = (0..16).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
     for a in v {
         p.free(a, FreeKind::Sync, None);
@@ -38,7 +38,7 @@ fn without_threshold_everything_stays_cached() {
 
 #[test]
 fn trim_to_keeps_at_most_what_it_was_told_of_reserved_memory() {
-    let p = relaxed();
+    let p = classic_relaxed();
     let v: Vec<Addr> = (0..16).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
     for &a in &v[..12] {
         p.free(a, FreeKind::Sync, None);

@@ -31,7 +31,7 @@ fn frees_on_a_stream_hold_nothing_until_an_allocation_names_a_stream() {
     // A program that frees with cudaFreeAsync and allocates with cudaMalloc (the preload sees no
     // stream allocations): its blocks wait for their barrier as before, without taking their
     // free neighbours with them.
-    let p = relaxed();
+    let p = classic_relaxed();
     let a = p.alloc(0, 4 * MIB).unwrap();
     p.free(a, on(5, true), Some(0));
     // The rest of the 20 MiB segment stays free for anyone: no barrier needed.
@@ -95,7 +95,7 @@ fn a_split_stream_block_keeps_its_remainder_for_that_stream_until_covered() {
 
 #[test]
 fn blocks_freed_on_a_stream_merge_for_its_larger_requests() {
-    let p = relaxed();
+    let p = classic_relaxed();
     let v: Vec<Addr> = (0..4)
         .map(|_| p.alloc_on(0, 4 * MIB, Some(5)).unwrap())
         .collect();
@@ -153,7 +153,7 @@ fn a_barrier_gives_stream_blocks_to_everyone() {
 /// later (stamp T > S); the merged block then waits only for a sync covering S.
 #[test]
 fn a_split_remainder_waits_for_the_later_free_of_a_neighbour_it_absorbs() {
-    let p = relaxed();
+    let p = classic_relaxed();
     // One 20 MiB medium segment: x 4 | l 2 | n 4 | t 10.
     let x = p.alloc_on(0, 4 * MIB, Some(5)).unwrap();
     let l = p.alloc(0, 2 * MIB).unwrap();

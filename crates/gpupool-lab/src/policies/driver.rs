@@ -2,8 +2,8 @@
 //! with an optional capacity, and the counts the comparison reports (calls, reserved bytes and
 //! their peak).
 
-use gpupool::pool::backend::{Addr, Backend, CudaError};
-use gpupool::pool::model_driver::{ModelDriver, GUARD_GAP};
+use gpupool::pool::backend::{Addr, Backend};
+use gpupool::pool::model_driver::{ModelDriver, ModelWrapper, GUARD_GAP};
 
 /// What the driver saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,36 +94,11 @@ impl Driver {
     }
 }
 
-/// Our pool's policy allocates through the `Backend` trait.
-impl Backend for Driver {
-    fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.0.alloc_segment(device, bytes)
-    }
-    fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError> {
-        self.0.free_segment(device, addr)
-    }
-    fn fence(&self, device: u32) -> Result<(), CudaError> {
-        self.0.fence(device)
-    }
-    fn barrier(&self, device: u32) -> Result<(), CudaError> {
-        self.0.barrier(device)
-    }
-    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
-        self.0.memory_info(device)
-    }
-    fn vmm_granularity(&self, device: u32) -> Option<u64> {
-        self.0.vmm_granularity(device)
-    }
-    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
-        self.0.vmm_reserve(device, bytes)
-    }
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
-        self.0.vmm_map(device, addr, bytes)
-    }
-    fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
-        self.0.vmm_unmap(device, addr, bytes)
-    }
-    fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
-        self.0.vmm_free_reservation(device, addr, bytes)
+impl AsRef<ModelDriver> for Driver {
+    fn as_ref(&self) -> &ModelDriver {
+        &self.0
     }
 }
+
+/// Our pool's policy allocates through the `Backend` trait: the model driver's answers.
+impl ModelWrapper for Driver {}
