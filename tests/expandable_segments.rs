@@ -84,6 +84,26 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
     assert!(number::<u64>(&out, "fallback_maps=") > 0, "{out}");
 }
 
+#[test]
+fn mapped_memory_is_gpudirect_rdma_capable_where_the_device_supports_it() {
+    // As `cudaMalloc` memory is: CUDA-aware MPI and NCCL's network plugins register it.
+    let (out, err) = run(true, "rdma", &[]);
+    let n = |out: &str, key: &str| number::<u64>(out, key);
+    assert!(n(&out, "rdma_creates=") > 0, "{out}\n{err}");
+    assert_eq!(
+        n(&out, "rdma_flagged="),
+        n(&out, "rdma_creates="),
+        "every cuMemCreate asked for GPUDirect RDMA: {out}"
+    );
+    // A device without the support would refuse the flag: it is not asked, and the blocks are
+    // still mapped, not served from classic segments.
+    let (out, err) = run(true, "rdma", &[("CUDASIM_VMM_RDMA", "0")]);
+    assert_eq!(n(&out, "rdma_flagged="), 0, "{out}\n{err}");
+    assert!(n(&out, "rdma_maps=") > 0, "{out}\n{err}");
+    assert_eq!(n(&out, "rdma_mallocs="), 0, "{out}");
+    assert!(!err.contains("expandable segments off"), "{err}");
+}
+
 /// `tests/c/driver_fill.c` on a 16 GiB device with a 512 MiB context, as in the issue.
 fn driver_fill(pool: bool, size_kib: u64) -> String {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
