@@ -104,6 +104,47 @@ fn mapped_memory_is_gpudirect_rdma_capable_where_the_device_supports_it() {
     assert!(!err.contains("expandable segments off"), "{err}");
 }
 
+#[test]
+fn the_summarys_driver_line_counts_maps_and_unmaps() {
+    // Four 7 MiB blocks allocated and freed, a zero threshold: what the pool asked of the
+    // driver is what the simulator counted, granule maps and unmaps included, beside the
+    // program's 8 calls.
+    for expandable in ["1", "0"] {
+        let env = [
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+            ("GPUPOOL_SUMMARY", "stderr"),
+        ];
+        let (out, err) = run(true, "calls", &env);
+        let n = |key: &str| number::<u64>(&out, key);
+        let (mallocs, frees) = (n("calls_mallocs="), n("calls_frees="));
+        let (maps, unmaps) = (n("calls_maps="), n("calls_unmaps="));
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(" driver "))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            line.starts_with(&format!(" driver     cudaMalloc {mallocs} (")),
+            "{line}\n{out}"
+        );
+        assert!(
+            line.contains(&format!(", cudaFree {frees} (")),
+            "{line}\n{out}"
+        );
+        let total = mallocs + frees + maps + unmaps;
+        let tail = format!(": {total} calls for the program's 8");
+        assert!(line.ends_with(&tail), "{line}\n{out}");
+        if expandable == "1" {
+            assert!(maps > 0 && unmaps > 0, "{out}");
+            let granules = format!(", {maps} maps, {unmaps} unmaps: ");
+            assert!(line.contains(&granules), "{line}\n{out}");
+        } else {
+            assert_eq!((maps, unmaps), (0, 0), "{out}");
+            assert!(!line.contains(" maps"), "{line}");
+        }
+    }
+}
+
 /// `tests/c/driver_fill.c` on a 16 GiB device with a 512 MiB context, as in the issue.
 fn driver_fill(pool: bool, size_kib: u64) -> String {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

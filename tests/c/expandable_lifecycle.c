@@ -4,6 +4,7 @@
  *   expandable_lifecycle reset-driver    cuDevicePrimaryCtxReset_v2 likewise
  *   expandable_lifecycle fallback        run with CUDASIM_FAIL=cuMemCreate@1=801
  *   expandable_lifecycle rdma            what the mapped memory was created with
+ *   expandable_lifecycle calls           the driver calls made for four blocks
  * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
  * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
 #include "check.h"
@@ -86,6 +87,18 @@ static void rdma(void)
     printf("rdma_mallocs=%llu\n", st.malloc_calls);
 }
 
+/* The driver calls the pool made for memory, as the simulator counted them (run with
+ * GPUPOOL_RELEASE_THRESHOLD=0 so that memory also goes back). */
+static void calls(void)
+{
+    four_blocks();
+    cudasimStats st = sim_stats(0);
+    printf("calls_mallocs=%llu\n", st.malloc_calls);
+    printf("calls_frees=%llu\n", st.free_calls);
+    printf("calls_maps=%llu\n", st.vmm_maps);
+    printf("calls_unmaps=%llu\n", st.vmm_unmaps);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -97,8 +110,10 @@ int main(int argc, char **argv)
         fallback();
     } else if (strcmp(mode, "rdma") == 0) {
         rdma();
+    } else if (strcmp(mode, "calls") == 0) {
+        calls();
     } else {
-        CHECK(0, "mode: reset-runtime, reset-driver, fallback or rdma");
+        CHECK(0, "mode: reset-runtime, reset-driver, fallback, rdma or calls");
     }
     printf("expandable_lifecycle ok\n");
     return 0;
