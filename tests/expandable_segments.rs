@@ -87,20 +87,20 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
 #[test]
 fn mapped_memory_is_gpudirect_rdma_capable_where_the_device_supports_it() {
     // As `cudaMalloc` memory is: CUDA-aware MPI and NCCL's network plugins register it.
-    let (out, err) = run(true, "rdma", &[]);
+    let (out, err) = run(true, "calls", &[]);
     let n = |out: &str, key: &str| number::<u64>(out, key);
-    assert!(n(&out, "rdma_creates=") > 0, "{out}\n{err}");
+    assert!(n(&out, "calls_creates=") > 0, "{out}\n{err}");
     assert_eq!(
-        n(&out, "rdma_flagged="),
-        n(&out, "rdma_creates="),
+        n(&out, "calls_rdma="),
+        n(&out, "calls_creates="),
         "every cuMemCreate asked for GPUDirect RDMA: {out}"
     );
     // A device without the support would refuse the flag: it is not asked, and the blocks are
     // still mapped, not served from classic segments.
-    let (out, err) = run(true, "rdma", &[("CUDASIM_VMM_RDMA", "0")]);
-    assert_eq!(n(&out, "rdma_flagged="), 0, "{out}\n{err}");
-    assert!(n(&out, "rdma_maps=") > 0, "{out}\n{err}");
-    assert_eq!(n(&out, "rdma_mallocs="), 0, "{out}");
+    let (out, err) = run(true, "calls", &[("CUDASIM_VMM_RDMA", "0")]);
+    assert_eq!(n(&out, "calls_rdma="), 0, "{out}\n{err}");
+    assert!(n(&out, "calls_maps=") > 0, "{out}\n{err}");
+    assert_eq!(n(&out, "calls_mallocs="), 0, "{out}");
     assert!(!err.contains("expandable segments off"), "{err}");
 }
 

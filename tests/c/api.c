@@ -33,6 +33,26 @@ static gpupool_stats pool_stats(int device)
     return st;
 }
 
+/* gpupool_get_stats of device 0 into a caller's struct of `old_size` bytes, as a program built
+ * against an older header has: it says it filled that size, and writes no byte beyond. The
+ * fields it filled, the rest zero. */
+static gpupool_stats old_caller_stats(size_t old_size)
+{
+    unsigned char raw[sizeof(gpupool_stats) + 16];
+    gpupool_stats filled;
+    memset(raw, 0xAB, sizeof raw);
+    memset(&filled, 0, sizeof filled);
+    gpupool_stats *old = (gpupool_stats *)(void *)raw;
+    old->struct_size = old_size;
+    CHECK_POOL(gpupool_get_stats(0, old));
+    CHECK(old->struct_size == old_size, "old struct: size %zu, not %zu", old->struct_size,
+          old_size);
+    for (size_t i = old_size; i < sizeof raw; i++)
+        CHECK(raw[i] == 0xAB, "byte %zu beyond the caller's struct_size was written", i);
+    memcpy(&filled, raw, old_size);
+    return filled;
+}
+
 /* Every figure the API reports equals what this program did, and the driver side equals what
  * the simulator saw. Half the allocations go through cudaMalloc (pooled: -lgpupool comes first),
  * half through gpupool_malloc/gpupool_malloc_async. */
@@ -146,17 +166,9 @@ static void stats(void)
     CHECK(st.active_allocations == N, "active %llu", (unsigned long long)st.active_allocations);
 
     /* An older caller's struct: only the fields that fit are written. */
-    unsigned char raw[sizeof(gpupool_stats) + 16];
-    memset(raw, 0xAB, sizeof raw);
-    gpupool_stats *old = (gpupool_stats *)(void *)raw;
-    size_t old_size = offsetof(gpupool_stats, allocated_bytes);
-    old->struct_size = old_size;
-    CHECK_POOL(gpupool_get_stats(0, old));
-    CHECK(old->struct_size == old_size && old->requested_bytes == st.requested_bytes,
-          "old struct: size %zu requested %llu", old->struct_size,
-          (unsigned long long)old->requested_bytes);
-    for (size_t i = old_size; i < sizeof raw; i++)
-        CHECK(raw[i] == 0xAB, "byte %zu beyond the caller's struct_size was written", i);
+    gpupool_stats old = old_caller_stats(offsetof(gpupool_stats, allocated_bytes));
+    CHECK(old.requested_bytes == st.requested_bytes, "old struct: requested %llu",
+          (unsigned long long)old.requested_bytes);
 
     for (int i = 0; i < N; i++)
         CHECK_POOL(gpupool_free(p[3][i]));
@@ -655,17 +667,9 @@ static void mapped(void)
           (unsigned long long)after.releasable_bytes, (unsigned long long)after.stranded_bytes);
 
     /* A program built against the header before these fields gets the old ones only. */
-    unsigned char raw[sizeof(gpupool_stats) + 16];
-    memset(raw, 0xAB, sizeof raw);
-    gpupool_stats *old = (gpupool_stats *)(void *)raw;
-    size_t old_size = offsetof(gpupool_stats, mapped_bytes);
-    old->struct_size = old_size;
-    CHECK_POOL(gpupool_get_stats(0, old));
-    CHECK(old->struct_size == old_size && old->stream_hits == after.stream_hits &&
-              old->reserved_bytes == after.reserved_bytes,
-          "old struct: size %zu", old->struct_size);
-    for (size_t i = old_size; i < sizeof raw; i++)
-        CHECK(raw[i] == 0xAB, "byte %zu beyond the caller's struct_size was written", i);
+    gpupool_stats old = old_caller_stats(offsetof(gpupool_stats, mapped_bytes));
+    CHECK(old.stream_hits == after.stream_hits && old.reserved_bytes == after.reserved_bytes,
+          "old struct: reserved %llu", (unsigned long long)old.reserved_bytes);
 
     CHECK_CUDA(cudaFree(p[0]));
     CHECK_CUDA(cudaFree(p[2]));

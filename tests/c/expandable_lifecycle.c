@@ -3,8 +3,8 @@
  *   expandable_lifecycle reset-runtime   cudaDeviceReset with blocks live and cached
  *   expandable_lifecycle reset-driver    cuDevicePrimaryCtxReset_v2 likewise
  *   expandable_lifecycle fallback        run with CUDASIM_FAIL=cuMemCreate@1=801
- *   expandable_lifecycle rdma            what the mapped memory was created with
- *   expandable_lifecycle calls           the driver calls made for four blocks
+ *   expandable_lifecycle calls           the driver calls made for four blocks, and what
+ *                                        the mapped memory was created with
  * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
  * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
 #include "check.h"
@@ -75,26 +75,17 @@ static void fallback(void)
     printf("fallback_last_error=%d\n", (int)cudaGetLastError());
 }
 
-/* What the physical memory was created with: GPUDirect RDMA capable or not (run with
- * CUDASIM_VMM_RDMA=0 for a device without the support). */
-static void rdma(void)
-{
-    four_blocks();
-    cudasimStats st = sim_stats(0);
-    printf("rdma_creates=%llu\n", st.vmm_creates);
-    printf("rdma_flagged=%llu\n", st.vmm_rdma_creates);
-    printf("rdma_maps=%llu\n", st.vmm_maps);
-    printf("rdma_mallocs=%llu\n", st.malloc_calls);
-}
-
-/* The driver calls the pool made for memory, as the simulator counted them (run with
- * GPUPOOL_RELEASE_THRESHOLD=0 so that memory also goes back). */
+/* The driver calls the pool made for four blocks, as the simulator counted them, and what the
+ * physical memory was created with: GPUDirect RDMA capable or not (CUDASIM_VMM_RDMA=0: a device
+ * without the support). */
 static void calls(void)
 {
     four_blocks();
     cudasimStats st = sim_stats(0);
     printf("calls_mallocs=%llu\n", st.malloc_calls);
     printf("calls_frees=%llu\n", st.free_calls);
+    printf("calls_creates=%llu\n", st.vmm_creates);
+    printf("calls_rdma=%llu\n", st.vmm_rdma_creates);
     printf("calls_maps=%llu\n", st.vmm_maps);
     printf("calls_unmaps=%llu\n", st.vmm_unmaps);
 }
@@ -108,12 +99,10 @@ int main(int argc, char **argv)
         reset(1);
     } else if (strcmp(mode, "fallback") == 0) {
         fallback();
-    } else if (strcmp(mode, "rdma") == 0) {
-        rdma();
     } else if (strcmp(mode, "calls") == 0) {
         calls();
     } else {
-        CHECK(0, "mode: reset-runtime, reset-driver, fallback, rdma or calls");
+        CHECK(0, "mode: reset-runtime, reset-driver, fallback or calls");
     }
     printf("expandable_lifecycle ok\n");
     return 0;
