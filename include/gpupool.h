@@ -192,6 +192,21 @@ typedef struct gpupool_stats {
      * `outgrown_released_bytes`).
      */
     uint64_t stream_hits;
+    /**
+     * Expandable segments (added after `stream_hits`): bytes of physical memory mapped in
+     * them (part of `reserved_bytes`), and the address space they reserve, which is not
+     * memory.
+     */
+    uint64_t mapped_bytes;
+    uint64_t address_space_bytes;
+    /**
+     * Of `cached_bytes`, those the pool could give back now (mapped granules and classic
+     * segments no live block touches; `gpupool_empty_cache` releases them), and those that
+     * cannot go back while the live blocks stay (free pieces of granules and segments that
+     * also hold live blocks). Computed when asked: a walk over the segments' blocks.
+     */
+    uint64_t releasable_bytes;
+    uint64_t stranded_bytes;
 } gpupool_stats;
 
 #ifdef __cplusplus

@@ -142,6 +142,16 @@ fn idle_segments_a_larger_request_outgrew_go_back_to_the_driver() {
 }
 
 #[test]
+fn the_stats_struct_says_where_the_memory_lies() {
+    // Mapped bytes and address space of expandable segments, releasable and stranded bytes,
+    // from C, against the simulator and the JSON; none mapped with classic segments.
+    for env in [[("GPUPOOL_EXPANDABLE", "1")], [CLASSIC]] {
+        let (out, err) = api("mapped", &env);
+        assert!(out.contains("mapped ok"), "{env:?}: {out}\n{err}");
+    }
+}
+
+#[test]
 fn a_percentage_threshold_is_read_for_the_device_asked_about() {
     let env = [
         ("CUDASIM_DEVICES", "2"),

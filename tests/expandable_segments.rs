@@ -84,6 +84,67 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
     assert!(number::<u64>(&out, "fallback_maps=") > 0, "{out}");
 }
 
+#[test]
+fn mapped_memory_is_gpudirect_rdma_capable_where_the_device_supports_it() {
+    // As `cudaMalloc` memory is: CUDA-aware MPI and NCCL's network plugins register it.
+    let (out, err) = run(true, "calls", &[]);
+    let n = |out: &str, key: &str| number::<u64>(out, key);
+    assert!(n(&out, "calls_creates=") > 0, "{out}\n{err}");
+    assert_eq!(
+        n(&out, "calls_rdma="),
+        n(&out, "calls_creates="),
+        "every cuMemCreate asked for GPUDirect RDMA: {out}"
+    );
+    // A device without the support would refuse the flag: it is not asked, and the blocks are
+    // still mapped, not served from classic segments.
+    let (out, err) = run(true, "calls", &[("CUDASIM_VMM_RDMA", "0")]);
+    assert_eq!(n(&out, "calls_rdma="), 0, "{out}\n{err}");
+    assert!(n(&out, "calls_maps=") > 0, "{out}\n{err}");
+    assert_eq!(n(&out, "calls_mallocs="), 0, "{out}");
+    assert!(!err.contains("expandable segments off"), "{err}");
+}
+
+#[test]
+fn the_summarys_driver_line_counts_maps_and_unmaps() {
+    // Four 7 MiB blocks allocated and freed, a zero threshold: what the pool asked of the
+    // driver is what the simulator counted, granule maps and unmaps included, beside the
+    // program's 8 calls.
+    for expandable in ["1", "0"] {
+        let env = [
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+            ("GPUPOOL_SUMMARY", "stderr"),
+        ];
+        let (out, err) = run(true, "calls", &env);
+        let n = |key: &str| number::<u64>(&out, key);
+        let (mallocs, frees) = (n("calls_mallocs="), n("calls_frees="));
+        let (maps, unmaps) = (n("calls_maps="), n("calls_unmaps="));
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(" driver "))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            line.starts_with(&format!(" driver     cudaMalloc {mallocs} (")),
+            "{line}\n{out}"
+        );
+        assert!(
+            line.contains(&format!(", cudaFree {frees} (")),
+            "{line}\n{out}"
+        );
+        let total = mallocs + frees + maps + unmaps;
+        let tail = format!(": {total} calls for the program's 8");
+        assert!(line.ends_with(&tail), "{line}\n{out}");
+        if expandable == "1" {
+            assert!(maps > 0 && unmaps > 0, "{out}");
+            let granules = format!(", {maps} maps, {unmaps} unmaps: ");
+            assert!(line.contains(&granules), "{line}\n{out}");
+        } else {
+            assert_eq!((maps, unmaps), (0, 0), "{out}");
+            assert!(!line.contains(" maps"), "{line}");
+        }
+    }
+}
+
 /// `tests/c/driver_fill.c` on a 16 GiB device with a 512 MiB context, as in the issue.
 fn driver_fill(pool: bool, size_kib: u64) -> String {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

@@ -618,10 +618,17 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
         assert_eq!(hits + misses, mallocs);
         program_from_text += mallocs;
         assert!(
+            b.contains(&format!(" driver     cudaMalloc {} (", sim[i].0)),
+            "{b}"
+        );
+        let driver_calls = u(d, "/driver/mallocs")
+            + u(d, "/driver/frees")
+            + u(d, "/expandable/granules_mapped")
+            + u(d, "/expandable/granules_unmapped");
+        assert!(
             b.contains(&format!(
-                " driver     cudaMalloc {} ({} avoided, ",
-                sim[i].0,
-                mallocs - misses
+                ": {driver_calls} calls for the program's {}\n",
+                mallocs + frees
             )),
             "{b}"
         );

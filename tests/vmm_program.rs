@@ -2,7 +2,8 @@
 //! segments, `GPUPOOL_EXPANDABLE=1`), against classic segments and no pool: peer access enabled
 //! through the runtime and the driver reaches them, IPC handles are refused with the driver's
 //! error and a summary line naming the variable to set, `cuMemGetAddressRange` covers the block
-//! and `cudaPointerGetAttributes` reads as without the pool. The program is
+//! and `cudaPointerGetAttributes` reads as without the pool; a device made current through the
+//! driver alone reaches the other's blocks. The program is
 //! `tests/c/vmm_program.c`, on two simulated devices.
 
 #[path = "../cudasim/tests/common/mod.rs"]
@@ -90,6 +91,31 @@ fn a_copy_with_another_device_in_use_current_works_without_peer_access() {
         ] {
             assert_eq!(n(key), 0, "{key} {under:?}\n{out}\n{err}");
         }
+    }
+}
+
+#[test]
+fn a_device_made_current_through_the_driver_is_in_use() {
+    // A driver-API program (a static runtime's too) makes a device current with
+    // cuCtxSetCurrent or cuCtxPushCurrent, never cudaSetDevice: that device then copies from and
+    // into another device's block, as on cudaMalloc memory.
+    for mode in ["driver-set", "driver-push"] {
+        let mut no_context = Vec::new();
+        for under in ALL {
+            let (out, err) = run(mode, under, &[]);
+            let n = |key: &str| number::<i64>(&out, key);
+            assert_eq!(n("from_block="), 0, "{mode} {under:?}\n{out}\n{err}");
+            assert_eq!(n("content="), 1, "{mode} {under:?}\n{out}");
+            assert_eq!(n("into_block="), 0, "{mode} {under:?}\n{out}");
+            assert_eq!(n("denied="), 0, "{mode} {under:?}\n{out}");
+            assert_eq!(n("written="), 1, "{mode} {under:?}\n{out}");
+            no_context.push(n("no_context="));
+        }
+        // No context at all is the driver's business, answered as without the pool.
+        assert!(
+            no_context.iter().all(|&r| r == no_context[0]),
+            "{mode}: {no_context:?}"
+        );
     }
 }
 

@@ -152,6 +152,12 @@ CUresult cuInit(unsigned int Flags);
 CUresult cuDriverGetVersion(int *driverVersion);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceGet(CUdevice *device, int ordinal);
+/* The attributes the simulator models (any other: CUDA_ERROR_INVALID_VALUE). */
+typedef enum CUdevice_attribute_enum {
+    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED = 110
+} CUdevice_attribute;
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 
 /* Contexts */
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);

@@ -46,6 +46,7 @@ typedef struct cudasimStats {
     unsigned long long vmm_unmaps;              /* successful cuMemUnmap calls */
     unsigned long long unmapped_while_busy;     /* cuMemUnmap calls with a kernel still on the range */
     unsigned long long accessed_without_access; /* copies, sets, launches refused: no cuMemSetAccess */
+    unsigned long long vmm_rdma_creates;        /* of vmm_creates, successful ones asking GPUDirect RDMA */
 } cudasimStats;
 
 /* Fills *out for `device` (out->struct_size set by the caller). 0, 1 (bad out) or 101. */

@@ -27,6 +27,10 @@ pub struct Config {
     /// `CUDASIM_LINK_DELAY_MS`: how long the runtime takes to link the driver at its first call
     /// that needs it, milliseconds (for tests that fork meanwhile).
     pub link_delay_ms: u64,
+    /// `CUDASIM_VMM_RDMA=0`: the devices do not support GPUDirect RDMA on virtual memory
+    /// (`CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED` is 0, and `cuMemCreate`
+    /// refuses the flag).
+    pub vmm_rdma: bool,
 }
 
 static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
@@ -71,12 +75,18 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         malloc_us: value("CUDASIM_MALLOC_US", "0", |s| s.parse().ok())?,
         free_us: value("CUDASIM_FREE_US", "0", |s| s.parse().ok())?,
         faults,
-        no_driver: value("CUDASIM_NO_DRIVER", "0", |s| match s {
-            "0" | "1" => s.parse().ok(),
-            _ => None,
-        })? == 1,
+        no_driver: value("CUDASIM_NO_DRIVER", "0", flag)? == 1,
+        vmm_rdma: value("CUDASIM_VMM_RDMA", "1", flag)? == 1,
         link_delay_ms: value("CUDASIM_LINK_DELAY_MS", "0", |s| s.parse().ok())?,
     })
+}
+
+/// A switch: `0` or `1`.
+fn flag(s: &str) -> Option<u64> {
+    match s {
+        "0" | "1" => s.parse().ok(),
+        _ => None,
+    }
 }
 
 /// Parses a size: a decimal number followed by an optional unit, `B`, `KiB`, `MiB`, `GiB`, or
@@ -134,6 +144,9 @@ mod tests {
         assert!(!c.no_driver);
         assert!(config(&[("CUDASIM_NO_DRIVER", "1")]).unwrap().no_driver);
         assert!(config(&[("CUDASIM_NO_DRIVER", "yes")]).is_err());
+        assert!(c.vmm_rdma);
+        assert!(!config(&[("CUDASIM_VMM_RDMA", "0")]).unwrap().vmm_rdma);
+        assert!(config(&[("CUDASIM_VMM_RDMA", "no")]).is_err());
         let c = config(&[("CUDASIM_DEVICES", "2"), ("CUDASIM_FREE_US", "5")]).unwrap();
         assert_eq!((c.devices, c.free_us), (2, 5));
         assert!(config(&[("CUDASIM_DEVICES", "0")]).is_err());

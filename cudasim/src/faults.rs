@@ -94,6 +94,7 @@ functions!(
     cuDriverGetVersion,
     cuDeviceGetCount,
     cuDeviceGet,
+    cuDeviceGetAttribute,
     cuDevicePrimaryCtxRetain,
     cuDevicePrimaryCtxRelease_v2,
     cuDevicePrimaryCtxReset_v2,

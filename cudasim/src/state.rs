@@ -47,6 +47,9 @@ pub struct Counters {
     pub unmapped_while_busy: u64,
     /// Copies, sets and launches refused because a mapped range lacked the device's access.
     pub accessed_without_access: u64,
+    /// Successful `cuMemCreate` calls whose prop asked for GPUDirect RDMA
+    /// (`allocFlags.gpuDirectRDMACapable`).
+    pub vmm_rdma_creates: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]

@@ -223,6 +223,12 @@ fn virtual_memory() {
     let out = sim.run_ok(&exe, &[], &env);
     print!("{out}");
     assert!(out.contains("check: unmap under a running kernel proceeds and is counted"));
+    assert!(out.contains("check: GPUDirect RDMA with VMM is supported and counted"));
+    assert!(out.contains("sim_vmm: all checks passed"));
+    let without: Vec<_> = env.into_iter().chain([("CUDASIM_VMM_RDMA", "0")]).collect();
+    let out = sim.run_ok(&exe, &["rdma-off"], &without);
+    print!("{out}");
+    assert!(out.contains("check: GPUDirect RDMA with VMM is refused where unsupported"));
     assert!(out.contains("sim_vmm: all checks passed"));
 }
 

@@ -355,6 +355,44 @@ static int lookups(void)
     return 0;
 }
 
+/* GPUDirect RDMA on virtual memory: the attribute says whether the device supports it
+ * (`supported`: CUDASIM_VMM_RDMA is not 0), cuMemCreate counts the flag where it does and
+ * refuses it where it does not; without the flag, creation works either way. */
+static int rdma(int supported)
+{
+    CUmemAllocationProp prop = device_prop(0);
+    CUmemGenericAllocationHandle h = 0;
+    unsigned long long before = stats_of(0).vmm_rdma_creates;
+    int value = -1;
+    SECTION(supported ? "GPUDirect RDMA with VMM is supported and counted"
+                      : "GPUDirect RDMA with VMM is refused where unsupported");
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+                               0));
+    CHECK(value == supported, "attribute %d", value);
+    CU_OK(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+    CHECK(value == 1, "VMM attribute %d", value);
+    CU_EXPECT(cuDeviceGetAttribute(&value, (CUdevice_attribute)1, 0), CUDA_ERROR_INVALID_VALUE);
+    CU_EXPECT(cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+                                   7),
+              CUDA_ERROR_INVALID_DEVICE);
+    CU_EXPECT(cuDeviceGetAttribute(NULL, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+              CUDA_ERROR_INVALID_VALUE);
+    prop.allocFlags.gpuDirectRDMACapable = 1;
+    if (supported) {
+        CU_OK(cuMemCreate(&h, G, &prop, 0));
+        CU_OK(cuMemRelease(h));
+    } else {
+        CU_EXPECT(cuMemCreate(&h, G, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+    }
+    CHECK(stats_of(0).vmm_rdma_creates == before + (unsigned)supported, "rdma creates %llu",
+          stats_of(0).vmm_rdma_creates);
+    prop.allocFlags.gpuDirectRDMACapable = 0;
+    CU_OK(cuMemCreate(&h, G, &prop, 0));
+    CU_OK(cuMemRelease(h));
+    CHECK(stats_of(0).vmm_rdma_creates == before + (unsigned)supported, "a plain create counted");
+    return 0;
+}
+
 /* `reset` 0: cudaDeviceReset, 1: cuDevicePrimaryCtxReset_v2. */
 static int reset(int how)
 {
@@ -389,14 +427,20 @@ static int reset(int how)
     return 0;
 }
 
-int main(void)
+/* No argument: every check, on devices with GPUDirect RDMA; "rdma-off": the RDMA check alone,
+ * run with CUDASIM_VMM_RDMA=0. */
+int main(int argc, char **argv)
 {
     CUcontext primary = NULL;
     CU_OK(cuInit(0));
     CU_OK(cuDevicePrimaryCtxRetain(&primary, 0));
     CU_OK(cuCtxSetCurrent(primary));
-    if (granularity() || round_trip() || capacity() || busy_unmap() || faults() || lookups() ||
-        reset(0) || reset(1)) {
+    if (argc > 1 && strcmp(argv[1], "rdma-off") == 0) {
+        if (rdma(0)) {
+            return 1;
+        }
+    } else if (granularity() || round_trip() || capacity() || busy_unmap() || faults() ||
+               lookups() || rdma(1) || reset(0) || reset(1)) {
         return 1;
     }
     printf("sim_vmm: all checks passed\n");

@@ -76,6 +76,17 @@ pub struct gpupool_stats {
     /// on that stream before a barrier or fence covered it (`relaxed` mode; added after
     /// `outgrown_released_bytes`).
     pub stream_hits: u64,
+    /// Expandable segments (added after `stream_hits`): bytes of physical memory mapped in
+    /// them (part of `reserved_bytes`), and the address space they reserve, which is not
+    /// memory.
+    pub mapped_bytes: u64,
+    pub address_space_bytes: u64,
+    /// Of `cached_bytes`, those the pool could give back now (mapped granules and classic
+    /// segments no live block touches; `gpupool_empty_cache` releases them), and those that
+    /// cannot go back while the live blocks stay (free pieces of granules and segments that
+    /// also hold live blocks). Computed when asked: a walk over the segments' blocks.
+    pub releasable_bytes: u64,
+    pub stranded_bytes: u64,
 }
 
 // The layout is a `size_t` then `uint64_t` fields with no padding: `copy_out` relies on it.
@@ -119,6 +130,11 @@ impl gpupool_stats {
         self.resets += s.resets;
         self.outgrown_released_bytes += s.outgrown_released_bytes;
         self.stream_hits += s.stream_hits;
+        let f = &d.figures;
+        self.mapped_bytes += f.mapped;
+        self.address_space_bytes += f.range_bytes;
+        self.releasable_bytes += f.releasable;
+        self.stranded_bytes += f.stranded;
     }
 }
 
@@ -200,8 +216,8 @@ mod tests {
             struct_size: size_of::<gpupool_stats>(),
             requested_bytes: 11,
             requested_bytes_peak: 22,
-            outgrown_released_bytes: 98,
-            stream_hits: 99,
+            outgrown_released_bytes: 97,
+            stranded_bytes: 99,
             ..Default::default()
         }
     }
@@ -226,7 +242,7 @@ mod tests {
         // SAFETY: as above.
         unsafe { copy_out(&sample(), buf.as_mut_ptr().cast()) }.unwrap();
         assert_eq!(buf[0] as usize, size_of::<gpupool_stats>());
-        assert_eq!(&buf[words - 2..words], &[98, 99], "the last fields");
+        assert_eq!(&buf[words - 1..words], &[99], "the last field");
         assert_eq!(&buf[words..], &[7; 4]);
     }
 

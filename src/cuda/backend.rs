@@ -131,16 +131,34 @@ fn vmm() -> Option<&'static driver::Vmm> {
     found.driver.vmm.as_ref()
 }
 
-/// Pinned memory on `device`, no shareable handle: what expandable segments map.
-fn pinned_on(device: u32) -> driver::MemAllocationProp {
+/// Pinned memory on `device`, no shareable handle: what expandable segments map. GPUDirect
+/// RDMA capable where the device supports it on virtual memory, as `cudaMalloc` memory is:
+/// CUDA-aware MPI, UCX and NCCL's network plugins register the program's buffers with the NIC.
+fn pinned_on(vmm: &driver::Vmm, device: u32) -> driver::MemAllocationProp {
+    let mut alloc_flags = [0; 8];
+    alloc_flags[driver::ALLOC_FLAG_GPU_DIRECT_RDMA_CAPABLE] = u8::from(rdma_with_vmm(vmm, device));
     driver::MemAllocationProp {
         kind: driver::MEM_ALLOCATION_TYPE_PINNED,
         requested_handle_types: 0,
         location_type: driver::MEM_LOCATION_TYPE_DEVICE,
         location_id: device as i32,
         win32_handle_meta_data: std::ptr::null_mut(),
-        alloc_flags: [0; 8],
+        alloc_flags,
     }
+}
+
+/// Whether `cuMemCreate` on `device` accepts the GPUDirect RDMA flag: a device without the
+/// support would refuse the memory. Asked at each mapping, as PyTorch does: the call costs
+/// little beside the mapping's own.
+fn rdma_with_vmm(vmm: &driver::Vmm, device: u32) -> bool {
+    let Some(get_attribute) = vmm.device_get_attribute else {
+        return false;
+    };
+    let mut supported: c_int = 0;
+    let attribute = driver::DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED;
+    // SAFETY: a valid out-pointer; the ordinal is a device the pool serves.
+    let r = unsafe { get_attribute(&mut supported, attribute, device as c_int) };
+    r == SUCCESS && supported != 0
 }
 
 impl Default for CudaBackend {
@@ -255,11 +273,12 @@ impl Backend for CudaBackend {
 
     fn vmm_granularity(&self, device: u32) -> Option<u64> {
         let vmm = vmm()?;
-        let prop = pinned_on(device);
         let mut granule = 0usize;
-        // SAFETY: valid pointers to a granularity and a property of the layout cuda.h gives.
-        let ask = |g: &mut usize| unsafe {
-            (vmm.get_granularity)(g, &prop, driver::MEM_GRANULARITY_MINIMUM)
+        // Of the memory `vmm_map` will make (the prop is asked again after an initialisation).
+        let ask = |g: &mut usize| {
+            let prop = pinned_on(vmm, device);
+            // SAFETY: valid pointers to a granularity and a property of the layout cuda.h gives.
+            unsafe { (vmm.get_granularity)(g, &prop, driver::MEM_GRANULARITY_MINIMUM) }
         };
         let mut r = ask(&mut granule);
         if r == driver::CU_ERROR_NOT_INITIALIZED {
@@ -283,7 +302,7 @@ impl Backend for CudaBackend {
 
     fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
-        let prop = pinned_on(device);
+        let prop = pinned_on(vmm, device);
         let mut handle = 0u64;
         // SAFETY: a valid out-pointer and property.
         check(unsafe { (vmm.create)(&mut handle, bytes as usize, &prop, 0) })?;

@@ -64,7 +64,8 @@ pub type LaunchKernelFn = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> CuResult;
 /// `CUmemAllocationProp` (32 bytes): pinned device memory on `location_id`, no shareable
-/// handle.
+/// handle. `alloc_flags` is `compressionType`, `gpuDirectRDMACapable`, `usage` (2 bytes) and
+/// 4 reserved bytes.
 #[repr(C)]
 pub struct MemAllocationProp {
     pub kind: c_int,
@@ -121,10 +122,20 @@ pub struct Vmm {
     pub set_access: MemSetAccessFn,
     /// `cuDeviceCanAccessPeer`: which other devices may be given access to mapped memory.
     pub can_access_peer: Option<DeviceCanAccessPeerFn>,
+    /// `cuDeviceGetAttribute`: whether mapped memory may be made GPUDirect RDMA capable.
+    pub device_get_attribute: Option<DeviceGetAttributeFn>,
 }
 
 /// `cuDeviceCanAccessPeer(can, device, peer)`: whether `device` can reach `peer`'s memory.
 pub type DeviceCanAccessPeerFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
+/// `cuDeviceGetAttribute(value, attribute, device)`.
+pub type DeviceGetAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, CuDevice) -> CuResult;
+/// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED`: `cuMemCreate` accepts
+/// `allocFlags.gpuDirectRDMACapable` on the device.
+pub const DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: c_int = 110;
+/// The byte of `MemAllocationProp::alloc_flags` that is `gpuDirectRDMACapable` (after
+/// `compressionType`).
+pub const ALLOC_FLAG_GPU_DIRECT_RDMA_CAPABLE: usize = 1;
 
 impl Vmm {
     fn resolve(lookup: Lookup) -> Option<Vmm> {
@@ -138,6 +149,7 @@ impl Vmm {
             unmap: optional!(lookup, "cuMemUnmap")?,
             set_access: optional!(lookup, "cuMemSetAccess")?,
             can_access_peer: optional!(lookup, "cuDeviceCanAccessPeer"),
+            device_get_attribute: optional!(lookup, "cuDeviceGetAttribute"),
         })
     }
 }

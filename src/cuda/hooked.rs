@@ -34,9 +34,11 @@ pub enum Hooked {
     IpcGetMemHandle,
     CtxEnablePeerAccess,
     MemGetAddressRange,
+    CtxSetCurrent,
+    CtxPushCurrent,
 }
 
-pub const COUNT: usize = Hooked::MemGetAddressRange as usize + 1;
+pub const COUNT: usize = Hooked::CtxPushCurrent as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -62,6 +64,8 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuIpcGetMemHandle",
     c"cuCtxEnablePeerAccess",
     c"cuMemGetAddressRange_v2",
+    c"cuCtxSetCurrent",
+    c"cuCtxPushCurrent_v2",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -515,6 +515,26 @@ pub fn ctx_enable_peer_access(peer: CuContext, real: impl Fn() -> CuResult) -> C
     r
 }
 
+/// `cuCtxSetCurrent`, `cuCtxPushCurrent_v2`: the context's device is in use, as after
+/// `cudaSetDevice` (`dispatch::peer`). A program that makes devices current only through the
+/// driver (a static runtime's does) copies there from other devices' blocks all the same. A
+/// NULL context makes no device current.
+pub fn ctx_made_current(ctx: CuContext, real: impl Fn() -> CuResult) -> CuResult {
+    let Some((pool, d)) = pooled().filter(|_| !ctx.is_null()) else {
+        return real();
+    };
+    let Some(_inside) = guard::enter() else {
+        return real();
+    };
+    let r = real();
+    if r == cu::CU_SUCCESS {
+        if let Some((_, device)) = current_context(d) {
+            super::peer::device_made_current(pool, device);
+        }
+    }
+    r
+}
+
 /// The device whose primary context `ctx` is, if it is an active one.
 fn primary_device(d: &Driver, ctx: CuContext) -> Option<u32> {
     let devices = device_count(d).min(crate::pool::MAX_DEVICES) as u32;

@@ -3,7 +3,8 @@
 //! does. So when the program lets a device reach another's memory, the pool gives it access to
 //! the blocks it mapped there (`Pool::add_peer`), now and later. A disable is the runtime's
 //! alone: the grants stay (docs/design-notes.md, "Note: expandable segments"). The driver's
-//! `cuCtxEnablePeerAccess` comes through `driver.rs` to `grant`.
+//! `cuCtxEnablePeerAccess` comes through `driver.rs` to `grant`, and its `cuCtxSetCurrent` to
+//! `device_made_current`.
 
 use std::sync::atomic::AtomicBool;
 
@@ -32,9 +33,15 @@ pub(crate) fn grant<B: Backend>(pool: &Pool<B>, owner: u32, accessor: u32, what:
     }
 }
 
-/// `cudaSetDevice`: a device made current is in use. A copy there may read another device's
-/// blocks, which `cudaMalloc` memory allows without peer access; mapped memory needs the grant
-/// (`Pool::note_device_in_use`).
+/// A device made current is in use. A copy there may read another device's blocks, which
+/// `cudaMalloc` memory allows without peer access; mapped memory needs the grant
+/// (`Pool::note_device_in_use`). After `cudaSetDevice`, and `cuCtxSetCurrent` or
+/// `cuCtxPushCurrent_v2` (`dispatch::driver`).
+pub(crate) fn device_made_current<B: Backend>(pool: &Pool<B>, device: u32) {
+    pool.note_device_in_use(device);
+}
+
+/// `cudaSetDevice`: see `device_made_current`.
 ///
 /// # Safety
 /// As `cudaSetDevice`.
@@ -46,7 +53,7 @@ pub unsafe fn set_device(device: i32) -> CudaStatus {
     // SAFETY: the caller's argument, passed on unchanged.
     let r = forward(g.runtime.set_device, |f| unsafe { f(device) });
     if let (SUCCESS, Some(pool), Ok(device)) = (r, g.pool(), u32::try_from(device)) {
-        pool.note_device_in_use(device);
+        device_made_current(pool, device);
     }
     r
 }

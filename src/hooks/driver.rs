@@ -55,6 +55,8 @@ fn hooks() -> [usize; COUNT] {
         cuIpcGetMemHandle as *const () as usize,
         cuCtxEnablePeerAccess as *const () as usize,
         cuMemGetAddressRange_v2 as *const () as usize,
+        cuCtxSetCurrent as *const () as usize,
+        cuCtxPushCurrent_v2 as *const () as usize,
     ]
 }
 
@@ -411,5 +413,23 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
         };
         // SAFETY: the caller's contract.
         unsafe { dispatch::mem_get_address_range(base, size, dptr, real) }
+    })
+}
+
+/// # Safety
+/// As `cuCtxSetCurrent`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CuContext) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_made_current(ctx, || real!(CtxSetCurrent, CtxFn, |f| f(ctx)))
+    })
+}
+
+/// # Safety
+/// As `cuCtxPushCurrent_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CuContext) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_made_current(ctx, || real!(CtxPushCurrent, CtxFn, |f| f(ctx)))
     })
 }

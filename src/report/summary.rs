@@ -278,6 +278,37 @@ fn expandable_text(d: &DeviceReport) -> String {
     )
 }
 
+/// The driver calls the pool made for memory, beside the program's own calls to the pool
+/// (each of which would be a driver call without it): segments allocated and freed, and
+/// granules mapped and unmapped once expandable segments mapped any.
+fn driver_text(s: &crate::pool::DeviceStats, runtime: &str) -> String {
+    // Calls the driver refused (out of memory, retried smaller or after a release) count
+    // among the calls but made no segment: said, so that 42 calls beside 36 segments add up.
+    let refused = match s.mallocs_refused() {
+        0 => String::new(),
+        n => format!(", {n} refused"),
+    };
+    let (malloc, free) = segment_calls(runtime);
+    let granules = s.granules_mapped + s.granules_unmapped;
+    let maps = if granules > 0 {
+        format!(
+            ", {} maps, {} unmaps",
+            s.granules_mapped, s.granules_unmapped
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{malloc} {}{refused} ({}), {free} {} ({}){maps}: {} calls for the program's {}",
+        s.real_mallocs,
+        duration_ns(s.real_malloc_ns),
+        s.real_frees,
+        duration_ns(s.real_free_ns),
+        s.real_mallocs + s.real_frees + granules,
+        s.allocs + s.frees
+    )
+}
+
 /// `libc10_cuda.so 3.00 MiB in 3 blocks, the program (train) 1.00 MiB in 1 block`.
 pub fn holders_text(holders: &[Holder]) -> String {
     holders
@@ -395,24 +426,7 @@ pub fn render_text(r: &Report) -> String {
             .map(|(n, what)| format!("; {n} {what}"))
             .collect::<String>()
         );
-        // Calls the driver refused (out of memory, retried smaller or after a release) count
-        // among the calls but made no segment: said, so that 42 calls beside 36 segments add up.
-        let refused = s.mallocs_refused();
-        let (malloc, free) = segment_calls(&r.runtime);
-        let _ = writeln!(
-            o,
-            " driver     {malloc} {}{} ({} avoided, {}), {free} {} ({})",
-            s.real_mallocs,
-            if refused > 0 {
-                format!(", {refused} refused")
-            } else {
-                String::new()
-            },
-            s.mallocs_avoided(),
-            duration_ns(s.real_malloc_ns),
-            s.real_frees,
-            duration_ns(s.real_free_ns)
-        );
+        let _ = writeln!(o, " driver     {}", driver_text(s, &r.runtime));
         let _ = writeln!(
             o,
             " in flight  fences taken {} ({} waiting), program syncs used {}, barriers {}",

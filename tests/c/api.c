@@ -1,8 +1,8 @@
 /* The gpupool_* C API, checked against what the program did and what the simulator saw.
  * Linked with -lgpupool ahead of -lcudart, so the program's own cudaMalloc is pooled too.
  *
- * usage: api stats | empty | args | disabled | percent | outgrown | streams | lasterr | xdev |
- *        devquery | highdev | countfail | forkline | reentry */
+ * usage: api stats | empty | args | disabled | percent | outgrown | mapped | streams | lasterr |
+ *        xdev | devquery | highdev | countfail | forkline | reentry */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <pthread.h>
@@ -31,6 +31,26 @@ static gpupool_stats pool_stats(int device)
     CHECK_POOL(gpupool_get_stats(device, &st));
     CHECK(st.struct_size == sizeof st, "struct_size %zu", st.struct_size);
     return st;
+}
+
+/* gpupool_get_stats of device 0 into a caller's struct of `old_size` bytes, as a program built
+ * against an older header has: it says it filled that size, and writes no byte beyond. The
+ * fields it filled, the rest zero. */
+static gpupool_stats old_caller_stats(size_t old_size)
+{
+    unsigned char raw[sizeof(gpupool_stats) + 16];
+    gpupool_stats filled;
+    memset(raw, 0xAB, sizeof raw);
+    memset(&filled, 0, sizeof filled);
+    gpupool_stats *old = (gpupool_stats *)(void *)raw;
+    old->struct_size = old_size;
+    CHECK_POOL(gpupool_get_stats(0, old));
+    CHECK(old->struct_size == old_size, "old struct: size %zu, not %zu", old->struct_size,
+          old_size);
+    for (size_t i = old_size; i < sizeof raw; i++)
+        CHECK(raw[i] == 0xAB, "byte %zu beyond the caller's struct_size was written", i);
+    memcpy(&filled, raw, old_size);
+    return filled;
 }
 
 /* Every figure the API reports equals what this program did, and the driver side equals what
@@ -146,17 +166,9 @@ static void stats(void)
     CHECK(st.active_allocations == N, "active %llu", (unsigned long long)st.active_allocations);
 
     /* An older caller's struct: only the fields that fit are written. */
-    unsigned char raw[sizeof(gpupool_stats) + 16];
-    memset(raw, 0xAB, sizeof raw);
-    gpupool_stats *old = (gpupool_stats *)(void *)raw;
-    size_t old_size = offsetof(gpupool_stats, allocated_bytes);
-    old->struct_size = old_size;
-    CHECK_POOL(gpupool_get_stats(0, old));
-    CHECK(old->struct_size == old_size && old->requested_bytes == st.requested_bytes,
-          "old struct: size %zu requested %llu", old->struct_size,
-          (unsigned long long)old->requested_bytes);
-    for (size_t i = old_size; i < sizeof raw; i++)
-        CHECK(raw[i] == 0xAB, "byte %zu beyond the caller's struct_size was written", i);
+    gpupool_stats old = old_caller_stats(offsetof(gpupool_stats, allocated_bytes));
+    CHECK(old.requested_bytes == st.requested_bytes, "old struct: requested %llu",
+          (unsigned long long)old.requested_bytes);
 
     for (int i = 0; i < N; i++)
         CHECK_POOL(gpupool_free(p[3][i]));
@@ -583,6 +595,89 @@ static void outgrown(void)
     printf("outgrown ok\n");
 }
 
+/* `"key":N` in a JSON document, or -1. */
+static long long json_number(const char *json, const char *key)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char *at = strstr(json, pattern);
+    return at ? strtoll(at + strlen(pattern), NULL, 10) : -1;
+}
+
+/* Where the memory lies, in the struct: mapped bytes and address space of expandable segments
+ * (none with GPUPOOL_EXPANDABLE=0), what could go back and what is stranded, against the
+ * simulator, the JSON summary and what gpupool_empty_cache then gives back. Three 7 MiB blocks,
+ * the middle one freed. */
+static void mapped(void)
+{
+    const char *e = getenv("GPUPOOL_EXPANDABLE");
+    int expandable = !(e && strcmp(e, "0") == 0);
+    void *p[3];
+    for (int i = 0; i < 3; i++)
+        CHECK_CUDA(cudaMalloc(&p[i], 7 * MIB));
+    CHECK_CUDA(cudaFree(p[1]));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    gpupool_stats st = pool_stats(0);
+    cudasimStats sim = sim_stats(0);
+    CHECK(st.reserved_bytes == sim.live_bytes, "reserved %llu, simulator %llu",
+          (unsigned long long)st.reserved_bytes, sim.live_bytes);
+    CHECK(st.mapped_bytes == sim.vmm_mapped_bytes, "mapped %llu, simulator %llu",
+          (unsigned long long)st.mapped_bytes, sim.vmm_mapped_bytes);
+    if (expandable) {
+        CHECK(st.mapped_bytes == st.reserved_bytes && st.mapped_bytes >= 21 * MIB,
+              "mapped %llu of reserved %llu", (unsigned long long)st.mapped_bytes,
+              (unsigned long long)st.reserved_bytes);
+        CHECK(st.address_space_bytes >= st.mapped_bytes &&
+                  st.address_space_bytes % (2 * MIB) == 0,
+              "address space %llu", (unsigned long long)st.address_space_bytes);
+        CHECK(st.releasable_bytes >= 4 * MIB && st.stranded_bytes > 0, "releasable %llu stranded %llu",
+              (unsigned long long)st.releasable_bytes, (unsigned long long)st.stranded_bytes);
+    } else {
+        CHECK(st.mapped_bytes == 0 && st.address_space_bytes == 0, "classic: mapped %llu, %llu",
+              (unsigned long long)st.mapped_bytes, (unsigned long long)st.address_space_bytes);
+    }
+    CHECK(st.releasable_bytes + st.stranded_bytes == st.cached_bytes,
+          "releasable %llu + stranded %llu != cached %llu", (unsigned long long)st.releasable_bytes,
+          (unsigned long long)st.stranded_bytes, (unsigned long long)st.cached_bytes);
+
+    /* The JSON summary carries the same figures. */
+    size_t len = 0;
+    CHECK_POOL(gpupool_get_summary(1, NULL, 0, &len));
+    char *json = malloc(len + 1);
+    CHECK(json != NULL, "buffer");
+    CHECK_POOL(gpupool_get_summary(1, json, len + 1, &len));
+    CHECK(json_number(json, "mapped_bytes") == (long long)st.mapped_bytes, "JSON mapped");
+    CHECK(json_number(json, "address_space_bytes") == (long long)st.address_space_bytes,
+          "JSON address space");
+    CHECK(json_number(json, "releasable_bytes") == (long long)st.releasable_bytes,
+          "JSON releasable");
+    CHECK(json_number(json, "stranded_bytes") == (long long)st.stranded_bytes, "JSON stranded");
+    free(json);
+
+    /* What could go back is what empty_cache gives back; the stranded bytes stay. */
+    uint64_t released = 0;
+    CHECK_POOL(gpupool_empty_cache(0, &released));
+    CHECK(released == st.releasable_bytes, "released %llu of %llu releasable",
+          (unsigned long long)released, (unsigned long long)st.releasable_bytes);
+    CHECK(sim_stats(0).live_bytes == sim.live_bytes - released, "simulator live %llu",
+          sim_stats(0).live_bytes);
+    gpupool_stats after = pool_stats(0);
+    CHECK(after.releasable_bytes == 0 && after.stranded_bytes == st.stranded_bytes,
+          "after empty_cache: releasable %llu stranded %llu",
+          (unsigned long long)after.releasable_bytes, (unsigned long long)after.stranded_bytes);
+
+    /* A program built against the header before these fields gets the old ones only. */
+    gpupool_stats old = old_caller_stats(offsetof(gpupool_stats, mapped_bytes));
+    CHECK(old.stream_hits == after.stream_hits && old.reserved_bytes == after.reserved_bytes,
+          "old struct: reserved %llu", (unsigned long long)old.reserved_bytes);
+
+    CHECK_CUDA(cudaFree(p[0]));
+    CHECK_CUDA(cudaFree(p[2]));
+    printf("mapped ok (mapped %llu, address space %llu, releasable %llu, stranded %llu)\n",
+           (unsigned long long)st.mapped_bytes, (unsigned long long)st.address_space_bytes,
+           (unsigned long long)st.releasable_bytes, (unsigned long long)st.stranded_bytes);
+}
+
 /* Devices beyond the 64 the pool serves (run with CUDASIM_DEVICES above 64): their memory comes
  * from the runtime as it is, and the threshold calls refuse them. */
 static void highdev(void)
@@ -793,6 +888,8 @@ int main(int argc, char **argv)
         devquery();
     else if (strcmp(mode, "outgrown") == 0)
         outgrown();
+    else if (strcmp(mode, "mapped") == 0)
+        mapped();
     else if (strcmp(mode, "highdev") == 0)
         highdev();
     else if (strcmp(mode, "countfail") == 0)
@@ -803,7 +900,7 @@ int main(int argc, char **argv)
         reentry();
     else {
         fprintf(stderr, "usage: api stats|empty|args|disabled|percent|streams|lasterr|xdev|devquery|"
-                        "outgrown|highdev|countfail|forkline|reentry\n");
+                        "outgrown|mapped|highdev|countfail|forkline|reentry\n");
         return 2;
     }
     return 0;

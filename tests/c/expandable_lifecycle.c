@@ -3,6 +3,8 @@
  *   expandable_lifecycle reset-runtime   cudaDeviceReset with blocks live and cached
  *   expandable_lifecycle reset-driver    cuDevicePrimaryCtxReset_v2 likewise
  *   expandable_lifecycle fallback        run with CUDASIM_FAIL=cuMemCreate@1=801
+ *   expandable_lifecycle calls           the driver calls made for four blocks, and what
+ *                                        the mapped memory was created with
  * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
  * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
 #include "check.h"
@@ -46,9 +48,8 @@ static void reset(int driver)
     printf("unmapped_while_busy=%llu\n", sim_stats(0).unmapped_while_busy);
 }
 
-/* The driver refuses the first cuMemCreate as not supported: the pool serves from classic
- * segments, and keeps doing so. */
-static void fallback(void)
+/* Four 7 MiB blocks, each tagged and checked before it is freed. */
+static void four_blocks(void)
 {
     void *p[4];
     int i;
@@ -61,10 +62,32 @@ static void fallback(void)
         CHECK_CUDA(cudaFree(p[i]));
     }
     CHECK_CUDA(cudaDeviceSynchronize());
+}
+
+/* The driver refuses the first cuMemCreate as not supported: the pool serves from classic
+ * segments, and keeps doing so. */
+static void fallback(void)
+{
+    four_blocks();
     cudasimStats st = sim_stats(0);
     printf("fallback_maps=%llu\n", st.vmm_maps);
     printf("fallback_mallocs=%llu\n", st.malloc_calls);
     printf("fallback_last_error=%d\n", (int)cudaGetLastError());
+}
+
+/* The driver calls the pool made for four blocks, as the simulator counted them, and what the
+ * physical memory was created with: GPUDirect RDMA capable or not (CUDASIM_VMM_RDMA=0: a device
+ * without the support). */
+static void calls(void)
+{
+    four_blocks();
+    cudasimStats st = sim_stats(0);
+    printf("calls_mallocs=%llu\n", st.malloc_calls);
+    printf("calls_frees=%llu\n", st.free_calls);
+    printf("calls_creates=%llu\n", st.vmm_creates);
+    printf("calls_rdma=%llu\n", st.vmm_rdma_creates);
+    printf("calls_maps=%llu\n", st.vmm_maps);
+    printf("calls_unmaps=%llu\n", st.vmm_unmaps);
 }
 
 int main(int argc, char **argv)
@@ -76,8 +99,10 @@ int main(int argc, char **argv)
         reset(1);
     } else if (strcmp(mode, "fallback") == 0) {
         fallback();
+    } else if (strcmp(mode, "calls") == 0) {
+        calls();
     } else {
-        CHECK(0, "mode: reset-runtime, reset-driver or fallback");
+        CHECK(0, "mode: reset-runtime, reset-driver, fallback or calls");
     }
     printf("expandable_lifecycle ok\n");
     return 0;

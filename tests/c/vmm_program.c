@@ -7,6 +7,9 @@
  *     copied with device 1 current before device 1 allocated, then each block copied to the
  *     host and to the other device's block with the other device current, as cudaMalloc
  *     memory allows.
+ *   driver-set, driver-push: two devices, driver calls only. Device 0's block (cuMemAlloc_v2)
+ *     copied from and into with device 1 made current by cuCtxSetCurrent or
+ *     cuCtxPushCurrent_v2 of its primary context, device 1 never allocated on.
  *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
  *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
  *     block on each of two devices.
@@ -165,6 +168,51 @@ static void copy_current(void)
     free(h);
 }
 
+/* A driver-API program: a block of device 0 from cuMemAlloc, then device 1 made current only
+ * through the driver (cuCtxSetCurrent of its primary context, or cuCtxPushCurrent_v2 with
+ * `push`), never allocated on: a copy from the block and one into it, as cudaMalloc memory
+ * allows. Then no context at all (a NULL context set or pushed). */
+static void driver_current(int push)
+{
+    enum { BYTES = 7 * MiB };
+    CUcontext ctx[2] = {NULL, NULL}, now = NULL;
+    CUdeviceptr b = 0;
+    unsigned char *h = (unsigned char *)malloc(BYTES);
+    int d;
+    CHECK(h != NULL, "host buffer");
+    for (d = 0; d < 2; d++)
+        CHECK(cuDevicePrimaryCtxRetain(&ctx[d], d) == CUDA_SUCCESS, "retain %d", d);
+    CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "device 0 current");
+    CHECK(cuMemAlloc_v2(&b, BYTES) == CUDA_SUCCESS, "cuMemAlloc_v2");
+    memset(h, 0x5a, BYTES);
+    CHECK(cuMemcpyHtoD_v2(b, h, BYTES) == CUDA_SUCCESS, "fill on device 0");
+    memset(h, 0, BYTES);
+    if (push)
+        CHECK(cuCtxPushCurrent_v2(ctx[1]) == CUDA_SUCCESS, "push device 1");
+    else
+        CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "set device 1");
+    CHECK(cuCtxGetCurrent(&now) == CUDA_SUCCESS && now == ctx[1], "device 1 is current");
+    printf("from_block=%d\n", (int)cuMemcpyDtoH_v2(h, b, BYTES));
+    printf("content=%d\n", h[0] == 0x5a && h[BYTES / 2] == 0x5a && h[BYTES - 1] == 0x5a);
+    memset(h, 0x6b, BYTES);
+    printf("into_block=%d\n", (int)cuMemcpyHtoD_v2(b, h, BYTES));
+    printf("denied=%llu\n", sim_stats(1).accessed_without_access);
+    /* No context: passed through, and the thread has none. */
+    if (push) {
+        CHECK(cuCtxPopCurrent_v2(&now) == CUDA_SUCCESS && now == ctx[1], "pop device 1");
+        printf("no_context=%d\n", (int)cuCtxPushCurrent_v2(NULL));
+    } else {
+        printf("no_context=%d\n", (int)cuCtxSetCurrent(NULL));
+        CHECK(cuCtxGetCurrent(&now) == CUDA_SUCCESS && now == NULL, "a context is current");
+    }
+    CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "device 0 current again");
+    memset(h, 0, BYTES);
+    CHECK(cuMemcpyDtoH_v2(h, b, BYTES) == CUDA_SUCCESS, "read back on device 0");
+    printf("written=%d\n", h[0] == 0x6b && h[BYTES - 1] == 0x6b);
+    CHECK(cuMemFree_v2(b) == CUDA_SUCCESS, "cuMemFree_v2");
+    free(h);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -175,6 +223,10 @@ int main(int argc, char **argv)
         peer(1);
     else if (strcmp(mode, "copy-current") == 0)
         copy_current();
+    else if (strcmp(mode, "driver-set") == 0)
+        driver_current(0);
+    else if (strcmp(mode, "driver-push") == 0)
+        driver_current(1);
     else if (strcmp(mode, "ipc") == 0)
         ipc();
     else if (strcmp(mode, "queries") == 0)

@@ -41,6 +41,7 @@ pub struct Stats {
     pub vmm_unmaps: u64,
     pub unmapped_while_busy: u64,
     pub accessed_without_access: u64,
+    pub vmm_rdma_creates: u64,
 }
 
 fn stats_of(device: c_int) -> CudaResult<Stats> {
@@ -80,6 +81,7 @@ fn stats_of(device: c_int) -> CudaResult<Stats> {
             vmm_unmaps: c.vmm_unmaps,
             unmapped_while_busy: c.unmapped_while_busy,
             accessed_without_access: c.accessed_without_access,
+            vmm_rdma_creates: c.vmm_rdma_creates,
         })
     })
 }

@@ -65,6 +65,34 @@ pub unsafe extern "C" fn cuDeviceGet(dev: *mut CuDevice, ordinal: c_int) -> CuRe
     })
 }
 
+/// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` and
+/// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED`: the attributes modelled.
+const ATTRIBUTE_VMM_SUPPORTED: c_int = 102;
+const ATTRIBUTE_RDMA_WITH_VMM_SUPPORTED: c_int = 110;
+
+/// The attributes the simulator models; any other → `CUDA_ERROR_INVALID_VALUE`. Needs no
+/// context.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    dev: CuDevice,
+) -> CuResult {
+    driver_call(Func::cuDeviceGetAttribute, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        let out = unsafe { Out::new(value)? };
+        device(dev)?;
+        let answer = match attribute {
+            ATTRIBUTE_VMM_SUPPORTED => true,
+            ATTRIBUTE_RDMA_WITH_VMM_SUPPORTED => config::get()?.vmm_rdma,
+            _ => return Err(crate::errors::INVALID_VALUE),
+        };
+        out.set(c_int::from(answer));
+        Ok(())
+    })
+}
+
 /// The device's primary context (its handle is fixed for the process), whose memory the
 /// runtime uses too; retaining it makes it (takes `CUDASIM_CONTEXT_BYTES`).
 #[no_mangle]

@@ -47,6 +47,7 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuDriverGetVersion" => one!(2020, cuDriverGetVersion),
         b"cuDeviceGetCount" => one!(2000, cuDeviceGetCount),
         b"cuDeviceGet" => one!(2000, cuDeviceGet),
+        b"cuDeviceGetAttribute" => one!(2000, cuDeviceGetAttribute),
         b"cuDevicePrimaryCtxRetain" => one!(7000, cuDevicePrimaryCtxRetain),
         b"cuDevicePrimaryCtxRelease" => one!(11000, cuDevicePrimaryCtxRelease_v2),
         b"cuDevicePrimaryCtxReset" => one!(11000, cuDevicePrimaryCtxReset_v2),

@@ -35,7 +35,7 @@ pub struct MemLocation {
     id: c_int,
 }
 
-/// The `allocFlags` of `CUmemAllocationProp`: hints the simulator ignores.
+/// The `allocFlags` of `CUmemAllocationProp`: the simulator reads `gpuDirectRDMACapable` only.
 #[repr(C)]
 pub struct AllocFlags {
     compression_type: u8,
@@ -161,6 +161,8 @@ pub unsafe extern "C" fn cuMemAddressFree(ptr: CuDevicePtr, size: usize) -> CuRe
 
 /// Physical memory on the prop's device, taken from the capacity `cuMemAlloc_v2` uses.
 /// Shareable handle types are not simulated (`CUDA_ERROR_NOT_SUPPORTED`); `flags` must be 0.
+/// `gpuDirectRDMACapable` is counted in `vmm_rdma_creates`, and refused
+/// (`CUDA_ERROR_NOT_SUPPORTED`) where the devices lack it (`CUDASIM_VMM_RDMA=0`).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemCreate(
     handle: *mut MemHandle,
@@ -175,7 +177,12 @@ pub unsafe extern "C" fn cuMemCreate(
         // SAFETY: the caller passes NULL or a readable CUmemAllocationProp.
         let d = unsafe { prop_device(prop)? };
         // SAFETY: checked readable just above.
-        if unsafe { (*prop).requested_handle_types } != 0 {
+        let prop = unsafe { &*prop };
+        if prop.requested_handle_types != 0 {
+            return Err(CU_NOT_SUPPORTED);
+        }
+        let rdma = prop.alloc_flags.gpu_direct_rdma_capable != 0;
+        if rdma && !config::get()?.vmm_rdma {
             return Err(CU_NOT_SUPPORTED);
         }
         if flags != 0 || !vmm::granular(size) {
@@ -192,6 +199,7 @@ pub unsafe extern "C" fn cuMemCreate(
             dev.live_bytes += size as u64;
             dev.peak_live_bytes = dev.peak_live_bytes.max(dev.live_bytes);
             dev.vmm_created_bytes += size as u64;
+            dev.counters.vmm_rdma_creates += u64::from(rdma);
             Ok(h)
         })?;
         out.set(h);
