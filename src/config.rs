@@ -100,6 +100,10 @@ pub struct Config {
     /// `GPUPOOL_EXPANDABLE`: large blocks from expandable segments on CUDA virtual memory,
     /// where the driver has it (classic segments otherwise).
     pub expandable: bool,
+    /// `GPUPOOL_EXPANDABLE_SLACK`: how far above its peak allocated the pool may hold memory
+    /// before it moves free granules to a block that needs them instead of mapping more, in
+    /// thousandths; `None` (the default): it maps more.
+    pub expandable_slack_permille: Option<u32>,
 }
 
 impl Default for Config {
@@ -118,6 +122,7 @@ impl Default for Config {
             summary_interval_ns: None,
             trace: None,
             expandable: true,
+            expandable_slack_permille: None,
         }
     }
 }
@@ -285,6 +290,21 @@ impl Config {
             match parse_bool(&v) {
                 Some(b) => c.expandable = b,
                 None => bad("GPUPOOL_EXPANDABLE", &v, "expected 0 or 1", "1"),
+            }
+        }
+        if let Some(v) = get("GPUPOOL_EXPANDABLE_SLACK") {
+            let off = trimmed(&v).is_some_and(|s| s.eq_ignore_ascii_case("none"));
+            match parse_device_bytes(&v) {
+                _ if off => {}
+                Some(DeviceBytes::Fraction(f)) => {
+                    c.expandable_slack_permille = Some((f * 1000.0).round() as u32)
+                }
+                _ => bad(
+                    "GPUPOOL_EXPANDABLE_SLACK",
+                    &v,
+                    "expected a percentage such as 4%, or 'none'",
+                    "none",
+                ),
             }
         }
         (c, warnings)
@@ -550,6 +570,22 @@ mod tests {
         let (c, w) = parse(&[("GPUPOOL_EXPANDABLE", b"maybe")]);
         assert!(c.expandable);
         assert!(w[0].contains("GPUPOOL_EXPANDABLE"), "{w:?}");
+    }
+
+    #[test]
+    fn expandable_slack_is_a_percentage_or_none() {
+        assert_eq!(Config::default().expandable_slack_permille, None);
+        let (c, w) = parse(&[("GPUPOOL_EXPANDABLE_SLACK", b"4%")]);
+        assert_eq!((c.expandable_slack_permille, w.len()), (Some(40), 0));
+        let (c, w) = parse(&[("GPUPOOL_EXPANDABLE_SLACK", b" 2.5 % ")]);
+        assert_eq!((c.expandable_slack_permille, w.len()), (Some(25), 0));
+        let (c, w) = parse(&[("GPUPOOL_EXPANDABLE_SLACK", b"none")]);
+        assert_eq!((c.expandable_slack_permille, w.len()), (None, 0));
+        for bad in [&b"64MiB"[..], b"150%", b"lots"] {
+            let (c, w) = parse(&[("GPUPOOL_EXPANDABLE_SLACK", bad)]);
+            assert_eq!(c.expandable_slack_permille, None);
+            assert!(w[0].contains("GPUPOOL_EXPANDABLE_SLACK"), "{w:?}");
+        }
     }
 
     #[test]

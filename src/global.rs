@@ -197,6 +197,7 @@ fn make_process() -> Process {
                 policy: Policy {
                     max_split_size: config.max_split_size,
                     fence_bytes: config.fence_bytes,
+                    mapped_slack_permille: config.expandable_slack_permille,
                 },
                 trace: open_trace(&config),
                 thread_cache: config.thread_cache,

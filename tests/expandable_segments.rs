@@ -105,6 +105,34 @@ fn mapped_memory_is_gpudirect_rdma_capable_where_the_device_supports_it() {
 }
 
 #[test]
+fn a_mapped_slack_moves_a_holes_memory_to_the_request_no_hole_holds() {
+    let run_slack = |slack: &str| {
+        let env = [
+            ("GPUPOOL_EXPANDABLE_SLACK", slack),
+            ("GPUPOOL_SUMMARY", "stderr"),
+        ];
+        let (out, err) = run(true, "slack", &env);
+        assert_eq!(number::<u64>(&out, "unmapped_while_busy="), 0, "{out}");
+        (
+            number::<u64>(&out, "slack_mapped="),
+            number::<u64>(&out, "slack_unmaps="),
+            err,
+        )
+    };
+    let (without, unmaps_without, err) = run_slack("none");
+    // The 100 MiB hole stays mapped beside the 100 and 150 MiB blocks.
+    assert_eq!((without, unmaps_without), (350 * MIB, 0), "{err}");
+    assert!(!err.contains("moved within the slack"), "{err}");
+    let (with, unmaps, err) = run_slack("4%");
+    // The peak allocated was 264 MiB (two 100 MiB blocks and a 64 MiB one); the slack allows
+    // 32 MiB more. The rest of the hole moved.
+    assert_eq!(with, 296 * MIB, "{err}");
+    assert_eq!(unmaps * 2 * MIB, without - with, "{err}");
+    let moved = format!("moved within the slack {unmaps} granules (54.0 MiB) in 1 moves");
+    assert!(err.contains(&moved), "{err}");
+}
+
+#[test]
 fn the_summarys_driver_line_counts_maps_and_unmaps() {
     // Four 7 MiB blocks allocated and freed, a zero threshold: what the pool asked of the
     // driver is what the simulator counted, granule maps and unmaps included, beside the

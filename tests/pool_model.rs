@@ -425,6 +425,7 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
             policy: Policy {
                 max_split_size: setup.max_split_size,
                 fence_bytes: setup.fence_bytes,
+                mapped_slack_permille: None,
             },
             trace: None,
             thread_cache: setup.thread_cache,

@@ -526,6 +526,10 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
                 "gpupool_granules_unmapped_total",
                 "/expandable/granules_unmapped",
             ),
+            (
+                "gpupool_slack_moved_granules_total",
+                "/expandable/slack_moved_granules",
+            ),
             ("gpupool_request_size_bytes_count", "/allocations"),
             (
                 "gpupool_request_size_bytes_sum",

@@ -45,6 +45,8 @@ pub struct Overrides {
     /// Expandable segments on or off (`GPUPOOL_EXPANDABLE`), whatever the trace was recorded
     /// with.
     pub expandable: Option<bool>,
+    /// The mapped slack in thousandths (`GPUPOOL_EXPANDABLE_SLACK`); `Some(None)` turns it off.
+    pub mapped_slack_permille: Option<Option<u32>>,
 }
 
 /// How a replay makes the program's calls.
@@ -72,6 +74,7 @@ impl Overrides {
             || self.reuse.is_some()
             || self.capacity.is_some()
             || self.limit.is_some()
+            || self.mapped_slack_permille.is_some()
             || self.route != Route::Recorded
     }
 }
@@ -230,6 +233,12 @@ impl DeviceReplay {
             fence_bytes: o
                 .fence_bytes
                 .unwrap_or_else(|| settings.map_or(64 << 20, |r| r.b)),
+            mapped_slack_permille: o.mapped_slack_permille.unwrap_or_else(|| {
+                records
+                    .iter()
+                    .find(|r| r.kind == Kind::MappedSlack)
+                    .map(|r| r.a as u32)
+            }),
         };
         let threshold = o
             .threshold
@@ -387,7 +396,8 @@ impl DeviceReplay {
             | Kind::RangeRefused
             | Kind::Map
             | Kind::MapRefused
-            | Kind::Unmap => {}
+            | Kind::Unmap
+            | Kind::MappedSlack => {}
         }
     }
 }

@@ -131,6 +131,10 @@ pub struct DeviceStats {
     /// a range the driver refused (the request got a classic segment).
     pub granules_mapped: u64,
     pub granules_unmapped: u64,
+    /// Of those, granules unmapped to keep the pool within its mapped slack, and the times a
+    /// request made the pool do so.
+    pub slack_unmapped_granules: u64,
+    pub slack_moves: u64,
     pub ranges_refused: u64,
     pub histogram: [u64; HISTOGRAM_BUCKETS],
 }
@@ -174,6 +178,8 @@ impl Default for DeviceStats {
             resets: 0,
             granules_mapped: 0,
             granules_unmapped: 0,
+            slack_unmapped_granules: 0,
+            slack_moves: 0,
             ranges_refused: 0,
             histogram: [0; HISTOGRAM_BUCKETS],
         }

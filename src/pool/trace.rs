@@ -84,12 +84,18 @@ pub enum Kind {
     /// The driver refused to map a granule: `a` address, `b` size, `c` error code.
     MapRefused = 20,
     /// A granule unmapped and its memory given back: `a` address, `b` size, `aux` why (as
-    /// `SegmentFree`'s, and 4: undoing a mapping refused half-way).
+    /// `SegmentFree`'s, 4: undoing a mapping refused half-way, 5: moved within the slack).
     Unmap = 21,
+    /// The mapped slack (`GPUPOOL_EXPANDABLE_SLACK`): `a` thousandths of the peak allocated.
+    /// Recorded after `Settings` when the slack is on.
+    MappedSlack = 22,
 }
 
 /// `Unmap`'s `aux` for the granules a refused mapping had mapped (after `Release`'s codes).
 pub const UNMAP_UNDONE: u16 = 4;
+/// `Unmap`'s `aux` for a granule unmapped so that a block elsewhere could be mapped within the
+/// mapped slack (`GPUPOOL_EXPANDABLE_SLACK`).
+pub const UNMAP_SLACK: u16 = 5;
 
 impl Kind {
     pub fn from_u8(v: u8) -> Option<Kind> {
@@ -117,6 +123,7 @@ impl Kind {
             19 => Map,
             20 => MapRefused,
             21 => Unmap,
+            22 => MappedSlack,
             _ => return None,
         })
     }
@@ -385,9 +392,9 @@ mod tests {
         shifted.extend_from_slice(&tail[8 + 32..]);
         shifted.extend_from_slice(&encode(&[rec(9, Kind::Alloc, 0); 4])[8..]);
         assert!(parse(&shifted).is_err());
-        for k in 0..=21u8 {
+        for k in 0..=22u8 {
             assert_eq!(Kind::from_u8(k).map(|k| k as u8), Some(k));
         }
-        assert_eq!(Kind::from_u8(22), None);
+        assert_eq!(Kind::from_u8(23), None);
     }
 }

@@ -22,7 +22,8 @@ fn expandable(d: &DeviceReport) -> String {
         concat!(
             "{{\"state\":\"{}\",\"granule_bytes\":{},\"ranges\":{},",
             "\"address_space_bytes\":{},\"mapped_bytes\":{},",
-            "\"granules_mapped\":{},\"granules_unmapped\":{},\"reservations_refused\":{}}}"
+            "\"granules_mapped\":{},\"granules_unmapped\":{},\"reservations_refused\":{},",
+            "\"slack_moved_granules\":{},\"slack_moves\":{}}}"
         ),
         state,
         f.granule,
@@ -31,7 +32,9 @@ fn expandable(d: &DeviceReport) -> String {
         f.mapped,
         s.granules_mapped,
         s.granules_unmapped,
-        s.ranges_refused
+        s.ranges_refused,
+        s.slack_unmapped_granules,
+        s.slack_moves
     )
 }
 

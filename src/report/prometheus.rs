@@ -122,6 +122,12 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.granules_unmapped as f64,
     ),
     (
+        "gpupool_slack_moved_granules_total",
+        "counter",
+        "Granules unmapped to move their memory to a new block within the mapped slack.",
+        |d| d.snap.stats.slack_unmapped_granules as f64,
+    ),
+    (
         "gpupool_live_blocks",
         "gauge",
         "Blocks allocated and not freed.",

@@ -456,6 +456,14 @@ pub fn render_text(r: &Report) -> String {
             (s.oom_released_bytes > 0)
                 .then(|| format!("at out-of-memory {}", bytes(s.oom_released_bytes))),
         )
+        .chain((s.slack_unmapped_granules > 0).then(|| {
+            format!(
+                "moved within the slack {} granules ({}) in {} moves",
+                s.slack_unmapped_granules,
+                bytes(s.slack_unmapped_granules * d.snap.figures.granule),
+                s.slack_moves
+            )
+        }))
         .collect();
         let _ = writeln!(
             o,

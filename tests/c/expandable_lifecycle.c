@@ -5,6 +5,8 @@
  *   expandable_lifecycle fallback        run with CUDASIM_FAIL=cuMemCreate@1=801
  *   expandable_lifecycle calls           the driver calls made for four blocks, and what
  *                                        the mapped memory was created with
+ *   expandable_lifecycle slack           a freed 100 MiB block, then a 150 MiB request that
+ *                                        no hole holds (GPUPOOL_EXPANDABLE_SLACK moves memory)
  * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
  * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
 #include "check.h"
@@ -90,6 +92,37 @@ static void calls(void)
     printf("calls_unmaps=%llu\n", st.vmm_unmaps);
 }
 
+/* Two 100 MiB blocks, 2.5 GiB of 64 MiB traffic after them, the first block freed after a
+ * memset with no fence since, then 150 MiB: what is mapped after it, and the content kept. */
+static void slack(void)
+{
+    void *a = NULL, *b = NULL, *d = NULL;
+    CHECK_CUDA(cudaMalloc(&a, 100 * MiB));
+    CHECK_CUDA(cudaMalloc(&b, 100 * MiB));
+    tag_block(b, 100 * MiB, 0x0B);
+    for (int i = 0; i < 40; i++) {
+        void *x = NULL;
+        CHECK_CUDA(cudaMalloc(&x, 64 * MiB));
+        tag_block(x, 64 * MiB, 0x40);
+        CHECK_CUDA(cudaFree(x));
+        /* The program's fence: the next request reuses the block. */
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    tag_block(a, 100 * MiB, 0x0A);
+    CHECK_CUDA(cudaFree(a));
+    CHECK_CUDA(cudaMalloc(&d, 150 * MiB));
+    tag_block(d, 150 * MiB, 0x0D);
+    cudasimStats st = sim_stats(0);
+    printf("slack_mapped=%llu\n", st.vmm_mapped_bytes);
+    printf("slack_unmaps=%llu\n", st.vmm_unmaps);
+    printf("unmapped_while_busy=%llu\n", st.unmapped_while_busy);
+    check_tag(b, 100 * MiB, 0x0B);
+    check_tag(d, 150 * MiB, 0x0D);
+    CHECK_CUDA(cudaFree(b));
+    CHECK_CUDA(cudaFree(d));
+    CHECK_CUDA(cudaDeviceSynchronize());
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -101,8 +134,10 @@ int main(int argc, char **argv)
         fallback();
     } else if (strcmp(mode, "calls") == 0) {
         calls();
+    } else if (strcmp(mode, "slack") == 0) {
+        slack();
     } else {
-        CHECK(0, "mode: reset-runtime, reset-driver, fallback or calls");
+        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls or slack");
     }
     printf("expandable_lifecycle ok\n");
     return 0;

@@ -26,6 +26,7 @@ fn pool(reuse: ReuseMode, thread_cache: u64) -> Pool<Bump> {
             policy: Policy {
                 max_split_size: u64::MAX,
                 fence_bytes: 256 << 20,
+                mapped_slack_permille: None,
             },
             trace: None,
             thread_cache,

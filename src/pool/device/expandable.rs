@@ -214,6 +214,10 @@ impl DevicePool {
         if !self.seg(self.blocks[idx as usize].seg).expandable {
             return Ok(idx);
         }
+        let idx = self.stay_within_slack(idx, rounded, backend, clock, policy);
+        if !self.seg(self.blocks[idx as usize].seg).expandable {
+            return Ok(idx);
+        }
         let Err(refused) = self.map_block(idx, rounded, backend, policy) else {
             return Ok(idx);
         };
@@ -300,14 +304,7 @@ impl DevicePool {
         backend: &dyn Backend,
         policy: &Policy,
     ) -> Result<(), CudaError> {
-        let b = &self.blocks[idx as usize];
-        let out = if should_split(b.class, b.size, rounded, policy.max_split_size) {
-            rounded
-        } else {
-            b.size
-        };
-        let (si, addr) = (b.seg, b.addr);
-        let (first, end) = self.granules_of(si, addr, out);
+        let (si, first, end) = self.granules_to_serve(idx, rounded, policy);
         let (base, g) = (self.seg(si).addr, self.granule);
         let mut mapped_here = Vec::new();
         let mut refused = None;
@@ -356,12 +353,30 @@ impl DevicePool {
         Ok(())
     }
 
+    /// The segment and granules `[first, end)` free block `idx` hands out for a request of
+    /// `rounded` bytes (all of it, if `take` will not split it).
+    pub(super) fn granules_to_serve(
+        &self,
+        idx: u32,
+        rounded: u64,
+        policy: &Policy,
+    ) -> (u32, u64, u64) {
+        let b = &self.blocks[idx as usize];
+        let out = if should_split(b.class, b.size, rounded, policy.max_split_size) {
+            rounded
+        } else {
+            b.size
+        };
+        let (first, end) = self.granules_of(b.seg, b.addr, out);
+        (b.seg, first, end)
+    }
+
     /// The granules of segment `si`, if it is expandable.
     pub(super) fn range_granules(&self, si: u32) -> Option<&Granules> {
         self.ranges.iter().find(|r| r.0 == si).map(|r| &r.1)
     }
 
-    fn granules(&self, si: u32) -> &Granules {
+    pub(super) fn granules(&self, si: u32) -> &Granules {
         self.range_granules(si).expect("an expandable segment")
     }
 
@@ -421,7 +436,7 @@ impl DevicePool {
 
     /// Whether a fence that completed started after every free so far: then no work the
     /// program issued before a free still runs, and any free memory may be unmapped.
-    fn fenced_since_frees(clock: &ReuseClock) -> bool {
+    pub(super) fn fenced_since_frees(clock: &ReuseClock) -> bool {
         clock.fenced.load(Ordering::Acquire) >= clock.freed.load(Ordering::Acquire)
     }
 
@@ -449,43 +464,71 @@ impl DevicePool {
         if !self.unmap_due {
             return 0;
         }
-        let mut candidates = self.free_granules();
+        let Some(candidates) = self.fenced_free_granules(backend, clock) else {
+            return 0;
+        };
+        let want = self.cached().saturating_sub(keep);
+        let (released, all) = self.unmap_listed(candidates, want, backend, why as u16);
+        for _ in 0..released / self.granule {
+            self.count_release(why, self.granule);
+        }
+        self.unmap_due = !all;
+        released
+    }
+
+    /// The free granules (`free_granules`), once a fence covers every free so far: taking
+    /// one if none did. `None` if the fence failed, or nothing is free to unmap (which clears
+    /// `unmap_due`).
+    pub(super) fn fenced_free_granules(
+        &mut self,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+    ) -> Option<Vec<(u32, u64)>> {
+        let candidates = self.free_granules();
         if candidates.is_empty() {
             self.unmap_due = false;
-            return 0;
+            return None;
         }
-        if !Self::fenced_since_frees(clock) {
-            if self.fence(backend, clock).is_err() || !Self::fenced_since_frees(clock) {
-                return 0;
-            }
-            // What the fence made reusable can go too.
-            self.flush_bins();
-            candidates = self.free_granules();
+        if Self::fenced_since_frees(clock) {
+            return Some(candidates);
         }
+        if self.fence(backend, clock).is_err() || !Self::fenced_since_frees(clock) {
+            return None;
+        }
+        // What the fence made reusable can go too.
+        self.flush_bins();
+        Some(self.free_granules())
+    }
+
+    /// Unmap the granules of `list` in its order until `want` bytes went back, or the driver
+    /// refuses one. Returns the bytes unmapped, and whether the whole list went.
+    pub(super) fn unmap_listed(
+        &mut self,
+        list: Vec<(u32, u64)>,
+        want: u64,
+        backend: &dyn Backend,
+        why: u16,
+    ) -> (u64, bool) {
         let g = self.granule;
         let mut released = 0;
-        let mut all = true;
-        for (si, k) in candidates {
-            if self.cached() <= keep {
-                all = false;
+        let total = list.len() as u64 * g;
+        for (si, k) in list {
+            if released >= want {
                 break;
             }
             let at = self.seg(si).addr + k * g;
             if backend.vmm_unmap(self.device, at, g).is_err() {
-                all = false;
-                break;
+                return (released, false);
             }
-            self.record(Kind::Unmap, at, g, 0, why as u16);
+            self.record(Kind::Unmap, at, g, 0, why);
             let granules = self.granules_mut(si);
             granules.set(k, false);
             granules.mapped -= g;
             self.stats.reserved.sub(g);
             self.stats.granules_unmapped += 1;
             released += g;
-            self.count_release(why, g);
         }
-        self.unmap_due = !all;
-        released
+        (released, released == total)
     }
 
     /// (segment, granule) of every mapped granule that lies wholly inside a free block: its

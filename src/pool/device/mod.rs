@@ -11,6 +11,7 @@
 //! - `stream_hold.rs`: blocks held for the stream that freed them (`relaxed` mode);
 //! - `release.rs`: the threshold, empty-cache, outgrown segments, reset; threshold and limit;
 //! - `expandable.rs`: expandable segments, mapped and unmapped in granules;
+//! - `slack.rs`: mapped memory kept within a slack of the peak allocated, by moving granules;
 //! - `figures.rs`: where the memory lies (mapped, releasable, stranded), for the reports;
 //! - `peers.rs`: peers' access to expandable segments, and their mapped runs;
 //! - `lend.rs`: blocks lent to thread caches;
@@ -45,6 +46,7 @@ mod lend;
 mod peers;
 mod pending;
 mod release;
+mod slack;
 mod stream_hold;
 
 pub use expandable::Expandable;
@@ -175,6 +177,10 @@ struct Segment {
 pub struct Policy {
     pub max_split_size: u64,
     pub fence_bytes: u64,
+    /// `GPUPOOL_EXPANDABLE_SLACK`, in thousandths of the peak allocated: how much more than
+    /// its peak allocated the pool may hold before it moves free granules to a block that needs
+    /// mapping instead of mapping more (`slack.rs`). `None`: it maps more.
+    pub mapped_slack_permille: Option<u32>,
 }
 
 /// Why segments are released.
@@ -429,6 +435,9 @@ impl DevicePool {
             self.threshold,
             reuse,
         );
+        if let Some(permille) = policy.mapped_slack_permille {
+            self.record(Kind::MappedSlack, u64::from(permille), 0, 0, 0);
+        }
     }
 
     /// The program created a non-blocking stream (for the trace: a replay in `barrier` mode

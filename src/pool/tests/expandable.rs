@@ -5,10 +5,10 @@
 use super::*;
 use crate::pool::model_driver::{Call, VMM_GRANULE};
 
-const DEVICE: u64 = 16 << 30;
+pub(super) const DEVICE: u64 = 16 << 30;
 
 /// The model driver with virtual memory and `capacity` bytes.
-fn vmm_model(capacity: u64) -> ModelDriver {
+pub(super) fn vmm_model(capacity: u64) -> ModelDriver {
     ModelDriver::new()
         .with_capacity(capacity)
         .with_gap(GUARD_GAP)
@@ -16,7 +16,7 @@ fn vmm_model(capacity: u64) -> ModelDriver {
 }
 
 /// Settings with expandable segments on, in `reuse` mode, with `threshold`.
-fn vmm_settings(reuse: ReuseMode, threshold: DeviceBytes) -> Settings {
+pub(super) fn vmm_settings(reuse: ReuseMode, threshold: DeviceBytes) -> Settings {
     let mut s = pool_with(reuse, threshold, 1).settings().clone();
     s.expandable = true;
     s
@@ -48,7 +48,7 @@ fn half_free_without_pool() -> u64 {
 }
 
 /// The program's `cudaDeviceSynchronize`.
-fn program_sync<B: Backend>(p: &Pool<B>) {
+pub(super) fn program_sync<B: Backend>(p: &Pool<B>) {
     let at = p.seq_before_sync(0);
     p.observe_fence(0, at);
 }
@@ -146,25 +146,25 @@ fn with_a_zero_threshold_free_granules_go_back_at_the_next_sync() {
 /// later work but waits for nothing on the host, so it ends none. Every unmap over a range in
 /// flight is recorded.
 #[derive(Default)]
-struct InFlight {
-    inner: ModelDriver,
+pub(super) struct InFlight {
+    pub(super) inner: ModelDriver,
     running: Mutex<Vec<(Addr, u64)>>,
-    unmaps_under_work: Mutex<Vec<Addr>>,
+    pub(super) unmaps_under_work: Mutex<Vec<Addr>>,
 }
 
 impl InFlight {
-    fn new(capacity: u64) -> InFlight {
+    pub(super) fn new(capacity: u64) -> InFlight {
         InFlight {
             inner: vmm_model(capacity),
             ..InFlight::default()
         }
     }
 
-    fn launch(&self, addr: Addr, bytes: u64) {
+    pub(super) fn launch(&self, addr: Addr, bytes: u64) {
         self.running.lock().unwrap().push((addr, bytes));
     }
 
-    fn program_fence(&self) {
+    pub(super) fn program_fence(&self) {
         self.running.lock().unwrap().clear();
     }
 }

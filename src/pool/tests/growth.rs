@@ -39,6 +39,7 @@ fn a_new_largest_request_gets_room_to_grow() {
             policy: Policy {
                 max_split_size: 256 * MIB,
                 fence_bytes: 64 * MIB,
+                mapped_slack_permille: None,
             },
             trace: None,
             thread_cache: crate::config::DEFAULT_THREAD_CACHE,

@@ -13,6 +13,7 @@ mod oom;
 mod peers;
 mod pending;
 mod release;
+mod slack;
 mod stream_hold;
 mod thread_caches;
 mod trace_replay;
@@ -80,6 +81,7 @@ fn pool_of(
             policy: Policy {
                 max_split_size: u64::MAX,
                 fence_bytes: 64 * MIB,
+                mapped_slack_permille: None,
             },
             trace: None,
             thread_cache: crate::config::DEFAULT_THREAD_CACHE,

@@ -270,12 +270,23 @@ fn traced_with(
     capacity: u64,
     expandable: bool,
 ) -> (Pool<ModelDriver>, Arc<MemoryTrace>) {
+    traced_with_slack(reuse, capacity, expandable, None)
+}
+
+/// `traced_with`, with a mapped slack of `slack` thousandths.
+fn traced_with_slack(
+    reuse: ReuseMode,
+    capacity: u64,
+    expandable: bool,
+    slack: Option<u32>,
+) -> (Pool<ModelDriver>, Arc<MemoryTrace>) {
     let sink = Arc::new(MemoryTrace(Mutex::new(trace::MAGIC.to_vec())));
     let mut settings = pool_with(reuse, DeviceBytes::Unbounded, 1)
         .settings()
         .clone();
     settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
     settings.expandable = expandable;
+    settings.policy.mapped_slack_permille = slack;
     let driver = ModelDriver::new()
         .with_capacity(capacity)
         .with_gap(GUARD_GAP);
@@ -383,4 +394,54 @@ fn run_7mib<B: Backend>(p: &Pool<B>, sink: &MemoryTrace) -> Vec<trace::Record> {
     }
     p.flush_trace();
     sink.records()
+}
+
+/// A trace recorded with a mapped slack records it, and its moves; the replay moves the same
+/// granules, and answers without the slack too.
+#[test]
+fn a_trace_recorded_with_a_mapped_slack_replays_its_moves() {
+    let (p, sink) = traced_with_slack(ReuseMode::Strict, 16 << 30, true, Some(40));
+    let a = p.alloc(0, 100 * MIB).unwrap();
+    let b = p.alloc(0, 100 * MIB).unwrap();
+    for _ in 0..40 {
+        let x = p.alloc(0, 64 * MIB).unwrap();
+        p.free(x, FreeKind::Sync, Some(0));
+    }
+    p.free(a, FreeKind::Sync, Some(0));
+    let d = p.alloc(0, 150 * MIB).unwrap();
+    for x in [b, d] {
+        p.free(x, FreeKind::Sync, Some(0));
+    }
+    p.check().unwrap();
+    p.flush_trace();
+    let live = stats(&p, 0);
+    assert!(live.slack_unmapped_granules > 0);
+    let records = sink.records();
+    let slack: Vec<_> = records
+        .iter()
+        .filter(|r| r.kind == trace::Kind::MappedSlack)
+        .collect();
+    assert_eq!(slack.len(), 1);
+    assert_eq!(slack[0].a, 40);
+    let moved = records
+        .iter()
+        .filter(|r| r.kind == trace::Kind::Unmap && r.aux == trace::UNMAP_SLACK)
+        .count() as u64;
+    assert_eq!(moved, live.slack_unmapped_granules);
+    let r = &replay::replay(&records, &replay::Overrides::default())[0];
+    assert!(!r.diverged);
+    assert_eq!(
+        (
+            r.stats.reserved.peak_ever(),
+            r.stats.slack_unmapped_granules
+        ),
+        (live.reserved.peak_ever(), live.slack_unmapped_granules)
+    );
+    let off = replay::Overrides {
+        mapped_slack_permille: Some(None),
+        ..replay::Overrides::default()
+    };
+    let r = &replay::replay(&records, &off)[0];
+    assert_eq!(r.stats.slack_unmapped_granules, 0);
+    assert!(r.stats.reserved.peak_ever() > live.reserved.peak_ever());
 }

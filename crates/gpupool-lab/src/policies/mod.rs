@@ -47,14 +47,19 @@ pub fn round(size: u64) -> Option<u64> {
     size.max(1).checked_next_multiple_of(512)
 }
 
-/// The policies, in report order: ours by default, with release threshold `threshold` and with
-/// expandable segments, the PyTorch rules without and with expandable segments,
-/// the exact-size cache, no cache. `capacity` caps each one's driver.
+/// The mapped slack of the lineup's last expandable policy, in thousandths
+/// (`GPUPOOL_EXPANDABLE_SLACK=4%`).
+pub const LINEUP_SLACK: u32 = 40;
+
+/// The policies, in report order: ours by default, with release threshold `threshold`, with
+/// expandable segments and with them and a mapped slack, the PyTorch rules without and with
+/// expandable segments, the exact-size cache, no cache. `capacity` caps each one's driver.
 pub fn lineup(threshold: u64, capacity: Option<u64>) -> Vec<Box<dyn CachePolicy>> {
     vec![
         Box::new(ours::Ours::new(capacity, u64::MAX)),
         Box::new(ours::Ours::new(capacity, threshold)),
         Box::new(ours::Ours::expandable(capacity, u64::MAX)),
+        Box::new(ours::Ours::expandable_with_slack(capacity, LINEUP_SLACK)),
         Box::new(torch::TorchRules::new(capacity)),
         Box::new(expandable::Expandable::torch(capacity)),
         Box::new(simple::ExactCache::new(capacity)),
@@ -63,4 +68,4 @@ pub fn lineup(threshold: u64, capacity: Option<u64>) -> Vec<Box<dyn CachePolicy>
 }
 
 /// How many policies `lineup` makes.
-pub const LINEUP: usize = 7;
+pub const LINEUP: usize = 8;

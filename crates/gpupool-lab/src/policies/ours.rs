@@ -34,6 +34,7 @@ impl Ours {
             policy: Policy {
                 max_split_size: u64::MAX,
                 fence_bytes: 256 << 20,
+                mapped_slack_permille: None,
             },
         }
     }
@@ -54,6 +55,23 @@ impl Ours {
         ours.driver = Driver::with_vmm(capacity);
         ours.pool.enable_expandable(&ours.driver);
         ours
+    }
+
+    /// The pool with expandable segments and a mapped slack of `permille` thousandths of its
+    /// peak allocated (`GPUPOOL_EXPANDABLE_SLACK`).
+    pub fn expandable_with_slack(capacity: Option<u64>, permille: u32) -> Ours {
+        let mut ours = Ours::expandable(capacity, u64::MAX);
+        ours.name = format!("gpupool, expandable, slack {}", slack_name(permille));
+        ours.policy.mapped_slack_permille = Some(permille);
+        ours
+    }
+}
+
+/// `40` as `4%`, `25` as `2.5%`.
+pub fn slack_name(permille: u32) -> String {
+    match permille % 10 {
+        0 => format!("{}%", permille / 10),
+        tenth => format!("{}.{tenth}%", permille / 10),
     }
 }
 

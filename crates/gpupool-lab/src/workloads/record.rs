@@ -41,6 +41,7 @@ pub fn to_trace(w: &Workload) -> Vec<u8> {
     let policy = Policy {
         max_split_size: u64::MAX,
         fence_bytes: 256 << 20,
+        mapped_slack_permille: None,
     };
     let backend = Bump::new();
     let clock = ReuseClock::default();

@@ -7,6 +7,7 @@
 //!     --reuse strict|barrier|relaxed  --capacity SIZE  --limit SIZE|none
 //!     --calls recorded|pluggable|uncached|async  (--one-stream: --calls pluggable)
 //!     --expandable recorded|on|off|both  (both: with and without expandable segments)
+//!     --slack PCT|none  (the mapped slack, GPUPOOL_EXPANDABLE_SLACK)
 //! gpupool-trace perfetto TRACE [OUT.json]        Chrome/Perfetto trace-event JSON
 //! gpupool-trace plot TRACE [OUT.svg]             allocated and reserved bytes over time, as SVG
 //! gpupool-trace generate WORKLOAD [--seed N] [--out FILE]
@@ -40,7 +41,7 @@ const USAGE: &str = "usage: gpupool-trace stats TRACE
                                   [--fence-bytes SIZE] [--reuse strict|barrier|relaxed]
                                   [--capacity SIZE] [--limit SIZE|none]
                                   [--calls recorded|pluggable|uncached|async] [--one-stream]
-                                  [--expandable recorded|on|off|both]
+                                  [--expandable recorded|on|off|both] [--slack PCT|none]
        gpupool-trace perfetto TRACE [OUT.json]   (trace-event JSON for ui.perfetto.dev)
        gpupool-trace plot TRACE [OUT.svg]        (allocated and reserved bytes over time)
        gpupool-trace generate WORKLOAD [--seed N] [--out FILE]

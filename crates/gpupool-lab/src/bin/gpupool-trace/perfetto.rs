@@ -268,6 +268,7 @@ fn instant(ev: &mut Events, r: &Record, t_ns: u64) -> io::Result<()> {
             "range refused",
             &[("size_h", Str(&bytes(r.a))), ("error", Num(r.b))],
         ),
+        Kind::MappedSlack => ev.instant(r, t_ns, "mapped slack", &[("permille", Num(r.a))]),
         Kind::MapRefused => ev.instant(
             r,
             t_ns,

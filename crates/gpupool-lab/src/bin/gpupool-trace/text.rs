@@ -24,6 +24,19 @@ pub fn reuse_mode(value: &str) -> Result<ReuseMode, String> {
     }
 }
 
+/// `--slack`: a percentage of the peak allocated, as `GPUPOOL_EXPANDABLE_SLACK`, or `none`.
+fn slack(value: &str) -> Result<Option<u32>, String> {
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    match gpupool::config::parse_device_bytes(value.as_bytes()) {
+        Some(gpupool::config::DeviceBytes::Fraction(f)) => Ok(Some((f * 1000.0).round() as u32)),
+        _ => Err(format!(
+            "--slack is a percentage such as 4%, or none (got {value:?})"
+        )),
+    }
+}
+
 /// `replay`'s options: the overrides, and whether to replay with expandable segments on and
 /// off (`--expandable both`).
 pub struct ReplayOptions {
@@ -57,6 +70,7 @@ pub fn overrides(args: &[String]) -> Result<ReplayOptions, String> {
             "--capacity" => o.capacity = Some(size_or_none(value)?),
             "--limit" => o.limit = Some(size_or_none(value)?),
             "--reuse" => o.reuse = Some(reuse_mode(value)?),
+            "--slack" => o.mapped_slack_permille = Some(slack(value)?),
             "--expandable" => {
                 (o.expandable, both) = match value.as_str() {
                     "recorded" => (None, false),
@@ -158,9 +172,16 @@ fn figures(results: &[DeviceResult]) -> String {
     let mut out = String::new();
     for r in results {
         let s = &r.stats;
+        let moved = match s.slack_unmapped_granules {
+            0 => String::new(),
+            n => format!(
+                " ({n} of them to stay within the slack, in {} moves)",
+                s.slack_moves
+            ),
+        };
         let vmm = if r.expandable {
             format!(
-                "\n  expandable segments: {} granules mapped, {} unmapped",
+                "\n  expandable segments: {} granules mapped, {} unmapped{moved}",
                 r.maps, r.unmaps
             )
         } else {
