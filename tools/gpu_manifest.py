@@ -10,7 +10,7 @@ from steps import GPU, SANITIZER, TORCH, Has, Is, Line, Positive, Step
 # one needs its build). -cudart shared: the runtime calls go through libcudart.so, where the
 # runtime hooks interpose them.
 PROGRAMS = ("churn", "hazard", "stream_reuse", "overlap", "hit_bench", "cublas_loop",
-            "churn_static", "hazard_static", "fragment")
+            "churn_static", "hazard_static", "fragment", "vmm_cost")
 # NAME_static is NAME.cu built as nvcc builds by default, with the runtime inside the program:
 # its calls reach the pool only through the driver hooks (dlsym, cuGetProcAddress).
 STATIC_SUFFIX = "_static"
@@ -172,6 +172,10 @@ def manifest(build, src, lib, python, sanitizer, counts):
           pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "0"),))
     torch("torch_native_expandable", "bench", argv, 150, ok,
           (("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),))
+    # The mapped slack (GPUPOOL_EXPANDABLE_SLACK, off by default): what moving free granules
+    # costs a step and saves in peak reserved, beside torch_headline_pool.
+    torch("torch_headline_pool_slack", "bench", argv, 150, finite + [INTERCEPTED],
+          pool(lib, "strict") + (("GPUPOOL_EXPANDABLE_SLACK", "4%"),))
     torch("torch_held_by", "info", argv + ["--dump"], 150,
           finite + [INTERCEPTED, Line(r"held by +lib(c10_cuda|torch_cuda)")], pool(lib, "strict"))
     torch("torch_async_native", "bench", argv, 150, ok,
@@ -239,6 +243,9 @@ def manifest(build, src, lib, python, sanitizer, counts):
          pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "0"),))
     frag("fragment_pool_expandable", "info", argv, 120, [ok, INTERCEPTED],
          pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "1"),))
+    # The driver's own cost per granule: mapped, unmapped, moved (the slack's unit of work).
+    vmm = group("vmm_cost", ("granule_bytes", "map_us", "unmap_us", "move_us"))
+    vmm("vmm_cost_nopool", "bench", [f"{build}/vmm_cost", "512"], 60, [Is("vmm_cost", "ok")])
 
     # compute-sanitizer memcheck on churn under the pool; without the pool only to diagnose a
     # failure (informational).

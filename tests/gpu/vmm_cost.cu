@@ -1,0 +1,129 @@
+/* vmm_cost: what the driver's virtual memory calls cost per granule, the figures that decide
+ * whether GPUPOOL_EXPANDABLE_SLACK can be the default (docs/design-notes.md, "Note: the mapped
+ * slack"). Run without the pool: it measures the driver, not us.
+ *
+ * usage: vmm_cost [GRANULES]   (default 512). Prints granule_bytes, then per granule in
+ * microseconds: map_us (cuMemCreate + cuMemMap + cuMemSetAccess + cuMemRelease, as the pool
+ * maps), unmap_us (cuMemUnmap, the memory going back), move_us (an unmap in one place and a map
+ * in another, what the slack does per granule), then "vmm_cost=ok".
+ *
+ * The driver is reached with dlopen and dlsym, so the program builds without libcuda.so. */
+#include "common.cuh"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#define DRIVER_CHECK(call)                                                                     \
+    do {                                                                                       \
+        CUresult r_ = (call);                                                                  \
+        REQUIRE(r_ == CUDA_SUCCESS, "%s returned %d", #call, (int)r_);                         \
+    } while (0)
+
+struct Vmm {
+    decltype(&cuMemGetAllocationGranularity) granularity;
+    decltype(&cuMemAddressReserve) reserve;
+    decltype(&cuMemAddressFree) address_free;
+    decltype(&cuMemCreate) create;
+    decltype(&cuMemMap) map;
+    decltype(&cuMemSetAccess) set_access;
+    decltype(&cuMemRelease) release;
+    decltype(&cuMemUnmap) unmap;
+};
+
+static void *symbol(void *driver, const char *name)
+{
+    void *f = dlsym(driver, name);
+    REQUIRE(f != NULL, "dlsym(%s): %s", name, dlerror());
+    return f;
+}
+
+static Vmm load(void)
+{
+    void *d = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!d)
+        d = dlopen("libcuda.so.1", RTLD_NOW);
+    REQUIRE(d != NULL, "dlopen(libcuda.so.1): %s", dlerror());
+    Vmm v;
+    v.granularity = (decltype(v.granularity))symbol(d, "cuMemGetAllocationGranularity");
+    v.reserve = (decltype(v.reserve))symbol(d, "cuMemAddressReserve");
+    v.address_free = (decltype(v.address_free))symbol(d, "cuMemAddressFree");
+    v.create = (decltype(v.create))symbol(d, "cuMemCreate");
+    v.map = (decltype(v.map))symbol(d, "cuMemMap");
+    v.set_access = (decltype(v.set_access))symbol(d, "cuMemSetAccess");
+    v.release = (decltype(v.release))symbol(d, "cuMemRelease");
+    v.unmap = (decltype(v.unmap))symbol(d, "cuMemUnmap");
+    return v;
+}
+
+/* One granule mapped at `at`, as the pool maps one (src/cuda/backend.rs, vmm_map). */
+static void map_one(const Vmm &v, CUdeviceptr at, size_t g, const CUmemAllocationProp &prop,
+                    const CUmemAccessDesc &access)
+{
+    CUmemGenericAllocationHandle h = 0;
+    DRIVER_CHECK(v.create(&h, g, &prop, 0));
+    DRIVER_CHECK(v.map(at, g, 0, h, 0));
+    DRIVER_CHECK(v.set_access(at, g, &access, 1));
+    DRIVER_CHECK(v.release(h));
+}
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 512;
+    REQUIRE(n > 0, "GRANULES must be positive");
+    CHECK(cudaFree(NULL));
+    int device = 0;
+    CHECK(cudaGetDevice(&device));
+    Vmm v = load();
+
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    size_t g = 0;
+    DRIVER_CHECK(v.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+
+    /* Two ranges of n granules: the moves go from the first to the second. */
+    CUdeviceptr from = 0, to = 0;
+    DRIVER_CHECK(v.reserve(&from, (size_t)n * g, 0, 0, 0));
+    DRIVER_CHECK(v.reserve(&to, (size_t)n * g, 0, 0, 0));
+
+    double t = now_ms();
+    for (int k = 0; k < n; k++)
+        map_one(v, from + (CUdeviceptr)k * g, g, prop, access);
+    double map_ms = now_ms() - t;
+
+    t = now_ms();
+    for (int k = 0; k < n; k++)
+        DRIVER_CHECK(v.unmap(from + (CUdeviceptr)k * g, g));
+    double unmap_ms = now_ms() - t;
+
+    for (int k = 0; k < n; k++)
+        map_one(v, from + (CUdeviceptr)k * g, g, prop, access);
+    t = now_ms();
+    for (int k = 0; k < n; k++) {
+        DRIVER_CHECK(v.unmap(from + (CUdeviceptr)k * g, g));
+        map_one(v, to + (CUdeviceptr)k * g, g, prop, access);
+    }
+    double move_ms = now_ms() - t;
+    /* The moved memory works: a set and a copy back. */
+    CHECK(cudaMemset((void *)to, 0x5A, (size_t)n * g));
+    unsigned char last = 0;
+    CHECK(cudaMemcpy(&last, (void *)(to + (CUdeviceptr)n * g - 1), 1, cudaMemcpyDeviceToHost));
+    REQUIRE(last == 0x5A, "moved memory reads %#x", last);
+
+    for (int k = 0; k < n; k++)
+        DRIVER_CHECK(v.unmap(to + (CUdeviceptr)k * g, g));
+    DRIVER_CHECK(v.address_free(from, (size_t)n * g));
+    DRIVER_CHECK(v.address_free(to, (size_t)n * g));
+
+    printf("granules=%d granule_bytes=%zu\n", n, g);
+    printf("map_us=%.2f unmap_us=%.2f move_us=%.2f\n", map_ms * 1000.0 / n,
+           unmap_ms * 1000.0 / n, move_ms * 1000.0 / n);
+    printf("vmm_cost=ok\n");
+    return 0;
+}
