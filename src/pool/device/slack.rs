@@ -59,10 +59,17 @@ impl DevicePool {
             if movable.is_empty() && self.pending_bytes() < over {
                 return idx;
             }
+            let (seg, addr) = (
+                self.blocks[idx as usize].seg,
+                self.blocks[idx as usize].addr,
+            );
             if self.fence(backend, clock).is_err() || !Self::fenced_since_frees(clock) {
                 return idx;
             }
-            self.find_fit(Class::Large, rounded, policy).unwrap_or(idx)
+            // The fence's merges may have dropped `idx`; the block that took it in covers its
+            // address.
+            self.find_fit(Class::Large, rounded, policy)
+                .unwrap_or_else(|| self.free_block_covering(seg, addr))
         };
         let Some(over) = self.over_slack(idx, rounded, permille, policy) else {
             return idx;
@@ -95,6 +102,19 @@ impl DevicePool {
         let moved_so_far = self.stats.slack_unmapped_granules * g;
         let credit = (self.stats.allocated.total_in / MOVED_SHARE).saturating_sub(moved_so_far);
         Some(over.min(credit / g * g)).filter(|&b| b > 0)
+    }
+
+    /// The free block of segment `si` that covers `addr`.
+    fn free_block_covering(&self, si: u32, addr: Addr) -> u32 {
+        let mut idx = self.seg(si).first;
+        loop {
+            let b = &self.blocks[idx as usize];
+            if addr < b.addr + b.size {
+                debug_assert!(b.state == State::Free && b.addr <= addr);
+                return idx;
+            }
+            idx = b.next;
+        }
     }
 
     /// Mapped granules wholly inside free blocks of expandable segments, the highest first,

@@ -122,3 +122,34 @@ fn no_granule_moves_while_work_issued_before_its_free_may_run() {
         assert_sound(&p);
     }
 }
+
+#[test]
+fn a_fence_that_merges_the_chosen_block_leaves_the_request_served_from_what_took_it_in() {
+    let p = Pool::new(
+        vmm_model(DEVICE),
+        slack_settings(ReuseMode::Strict, Some(40)),
+    );
+    for _ in 0..40 {
+        let x = p.alloc(0, 64 * MIB).unwrap();
+        p.free(x, FreeKind::Sync, Some(0));
+        program_sync(&p);
+    }
+    let [a, b, c] = [0; 3].map(|_| p.alloc(0, 100 * MIB).unwrap());
+    p.free(a, FreeKind::Sync, Some(0));
+    program_sync(&p);
+    // `c`, just below the range's unused end, waits for a fence: the request's fit is that end,
+    // and the move's fence merges `c` into it.
+    p.free(c, FreeKind::Sync, Some(0));
+    let fences = stats(&p, 0).fences;
+    let d = p.alloc(0, 250 * MIB).unwrap();
+    let st = stats(&p, 0);
+    assert_eq!(st.fences, fences + 1, "the move fenced");
+    assert_eq!(d, c, "served from `c` and the end it merged with");
+    assert!(st.slack_unmapped_granules > 0, "the hole moved");
+    assert_eq!(st.reserved.current, p.backend().mapped_on(0));
+    assert_sound(&p);
+    for x in [b, d] {
+        p.free(x, FreeKind::Sync, Some(0));
+    }
+    assert_sound(&p);
+}
