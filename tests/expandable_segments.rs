@@ -128,7 +128,7 @@ fn a_mapped_slack_moves_a_holes_memory_to_the_request_no_hole_holds() {
     // 32 MiB more. The rest of the hole moved.
     assert_eq!(with, 296 * MIB, "{err}");
     assert_eq!(unmaps * 2 * MIB, without - with, "{err}");
-    let moved = format!("moved within the slack {unmaps} granules (54.0 MiB) in 1 moves");
+    let moved = format!("moved within the slack {unmaps} granules (54.0 MiB) in 1 move");
     assert!(err.contains(&moved), "{err}");
 }
 

@@ -458,10 +458,11 @@ pub fn render_text(r: &Report) -> String {
         )
         .chain((s.slack_unmapped_granules > 0).then(|| {
             format!(
-                "moved within the slack {} granules ({}) in {} moves",
+                "moved within the slack {} granules ({}) in {} move{}",
                 s.slack_unmapped_granules,
                 bytes(s.slack_unmapped_granules * d.snap.figures.granule),
-                s.slack_moves
+                s.slack_moves,
+                if s.slack_moves == 1 { "" } else { "s" }
             )
         }))
         .collect();
