@@ -300,12 +300,9 @@ impl DevicePool {
         backend: &dyn Backend,
         policy: &Policy,
     ) -> Result<(), CudaError> {
+        let split = self.splits(idx, rounded, policy);
         let b = &self.blocks[idx as usize];
-        let out = if should_split(b.class, b.size, rounded, policy.max_split_size) {
-            rounded
-        } else {
-            b.size
-        };
+        let out = if split { rounded } else { b.size };
         let (si, addr) = (b.seg, b.addr);
         let (first, end) = self.granules_of(si, addr, out);
         let (base, g) = (self.seg(si).addr, self.granule);

@@ -129,10 +129,49 @@ impl DevicePool {
         match class {
             Class::Small => self.free_small.best_fit(rounded).map(|(_, idx)| idx),
             Class::Large => {
-                let (&(size, _), &idx) = self.free_large.range((rounded, 0)..).next()?;
-                may_serve(size, rounded, policy.max_split_size).then_some(idx)
+                let mut fits = self
+                    .free_large
+                    .range((rounded, 0)..)
+                    .map(|(k, &idx)| (k.0, idx));
+                let (size, idx) = fits.next()?;
+                if may_serve(size, rounded, self.split_cap(idx, policy)) {
+                    return Some(idx);
+                }
+                // Larger classic blocks the cap keeps whole waste more still; a range's block
+                // serves past them (both kinds coexist only where a reservation was refused).
+                if self.ranges.is_empty() {
+                    return None;
+                }
+                fits.map(|(_, idx)| idx).find(|&idx| self.in_range(idx))
             }
         }
+    }
+
+    /// The split cap of block `idx` (`size::may_serve`, `size::should_split`).
+    /// `max_split_size` keeps big cached blocks of classic segments whole: a split segment goes
+    /// back to the driver only once all its pieces are free, and shredded big blocks make the
+    /// pool grow for the next big request. A range's blocks have no cap: its unused address
+    /// space costs nothing, a free block's whole granules are unmapped whatever its neighbours,
+    /// and its last free block, larger than any cap, must serve every request.
+    pub(super) fn split_cap(&self, idx: u32, policy: &Policy) -> u64 {
+        if self.in_range(idx) {
+            u64::MAX
+        } else {
+            policy.max_split_size
+        }
+    }
+
+    /// Whether serving `rounded` bytes from block `idx` splits off the remainder: what `take`
+    /// hands out, and so what a range maps for it.
+    pub(super) fn splits(&self, idx: u32, rounded: u64, policy: &Policy) -> bool {
+        let b = &self.blocks[idx as usize];
+        should_split(b.class, b.size, rounded, self.split_cap(idx, policy))
+    }
+
+    /// Whether large block `idx` lies in an expandable segment. Small blocks never do.
+    pub(super) fn in_range(&self, idx: u32) -> bool {
+        let b = &self.blocks[idx as usize];
+        b.class == Class::Large && self.seg(b.seg).expandable
     }
 
     pub(super) fn index(&mut self, idx: u32) {
