@@ -217,12 +217,16 @@ impl DevicePool {
         let Err(refused) = self.map_block(idx, rounded, backend, policy) else {
             return Ok(idx);
         };
-        // The request is one hit or one miss, whatever the steps below count: a hit if it is
-        // served and no segment grew for it.
+        // The request is one hit or one miss, whatever the steps below count: a miss if it is
+        // served and they grew a range or segment for it, else a hit. Counted so far: a hit
+        // if `hit`, else the miss of `grow`.
         let hits = self.stats.hits - u64::from(hit && cfg!(feature = "stats"));
         let misses = self.stats.misses;
         let served = self.after_refused_map(refused, rounded, backend, clock, policy);
-        self.stats.hits = hits + u64::from(served.is_ok() && self.stats.misses == misses);
+        let grown = self.stats.misses > misses;
+        self.stats.hits = hits + u64::from(served.is_ok() && !grown);
+        self.stats.misses =
+            misses.saturating_sub(u64::from(!hit)) + u64::from(served.is_ok() && grown);
         served
     }
 
@@ -300,9 +304,8 @@ impl DevicePool {
         backend: &dyn Backend,
         policy: &Policy,
     ) -> Result<(), CudaError> {
-        let split = self.splits(idx, rounded, policy);
+        let out = self.served_bytes(idx, rounded, policy);
         let b = &self.blocks[idx as usize];
-        let out = if split { rounded } else { b.size };
         let (si, addr) = (b.seg, b.addr);
         let (first, end) = self.granules_of(si, addr, out);
         let (base, g) = (self.seg(si).addr, self.granule);
@@ -389,7 +392,7 @@ impl DevicePool {
         let fit = match self.fit_after_return(Class::Large, rounded, policy) {
             Some(idx) => Some(idx),
             None => self
-                .grow(Class::Large, &[rounded], backend)
+                .grow(Class::Large, rounded, &[rounded], backend, policy)
                 .and_then(Result::ok),
         };
         if let Some(idx) = fit {

@@ -822,8 +822,6 @@ fn under_a_split_cap_a_classic_block_kept_whole_leaves_the_request_to_the_range(
 /// A miss takes blocks of its size back from another thread's cache before it maps new
 /// memory, as it does before it grows with classic segments (`refill`, step 2).
 #[test]
-#[ignore = "bug: a miss maps fresh granules from the range's unused address space and never \
-            reaches the ladder's step that takes blocks back from other threads' caches"]
 fn a_miss_takes_blocks_of_its_size_from_another_threads_cache_before_mapping() {
     let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
     s.thread_cache = crate::config::DEFAULT_THREAD_CACHE;
@@ -852,5 +850,40 @@ fn a_miss_takes_blocks_of_its_size_from_another_threads_cache_before_mapping() {
             assert_eq!(p.backend().mapped_on(0), mapped, "nothing mapped");
         },
     );
+    assert_sound(&p);
+}
+
+/// A barrier taken to fit better (`better_fit`) can merge the chosen block into a neighbour
+/// whose granules went back: no cached block fits then, and the request maps the merged
+/// block's granules, rather than taking the block the merge removed.
+#[test]
+fn a_fit_merged_away_by_its_barrier_leaves_the_request_to_the_mapping() {
+    let p = vmm_pool(ReuseMode::Barrier, DeviceBytes::Unbounded, DEVICE);
+    let barrier = |p: &Pool<ModelDriver>| {
+        let at = p.seq_before_sync(0);
+        p.observe_barrier(0, at);
+    };
+    // Packed one after another: x, q, b, i, y.
+    let [x, q, b, i, y] = [3, 9, 12, 40, 3].map(|mib| p.alloc(0, mib * MIB).unwrap());
+    // q's whole granules go back; i stays mapped and free: the best fit for 10 MiB.
+    p.free(q, FreeKind::Sync, Some(0));
+    barrier(&p);
+    p.empty_cache(0);
+    p.free(i, FreeKind::Sync, Some(0));
+    barrier(&p);
+    // b waits for a barrier, and is larger than the request: `better_fit` takes one, and b
+    // merges q, itself and i into one block whose start is unmapped.
+    p.free(b, FreeKind::Sync, Some(0));
+    let mapped = p.backend().mapped_on(0);
+    let a = p.alloc(0, 10 * MIB).unwrap();
+    assert_eq!(a, q, "carved at the merged block's start");
+    assert!(
+        p.backend().mapped_on(0) > mapped,
+        "q's granules mapped again"
+    );
+    assert_sound(&p);
+    for z in [x, a, y] {
+        p.free(z, FreeKind::Sync, Some(0));
+    }
     assert_sound(&p);
 }
