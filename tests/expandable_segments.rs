@@ -173,6 +173,39 @@ fn the_summarys_driver_line_counts_maps_and_unmaps() {
     }
 }
 
+#[test]
+fn under_a_split_cap_blocks_of_every_size_come_from_the_range() {
+    // A split cap keeps big blocks of classic segments whole; a range's unused address space
+    // and its freed blocks serve requests below and above it, as without one.
+    let env = [
+        ("CUDASIM_MEM", "4GiB"),
+        ("GPUPOOL_MAX_SPLIT_SIZE", "128MiB"),
+    ];
+    let (out, err) = run(true, "sizes", &env);
+    let n = |key: &str| number::<u64>(&out, key);
+    assert_eq!(n("sizes_mallocs="), 0, "no classic segment: {out}\n{err}");
+    let mapped = n("sizes_mapped=");
+    assert!(mapped < 2 * GIB + 110 * MIB, "{out}");
+    assert_eq!(
+        n("sizes_reused="),
+        1,
+        "the freed 2 GiB block serves 100 MiB: {out}"
+    );
+    assert_eq!(
+        n("sizes_mapped_after_reuse="),
+        mapped,
+        "nothing more mapped: {out}"
+    );
+    // With classic segments the cap keeps the 2 GiB block whole: the 100 MiB request gets a
+    // segment of its own.
+    let (out, err) = run(
+        true,
+        "sizes",
+        &[env[0], env[1], ("GPUPOOL_EXPANDABLE", "0")],
+    );
+    assert_eq!(number::<u64>(&out, "sizes_reused="), 0, "{out}\n{err}");
+}
+
 /// `tests/c/driver_fill.c` on a 16 GiB device with a 512 MiB context, as in the issue.
 fn driver_fill(pool: bool, size_kib: u64) -> String {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

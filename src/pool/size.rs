@@ -5,7 +5,8 @@
 //! rounding; requests up to 1 MiB share "small" segments; 1–10 MiB requests get 20 MiB
 //! segments; larger requests get a segment of their own rounded to 2 MiB. Small blocks split
 //! freely; a large block is split only when the remainder exceeds 1 MiB, so big blocks are not
-//! shredded into slivers.
+//! shredded into slivers. `max_split_size` keeps big blocks of classic segments whole; an
+//! expandable segment's blocks are address space and split whatever it says.
 //!
 //! Small segments are 4 MiB, not PyTorch's 2: half the `cudaMalloc` calls for small requests
 //! (the generated inference trace: 42 calls instead of 62; random requests up to 1 MiB: half),
@@ -90,7 +91,9 @@ fn round_up(n: u64, step: u64) -> Option<u64> {
     n.checked_add(step - 1).map(|v| v & !(step - 1))
 }
 
-/// Whether a cached block of `block` bytes may serve a request of `rounded` bytes.
+/// Whether a cached block of `block` bytes may serve a request of `rounded` bytes, with
+/// `max_split_size` the block's split cap (`u64::MAX` for none; an expandable segment's blocks
+/// have none: `DevicePool::split_cap`).
 pub fn may_serve(block: u64, rounded: u64, max_split_size: u64) -> bool {
     if block < rounded {
         return false;
@@ -106,7 +109,8 @@ pub fn may_serve(block: u64, rounded: u64, max_split_size: u64) -> bool {
     }
 }
 
-/// Whether serving `rounded` from a cached block of `block` bytes splits off the remainder.
+/// Whether serving `rounded` from a cached block of `block` bytes splits off the remainder,
+/// with `max_split_size` the block's split cap, as for `may_serve`.
 pub fn should_split(class: Class, block: u64, rounded: u64, max_split_size: u64) -> bool {
     let rest = block - rounded;
     match class {

@@ -206,9 +206,11 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
     }
     // A cap at or below the request keeps cached blocks of its size or more whole for requests
     // like it (smaller ones no longer carve them): for the next run, and only if the setting
-    // is not that low already (advice that repeats the setting in force helps no one).
+    // is not that low already (advice that repeats the setting in force helps no one). Blocks
+    // of expandable segments have no cap: not where a mapping failed.
     let cap = 1u64 << (63 - size.max(1).leading_zeros());
     if size > crate::pool::size::SMALL_LIMIT
+        && !mapping
         && cap > crate::config::MAX_SPLIT_SIZE_ABOVE
         && cap < max_split_size
         && d.fragmentation() > 0.3
@@ -285,4 +287,53 @@ fn packing_advice(d: &DeviceReport, stranded: u64, device_free: u64) -> String {
         bytes(stranded),
         bytes(device_free)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DeviceBytes, ReuseMode};
+    use crate::pool::model_driver::ModelDriver;
+    use crate::pool::{FreeKind, LockWait, Policy, Pool, Settings};
+
+    const MIB: u64 = 1 << 20;
+
+    /// A split cap keeps no block of an expandable segment whole (`DevicePool::split_cap`), so
+    /// the report does not advise one when a large request failed to map: here the cache holds
+    /// enough, in 1.5 MiB pieces that share their granules with live blocks.
+    #[test]
+    fn no_split_cap_is_advised_where_large_blocks_come_from_a_range() {
+        let settings = Settings {
+            reuse: ReuseMode::Strict,
+            threshold: DeviceBytes::Unbounded,
+            limit: DeviceBytes::Unbounded,
+            policy: Policy {
+                max_split_size: u64::MAX,
+                fence_bytes: 64 * MIB,
+                mapped_slack_permille: None,
+            },
+            trace: None,
+            thread_cache: 0,
+            cache_contention: 0,
+            expandable: true,
+        };
+        let p = Pool::new(
+            ModelDriver::new().with_capacity(512 * MIB).with_vmm(),
+            settings,
+        );
+        let blocks: Vec<_> = std::iter::from_fn(|| p.alloc(0, 3 * MIB / 2).ok()).collect();
+        for &a in blocks.iter().step_by(2) {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        let at = p.seq_before_sync(0);
+        p.observe_fence(0, at);
+        assert!(p.alloc(0, 40 * MIB).is_err());
+        let report = Report::collect(&p, "libcudart.so.12", LockWait::Unbounded);
+        let d = &report.devices[0];
+        assert_eq!(d.snap.expandable, Expandable::On);
+        assert!(d.fragmentation() > 0.3 && d.cached_free() >= 40 * MIB);
+        let text = render(d, 40 * MIB, u64::MAX, "libcudart.so.12");
+        assert!(text.contains("  expandable "), "{text}");
+        assert!(!text.contains("GPUPOOL_MAX_SPLIT_SIZE"), "{text}");
+    }
 }

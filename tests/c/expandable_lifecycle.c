@@ -7,6 +7,8 @@
  *                                        the mapped memory was created with
  *   expandable_lifecycle slack           a freed 100 MiB block, then a 150 MiB request that
  *                                        no hole holds (GPUPOOL_EXPANDABLE_SLACK moves memory)
+ *   expandable_lifecycle sizes           7 MiB, 100 MiB and 2 GiB blocks (run with a split cap
+ *                                        and CUDASIM_MEM=4GiB), the 2 GiB one then reused
  * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
  * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
 #include "check.h"
@@ -123,6 +125,49 @@ static void slack(void)
     CHECK_CUDA(cudaDeviceSynchronize());
 }
 
+/* The first and last MiB of a block: a whole 2 GiB block would cost the host 4 GiB. */
+static void tag_ends(void *p, size_t n, unsigned char tag)
+{
+    tag_block(p, MiB, tag);
+    tag_block((char *)p + n - MiB, MiB, tag);
+}
+
+static void check_ends(void *p, size_t n, unsigned char tag)
+{
+    check_tag(p, MiB, tag);
+    check_tag((char *)p + n - MiB, MiB, tag);
+}
+
+/* Blocks below and above a split cap, each tagged and checked; then the 2 GiB block, freed,
+ * serves a 100 MiB one. Prints the driver's calls and the bytes mapped before and after the
+ * reuse. */
+static void sizes(void)
+{
+    static const size_t size[3] = {7 * MiB, 100 * MiB, 2048 * MiB};
+    void *p[3], *again = NULL;
+    int i;
+    for (i = 0; i < 3; i++) {
+        CHECK_CUDA(cudaMalloc(&p[i], size[i]));
+        tag_ends(p[i], size[i], (unsigned char)(0x40 + i));
+    }
+    for (i = 0; i < 3; i++)
+        check_ends(p[i], size[i], (unsigned char)(0x40 + i));
+    cudasimStats st = sim_stats(0);
+    printf("sizes_mallocs=%llu\n", st.malloc_calls);
+    printf("sizes_mapped=%llu\n", st.vmm_mapped_bytes);
+    CHECK_CUDA(cudaFree(p[2]));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaMalloc(&again, 100 * MiB));
+    tag_ends(again, 100 * MiB, 0x50);
+    check_ends(p[0], size[0], 0x40);
+    check_ends(p[1], size[1], 0x41);
+    printf("sizes_reused=%d\n", again == p[2]);
+    printf("sizes_mapped_after_reuse=%llu\n", sim_stats(0).vmm_mapped_bytes);
+    CHECK_CUDA(cudaFree(again));
+    CHECK_CUDA(cudaFree(p[0]));
+    CHECK_CUDA(cudaFree(p[1]));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -136,8 +181,10 @@ int main(int argc, char **argv)
         calls();
     } else if (strcmp(mode, "slack") == 0) {
         slack();
+    } else if (strcmp(mode, "sizes") == 0) {
+        sizes();
     } else {
-        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls or slack");
+        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls, slack or sizes");
     }
     printf("expandable_lifecycle ok\n");
     return 0;

@@ -10,9 +10,10 @@ impl DevicePool {
         if self.blocks[idx as usize].state == State::Free {
             self.unindex(idx);
         }
+        let splits = self.splits(idx, rounded, policy);
         let b = &self.blocks[idx as usize];
         let (addr, size, seg, class) = (b.addr, b.size, b.seg, b.class);
-        if should_split(class, size, rounded, policy.max_split_size) {
+        if splits {
             let rest = self.new_block(Block {
                 addr: addr + rounded,
                 size: size - rounded,

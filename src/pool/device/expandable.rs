@@ -221,12 +221,16 @@ impl DevicePool {
         let Err(refused) = self.map_block(idx, rounded, backend, policy) else {
             return Ok(idx);
         };
-        // The request is one hit or one miss, whatever the steps below count: a hit if it is
-        // served and no segment grew for it.
+        // The request is one hit or one miss, whatever the steps below count: a miss if it is
+        // served and they grew a range or segment for it, else a hit. Counted so far: a hit
+        // if `hit`, else the miss of `grow`.
         let hits = self.stats.hits - u64::from(hit && cfg!(feature = "stats"));
         let misses = self.stats.misses;
         let served = self.after_refused_map(refused, rounded, backend, clock, policy);
-        self.stats.hits = hits + u64::from(served.is_ok() && self.stats.misses == misses);
+        let grown = self.stats.misses > misses;
+        self.stats.hits = hits + u64::from(served.is_ok() && !grown);
+        self.stats.misses =
+            misses.saturating_sub(u64::from(!hit)) + u64::from(served.is_ok() && grown);
         served
     }
 
@@ -362,12 +366,7 @@ impl DevicePool {
         policy: &Policy,
     ) -> (u32, u64, u64) {
         let b = &self.blocks[idx as usize];
-        let out = if should_split(b.class, b.size, rounded, policy.max_split_size) {
-            rounded
-        } else {
-            b.size
-        };
-        let (first, end) = self.granules_of(b.seg, b.addr, out);
+        let (first, end) = self.granules_of(b.seg, b.addr, self.served_bytes(idx, rounded, policy));
         (b.seg, first, end)
     }
 
@@ -407,7 +406,7 @@ impl DevicePool {
         let fit = match self.fit_after_return(Class::Large, rounded, policy) {
             Some(idx) => Some(idx),
             None => self
-                .grow(Class::Large, &[rounded], backend)
+                .grow(Class::Large, rounded, &[rounded], backend, policy)
                 .and_then(Result::ok),
         };
         if let Some(idx) = fit {

@@ -70,7 +70,8 @@ impl DevicePool {
     /// barrier or a fence: blocks freed moments ago are usually the right size (a gradient after
     /// its activation), and shredding big blocks instead is what makes a cache grow. Make the
     /// waiting blocks reusable first (a barrier costs no host wait; a fence is taken only here
-    /// and in `refill`) and fit again.
+    /// and in `refill`) and fit again. `None` when no cached block fits then: `idx` may have
+    /// merged with a neighbour the barrier freed into a block that would map granules.
     pub(super) fn better_fit(
         &mut self,
         idx: u32,
@@ -79,9 +80,9 @@ impl DevicePool {
         backend: &dyn Backend,
         clock: &ReuseClock,
         policy: &Policy,
-    ) -> Result<u32, CudaError> {
+    ) -> Result<Option<u32>, CudaError> {
         if class == Class::Small || self.blocks[idx as usize].size <= 2 * rounded {
-            return Ok(idx);
+            return Ok(Some(idx));
         }
         // A failed barrier or fence leaves the waiting blocks waiting; `idx` still fits.
         let made_reusable = if self.pending_barrier_bytes >= rounded {
@@ -92,9 +93,9 @@ impl DevicePool {
             false
         };
         if !made_reusable {
-            return Ok(idx);
+            return Ok(Some(idx));
         }
-        Ok(self.find_fit(class, rounded, policy).unwrap_or(idx))
+        Ok(self.find_fit(class, rounded, policy))
     }
 
     /// A block for `rounded` bytes among those just made reusable (given back by thread caches,
@@ -121,18 +122,93 @@ impl DevicePool {
         Some(idx)
     }
 
-    /// The best fit for `rounded` bytes in its pool. `max_split_size` concerns large blocks
-    /// only: small ones always split (`should_split`), and a small segment's remainder must serve
-    /// small requests whatever the setting: with 4 MiB small segments and a 2–4 MiB setting,
-    /// every small request would take a segment of its own.
+    /// The best fit for `rounded` bytes among the cached blocks of its pool. `max_split_size`
+    /// concerns large blocks only: small ones always split (`should_split`), and a small
+    /// segment's remainder must serve small requests whatever the setting: with 4 MiB small
+    /// segments and a 2–4 MiB setting, every small request would take a segment of its own.
+    /// A best fit in a range that would map granules is no cached block: mapping is growth,
+    /// which the ladder's cheaper steps come before (`refill`; `room_in_range`).
     pub(super) fn find_fit(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
         match class {
             Class::Small => self.free_small.best_fit(rounded).map(|(_, idx)| idx),
-            Class::Large => {
-                let (&(size, _), &idx) = self.free_large.range((rounded, 0)..).next()?;
-                may_serve(size, rounded, policy.max_split_size).then_some(idx)
-            }
+            Class::Large => self
+                .best_fit_large(rounded, policy)
+                .filter(|&idx| !self.needs_mapping(idx, rounded, policy)),
         }
+    }
+
+    /// The best fit for a large request, mapped or not.
+    fn best_fit_large(&self, rounded: u64, policy: &Policy) -> Option<u32> {
+        let mut fits = self
+            .free_large
+            .range((rounded, 0)..)
+            .map(|(k, &idx)| (k.0, idx));
+        let (size, idx) = fits.next()?;
+        if may_serve(size, rounded, self.split_cap(idx, policy)) {
+            return Some(idx);
+        }
+        // Larger classic blocks the cap keeps whole waste more still; a range's block serves
+        // past them (both kinds coexist only where a reservation was refused).
+        if self.ranges.is_empty() {
+            return None;
+        }
+        fits.map(|(_, idx)| idx).find(|&idx| self.in_range(idx))
+    }
+
+    /// Room for `rounded` bytes in a range: the best fit, with the granules it lacks, which
+    /// `serve` maps (`map_or_recover`). The ladder's first way to grow.
+    pub(super) fn room_in_range(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
+        if class == Class::Small || self.ranges.is_empty() {
+            return None;
+        }
+        self.best_fit_large(rounded, policy)
+    }
+
+    /// Whether serving `rounded` bytes from free block `idx` maps granules: a range's address
+    /// space never used, or granules given back.
+    fn needs_mapping(&self, idx: u32, rounded: u64, policy: &Policy) -> bool {
+        if !self.in_range(idx) {
+            return false;
+        }
+        let (si, first, end) = self.granules_to_serve(idx, rounded, policy);
+        self.range_granules(si)
+            .is_some_and(|g| g.count_between(first, end) < end - first)
+    }
+
+    /// The bytes block `idx` hands out for `rounded`: all of it unless `take` splits it.
+    pub(super) fn served_bytes(&self, idx: u32, rounded: u64, policy: &Policy) -> u64 {
+        if self.splits(idx, rounded, policy) {
+            rounded
+        } else {
+            self.blocks[idx as usize].size
+        }
+    }
+
+    /// The split cap of block `idx` (`size::may_serve`, `size::should_split`).
+    /// `max_split_size` keeps big cached blocks of classic segments whole: a split segment goes
+    /// back to the driver only once all its pieces are free, and shredded big blocks make the
+    /// pool grow for the next big request. A range's blocks have no cap: its unused address
+    /// space costs nothing, a free block's whole granules are unmapped whatever its neighbours,
+    /// and its last free block, larger than any cap, must serve every request.
+    pub(super) fn split_cap(&self, idx: u32, policy: &Policy) -> u64 {
+        if self.in_range(idx) {
+            u64::MAX
+        } else {
+            policy.max_split_size
+        }
+    }
+
+    /// Whether serving `rounded` bytes from block `idx` splits off the remainder: what `take`
+    /// hands out, and so what a range maps for it.
+    pub(super) fn splits(&self, idx: u32, rounded: u64, policy: &Policy) -> bool {
+        let b = &self.blocks[idx as usize];
+        should_split(b.class, b.size, rounded, self.split_cap(idx, policy))
+    }
+
+    /// Whether large block `idx` lies in an expandable segment. Small blocks never do.
+    pub(super) fn in_range(&self, idx: u32) -> bool {
+        let b = &self.blocks[idx as usize];
+        b.class == Class::Large && self.seg(b.seg).expandable
     }
 
     pub(super) fn index(&mut self, idx: u32) {

@@ -77,24 +77,25 @@ impl DevicePool {
             segment_size(rounded, self.grow_above(policy)).ok_or(CudaError::MEMORY_ALLOCATION)?;
         let class = class_of(rounded);
         self.promote(clock);
-        let binned = Self::bin_of(rounded).and_then(|k| self.bins[k].pop());
-        let (idx, hit) = match binned {
+        let cached = match Self::bin_of(rounded).and_then(|k| self.bins[k].pop()) {
             Some(idx) => {
                 self.binned_bytes -= rounded;
+                Some(idx)
+            }
+            None => match self.find_fit(class, rounded, policy) {
+                Some(idx) => self.better_fit(idx, class, rounded, backend, clock, policy)?,
+                None => None,
+            },
+        };
+        let (idx, hit) = match cached {
+            Some(idx) => {
                 counted! { self.stats.hits += 1; }
                 (idx, true)
             }
-            None => match self.find_fit(class, rounded, policy) {
-                Some(idx) => {
-                    counted! { self.stats.hits += 1; }
-                    let idx = self.better_fit(idx, class, rounded, backend, clock, policy)?;
-                    (idx, true)
-                }
-                None => (
-                    self.refill(class, rounded, seg_size, backend, clock, policy)?,
-                    false,
-                ),
-            },
+            None => (
+                self.refill(class, rounded, seg_size, backend, clock, policy)?,
+                false,
+            ),
         };
         let idx = if self.granule != 0 && class == Class::Large {
             self.map_or_recover(idx, rounded, hit, backend, clock, policy)?
@@ -160,15 +161,17 @@ impl DevicePool {
         } else {
             &[seg_size]
         };
-        if let Some(grown) = self.grow(class, sizes, backend) {
+        if let Some(grown) = self.grow(class, rounded, sizes, backend, policy) {
             return grown;
         }
         self.recover_from_oom(class, rounded, outgrown, backend, clock, policy)
     }
 
-    /// Step 1: free blocks waiting in the bins, merged back into the index.
+    /// Step 1: free blocks waiting in the bins, merged back into the index. Bins hold small
+    /// blocks only: a large request leaves them to the hits (with expandable segments every
+    /// mapping comes through this ladder).
     fn fit_from_bins(&mut self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
-        if self.binned_bytes == 0 {
+        if self.binned_bytes == 0 || class == Class::Large {
             return None;
         }
         self.flush_bins();
@@ -269,14 +272,21 @@ impl DevicePool {
         }
     }
 
-    /// Step 6: a new segment of the first of `sizes` the driver (and the limit) grants. `None`
-    /// when each was refused as out of memory; another error is the request's.
+    /// Step 6: room for `rounded` bytes in a range, whose granules `serve` maps, else a new
+    /// segment of the first of `sizes` the driver (and the limit) grants. `None` when each was
+    /// refused as out of memory; another error is the request's.
     pub(super) fn grow(
         &mut self,
         class: Class,
+        rounded: u64,
         sizes: &[u64],
         backend: &dyn Backend,
+        policy: &Policy,
     ) -> Option<Result<u32, CudaError>> {
+        if let Some(idx) = self.room_in_range(class, rounded, policy) {
+            self.stats.misses += 1;
+            return Some(Ok(idx));
+        }
         for &size in sizes {
             match self.new_segment(class, size, backend) {
                 Ok(idx) => {
@@ -328,7 +338,7 @@ impl DevicePool {
         } else {
             &[exact]
         };
-        match self.grow(class, sizes, backend) {
+        match self.grow(class, rounded, sizes, backend, policy) {
             Some(Ok(idx)) => {
                 self.stats.oom_recovered += 1;
                 return Ok(idx);

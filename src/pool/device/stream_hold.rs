@@ -162,7 +162,7 @@ impl DevicePool {
             .get(&stream)?
             .range((large, rounded, 0)..=(large, u64::MAX, u32::MAX))
             .next()?;
-        if large && !may_serve(size, rounded, policy.max_split_size) {
+        if large && !may_serve(size, rounded, self.split_cap(idx, policy)) {
             return None;
         }
         // The best fit of all: a reusable block that fits better serves instead.
@@ -180,7 +180,7 @@ impl DevicePool {
             (b.stamp, b.wants_fence, b.seg, b.next)
         };
         self.unpend(idx);
-        if should_split(class, size, rounded, policy.max_split_size) {
+        if self.splits(idx, rounded, policy) {
             // The remainder was freed with the block: still pending, still held. Its queue
             // entry goes behind later ones: `promote` stops at the first entry not covered, so
             // an older entry behind newer ones is made reusable late, never early.

@@ -746,11 +746,11 @@ fn a_request_served_after_a_refused_mapping_counts_once() {
     p.check().unwrap();
 }
 
-/// A split cap (`GPUPOOL_MAX_SPLIT_SIZE`) keeps big cached blocks whole; a range's unused
-/// address space is no cached block, and large requests are carved from it as without a cap.
+/// A split cap (`GPUPOOL_MAX_SPLIT_SIZE`) keeps big cached blocks of classic segments whole; a
+/// range's blocks have none: its unused address space serves requests below and above the cap
+/// (with no `OVERSIZE_SLACK` bound), and a freed big block serves smaller requests from the
+/// memory it has mapped, as without a cap.
 #[test]
-#[ignore = "bug: under a split cap the range's free block is never split: the first large \
-            request tries to map the whole range, and every large request fails"]
 fn a_split_cap_leaves_large_requests_served_from_the_range() {
     for cap in [32 * MIB, 128 * MIB, 1 << 30] {
         let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
@@ -768,22 +768,60 @@ fn a_split_cap_leaves_large_requests_served_from_the_range() {
             0,
             "cap {cap}: no classic segment"
         );
-        assert!(
-            p.backend().mapped_on(0) < (2 << 30) + 110 * MIB,
-            "cap {cap}"
+        assert_eq!(p.backend().reservations(), 1, "cap {cap}: one range");
+        let mapped = p.backend().mapped_on(0);
+        assert!(mapped < (2 << 30) + 110 * MIB, "cap {cap}: {mapped}");
+        // The freed 2 GiB block serves 100 MiB and 7 MiB requests with what it has mapped.
+        p.free(blocks[2], FreeKind::Sync, Some(0));
+        program_sync(&p);
+        let again: Vec<Addr> = [100 * MIB, 7 * MIB]
+            .into_iter()
+            .map(|size| p.alloc(0, size).unwrap())
+            .collect();
+        assert_eq!(again[0], blocks[2], "cap {cap}");
+        assert_eq!(
+            p.backend().mapped_on(0),
+            mapped,
+            "cap {cap}: nothing mapped"
         );
-        for a in blocks {
-            p.free(a, FreeKind::Sync, Some(0));
+        for a in blocks[..2].iter().chain(&again) {
+            p.free(*a, FreeKind::Sync, Some(0));
         }
         assert_sound(&p);
     }
 }
 
+/// Where a reservation was refused and a classic segment served instead, the cap keeps that
+/// segment's block whole, and a smaller request is carved from the range beside it rather than
+/// reserving another range.
+#[test]
+fn under_a_split_cap_a_classic_block_kept_whole_leaves_the_request_to_the_range() {
+    let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+    s.policy.max_split_size = 128 * MIB;
+    let p = Pool::new(vmm_model(DEVICE), s);
+    p.backend()
+        .fail_next(Call::Reserve, CudaError::MEMORY_ALLOCATION.0);
+    let classic = p.alloc(0, 200 * MIB).unwrap();
+    assert_eq!(p.backend().counts().mallocs, 1, "a classic segment");
+    let ranged = p.alloc(0, 300 * MIB).unwrap();
+    assert_eq!(p.backend().reservations(), 1);
+    p.free(classic, FreeKind::Sync, Some(0));
+    program_sync(&p);
+    let small = p.alloc(0, 50 * MIB).unwrap();
+    assert_ne!(small, classic, "the cap keeps the classic block whole");
+    assert_eq!(p.backend().reservations(), 1, "no second range");
+    assert_eq!(p.backend().counts().mallocs, 1);
+    // The classic block still serves a request its own size.
+    assert_eq!(p.alloc(0, 200 * MIB).unwrap(), classic);
+    for a in [classic, ranged, small] {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    assert_sound(&p);
+}
+
 /// A miss takes blocks of its size back from another thread's cache before it maps new
 /// memory, as it does before it grows with classic segments (`refill`, step 2).
 #[test]
-#[ignore = "bug: a miss maps fresh granules from the range's unused address space and never \
-            reaches the ladder's step that takes blocks back from other threads' caches"]
 fn a_miss_takes_blocks_of_its_size_from_another_threads_cache_before_mapping() {
     let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
     s.thread_cache = crate::config::DEFAULT_THREAD_CACHE;
@@ -812,5 +850,40 @@ fn a_miss_takes_blocks_of_its_size_from_another_threads_cache_before_mapping() {
             assert_eq!(p.backend().mapped_on(0), mapped, "nothing mapped");
         },
     );
+    assert_sound(&p);
+}
+
+/// A barrier taken to fit better (`better_fit`) can merge the chosen block into a neighbour
+/// whose granules went back: no cached block fits then, and the request maps the merged
+/// block's granules, rather than taking the block the merge removed.
+#[test]
+fn a_fit_merged_away_by_its_barrier_leaves_the_request_to_the_mapping() {
+    let p = vmm_pool(ReuseMode::Barrier, DeviceBytes::Unbounded, DEVICE);
+    let barrier = |p: &Pool<ModelDriver>| {
+        let at = p.seq_before_sync(0);
+        p.observe_barrier(0, at);
+    };
+    // Packed one after another: x, q, b, i, y.
+    let [x, q, b, i, y] = [3, 9, 12, 40, 3].map(|mib| p.alloc(0, mib * MIB).unwrap());
+    // q's whole granules go back; i stays mapped and free: the best fit for 10 MiB.
+    p.free(q, FreeKind::Sync, Some(0));
+    barrier(&p);
+    p.empty_cache(0);
+    p.free(i, FreeKind::Sync, Some(0));
+    barrier(&p);
+    // b waits for a barrier, and is larger than the request: `better_fit` takes one, and b
+    // merges q, itself and i into one block whose start is unmapped.
+    p.free(b, FreeKind::Sync, Some(0));
+    let mapped = p.backend().mapped_on(0);
+    let a = p.alloc(0, 10 * MIB).unwrap();
+    assert_eq!(a, q, "carved at the merged block's start");
+    assert!(
+        p.backend().mapped_on(0) > mapped,
+        "q's granules mapped again"
+    );
+    assert_sound(&p);
+    for z in [x, a, y] {
+        p.free(z, FreeKind::Sync, Some(0));
+    }
     assert_sound(&p);
 }
