@@ -9,15 +9,18 @@
 //! answer adds the pool's figures to the runtime's own (what passed through, such as
 //! allocations made during graph capture), and a trim gives the pool's cache back too.
 //!
-//! Passed through untouched: allocations on a stream being captured into a graph (the graph
-//! owns them), on a stream of another device than the current one, and every call about a
-//! pool other than a default one.
+//! Passed through untouched: allocations while the device's current memory pool is one the
+//! program made current (`cudaDeviceSetMemPool`: it chose that pool's semantics;
+//! `dispatch::current_pool` keeps which pool is current), on a stream being captured into a
+//! graph (the graph owns them), on a stream of another device than the current one, and every
+//! call about a pool other than a default one (`cudaMallocFromPoolAsync` is not hooked at all).
 
 use std::ffi::c_void;
 
 use crate::cuda::backend::CudaBackend;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
+use crate::dispatch::current_pool;
 use crate::dispatch::{
     current_device, forward, malloc_with, one_device, own_query, runtime, Promise,
 };
@@ -55,6 +58,9 @@ pub unsafe fn malloc_async(
     let Some(dev) = current_device(rt) else {
         return pass(rt);
     };
+    if !current_pool::is_default(dev, || current_is_default(rt, dev)) {
+        return never_worse(rt, pool, dev, pass);
+    }
     if capturing(rt, stream) || !on_device(rt, stream, dev) {
         return pass(rt);
     }
@@ -70,6 +76,94 @@ pub unsafe fn malloc_async(
             pass,
         )
     }
+}
+
+/// The runtime's answer to an allocation from the program's own memory pool. Never worse on
+/// memory: when the runtime is out of memory, the pool's cache on `dev` goes back to the driver
+/// and the runtime is asked again (the pool's cache could be what the program's pool lacks).
+fn never_worse(
+    rt: &Runtime,
+    pool: Option<&Pool<CudaBackend>>,
+    dev: u32,
+    pass: impl Fn(&Runtime) -> CudaStatus,
+) -> CudaStatus {
+    let r = pass(rt);
+    if r != ERROR_MEMORY_ALLOCATION {
+        return r;
+    }
+    let released = match (pool, guard::enter()) {
+        (Some(pool), Some(_inside)) => pool.empty_cache(dev),
+        _ => 0,
+    };
+    if released == 0 {
+        return r;
+    }
+    // SAFETY: no arguments; the failed attempt's error is not the program's to see.
+    unsafe { (rt.get_last_error)() };
+    pass(rt)
+}
+
+/// Whether device `dev`'s current memory pool is its default one, as the runtime says (`None`
+/// when it cannot).
+fn current_is_default(rt: &Runtime, dev: u32) -> Option<bool> {
+    let current = mem_pool_of(rt, rt.device_get_mem_pool?, dev)?;
+    Some(Some(current) == default_mem_pool(rt, dev))
+}
+
+/// Device `dev`'s default memory pool, as the runtime says.
+fn default_mem_pool(rt: &Runtime, dev: u32) -> Option<MemPool> {
+    mem_pool_of(rt, rt.device_get_default_mem_pool?, dev)
+}
+
+/// What `get` (`cudaDeviceGetMemPool` or `cudaDeviceGetDefaultMemPool`) gives for `dev`; a
+/// failure leaves no error behind.
+fn mem_pool_of(
+    rt: &Runtime,
+    get: crate::cuda::runtime::DeviceGetDefaultMemPoolFn,
+    dev: u32,
+) -> Option<MemPool> {
+    let mut p: MemPool = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer and a device the pool serves.
+    (own_query(rt, unsafe { get(&mut p, dev as i32) }) == SUCCESS).then_some(p)
+}
+
+/// `cudaDeviceSetMemPool`: after the runtime's own call succeeded, whether the pool set is the
+/// device's default one decides whether its `cudaMallocAsync`s are pooled.
+///
+/// # Safety
+/// As `cudaDeviceSetMemPool`.
+pub unsafe fn device_set_mem_pool(device: i32, mem_pool: MemPool) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = forward(rt.device_set_mem_pool, |f| unsafe { f(device, mem_pool) });
+    if r == SUCCESS {
+        let default = u32::try_from(device)
+            .ok()
+            .and_then(|d| default_mem_pool(rt, d));
+        current_pool::note_set(device, default.map(|p| p == mem_pool));
+    }
+    r
+}
+
+/// `cudaMemPoolDestroy`: destroying a device's current pool makes its default one current.
+///
+/// # Safety
+/// As `cudaMemPoolDestroy`.
+pub unsafe fn mem_pool_destroy(mem_pool: MemPool) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's argument, passed on unchanged.
+    let r = forward(g.runtime.mem_pool_destroy, |f| unsafe { f(mem_pool) });
+    if r == SUCCESS {
+        current_pool::note_destroyed();
+    }
+    r
 }
 
 /// Whether `stream` is being captured into a graph (or cannot be asked: the safe side). The

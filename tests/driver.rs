@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use sim::{Build, Sim};
-use support::{number, ok, pooled, unpooled};
+use support::{number, ok, pooled, scratch, summary_allocations, unpooled};
 
 fn program() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
@@ -354,4 +354,27 @@ fn a_driver_loaded_by_a_full_path_is_found_and_pooled() {
     assert!(with.contains("driver_by_path ok"), "{with}\n{stderr}");
     assert!(number::<u64>(&with, "driver_path_mallocs=") <= 1, "{with}");
     assert_eq!(number::<u64>(&without, "driver_path_mallocs="), 100);
+}
+
+#[test]
+fn cu_mem_alloc_async_from_the_programs_own_memory_pool_goes_to_the_driver() {
+    // The program made its own pool current (cuDeviceSetMemPool), by symbol or through
+    // cuGetProcAddress: the driver serves those requests from it, and only the default pool's
+    // requests are the pool's.
+    let exe = program();
+    for mode in ["lcuda", "static"] {
+        let args = [mode, "custom-pool"];
+        let done = format!("driver_pool {mode} custom-pool: all checks passed");
+        let (without, _) = ok(&mut unpooled(&exe, &args, ENV));
+        assert!(without.contains(&done), "{without}");
+        let program: u64 = number(&without, "program_async=");
+        assert_eq!(number::<u64>(&without, "default_pool_served="), program);
+        let path = scratch(&format!("driver-custom-pool-{mode}")).join("summary.json");
+        let mut env = ENV.to_vec();
+        env.push(("GPUPOOL_SUMMARY", path.to_str().unwrap()));
+        let (with, err) = ok(&mut pooled(&exe, &args, &env));
+        assert!(with.contains(&done), "{with}\n{err}");
+        assert_eq!(number::<u64>(&with, "default_pool_served="), 0, "{mode}");
+        assert_eq!(summary_allocations(&path), program, "{mode}");
+    }
 }

@@ -10,7 +10,7 @@ mod support;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use support::{c_library, c_program, ok, pooled, scratch, unpooled};
+use support::{c_library, c_program, number, ok, pooled, scratch, summary_allocations, unpooled};
 
 /// The stand-in, under the name the pool recognises PyTorch by.
 fn standin() -> PathBuf {
@@ -168,6 +168,43 @@ fn cuda_malloc_async_is_pooled_stream_ordered_in_every_mode_and_capture_passes_t
     for mode in ["strict", "barrier", "relaxed"] {
         let (out, _) = ok(&mut pooled(&exe, &[], &[("GPUPOOL_REUSE", mode)]));
         assert!(out.contains("async_capture ok"), "{mode}: {out}");
+    }
+}
+
+#[test]
+fn cuda_malloc_async_from_the_programs_own_memory_pool_goes_to_the_runtime() {
+    // The program made its own pool current (cudaDeviceSetMemPool): the runtime serves those
+    // requests from it, and only the default pool's requests are the pool's, with the driver
+    // hooks on (the runtime's own cuMemAllocAsync then reaches them) or off.
+    let exe = c_program("custom_mempool");
+    let env = [
+        ("CUDASIM_DEVICES", "2"),
+        ("CUDASIM_MEM", "1GiB"),
+        ("CUDASIM_CONTEXT_BYTES", "0"),
+    ];
+    let (without, _) = ok(&mut unpooled(&exe, &[], &env));
+    assert!(without.contains("custom_mempool ok"), "{without}");
+    let program: u64 = number(&without, "program_async=");
+    assert_eq!(number::<u64>(&without, "default_pool_served="), program);
+    for hooks in ["1", "0"] {
+        let path = scratch(&format!("custom-mempool-{hooks}")).join("summary.json");
+        let mut all = env.to_vec();
+        all.push(("GPUPOOL_DRIVER_HOOKS", hooks));
+        all.push(("GPUPOOL_SUMMARY", path.to_str().unwrap()));
+        let (with, err) = ok(&mut pooled(&exe, &[], &all));
+        assert!(
+            with.contains("custom_mempool ok"),
+            "hooks {hooks}: {with}\n{err}"
+        );
+        // Every request from a default pool was the pool's; the program's pool served the rest.
+        assert_eq!(
+            number::<u64>(&with, "default_pool_served="),
+            0,
+            "hooks {hooks}"
+        );
+        assert_eq!(number::<u64>(&with, "program_async="), program);
+        // The summary counts what the pool served, not what the runtime did.
+        assert_eq!(summary_allocations(&path), program, "hooks {hooks}");
     }
 }
 

@@ -53,6 +53,9 @@ typedef struct cudasimStats {
 int cudasimGetStats(int device, cudasimStats *out);
 /* Zeroes every device's counters (not the live figures; the peak restarts from live_bytes). */
 void cudasimResetStats(void);
+/* The allocations the memory pool `pool` (a default or a created one) served, failed ones not
+ * counted, since the start or cudasimResetStats. 0, or 1 (bad out, or no live pool). */
+int cudasimGetPoolMallocs(cudaMemPool_t pool, unsigned long long *out);
 /* The launched kernels not yet complete whose range overlaps [p, p+n). */
 size_t cudasimRangeBusy(const void *p, size_t n);
 /* The nth next call (1 = the very next) of the runtime or driver function `name` returns `error`.

@@ -24,6 +24,7 @@ pub const ILLEGAL_STATE: Code = 401;
 pub const NOT_READY: Code = 600;
 pub const PEER_ACCESS_ALREADY_ENABLED: Code = 704;
 pub const PEER_ACCESS_NOT_ENABLED: Code = 705;
+pub const NOT_SUPPORTED: Code = 801;
 pub const STREAM_CAPTURE_UNSUPPORTED: Code = 900;
 pub const UNKNOWN: Code = 999;
 
@@ -86,6 +87,11 @@ const TABLE: &[(Code, &CStr, &CStr)] = &[
         PEER_ACCESS_NOT_ENABLED,
         c"cudaErrorPeerAccessNotEnabled",
         c"peer access has not been enabled",
+    ),
+    (
+        NOT_SUPPORTED,
+        c"cudaErrorNotSupported",
+        c"operation not supported",
     ),
     (
         STREAM_CAPTURE_UNSUPPORTED,

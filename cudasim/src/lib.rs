@@ -20,6 +20,7 @@ mod handles;
 mod link;
 mod memory;
 mod mempool;
+mod pools;
 mod state;
 mod timeline;
 mod vmm;

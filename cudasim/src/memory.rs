@@ -1,6 +1,7 @@
 //! Allocations: host mappings standing for device (and pinned host) memory.
 
 use crate::errors::{CudaResult, MEMORY_ALLOCATION};
+use crate::pools::PoolId;
 use std::collections::BTreeMap;
 
 /// Device capacity is accounted in requested bytes rounded up to this.
@@ -40,8 +41,9 @@ pub struct Alloc {
     pub device: usize,
     pub kind: Kind,
     pub state: State,
-    /// Taken from its device's default memory pool (`cudaMallocAsync` outside a capture).
-    pub pooled: bool,
+    /// The memory pool it was taken from (`cudaMallocAsync`, `cudaMallocFromPoolAsync`
+    /// outside a capture).
+    pub pool: Option<PoolId>,
 }
 
 impl Alloc {
@@ -64,7 +66,7 @@ impl Allocations {
         accounted: u64,
         device: usize,
         kind: Kind,
-        pooled: bool,
+        pool: Option<PoolId>,
     ) -> CudaResult<usize> {
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
         // no existing memory; the result is checked against MAP_FAILED.
@@ -91,7 +93,7 @@ impl Allocations {
                 device,
                 kind,
                 state: State::Live,
-                pooled,
+                pool,
             },
         );
         Ok(base)

@@ -4,10 +4,10 @@
 use crate::config::{self, Config};
 use crate::current;
 use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE};
-use crate::handles::{self, EVENT_MAGIC, POOL_MAGIC, STREAM_MAGIC};
+use crate::handles::{self, EVENT_MAGIC, STREAM_MAGIC};
 use crate::link;
 use crate::memory::{self, Allocations};
-use crate::mempool::Pool;
+use crate::pools::{PoolId, Pools};
 use crate::timeline::{self, Completion, Nanos, Queue, StreamId, Streams};
 use crate::vmm::{Refusal, Vmm};
 use std::collections::{HashMap, HashSet};
@@ -65,8 +65,6 @@ pub struct Device {
     /// Bytes of its physical memory mapped into reserved ranges.
     pub vmm_mapped_bytes: u64,
     pub counters: Counters,
-    /// Its default memory pool (what it uses and keeps; its attributes).
-    pub pool: Pool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -86,8 +84,9 @@ pub struct State {
     pub streams: Streams,
     pub events: HashMap<usize, Event>,
     pub queue: Queue,
-    /// The handle of each device's default memory pool (`cudaMemPool_t`), made once.
-    pub pool_handles: Vec<usize>,
+    /// The memory pools: each device's default one, those the program created, and which is
+    /// each device's current one.
+    pub pools: Pools,
     /// The graphs `cudaStreamEndCapture` made and `cudaGraphDestroy` did not destroy yet.
     pub graphs: HashSet<usize>,
     /// The contexts `cuCtxCreate_v2` made and `cuCtxDestroy_v2` did not destroy yet, with
@@ -160,11 +159,11 @@ pub fn wait_until(deadline: Nanos) -> CudaResult {
 }
 
 /// A synchronization of device `d`: sleeps until `deadline`, retires what completed, then lets
-/// the device's default pool release what it keeps above its release threshold.
+/// the device's memory pools release what they keep above their release thresholds.
 pub fn synchronize(deadline: Nanos, d: usize) -> CudaResult {
     timeline::sleep_until(deadline);
     with_state(|st| {
-        st.devices[d].pool.release();
+        st.pools.release_on(d);
         Ok(())
     })
 }
@@ -179,9 +178,7 @@ impl State {
             streams: Streams::new(cfg.devices),
             events: HashMap::new(),
             queue: Queue::default(),
-            pool_handles: (0..cfg.devices)
-                .map(|_| handles::create(POOL_MAGIC))
-                .collect(),
+            pools: Pools::new(cfg.devices),
             graphs: HashSet::new(),
             contexts: HashMap::new(),
             primary_retains: vec![0; cfg.devices],
@@ -238,22 +235,22 @@ impl State {
             .capacity
             .saturating_sub(context)
             .saturating_sub(dev.live_bytes)
-            .saturating_sub(dev.pool.kept)
+            .saturating_sub(self.pools.kept_on(d))
     }
 
-    /// Allocates `size` (> 0) bytes of `kind` for device `d`, from its default pool if
-    /// `pooled` (which gives its kept bytes first); device memory is accounted against the
-    /// capacity (`cudaErrorMemoryAllocation` when it does not fit).
+    /// Allocates `size` (> 0) bytes of `kind` for device `d`, from memory pool `pool` of that
+    /// device if one is given (which gives its kept bytes first); device memory is accounted
+    /// against the capacity (`cudaErrorMemoryAllocation` when it does not fit).
     pub fn allocate(
         &mut self,
         size: usize,
         d: usize,
         kind: memory::Kind,
-        pooled: bool,
+        pool: Option<PoolId>,
     ) -> CudaResult<usize> {
-        let pool = self.devices[d].pool;
+        let figures = pool.map(|id| self.pools.entry(id).pool);
         let fits = |a: u64| {
-            let needed = if pooled { pool.device_share(a) } else { a };
+            let needed = figures.map_or(a, |f| f.device_share(a));
             needed <= self.free_bytes(d)
         };
         let accounted = match kind {
@@ -262,29 +259,30 @@ impl State {
                 .filter(|&a| fits(a))
                 .ok_or(crate::errors::MEMORY_ALLOCATION)?,
         };
-        let base = self.allocs.create(size, accounted, d, kind, pooled)?;
+        let base = self.allocs.create(size, accounted, d, kind, pool)?;
         if kind != memory::Kind::Host {
             let dev = &mut self.devices[d];
             dev.live_allocations += 1;
             dev.live_bytes += accounted;
             dev.peak_live_bytes = dev.peak_live_bytes.max(dev.live_bytes);
-            if pooled {
-                dev.pool.take(accounted);
+            if let Some(e) = pool.and_then(|id| self.pools.pool_mut(id)) {
+                e.pool.take(accounted);
+                e.mallocs += 1;
             }
         }
         Ok(base)
     }
 
-    /// Unmaps the allocation at `base` and gives its bytes back to its device (to its
-    /// default pool, which keeps them, for a pooled one).
+    /// Unmaps the allocation at `base` and gives its bytes back to its device (to its memory
+    /// pool, which keeps them, for a pooled one whose pool still exists).
     pub fn destroy_allocation(&mut self, base: usize) {
         if let Some(a) = self.allocs.destroy(base) {
             if a.kind != memory::Kind::Host {
                 let dev = &mut self.devices[a.device];
                 dev.live_allocations -= 1;
                 dev.live_bytes -= a.accounted;
-                if a.pooled {
-                    dev.pool.give_back(a.accounted);
+                if let Some(e) = a.pool.and_then(|id| self.pools.pool_mut(id)) {
+                    e.pool.give_back(a.accounted);
                 }
             }
         }
@@ -312,14 +310,6 @@ impl State {
             }
             Err(Refusal::Unmapped) => Err(crate::errors::INVALID_VALUE),
         }
-    }
-
-    /// The device whose default pool has the handle `raw`; `cudaErrorInvalidValue` if none.
-    pub fn pool_device(&self, raw: usize) -> CudaResult<usize> {
-        self.pool_handles
-            .iter()
-            .position(|&h| h == raw)
-            .ok_or(crate::errors::INVALID_VALUE)
     }
 
     /// Resolves a `cudaStream_t`: `0`/`cudaStreamLegacy` and `cudaStreamPerThread` are the
@@ -351,8 +341,8 @@ impl State {
     }
 
     /// Drops everything of device `d` (`cudaDeviceReset`, once its work is done): its
-    /// allocations, streams, events, queued completions, context and default pool (its
-    /// attributes too). Counters stay, and virtual memory: as `cuCtxDestroy` documents, memory
+    /// allocations, streams, events, queued completions, context, the pools created on it, and
+    /// its default pool's figures and attributes (the default pool is current again). Counters stay, and virtual memory: as `cuCtxDestroy` documents, memory
     /// from `cuMemCreate` outlives the context (its handles, mappings and reservations).
     pub fn reset_device(&mut self, d: usize) {
         for base in self.allocs.of_device(d) {
@@ -380,7 +370,7 @@ impl State {
         dev.context = false;
         dev.live_allocations = self.vmm.handles_of(d);
         dev.live_bytes = dev.vmm_created_bytes;
-        // The context's default pool goes with it; the next one has the same handle.
-        dev.pool = Pool::default();
+        // The context's pools go with it; the next default pool has the same handle.
+        self.pools.reset_device(d);
     }
 }

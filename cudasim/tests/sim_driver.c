@@ -1,6 +1,6 @@
 /* cudasim's driver face for a program linked with -lcuda alone (no runtime): initialization,
  * the primary and created contexts, allocation and its errors, streams, events, the async pair
- * and a launch on the in-flight model. */
+ * and a launch on the in-flight model, memory pools the program creates and makes current. */
 #include "check.h"
 #include "cuda.h"
 
@@ -145,6 +145,38 @@ int main(void)
     CHECK(ctx == primary, "the destroyed context stayed current");
     CU_EXPECT(cuCtxPushCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
     CU_EXPECT(cuCtxDestroy(primary), CUDA_ERROR_INVALID_CONTEXT);
+
+    SECTION("memory pools: created, made current, served cuMemAllocAsync, destroyed");
+    {
+        CUmemoryPool def = NULL, mine = NULL, cur = NULL;
+        CUmemPoolProps props;
+        unsigned long long served = 0;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = 0;
+        CU_OK(cuDeviceGetDefaultMemPool(&def, 0));
+        CU_EXPECT(cuDeviceGetDefaultMemPool(&def, 1), CUDA_ERROR_INVALID_DEVICE);
+        CU_OK(cuDeviceGetMemPool(&cur, 0));
+        CHECK(cur == def, "current %p default %p", (void *)cur, (void *)def);
+        props.location.id = 1;
+        CU_EXPECT(cuMemPoolCreate(&mine, &props), CUDA_ERROR_INVALID_VALUE);
+        props.location.id = 0;
+        CU_OK(cuMemPoolCreate(&mine, &props));
+        CU_EXPECT(cuDeviceSetMemPool(1, mine), CUDA_ERROR_INVALID_DEVICE);
+        CU_OK(cuDeviceSetMemPool(0, mine));
+        CU_OK(cuMemAllocAsync(&a, 4096, CU_STREAM_LEGACY));
+        CHECK(cudasimGetPoolMallocs((cudaMemPool_t)mine, &served) == 0 && served == 1,
+              "the created pool served %llu", served);
+        CHECK(cudasimGetPoolMallocs((cudaMemPool_t)def, &served) == 0 && served == 1,
+              "the default pool served %llu (one before)", served);
+        CU_OK(cuMemFreeAsync(a, CU_STREAM_LEGACY));
+        CU_EXPECT(cuMemPoolDestroy(def), CUDA_ERROR_INVALID_VALUE);
+        CU_OK(cuMemPoolDestroy(mine));
+        CU_OK(cuDeviceGetMemPool(&cur, 0));
+        CHECK(cur == def, "the destroyed pool stayed current");
+        CU_OK(cuCtxSynchronize());
+    }
 
     SECTION("private tables, releases");
     {

@@ -1,5 +1,5 @@
 /* cudasim: the default memory pool of each device (attributes, release threshold, trimming,
- * cudaMallocFromPoolAsync) and stream capture. Run with CUDASIM_DEVICES=2 CUDASIM_MEM=1GiB
+ * cudaMallocFromPoolAsync), pools the program creates and makes current, and stream capture. Run with CUDASIM_DEVICES=2 CUDASIM_MEM=1GiB
  * CUDASIM_CONTEXT_BYTES=0. */
 #include "check.h"
 
@@ -244,6 +244,138 @@ static int stream_ordered(void)
     return 0;
 }
 
+static unsigned long long mallocs_of(cudaMemPool_t pool)
+{
+    unsigned long long n = 0xdeadbeef;
+    if (cudasimGetPoolMallocs(pool, &n) != 0) return 0xdeadbeef;
+    return n;
+}
+
+static struct cudaMemPoolProps device_props(int device)
+{
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    return props;
+}
+
+static int created_pools(void)
+{
+    cudaMemPool_t p0 = NULL, p1 = NULL, mine = NULL, other = NULL, cur = NULL, ipc = NULL;
+    struct cudaMemPoolProps props = device_props(0);
+    cudaStream_t s = NULL;
+    void *a = NULL, *b = NULL, *c = NULL;
+    unsigned long long v = 0, n = 0;
+
+    OK(cudaDeviceGetDefaultMemPool(&p0, 0));
+    OK(cudaDeviceGetDefaultMemPool(&p1, 1));
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudasimResetStats();
+
+    SECTION("cudaMemPoolCreate: checked properties");
+    CHECK(sizeof(struct cudaMemPoolProps) == 88, "props are %zu bytes",
+          sizeof(struct cudaMemPoolProps));
+    EXPECT(cudaMemPoolCreate(NULL, &props), cudaErrorInvalidValue);
+    EXPECT(cudaMemPoolCreate(&mine, NULL), cudaErrorInvalidValue);
+    props.allocType = cudaMemAllocationTypeInvalid;
+    EXPECT(cudaMemPoolCreate(&mine, &props), cudaErrorInvalidValue);
+    props = device_props(2);
+    EXPECT(cudaMemPoolCreate(&mine, &props), cudaErrorInvalidValue);
+    props = device_props(0);
+    props.location.type = cudaMemLocationTypeHost;
+    EXPECT(cudaMemPoolCreate(&mine, &props), cudaErrorNotSupported);
+    props = device_props(0);
+    props.handleTypes = cudaMemHandleTypeFabric;
+    EXPECT(cudaMemPoolCreate(&mine, &props), cudaErrorNotSupported);
+    props = device_props(0);
+    props.reserved[3] = 1;
+    EXPECT(cudaMemPoolCreate(&mine, &props), cudaErrorInvalidValue);
+    CHECK(mine == NULL, "a refused create wrote %p", (void *)mine);
+    props = device_props(0);
+    OK(cudaMemPoolCreate(&mine, &props));
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    OK(cudaMemPoolCreate(&ipc, &props));
+    props = device_props(1);
+    OK(cudaMemPoolCreate(&other, &props));
+    CHECK(mine && ipc && other && mine != p0 && mine != ipc && other != p1, "handles %p %p %p",
+          (void *)mine, (void *)ipc, (void *)other);
+
+    SECTION("cudaDeviceGetMemPool/SetMemPool: the default at first; a pool of that device only");
+    OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK(cur == p0, "current %p, default %p", (void *)cur, (void *)p0);
+    EXPECT(cudaDeviceGetMemPool(NULL, 0), cudaErrorInvalidValue);
+    EXPECT(cudaDeviceGetMemPool(&cur, 2), cudaErrorInvalidDevice);
+    EXPECT(cudaDeviceSetMemPool(0, other), cudaErrorInvalidValue);
+    EXPECT(cudaDeviceSetMemPool(0, (cudaMemPool_t)&v), cudaErrorInvalidValue);
+    EXPECT(cudaDeviceSetMemPool(0, NULL), cudaErrorInvalidValue);
+    EXPECT(cudaDeviceSetMemPool(2, mine), cudaErrorInvalidDevice);
+    OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK(cur == p0, "a refused set changed the current pool");
+    OK(cudaDeviceSetMemPool(0, mine));
+    OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK(cur == mine, "current %p", (void *)cur);
+
+    SECTION("cudaMallocAsync allocates from the current pool, counted per pool");
+    OK(cudaMallocAsync(&a, 1000, s));
+    CHECK(USED(mine) == 1024 && USED(p0) == 0, "mine %llu default %llu", USED(mine), USED(p0));
+    CHECK(mallocs_of(mine) == 1 && mallocs_of(p0) == 0, "mallocs %llu %llu", mallocs_of(mine),
+          mallocs_of(p0));
+    CHECK(stats_of(0).pool_used_bytes == 0, "the stats' pool is the default one");
+    OK(cudaMallocFromPoolAsync(&b, 512, p0, s));
+    CHECK(mallocs_of(p0) == 1 && USED(p0) == 512, "from the default pool by name");
+    v = 1 * MiB;
+    OK(cudaMemPoolSetAttribute(mine, cudaMemPoolAttrReleaseThreshold, &v));
+    OK(cudaFreeAsync(a, s));
+    OK(cudaFreeAsync(b, s));
+    OK(cudaStreamSynchronize(s));
+    CHECK(USED(mine) == 0 && RESERVED(mine) == 1024 && RESERVED(p0) == 0,
+          "mine keeps to its threshold: %llu, the default releases: %llu", RESERVED(mine),
+          RESERVED(p0));
+    CHECK(free_bytes() == GiB - 1024, "kept bytes of a created pool count: free %zu",
+          free_bytes());
+    OK(cudaMemPoolTrimTo(mine, 0));
+    CHECK(RESERVED(mine) == 0 && free_bytes() == GiB, "trimmed: %llu", RESERVED(mine));
+    EXPECT(cudasimGetPoolMallocs((cudaMemPool_t)&v, &n), cudaErrorInvalidValue);
+    EXPECT(cudasimGetPoolMallocs(mine, NULL), cudaErrorInvalidValue);
+
+    SECTION("the default pool set back is current again; destroy of the current pool too");
+    OK(cudaDeviceSetMemPool(0, p0));
+    OK(cudaMallocAsync(&a, 512, s));
+    CHECK(mallocs_of(p0) == 2 && mallocs_of(mine) == 1, "mallocs %llu %llu", mallocs_of(p0),
+          mallocs_of(mine));
+    OK(cudaFreeAsync(a, s));
+    OK(cudaDeviceSetMemPool(0, mine));
+    OK(cudaMallocAsync(&c, 4096, s));
+    EXPECT(cudaMemPoolDestroy(p0), cudaErrorInvalidValue);
+    EXPECT(cudaMemPoolDestroy(NULL), cudaErrorInvalidValue);
+    OK(cudaMemPoolDestroy(mine));
+    OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK(cur == p0, "destroying the current pool makes the default current: %p", (void *)cur);
+    EXPECT(cudaMemPoolDestroy(mine), cudaErrorInvalidValue);
+    EXPECT(cudaMemPoolGetAttribute(mine, cudaMemPoolAttrUsedMemCurrent, &v),
+           cudaErrorInvalidValue);
+    EXPECT(cudaDeviceSetMemPool(0, mine), cudaErrorInvalidValue);
+    OK(cudasim_launch_fill(c, 4096, 0, 3, s));
+    OK(cudaFreeAsync(c, s)); /* an allocation outlives its destroyed pool */
+    OK(cudaStreamSynchronize(s));
+    CHECK(free_bytes() == GiB, "free %zu", free_bytes());
+
+    SECTION("cudaDeviceReset destroys the device's created pools; the default is current");
+    OK(cudaDeviceSetMemPool(0, ipc));
+    OK(cudaDeviceReset());
+    OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK(cur == p0, "current after reset %p", (void *)cur);
+    EXPECT(cudaDeviceSetMemPool(0, ipc), cudaErrorInvalidValue);
+    OK(cudaDeviceSetMemPool(1, other));
+    OK(cudaDeviceSetMemPool(1, p1));
+    OK(cudaMemPoolDestroy(other));
+    CHECK(stats_of(0).live_allocations == 0, "live %llu", stats_of(0).live_allocations);
+    return 0;
+}
+
 static int capture(void)
 {
     cudaStream_t s = NULL;
@@ -358,7 +490,7 @@ static int faults(void)
 
 int main(void)
 {
-    if (pools() || stream_ordered() || capture() || faults()) return 1;
+    if (pools() || stream_ordered() || created_pools() || capture() || faults()) return 1;
     printf("sim_mempool: all checks passed\n");
     return 0;
 }

@@ -50,6 +50,14 @@ pub type DeviceFn = unsafe extern "C" fn(CuDevice) -> CuResult;
 pub type PrimaryCtxRetainFn = unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult;
 pub type PrimaryCtxGetStateFn = unsafe extern "C" fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;
 pub type DeviceGetCountFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
+/// `CUmemoryPool`: a `cudaMemPool_t`.
+pub type CuMemoryPool = *mut c_void;
+/// `cuDeviceGetMemPool`, `cuDeviceGetDefaultMemPool`.
+pub type DeviceGetMemPoolFn = unsafe extern "C" fn(*mut CuMemoryPool, CuDevice) -> CuResult;
+/// `cuDeviceSetMemPool`.
+pub type DeviceSetMemPoolFn = unsafe extern "C" fn(CuDevice, CuMemoryPool) -> CuResult;
+/// `cuMemPoolDestroy`.
+pub type MemPoolDestroyFn = unsafe extern "C" fn(CuMemoryPool) -> CuResult;
 pub type LaunchKernelFn = unsafe extern "C" fn(
     *mut c_void,
     c_uint,
@@ -195,6 +203,10 @@ pub struct Driver {
     /// the driver.
     pub init: Option<InitFn>,
     pub ctx_set_current: Option<CtxFn>,
+    /// Each device's current and default memory pools: the program's own pool is left to the
+    /// driver (`dispatch::current_pool`).
+    pub device_get_mem_pool: Option<DeviceGetMemPoolFn>,
+    pub device_get_default_mem_pool: Option<DeviceGetMemPoolFn>,
 }
 
 impl Driver {
@@ -220,6 +232,8 @@ impl Driver {
             ctx_set_current: optional!(lookup, "cuCtxSetCurrent"),
             vmm: Vmm::resolve(lookup),
             init: optional!(lookup, "cuInit"),
+            device_get_mem_pool: optional!(lookup, "cuDeviceGetMemPool"),
+            device_get_default_mem_pool: optional!(lookup, "cuDeviceGetDefaultMemPool"),
         })
     }
 }

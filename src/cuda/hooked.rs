@@ -36,9 +36,11 @@ pub enum Hooked {
     MemGetAddressRange,
     CtxSetCurrent,
     CtxPushCurrent,
+    DeviceSetMemPool,
+    MemPoolDestroy,
 }
 
-pub const COUNT: usize = Hooked::CtxPushCurrent as usize + 1;
+pub const COUNT: usize = Hooked::MemPoolDestroy as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -66,6 +68,8 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuMemGetAddressRange_v2",
     c"cuCtxSetCurrent",
     c"cuCtxPushCurrent_v2",
+    c"cuDeviceSetMemPool",
+    c"cuMemPoolDestroy",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -31,6 +31,8 @@ pub type DeviceEnablePeerAccessFn = unsafe extern "C" fn(i32, u32) -> CudaStatus
 pub type GetErrorStringFn = unsafe extern "C" fn(CudaStatus) -> *const c_char;
 pub type StreamGetDeviceFn = unsafe extern "C" fn(Stream, *mut i32) -> CudaStatus;
 pub type DeviceGetDefaultMemPoolFn = unsafe extern "C" fn(*mut MemPool, i32) -> CudaStatus;
+pub type DeviceSetMemPoolFn = unsafe extern "C" fn(i32, MemPool) -> CudaStatus;
+pub type MemPoolFn = unsafe extern "C" fn(MemPool) -> CudaStatus;
 pub type MemPoolTrimToFn = unsafe extern "C" fn(MemPool, usize) -> CudaStatus;
 pub type MemPoolAttributeFn = unsafe extern "C" fn(MemPool, i32, *mut c_void) -> CudaStatus;
 pub type ExchangeCaptureModeFn = unsafe extern "C" fn(*mut i32) -> CudaStatus;
@@ -83,6 +85,10 @@ pub struct Runtime {
     pub mem_pool_trim_to: Option<MemPoolTrimToFn>,
     pub mem_pool_get_attribute: Option<MemPoolAttributeFn>,
     pub mem_pool_set_attribute: Option<MemPoolAttributeFn>,
+    /// Each device's current pool: the program's own is left to the runtime (`mempool.rs`).
+    pub device_get_mem_pool: Option<DeviceGetDefaultMemPoolFn>,
+    pub device_set_mem_pool: Option<DeviceSetMemPoolFn>,
+    pub mem_pool_destroy: Option<MemPoolFn>,
     /// The driver's functions through the runtime (CUDA 12.0; `ByVersion` 12.5): their answers
     /// are swapped for the driver hooks, as `cuGetProcAddress`'s are.
     pub get_driver_entry_point: Option<GetDriverEntryPointFn>,
@@ -127,6 +133,9 @@ impl Runtime {
             mem_pool_trim_to: optional!(lookup, "cudaMemPoolTrimTo"),
             mem_pool_get_attribute: optional!(lookup, "cudaMemPoolGetAttribute"),
             mem_pool_set_attribute: optional!(lookup, "cudaMemPoolSetAttribute"),
+            device_get_mem_pool: optional!(lookup, "cudaDeviceGetMemPool"),
+            device_set_mem_pool: optional!(lookup, "cudaDeviceSetMemPool"),
+            mem_pool_destroy: optional!(lookup, "cudaMemPoolDestroy"),
             get_driver_entry_point: optional!(lookup, "cudaGetDriverEntryPoint"),
             thread_exchange_stream_capture_mode: optional!(
                 lookup,

@@ -9,6 +9,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::current_pool;
 use crate::config::ReuseMode;
 use crate::cuda::backend::CudaBackend;
 use crate::cuda::driver::{self as cu, CuContext, CuDevicePtr, CuResult, Driver};
@@ -99,6 +100,7 @@ fn primary_context(d: &Driver, dev: u32) -> Option<usize> {
 /// `forgot`: the pool forgot the device's memory already.
 fn forget_device(pool: &Pool<CudaBackend>, dev: u32, forgot: bool) {
     forget_primary(dev);
+    current_pool::forget(dev);
     if !forgot {
         pool.forget_device(dev);
     }
@@ -136,6 +138,9 @@ pub unsafe fn mem_alloc(
     let Some(dev) = context_device(d) else {
         return unserved(pool, d, real);
     };
+    if stream.is_some() && !current_pool::is_default(dev, || current_is_default(d, dev)) {
+        return unserved(pool, d, real);
+    }
     let key = match stream {
         None => None,
         Some(s) => match async_stream(d, s) {
@@ -169,9 +174,50 @@ pub unsafe fn mem_alloc(
     }
 }
 
+/// Whether device `dev`'s current memory pool is its default one, as the driver says (`None`
+/// when it cannot).
+fn current_is_default(d: &Driver, dev: u32) -> Option<bool> {
+    let current = mem_pool_of(d.device_get_mem_pool?, dev)?;
+    Some(Some(current) == mem_pool_of(d.device_get_default_mem_pool?, dev))
+}
+
+/// What `get` (`cuDeviceGetMemPool` or `cuDeviceGetDefaultMemPool`) gives for `dev`.
+fn mem_pool_of(get: cu::DeviceGetMemPoolFn, dev: u32) -> Option<usize> {
+    let mut p: cu::CuMemoryPool = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the driver checks the ordinal.
+    (unsafe { get(&mut p, dev as c_int) } == cu::CU_SUCCESS).then_some(p as usize)
+}
+
+/// `cuDeviceSetMemPool`: after the driver's own call succeeded, whether the pool set is the
+/// device's default one decides whether its `cuMemAllocAsync`s are pooled.
+pub fn device_set_mem_pool(
+    dev: c_int,
+    pool: cu::CuMemoryPool,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    let r = real();
+    if r == cu::CU_SUCCESS {
+        let default = cu::loaded()
+            .and_then(|l| l.driver.device_get_default_mem_pool)
+            .zip(u32::try_from(dev).ok())
+            .and_then(|(get, dev)| mem_pool_of(get, dev));
+        current_pool::note_set(dev, default.map(|p| p == pool as usize));
+    }
+    r
+}
+
+/// After `cuMemPoolDestroy`: destroying a device's current pool makes its default one current.
+pub fn mem_pool_destroyed(r: CuResult) -> CuResult {
+    if r == cu::CU_SUCCESS {
+        current_pool::note_destroyed();
+    }
+    r
+}
+
 /// The driver's answer to an allocation the pool does not serve (a context the program made, a
-/// stream being captured). Never worse on memory: when the driver is out of memory, the pool's
-/// cache on that device goes back to it and the driver is asked again.
+/// stream being captured, a memory pool the program made current). Never worse on memory: when
+/// the driver is out of memory, the pool's cache on that device goes back to it and the driver
+/// is asked again.
 fn unserved(pool: &Pool<CudaBackend>, d: &Driver, real: impl Fn() -> CuResult) -> CuResult {
     let r = real();
     if r == cu::CU_ERROR_OUT_OF_MEMORY && release_cache(pool, d) > 0 {

@@ -8,6 +8,7 @@
 //! program sees that runtime's own answer (`cudaFree(NULL)`, `cudaMalloc(&p, 0)`, a NULL
 //! out-pointer, pointers from other allocators).
 
+pub(crate) mod current_pool;
 pub mod driver;
 mod ipc;
 pub mod peer;
@@ -407,6 +408,7 @@ pub unsafe fn device_reset() -> CudaStatus {
             }
             pool.backend().forget_device(dev);
             driver::forget_primary(dev);
+            current_pool::forget(dev);
         }
         (SUCCESS, Some(_), None) => log::warn_once(&RESET_UNKNOWN, || {
             "cudaDeviceReset succeeded but the current device could not be read: the pool \

@@ -57,6 +57,8 @@ fn hooks() -> [usize; COUNT] {
         cuMemGetAddressRange_v2 as *const () as usize,
         cuCtxSetCurrent as *const () as usize,
         cuCtxPushCurrent_v2 as *const () as usize,
+        cuDeviceSetMemPool as *const () as usize,
+        cuMemPoolDestroy as *const () as usize,
     ]
 }
 
@@ -431,5 +433,25 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CuContext) -> CuResult {
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CuContext) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::ctx_made_current(ctx, || real!(CtxPushCurrent, CtxFn, |f| f(ctx)))
+    })
+}
+
+/// # Safety
+/// As `cuDeviceSetMemPool`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CuDevice, pool: CuMemoryPool) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::device_set_mem_pool(dev, pool, || {
+            real!(DeviceSetMemPool, DeviceSetMemPoolFn, |f| f(dev, pool))
+        })
+    })
+}
+
+/// # Safety
+/// As `cuMemPoolDestroy`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CuMemoryPool) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::mem_pool_destroyed(real!(MemPoolDestroy, MemPoolDestroyFn, |f| f(pool)))
     })
 }

@@ -146,6 +146,26 @@ pub unsafe extern "C" fn cudaMemPoolSetAttribute(
 }
 
 /// # Safety
+/// As `cudaDeviceSetMemPool`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceSetMemPool(device: i32, mem_pool: MemPool) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::device_set_mem_pool(device, mem_pool)
+    })
+}
+
+/// # Safety
+/// As `cudaMemPoolDestroy`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemPoolDestroy(mem_pool: MemPool) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::mem_pool_destroy(mem_pool)
+    })
+}
+
+/// # Safety
 /// As `cudaFreeAsync`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaFreeAsync(ptr: *mut c_void, stream: Stream) -> CudaStatus {

@@ -4,7 +4,9 @@
  *                       cuGetProcAddress_v2, every entry point from it (flags 0 and 2), and the
  *                       dlsym fallback of versioned names.
  * Both print key=value lines the test compares with and without the pool, and end with
- * "driver_pool MODE: all checks passed". Linked with nothing of the runtime. */
+ * "driver_pool MODE: all checks passed". Linked with nothing of the runtime.
+ *   driver_pool MODE custom-pool  instead: cuMemAllocAsync while the program's own memory pool
+ *                       is current (cuDeviceSetMemPool), see `custom_pool`. */
 #include "check.h"
 #include "cuda.h"
 
@@ -38,17 +40,23 @@ static struct {
     CUresult (*dtoh)(void *, CUdeviceptr, size_t);
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                        unsigned, CUstream, void **, void **);
+    CUresult (*pool_create)(CUmemoryPool *, const CUmemPoolProps *);
+    CUresult (*pool_destroy)(CUmemoryPool);
+    CUresult (*set_pool)(CUdevice, CUmemoryPool);
+    CUresult (*default_pool)(CUmemoryPool *, CUdevice);
     int (*stats)(int, cudasimStats *);
+    int (*pool_mallocs)(cudaMemPool_t, unsigned long long *);
     void (*fill)(void);
 } cu;
 
-static unsigned long long driver_mallocs(void)
+/* The simulator's counters of device 0. */
+static cudasimStats device0(void)
 {
     cudasimStats st;
     memset(&st, 0, sizeof st);
     st.struct_size = sizeof st;
     CHECK(cu.stats(0, &st) == 0, "cudasimGetStats");
-    return st.driver_mallocs;
+    return st;
 }
 
 static void link_directly(void)
@@ -69,7 +77,12 @@ static void link_directly(void)
     cu.htod = cuMemcpyHtoD_v2;
     cu.dtoh = cuMemcpyDtoH_v2;
     cu.launch = cuLaunchKernel;
+    cu.pool_create = cuMemPoolCreate;
+    cu.pool_destroy = cuMemPoolDestroy;
+    cu.set_pool = cuDeviceSetMemPool;
+    cu.default_pool = cuDeviceGetDefaultMemPool;
     cu.stats = cudasimGetStats;
+    cu.pool_mallocs = cudasimGetPoolMallocs;
     cu.fill = cudasim_fill_kernel;
 }
 
@@ -111,9 +124,14 @@ static void link_as_static_runtime(cuuint64_t flags)
     *(void **)&cu.htod = proc(get, "cuMemcpyHtoD", flags);
     *(void **)&cu.dtoh = proc(get, "cuMemcpyDtoH", flags);
     *(void **)&cu.launch = proc(get, "cuLaunchKernel", flags);
+    *(void **)&cu.pool_create = proc(get, "cuMemPoolCreate", flags);
+    *(void **)&cu.pool_destroy = proc(get, "cuMemPoolDestroy", flags);
+    *(void **)&cu.set_pool = proc(get, "cuDeviceSetMemPool", flags);
+    *(void **)&cu.default_pool = proc(get, "cuDeviceGetDefaultMemPool", flags);
     *(void **)&cu.stats = dlsym(h, "cudasimGetStats");
+    *(void **)&cu.pool_mallocs = dlsym(h, "cudasimGetPoolMallocs");
     *(void **)&cu.fill = dlsym(h, "cudasim_fill_kernel");
-    CHECK(cu.stats != NULL && cu.fill != NULL, "no control API");
+    CHECK(cu.stats != NULL && cu.pool_mallocs != NULL && cu.fill != NULL, "no control API");
 }
 
 static CUresult launch_fill(CUdeviceptr p, size_t bytes, unsigned usec, int fill)
@@ -145,22 +163,22 @@ static void exercise(void)
 
     /* alloc and free, 100 times, the context synchronized after each free (what makes a
      * block freed by cuMemFree reusable in strict mode) */
-    before = driver_mallocs();
+    before = device0().driver_mallocs;
     for (i = 0; i < 100; i++) {
         CU_OK(cu.alloc(&p, MiB));
         CU_OK(cu.free(p));
         CU_OK(cu.sync());
     }
-    printf("churn_driver_mallocs=%llu\n", driver_mallocs() - before);
+    printf("churn_driver_mallocs=%llu\n", device0().driver_mallocs - before);
 
     /* the async pair, 100 times */
-    before = driver_mallocs();
+    before = device0().driver_mallocs;
     for (i = 0; i < 100; i++) {
         CU_OK(cu.alloc_async(&p, 3 * MiB, NULL));
         CU_OK(cu.free_async(p, NULL));
     }
     CU_OK(cu.sync());
-    printf("async_driver_mallocs=%llu\n", driver_mallocs() - before);
+    printf("async_driver_mallocs=%llu\n", device0().driver_mallocs - before);
 
     /* 0 bytes, interior and double frees: the driver's answers */
     CU_EXPECT(cu.alloc(&p, 0), CUDA_ERROR_INVALID_VALUE);
@@ -199,12 +217,12 @@ static void exercise(void)
     CU_OK(cu.create(&created, 0, 0));
     CU_OK(cu.get_info(&free_b, &total_b));
     printf("created_info_free=%zu\n", free_b);
-    before = driver_mallocs();
+    before = device0().driver_mallocs;
     for (i = 0; i < 10; i++) {
         CU_OK(cu.alloc(&p, MiB));
         CU_OK(cu.free(p));
     }
-    printf("created_context_driver_mallocs=%llu\n", driver_mallocs() - before);
+    printf("created_context_driver_mallocs=%llu\n", device0().driver_mallocs - before);
     CU_OK(cu.pop(NULL));
     CU_OK(cu.destroy(created));
     CU_OK(cu.set_current(primary));
@@ -225,6 +243,80 @@ static void exercise(void)
         CU_OK(cu.alloc(&p, 900 * MiB));
         CU_OK(cu.free(p));
     }
+}
+
+static unsigned long long served(CUmemoryPool pool)
+{
+    unsigned long long n = 0;
+    CHECK(cu.pool_mallocs((cudaMemPool_t)pool, &n) == 0, "cudasimGetPoolMallocs");
+    return n;
+}
+
+/* cuMemAllocAsync while the program's own memory pool is current: the driver serves it from
+ * that pool (the simulator counts what each pool served), its cuMemFreeAsync reaches the
+ * driver, and a block the pool served before the switch frees fine after it. Setting the
+ * default pool back, or destroying the program's current pool, makes cuMemAllocAsync the
+ * pool's again. Prints "default_pool_served=N" (what the driver's default pool served: 0 under
+ * the pool) and "program_async=N" (the requests from the default pool). */
+static void custom_pool(void)
+{
+    CUcontext primary = NULL;
+    CUmemoryPool def = NULL, mine = NULL;
+    CUmemPoolProps props;
+    CUdeviceptr before = 0, a = 0, b = 0;
+    unsigned long long frees, mine_served;
+    int program_async = 0;
+
+    CU_OK(cu.init(0));
+    CU_OK(cu.retain(&primary, 0));
+    CU_OK(cu.set_current(primary));
+    CU_OK(cu.default_pool(&def, 0));
+    /* The program's own pool, IPC-exportable. */
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CU_OK(cu.pool_create(&mine, &props));
+
+    /* The default pool is current: the request is the pool's. */
+    CU_OK(cu.alloc_async(&before, MiB, CU_STREAM_LEGACY));
+    program_async++;
+
+    CU_OK(cu.set_pool(0, mine));
+    frees = device0().driver_frees;
+    CU_OK(cu.alloc_async(&a, MiB, CU_STREAM_LEGACY));
+    CU_OK(cu.alloc_async(&b, 2 * MiB, CU_STREAM_PER_THREAD));
+    CHECK(served(mine) == 2, "the program's pool served %llu of 2 requests", served(mine));
+    CU_OK(cu.free_async(a, CU_STREAM_LEGACY));
+    CU_OK(cu.free_async(b, CU_STREAM_PER_THREAD));
+    CU_OK(cu.free_async(before, CU_STREAM_LEGACY));
+    frees = device0().driver_frees - frees;
+    CHECK(frees >= 2, "the driver saw %llu frees", frees);
+    CU_OK(cu.sync());
+
+    /* The default pool set back: the pool's again. */
+    CU_OK(cu.set_pool(0, def));
+    mine_served = served(mine);
+    CU_OK(cu.alloc_async(&a, MiB, CU_STREAM_LEGACY));
+    program_async++;
+    CHECK(served(mine) == mine_served, "the program's pool served after the default came back");
+    CU_OK(cu.free_async(a, CU_STREAM_LEGACY));
+
+    /* Destroying the program's current pool makes the default current: the pool's again. */
+    CU_OK(cu.set_pool(0, mine));
+    CU_OK(cu.alloc_async(&a, MiB, CU_STREAM_LEGACY));
+    CHECK(served(mine) == mine_served + 1, "the program's pool did not serve");
+    CU_OK(cu.free_async(a, CU_STREAM_LEGACY));
+    CU_OK(cu.sync());
+    CU_OK(cu.pool_destroy(mine));
+    CU_OK(cu.alloc_async(&a, MiB, CU_STREAM_LEGACY));
+    program_async++;
+    CU_OK(cu.free_async(a, CU_STREAM_LEGACY));
+    CU_OK(cu.sync());
+
+    printf("default_pool_served=%llu\n", served(def));
+    printf("program_async=%d\n", program_async);
 }
 
 int main(int argc, char **argv)
@@ -281,6 +373,11 @@ int main(int argc, char **argv)
         return 0;
     } else {
         CHECK(0, "unknown mode %s", mode);
+    }
+    if (argc > 2 && strcmp(argv[2], "custom-pool") == 0) {
+        custom_pool();
+        printf("driver_pool %s custom-pool: all checks passed\n", mode);
+        return 0;
     }
     exercise();
     printf("driver_pool %s: all checks passed\n", mode);

@@ -128,6 +128,20 @@ pub fn number<T: std::str::FromStr>(text: &str, key: &str) -> T {
         .unwrap_or_else(|| panic!("no '{key}' in:\n{text}"))
 }
 
+/// The allocations the pool served, over every device, as the JSON summary at `path` counts
+/// them.
+pub fn summary_allocations(path: &Path) -> u64 {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read the summary {}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON summary");
+    v["devices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no devices in {v}"))
+        .iter()
+        .map(|d| d["allocations"].as_u64().expect("allocations"))
+        .sum()
+}
+
 /// A fresh scratch directory under the target's temporary directory.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));

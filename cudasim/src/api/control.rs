@@ -70,8 +70,8 @@ fn stats_of(device: c_int) -> CudaResult<Stats> {
             kernel_writes: c.kernel_writes,
             async_mallocs: c.async_mallocs,
             captured_mallocs: c.captured_mallocs,
-            pool_used_bytes: dev.pool.used,
-            pool_reserved_bytes: dev.pool.reserved(),
+            pool_used_bytes: st.pools.default_pool(d).used,
+            pool_reserved_bytes: st.pools.default_pool(d).reserved(),
             driver_mallocs: c.driver_mallocs,
             driver_frees: c.driver_frees,
             vmm_created_bytes: dev.vmm_created_bytes,
@@ -127,8 +127,29 @@ pub unsafe extern "C" fn cudasimResetStats() {
                 dev.counters = Default::default();
                 dev.peak_live_bytes = dev.live_bytes;
             }
+            st.pools.reset_counts();
             Ok(())
         });
+    })
+}
+
+/// The allocations the memory pool `pool` served (a default pool or a created one) since
+/// the start or the last `cudasimResetStats`: `cudaErrorInvalidValue` for a NULL `out` or a
+/// handle that is no live pool.
+#[no_mangle]
+pub unsafe extern "C" fn cudasimGetPoolMallocs(pool: *mut c_void, out: *mut u64) -> c_int {
+    boundary(UNKNOWN, || {
+        if out.is_null() {
+            return INVALID_VALUE;
+        }
+        match with_state(|st| Ok(st.pools.entry_mut(pool as usize)?.mallocs)) {
+            Ok(n) => {
+                // SAFETY: not NULL, and by the caller's contract valid for writing a u64.
+                unsafe { out.write(n) };
+                SUCCESS
+            }
+            Err(e) => e,
+        }
     })
 }
 

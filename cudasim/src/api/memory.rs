@@ -8,6 +8,7 @@ use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::link;
 use crate::memory::{Kind, State as AllocState};
+use crate::pools::PoolId;
 use crate::state::{wait_until, with_state, State};
 use crate::timeline::{self, Completion, StreamId};
 use std::ffi::{c_int, c_uint, c_void};
@@ -23,9 +24,9 @@ const PITCH_ALIGNMENT: usize = 512;
 enum On {
     /// The calling thread's current device (synchronous allocations).
     Current,
-    /// The default pool of this stream's device (`cudaMallocAsync`).
+    /// The current pool of this stream's device (`cudaMallocAsync`).
     Stream(usize),
-    /// This default pool, ordered on this stream (`cudaMallocFromPoolAsync`).
+    /// This pool, ordered on this stream (`cudaMallocFromPoolAsync`).
     Pool { pool: usize, stream: usize },
 }
 
@@ -69,24 +70,48 @@ impl Request {
     }
 }
 
-/// The device an allocation is made on, and the stream it is ordered on (stream-ordered ones).
-fn target(st: &mut State, on: &On) -> CudaResult<(usize, Option<StreamId>)> {
+/// Where an allocation is made: its device, the stream it is ordered on and the memory pool it
+/// comes from (stream-ordered ones).
+struct Target {
+    device: usize,
+    stream: Option<StreamId>,
+    pool: Option<PoolId>,
+}
+
+fn target(st: &mut State, on: &On) -> CudaResult<Target> {
     match *on {
-        On::Current => Ok((current::get(), None)),
+        On::Current => Ok(Target {
+            device: current::get(),
+            stream: None,
+            pool: None,
+        }),
         On::Stream(raw) => {
             let id = st.stream(raw)?;
-            Ok((st.streams.get(id).device, Some(id)))
+            let device = st.streams.get(id).device;
+            let pool = Some(st.pools.current(device));
+            Ok(Target {
+                device,
+                stream: Some(id),
+                pool,
+            })
         }
         On::Pool { pool, stream } => {
             let id = st.stream(stream)?;
-            Ok((st.pool_device(pool)?, Some(id)))
+            let pool = st.pools.resolve(pool)?;
+            let device = st.pools.entry(pool).device;
+            Ok(Target {
+                device,
+                stream: Some(id),
+                pool: Some(pool),
+            })
         }
     }
 }
 
 /// Allocates `size` bytes into `out` (`size` 0: a NULL pointer). A stream-ordered allocation
-/// comes from the device's default pool, unless its stream is being captured: then it belongs
-/// to the graph (an ordinary allocation, counted in `captured_mallocs`).
+/// comes from its memory pool (`cudaMallocAsync`: the device's current one), unless its stream
+/// is being captured: then it belongs to the graph (an ordinary allocation, counted in
+/// `captured_mallocs`).
 fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> CudaResult {
     let cfg = config::get()?;
     if req.latency && cfg.malloc_us > 0 {
@@ -95,9 +120,11 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
     with_state(|st| {
         let current = current::get();
         let target = target(st, &req.on);
-        let counted_on = target.as_ref().map_or(current, |t| t.0);
+        let counted_on = target.as_ref().map_or(current, |t| t.device);
         let captured = match target {
-            Ok((_, Some(id))) => st.streams.get(id).capture.is_some(),
+            Ok(Target {
+                stream: Some(id), ..
+            }) => st.streams.get(id).capture.is_some(),
             _ => false,
         };
         let stream_ordered = !matches!(req.on, On::Current);
@@ -114,17 +141,17 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
         if req.driver {
             dev.counters.driver_mallocs += 1;
         }
-        let result = target.and_then(|(d, _)| {
+        let result = target.and_then(|t| {
             let out = out?;
             let (thread, mode) = (current::thread_key(), super::stream::thread_capture_mode());
             if req.latency && req.counted && st.streams.forbids_unsafe_calls(thread, mode) {
                 return Err(STREAM_CAPTURE_UNSUPPORTED);
             }
-            let pooled = stream_ordered && !captured;
+            let pool = t.pool.filter(|_| !captured);
             let p = if size == 0 {
                 0
             } else {
-                st.allocate(size, d, req.kind, pooled)?
+                st.allocate(size, t.device, req.kind, pool)?
             };
             out.set(p as *mut c_void);
             Ok(())
@@ -187,7 +214,7 @@ pub unsafe extern "C" fn cudaMallocAsync(
     })
 }
 
-/// As `cudaMallocAsync`, from `pool` (a device's default pool: the only pools there are), on
+/// As `cudaMallocAsync`, from `pool` (a device's default pool or one the program created), on
 /// that pool's device.
 #[no_mangle]
 pub unsafe extern "C" fn cudaMallocFromPoolAsync(

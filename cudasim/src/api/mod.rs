@@ -8,7 +8,7 @@ mod error;
 pub mod event;
 pub mod kernel;
 pub mod memory;
-mod mempool;
+pub mod mempool;
 pub mod peer;
 pub mod stream;
 

@@ -4,6 +4,7 @@
 
 mod context;
 mod memory;
+mod mempool;
 pub(crate) mod proc;
 mod stream;
 mod vmm;

@@ -3,6 +3,7 @@
 
 use super::context::*;
 use super::memory::*;
+use super::mempool::*;
 use super::stream::*;
 use super::vmm::*;
 use super::{driver_call, CuResult};
@@ -67,6 +68,11 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuMemFree" => one!(3020, cuMemFree_v2),
         b"cuMemAllocAsync" => one!(11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
         b"cuMemFreeAsync" => one!(11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
+        b"cuMemPoolCreate" => one!(11020, cuMemPoolCreate),
+        b"cuMemPoolDestroy" => one!(11020, cuMemPoolDestroy),
+        b"cuDeviceSetMemPool" => one!(11020, cuDeviceSetMemPool),
+        b"cuDeviceGetMemPool" => one!(11020, cuDeviceGetMemPool),
+        b"cuDeviceGetDefaultMemPool" => one!(11020, cuDeviceGetDefaultMemPool),
         b"cuMemGetInfo" => one!(3020, cuMemGetInfo_v2),
         b"cuIpcGetMemHandle" => one!(4010, cuIpcGetMemHandle),
         b"cuMemGetAddressRange" => one!(3020, cuMemGetAddressRange_v2),

@@ -1,0 +1,60 @@
+//! The driver's memory pool calls: the runtime's (`api::mempool`) on the same pools. They name
+//! devices, not contexts, so they need `cuInit` and no current context.
+
+use super::{driver_call, CuDevice, CuResult};
+use crate::api::mempool::{self, MemPoolProps};
+use crate::context;
+use crate::faults::Func;
+use std::ffi::c_void;
+
+/// `CUmemoryPool`: a `cudaMemPool_t`.
+pub type CuMemoryPool = *mut c_void;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolCreate(
+    pool: *mut CuMemoryPool,
+    props: *const MemPoolProps,
+) -> CuResult {
+    driver_call(Func::cuMemPoolCreate, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or valid pointers.
+        unsafe { mempool::create(pool, props) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CuMemoryPool) -> CuResult {
+    driver_call(Func::cuMemPoolDestroy, || {
+        context::require_init()?;
+        mempool::destroy(pool)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CuDevice, pool: CuMemoryPool) -> CuResult {
+    driver_call(Func::cuDeviceSetMemPool, || {
+        context::require_init()?;
+        mempool::set_current(dev, pool)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut CuMemoryPool, dev: CuDevice) -> CuResult {
+    driver_call(Func::cuDeviceGetMemPool, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUmemoryPool.
+        unsafe { mempool::get(pool, dev, true) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
+    pool: *mut CuMemoryPool,
+    dev: CuDevice,
+) -> CuResult {
+    driver_call(Func::cuDeviceGetDefaultMemPool, || {
+        context::require_init()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUmemoryPool.
+        unsafe { mempool::get(pool, dev, false) }
+    })
+}
