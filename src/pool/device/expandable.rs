@@ -405,9 +405,12 @@ impl DevicePool {
         self.limit_refused = false;
         let fit = match self.fit_after_return(Class::Large, rounded, policy) {
             Some(idx) => Some(idx),
-            None => self
-                .grow(Class::Large, rounded, &[rounded], backend, policy)
-                .and_then(Result::ok),
+            None => match self.cheapest_room(rounded, policy) {
+                Some(idx) => Some(idx),
+                None => self
+                    .grow(Class::Large, rounded, &[rounded], backend, policy)
+                    .and_then(Result::ok),
+            },
         };
         if let Some(idx) = fit {
             let mapped = if self.seg(self.blocks[idx as usize].seg).expandable {
@@ -419,6 +422,9 @@ impl DevicePool {
                 self.stats.oom_recovered += 1;
                 return Ok(idx);
             }
+            // A block split off its hole's end joins the hole again.
+            self.unindex(idx);
+            self.make_free(idx);
         }
         self.stats.ooms += 1;
         self.sample_memory(backend);

@@ -164,6 +164,72 @@ impl DevicePool {
         self.best_fit_large(rounded, policy)
     }
 
+    /// The room in a range for `rounded` bytes that maps the fewest granules, for a request
+    /// that mapping refused: the best fit by size may need more than another hole, and a
+    /// hole's start more than its end, where a live neighbour maps the granule they share.
+    /// The block placed at its hole's end is split off here. `None` without such room.
+    pub(super) fn cheapest_room(&mut self, rounded: u64, policy: &Policy) -> Option<u32> {
+        let mut best: Option<(u64, u32, bool)> = None;
+        for (_, &idx) in self.free_large.range((rounded, 0)..) {
+            if !self.in_range(idx) || !may_serve(self.blocks[idx as usize].size, rounded, u64::MAX)
+            {
+                continue;
+            }
+            for at_end in [false, true] {
+                let lacking = self.granules_lacking(idx, rounded, at_end, policy);
+                if best.is_none_or(|(least, _, _)| lacking < least) {
+                    best = Some((lacking, idx, at_end));
+                }
+            }
+        }
+        let (lacking, idx, at_end) = best?;
+        if lacking > 0 {
+            // Mapping is growth, as in `grow`.
+            self.stats.misses += 1;
+        }
+        Some(if at_end && self.splits(idx, rounded, policy) {
+            self.split_off_end(idx, rounded)
+        } else {
+            idx
+        })
+    }
+
+    /// The granules free block `idx` lacks to serve `rounded` bytes from its start, or from
+    /// its end.
+    fn granules_lacking(&self, idx: u32, rounded: u64, at_end: bool, policy: &Policy) -> u64 {
+        let b = &self.blocks[idx as usize];
+        let served = self.served_bytes(idx, rounded, policy);
+        let at = if at_end {
+            b.addr + b.size - served
+        } else {
+            b.addr
+        };
+        let (first, end) = self.granules_of(b.seg, at, served);
+        (end - first) - self.granules(b.seg).count_between(first, end)
+    }
+
+    /// Split free block `idx` so that its last `rounded` bytes are a free block of their own,
+    /// which is returned; both stay indexed.
+    fn split_off_end(&mut self, idx: u32, rounded: u64) -> u32 {
+        self.unindex(idx);
+        let b = self.blocks[idx as usize].clone();
+        let tail = self.new_block(Block {
+            addr: b.addr + b.size - rounded,
+            size: rounded,
+            prev: idx,
+            ..b
+        });
+        if b.next != NONE {
+            self.blocks[b.next as usize].prev = tail;
+        }
+        let head = &mut self.blocks[idx as usize];
+        head.next = tail;
+        head.size -= rounded;
+        self.index(idx);
+        self.index(tail);
+        tail
+    }
+
     /// Whether serving `rounded` bytes from free block `idx` maps granules: a range's address
     /// space never used, or granules given back.
     fn needs_mapping(&self, idx: u32, rounded: u64, policy: &Policy) -> bool {
