@@ -422,9 +422,7 @@ impl DevicePool {
                 self.stats.oom_recovered += 1;
                 return Ok(idx);
             }
-            // A block split off its hole's end joins the hole again.
-            self.unindex(idx);
-            self.make_free(idx);
+            self.rejoin(idx);
         }
         self.stats.ooms += 1;
         self.sample_memory(backend);

@@ -45,6 +45,7 @@ mod hit;
 mod lend;
 mod peers;
 mod pending;
+mod placement;
 mod release;
 mod slack;
 mod stream_hold;
