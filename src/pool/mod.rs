@@ -13,7 +13,7 @@
 //! The types they share: `free_kind.rs`, `reuse_clock.rs`, `hashers.rs`; the live map `live_map.rs`
 //! and the pending queues `fifo.rs`. One device's pool is `device/`; thread caches are
 //! `tcache/`. `model_driver.rs` is the `Backend` the tests, the replay and the policy comparison
-//! run on.
+//! run on; `model_wrapper.rs` lets a test backend change a few of its answers.
 
 pub mod backend;
 pub mod device;
@@ -21,6 +21,7 @@ pub mod fifo;
 pub mod free_lists;
 pub mod live_map;
 pub mod model_driver;
+pub mod model_wrapper;
 pub mod replay;
 pub mod size;
 pub mod spin;

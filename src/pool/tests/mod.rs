@@ -18,7 +18,8 @@ mod stream_hold;
 mod thread_caches;
 mod trace_replay;
 
-use super::model_driver::{ModelDriver, ModelWrapper, GUARD_GAP};
+use super::model_driver::{ModelDriver, GUARD_GAP};
+use super::model_wrapper::ModelWrapper;
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
