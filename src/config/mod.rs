@@ -13,7 +13,8 @@ use std::os::unix::ffi::OsStrExt;
 pub(crate) use parse::parse_bool;
 use parse::{is_off_word, output_path, parse_bytes_or_none, trimmed, Output};
 pub use parse::{
-    parse_bytes, parse_device_bytes, parse_duration_ns, parse_summary_dest, strip_always,
+    parse_bytes, parse_device_bytes, parse_duration_ns, parse_slack_permille, parse_summary_dest,
+    strip_always,
 };
 
 /// When a cached block may be handed out again after the program freed it (contract item 2).
@@ -302,13 +303,9 @@ impl Config {
             }
         }
         if let Some(v) = get("GPUPOOL_EXPANDABLE_SLACK") {
-            let off = trimmed(&v).is_some_and(|s| s.eq_ignore_ascii_case("none"));
-            match parse_device_bytes(&v) {
-                _ if off => {}
-                Some(DeviceBytes::Fraction(f)) => {
-                    c.expandable_slack_permille = Some((f * 1000.0).round() as u32)
-                }
-                _ => bad(
+            match parse_slack_permille(&v) {
+                Some(permille) => c.expandable_slack_permille = permille,
+                None => bad(
                     "GPUPOOL_EXPANDABLE_SLACK",
                     &v,
                     "expected a percentage such as 4%, or 'none'",

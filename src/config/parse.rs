@@ -142,6 +142,19 @@ pub fn parse_device_bytes(v: &[u8]) -> Option<DeviceBytes> {
     }
 }
 
+/// `GPUPOOL_EXPANDABLE_SLACK` (and the trace tool's `--slack`): a percentage such as `4%`, in
+/// thousandths, or `none` for no slack (`Some(None)`). A size is no slack: it would not follow
+/// the program's peak.
+pub fn parse_slack_permille(v: &[u8]) -> Option<Option<u32>> {
+    if trimmed(v)?.eq_ignore_ascii_case("none") {
+        return Some(None);
+    }
+    match parse_device_bytes(v)? {
+        DeviceBytes::Fraction(f) => Some(Some((f * 1000.0).round() as u32)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +190,14 @@ mod tests {
         assert_eq!(parse_duration_ns(b"30S"), Some(30_000_000_000));
         assert_eq!(parse_duration_ns(b"500MS"), Some(500_000_000));
         assert_eq!(parse_duration_ns(b"2Min"), Some(120_000_000_000));
+    }
+
+    #[test]
+    fn slack_is_a_percentage_in_thousandths_or_none() {
+        assert_eq!(parse_slack_permille(b"4%"), Some(Some(40)));
+        assert_eq!(parse_slack_permille(b" None "), Some(None));
+        assert_eq!(parse_slack_permille(b"64MiB"), None);
+        assert_eq!(parse_slack_permille(b"inf%"), None);
     }
 
     #[test]
