@@ -197,6 +197,33 @@ pub struct Settings {
     pub expandable: bool,
 }
 
+#[cfg(test)]
+impl Settings {
+    /// What the crate's unit tests start from: `reuse` mode and `threshold`, no limit, no split
+    /// cap, a 64 MiB fence budget, no slack, no trace, thread caches of the default size that
+    /// start with the second thread, and expandable segments where `expandable` says.
+    pub(crate) fn for_tests(
+        reuse: ReuseMode,
+        threshold: DeviceBytes,
+        expandable: bool,
+    ) -> Settings {
+        Settings {
+            reuse,
+            threshold,
+            limit: DeviceBytes::Unbounded,
+            policy: Policy {
+                max_split_size: u64::MAX,
+                fence_bytes: 64 << 20,
+                mapped_slack_permille: None,
+            },
+            trace: None,
+            thread_cache: crate::config::DEFAULT_THREAD_CACHE,
+            cache_contention: 0,
+            expandable,
+        }
+    }
+}
+
 pub struct Pool<B: Backend> {
     /// Tells this pool's thread caches from another pool's.
     id: u64,
