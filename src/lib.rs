@@ -12,6 +12,8 @@
 //! - `cuda`: finding the application's runtime, its entry points, the pool backend on them.
 //! - `pool`: the caching algorithm, free of FFI.
 //! - `config`: every `GPUPOOL_*` variable.
+//! - `passed_through`: the allocations left to CUDA (the program's own memory pool, graph
+//!   capture), counted for the summary.
 //! - `frameworks`: PyTorch's allocator chosen at load; caches of frameworks above the pool.
 //! - `guard`, `log`, `load_time`, `rng`: panic boundary and reentrancy guard, stderr lines and
 //!   descriptor writes, the load time, a seeded generator for tests and the lab.
@@ -47,6 +49,8 @@ pub mod load_time;
 pub mod log;
 /// cbindgen:ignore
 pub mod mempool;
+/// cbindgen:ignore
+pub mod passed_through;
 /// cbindgen:ignore
 pub mod pool;
 /// cbindgen:ignore

@@ -14,6 +14,7 @@
 //! `dispatch::current_pool` keeps which pool is current), on a stream being captured into a
 //! graph (the graph owns them), on a stream of another device than the current one, and every
 //! call about a pool other than a default one (`cudaMallocFromPoolAsync` is not hooked at all).
+//! The summary counts the first two (`passed_through`).
 
 use std::ffi::c_void;
 
@@ -26,6 +27,7 @@ use crate::dispatch::{
 };
 use crate::global;
 use crate::guard;
+use crate::passed_through::{counted, Reason};
 use crate::pool::{Origin, Pool};
 
 /// `cudaMemPoolAttrReservedMemCurrent`, and the three after it: reserved high, used current,
@@ -59,9 +61,16 @@ pub unsafe fn malloc_async(
         return pass(rt);
     };
     if !current_pool::is_default(dev, || current_is_default(rt, dev)) {
-        return never_worse(rt, pool, dev, pass);
+        return counted(
+            Reason::OwnMemoryPool,
+            size,
+            never_worse(rt, pool, dev, pass),
+        );
     }
-    if capturing(rt, stream) || !on_device(rt, stream, dev) {
+    if capturing(rt, stream) {
+        return counted(Reason::GraphCapture, size, pass(rt));
+    }
+    if !on_device(rt, stream, dev) {
         return pass(rt);
     }
     // SAFETY: the caller's arguments; `dev` is current; `pass` makes the runtime's own call.

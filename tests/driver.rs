@@ -376,5 +376,15 @@ fn cu_mem_alloc_async_from_the_programs_own_memory_pool_goes_to_the_driver() {
         assert!(with.contains(&done), "{with}\n{err}");
         assert_eq!(number::<u64>(&with, "default_pool_served="), 0, "{mode}");
         assert_eq!(summary_allocations(&path), program, "{mode}");
+        // What the program's own pool served, counted apart.
+        let own: (u64, u64) = (
+            number(&without, "own_pool_async="),
+            number(&without, "own_pool_bytes="),
+        );
+        assert_eq!(
+            support::summary_passed_through(&path),
+            [own, (0, 0)],
+            "{mode}"
+        );
     }
 }

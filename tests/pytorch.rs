@@ -10,7 +10,10 @@ mod support;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use support::{c_library, c_program, number, ok, pooled, scratch, summary_allocations, unpooled};
+use support::{
+    c_library, c_program, number, ok, pooled, scratch, summary_allocations, summary_passed_through,
+    unpooled,
+};
 
 /// The stand-in, under the name the pool recognises PyTorch by.
 fn standin() -> PathBuf {
@@ -166,8 +169,45 @@ fn without_the_pool_or_with_it_off_pytorchs_setting_is_left_alone() {
 fn cuda_malloc_async_is_pooled_stream_ordered_in_every_mode_and_capture_passes_through() {
     let exe = c_program("async_capture");
     for mode in ["strict", "barrier", "relaxed"] {
-        let (out, _) = ok(&mut pooled(&exe, &[], &[("GPUPOOL_REUSE", mode)]));
+        let path = scratch(&format!("async-capture-{mode}")).join("summary.json");
+        let env = [
+            ("GPUPOOL_REUSE", mode),
+            ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
+        ];
+        let (out, _) = ok(&mut pooled(&exe, &[], &env));
         assert!(out.contains("async_capture ok"), "{mode}: {out}");
+        // The summary counts what was captured, the runtime's request and the driver's, once
+        // each.
+        let captured = (
+            number::<u64>(&out, "captured_async="),
+            number::<u64>(&out, "captured_bytes="),
+        );
+        assert_eq!(captured.0, 2, "{out}");
+        assert_eq!(summary_passed_through(&path), [(0, 0), captured], "{mode}");
+    }
+    // The Prometheus form: one sample per reason.
+    let path = scratch("async-capture-prom").join("summary.prom");
+    let (out, _) = ok(&mut pooled(
+        &exe,
+        &[],
+        &[("GPUPOOL_SUMMARY", path.to_str().unwrap())],
+    ));
+    let prom = std::fs::read_to_string(&path).unwrap();
+    for (name, key) in [
+        (
+            "gpupool_passed_through_allocations_total",
+            "captured_async=",
+        ),
+        ("gpupool_passed_through_bytes_total", "captured_bytes="),
+    ] {
+        let sample = |reason: &str| {
+            prom.lines()
+                .find(|l| l.starts_with(&format!("{name}{{reason=\"{reason}\",")))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no {name} for {reason} in:\n{prom}"))
+        };
+        assert_eq!(sample("graph_capture"), number::<u64>(&out, key), "{name}");
+        assert_eq!(sample("own_memory_pool"), 0, "{name}");
     }
 }
 
@@ -186,6 +226,10 @@ fn cuda_malloc_async_from_the_programs_own_memory_pool_goes_to_the_runtime() {
     assert!(without.contains("custom_mempool ok"), "{without}");
     let program: u64 = number(&without, "program_async=");
     assert_eq!(number::<u64>(&without, "default_pool_served="), program);
+    let own: (u64, u64) = (
+        number(&without, "own_pool_async="),
+        number(&without, "own_pool_bytes="),
+    );
     for hooks in ["1", "0"] {
         let path = scratch(&format!("custom-mempool-{hooks}")).join("summary.json");
         let mut all = env.to_vec();
@@ -203,9 +247,25 @@ fn cuda_malloc_async_from_the_programs_own_memory_pool_goes_to_the_runtime() {
             "hooks {hooks}"
         );
         assert_eq!(number::<u64>(&with, "program_async="), program);
-        // The summary counts what the pool served, not what the runtime did.
+        // The summary counts what the pool served, not what the runtime did; and, apart, what
+        // the program's own pools served.
         assert_eq!(summary_allocations(&path), program, "hooks {hooks}");
+        assert_eq!(
+            summary_passed_through(&path),
+            [own, (0, 0)],
+            "hooks {hooks}"
+        );
     }
+    // The text summary says it in a line.
+    let mut all = env.to_vec();
+    all.push(("GPUPOOL_SUMMARY", "stderr"));
+    let (_, err) = ok(&mut pooled(&exe, &[], &all));
+    let line = format!(
+        " passed through to CUDA: {} allocations ({}) served by the program's own memory pool\n",
+        own.0,
+        gpupool::report::units::bytes(own.1)
+    );
+    assert!(err.contains(&line), "no {line:?} in:\n{err}");
 }
 
 #[test]

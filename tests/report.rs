@@ -267,7 +267,7 @@ fn json_summary_of_two_threads_on_two_devices_counts_what_the_program_did() {
 }
 
 /// Runs `python3 tests/prom_check.py FILE`: the reference parser's samples, by (sample name,
-/// device label).
+/// device label; for the process's samples, `reason=` and their reason label).
 fn parse_prometheus(path: &Path) -> (Vec<Value>, BTreeMap<(String, String), Value>) {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let out = Command::new(python)
@@ -291,7 +291,10 @@ fn parse_prometheus(path: &Path) -> (Vec<Value>, BTreeMap<(String, String), Valu
         if labels.get("le").is_some() {
             continue;
         }
-        let device = labels["device"].as_str().unwrap_or("").to_string();
+        let device = match labels["reason"].as_str() {
+            Some(reason) => format!("reason={reason}"),
+            None => labels["device"].as_str().unwrap_or("").to_string(),
+        };
         let old = by_name.insert((name.clone(), device.clone()), s["value"].clone());
         assert!(old.is_none(), "duplicate sample {name} device {device}");
     }
@@ -601,9 +604,21 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
         }
     }
     assert_eq!(program_from_prom, program as f64);
+    // Nothing passed through to CUDA: zeros in both forms, no line in the text.
+    for reason in ["own_memory_pool", "graph_capture"] {
+        for (name, field) in [
+            ("gpupool_passed_through_allocations_total", "allocations"),
+            ("gpupool_passed_through_bytes_total", "bytes"),
+        ] {
+            let key = (name.to_string(), format!("reason={reason}"));
+            assert_eq!(p[&key].as_f64(), Some(0.0), "{name} {reason}");
+            assert_eq!(u(&v, &format!("/passed_through/{reason}/{field}")), 0);
+        }
+    }
 
     // The text table.
     let text = std::fs::read_to_string(&runs["txt"].2).unwrap();
+    assert!(!text.contains("passed through"), "{text}");
     let header = text.lines().nth(1).unwrap_or("");
     assert!(
         header.starts_with(" gpupool summary   pid ")

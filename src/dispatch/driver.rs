@@ -18,6 +18,7 @@ use crate::cuda::types::{is_legacy, Stream, STREAM_NON_BLOCKING, STREAM_PER_THRE
 use crate::global;
 use crate::guard;
 use crate::log;
+use crate::passed_through::{counted, Reason};
 use crate::pool::{
     CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
 };
@@ -139,13 +140,14 @@ pub unsafe fn mem_alloc(
         return unserved(pool, d, real);
     };
     if stream.is_some() && !current_pool::is_default(dev, || current_is_default(d, dev)) {
-        return unserved(pool, d, real);
+        return counted(Reason::OwnMemoryPool, size, unserved(pool, d, real));
     }
     let key = match stream {
         None => None,
         Some(s) => match async_stream(d, s) {
-            Some(k) => Some(k).filter(|&k| k != NO_STREAM),
-            None => return unserved(pool, d, real),
+            Ok(k) => Some(k).filter(|&k| k != NO_STREAM),
+            Err(Some(why)) => return counted(why, size, unserved(pool, d, real)),
+            Err(None) => return unserved(pool, d, real),
         },
     };
     match pool.alloc_from(dev, size as u64, key, origin) {
@@ -251,19 +253,19 @@ fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
     released
 }
 
-/// The pool's name for `stream` for a stream-ordered allocation on the current device, or
-/// `None` when the allocation must go to the driver: the stream is being captured into a graph
-/// (the graph owns it), it may belong to another device (a created stream where the driver
+/// The pool's name for `stream` for a stream-ordered allocation on the current device, or why
+/// the allocation must go to the driver: the stream is being captured into a graph (the graph
+/// owns it); `None` when it may belong to another device (a created stream where the driver
 /// sees several), or the driver cannot say.
-fn async_stream(d: &Driver, stream: Stream) -> Option<StreamKey> {
+fn async_stream(d: &Driver, stream: Stream) -> Result<StreamKey, Option<Reason>> {
     if is_legacy(stream) {
-        return Some(LEGACY_STREAM);
+        return Ok(LEGACY_STREAM);
     }
-    if capturing(d, stream)? {
-        return None;
+    if capturing(d, stream).ok_or(None)? {
+        return Err(Some(Reason::GraphCapture));
     }
     let default_or_only = stream as usize == STREAM_PER_THREAD || one_device(d);
-    default_or_only.then(|| stream_id(d, stream))
+    default_or_only.then(|| stream_id(d, stream)).ok_or(None)
 }
 
 /// Whether `stream` is being captured; `None` when the driver cannot say.

@@ -13,7 +13,7 @@
 //! The types they share: `free_kind.rs`, `reuse_clock.rs`, `hashers.rs`; the live map `live_map.rs`
 //! and the pending queues `fifo.rs`. One device's pool is `device/`; thread caches are
 //! `tcache/`. `model_driver.rs` is the `Backend` the tests, the replay and the policy comparison
-//! run on.
+//! run on; `model_wrapper.rs` lets a test backend change a few of its answers.
 
 pub mod backend;
 pub mod device;
@@ -21,6 +21,7 @@ pub mod fifo;
 pub mod free_lists;
 pub mod live_map;
 pub mod model_driver;
+pub mod model_wrapper;
 pub mod replay;
 pub mod size;
 pub mod spin;
@@ -194,6 +195,33 @@ pub struct Settings {
     /// decision: the trace records the setting, the ranges and every granule mapped and
     /// unmapped (`trace.rs`), and a replay maps where the live run did.
     pub expandable: bool,
+}
+
+#[cfg(test)]
+impl Settings {
+    /// What the crate's unit tests start from: `reuse` mode and `threshold`, no limit, no split
+    /// cap, a 64 MiB fence budget, no slack, no trace, thread caches of the default size that
+    /// start with the second thread, and expandable segments where `expandable` says.
+    pub(crate) fn for_tests(
+        reuse: ReuseMode,
+        threshold: DeviceBytes,
+        expandable: bool,
+    ) -> Settings {
+        Settings {
+            reuse,
+            threshold,
+            limit: DeviceBytes::Unbounded,
+            policy: Policy {
+                max_split_size: u64::MAX,
+                fence_bytes: 64 << 20,
+                mapped_slack_permille: None,
+            },
+            trace: None,
+            thread_cache: crate::config::DEFAULT_THREAD_CACHE,
+            cache_contention: 0,
+            expandable,
+        }
+    }
 }
 
 pub struct Pool<B: Backend> {

@@ -16,7 +16,8 @@ use std::sync::Mutex;
 
 use super::backend::{Addr, Backend, CudaError};
 use super::device::{DevicePool, Policy, ReuseWait};
-use super::model_driver::{ModelDriver, ModelWrapper, RecordedSegment, GUARD_GAP};
+use super::model_driver::{ModelDriver, RecordedSegment, GUARD_GAP};
+use super::model_wrapper::ModelWrapper;
 use super::stats::DeviceStats;
 use super::trace::{Kind, Record};
 use super::{need_for, reuse_from_code, FreeKind, ReuseClock, StreamKey, NO_STREAM};

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::summary::{DeviceReport, Report};
+use crate::passed_through::{Counts as PassedThrough, Tally};
 use crate::pool::stats::Gauge;
 use crate::pool::Expandable;
 
@@ -35,6 +36,22 @@ fn expandable(d: &DeviceReport) -> String {
         s.ranges_refused,
         s.slack_unmapped_granules,
         s.slack_moves
+    )
+}
+
+/// The `passed_through` object: the allocations left to CUDA and their requested bytes, by
+/// reason.
+fn passed_through(p: &PassedThrough) -> String {
+    let tally = |t: Tally| {
+        format!(
+            "{{\"allocations\":{},\"bytes\":{}}}",
+            t.allocations, t.bytes
+        )
+    };
+    format!(
+        "{{\"own_memory_pool\":{},\"graph_capture\":{}}}",
+        tally(p.own_memory_pool),
+        tally(p.graph_capture)
     )
 }
 
@@ -202,7 +219,7 @@ fn device(d: &DeviceReport) -> String {
 pub fn render_json(r: &Report) -> String {
     let devices: Vec<String> = r.devices.iter().map(device).collect();
     format!(
-        "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"runtime\":{},\"reuse\":{},\"intercepted\":{},\"devices\":[{}],\"unread_devices\":[{}],\"frameworks\":[{}]}}\n",
+        "{{\"gpupool_version\":{},\"pid\":{},\"rank\":{},\"host\":{},\"runtime\":{},\"reuse\":{},\"intercepted\":{},\"devices\":[{}],\"unread_devices\":[{}],\"passed_through\":{},\"frameworks\":[{}]}}\n",
         quote(env!("CARGO_PKG_VERSION")),
         r.pid,
         quote(&r.rank),
@@ -216,6 +233,7 @@ pub fn render_json(r: &Report) -> String {
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(","),
+        passed_through(&r.passed_through),
         r.frameworks
             .iter()
             .map(|f| format!(

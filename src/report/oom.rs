@@ -294,7 +294,7 @@ mod tests {
     use super::*;
     use crate::config::{DeviceBytes, ReuseMode};
     use crate::pool::model_driver::ModelDriver;
-    use crate::pool::{FreeKind, LockWait, Policy, Pool, Settings};
+    use crate::pool::{FreeKind, LockWait, Pool, Settings};
 
     const MIB: u64 = 1 << 20;
 
@@ -303,20 +303,8 @@ mod tests {
     /// enough, in 1.5 MiB pieces that share their granules with live blocks.
     #[test]
     fn no_split_cap_is_advised_where_large_blocks_come_from_a_range() {
-        let settings = Settings {
-            reuse: ReuseMode::Strict,
-            threshold: DeviceBytes::Unbounded,
-            limit: DeviceBytes::Unbounded,
-            policy: Policy {
-                max_split_size: u64::MAX,
-                fence_bytes: 64 * MIB,
-                mapped_slack_permille: None,
-            },
-            trace: None,
-            thread_cache: 0,
-            cache_contention: 0,
-            expandable: true,
-        };
+        let mut settings = Settings::for_tests(ReuseMode::Strict, DeviceBytes::Unbounded, true);
+        settings.thread_cache = 0;
         let p = Pool::new(
             ModelDriver::new().with_capacity(512 * MIB).with_vmm(),
             settings,

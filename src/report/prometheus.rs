@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use super::summary::{bucket_bound, DeviceReport, Report};
+use crate::passed_through::Tally;
 use crate::pool::stats::HISTOGRAM_BUCKETS;
 use crate::pool::Expandable;
 
@@ -364,6 +365,44 @@ fn value(v: f64) -> String {
     }
 }
 
+/// The figure of a `Tally` a family of the allocations left to CUDA counts.
+type TallyGetter = fn(&Tally) -> u64;
+
+/// The allocations left to CUDA and their requested bytes, one sample per reason, labelled
+/// with the rank and the pid (they belong to no device of the pool's).
+fn passed_through(o: &mut String, r: &Report) {
+    let p = &r.passed_through;
+    let reasons = [
+        ("own_memory_pool", p.own_memory_pool),
+        ("graph_capture", p.graph_capture),
+    ];
+    let families: [(&str, &str, TallyGetter); 2] = [
+        (
+            "gpupool_passed_through_allocations_total",
+            "Allocations left to CUDA: served by the program's own memory pool, or captured into a CUDA graph.",
+            |t| t.allocations,
+        ),
+        (
+            "gpupool_passed_through_bytes_total",
+            "Bytes requested by the allocations left to CUDA.",
+            |t| t.bytes,
+        ),
+    ];
+    for (name, help, get) in families {
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} counter");
+        for (reason, tally) in &reasons {
+            let _ = writeln!(
+                o,
+                "{name}{{reason=\"{reason}\",rank=\"{}\",pid=\"{}\"}} {}",
+                label(&r.rank),
+                r.pid,
+                get(tally)
+            );
+        }
+    }
+}
+
 pub fn render_prometheus(r: &Report) -> String {
     let mut o = String::new();
     let labels = |d: &DeviceReport| {
@@ -390,6 +429,7 @@ pub fn render_prometheus(r: &Report) -> String {
             let _ = writeln!(o, "{s}");
         }
     }
+    passed_through(&mut o, r);
     if !r.devices.is_empty() {
         let name = "gpupool_request_size_bytes";
         let _ = writeln!(o, "# HELP {name} Sizes the program requested.");

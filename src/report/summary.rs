@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::units::{bytes, duration_ns};
+use crate::passed_through::Counts as PassedThrough;
 use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
 use crate::pool::{Backend, DeviceSnapshot, Expandable, IpcRefusals, LiveBlock, LockWait, Pool};
 
@@ -28,6 +29,8 @@ pub struct Report {
     pub frameworks: Vec<crate::frameworks::FrameworkNote>,
     /// IPC handles the pool refused, and so the variable the program needs (`ipc_text`).
     pub ipc: IpcRefusals,
+    /// Allocations left to CUDA, which the devices' figures do not hold (`passed_text`).
+    pub passed_through: PassedThrough,
 }
 
 pub struct DeviceReport {
@@ -191,6 +194,7 @@ impl Report {
             devices,
             frameworks: crate::frameworks::notes(),
             ipc: pool.ipc_refusals(),
+            passed_through: crate::passed_through::counts(),
         }
     }
 
@@ -517,9 +521,15 @@ pub fn render_text(r: &Report) -> String {
             let _ = writeln!(o, " held by    {}", holders_text(&d.holders));
         }
     }
-    if let Some(line) = ipc_text(&r.ipc) {
+    let process_lines: Vec<String> = [ipc_text(&r.ipc), passed_text(&r.passed_through)]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !process_lines.is_empty() {
         let _ = writeln!(o, "{rule}");
-        let _ = writeln!(o, " {line}");
+        for line in process_lines {
+            let _ = writeln!(o, " {line}");
+        }
     }
     if !r.frameworks.is_empty() {
         let _ = writeln!(o, "{rule}");
@@ -529,6 +539,26 @@ pub fn render_text(r: &Report) -> String {
     }
     let _ = writeln!(o, "{rule}");
     o
+}
+
+/// The allocations left to CUDA, and why; `None` when there were none.
+pub fn passed_text(p: &PassedThrough) -> Option<String> {
+    let parts: Vec<String> = [
+        (p.own_memory_pool, "served by the program's own memory pool"),
+        (p.graph_capture, "captured into a CUDA graph"),
+    ]
+    .into_iter()
+    .filter(|(t, _)| t.allocations > 0)
+    .map(|(t, why)| {
+        let plural = if t.allocations == 1 { "" } else { "s" };
+        format!(
+            "{} allocation{plural} ({}) {why}",
+            t.allocations,
+            bytes(t.bytes)
+        )
+    })
+    .collect();
+    (!parts.is_empty()).then(|| format!("passed through to CUDA: {}", parts.join("; ")))
 }
 
 /// The IPC handles refused, and the variable that lets the program share its blocks.
@@ -549,4 +579,41 @@ pub fn ipc_text(ipc: &IpcRefusals) -> Option<String> {
         ));
     }
     (!parts.is_empty()).then(|| format!("ipc        {}", parts.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::passed_through::Tally;
+
+    #[test]
+    fn the_passed_through_line_names_only_the_reasons_that_happened() {
+        assert_eq!(passed_text(&PassedThrough::default()), None);
+        let own = Tally {
+            allocations: 12,
+            bytes: 48 << 20,
+        };
+        let captured = Tally {
+            allocations: 1,
+            bytes: 512,
+        };
+        let only_own = PassedThrough {
+            own_memory_pool: own,
+            ..Default::default()
+        };
+        assert_eq!(
+            passed_text(&only_own).unwrap(),
+            "passed through to CUDA: 12 allocations (48.0 MiB) served by the program's own \
+             memory pool"
+        );
+        let both = PassedThrough {
+            own_memory_pool: own,
+            graph_capture: captured,
+        };
+        assert_eq!(
+            passed_text(&both).unwrap(),
+            "passed through to CUDA: 12 allocations (48.0 MiB) served by the program's own \
+             memory pool; 1 allocation (512 B) captured into a CUDA graph"
+        );
+    }
 }

@@ -1,8 +1,9 @@
 /* cudaMallocAsync under the pool: pooled on ordinary streams; the block the program's own
  * cudaFreeAsync gave back serves that stream's next request at once, in every reuse mode, and
  * another stream only after a fence; on a stream being captured into a graph the request goes
- * to the runtime (the graph owns it). The per-thread-default-stream forms (`_ptsz`) are the
- * pool's too. Prints "async_capture ok". */
+ * to the runtime (the graph owns it), and so does the driver's cuMemAllocAsync there. The
+ * per-thread-default-stream forms (`_ptsz`) are the pool's too. Prints "captured_async=N" and
+ * "captured_bytes=N" (the requests made during capture, and their bytes) and "async_capture ok". */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dlfcn.h>
 
@@ -10,6 +11,7 @@
 
 typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
 typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
+typedef int (*cu_mem_alloc_async_fn)(unsigned long long *, size_t, cudaStream_t);
 
 #define MIB (1 << 20)
 
@@ -52,16 +54,30 @@ int main(void)
 
     cudaGraph_t graph;
     void *g, *kept;
+    unsigned long long captured, captured_bytes = 0;
     CHECK_CUDA(cudaMallocAsync(&kept, 5 * MIB, s));
     CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     CHECK_CUDA(cudaMallocAsync(&g, MIB, s));
+    captured_bytes += MIB;
     CHECK(sim_stats(0).captured_mallocs == before.captured_mallocs + 1,
           "a request during capture did not reach the runtime");
     CHECK_CUDA(cudaFreeAsync(g, s));
+    /* The driver's own call on the stream being captured (the pool's hook, which the preload
+     * puts first). */
+    cu_mem_alloc_async_fn cu_alloc_async =
+        (cu_mem_alloc_async_fn)dlsym(RTLD_DEFAULT, "cuMemAllocAsync");
+    unsigned long long cu_g = 0;
+    CHECK(cu_alloc_async != NULL, "no cuMemAllocAsync in the process");
+    CHECK(cu_alloc_async(&cu_g, 2 * MIB, s) == 0, "cuMemAllocAsync during capture");
+    captured_bytes += 2 * MIB;
+    CHECK(sim_stats(0).captured_mallocs == before.captured_mallocs + 2,
+          "the driver's request during capture did not reach the driver");
+    CHECK_CUDA(cudaFreeAsync((void *)(uintptr_t)cu_g, s));
     /* A pooled block freed into the graph: the graph frees it when it runs, so the pool must
      * never hand it out again (and never give it to the runtime's free either). */
     CHECK_CUDA(cudaFreeAsync(kept, s));
     CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+    captured = sim_stats(0).captured_mallocs - before.captured_mallocs;
     CHECK_CUDA(cudaGraphDestroy(graph));
     CHECK_CUDA(cudaDeviceSynchronize());
     for (int i = 0; i < 8; i++) {
@@ -75,6 +91,8 @@ int main(void)
     CHECK_CUDA(cudaDeviceSynchronize());
     CHECK_CUDA(cudaStreamDestroy(s));
     CHECK_CUDA(cudaStreamDestroy(t));
+    printf("captured_async=%llu\n", captured);
+    printf("captured_bytes=%llu\n", captured_bytes);
     printf("async_capture ok\n");
     return 0;
 }

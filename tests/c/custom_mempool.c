@@ -7,7 +7,9 @@
  * A request from the program's pool that the pool's cache stands in the way of still succeeds.
  * Runs with and without the pool, CUDASIM_DEVICES=2 CUDASIM_MEM=1GiB CUDASIM_CONTEXT_BYTES=0;
  * prints "default_pool_served=N" (what the runtime's default pools served: 0 under the pool),
- * "program_async=N" (the cudaMallocAsync calls from a default pool) and "custom_mempool ok". */
+ * "program_async=N" (the cudaMallocAsync calls from a default pool), "own_pool_async=N" and
+ * "own_pool_bytes=N" (the cudaMallocAsync calls the program's own pools served, and their
+ * bytes; cudaMallocFromPoolAsync, which names its pool, aside) and "custom_mempool ok". */
 #define _GNU_SOURCE /* RTLD_NOLOAD */
 #include <dlfcn.h>
 
@@ -54,6 +56,7 @@ int main(void)
     unsigned long long mine_served, frees;
     unsigned long long threshold = 64 * MIB;
     int program_async = 0;
+    unsigned long long own_async = 0, own_bytes = 0;
 
     CHECK_CUDA(cudaDeviceGetDefaultMemPool(&def0, 0));
     CHECK_CUDA(cudaDeviceGetDefaultMemPool(&def1, 1));
@@ -74,6 +77,8 @@ int main(void)
     frees = sim_stats(0).free_calls;
     CHECK_CUDA(cudaMallocAsync(&a, MIB, s));
     CHECK_CUDA(cudaMallocAsync(&b, 3 * MIB, 0));
+    own_async += 2;
+    own_bytes += 4 * MIB;
     CHECK(served(mine) == 2, "the program's pool served %llu of 2 requests", served(mine));
     CHECK(used(mine) == 4 * MIB, "the program's pool holds %llu bytes", used(mine));
     tag_block(a, MIB, 0x5a);
@@ -104,6 +109,8 @@ int main(void)
     /* Destroying the program's current pool makes the default current: the pool's again. */
     CHECK_CUDA(cudaDeviceSetMemPool(0, mine));
     CHECK_CUDA(cudaMallocAsync(&a, MIB, s));
+    own_async++;
+    own_bytes += MIB;
     CHECK(served(mine) == mine_served + 1, "the program's pool did not serve");
     CHECK_CUDA(cudaFreeAsync(a, s));
     CHECK_CUDA(cudaStreamSynchronize(s));
@@ -120,6 +127,8 @@ int main(void)
     mine = create_pool(0, cudaMemHandleTypeNone);
     CHECK_CUDA(cudaDeviceSetMemPool(0, mine));
     CHECK_CUDA(cudaMallocAsync(&a, 600 * MIB, s));
+    own_async++;
+    own_bytes += 600 * MIB;
     CHECK(cudaGetLastError() == cudaSuccess, "a retried request left an error behind");
     CHECK_CUDA(cudaFreeAsync(a, s));
     CHECK_CUDA(cudaStreamSynchronize(s));
@@ -137,6 +146,8 @@ int main(void)
         CHECK_CUDA(set_real(1, late));
         CHECK_CUDA(cudaSetDevice(1));
         CHECK_CUDA(cudaMallocAsync(&a, MIB, 0));
+        own_async++;
+        own_bytes += MIB;
         CHECK(served(late) == 1, "device 1's own pool served %llu", served(late));
         CHECK_CUDA(cudaFreeAsync(a, 0));
         CHECK_CUDA(cudaDeviceSetMemPool(1, def1));
@@ -153,6 +164,8 @@ int main(void)
 
     printf("default_pool_served=%llu\n", served(def0) + served(def1));
     printf("program_async=%d\n", program_async);
+    printf("own_pool_async=%llu\n", own_async);
+    printf("own_pool_bytes=%llu\n", own_bytes);
     printf("custom_mempool ok\n");
     return 0;
 }

@@ -257,7 +257,8 @@ static unsigned long long served(CUmemoryPool pool)
  * driver, and a block the pool served before the switch frees fine after it. Setting the
  * default pool back, or destroying the program's current pool, makes cuMemAllocAsync the
  * pool's again. Prints "default_pool_served=N" (what the driver's default pool served: 0 under
- * the pool) and "program_async=N" (the requests from the default pool). */
+ * the pool), "program_async=N" (the requests from the default pool), and "own_pool_async=N"
+ * and "own_pool_bytes=N" (the requests the program's own pool served, and their bytes). */
 static void custom_pool(void)
 {
     CUcontext primary = NULL;
@@ -266,6 +267,7 @@ static void custom_pool(void)
     CUdeviceptr before = 0, a = 0, b = 0;
     unsigned long long frees, mine_served;
     int program_async = 0;
+    unsigned long long own_async = 0, own_bytes = 0;
 
     CU_OK(cu.init(0));
     CU_OK(cu.retain(&primary, 0));
@@ -287,6 +289,8 @@ static void custom_pool(void)
     frees = device0().driver_frees;
     CU_OK(cu.alloc_async(&a, MiB, CU_STREAM_LEGACY));
     CU_OK(cu.alloc_async(&b, 2 * MiB, CU_STREAM_PER_THREAD));
+    own_async += 2;
+    own_bytes += 3 * MiB;
     CHECK(served(mine) == 2, "the program's pool served %llu of 2 requests", served(mine));
     CU_OK(cu.free_async(a, CU_STREAM_LEGACY));
     CU_OK(cu.free_async(b, CU_STREAM_PER_THREAD));
@@ -306,6 +310,8 @@ static void custom_pool(void)
     /* Destroying the program's current pool makes the default current: the pool's again. */
     CU_OK(cu.set_pool(0, mine));
     CU_OK(cu.alloc_async(&a, MiB, CU_STREAM_LEGACY));
+    own_async++;
+    own_bytes += MiB;
     CHECK(served(mine) == mine_served + 1, "the program's pool did not serve");
     CU_OK(cu.free_async(a, CU_STREAM_LEGACY));
     CU_OK(cu.sync());
@@ -317,6 +323,8 @@ static void custom_pool(void)
 
     printf("default_pool_served=%llu\n", served(def));
     printf("program_async=%d\n", program_async);
+    printf("own_pool_async=%llu\n", own_async);
+    printf("own_pool_bytes=%llu\n", own_bytes);
 }
 
 int main(int argc, char **argv)

@@ -142,6 +142,22 @@ pub fn summary_allocations(path: &Path) -> u64 {
         .sum()
 }
 
+/// The allocations the pool passed through to CUDA, and their bytes, as the JSON summary at
+/// `path` counts them: [served by the program's own memory pool, captured into a graph].
+pub fn summary_passed_through(path: &Path) -> [(u64, u64); 2] {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read the summary {}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON summary");
+    ["own_memory_pool", "graph_capture"].map(|reason| {
+        let field = |name: &str| {
+            v["passed_through"][reason][name]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no passed_through.{reason}.{name} in {v}"))
+        };
+        (field("allocations"), field("bytes"))
+    })
+}
+
 /// A fresh scratch directory under the target's temporary directory.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));

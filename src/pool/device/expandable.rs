@@ -69,6 +69,14 @@ impl Granules {
         end
     }
 
+    /// The granules marked mapped among `[first, end)`, lowest first.
+    pub(super) fn mapped_between(&self, first: u64, end: u64) -> impl Iterator<Item = u64> + '_ {
+        std::iter::successors(Some(self.next_with(first, end, true)), move |&k| {
+            Some(self.next_with(k + 1, end, true))
+        })
+        .take_while(move |&k| k < end)
+    }
+
     /// Granules marked mapped among `[first, end)`.
     pub(super) fn count_between(&self, first: u64, end: u64) -> u64 {
         let mut n = 0;
@@ -159,6 +167,14 @@ impl DevicePool {
         let base = self.seg(si).addr;
         let g = self.granule;
         ((addr - base) / g, (addr + bytes - base).div_ceil(g))
+    }
+
+    /// The granules wholly inside `[addr, addr + bytes)` in segment `si`: first and end (no
+    /// more than `first` when none is).
+    pub(super) fn granules_within(&self, si: u32, addr: Addr, bytes: u64) -> (u64, u64) {
+        let base = self.seg(si).addr;
+        let g = self.granule;
+        ((addr - base).div_ceil(g), (addr + bytes - base) / g)
     }
 
     /// A new expandable segment for `class` that holds at least `size` bytes: a reserved
@@ -539,19 +555,12 @@ impl DevicePool {
     fn free_granules(&self) -> Vec<(u32, u64)> {
         let mut found = Vec::new();
         for (si, granules) in &self.ranges {
-            let s = self.seg(*si);
-            let mut idx = s.first;
+            let mut idx = self.seg(*si).first;
             while idx != NONE {
                 let b = &self.blocks[idx as usize];
                 if b.state == State::Free {
-                    let g = self.granule;
-                    let first = (b.addr - s.addr).div_ceil(g);
-                    let end = (b.addr + b.size - s.addr) / g;
-                    found.extend(
-                        (first..end)
-                            .filter(|&k| granules.is_mapped(k))
-                            .map(|k| (*si, k)),
-                    );
+                    let (first, end) = self.granules_within(*si, b.addr, b.size);
+                    found.extend(granules.mapped_between(first, end).map(|k| (*si, k)));
                 }
                 idx = b.next;
             }
@@ -602,6 +611,11 @@ mod tests {
                     scan(first, end),
                     "{first}..{end}"
                 );
+                assert_eq!(
+                    g.mapped_between(first, end).collect::<Vec<_>>(),
+                    (first..end).filter(|&k| g.is_mapped(k)).collect::<Vec<_>>(),
+                    "{first}..{end}"
+                );
                 for m in [true, false] {
                     assert_eq!(
                         g.next_with(first, end, m),
@@ -612,5 +626,7 @@ mod tests {
             }
         }
         assert_eq!(g.count(), 11);
+        // A block inside one granule holds none wholly: its first is past its end.
+        assert_eq!(g.mapped_between(1, 0).count(), 0);
     }
 }

@@ -134,17 +134,15 @@ impl DevicePool {
         let mut inside = Vec::new();
         for (_, idx) in free {
             let b = &self.blocks[idx as usize];
-            let (si, base) = (b.seg, self.seg(b.seg).addr);
-            let (first, end) = ((b.addr - base).div_ceil(g), (b.addr + b.size - base) / g);
-            let granules = self.granules(si);
+            let si = b.seg;
+            let (first, end) = self.granules_within(si, b.addr, b.size);
+            let kept = |k: u64| si == keep.0 && (keep.1..keep.2).contains(&k);
             inside.clear();
-            let mut k = granules.next_with(first, end, true);
-            while k < end {
-                if si != keep.0 || k < keep.1 || k >= keep.2 {
-                    inside.push(k);
-                }
-                k = granules.next_with(k + 1, end, true);
-            }
+            inside.extend(
+                self.granules(si)
+                    .mapped_between(first, end)
+                    .filter(|&k| !kept(k)),
+            );
             for &k in inside.iter().rev() {
                 found.push((si, k));
                 if found.len() as u64 * g >= want {

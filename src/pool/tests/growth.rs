@@ -30,23 +30,9 @@ fn a_new_largest_request_gets_room_to_grow() {
     t.alloc(0, 600 * MIB).unwrap();
     assert_eq!(stats(&t, 0).reserved.current, 600 * MIB);
     // Nor with a maximum split size.
-    let m = Pool::new(
-        classic_model(80 << 30),
-        Settings {
-            reuse: ReuseMode::Relaxed,
-            threshold: DeviceBytes::Unbounded,
-            limit: DeviceBytes::Unbounded,
-            policy: Policy {
-                max_split_size: 256 * MIB,
-                fence_bytes: 64 * MIB,
-                mapped_slack_permille: None,
-            },
-            trace: None,
-            thread_cache: crate::config::DEFAULT_THREAD_CACHE,
-            cache_contention: 0,
-            expandable: false,
-        },
-    );
+    let mut split_capped = Settings::for_tests(ReuseMode::Relaxed, DeviceBytes::Unbounded, false);
+    split_capped.policy.max_split_size = 256 * MIB;
+    let m = Pool::new(classic_model(80 << 30), split_capped);
     m.alloc(0, 600 * MIB).unwrap();
     assert_eq!(stats(&m, 0).reserved.current, 600 * MIB);
     // Near the capacity, a refused rounded segment is asked for again at the exact size

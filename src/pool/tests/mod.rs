@@ -18,7 +18,8 @@ mod stream_hold;
 mod thread_caches;
 mod trace_replay;
 
-use super::model_driver::{ModelDriver, ModelWrapper, GUARD_GAP};
+use super::model_driver::{ModelDriver, GUARD_GAP};
+use super::model_wrapper::ModelWrapper;
 use super::*;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -74,20 +75,7 @@ fn pool_of(
 ) -> Pool<ModelDriver> {
     Pool::new(
         model_of(capacity, expandable),
-        Settings {
-            reuse,
-            threshold,
-            limit: DeviceBytes::Unbounded,
-            policy: Policy {
-                max_split_size: u64::MAX,
-                fence_bytes: 64 * MIB,
-                mapped_slack_permille: None,
-            },
-            trace: None,
-            thread_cache: crate::config::DEFAULT_THREAD_CACHE,
-            cache_contention: 0,
-            expandable,
-        },
+        Settings::for_tests(reuse, threshold, expandable),
     )
 }
 

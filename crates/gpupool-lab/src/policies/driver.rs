@@ -3,7 +3,8 @@
 //! their peak).
 
 use gpupool::pool::backend::{Addr, Backend};
-use gpupool::pool::model_driver::{ModelDriver, ModelWrapper, GUARD_GAP};
+use gpupool::pool::model_driver::{ModelDriver, GUARD_GAP};
+use gpupool::pool::model_wrapper::ModelWrapper;
 
 /// What the driver saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -26,15 +26,8 @@ pub fn reuse_mode(value: &str) -> Result<ReuseMode, String> {
 
 /// `--slack`: a percentage of the peak allocated, as `GPUPOOL_EXPANDABLE_SLACK`, or `none`.
 fn slack(value: &str) -> Result<Option<u32>, String> {
-    if value.eq_ignore_ascii_case("none") {
-        return Ok(None);
-    }
-    match gpupool::config::parse_device_bytes(value.as_bytes()) {
-        Some(gpupool::config::DeviceBytes::Fraction(f)) => Ok(Some((f * 1000.0).round() as u32)),
-        _ => Err(format!(
-            "--slack is a percentage such as 4%, or none (got {value:?})"
-        )),
-    }
+    gpupool::config::parse_slack_permille(value.as_bytes())
+        .ok_or_else(|| format!("--slack is a percentage such as 4%, or none (got {value:?})"))
 }
 
 /// `replay`'s options: the overrides, and whether to replay with expandable segments on and

@@ -2,10 +2,20 @@
 //!
 //! Parsing is pure (a lookup function in, a `Config` and warnings out) so it is unit-tested without
 //! touching the process environment. A bad value never fails: it yields one warning line and the
-//! default.
+//! default. Each value's own form (sizes, percentages, durations, output names) is read by
+//! `parse.rs`; this file says which variable takes which form, and its default.
+
+mod parse;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+
+pub(crate) use parse::parse_bool;
+use parse::{is_off_word, output_path, parse_bytes_or_none, trimmed, Output};
+pub use parse::{
+    parse_bytes, parse_device_bytes, parse_duration_ns, parse_slack_permille, parse_summary_dest,
+    strip_always,
+};
 
 /// When a cached block may be handed out again after the program freed it (contract item 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,13 +303,9 @@ impl Config {
             }
         }
         if let Some(v) = get("GPUPOOL_EXPANDABLE_SLACK") {
-            let off = trimmed(&v).is_some_and(|s| s.eq_ignore_ascii_case("none"));
-            match parse_device_bytes(&v) {
-                _ if off => {}
-                Some(DeviceBytes::Fraction(f)) => {
-                    c.expandable_slack_permille = Some((f * 1000.0).round() as u32)
-                }
-                _ => bad(
+            match parse_slack_permille(&v) {
+                Some(permille) => c.expandable_slack_permille = permille,
+                None => bad(
                     "GPUPOOL_EXPANDABLE_SLACK",
                     &v,
                     "expected a percentage such as 4%, or 'none'",
@@ -332,144 +338,6 @@ pub fn driver_hooks_from_env() -> bool {
     hooks && !disabled
 }
 
-fn trimmed(v: &[u8]) -> Option<String> {
-    std::str::from_utf8(v).ok().map(|s| s.trim().to_string())
-}
-
-pub(crate) fn parse_bool(v: &[u8]) -> Option<bool> {
-    match trimmed(v)?.to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" | "" => Some(false),
-        _ => None,
-    }
-}
-
-/// `512MiB`, `4GiB`, `1.5G`, `1048576`, `2 MB`. Binary and decimal prefixes both mean powers of
-/// 1024 for single letters (`G` = GiB, as CUDA and PyTorch users expect); `KB`/`MB`/`GB` are
-/// decimal, `KiB`/`MiB`/`GiB` binary.
-pub fn parse_bytes(v: &[u8]) -> Option<u64> {
-    let s = trimmed(v)?;
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    if num.is_empty() {
-        return None;
-    }
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        _ => return None,
-    };
-    let n: f64 = num.parse().ok()?;
-    let bytes = n * mult;
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
-        return None;
-    }
-    Some(bytes as u64)
-}
-
-/// `GPUPOOL_SUMMARY`'s value after an `always:` prefix (in any case, after leading blanks), or
-/// `None` without one. Pure byte work: the load-time constructor calls it.
-pub fn strip_always(v: &[u8]) -> Option<&[u8]> {
-    const PREFIX: &[u8] = b"always:";
-    let v = v.trim_ascii_start();
-    (v.len() >= PREFIX.len() && v[..PREFIX.len()].eq_ignore_ascii_case(PREFIX))
-        .then(|| &v[PREFIX.len()..])
-}
-
-/// What a value naming an output file is.
-enum Output {
-    Empty,
-    /// One word without `/`, `.` or `%` (trimmed): a keyword or a typo of one (`stdrr`) far
-    /// more often than a file name. `./NAME` says a file is meant.
-    Word(String),
-    Path,
-}
-
-fn output_path(v: &[u8]) -> Output {
-    let t = v.trim_ascii();
-    if t.is_empty() {
-        Output::Empty
-    } else if t.iter().any(|b| matches!(b, b'/' | b'.' | b'%')) {
-        Output::Path
-    } else {
-        Output::Word(String::from_utf8_lossy(t).into_owned())
-    }
-}
-
-/// The words that switch an output off, as `0` does, in any case.
-fn is_off_word(w: &str) -> bool {
-    ["off", "0", "none"]
-        .iter()
-        .any(|k| w.eq_ignore_ascii_case(k))
-}
-
-/// `stderr` (or `1`), `stdout`, `off` (or `0`, `none`) in any case, or a path (any bytes but
-/// NUL: paths need not be UTF-8). `Err` says why the value is none of those.
-pub fn parse_summary_dest(v: &[u8]) -> Result<SummaryDest, String> {
-    match output_path(v) {
-        Output::Empty => Err("empty; expected stderr, stdout, off or a file path".into()),
-        Output::Word(w) if is_off_word(&w) => Ok(SummaryDest::Off),
-        Output::Word(w) if w.eq_ignore_ascii_case("stderr") || w == "1" => Ok(SummaryDest::Stderr),
-        Output::Word(w) if w.eq_ignore_ascii_case("stdout") => Ok(SummaryDest::Stdout),
-        Output::Word(w) => Err(format!(
-            "neither stderr, stdout nor off, and not a path: write ./{w} for a file of that name"
-        )),
-        Output::Path if v.contains(&0) => Err("a path cannot hold a NUL byte".into()),
-        Output::Path => Ok(SummaryDest::Path(v.to_vec())),
-    }
-}
-
-/// `30s`, `5m`, `1h`, `500ms`, `1.5s` (units in any case); a bare number is seconds.
-pub fn parse_duration_ns(v: &[u8]) -> Option<u64> {
-    let s = trimmed(v)?;
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "s" => 1e9,
-        "ms" => 1e6,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        _ => return None,
-    };
-    let ns = n * scale;
-    (ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64).then_some(ns as u64)
-}
-
-fn parse_bytes_or_none(v: &[u8]) -> Option<u64> {
-    match trimmed(v)?.to_ascii_lowercase().as_str() {
-        "none" | "unlimited" | "inf" => Some(u64::MAX),
-        _ => parse_bytes(v),
-    }
-}
-
-/// Bytes as `parse_bytes` reads them, a percentage of the device (`40%`), or `none`.
-pub fn parse_device_bytes(v: &[u8]) -> Option<DeviceBytes> {
-    let s = trimmed(v)?;
-    if let Some(pct) = s.strip_suffix('%') {
-        let p: f64 = pct.trim().parse().ok()?;
-        if !(0.0..=100.0).contains(&p) || !p.is_finite() {
-            return None;
-        }
-        return Some(DeviceBytes::Fraction(p / 100.0));
-    }
-    match parse_bytes_or_none(v)? {
-        u64::MAX => Some(DeviceBytes::Unbounded),
-        b => Some(DeviceBytes::Bytes(b)),
-    }
-}
-
 /// Lossy display of an OS string for messages.
 pub fn show(v: &OsStr) -> String {
     String::from_utf8_lossy(v.as_bytes()).into_owned()
@@ -486,22 +354,6 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_vec()))
             .collect();
         Config::parse(|k| map.get(k).cloned())
-    }
-
-    #[test]
-    fn byte_units() {
-        assert_eq!(parse_bytes(b"512MiB"), Some(512 << 20));
-        assert_eq!(parse_bytes(b"4GiB"), Some(4 << 30));
-        assert_eq!(parse_bytes(b"1.5G"), Some(3 << 29));
-        assert_eq!(parse_bytes(b"1048576"), Some(1 << 20));
-        assert_eq!(parse_bytes(b" 2 MB "), Some(2_000_000));
-        assert_eq!(parse_bytes(b"0"), Some(0));
-        assert_eq!(parse_bytes(b"-1G"), None);
-        assert_eq!(parse_bytes(b"12XB"), None);
-        assert_eq!(parse_bytes(b""), None);
-        assert_eq!(parse_bytes(b"1e400"), None);
-        assert_eq!(parse_bytes(b"99999999999T"), None);
-        assert_eq!(parse_bytes(&[0xff, 0x31]), None);
     }
 
     #[test]
@@ -656,9 +508,6 @@ mod tests {
         assert_eq!(summary(b"always:OFF"), (SummaryDest::Off, false, vec![]));
         let path = |p: &[u8]| (SummaryDest::Path(p.to_vec()), true, vec![]);
         assert_eq!(summary(b"ALWAYS:/tmp/s.json"), path(b"/tmp/s.json"));
-        assert_eq!(strip_always(b"Always:x"), Some(&b"x"[..]));
-        assert_eq!(strip_always(b"always"), None);
-        assert_eq!(strip_always(b"alwaysx:"), None);
     }
 
     #[test]
@@ -701,24 +550,15 @@ mod tests {
     }
 
     #[test]
-    fn interval_off_words_and_units_in_any_case() {
+    fn interval_off_words() {
         for off in [&b"0"[..], b"off", b"NONE", b"0s", b"0ms"] {
             let (c, w) = parse(&[("GPUPOOL_SUMMARY_INTERVAL", off)]);
             assert_eq!((c.summary_interval_ns, w.len()), (None, 0), "{off:?}");
         }
-        assert_eq!(parse_duration_ns(b"30S"), Some(30_000_000_000));
-        assert_eq!(parse_duration_ns(b"500MS"), Some(500_000_000));
-        assert_eq!(parse_duration_ns(b"2Min"), Some(120_000_000_000));
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration_ns(b"30s"), Some(30_000_000_000));
-        assert_eq!(parse_duration_ns(b"500ms"), Some(500_000_000));
-        assert_eq!(parse_duration_ns(b"2"), Some(2_000_000_000));
-        assert_eq!(parse_duration_ns(b"1h"), Some(3_600_000_000_000));
-        assert_eq!(parse_duration_ns(b"-1s"), None);
-        assert_eq!(parse_duration_ns(b"soon"), None);
+    fn an_interval_under_100ms_warns() {
         let (c, w) = parse(&[("GPUPOOL_SUMMARY_INTERVAL", b"10ms")]);
         assert_eq!((c.summary_interval_ns, w.len()), (None, 1));
     }

@@ -1,0 +1,209 @@
+//! The forms a `GPUPOOL_*` value takes, read from its bytes: switches, sizes, percentages of
+//! the device, durations, and output destinations. Pure functions: `None` or `Err` for a value
+//! that is not of the form, and `Config::parse` turns that into a warning.
+
+use super::{DeviceBytes, SummaryDest};
+
+pub(super) fn trimmed(v: &[u8]) -> Option<String> {
+    std::str::from_utf8(v).ok().map(|s| s.trim().to_string())
+}
+
+pub fn parse_bool(v: &[u8]) -> Option<bool> {
+    match trimmed(v)?.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
+/// `512MiB`, `4GiB`, `1.5G`, `1048576`, `2 MB`. Binary and decimal prefixes both mean powers of
+/// 1024 for single letters (`G` = GiB, as CUDA and PyTorch users expect); `KB`/`MB`/`GB` are
+/// decimal, `KiB`/`MiB`/`GiB` binary.
+pub fn parse_bytes(v: &[u8]) -> Option<u64> {
+    let s = trimmed(v)?;
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    if num.is_empty() {
+        return None;
+    }
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return None,
+    };
+    let n: f64 = num.parse().ok()?;
+    let bytes = n * mult;
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+        return None;
+    }
+    Some(bytes as u64)
+}
+
+/// `GPUPOOL_SUMMARY`'s value after an `always:` prefix (in any case, after leading blanks), or
+/// `None` without one. Pure byte work: the load-time constructor calls it.
+pub fn strip_always(v: &[u8]) -> Option<&[u8]> {
+    const PREFIX: &[u8] = b"always:";
+    let v = v.trim_ascii_start();
+    (v.len() >= PREFIX.len() && v[..PREFIX.len()].eq_ignore_ascii_case(PREFIX))
+        .then(|| &v[PREFIX.len()..])
+}
+
+/// What a value naming an output file is.
+pub(super) enum Output {
+    Empty,
+    /// One word without `/`, `.` or `%` (trimmed): a keyword or a typo of one (`stdrr`) far
+    /// more often than a file name. `./NAME` says a file is meant.
+    Word(String),
+    Path,
+}
+
+pub(super) fn output_path(v: &[u8]) -> Output {
+    let t = v.trim_ascii();
+    if t.is_empty() {
+        Output::Empty
+    } else if t.iter().any(|b| matches!(b, b'/' | b'.' | b'%')) {
+        Output::Path
+    } else {
+        Output::Word(String::from_utf8_lossy(t).into_owned())
+    }
+}
+
+/// The words that switch an output off, as `0` does, in any case.
+pub(super) fn is_off_word(w: &str) -> bool {
+    ["off", "0", "none"]
+        .iter()
+        .any(|k| w.eq_ignore_ascii_case(k))
+}
+
+/// `stderr` (or `1`), `stdout`, `off` (or `0`, `none`) in any case, or a path (any bytes but
+/// NUL: paths need not be UTF-8). `Err` says why the value is none of those.
+pub fn parse_summary_dest(v: &[u8]) -> Result<SummaryDest, String> {
+    match output_path(v) {
+        Output::Empty => Err("empty; expected stderr, stdout, off or a file path".into()),
+        Output::Word(w) if is_off_word(&w) => Ok(SummaryDest::Off),
+        Output::Word(w) if w.eq_ignore_ascii_case("stderr") || w == "1" => Ok(SummaryDest::Stderr),
+        Output::Word(w) if w.eq_ignore_ascii_case("stdout") => Ok(SummaryDest::Stdout),
+        Output::Word(w) => Err(format!(
+            "neither stderr, stdout nor off, and not a path: write ./{w} for a file of that name"
+        )),
+        Output::Path if v.contains(&0) => Err("a path cannot hold a NUL byte".into()),
+        Output::Path => Ok(SummaryDest::Path(v.to_vec())),
+    }
+}
+
+/// `30s`, `5m`, `1h`, `500ms`, `1.5s` (units in any case); a bare number is seconds.
+pub fn parse_duration_ns(v: &[u8]) -> Option<u64> {
+    let s = trimmed(v)?;
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "s" => 1e9,
+        "ms" => 1e6,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => return None,
+    };
+    let ns = n * scale;
+    (ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64).then_some(ns as u64)
+}
+
+pub(super) fn parse_bytes_or_none(v: &[u8]) -> Option<u64> {
+    match trimmed(v)?.to_ascii_lowercase().as_str() {
+        "none" | "unlimited" | "inf" => Some(u64::MAX),
+        _ => parse_bytes(v),
+    }
+}
+
+/// Bytes as `parse_bytes` reads them, a percentage of the device (`40%`), or `none`.
+pub fn parse_device_bytes(v: &[u8]) -> Option<DeviceBytes> {
+    let s = trimmed(v)?;
+    if let Some(pct) = s.strip_suffix('%') {
+        let p: f64 = pct.trim().parse().ok()?;
+        if !(0.0..=100.0).contains(&p) || !p.is_finite() {
+            return None;
+        }
+        return Some(DeviceBytes::Fraction(p / 100.0));
+    }
+    match parse_bytes_or_none(v)? {
+        u64::MAX => Some(DeviceBytes::Unbounded),
+        b => Some(DeviceBytes::Bytes(b)),
+    }
+}
+
+/// `GPUPOOL_EXPANDABLE_SLACK` (and the trace tool's `--slack`): a percentage such as `4%`, in
+/// thousandths, or `none` for no slack (`Some(None)`). A size is no slack: it would not follow
+/// the program's peak.
+pub fn parse_slack_permille(v: &[u8]) -> Option<Option<u32>> {
+    if trimmed(v)?.eq_ignore_ascii_case("none") {
+        return Some(None);
+    }
+    match parse_device_bytes(v)? {
+        DeviceBytes::Fraction(f) => Some(Some((f * 1000.0).round() as u32)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(parse_bytes(b"512MiB"), Some(512 << 20));
+        assert_eq!(parse_bytes(b"4GiB"), Some(4 << 30));
+        assert_eq!(parse_bytes(b"1.5G"), Some(3 << 29));
+        assert_eq!(parse_bytes(b"1048576"), Some(1 << 20));
+        assert_eq!(parse_bytes(b" 2 MB "), Some(2_000_000));
+        assert_eq!(parse_bytes(b"0"), Some(0));
+        assert_eq!(parse_bytes(b"-1G"), None);
+        assert_eq!(parse_bytes(b"12XB"), None);
+        assert_eq!(parse_bytes(b""), None);
+        assert_eq!(parse_bytes(b"1e400"), None);
+        assert_eq!(parse_bytes(b"99999999999T"), None);
+        assert_eq!(parse_bytes(&[0xff, 0x31]), None);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ns(b"30s"), Some(30_000_000_000));
+        assert_eq!(parse_duration_ns(b"500ms"), Some(500_000_000));
+        assert_eq!(parse_duration_ns(b"2"), Some(2_000_000_000));
+        assert_eq!(parse_duration_ns(b"1h"), Some(3_600_000_000_000));
+        assert_eq!(parse_duration_ns(b"-1s"), None);
+        assert_eq!(parse_duration_ns(b"soon"), None);
+    }
+
+    #[test]
+    fn duration_units_in_any_case() {
+        assert_eq!(parse_duration_ns(b"30S"), Some(30_000_000_000));
+        assert_eq!(parse_duration_ns(b"500MS"), Some(500_000_000));
+        assert_eq!(parse_duration_ns(b"2Min"), Some(120_000_000_000));
+    }
+
+    #[test]
+    fn slack_is_a_percentage_in_thousandths_or_none() {
+        assert_eq!(parse_slack_permille(b"4%"), Some(Some(40)));
+        assert_eq!(parse_slack_permille(b" None "), Some(None));
+        assert_eq!(parse_slack_permille(b"64MiB"), None);
+        assert_eq!(parse_slack_permille(b"inf%"), None);
+    }
+
+    #[test]
+    fn the_always_prefix_in_any_case() {
+        assert_eq!(strip_always(b"Always:x"), Some(&b"x"[..]));
+        assert_eq!(strip_always(b"always"), None);
+        assert_eq!(strip_always(b"alwaysx:"), None);
+    }
+}
