@@ -209,14 +209,24 @@ impl DevicePool {
                     return true;
                 }
                 let size = b.size;
-                if b.held || b.class != Class::Small || size > SMALL_LIMIT || binned + size > room {
+                // `size - 1 >= SMALL_LIMIT` for `size > SMALL_LIMIT` (no block is empty): the bin's
+                // index below is then seen to be in bounds.
+                if b.held
+                    || b.class != Class::Small
+                    || size.wrapping_sub(1) >= SMALL_LIMIT
+                    || binned + size > room
+                {
                     other = Some(idx);
                     return false;
                 }
                 b.state = State::Binned;
-                let k = (size / ALIGN) as usize - 1;
-                bins[k].push(idx);
-                bin_mask[k / 64] |= 1 << (k % 64);
+                let k = ((size - 1) / ALIGN) as usize;
+                let bin = &mut bins[k];
+                // A bin that holds blocks has its bit set already.
+                if bin.is_empty() {
+                    bin_mask[k / 64] |= 1 << (k % 64);
+                }
+                bin.push(idx);
                 binned += size;
                 true
             });
