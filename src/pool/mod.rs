@@ -201,7 +201,8 @@ pub struct Pool<B: Backend> {
     id: u64,
     backend: B,
     settings: Settings,
-    devices: Vec<OnceLock<DeviceSlot>>,
+    /// An array, not a vector: a device known to be below `MAX_DEVICES` indexes it unchecked.
+    devices: Box<[OnceLock<DeviceSlot>; MAX_DEVICES]>,
     /// The program created a non-blocking stream: barriers no longer cover all its work.
     nonblocking_seen: AtomicBool,
     /// Runtime override of the threshold (bytes), `u64::MAX - 1` meaning "not set".
@@ -226,7 +227,13 @@ impl<B: Backend> Pool<B> {
             id: tcache::new_pool_id(),
             backend,
             settings,
-            devices: (0..MAX_DEVICES).map(|_| OnceLock::new()).collect(),
+            // Made on the heap: the slots are too large for a small thread's stack.
+            devices: (0..MAX_DEVICES)
+                .map(|_| OnceLock::new())
+                .collect::<Box<[_]>>()
+                .try_into()
+                .ok()
+                .expect("MAX_DEVICES slots"),
             nonblocking_seen: AtomicBool::new(false),
             threshold_override: AtomicU64::new(NO_OVERRIDE),
             start: Instant::now(),
