@@ -268,11 +268,13 @@ pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
     // For a `cudaFree` the current device only says where to look first: the block is freed
     // the same way on whichever device holds it. The device this thread last allocated on is
     // as good a first guess, and saves asking the runtime (`cudaGetDevice`) on every free.
-    let first = match inside.last_device() {
-        guard::NO_DEVICE => current_device(&g.runtime),
-        d => Some(d),
-    };
-    match pool.free(ptr as u64, FreeKind::Sync, first) {
+    // `NO_DEVICE`, which names no device, makes the pool look on every device, as `None` would:
+    // for a `FreeKind::Sync` free the device orders the search and nothing else.
+    let mut first = inside.last_device();
+    if first == guard::NO_DEVICE {
+        first = current_device(&g.runtime).unwrap_or(guard::NO_DEVICE);
+    }
+    match pool.free(ptr as u64, FreeKind::Sync, Some(first)) {
         FreeOutcome::Freed => SUCCESS,
         FreeOutcome::Invalid => refuse_invalid_free(&g.runtime, ptr, "cudaFree"),
         FreeOutcome::NotOurs => pass(),
