@@ -180,14 +180,19 @@ pub(crate) unsafe fn malloc_with(
     let stream = stream
         .map(|s| stream_key(rt, pool, s, promise))
         .filter(|&k| k != NO_STREAM);
-    match pool.alloc_from(dev, size as u64, stream, origin) {
-        Ok(addr) => {
-            // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
-            unsafe { *dev_ptr = addr as *mut c_void };
-            inside.set_last_device(dev);
-            crate::lifecycle::note_allocation();
-            SUCCESS
-        }
+    let served = |addr: u64| {
+        // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
+        unsafe { *dev_ptr = addr as *mut c_void };
+        inside.set_last_device(dev);
+        crate::lifecycle::note_allocation();
+        SUCCESS
+    };
+    // The hit apart, with its own return: its result needs no merging with the general way's.
+    if let Some(addr) = pool.alloc_hit(dev, size as u64, stream, origin) {
+        return served(addr);
+    }
+    match pool.alloc_general(dev, size as u64, stream, origin) {
+        Ok(addr) => served(addr),
         // The pool released what it could and still failed: the runtime gives the
         // program its own answer (and sets its last error), or, if memory was freed in the
         // meantime, a plain allocation that later passes through cudaFree. Under a limit

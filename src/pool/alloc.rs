@@ -51,7 +51,7 @@ impl<B: Backend> Pool<B> {
 
     /// `alloc_from` when the request is not a hit (`hit.rs`).
     #[inline(never)]
-    fn alloc_general(
+    pub fn alloc_general(
         &self,
         device: u32,
         size: u64,
