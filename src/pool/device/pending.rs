@@ -142,22 +142,29 @@ impl DevicePool {
     #[inline(always)]
     pub fn promote(&mut self, clock: &ReuseClock) {
         let fenced = clock.fenced.load(Ordering::Acquire);
-        let barriered = clock.barriered.load(Ordering::Acquire).max(fenced);
+        let barriered = clock.barriered.load(Ordering::Acquire);
         if self.promote_due(fenced, barriered) {
-            self.promote_to(fenced, barriered);
+            self.promote_to(fenced, barriered.max(fenced));
         }
     }
 
-    /// Whether `promote_to(fenced, barriered)` would change anything.
+    /// Whether `promote_to(fenced, barriered.max(fenced))` would change anything, for the
+    /// sequences `fenced` and `barriered` as read from the clock.
+    ///
+    /// A fence is a barrier too, so the barrier's sequence that counts is
+    /// `barriered.max(fenced)`. Its test against `barriered_seen` needs no maximum: always
+    /// `barriered_seen >= fenced_seen` (each place that moves them keeps it), so a `fenced`
+    /// above `barriered_seen` is above `fenced_seen`, which the first test catches.
     #[inline(always)]
     pub(super) fn promote_due(&self, fenced: u64, barriered: u64) -> bool {
+        debug_assert!(self.barriered_seen >= self.fenced_seen);
         fenced > self.fenced_seen
             || barriered > self.barriered_seen
             || self.pending_fence.front().is_some_and(|&(_, s)| s < fenced)
             || self
                 .pending_barrier
                 .front()
-                .is_some_and(|&(_, s)| s < barriered)
+                .is_some_and(|&(_, s)| s < barriered.max(fenced))
     }
 
     /// `promote` once the sequences were read: `fenced`, and `barriered` (at least `fenced`).
