@@ -183,8 +183,7 @@ pub(crate) unsafe fn malloc_with(
     let served = |addr: u64| {
         // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
         unsafe { *dev_ptr = addr as *mut c_void };
-        inside.set_last_device(dev);
-        crate::lifecycle::note_allocation();
+        served_on(&inside, dev);
         SUCCESS
     };
     // The hit apart, with its own return: its result needs no merging with the general way's.
@@ -286,6 +285,16 @@ pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
     }
 }
 
+/// After an allocation the pool served on `device`: this thread's next free looks there
+/// first, and the thread's first allocation tells the lifecycle (the process's first, which is
+/// some thread's first, arms the exit summary), one test of the thread-local already reached.
+#[inline(always)]
+pub(crate) fn served_on(inside: &guard::Inside, device: u32) {
+    if inside.replace_last_device(device) == guard::NO_DEVICE {
+        crate::lifecycle::note_allocation();
+    }
+}
+
 /// The status of a query the pool made for itself: on failure the error must not stay behind
 /// in the program's `cudaGetLastError` (the pool carries on without the answer, on the safe
 /// side), as for the pool's other own calls (`CudaBackend::check_internal`).
@@ -341,8 +350,7 @@ pub fn malloc_hit_on(
         Some(stream).filter(|&k| k != NO_STREAM),
         origin,
     )?;
-    inside.set_last_device(device);
-    crate::lifecycle::note_allocation();
+    served_on(&inside, device);
     Some(addr as *mut c_void)
 }
 
