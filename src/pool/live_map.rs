@@ -32,7 +32,7 @@ const VACANT: Slot = Slot {
 };
 
 pub struct LiveMap {
-    /// The entry inserted last, not in `slots` (`VACANT` when it was removed).
+    /// The entry inserted last, not in `slots` (its address `EMPTY` once removed).
     recent: Slot,
     slots: Box<[Slot]>,
     /// `64 - log2(slots.len())`: the hash's top bits pick the home slot.
@@ -109,10 +109,11 @@ impl LiveMap {
     #[inline(always)]
     pub fn insert(&mut self, addr: Addr, idx: u32) {
         debug_assert!(addr != EMPTY && self.get(addr).is_none());
-        let before = std::mem::replace(&mut self.recent, Slot { addr, idx });
+        let before = self.recent;
         if before.addr != EMPTY {
             self.insert_in_table(before.addr, before.idx);
         }
+        self.recent = Slot { addr, idx };
     }
 
     /// Enter `addr` in the table.
@@ -149,7 +150,9 @@ impl LiveMap {
             return None;
         }
         if addr == self.recent.addr {
-            return Some(std::mem::replace(&mut self.recent, VACANT).idx);
+            // An `EMPTY` address is all a vacant `recent` needs.
+            self.recent.addr = EMPTY;
+            return Some(self.recent.idx);
         }
         self.remove_from_table(addr)
     }
