@@ -237,6 +237,10 @@ impl<B: Backend> Pool<B> {
     }
 
     pub(super) fn need_for(&self, kind: FreeKind) -> ReuseWait {
+        // `strict` first, which needs nothing more read.
+        if self.settings.reuse == ReuseMode::Strict {
+            return ReuseWait::Fence;
+        }
         need_for(
             self.settings.reuse,
             kind,
