@@ -80,8 +80,8 @@ impl DevicePool {
     pub(super) fn free_block(&mut self, idx: u32, need: ReuseWait, stamp: u64) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Live);
+        // `requested` stays: only live and lent blocks' is read, and every way to those sets it.
         let (size, requested, seg) = (b.size, b.requested, b.seg);
-        b.requested = 0;
         self.seg_quiet(seg);
         let s = &mut self.stats;
         s.allocated.sub(size);
