@@ -261,7 +261,10 @@ impl<B: Backend> Pool<B> {
         let slot = cell.get_or_init(|| self.make_slot(device));
         let made = &self.made[device as usize];
         if made.load(Ordering::Relaxed).is_null() {
-            made.store(slot as *const DeviceSlot as *mut DeviceSlot, Ordering::Release);
+            made.store(
+                slot as *const DeviceSlot as *mut DeviceSlot,
+                Ordering::Release,
+            );
         }
         // Also on a slot another thread is making: its grants are done once this returns (one
         // load once they are).
