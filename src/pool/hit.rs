@@ -59,7 +59,8 @@ impl<B: Backend> Pool<B> {
         origin: Origin,
     ) -> Option<Addr> {
         let slot = self.existing(device)?;
-        if slot.flags.enabled.load(Ordering::Relaxed) || slot.flags.any.load(Ordering::Relaxed) {
+        // Both read, one branch.
+        if slot.flags.enabled.load(Ordering::Relaxed) | slot.flags.any.load(Ordering::Relaxed) {
             return None;
         }
         // A lock found taken goes the general way, which counts the wait.
