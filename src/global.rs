@@ -29,6 +29,9 @@ pub struct Global {
     pub runtime: Runtime,
     pub runtime_path: String,
     process: &'static Process,
+    /// `process`'s pool, one load away for the hit path (`with_pool`), which reads it only
+    /// while `WITH_POOL` points here: never in a forked child.
+    hit_pool: Option<&'static Pool<CudaBackend>>,
     pub config: &'static Config,
 }
 
@@ -78,7 +81,7 @@ pub fn with_pool() -> Option<(&'static Global, Option<&'static Pool<CudaBackend>
     // SAFETY: `WITH_POOL` only ever points at the state inside `GLOBAL`, which is never dropped
     // nor moved once made.
     let g = unsafe { &*g };
-    Some((g, g.process.pool.as_ref()))
+    Some((g, g.hit_pool))
 }
 
 #[inline(never)]
@@ -148,6 +151,7 @@ fn forked_child() -> Option<&'static Global> {
                 runtime: located.runtime,
                 runtime_path: std::mem::take(&mut located.path),
                 process,
+                hit_pool: process.pool.as_ref(),
                 config: &process.config,
             };
             std::mem::forget(located);
@@ -227,6 +231,7 @@ fn init() -> Result<Global, String> {
         runtime,
         runtime_path,
         process,
+        hit_pool: process.pool.as_ref(),
         config: &process.config,
     })
 }

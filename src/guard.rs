@@ -39,9 +39,11 @@ impl Inside {
         self.thread().last_device.get()
     }
 
+    /// Make `device` the device of this thread's last allocation; returns the one before
+    /// (`NO_DEVICE` at the thread's first).
     #[inline(always)]
-    pub fn set_last_device(&self, device: u32) {
-        self.thread().last_device.set(device);
+    pub fn replace_last_device(&self, device: u32) -> u32 {
+        self.thread().last_device.replace(device)
     }
 
     #[inline(always)]

@@ -154,8 +154,7 @@ pub unsafe fn mem_alloc(
         Ok(addr) => {
             // SAFETY: `dptr` is non-NULL and, by the caller's contract, writable.
             unsafe { *dptr = addr };
-            inside.set_last_device(dev);
-            crate::lifecycle::note_allocation();
+            super::served_on(&inside, dev);
             cu::CU_SUCCESS
         }
         // The pool gave back what it could: the driver's own answer, unless a limit refused.

@@ -180,14 +180,18 @@ pub(crate) unsafe fn malloc_with(
     let stream = stream
         .map(|s| stream_key(rt, pool, s, promise))
         .filter(|&k| k != NO_STREAM);
-    match pool.alloc_from(dev, size as u64, stream, origin) {
-        Ok(addr) => {
-            // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
-            unsafe { *dev_ptr = addr as *mut c_void };
-            inside.set_last_device(dev);
-            crate::lifecycle::note_allocation();
-            SUCCESS
-        }
+    let served = |addr: u64| {
+        // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
+        unsafe { *dev_ptr = addr as *mut c_void };
+        served_on(&inside, dev);
+        SUCCESS
+    };
+    // The hit apart, with its own return: its result needs no merging with the general way's.
+    if let Some(addr) = pool.alloc_hit(dev, size as u64, stream, origin) {
+        return served(addr);
+    }
+    match pool.alloc_general(dev, size as u64, stream, origin) {
+        Ok(addr) => served(addr),
         // The pool released what it could and still failed: the runtime gives the
         // program its own answer (and sets its last error), or, if memory was freed in the
         // meantime, a plain allocation that later passes through cudaFree. Under a limit
@@ -268,14 +272,26 @@ pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
     // For a `cudaFree` the current device only says where to look first: the block is freed
     // the same way on whichever device holds it. The device this thread last allocated on is
     // as good a first guess, and saves asking the runtime (`cudaGetDevice`) on every free.
-    let first = match inside.last_device() {
-        guard::NO_DEVICE => current_device(&g.runtime),
-        d => Some(d),
-    };
-    match pool.free(ptr as u64, FreeKind::Sync, first) {
+    // `NO_DEVICE`, which names no device, makes the pool look on every device, as `None` would:
+    // for a `FreeKind::Sync` free the device orders the search and nothing else.
+    let mut first = inside.last_device();
+    if first == guard::NO_DEVICE {
+        first = current_device(&g.runtime).unwrap_or(guard::NO_DEVICE);
+    }
+    match pool.free(ptr as u64, FreeKind::Sync, Some(first)) {
         FreeOutcome::Freed => SUCCESS,
         FreeOutcome::Invalid => refuse_invalid_free(&g.runtime, ptr, "cudaFree"),
         FreeOutcome::NotOurs => pass(),
+    }
+}
+
+/// After an allocation the pool served on `device`: this thread's next free looks there
+/// first, and the thread's first allocation tells the lifecycle (the process's first, which is
+/// some thread's first, arms the exit summary), one test of the thread-local already reached.
+#[inline(always)]
+pub(crate) fn served_on(inside: &guard::Inside, device: u32) {
+    if inside.replace_last_device(device) == guard::NO_DEVICE {
+        crate::lifecycle::note_allocation();
     }
 }
 
@@ -334,8 +350,7 @@ pub fn malloc_hit_on(
         Some(stream).filter(|&k| k != NO_STREAM),
         origin,
     )?;
-    inside.set_last_device(device);
-    crate::lifecycle::note_allocation();
+    served_on(&inside, device);
     Some(addr as *mut c_void)
 }
 

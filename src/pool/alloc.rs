@@ -51,7 +51,7 @@ impl<B: Backend> Pool<B> {
 
     /// `alloc_from` when the request is not a hit (`hit.rs`).
     #[inline(never)]
-    fn alloc_general(
+    pub fn alloc_general(
         &self,
         device: u32,
         size: u64,
@@ -86,8 +86,8 @@ impl<B: Backend> Pool<B> {
     /// seen soon, and one thread pays almost nothing.
     #[inline(always)]
     pub(super) fn allocated_under_lock(&self, slot: &DeviceSlot, p: &mut DevicePool) {
-        p.lock_allocs += 1;
-        if p.lock_allocs == p.next_sample {
+        p.until_sample -= 1;
+        if p.until_sample == 0 {
             self.sample_allocation(slot, p);
         }
     }
@@ -96,14 +96,16 @@ impl<B: Backend> Pool<B> {
     /// of 64 allocations, so its end is always sampled).
     #[inline(never)]
     fn sample_allocation(&self, slot: &DeviceSlot, p: &mut DevicePool) {
-        let n = p.lock_allocs;
+        // The allocations served under the lock so far.
+        let n = p.next_sample;
         p.next_sample = if n < 1024 { n + 1 } else { (n / 64 + 1) * 64 };
+        p.until_sample = p.next_sample - n;
         if slot.flags.second_thread_arrived() || self.caches_due(slot, p) {
             self.update_caches(slot, p);
         }
         // Contention is a rate: the count starts over every 65 536 allocations under the lock, so
         // threads that take turns by phases never start caches in a long run.
-        if p.lock_allocs.is_multiple_of(CONTENTION_WINDOW) {
+        if n.is_multiple_of(CONTENTION_WINDOW) {
             p.contention.restart();
         }
     }

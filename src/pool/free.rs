@@ -11,9 +11,10 @@ impl<B: Backend> Pool<B> {
     /// handled.
     #[inline(always)]
     pub fn free(&self, addr: Addr, kind: FreeKind, current: Option<u32>) -> FreeOutcome {
-        let need = self.need_for(kind);
         if let Some(d) = current {
             if let Some(slot) = self.existing(d) {
+                // Read here, not before: the lookup keeps no value in a register for it.
+                let need = self.need_for(kind);
                 if slot.flags.any.load(Ordering::Relaxed) {
                     if self.free_cached(slot, d, addr, need) || self.free_in(slot, addr, kind, need)
                     {
@@ -26,7 +27,7 @@ impl<B: Backend> Pool<B> {
                 }
             }
         }
-        self.free_elsewhere(addr, kind, need, current)
+        self.free_elsewhere(addr, kind, self.need_for(kind), current)
     }
 
     /// A free of a live block of `slot`'s device (after taking back exited threads' caches).
@@ -236,6 +237,10 @@ impl<B: Backend> Pool<B> {
     }
 
     pub(super) fn need_for(&self, kind: FreeKind) -> ReuseWait {
+        // `strict` first, which needs nothing more read.
+        if self.settings.reuse == ReuseMode::Strict {
+            return ReuseWait::Fence;
+        }
         need_for(
             self.settings.reuse,
             kind,

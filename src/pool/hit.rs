@@ -16,30 +16,33 @@
 //! Budget, in instructions per cached `cudaMalloc`+`cudaFree` pair of 1 MiB under the preload,
 //! in `strict` mode with two devices visible, counted by callgrind (`bench/hit_instructions.sh`;
 //! docs/design-notes.md, "Note: the hit path's budget"). The target is 1.5 times glibc's
-//! `malloc`+`free` of 1 MiB in the same run, 336: 504.
+//! `malloc`+`free` of 1 MiB in the same run, 342: 513. It is met: 509. The steps, read off the
+//! hit's instructions (callgrind over the timed loop, 512 in all):
 //!
 //! | step                                                     | where                     | now |
 //! | -------------------------------------------------------- | ------------------------- | --: |
-//! | the benchmark's own loop (in glibc's figure too)         | bench/hit_path.c          |  49 |
-//! | entry and panic boundary, both calls                     | hooks.rs, guard.rs        |  38 |
-//! | state, arguments, guard and its thread-local, both calls | dispatch.rs, guard.rs     |  75 |
-//! | the current device: the runtime's `cudaGetDevice`        | the runtime               |  59 |
-//! | slot, flags, lock, sampling; what a free waits for       | hit.rs, alloc.rs, free.rs |  68 |
-//! | the check that no fence or barrier moved; the bin's      | device/pending.rs,        |  67 |
-//! | block; queued for a fence, stamped                       | device/hit.rs, fifo.rs    |     |
-//! | the block and its segment, handed out and freed          | device/arena.rs           |  52 |
-//! | counters: allocated, requested, blocks, histogram        | stats.rs                  |  33 |
-//! | live map: insert and remove                              | live_map.rs               |  67 |
-//! | the fence's share: the block back into its bin           | device/pending.rs         |  58 |
-//! | not in one step: prologues, spilled registers            |                           |  28 |
-//! | total (glibc: 336; before this module: 1 126; then 626)  |                           | 594 |
+//! | the benchmark's own loop (in glibc's figure too)         | bench/hit_path.c          |  54 |
+//! | entry and panic boundary: prologues, epilogues           | hooks/, guard.rs          |  38 |
+//! | state and arguments, both calls                          | global.rs, dispatch/      |  22 |
+//! | the guard and its thread-local, `__tls_get_addr` (22)    | guard.rs                  |  40 |
+//! | the current device: our side of the query; where a free  | dispatch/mod.rs           |  22 |
+//! | looks first                                              |                           |     |
+//! | the runtime's `cudaGetDevice` (the simulator's)          | the runtime               |  59 |
+//! | slot, switches, lock, sampling, what a free waits for    | hit.rs, alloc.rs, free.rs |  46 |
+//! | the check that no fence or barrier moved; the bin's      | device/pending.rs,        |  39 |
+//! | block                                                    | device/hit.rs             |     |
+//! | the block and its segment, handed out and freed          | device/arena.rs, pending  |  55 |
+//! | counters: allocated, requested, blocks, histogram        | stats.rs                  |  31 |
+//! | live map: insert and remove (the last entry kept apart)  | live_map.rs               |  14 |
+//! | queued for a fence, stamped                              | device/pending.rs, fifo   |  29 |
+//! | the result written, the thread's last device             | dispatch/mod.rs           |   7 |
+//! | the fence's share: the block back into its bin           | device/pending.rs, fifo   |  54 |
+//! | total (glibc: 342; before this module: 1 126; then 626;  |                           | 510 |
+//! | 603 before the work of 2026-12-02)                       |                           |     |
 //!
-//! The target is not reached: the note says what remains. With one device the runtime is not
-//! asked (524). In `relaxed` mode a freed block goes back to its bin at once: no queue, no
-//! fence (561). The free's test for the runtime's own `cudaFreeAsync` (`FreeKind::Ordered`),
-//! which came after these counts, adds 5 (599; BENCHMARKS.md has the table at that commit);
-//! the process state both APIs share adds 2, and each block's `Origin` (who allocated it) 2
-//! more (603).
+//! With one device the runtime is not asked (439). In `relaxed` mode a freed block goes back to
+//! its bin at once: no queue, no fence (486). docs/design-notes.md says what each change saved
+//! and what remains.
 
 use super::*;
 
@@ -59,7 +62,8 @@ impl<B: Backend> Pool<B> {
         origin: Origin,
     ) -> Option<Addr> {
         let slot = self.existing(device)?;
-        if slot.flags.enabled.load(Ordering::Relaxed) || slot.flags.any.load(Ordering::Relaxed) {
+        // Both read, one branch.
+        if slot.flags.enabled.load(Ordering::Relaxed) | slot.flags.any.load(Ordering::Relaxed) {
             return None;
         }
         // A lock found taken goes the general way, which counts the wait.

@@ -6,6 +6,11 @@
 //! and mostly consecutive: the multiplicative (Fibonacci) hash of `addr >> 9` spreads them
 //! evenly. The standard hash map cost about 130 instructions per allocation and free on the hit
 //! path; this one about 70 (tombstones instead of the shift measured the same).
+//!
+//! The entry inserted last stays out of the table, in `recent`, until the next insert moves it
+//! there: a block freed before the next allocation (a temporary, the hit path's pair) costs a
+//! compare and two stores instead of a probe each way, about 35 instructions less per pair.
+//! Another order pays the move at the next insert, as the table would have at this one.
 
 use super::backend::Addr;
 
@@ -27,9 +32,12 @@ const VACANT: Slot = Slot {
 };
 
 pub struct LiveMap {
+    /// The entry inserted last, not in `slots` (its address `EMPTY` once removed).
+    recent: Slot,
     slots: Box<[Slot]>,
     /// `64 - log2(slots.len())`: the hash's top bits pick the home slot.
     shift: u32,
+    /// Entries in `slots` (`recent` apart).
     len: usize,
 }
 
@@ -43,6 +51,7 @@ impl LiveMap {
     fn with_capacity(slots: usize) -> Self {
         debug_assert!(slots.is_power_of_two());
         LiveMap {
+            recent: VACANT,
             slots: vec![VACANT; slots].into_boxed_slice(),
             shift: 64 - slots.trailing_zeros(),
             len: 0,
@@ -77,12 +86,10 @@ impl LiveMap {
         ((addr >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize & self.mask()
     }
 
-    /// The slot holding `addr`.
+    /// The slot of `slots` holding `addr` (not `EMPTY`).
     #[inline(always)]
     fn find(&self, addr: Addr) -> Option<usize> {
-        if addr == EMPTY {
-            return None;
-        }
+        debug_assert!(addr != EMPTY);
         let mask = self.mask();
         let mut i = self.home(addr);
         loop {
@@ -97,10 +104,21 @@ impl LiveMap {
         }
     }
 
-    /// Enter `addr`, which is not in the map (a block handed out), with handle `idx`.
+    /// Enter `addr`, which is not in the map (a block handed out), with handle `idx`. It waits
+    /// in `recent`; the entry there before goes into the table.
     #[inline(always)]
     pub fn insert(&mut self, addr: Addr, idx: u32) {
-        debug_assert!(addr != EMPTY && self.find(addr).is_none());
+        debug_assert!(addr != EMPTY && self.get(addr).is_none());
+        let before = self.recent;
+        if before.addr != EMPTY {
+            self.insert_in_table(before.addr, before.idx);
+        }
+        self.recent = Slot { addr, idx };
+    }
+
+    /// Enter `addr` in the table.
+    #[inline(always)]
+    fn insert_in_table(&mut self, addr: Addr, idx: u32) {
         let mask = self.mask();
         let mut i = self.home(addr);
         while self.at(i).addr != EMPTY {
@@ -117,15 +135,31 @@ impl LiveMap {
     #[cold]
     #[inline(never)]
     fn rebuild(&mut self) {
-        let old = std::mem::replace(self, Self::with_capacity(2 * self.slots.len()));
+        let mut new = Self::with_capacity(2 * self.slots.len());
+        new.recent = self.recent;
+        let old = std::mem::replace(self, new);
         for s in old.slots.iter().filter(|s| s.addr != EMPTY) {
-            self.insert(s.addr, s.idx);
+            self.insert_in_table(s.addr, s.idx);
         }
     }
 
     /// Remove `addr`, returning its handle.
     #[inline(always)]
     pub fn remove(&mut self, addr: Addr) -> Option<u32> {
+        if addr == EMPTY {
+            return None;
+        }
+        if addr == self.recent.addr {
+            // An `EMPTY` address is all a vacant `recent` needs.
+            self.recent.addr = EMPTY;
+            return Some(self.recent.idx);
+        }
+        self.remove_from_table(addr)
+    }
+
+    /// `remove` of an entry not in `recent`.
+    #[inline(always)]
+    fn remove_from_table(&mut self, addr: Addr) -> Option<u32> {
         let mut hole = self.find(addr)?;
         let idx = self.at(hole).idx;
         self.len -= 1;
@@ -152,31 +186,38 @@ impl LiveMap {
     /// The handle of `addr`.
     #[inline]
     pub fn get(&self, addr: Addr) -> Option<u32> {
+        if addr == EMPTY {
+            return None;
+        }
+        if addr == self.recent.addr {
+            return Some(self.recent.idx);
+        }
         self.find(addr).map(|i| self.at(i).idx)
     }
 
     pub fn contains_key(&self, addr: Addr) -> bool {
-        self.find(addr).is_some()
+        self.get(addr).is_some()
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.len + usize::from(self.recent.addr != EMPTY)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Forget every entry (the capacity stays).
     pub fn clear(&mut self) {
         self.slots.fill(VACANT);
+        self.recent = VACANT;
         self.len = 0;
     }
 
     /// (address, handle) of every entry, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (Addr, u32)> + '_ {
-        self.slots
-            .iter()
+        std::iter::once(&self.recent)
+            .chain(self.slots.iter())
             .filter(|s| s.addr != EMPTY)
             .map(|s| (s.addr, s.idx))
     }
@@ -223,5 +264,50 @@ mod tests {
         assert_eq!(ours.remove(EMPTY), None);
         ours.clear();
         assert!(ours.is_empty() && ours.iter().next().is_none());
+    }
+
+    /// The entry inserted last, kept apart (`recent`), counts, iterates, is found and removed
+    /// as any other, in either order of removal, and no address finds it once it is gone.
+    #[test]
+    fn the_last_entry_is_an_entry_like_the_others() {
+        let mut m = LiveMap::default();
+        assert_eq!(
+            m.remove(EMPTY),
+            None,
+            "nothing to remove, not even an empty slot"
+        );
+        m.insert(0x1000, 7);
+        assert_eq!((m.len(), m.get(0x1000)), (1, Some(7)));
+        assert_eq!(m.iter().collect::<Vec<_>>(), [(0x1000, 7)]);
+        assert_eq!(m.remove(EMPTY), None);
+        assert_eq!(m.remove(0x1000), Some(7));
+        assert_eq!((m.len(), m.get(0x1000), m.remove(0x1000)), (0, None, None));
+        assert_eq!(
+            m.remove(EMPTY),
+            None,
+            "the removed last entry left nothing behind"
+        );
+        // Removed in the order inserted: the first from the table, the second from `recent`.
+        m.insert(0x1000, 1);
+        m.insert(0x1200, 2);
+        assert_eq!(m.len(), 2);
+        let mut all: Vec<_> = m.iter().collect();
+        all.sort();
+        assert_eq!(all, [(0x1000, 1), (0x1200, 2)]);
+        assert_eq!(m.remove(0x1000), Some(1));
+        assert_eq!(m.remove(0x1200), Some(2));
+        assert!(m.is_empty() && m.iter().next().is_none());
+        // Growth keeps the last entry where it is, and finds every other one.
+        for i in 0..1000u64 {
+            m.insert(0x10_0000 + i * 512, i as u32);
+        }
+        assert_eq!(m.len(), 1000);
+        for i in (0..1000u64).rev() {
+            assert_eq!(m.remove(0x10_0000 + i * 512), Some(i as u32));
+        }
+        assert!(m.is_empty());
+        m.insert(0x1000, 3);
+        m.clear();
+        assert_eq!((m.len(), m.get(0x1000)), (0, None));
     }
 }

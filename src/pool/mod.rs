@@ -43,7 +43,7 @@ mod reuse_clock;
 mod sync;
 
 use parking_lot::{Mutex, MutexGuard};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -229,7 +229,11 @@ pub struct Pool<B: Backend> {
     id: u64,
     backend: B,
     settings: Settings,
-    devices: Vec<OnceLock<DeviceSlot>>,
+    /// An array, not a vector: a device known to be below `MAX_DEVICES` indexes it unchecked.
+    /// A slot, once made, stays until the pool is dropped.
+    devices: Box<[OnceLock<DeviceSlot>; MAX_DEVICES]>,
+    /// Each device's slot in `devices` once made (null before): the hit path's lookup, one load.
+    made: [AtomicPtr<DeviceSlot>; MAX_DEVICES],
     /// The program created a non-blocking stream: barriers no longer cover all its work.
     nonblocking_seen: AtomicBool,
     /// Runtime override of the threshold (bytes), `u64::MAX - 1` meaning "not set".
@@ -254,7 +258,14 @@ impl<B: Backend> Pool<B> {
             id: tcache::new_pool_id(),
             backend,
             settings,
-            devices: (0..MAX_DEVICES).map(|_| OnceLock::new()).collect(),
+            // Made on the heap: the slots are too large for a small thread's stack.
+            devices: (0..MAX_DEVICES)
+                .map(|_| OnceLock::new())
+                .collect::<Box<[_]>>()
+                .try_into()
+                .ok()
+                .expect("MAX_DEVICES slots"),
+            made: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES],
             nonblocking_seen: AtomicBool::new(false),
             threshold_override: AtomicU64::new(NO_OVERRIDE),
             start: Instant::now(),
@@ -276,6 +287,13 @@ impl<B: Backend> Pool<B> {
     fn slot(&self, device: u32) -> Option<&DeviceSlot> {
         let cell = self.devices.get(device as usize)?;
         let slot = cell.get_or_init(|| self.make_slot(device));
+        let made = &self.made[device as usize];
+        if made.load(Ordering::Relaxed).is_null() {
+            made.store(
+                slot as *const DeviceSlot as *mut DeviceSlot,
+                Ordering::Release,
+            );
+        }
         // Also on a slot another thread is making: its grants are done once this returns (one
         // load once they are).
         self.note_device_in_use(device);
@@ -312,8 +330,16 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    #[inline(always)]
     fn existing(&self, device: u32) -> Option<&DeviceSlot> {
-        self.devices.get(device as usize)?.get()
+        let made = self.made.get(device as usize)?.load(Ordering::Acquire);
+        if made.is_null() {
+            // Not made, or made by another thread that has not noted it yet.
+            return self.devices[device as usize].get();
+        }
+        // SAFETY: `made` points at the slot inside `self.devices` (`slot`), a boxed array
+        // that neither moves nor lets a made slot go while `self` lives.
+        Some(unsafe { &*made })
     }
 
     /// The lock for reports. One asked for by the program waits (another thread may hold it

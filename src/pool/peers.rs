@@ -100,14 +100,24 @@ impl<B: Backend> Pool<B> {
     /// the driver refuses drops the pair (`add_peer`). One load when it was in use:
     /// the device is marked only once its grants are made, so that another thread that finds
     /// it marked may copy at once.
+    #[inline(always)]
     pub fn note_device_in_use(&self, device: u32) {
+        // The bit first: the test every allocation of a device in use makes, in a few
+        // instructions (a device beyond the set has no bit and goes on, to be turned away).
+        let bit = 1u64.checked_shl(device).unwrap_or(0);
+        if self.in_use.load(Ordering::Acquire) & bit == 0 {
+            self.note_new_device_in_use(device);
+        }
+    }
+
+    /// `note_device_in_use` of a device not marked in use.
+    #[cold]
+    #[inline(never)]
+    fn note_new_device_in_use(&self, device: u32) {
         let wanted = self.settings.expandable && self.serves(device);
         let Some(bit) = 1u64.checked_shl(device).filter(|_| wanted) else {
             return;
         };
-        if self.in_use.load(Ordering::Acquire) & bit != 0 {
-            return;
-        }
         // Devices noted at once see each other: one at a time.
         let _one = self.noting.lock();
         let before = DeviceSet(self.in_use.load(Ordering::Acquire));

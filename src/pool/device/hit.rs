@@ -24,7 +24,7 @@ impl DevicePool {
             return None;
         }
         let fenced = clock.fenced.load(Ordering::Acquire);
-        let barriered = clock.barriered.load(Ordering::Acquire).max(fenced);
+        let barriered = clock.barriered.load(Ordering::Acquire);
         if self.promote_due(fenced, barriered) {
             return None;
         }

@@ -335,11 +335,11 @@ pub struct DevicePool {
     pub expandable_refused: Option<CudaError>,
     /// The devices given access to this device's mapped memory (`peers.rs`).
     peers: Arc<super::peers::PeerSet>,
-    /// Allocations served under the device lock (to sample which threads allocate).
-    pub lock_allocs: u64,
-    /// The next value of `lock_allocs` that samples (every one up to 1 024, then every 64th):
-    /// one comparison on the hit path.
+    /// Allocations served under the device lock when the next one samples which thread
+    /// allocates (every one up to 1 024, then every 64th).
     pub next_sample: u64,
+    /// Allocations under the device lock until then: one decrement on the hit path.
+    pub until_sample: u64,
     /// How threads competed for the device's lock while thread caches were off.
     pub contention: super::contention::Contention,
     /// Bumped by `forget_all`: thread caches drop what they hold from an earlier generation.
@@ -413,8 +413,8 @@ impl DevicePool {
             expandable_use: Expandable::Off,
             expandable_refused: None,
             peers: Arc::default(),
-            lock_allocs: 0,
             next_sample: 1,
+            until_sample: 1,
             contention: Default::default(),
             generation: 0,
             borrowers: None,

@@ -80,8 +80,8 @@ impl DevicePool {
     pub(super) fn free_block(&mut self, idx: u32, need: ReuseWait, stamp: u64) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Live);
+        // `requested` stays: only live and lent blocks' is read, and every way to those sets it.
         let (size, requested, seg) = (b.size, b.requested, b.seg);
-        b.requested = 0;
         self.seg_quiet(seg);
         let s = &mut self.stats;
         s.allocated.sub(size);
@@ -142,22 +142,29 @@ impl DevicePool {
     #[inline(always)]
     pub fn promote(&mut self, clock: &ReuseClock) {
         let fenced = clock.fenced.load(Ordering::Acquire);
-        let barriered = clock.barriered.load(Ordering::Acquire).max(fenced);
+        let barriered = clock.barriered.load(Ordering::Acquire);
         if self.promote_due(fenced, barriered) {
-            self.promote_to(fenced, barriered);
+            self.promote_to(fenced, barriered.max(fenced));
         }
     }
 
-    /// Whether `promote_to(fenced, barriered)` would change anything.
+    /// Whether `promote_to(fenced, barriered.max(fenced))` would change anything, for the
+    /// sequences `fenced` and `barriered` as read from the clock.
+    ///
+    /// A fence is a barrier too, so the barrier's sequence that counts is
+    /// `barriered.max(fenced)`. Its test against `barriered_seen` needs no maximum: always
+    /// `barriered_seen >= fenced_seen` (each place that moves them keeps it), so a `fenced`
+    /// above `barriered_seen` is above `fenced_seen`, which the first test catches.
     #[inline(always)]
     pub(super) fn promote_due(&self, fenced: u64, barriered: u64) -> bool {
+        debug_assert!(self.barriered_seen >= self.fenced_seen);
         fenced > self.fenced_seen
             || barriered > self.barriered_seen
             || self.pending_fence.front().is_some_and(|&(_, s)| s < fenced)
             || self
                 .pending_barrier
                 .front()
-                .is_some_and(|&(_, s)| s < barriered)
+                .is_some_and(|&(_, s)| s < barriered.max(fenced))
     }
 
     /// `promote` once the sequences were read: `fenced`, and `barriered` (at least `fenced`).
@@ -209,14 +216,24 @@ impl DevicePool {
                     return true;
                 }
                 let size = b.size;
-                if b.held || b.class != Class::Small || size > SMALL_LIMIT || binned + size > room {
+                // `size - 1 >= SMALL_LIMIT` for `size > SMALL_LIMIT` (no block is empty): the bin's
+                // index below is then seen to be in bounds.
+                if b.held
+                    || b.class != Class::Small
+                    || size.wrapping_sub(1) >= SMALL_LIMIT
+                    || binned + size > room
+                {
                     other = Some(idx);
                     return false;
                 }
                 b.state = State::Binned;
-                let k = (size / ALIGN) as usize - 1;
-                bins[k].push(idx);
-                bin_mask[k / 64] |= 1 << (k % 64);
+                let k = ((size - 1) / ALIGN) as usize;
+                let bin = &mut bins[k];
+                // A bin that holds blocks has its bit set already.
+                if bin.is_empty() {
+                    bin_mask[k / 64] |= 1 << (k % 64);
+                }
+                bin.push(idx);
                 binned += size;
                 true
             });
