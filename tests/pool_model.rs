@@ -54,9 +54,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use gpupool::config::{DeviceBytes, ReuseMode};
-use gpupool::pool::model_driver::{
-    Call, ModelDriver, ModelWrapper, Segment, GUARD_GAP, VMM_GRANULE,
-};
+use gpupool::pool::model_driver::{Call, ModelDriver, Segment, GUARD_GAP, VMM_GRANULE};
+use gpupool::pool::model_wrapper::ModelWrapper;
 use gpupool::pool::size::{LARGE_SPLIT_REMAINDER, SMALL_LIMIT};
 use gpupool::pool::{
     Addr, Backend, CudaError, Expandable, FreeKind, FreeOutcome, Policy, Pool, Settings,
