@@ -374,7 +374,7 @@ impl DevicePool {
     }
 
     /// The segment and granules `[first, end)` free block `idx` hands out for a request of
-    /// `rounded` bytes (all of it, if `take` will not split it), where `take` places it.
+    /// `rounded` bytes (all of it, if `take` will not split it), where `place` puts it.
     pub(super) fn granules_to_serve(
         &self,
         idx: u32,

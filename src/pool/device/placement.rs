@@ -17,7 +17,7 @@ const ALIGNED_FILL: (u64, u64) = (5, 6);
 
 impl DevicePool {
     /// Where free block `idx` places a request of `rounded` bytes: at its start, unless it
-    /// starts on a granule there (`starts_on_granule`). `take` splits off what lies before.
+    /// starts on a granule there (`starts_on_granule`). `place` splits off what lies before.
     pub(super) fn placed_at(&self, idx: u32, rounded: u64, policy: &Policy) -> Addr {
         let b = &self.blocks[idx as usize];
         match self.granule_start(idx, rounded, policy) {
@@ -84,8 +84,9 @@ impl DevicePool {
 
     /// The room in a range for `rounded` bytes that maps the fewest granules, for a request
     /// that mapping refused: the best fit by size may need more than another hole, and a
-    /// hole's start more than its end, where a live neighbour maps the granule they share.
-    /// The block placed at its hole's end is split off here. `None` without such room.
+    /// hole's start more than its end, where a live neighbour maps the granule they share; a
+    /// frontier's packed start may need less than its granule start (`placed_at`). The block
+    /// placed elsewhere than `place` would put it is split off here. `None` without such room.
     pub(super) fn cheapest_room(&mut self, rounded: u64, policy: &Policy) -> Option<u32> {
         let mut best: Option<(u64, u32, Addr)> = None;
         for (_, &idx) in self.free_large.range((rounded, 0)..) {
@@ -94,9 +95,8 @@ impl DevicePool {
                 continue;
             }
             let served = self.served_bytes(idx, rounded, policy);
-            let placed = self.placed_at(idx, rounded, policy);
-            let (first, packed, end) = (placed, b.addr, b.addr + b.size - served);
-            for at in [first, packed, end] {
+            let (placed, packed) = (self.placed_at(idx, rounded, policy), b.addr);
+            for at in [placed, packed, b.addr + b.size - served] {
                 let bytes = if at == placed && at != packed {
                     rounded
                 } else {
@@ -116,12 +116,11 @@ impl DevicePool {
         let b = &self.blocks[idx as usize];
         let (start, size) = (b.addr, b.size);
         if at == self.placed_at(idx, rounded, policy) || !self.splits(idx, rounded, policy) {
-            // `take` places it there.
+            // `place` puts it there.
             Some(idx)
         } else if at == start {
-            // Packed at the frontier where `take` would start it on a granule: its own block.
-            let rest = self.split_at(idx, start + rounded);
-            debug_assert_eq!(self.blocks[rest as usize].prev, idx);
+            // Packed at the frontier, where `place` would start it on a granule: its own block.
+            self.split_at(idx, start + rounded);
             Some(idx)
         } else {
             Some(self.split_at(idx, start + size - rounded))
