@@ -374,7 +374,7 @@ impl DevicePool {
     }
 
     /// The segment and granules `[first, end)` free block `idx` hands out for a request of
-    /// `rounded` bytes (all of it, if `take` will not split it).
+    /// `rounded` bytes (all of it, if `take` will not split it), where `place` puts it.
     pub(super) fn granules_to_serve(
         &self,
         idx: u32,
@@ -382,7 +382,13 @@ impl DevicePool {
         policy: &Policy,
     ) -> (u32, u64, u64) {
         let b = &self.blocks[idx as usize];
-        let (first, end) = self.granules_of(b.seg, b.addr, self.served_bytes(idx, rounded, policy));
+        let at = self.placed_at(idx, rounded, policy);
+        let served = if at == b.addr {
+            self.served_bytes(idx, rounded, policy)
+        } else {
+            rounded
+        };
+        let (first, end) = self.granules_of(b.seg, at, served);
         (b.seg, first, end)
     }
 

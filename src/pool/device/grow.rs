@@ -98,7 +98,8 @@ impl DevicePool {
             ),
         };
         let idx = if self.granule != 0 && class == Class::Large {
-            self.map_or_recover(idx, rounded, hit, backend, clock, policy)?
+            let idx = self.map_or_recover(idx, rounded, hit, backend, clock, policy)?;
+            self.place(idx, rounded, policy)
         } else {
             idx
         };

@@ -328,6 +328,9 @@ pub struct DevicePool {
     /// A block of an expandable segment became free since a release last looked for free
     /// granules (`make_free` sets it).
     unmap_due: bool,
+    /// The size of the last requests carved at a range's frontier, and how many in a row
+    /// (`placement.rs`, `starts_on_granule`).
+    frontier_run: (u64, u32),
     /// Whether expandable segments are on, and if not, why (for the reports).
     expandable_use: Expandable,
     /// The driver's refusal that turned expandable segments off on this device (virtual memory
@@ -410,6 +413,7 @@ impl DevicePool {
             range_bytes: 0,
             ranges: Vec::new(),
             unmap_due: false,
+            frontier_run: (0, 0),
             expandable_use: Expandable::Off,
             expandable_refused: None,
             peers: Arc::default(),

@@ -36,15 +36,15 @@ fn fits_without_pool(size: u64) -> u64 {
     DEVICE / size
 }
 
-/// Bytes of 14 MiB blocks that fit with no pool after every other 7 MiB block of a full device
-/// was freed.
-fn half_free_without_pool() -> u64 {
+/// Bytes of blocks of twice `size` that fit with no pool after every other block of `size` of
+/// a full device was freed.
+fn half_free_without_pool(size: u64) -> u64 {
     let d = ModelDriver::new().with_capacity(DEVICE);
-    let blocks: Vec<Addr> = std::iter::from_fn(|| d.alloc_segment(0, 7 * MIB).ok()).collect();
+    let blocks: Vec<Addr> = std::iter::from_fn(|| d.alloc_segment(0, size).ok()).collect();
     for &a in blocks.iter().step_by(2) {
         d.free_segment(0, a).unwrap();
     }
-    std::iter::from_fn(|| d.alloc_segment(0, 14 * MIB).ok()).count() as u64 * 14 * MIB
+    std::iter::from_fn(|| d.alloc_segment(0, 2 * size).ok()).count() as u64 * 2 * size
 }
 
 /// The program's `cudaDeviceSynchronize`.
@@ -55,7 +55,13 @@ pub(super) fn program_sync<B: Backend>(p: &Pool<B>) {
 
 #[test]
 fn a_device_filled_with_one_size_fits_what_it_would_without_the_pool() {
-    for size in [7 * MIB, 12 * MIB, 5 * MIB + MIB / 10] {
+    // Issue 20's shares. A long run of one size starts its blocks on granules
+    // (`placement.rs`): a 7 MiB block then takes 8 MiB, a 5.1 MiB one 6 MiB.
+    for (size, least) in [
+        (7 * MIB, 0.85),
+        (12 * MIB, 0.99),
+        (5 * MIB + MIB / 10, 0.83),
+    ] {
         let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
         let n = fill(&p, size).len() as u64;
         let share = n as f64 / fits_without_pool(size) as f64;
@@ -63,7 +69,7 @@ fn a_device_filled_with_one_size_fits_what_it_would_without_the_pool() {
             "{:.1} MiB blocks: {share:.3} of no pool",
             size as f64 / MIB as f64
         );
-        assert!(share >= 0.99, "{size}: {share}");
+        assert!(share >= least, "{size}: {share}");
         assert!(stats(&p, 0).reserved.current <= DEVICE);
         assert_eq!(p.backend().counts().mallocs, 0, "no classic segment");
         assert_sound(&p);
@@ -72,22 +78,29 @@ fn a_device_filled_with_one_size_fits_what_it_would_without_the_pool() {
 
 #[test]
 fn after_freeing_every_other_block_the_holes_serve_requests_twice_their_size() {
-    let none = half_free_without_pool() as f64;
-    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
-        let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
-        let blocks = fill(&p, 7 * MIB);
-        for &a in blocks.iter().step_by(2) {
-            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    // 7 MiB blocks packed from the range's start free 3 of their 3.5 granules; 5.1 MiB ones
+    // packed would free 0.61 of theirs, started on granules 0.85.
+    for size in [7 * MIB, 5 * MIB + MIB / 10] {
+        let none = half_free_without_pool(size) as f64;
+        for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+            let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
+            let blocks = fill(&p, size);
+            for &a in blocks.iter().step_by(2) {
+                assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+            }
+            let n = fill(&p, 2 * size).len() as u64;
+            let share = (n * 2 * size) as f64 / none;
+            println!(
+                "{reuse:?}: {:.1} MiB after the half-free: {share:.3} of no pool",
+                2.0 * size as f64 / MIB as f64
+            );
+            assert!(share >= 0.80, "{reuse:?} {size}: {share}");
+            // Out of memory gave free granules back before failing.
+            let s = stats(&p, 0);
+            assert!(s.oom_released_bytes > 0 && s.oom_recovered > 0);
+            assert!(p.backend().counts().unmaps > 0);
+            assert_sound(&p);
         }
-        let n = fill(&p, 14 * MIB).len() as u64;
-        let share = (n * 14 * MIB) as f64 / none;
-        println!("{reuse:?}: 14 MiB after the half-free: {share:.3} of no pool");
-        assert!(share >= 0.80, "{reuse:?}: {share}");
-        // Out of memory gave free granules back before failing.
-        let s = stats(&p, 0);
-        assert!(s.oom_released_bytes > 0 && s.oom_recovered > 0);
-        assert!(p.backend().counts().unmaps > 0);
-        assert_sound(&p);
     }
 }
 
