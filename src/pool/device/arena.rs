@@ -10,33 +10,41 @@ impl DevicePool {
         if self.blocks[idx as usize].state == State::Free {
             self.unindex(idx);
         }
-        let splits = self.splits(idx, rounded, policy);
-        let b = &self.blocks[idx as usize];
-        let (addr, size, seg, class) = (b.addr, b.size, b.seg, b.class);
-        if splits {
-            let rest = self.new_block(Block {
-                addr: addr + rounded,
-                size: size - rounded,
-                requested: 0,
-                seg,
-                prev: idx,
-                next: self.blocks[idx as usize].next,
-                state: State::Free,
-                class,
-                stamp: 0,
-                wants_fence: false,
-                held: false,
-                origin: 0,
-            });
-            let next = self.blocks[idx as usize].next;
-            if next != NONE {
-                self.blocks[next as usize].prev = rest;
-            }
-            self.blocks[idx as usize].next = rest;
-            self.blocks[idx as usize].size = rounded;
-            self.index(rest);
+        if self.splits(idx, rounded, policy) {
+            let addr = self.blocks[idx as usize].addr;
+            self.split_off_free(idx, addr + rounded);
         }
         self.hand_out(idx, requested)
+    }
+
+    /// Cut block `idx` at `at`, inside it: `[at, end)` becomes a free block of its own, after
+    /// `idx` in its segment's list, indexed, and returned; `idx` keeps `[addr, at)`, and its
+    /// indexing is the caller's.
+    #[inline(always)]
+    pub(super) fn split_off_free(&mut self, idx: u32, at: Addr) -> u32 {
+        let b = &self.blocks[idx as usize];
+        let (addr, size, seg, class, next) = (b.addr, b.size, b.seg, b.class, b.next);
+        let rest = self.new_block(Block {
+            addr: at,
+            size: addr + size - at,
+            requested: 0,
+            seg,
+            prev: idx,
+            next,
+            state: State::Free,
+            class,
+            stamp: 0,
+            wants_fence: false,
+            held: false,
+            origin: 0,
+        });
+        if next != NONE {
+            self.blocks[next as usize].prev = rest;
+        }
+        self.blocks[idx as usize].next = rest;
+        self.blocks[idx as usize].size = at - addr;
+        self.index(rest);
+        rest
     }
 
     /// Block `idx`, out of every free structure and split, goes to the program.

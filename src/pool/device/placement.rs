@@ -30,10 +30,10 @@ impl DevicePool {
     /// range's last free block (its frontier, address space never used) that does not start
     /// on one, with room for the request and a split remainder after it.
     fn granule_start(&self, idx: u32, rounded: u64, policy: &Policy) -> Option<Addr> {
-        let b = &self.blocks[idx as usize];
-        if b.next != NONE || b.state != State::Free || !self.in_range(idx) {
+        if !self.is_frontier(idx) {
             return None;
         }
+        let b = &self.blocks[idx as usize];
         let base = self.seg(b.seg).addr;
         let at = base + (b.addr - base).next_multiple_of(self.granule);
         let rest = (b.addr + b.size).checked_sub(at)?;
@@ -57,15 +57,24 @@ impl DevicePool {
         size == rounded && run >= ARRAY_RUN && rounded * ALIGNED_FILL.1 >= padded * ALIGNED_FILL.0
     }
 
+    /// Whether block `idx` is a range's frontier: its last block, free, address space never
+    /// used past its start.
+    fn is_frontier(&self, idx: u32) -> bool {
+        let b = &self.blocks[idx as usize];
+        b.next == NONE && b.state == State::Free && self.in_range(idx)
+    }
+
     /// Free block `idx` is about to serve `rounded` bytes: where `placed_at` says, with the
     /// part before split off (and left free), and counted in the frontier's run. Returns the
     /// block that serves.
     pub(super) fn place(&mut self, idx: u32, rounded: u64, policy: &Policy) -> u32 {
-        let b = &self.blocks[idx as usize];
-        if b.next != NONE || b.state != State::Free || !self.in_range(idx) {
+        if !self.is_frontier(idx) {
             return idx;
         }
-        let (addr, at) = (b.addr, self.placed_at(idx, rounded, policy));
+        let (addr, at) = (
+            self.blocks[idx as usize].addr,
+            self.placed_at(idx, rounded, policy),
+        );
         let (size, run) = self.frontier_run;
         self.frontier_run = (
             rounded,
@@ -138,21 +147,8 @@ impl DevicePool {
     /// must join its neighbour again (`rejoin`): free blocks never lie side by side.
     fn split_at(&mut self, idx: u32, at: Addr) -> u32 {
         self.unindex(idx);
-        let b = self.blocks[idx as usize].clone();
-        let tail = self.new_block(Block {
-            addr: at,
-            size: b.addr + b.size - at,
-            prev: idx,
-            ..b
-        });
-        if b.next != NONE {
-            self.blocks[b.next as usize].prev = tail;
-        }
-        let head = &mut self.blocks[idx as usize];
-        head.next = tail;
-        head.size = at - b.addr;
+        let tail = self.split_off_free(idx, at);
         self.index(idx);
-        self.index(tail);
         tail
     }
 
