@@ -8,7 +8,6 @@
 mod parse;
 
 use std::borrow::Cow;
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 pub(crate) use parse::parse_bool;
@@ -352,11 +351,6 @@ pub fn driver_hooks_from_env() -> bool {
     let hooks = read(c"GPUPOOL_DRIVER_HOOKS").flatten().unwrap_or(true);
     let disabled = read(c"GPUPOOL_DISABLE").flatten().unwrap_or(false);
     hooks && !disabled
-}
-
-/// Lossy display of an OS string for messages.
-pub fn show(v: &OsStr) -> String {
-    String::from_utf8_lossy(v.as_bytes()).into_owned()
 }
 
 #[cfg(test)]
