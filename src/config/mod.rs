@@ -140,7 +140,7 @@ impl Default for Config {
 /// Default bound of each thread's cache of free blocks.
 pub const DEFAULT_THREAD_CACHE: u64 = 64 << 20;
 
-/// The variables this module understands, for the warning about misspelled ones.
+/// The variables this module understands: the fuzzer and `tests/hostile_env.rs` try each.
 pub const VARIABLES: &[&str] = &[
     "GPUPOOL_DISABLE",
     "GPUPOOL_DRIVER_HOOKS",
@@ -154,6 +154,7 @@ pub const VARIABLES: &[&str] = &[
     "GPUPOOL_SUMMARY_INTERVAL",
     "GPUPOOL_TRACE",
     "GPUPOOL_EXPANDABLE",
+    "GPUPOOL_EXPANDABLE_SLACK",
 ];
 
 impl Config {
