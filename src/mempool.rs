@@ -27,7 +27,8 @@ use crate::dispatch::{
 };
 use crate::global;
 use crate::guard;
-use crate::passed_through::{counted, Reason};
+use crate::lifecycle::note_passed_through;
+use crate::passed_through::Reason;
 use crate::pool::{Origin, Pool};
 
 /// `cudaMemPoolAttrReservedMemCurrent`, and the three after it: reserved high, used current,
@@ -61,14 +62,14 @@ pub unsafe fn malloc_async(
         return pass(rt);
     };
     if !current_pool::is_default(dev, || current_is_default(rt, dev)) {
-        return counted(
+        return note_passed_through(
             Reason::OwnMemoryPool,
             size,
             never_worse(rt, pool, dev, pass),
         );
     }
     if capturing(rt, stream) {
-        return counted(Reason::GraphCapture, size, pass(rt));
+        return note_passed_through(Reason::GraphCapture, size, pass(rt));
     }
     if !on_device(rt, stream, dev) {
         return pass(rt);

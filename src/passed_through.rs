@@ -33,6 +33,13 @@ pub struct Counts {
     pub graph_capture: Tally,
 }
 
+impl Counts {
+    /// Whether any allocation went to CUDA.
+    pub fn any(&self) -> bool {
+        self.own_memory_pool.allocations + self.graph_capture.allocations > 0
+    }
+}
+
 /// (allocations, bytes) for each `Reason`, in its order.
 static COUNTS: [[AtomicU64; 2]; 2] = [
     [AtomicU64::new(0), AtomicU64::new(0)],

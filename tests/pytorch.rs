@@ -214,8 +214,10 @@ fn cuda_malloc_async_is_pooled_stream_ordered_in_every_mode_and_capture_passes_t
 #[test]
 fn cuda_malloc_async_from_the_programs_own_memory_pool_goes_to_the_runtime() {
     // The program made its own pool current (cudaDeviceSetMemPool): the runtime serves those
-    // requests from it, and only the default pool's requests are the pool's, with the driver
-    // hooks on (the runtime's own cuMemAllocAsync then reaches them) or off.
+    // requests from it, and only the default pool's requests are the pool's. The same with the
+    // driver hooks on or off: the runtime's own cuMemAllocAsync behind a request passed through
+    // never reaches them (the pool leaves a CUDA runtime's driver lookups unswapped), so the
+    // runtime hook alone counts each such request, once.
     let exe = c_program("custom_mempool");
     let env = [
         ("CUDASIM_DEVICES", "2"),

@@ -900,6 +900,83 @@ fn always_reports_a_cuda_program_that_never_allocated_with_its_runtime() {
     }
 }
 
+/// A program whose every allocation went to CUDA (its own memory pool current, or a stream being
+/// captured) used CUDA: it writes its summary, at exit and periodically, and the summary names
+/// what passed through, in each form.
+#[test]
+fn a_program_whose_every_allocation_passed_through_writes_its_summary() {
+    let exe = c_program("passed_through");
+    let dir = scratch("report-passed-through");
+    let cases = [
+        (
+            "own-pool",
+            "own_memory_pool",
+            "served by the program's own memory pool",
+        ),
+        ("capture", "graph_capture", "captured into a CUDA graph"),
+    ];
+    // Three blocks of 1, 2 and 3 MiB.
+    let (n, bytes) = (3, 6 * MIB);
+    for (mode, reason, why) in cases {
+        // `always:` too gets the whole summary, not the line for a process the pool never saw.
+        for dest in ["stderr", "always:stderr"] {
+            let (_, out, err) = run_ok(&exe, &[mode, "3"], &[("GPUPOOL_SUMMARY", dest)]);
+            assert!(out.contains("passed_through ok"), "{mode}: {out}");
+            let said = (figure(&out, "passed="), figure(&out, "passed_bytes="));
+            assert_eq!(said, (n, bytes), "{mode}");
+            let line = format!(
+                " passed through to CUDA: {n} allocations ({}) {why}\n",
+                human(bytes)
+            );
+            assert!(err.contains(&line), "{mode} {dest}: no {line:?} in:\n{err}");
+            assert!(
+                err.contains(" every allocation passed through to CUDA; the pool served none\n"),
+                "{mode} {dest}: {err}"
+            );
+        }
+        let json = dir.join(format!("{mode}.json"));
+        let prom = dir.join(format!("{mode}.prom"));
+        for path in [&json, &prom] {
+            run_ok(
+                &exe,
+                &[mode, "3"],
+                &[("GPUPOOL_SUMMARY", path.to_str().unwrap())],
+            );
+        }
+        let v = read_json(&json);
+        assert_eq!(v["intercepted"], Value::Bool(false), "{mode}: {v}");
+        for (_, r, _) in cases {
+            let want = if r == reason { (n, bytes) } else { (0, 0) };
+            let got = (
+                u(&v, &format!("/passed_through/{r}/allocations")),
+                u(&v, &format!("/passed_through/{r}/bytes")),
+            );
+            assert_eq!(got, want, "{mode}: {r}");
+        }
+        let prom = std::fs::read_to_string(&prom).expect("the Prometheus summary");
+        let sample = format!("gpupool_passed_through_allocations_total{{reason=\"{reason}\",");
+        let line = prom.lines().find(|l| l.starts_with(&sample));
+        assert_eq!(
+            line.and_then(|l| l.rsplit(' ').next()),
+            Some(n.to_string().as_str()),
+            "{mode}:\n{prom}"
+        );
+    }
+    // While it runs, the periodic summary too: several whole summaries on stderr.
+    let (_, _, err) = run_ok(
+        &exe,
+        &["own-pool", "2", "1000"],
+        &[
+            ("GPUPOOL_SUMMARY", "stderr"),
+            ("GPUPOOL_SUMMARY_INTERVAL", "100ms"),
+        ],
+    );
+    let summaries = err
+        .matches(" passed through to CUDA: 2 allocations ")
+        .count();
+    assert!(summaries >= 2, "{summaries} summaries:\n{err}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The live dump
 

@@ -7,7 +7,7 @@
 
 mod parse;
 
-use std::ffi::OsStr;
+use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 
 pub(crate) use parse::parse_bool;
@@ -140,7 +140,7 @@ impl Default for Config {
 /// Default bound of each thread's cache of free blocks.
 pub const DEFAULT_THREAD_CACHE: u64 = 64 << 20;
 
-/// The variables this module understands, for the warning about misspelled ones.
+/// The variables this module understands: the fuzzer and `tests/hostile_env.rs` try each.
 pub const VARIABLES: &[&str] = &[
     "GPUPOOL_DISABLE",
     "GPUPOOL_DRIVER_HOOKS",
@@ -154,6 +154,7 @@ pub const VARIABLES: &[&str] = &[
     "GPUPOOL_SUMMARY_INTERVAL",
     "GPUPOOL_TRACE",
     "GPUPOOL_EXPANDABLE",
+    "GPUPOOL_EXPANDABLE_SLACK",
 ];
 
 impl Config {
@@ -161,165 +162,180 @@ impl Config {
     /// one warning line per bad value.
     pub fn parse(get: impl Fn(&str) -> Option<Vec<u8>>) -> (Config, Vec<String>) {
         let mut c = Config::default();
-        let mut warnings = Vec::new();
-        let mut bad = |name: &str, raw: &[u8], why: &str, default: &str| {
-            warnings.push(format!(
-                "{name}={:?} ignored ({why}); using {default}",
-                String::from_utf8_lossy(raw)
-            ));
+        let mut r = Reader {
+            get,
+            warnings: Vec::new(),
         };
-        if let Some(v) = get("GPUPOOL_DISABLE") {
-            match parse_bool(&v) {
-                Some(b) => c.disable = b,
-                None => bad("GPUPOOL_DISABLE", &v, "expected 0 or 1", "0"),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_DRIVER_HOOKS") {
-            match parse_bool(&v) {
-                Some(b) => c.driver_hooks = b,
-                None => bad("GPUPOOL_DRIVER_HOOKS", &v, "expected 0 or 1", "1"),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_RELEASE_THRESHOLD") {
-            match parse_device_bytes(&v) {
-                Some(t) => c.release_threshold = t,
-                None => bad(
-                    "GPUPOOL_RELEASE_THRESHOLD",
-                    &v,
-                    "expected bytes with a unit such as 512MiB or 4GiB, a percentage such as 40%, or 'none'",
-                    "none (keep all cached memory)",
-                ),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_LIMIT") {
-            match parse_device_bytes(&v) {
-                Some(DeviceBytes::Fraction(0.0)) => bad(
-                    "GPUPOOL_LIMIT",
-                    &v,
-                    "a limit of 0% leaves nothing",
-                    "no limit",
-                ),
-                Some(DeviceBytes::Bytes(0)) => bad(
-                    "GPUPOOL_LIMIT",
-                    &v,
-                    "a limit of 0 bytes leaves nothing",
-                    "no limit",
-                ),
-                Some(l) => c.limit = l,
-                None => bad(
-                    "GPUPOOL_LIMIT",
-                    &v,
-                    "expected bytes with a unit such as 20GiB, a percentage such as 50%, or 'none'",
-                    "no limit",
-                ),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_REUSE") {
-            match trimmed(&v).map(|s| s.to_ascii_lowercase()).as_deref() {
-                Some("strict") => c.reuse = ReuseMode::Strict,
-                Some("barrier") => c.reuse = ReuseMode::Barrier,
-                Some("relaxed") => c.reuse = ReuseMode::Relaxed,
-                _ => bad(
-                    "GPUPOOL_REUSE",
-                    &v,
-                    "expected strict, barrier or relaxed",
-                    "strict",
-                ),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_MAX_SPLIT_SIZE") {
-            match parse_bytes_or_none(&v) {
-                Some(b) if b > MAX_SPLIT_SIZE_ABOVE => c.max_split_size = b,
-                _ => bad(
-                    "GPUPOOL_MAX_SPLIT_SIZE",
-                    &v,
-                    "expected a size above 20MiB, or 'none'",
-                    "none",
-                ),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_FENCE_BYTES") {
-            match parse_bytes_or_none(&v) {
-                Some(b) => c.fence_bytes = b,
-                None => bad("GPUPOOL_FENCE_BYTES", &v, "expected a size", "256MiB"),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_THREAD_CACHE") {
-            match parse_bytes_or_none(&v) {
-                Some(b) if b == u64::MAX => c.thread_cache = 0,
-                Some(b) if b <= 1 << 30 => c.thread_cache = b,
-                _ => bad(
-                    "GPUPOOL_THREAD_CACHE",
-                    &v,
-                    "expected a size up to 1GiB, 0 or 'none'",
-                    "64MiB",
-                ),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_SUMMARY") {
-            let (always, dest) = match strip_always(&v) {
-                Some(rest) => (true, rest),
-                None => (false, v.as_slice()),
-            };
-            match parse_summary_dest(dest) {
-                Ok(d) => {
-                    c.summary = d;
-                    c.summary_always = always && c.summary != SummaryDest::Off;
-                }
-                Err(why) => bad("GPUPOOL_SUMMARY", &v, &why, "off"),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_SUMMARY_INTERVAL") {
-            let off = trimmed(&v).is_some_and(|s| is_off_word(&s));
-            match parse_duration_ns(&v) {
-                _ if off => {}
-                Some(0) => {}
-                Some(ns) if ns >= 100_000_000 => c.summary_interval_ns = Some(ns),
-                _ => bad(
-                    "GPUPOOL_SUMMARY_INTERVAL",
-                    &v,
-                    "expected a duration of at least 100ms such as 30s, 5m or 500ms, or off",
-                    "no periodic summary",
-                ),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_TRACE") {
-            match output_path(&v) {
-                Output::Empty => bad("GPUPOOL_TRACE", &v, "empty", "no trace"),
-                Output::Word(w) if is_off_word(&w) => {}
-                Output::Word(w) => bad(
-                    "GPUPOOL_TRACE",
-                    &v,
-                    &format!("not a path: write ./{w} for a file of that name"),
-                    "no trace",
-                ),
-                Output::Path => c.trace = Some(v),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_EXPANDABLE") {
-            match parse_bool(&v) {
-                Some(b) => c.expandable = b,
-                None => bad("GPUPOOL_EXPANDABLE", &v, "expected 0 or 1", "1"),
-            }
-        }
-        if let Some(v) = get("GPUPOOL_EXPANDABLE_SLACK") {
-            match parse_slack_permille(&v) {
-                Some(permille) => c.expandable_slack_permille = permille,
-                None => bad(
-                    "GPUPOOL_EXPANDABLE_SLACK",
-                    &v,
-                    "expected a percentage such as 4%, or 'none'",
-                    "none",
-                ),
-            }
-        }
-        (c, warnings)
+        c.disable = r.read("GPUPOOL_DISABLE", switch, c.disable, "0");
+        c.driver_hooks = r.read("GPUPOOL_DRIVER_HOOKS", switch, c.driver_hooks, "1");
+        c.release_threshold = r.read(
+            "GPUPOOL_RELEASE_THRESHOLD",
+            release_threshold,
+            c.release_threshold,
+            "none (keep all cached memory)",
+        );
+        c.limit = r.read("GPUPOOL_LIMIT", limit, c.limit, "no limit");
+        c.reuse = r.read("GPUPOOL_REUSE", reuse, c.reuse, "strict");
+        c.max_split_size = r.read(
+            "GPUPOOL_MAX_SPLIT_SIZE",
+            max_split_size,
+            c.max_split_size,
+            "none",
+        );
+        c.fence_bytes = r.read("GPUPOOL_FENCE_BYTES", fence_bytes, c.fence_bytes, "256MiB");
+        c.thread_cache = r.read(
+            "GPUPOOL_THREAD_CACHE",
+            thread_cache,
+            c.thread_cache,
+            "64MiB",
+        );
+        (c.summary, c.summary_always) = r.read(
+            "GPUPOOL_SUMMARY",
+            summary,
+            (c.summary, c.summary_always),
+            "off",
+        );
+        c.summary_interval_ns = r.read(
+            "GPUPOOL_SUMMARY_INTERVAL",
+            summary_interval,
+            c.summary_interval_ns,
+            "no periodic summary",
+        );
+        c.trace = r.read("GPUPOOL_TRACE", trace, c.trace, "no trace");
+        c.expandable = r.read("GPUPOOL_EXPANDABLE", switch, c.expandable, "1");
+        c.expandable_slack_permille = r.read(
+            "GPUPOOL_EXPANDABLE_SLACK",
+            slack,
+            c.expandable_slack_permille,
+            "none",
+        );
+        (c, r.warnings)
     }
 
     /// Parse from the process environment.
     pub fn from_env() -> (Config, Vec<String>) {
         Config::parse(|name| std::env::var_os(name).map(|v| v.as_bytes().to_vec()))
     }
+}
+
+/// Why a value is not of its variable's form: the middle of the warning.
+type Why = Cow<'static, str>;
+
+/// The variables, read through `get`, and one warning line per bad value.
+struct Reader<G> {
+    get: G,
+    warnings: Vec<String>,
+}
+
+impl<G: Fn(&str) -> Option<Vec<u8>>> Reader<G> {
+    /// `name`'s value as `parse` reads it, or `default` when it is unset or `parse` refuses it;
+    /// a refusal is one warning line, saying why and `default_text`, the default in words.
+    fn read<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&[u8]) -> Result<T, Why>,
+        default: T,
+        default_text: &str,
+    ) -> T {
+        let Some(raw) = (self.get)(name) else {
+            return default;
+        };
+        parse(&raw).unwrap_or_else(|why| {
+            self.warnings.push(format!(
+                "{name}={:?} ignored ({why}); using {default_text}",
+                String::from_utf8_lossy(&raw)
+            ));
+            default
+        })
+    }
+}
+
+// Each variable's form: its value, or why the text is not of it.
+
+fn switch(v: &[u8]) -> Result<bool, Why> {
+    parse_bool(v).ok_or("expected 0 or 1".into())
+}
+
+fn release_threshold(v: &[u8]) -> Result<DeviceBytes, Why> {
+    parse_device_bytes(v).ok_or(
+        "expected bytes with a unit such as 512MiB or 4GiB, a percentage such as 40%, or 'none'"
+            .into(),
+    )
+}
+
+fn limit(v: &[u8]) -> Result<DeviceBytes, Why> {
+    match parse_device_bytes(v) {
+        Some(DeviceBytes::Fraction(0.0)) => Err("a limit of 0% leaves nothing".into()),
+        Some(DeviceBytes::Bytes(0)) => Err("a limit of 0 bytes leaves nothing".into()),
+        Some(l) => Ok(l),
+        None => Err(
+            "expected bytes with a unit such as 20GiB, a percentage such as 50%, or 'none'".into(),
+        ),
+    }
+}
+
+fn reuse(v: &[u8]) -> Result<ReuseMode, Why> {
+    match trimmed(v).map(|s| s.to_ascii_lowercase()).as_deref() {
+        Some("strict") => Ok(ReuseMode::Strict),
+        Some("barrier") => Ok(ReuseMode::Barrier),
+        Some("relaxed") => Ok(ReuseMode::Relaxed),
+        _ => Err("expected strict, barrier or relaxed".into()),
+    }
+}
+
+fn max_split_size(v: &[u8]) -> Result<u64, Why> {
+    parse_bytes_or_none(v)
+        .filter(|&b| b > MAX_SPLIT_SIZE_ABOVE)
+        .ok_or("expected a size above 20MiB, or 'none'".into())
+}
+
+fn fence_bytes(v: &[u8]) -> Result<u64, Why> {
+    parse_bytes_or_none(v).ok_or("expected a size".into())
+}
+
+/// `none` is 0: no thread caches.
+fn thread_cache(v: &[u8]) -> Result<u64, Why> {
+    match parse_bytes_or_none(v) {
+        Some(u64::MAX) => Ok(0),
+        Some(b) if b <= 1 << 30 => Ok(b),
+        _ => Err("expected a size up to 1GiB, 0 or 'none'".into()),
+    }
+}
+
+/// The destination, and whether `always:` asked for it (never for no summary).
+fn summary(v: &[u8]) -> Result<(SummaryDest, bool), Why> {
+    let (always, dest) = match strip_always(v) {
+        Some(rest) => (true, rest),
+        None => (false, v),
+    };
+    let dest = parse_summary_dest(dest)?;
+    let always = always && dest != SummaryDest::Off;
+    Ok((dest, always))
+}
+
+/// An off word or 0: none.
+fn summary_interval(v: &[u8]) -> Result<Option<u64>, Why> {
+    let off = trimmed(v).is_some_and(|s| is_off_word(&s));
+    match parse_duration_ns(v) {
+        _ if off => Ok(None),
+        Some(0) => Ok(None),
+        Some(ns) if ns >= 100_000_000 => Ok(Some(ns)),
+        _ => Err("expected a duration of at least 100ms such as 30s, 5m or 500ms, or off".into()),
+    }
+}
+
+/// An off word: none.
+fn trace(v: &[u8]) -> Result<Option<Vec<u8>>, Why> {
+    match output_path(v) {
+        Output::Empty => Err("empty".into()),
+        Output::Word(w) if is_off_word(&w) => Ok(None),
+        Output::Word(w) => Err(format!("not a path: write ./{w} for a file of that name").into()),
+        Output::Path => Ok(Some(v.to_vec())),
+    }
+}
+
+fn slack(v: &[u8]) -> Result<Option<u32>, Why> {
+    parse_slack_permille(v).ok_or("expected a percentage such as 4%, or 'none'".into())
 }
 
 /// Whether the driver's lookups and calls are interposed: `GPUPOOL_DRIVER_HOOKS` not off and
@@ -336,11 +352,6 @@ pub fn driver_hooks_from_env() -> bool {
     let hooks = read(c"GPUPOOL_DRIVER_HOOKS").flatten().unwrap_or(true);
     let disabled = read(c"GPUPOOL_DISABLE").flatten().unwrap_or(false);
     hooks && !disabled
-}
-
-/// Lossy display of an OS string for messages.
-pub fn show(v: &OsStr) -> String {
-    String::from_utf8_lossy(v.as_bytes()).into_owned()
 }
 
 #[cfg(test)]

@@ -17,8 +17,9 @@ use crate::cuda::hooked;
 use crate::cuda::types::{is_legacy, Stream, STREAM_NON_BLOCKING, STREAM_PER_THREAD};
 use crate::global;
 use crate::guard;
+use crate::lifecycle::note_passed_through;
 use crate::log;
-use crate::passed_through::{counted, Reason};
+use crate::passed_through::Reason;
 use crate::pool::{
     CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
 };
@@ -140,13 +141,13 @@ pub unsafe fn mem_alloc(
         return unserved(pool, d, real);
     };
     if stream.is_some() && !current_pool::is_default(dev, || current_is_default(d, dev)) {
-        return counted(Reason::OwnMemoryPool, size, unserved(pool, d, real));
+        return note_passed_through(Reason::OwnMemoryPool, size, unserved(pool, d, real));
     }
     let key = match stream {
         None => None,
         Some(s) => match async_stream(d, s) {
             Ok(k) => Some(k).filter(|&k| k != NO_STREAM),
-            Err(Some(why)) => return counted(why, size, unserved(pool, d, real)),
+            Err(Some(why)) => return note_passed_through(why, size, unserved(pool, d, real)),
             Err(None) => return unserved(pool, d, real),
         },
     };

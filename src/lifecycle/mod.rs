@@ -7,12 +7,14 @@ mod dump_thread;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crate::config::Config;
+use crate::passed_through::{self, Reason};
 use crate::{global, log, report};
 
 static FIRST_ALLOCATION: AtomicBool = AtomicBool::new(false);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 
-/// Called after every allocation the pool served; the first one arms the exit summary.
+/// Called after every allocation the pool served or passed through to CUDA; the first one arms
+/// the exit summary.
 #[inline]
 pub fn note_allocation() {
     if !FIRST_ALLOCATION.load(Ordering::Relaxed) && !FIRST_ALLOCATION.swap(true, Ordering::AcqRel) {
@@ -24,6 +26,16 @@ pub fn note_allocation() {
             dump_thread::start(p);
         }
     }
+}
+
+/// CUDA's answer `status` to an allocation of `bytes` the pool left to it for `reason`: counted
+/// when it succeeded, and then an allocation like a served one (a program whose every
+/// allocation passed through writes its summary, which says where they went).
+pub fn note_passed_through(reason: Reason, bytes: usize, status: i32) -> i32 {
+    if passed_through::counted(reason, bytes, status) == 0 {
+        note_allocation();
+    }
+    status
 }
 
 /// The pid that registered the `always:` exit hook.

@@ -49,8 +49,8 @@ pub fn render(r: &summary::Report, format: Format) -> String {
     }
 }
 
-/// Write the exit summary to `dest`. Only a process that allocated through the pool writes one,
-/// unless `GPUPOOL_SUMMARY=always:...`.
+/// Write the exit summary to `dest`. Only a process that allocated through the hooks (served by
+/// the pool or passed through to CUDA) writes one, unless `GPUPOOL_SUMMARY=always:...`.
 fn write_summary(src: &Source, dest: &SummaryDest) {
     let Some(pool) = src.pool else {
         // Off (`GPUPOOL_DISABLE=1`): nothing to count, but `always:` still gets its one line.
@@ -67,10 +67,10 @@ fn write_summary(src: &Source, dest: &SummaryDest) {
     };
     let mut report = summary::Report::collect(pool, src.runtime_path, crate::pool::LockWait::Brief);
     report.at_exit = true;
-    if report.intercepted() {
+    if report.allocated() {
         write_to(dest, render(&report, Format::of(dest)).as_bytes());
     } else if src.config.summary_always {
-        // The pool started (a hooked call reached it) but served no allocation: the same
+        // The pool started (a hooked call reached it) but saw no allocation: the same
         // answer, with its likely cause, as when it never started.
         write_not_intercepted(dest);
     }

@@ -202,6 +202,12 @@ impl Report {
     pub fn intercepted(&self) -> bool {
         self.devices.iter().any(|d| d.snap.stats.allocs > 0) || !self.unread.is_empty()
     }
+
+    /// Whether the program allocated through the hooks: the pool served it, or left it to
+    /// CUDA (then the passed-through line is what the program has to read).
+    pub fn allocated(&self) -> bool {
+        self.intercepted() || self.passed_through.any()
+    }
 }
 
 /// Percent of `part` in `whole`, as text.
@@ -341,7 +347,12 @@ pub fn render_text(r: &Report) -> String {
         r.pid, r.rank, r.reuse, r.runtime
     );
     if !r.intercepted() {
-        let _ = writeln!(o, " no CUDA allocations were intercepted");
+        let line = if r.passed_through.any() {
+            "every allocation passed through to CUDA; the pool served none"
+        } else {
+            "no CUDA allocations were intercepted"
+        };
+        let _ = writeln!(o, " {line}");
     }
     for d in &r.unread {
         let _ = writeln!(o, "{rule}");

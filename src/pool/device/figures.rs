@@ -116,7 +116,7 @@ impl DevicePool {
         // The start of the run of blocks no live or lent block interrupts.
         let mut quiet_from = s.addr;
         let close = |w: &mut RangeWalk, from: Addr, to: Addr| {
-            let (first, end) = ((from - s.addr).div_ceil(g), (to - s.addr) / g);
+            let (first, end) = self.granules_within(si, from, to - from);
             if first < end {
                 w.releasable += granules.count_between(first, end) * g;
             }
@@ -134,7 +134,7 @@ impl DevicePool {
                 State::Free if largest => {
                     w.largest_free = w
                         .largest_free
-                        .max(self.largest_mapped_piece(s, granules, b));
+                        .max(self.largest_mapped_piece(si, granules, b));
                 }
                 _ => {}
             }
@@ -144,13 +144,10 @@ impl DevicePool {
         w
     }
 
-    /// The longest mapped stretch of free block `b` of expandable segment `s`.
-    fn largest_mapped_piece(&self, s: &Segment, granules: &Granules, b: &Block) -> u64 {
-        let g = self.granule;
-        let (first, end) = (
-            (b.addr - s.addr) / g,
-            (b.addr + b.size - s.addr).div_ceil(g),
-        );
+    /// The longest mapped stretch of free block `b` of expandable segment `si`.
+    fn largest_mapped_piece(&self, si: u32, granules: &Granules, b: &Block) -> u64 {
+        let (s, g) = (self.seg(si), self.granule);
+        let (first, end) = self.granules_of(si, b.addr, b.size);
         let (mut best, mut k) = (0, first);
         while k < end {
             let from = granules.next_with(k, end, true);
