@@ -243,8 +243,10 @@ def manifest(build, src, lib, python, sanitizer, counts):
          pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "0"),))
     frag("fragment_pool_expandable", "info", argv, 120, [ok, INTERCEPTED],
          pool(lib, "strict") + (("GPUPOOL_EXPANDABLE", "1"),))
-    # The driver's own cost per granule: mapped, unmapped, moved (the slack's unit of work).
-    vmm = group("vmm_cost", ("granule_bytes", "map_us", "unmap_us", "move_us"))
+    # The driver's own cost per granule: mapped, unmapped, moved (the slack's unit of work), moved
+    # keeping the physical memory, and mapped as a run with one access call.
+    vmm = group("vmm_cost", ("granule_bytes", "map_us", "unmap_us", "move_us", "remap_us",
+                              "run_map_us"))
     vmm("vmm_cost_nopool", "bench", [f"{build}/vmm_cost", "512"], 60, [Is("vmm_cost", "ok")])
 
     # compute-sanitizer memcheck on churn under the pool; without the pool only to diagnose a

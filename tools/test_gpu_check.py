@@ -204,7 +204,8 @@ elif name == "stream_reuse":
 elif name == "fragment":
     print(f"blocks={2267 if not pooled else 1587}\ndouble_blocks=0\nfragment=ok")
 elif name == "vmm_cost":
-    print("granules=512 granule_bytes=2097152\nmap_us=41.20 unmap_us=18.70 move_us=60.10")
+    print("granules=512 granule_bytes=2097152\nmap_us=41.20 unmap_us=18.70 move_us=60.10 "
+          "remap_us=35.40 run_map_us=22.30")
     print("vmm_cost=ok")
 elif name == "cublas_loop":
     print("rounds=20\ngemms=80\nmax_error=0\ncublas_loop=ok")
