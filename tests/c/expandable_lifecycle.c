@@ -9,8 +9,14 @@
  *                                        no hole holds (GPUPOOL_EXPANDABLE_SLACK moves memory)
  *   expandable_lifecycle sizes           7 MiB, 100 MiB and 2 GiB blocks (run with a split cap
  *                                        and CUDASIM_MEM=4GiB), the 2 GiB one then reused
+ *   expandable_lifecycle other-trim      a block of device 1 freed under a kernel, then device
+ *   expandable_lifecycle other-empty     1's cache given back with device 0 current
+ *                                        (cudaMemPoolTrimTo, gpupool_empty_cache; run with
+ *                                        CUDASIM_DEVICES=2)
  * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
  * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
+#include <dlfcn.h>
+
 #include "check.h"
 #include "cuda.h"
 
@@ -168,6 +174,37 @@ static void sizes(void)
     CHECK_CUDA(cudaFree(p[1]));
 }
 
+/* A 64 MiB block of device 1 under a 200 ms kernel, freed, then device 1's cache given back with
+ * device 0 current: through its default pool (`trim`) or `gpupool_empty_cache(1)`. The pool's
+ * fence must wait for device 1 before it unmaps, and leave device 0 current. */
+static void other_device(int trim)
+{
+    void *p = NULL;
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
+    CHECK_CUDA(cudasim_launch_fill(p, 64 * MiB, 200000, 0x66, 0));
+    CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudaSetDevice(0));
+    if (trim) {
+        cudaMemPool_t pool = NULL;
+        CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 1));
+        CHECK_CUDA(cudaMemPoolTrimTo(pool, 0));
+    } else {
+        int (*empty)(int, unsigned long long *) =
+            (int (*)(int, unsigned long long *))dlsym(RTLD_DEFAULT, "gpupool_empty_cache");
+        unsigned long long released = 0;
+        CHECK(empty != NULL, "gpupool_empty_cache not found");
+        CHECK(empty(1, &released) == 0, "gpupool_empty_cache(1)");
+        printf("other_released=%llu\n", released);
+    }
+    cudasimStats st = sim_stats(1);
+    printf("other_mapped_after=%llu\n", st.vmm_mapped_bytes);
+    printf("other_unmapped_while_busy=%llu\n", st.unmapped_while_busy);
+    int current = -1;
+    CHECK_CUDA(cudaGetDevice(&current));
+    printf("other_current=%d\n", current);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -183,8 +220,13 @@ int main(int argc, char **argv)
         slack();
     } else if (strcmp(mode, "sizes") == 0) {
         sizes();
+    } else if (strcmp(mode, "other-trim") == 0) {
+        other_device(1);
+    } else if (strcmp(mode, "other-empty") == 0) {
+        other_device(0);
     } else {
-        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls, slack or sizes");
+        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls, slack, sizes, other-trim "
+                 "or other-empty");
     }
     printf("expandable_lifecycle ok\n");
     return 0;
