@@ -9,7 +9,7 @@
  *                                        no hole holds (GPUPOOL_EXPANDABLE_SLACK moves memory)
  *   expandable_lifecycle sizes           7 MiB, 100 MiB and 2 GiB blocks (run with a split cap
  *                                        and CUDASIM_MEM=4GiB), the 2 GiB one then reused
- *   expandable_lifecycle other-trim      a block of device 1 freed under a kernel, then device
+ *   expandable_lifecycle other-trim      blocks of device 1 freed under kernels, then device
  *   expandable_lifecycle other-empty     1's cache given back with device 0 current
  *                                        (cudaMemPoolTrimTo, gpupool_empty_cache; run with
  *                                        CUDASIM_DEVICES=2)
@@ -174,16 +174,22 @@ static void sizes(void)
     CHECK_CUDA(cudaFree(p[1]));
 }
 
-/* A 64 MiB block of device 1 under a 200 ms kernel, freed, then device 1's cache given back with
- * device 0 current: through its default pool (`trim`) or `gpupool_empty_cache(1)`. The pool's
- * fence must wait for device 1 before it unmaps, and leave device 0 current. */
+/* A 64 MiB block of device 1 under a 200 ms kernel, freed, and a 512 KiB one beside a live
+ * one in its small segment, likewise; then device 1's cache given back with device 0 current:
+ * through its default pool (`trim`) or `gpupool_empty_cache(1)`. The pool's fence must wait
+ * for device 1 before it unmaps, or makes the small block reusable (`strict`), and leave
+ * device 0 current. */
 static void other_device(int trim)
 {
-    void *p = NULL;
+    void *p = NULL, *small = NULL, *beside = NULL, *again = NULL;
     CHECK_CUDA(cudaSetDevice(1));
     CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
+    CHECK_CUDA(cudaMalloc(&beside, MiB / 2));
+    CHECK_CUDA(cudaMalloc(&small, MiB / 2));
     CHECK_CUDA(cudasim_launch_fill(p, 64 * MiB, 200000, 0x66, 0));
+    CHECK_CUDA(cudasim_launch_fill(small, MiB / 2, 200000, 0x67, 0));
     CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudaFree(small));
     CHECK_CUDA(cudaSetDevice(0));
     if (trim) {
         cudaMemPool_t pool = NULL;
@@ -197,12 +203,18 @@ static void other_device(int trim)
         CHECK(empty(1, &released) == 0, "gpupool_empty_cache(1)");
         printf("other_released=%llu\n", released);
     }
-    cudasimStats st = sim_stats(1);
-    printf("other_mapped_after=%llu\n", st.vmm_mapped_bytes);
-    printf("other_unmapped_while_busy=%llu\n", st.unmapped_while_busy);
     int current = -1;
     CHECK_CUDA(cudaGetDevice(&current));
     printf("other_current=%d\n", current);
+    cudasimStats st = sim_stats(1);
+    printf("other_mapped_after=%llu\n", st.vmm_mapped_bytes);
+    printf("other_unmapped_while_busy=%llu\n", st.unmapped_while_busy);
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&again, MiB / 2));
+    printf("other_reused_busy=%d\n", cudasimRangeBusy(again, MiB / 2) > 0);
+    CHECK_CUDA(cudaFree(again));
+    CHECK_CUDA(cudaFree(beside));
+    CHECK_CUDA(cudaDeviceSynchronize());
 }
 
 int main(int argc, char **argv)
