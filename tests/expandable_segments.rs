@@ -206,6 +206,31 @@ fn under_a_split_cap_blocks_of_every_size_come_from_the_range() {
     assert_eq!(number::<u64>(&out, "sizes_reused="), 0, "{out}\n{err}");
 }
 
+#[test]
+fn a_cache_given_back_with_another_device_current_waits_for_its_own_device() {
+    // Blocks of device 1 freed under kernels, its cache given back with device 0 current:
+    // `cuMemUnmap` waits for nothing, and a `strict` block is reusable only after a fence, so
+    // the pool's fence must be device 1's.
+    for mode in ["other-trim", "other-empty"] {
+        for reuse in ["strict", "relaxed"] {
+            let env = [("CUDASIM_DEVICES", "2"), ("GPUPOOL_REUSE", reuse)];
+            let (out, err) = run(true, mode, &env);
+            let n = |key: &str| number::<u64>(&out, key);
+            assert_eq!(
+                n("other_unmapped_while_busy="),
+                0,
+                "{mode} {reuse}: {out}\n{err}"
+            );
+            assert_eq!(n("other_mapped_after="), 0, "{mode} {reuse}: {out}");
+            assert_eq!(n("other_current="), 0, "{mode} {reuse}: {out}");
+            if reuse == "strict" {
+                // `relaxed` reuses a block freed with `cudaFree` at once, by its contract.
+                assert_eq!(n("other_reused_busy="), 0, "{mode}: {out}");
+            }
+        }
+    }
+}
+
 /// `tests/c/driver_fill.c` on a 16 GiB device with a 512 MiB context, as in the issue.
 fn driver_fill(pool: bool, size_kib: u64) -> String {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

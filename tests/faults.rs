@@ -41,12 +41,15 @@ fn program() -> PathBuf {
     Sim::get().compile(&root().join("tests/c/faults.c"), &[&flag])
 }
 
-/// The settings under which the pool makes the call in question on its own. Classic segments:
-/// the runtime calls above are the ones the pool makes for them (expandable segments map
-/// through the driver, whose refusals `tests/expandable_segments.rs` injects).
+/// The settings under which the pool makes the call in question on its own. Classic segments
+/// for `cudaMalloc` and `cudaFree`: the pool makes them for classic segments only (expandable
+/// segments map through the driver, whose refusals `tests/expandable_segments.rs` injects).
+/// The others run with the default, expandable segments.
 fn env_for(function: &str) -> Vec<(&'static str, &'static str)> {
     let mut env = settings_for(function);
-    env.push(("GPUPOOL_EXPANDABLE", "0"));
+    if matches!(function, "cudaMalloc" | "cudaFree") {
+        env.push(("GPUPOOL_EXPANDABLE", "0"));
+    }
     env
 }
 

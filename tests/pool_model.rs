@@ -22,7 +22,8 @@
 //! - after each release point (an allocation, a program synchronization, `sync_point`,
 //!   `empty_cache` with threshold 0) and unless the driver refused a release in that step:
 //!   cached ≤ threshold, or every segment and granule still holding cached memory also holds a
-//!   live block (granules awaiting a fence for pending blocks may stay at the threshold);
+//!   live block (granules awaiting a fence for pending blocks may stay at an allocation's
+//!   threshold, not at a synchronization's);
 //! - a block freed in `strict` mode (or on a non-blocking stream, or in `barrier` mode after a
 //!   non-blocking stream was seen) is not handed out again before a fence (the pool's or the
 //!   program's) that started after the free; one freed in `barrier` mode (or asynchronously on a
@@ -698,14 +699,26 @@ thread_local! {
     };
 }
 
-/// Runs one step against the pool and the model; returns the device whose release threshold
-/// must hold afterwards (`Some((dev, keep))`, `keep` overriding the threshold for empty-cache).
+/// What a step's release point must have given back (`check`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Released {
+    /// An allocation: down to the threshold, but for the granules pending blocks keep.
+    Threshold,
+    /// A program synchronization: down to the threshold, the granules pending blocks kept too
+    /// (the pool fences for them, as a classic segment's `cudaFree` waits).
+    Synchronized,
+    /// Empty-cache: everything free.
+    All,
+}
+
+/// Runs one step against the pool and the model; returns the device whose release point must
+/// hold afterwards, and what it gives back.
 fn apply(
     pool: &Pool<Driver>,
     m: &mut Reference,
     op: &Op,
     clock: u64,
-) -> Result<Option<(u32, Option<u64>)>, String> {
+) -> Result<Option<(u32, Released)>, String> {
     let driver = pool.backend();
     let pick_live = |m: &Reference, pick: usize| -> Option<(Addr, u32, u64)> {
         let n = m.live.len();
@@ -760,7 +773,7 @@ fn apply(
                 }
                 Err(CudaError::MEMORY_ALLOCATION) => {
                     let Some(len) = round(size) else {
-                        return Ok(Some((dev, None)));
+                        return Ok(Some((dev, Released::Threshold)));
                     };
                     let refused_release = delivered.iter().any(|d| d.0 == Call::Free);
                     let used = held_for_live(&driver.model.segments(), m)[dev as usize];
@@ -802,7 +815,7 @@ fn apply(
                     }
                 }
             }
-            return Ok(Some((dev, None)));
+            return Ok(Some((dev, Released::Threshold)));
         }
         Op::Free { pick, current }
         | Op::FreeAsync { pick, current, .. }
@@ -850,7 +863,7 @@ fn apply(
             let seq = pool.seq_before_sync(dev);
             driver.with(|s| s.fenced(dev));
             pool.observe_fence(dev, seq);
-            return Ok(Some((dev, None)));
+            return Ok(Some((dev, Released::Synchronized)));
         }
         Op::Barrier { dev } => {
             let seq = pool.seq_before_sync(dev);
@@ -873,11 +886,11 @@ fn apply(
         }
         Op::Release { dev } => {
             pool.sync_point(dev);
-            return Ok(Some((dev, None)));
+            return Ok(Some((dev, Released::Synchronized)));
         }
         Op::EmptyCache { dev } => {
             pool.empty_cache(dev);
-            return Ok(Some((dev, Some(0))));
+            return Ok(Some((dev, Released::All)));
         }
         Op::SetThreshold { bytes } => {
             pool.set_threshold(bytes);
@@ -1118,7 +1131,7 @@ fn covered(segments: &BTreeMap<Addr, Segment>, dev: u32, addr: Addr, len: u64) -
 fn check(
     pool: &Pool<Driver>,
     m: &Reference,
-    release: Option<(u32, Option<u64>)>,
+    release: Option<(u32, Released)>,
 ) -> Result<(), String> {
     pool.check_settled()?;
     let driver = pool.backend();
@@ -1205,17 +1218,22 @@ fn check(
             driver.model.reservations()
         ));
     }
-    if let Some((dev, keep)) = release {
+    if let Some((dev, released)) = release {
         let refused = delivered.iter().any(|d| d.0 == Call::Free);
         let fence_failed = delivered.iter().any(|d| d.0 == Call::Fence);
         let Some(snap) = pool.device_stats(dev) else {
             return Ok(());
         };
         let mappings = driver.with(|s| s.mappings.clone());
-        // Granules go only after a fence; at the threshold the pool takes none for pending
-        // blocks (empty-cache does), so the granules those touch may stay.
-        let granules_go = !fence_failed && (keep == Some(0) || snap.pending == 0);
-        let keep = keep.unwrap_or(snap.threshold);
+        // Granules go only after a fence; at an allocation's threshold the pool takes none for
+        // pending blocks (empty-cache and a program synchronization do), so the granules those
+        // touch may stay.
+        let granules_go = !fence_failed && (released != Released::Threshold || snap.pending == 0);
+        let keep = if released == Released::All {
+            0
+        } else {
+            snap.threshold
+        };
         if !refused && snap.cached > keep {
             for (&s, seg) in segments.iter().filter(|(_, seg)| seg.device == dev) {
                 let (slen, granule) = (seg.bytes, mappings.contains_key(&s));

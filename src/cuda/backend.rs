@@ -175,6 +175,33 @@ fn check(status: i32) -> Result<(), CudaError> {
     }
 }
 
+/// `cudaDeviceSynchronize` of `device`, made current for the call if another one is: the
+/// pool fences a device from any thread (`gpupool_empty_cache(d)`, `cudaMemPoolTrimTo` of
+/// `d`'s pool), and a fence of the wrong device lets `cuMemUnmap` run under `d`'s kernels.
+fn synchronize_device(rt: &Runtime, device: u32) -> i32 {
+    let Ok(current) = rt.current_device() else {
+        // SAFETY: no arguments; the runtime reports the same error again.
+        return unsafe { (rt.device_synchronize)() };
+    };
+    if current == device as i32 {
+        // SAFETY: no arguments; synchronizes the current device, which is `device`.
+        return unsafe { (rt.device_synchronize)() };
+    }
+    let Some(set) = rt.set_device else {
+        return CudaError::INVALID_DEVICE.0;
+    };
+    // SAFETY: a device the pool serves.
+    let r = unsafe { set(device as i32) };
+    if r != SUCCESS {
+        return r;
+    }
+    // SAFETY: no arguments; `device` is current now.
+    let r = unsafe { (rt.device_synchronize)() };
+    // SAFETY: the device current a moment ago.
+    unsafe { set(current) };
+    r
+}
+
 /// `check` for a call the pool made on its own (a fence, a barrier, a segment's release, a
 /// memory sample): the program did not make it, so a failure must not stay behind in its
 /// `cudaGetLastError` (the driver keeps no last error). The pool carries on without what the
@@ -231,12 +258,22 @@ impl Backend for CudaBackend {
         })
     }
 
-    fn fence(&self, _device: u32) -> Result<(), CudaError> {
+    fn fence(&self, device: u32) -> Result<(), CudaError> {
         check_internal(match api()? {
-            // SAFETY: no arguments; synchronizes the current device, which is `device`.
-            Api::Runtime(rt) => unsafe { (rt.device_synchronize)() },
-            // SAFETY: as above, the current context being the device's primary one.
-            Api::Driver(d) => unsafe { (d.ctx_synchronize)() },
+            Api::Runtime(rt) => synchronize_device(rt, device),
+            Api::Driver(d) => {
+                let mut current: c_int = -1;
+                // SAFETY: a valid out-pointer.
+                let r = unsafe { (d.ctx_get_device)(&mut current) };
+                if r != SUCCESS || current != device as c_int {
+                    // Another device's context: its synchronization would prove nothing
+                    // about `device`, and a failed fence leaves every block waiting.
+                    return Err(CudaError::INVALID_DEVICE);
+                }
+                // SAFETY: no arguments; the current context is the device's (the driver path
+                // pools only in primary contexts).
+                unsafe { (d.ctx_synchronize)() }
+            }
         })
     }
 

@@ -12,6 +12,8 @@ pub struct CudaError(pub i32);
 impl CudaError {
     pub const INVALID_VALUE: CudaError = CudaError(1);
     pub const MEMORY_ALLOCATION: CudaError = CudaError(2);
+    /// `cudaErrorInvalidDevice`.
+    pub const INVALID_DEVICE: CudaError = CudaError(101);
     /// `cudaErrorNotSupported`: a backend without virtual memory calls.
     pub const NOT_SUPPORTED: CudaError = CudaError(801);
     pub const UNKNOWN: CudaError = CudaError(999);

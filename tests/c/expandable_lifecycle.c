@@ -9,8 +9,14 @@
  *                                        no hole holds (GPUPOOL_EXPANDABLE_SLACK moves memory)
  *   expandable_lifecycle sizes           7 MiB, 100 MiB and 2 GiB blocks (run with a split cap
  *                                        and CUDASIM_MEM=4GiB), the 2 GiB one then reused
+ *   expandable_lifecycle other-trim      blocks of device 1 freed under kernels, then device
+ *   expandable_lifecycle other-empty     1's cache given back with device 0 current
+ *                                        (cudaMemPoolTrimTo, gpupool_empty_cache; run with
+ *                                        CUDASIM_DEVICES=2)
  * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
  * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
+#include <dlfcn.h>
+
 #include "check.h"
 #include "cuda.h"
 
@@ -168,6 +174,49 @@ static void sizes(void)
     CHECK_CUDA(cudaFree(p[1]));
 }
 
+/* A 64 MiB block of device 1 under a 200 ms kernel, freed, and a 512 KiB one beside a live
+ * one in its small segment, likewise; then device 1's cache given back with device 0 current:
+ * through its default pool (`trim`) or `gpupool_empty_cache(1)`. The pool's fence must wait
+ * for device 1 before it unmaps, or makes the small block reusable (`strict`), and leave
+ * device 0 current. */
+static void other_device(int trim)
+{
+    void *p = NULL, *small = NULL, *beside = NULL, *again = NULL;
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
+    CHECK_CUDA(cudaMalloc(&beside, MiB / 2));
+    CHECK_CUDA(cudaMalloc(&small, MiB / 2));
+    CHECK_CUDA(cudasim_launch_fill(p, 64 * MiB, 200000, 0x66, 0));
+    CHECK_CUDA(cudasim_launch_fill(small, MiB / 2, 200000, 0x67, 0));
+    CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudaFree(small));
+    CHECK_CUDA(cudaSetDevice(0));
+    if (trim) {
+        cudaMemPool_t pool = NULL;
+        CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 1));
+        CHECK_CUDA(cudaMemPoolTrimTo(pool, 0));
+    } else {
+        int (*empty)(int, unsigned long long *) =
+            (int (*)(int, unsigned long long *))dlsym(RTLD_DEFAULT, "gpupool_empty_cache");
+        unsigned long long released = 0;
+        CHECK(empty != NULL, "gpupool_empty_cache not found");
+        CHECK(empty(1, &released) == 0, "gpupool_empty_cache(1)");
+        printf("other_released=%llu\n", released);
+    }
+    int current = -1;
+    CHECK_CUDA(cudaGetDevice(&current));
+    printf("other_current=%d\n", current);
+    cudasimStats st = sim_stats(1);
+    printf("other_mapped_after=%llu\n", st.vmm_mapped_bytes);
+    printf("other_unmapped_while_busy=%llu\n", st.unmapped_while_busy);
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&again, MiB / 2));
+    printf("other_reused_busy=%d\n", cudasimRangeBusy(again, MiB / 2) > 0);
+    CHECK_CUDA(cudaFree(again));
+    CHECK_CUDA(cudaFree(beside));
+    CHECK_CUDA(cudaDeviceSynchronize());
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -183,8 +232,13 @@ int main(int argc, char **argv)
         slack();
     } else if (strcmp(mode, "sizes") == 0) {
         sizes();
+    } else if (strcmp(mode, "other-trim") == 0) {
+        other_device(1);
+    } else if (strcmp(mode, "other-empty") == 0) {
+        other_device(0);
     } else {
-        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls, slack or sizes");
+        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls, slack, sizes, other-trim "
+                 "or other-empty");
     }
     printf("expandable_lifecycle ok\n");
     return 0;

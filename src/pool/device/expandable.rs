@@ -556,6 +556,38 @@ impl DevicePool {
         (released, released == total)
     }
 
+    /// Whether a fence would let mapped granules go that pending blocks keep: a run of
+    /// neighbours, each free or pending, one of them pending, holds one wholly (the fence makes
+    /// the run one free block).
+    pub(super) fn pending_keep_granules(&self) -> bool {
+        if self.pending_bytes() == 0 {
+            return false;
+        }
+        self.ranges.iter().any(|(si, granules)| {
+            let holds = |from: Addr, to: Addr| {
+                let (first, end) = self.granules_within(*si, from, to - from);
+                granules.count_between(first, end) > 0
+            };
+            // The run so far: its start, and whether a pending block is in it.
+            let mut run: Option<(Addr, bool)> = None;
+            let mut idx = self.seg(*si).first;
+            while idx != NONE {
+                let b = &self.blocks[idx as usize];
+                if matches!(b.state, State::Free | State::Pending) {
+                    let (_, pending) = run.get_or_insert((b.addr, false));
+                    *pending |= b.state == State::Pending;
+                } else if let Some((from, true)) = run.take() {
+                    if holds(from, b.addr) {
+                        return true;
+                    }
+                }
+                idx = b.next;
+            }
+            let s = self.seg(*si);
+            matches!(run, Some((from, true)) if holds(from, s.addr + s.size))
+        })
+    }
+
     /// (segment, granule) of every mapped granule that lies wholly inside a free block: its
     /// neighbours are not free (free blocks merge), so no other block touches it.
     fn free_granules(&self) -> Vec<(u32, u64)> {

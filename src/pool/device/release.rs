@@ -130,10 +130,16 @@ impl DevicePool {
         }
     }
 
-    /// A synchronization the program made: reuse what it covered, apply the threshold.
+    /// A synchronization the program made: reuse what it covered, apply the threshold. Above
+    /// it, granules that only blocks awaiting a fence keep mapped go too, after a fence: a
+    /// classic segment of such blocks goes back here, its `cudaFree` waiting for the device.
     pub fn sync_point(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
         self.promote(clock);
         self.record(Kind::SyncPoint, 0, 0, 0, 0);
+        if self.cached() > self.threshold && self.pending_keep_granules() {
+            // A failed fence leaves them pending; the threshold still takes what is free.
+            let _ = self.fence(backend, clock);
+        }
         self.enforce_threshold(backend, clock);
     }
 

@@ -154,6 +154,31 @@ fn with_a_zero_threshold_free_granules_go_back_at_the_next_sync() {
     }
 }
 
+#[test]
+fn above_the_threshold_blocks_awaiting_a_fence_go_back_at_a_stream_synchronization() {
+    // `cudaStreamSynchronize` is a release point: a freed block still waiting for a fence or
+    // barrier goes back there, as its classic segment would (that `cudaFree` waits for the
+    // device). Two live blocks around it keep their granules.
+    let blocking = on(7, true);
+    for (reuse, kind) in [
+        (ReuseMode::Strict, FreeKind::Sync),
+        (ReuseMode::Barrier, FreeKind::Sync),
+        (ReuseMode::Relaxed, blocking),
+    ] {
+        let p = vmm_pool(reuse, DeviceBytes::Bytes(0), DEVICE);
+        let lo = p.alloc(0, 4 * MIB).unwrap();
+        let freed = p.alloc(0, 30 * MIB).unwrap();
+        let hi = p.alloc(0, 4 * MIB).unwrap();
+        p.free(freed, kind, Some(0));
+        p.sync_point(0);
+        assert_eq!(p.backend().mapped_on(0), 8 * MIB, "{reuse:?}");
+        assert_eq!(stats(&p, 0).reserved.current, 8 * MIB, "{reuse:?}");
+        p.free(lo, FreeKind::Sync, Some(0));
+        p.free(hi, FreeKind::Sync, Some(0));
+        assert_sound(&p);
+    }
+}
+
 /// The model driver with kernels in flight: a test launches one on a block's range before it
 /// frees it; only a completed fence (the pool's or the program's) ends them. A barrier orders
 /// later work but waits for nothing on the host, so it ends none. Every unmap over a range in
