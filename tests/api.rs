@@ -153,12 +153,27 @@ fn the_stats_struct_says_where_the_memory_lies() {
 
 #[test]
 fn a_percentage_threshold_is_read_for_the_device_asked_about() {
+    // Devices of different sizes, the one asked about not current: its own size counts.
     let env = [
         ("CUDASIM_DEVICES", "2"),
+        ("CUDASIM_MEM", "16GiB,4GiB"),
         ("GPUPOOL_RELEASE_THRESHOLD", "25%"),
     ];
     let (out, _) = api("percent", &env);
     assert!(out.contains("percent ok"), "{out}");
+}
+
+#[test]
+fn a_percentage_limit_is_read_for_the_device_whose_pool_it_bounds() {
+    // Device 1 holds 4 GiB, so its limit is 2 GiB; device 0, current when device 1's pool is
+    // made, holds 16 GiB.
+    let env = [
+        ("CUDASIM_DEVICES", "2"),
+        ("CUDASIM_MEM", "16GiB,4GiB"),
+        ("GPUPOOL_LIMIT", "50%"),
+    ];
+    let (out, _) = api("limitxdev", &env);
+    assert!(out.contains("limitxdev ok"), "{out}");
 }
 
 #[test]

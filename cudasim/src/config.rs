@@ -11,8 +11,9 @@ pub const MAX_DEVICES: usize = 72;
 pub struct Config {
     /// `CUDASIM_DEVICES`: number of devices.
     pub devices: usize,
-    /// `CUDASIM_MEM`: capacity of each device, bytes.
-    pub capacity: u64,
+    /// `CUDASIM_MEM`: capacity of each device, bytes: one size for all, or a comma-separated
+    /// list whose last size also holds for the devices after it (`24GiB,48GiB`).
+    capacities: Vec<u64>,
     /// `CUDASIM_CONTEXT_BYTES`: what a device's context takes from its capacity once used.
     pub context_bytes: u64,
     /// `CUDASIM_MALLOC_US`: latency of every synchronous device allocation, microseconds.
@@ -70,7 +71,7 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
     };
     Ok(Config {
         devices: devices as usize,
-        capacity: value("CUDASIM_MEM", "80GiB", parse_size)?,
+        capacities: capacities(&var("CUDASIM_MEM").unwrap_or_else(|| "80GiB".to_string()))?,
         context_bytes: value("CUDASIM_CONTEXT_BYTES", "300MiB", parse_size)?,
         malloc_us: value("CUDASIM_MALLOC_US", "0", |s| s.parse().ok())?,
         free_us: value("CUDASIM_FREE_US", "0", |s| s.parse().ok())?,
@@ -79,6 +80,22 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         vmm_rdma: value("CUDASIM_VMM_RDMA", "1", flag)? == 1,
         link_delay_ms: value("CUDASIM_LINK_DELAY_MS", "0", |s| s.parse().ok())?,
     })
+}
+
+impl Config {
+    /// Device `d`'s capacity, bytes.
+    pub fn capacity(&self, d: usize) -> u64 {
+        let last = self.capacities.len() - 1;
+        self.capacities[d.min(last)]
+    }
+}
+
+/// `CUDASIM_MEM`'s sizes, one per device from the first (at least one).
+fn capacities(text: &str) -> Result<Vec<u64>, String> {
+    text.split(',')
+        .map(|size| parse_size(size.trim()))
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(|| format!("bad CUDASIM_MEM={text:?}"))
 }
 
 /// A switch: `0` or `1`.
@@ -138,7 +155,7 @@ mod tests {
     #[test]
     fn defaults_and_errors() {
         let c = config(&[]).unwrap();
-        assert_eq!((c.devices, c.capacity), (1, 80 << 30));
+        assert_eq!((c.devices, c.capacity(0)), (1, 80 << 30));
         assert_eq!((c.context_bytes, c.malloc_us, c.free_us), (300 << 20, 0, 0));
         assert!(c.faults.is_empty());
         assert!(!c.no_driver);
@@ -152,6 +169,12 @@ mod tests {
         assert!(config(&[("CUDASIM_DEVICES", "0")]).is_err());
         assert!(config(&[("CUDASIM_DEVICES", "73")]).is_err());
         assert!(config(&[("CUDASIM_MEM", "lots")]).is_err());
+        assert!(config(&[("CUDASIM_MEM", "1GiB,")]).is_err());
+        let c = config(&[("CUDASIM_DEVICES", "3"), ("CUDASIM_MEM", "1GiB, 2GiB")]).unwrap();
+        assert_eq!(
+            (c.capacity(0), c.capacity(1), c.capacity(2)),
+            (1 << 30, 2 << 30, 2 << 30)
+        );
         assert!(config(&[("CUDASIM_FAIL", "cudaMalloc@x=2")]).is_err());
     }
 }

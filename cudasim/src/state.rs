@@ -232,7 +232,7 @@ impl State {
             0
         };
         self.cfg
-            .capacity
+            .capacity(d)
             .saturating_sub(context)
             .saturating_sub(dev.live_bytes)
             .saturating_sub(self.pools.kept_on(d))

@@ -175,18 +175,21 @@ fn check(status: i32) -> Result<(), CudaError> {
     }
 }
 
-/// `cudaDeviceSynchronize` of `device`, made current for the call if another one is: the
-/// pool fences a device from any thread (`gpupool_empty_cache(d)`, `cudaMemPoolTrimTo` of
-/// `d`'s pool), and a fence of the wrong device lets `cuMemUnmap` run under `d`'s kernels.
-fn synchronize_device(rt: &Runtime, device: u32) -> i32 {
-    let Ok(current) = rt.current_device() else {
-        // SAFETY: no arguments; the runtime reports the same error again.
-        return unsafe { (rt.device_synchronize)() };
-    };
-    if current == device as i32 {
-        // SAFETY: no arguments; synchronizes the current device, which is `device`.
-        return unsafe { (rt.device_synchronize)() };
+/// `call`, a runtime call about the current device, made about `device`: made current for it
+/// if another one is, then the caller's device again. The pool acts on a device from any
+/// thread (`gpupool_empty_cache(d)`, `cudaMemPoolTrimTo` of `d`'s pool, a pool made by a C API
+/// call about `d`): a fence of the wrong device lets `cuMemUnmap` run under `d`'s kernels, and
+/// the wrong device's size sizes `d`'s range and its percentage limit.
+fn on_device(rt: &Runtime, device: u32, call: impl FnOnce() -> i32) -> i32 {
+    if device == 0 && rt.sees_one_device() {
+        return call();
     }
+    let current = match rt.current_device() {
+        // The runtime reports the same error again.
+        Err(_) => return call(),
+        Ok(current) if current == device as i32 => return call(),
+        Ok(current) => current,
+    };
     let Some(set) = rt.set_device else {
         return CudaError::INVALID_DEVICE.0;
     };
@@ -195,11 +198,20 @@ fn synchronize_device(rt: &Runtime, device: u32) -> i32 {
     if r != SUCCESS {
         return r;
     }
-    // SAFETY: no arguments; `device` is current now.
-    let r = unsafe { (rt.device_synchronize)() };
+    let r = call();
     // SAFETY: the device current a moment ago.
     unsafe { set(current) };
     r
+}
+
+/// Whether the driver's current context is `device`'s: through the driver alone the pool
+/// cannot make another device current, and a call about the current context would answer for
+/// the wrong device.
+fn driver_context_is(d: &Driver, device: u32) -> bool {
+    let mut current: c_int = -1;
+    // SAFETY: a valid out-pointer.
+    let r = unsafe { (d.ctx_get_device)(&mut current) };
+    r == SUCCESS && current == device as c_int
 }
 
 /// `check` for a call the pool made on its own (a fence, a barrier, a segment's release, a
@@ -260,12 +272,10 @@ impl Backend for CudaBackend {
 
     fn fence(&self, device: u32) -> Result<(), CudaError> {
         check_internal(match api()? {
-            Api::Runtime(rt) => synchronize_device(rt, device),
+            // SAFETY: no arguments; synchronizes the current device, which is `device`.
+            Api::Runtime(rt) => on_device(rt, device, || unsafe { (rt.device_synchronize)() }),
             Api::Driver(d) => {
-                let mut current: c_int = -1;
-                // SAFETY: a valid out-pointer.
-                let r = unsafe { (d.ctx_get_device)(&mut current) };
-                if r != SUCCESS || current != device as c_int {
+                if !driver_context_is(d, device) {
                     // Another device's context: its synchronization would prove nothing
                     // about `device`, and a failed fence leaves every block waiting.
                     return Err(CudaError::INVALID_DEVICE);
@@ -444,12 +454,15 @@ impl Backend for CudaBackend {
         check(unsafe { (vmm.address_free)(addr, bytes as usize) })
     }
 
-    fn memory_info(&self, _device: u32) -> Result<(u64, u64), CudaError> {
+    fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
         let (mut free, mut total) = (0usize, 0usize);
         check_internal(match api()? {
-            // SAFETY: both out-pointers are valid for the call.
-            Api::Runtime(rt) => unsafe { (rt.mem_get_info)(&mut free, &mut total) },
-            // SAFETY: as above.
+            Api::Runtime(rt) => on_device(rt, device, || {
+                // SAFETY: both out-pointers are valid for the call, about `device`.
+                unsafe { (rt.mem_get_info)(&mut free, &mut total) }
+            }),
+            Api::Driver(d) if !driver_context_is(d, device) => CudaError::INVALID_DEVICE.0,
+            // SAFETY: as above, the current context being the device's.
             Api::Driver(d) => unsafe { (d.mem_get_info)(&mut free, &mut total) },
         })?;
         Ok((free as u64, total as u64))

@@ -1,6 +1,7 @@
 //! The application's CUDA runtime, as a table of its entry points.
 
 use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 pub use super::symbols::Lookup;
 use super::symbols::{optional, required};
@@ -155,6 +156,36 @@ impl Runtime {
         match unsafe { (self.get_device)(&mut d) } {
             0 => Ok(d),
             e => Err(e),
+        }
+    }
+
+    /// Whether the process sees exactly one device (`cudaGetDeviceCount`, asked once: the
+    /// count does not change during a process's life), which is then current on every thread.
+    /// The price (docs/guarantees.md, limits): where the query would have failed on a thread,
+    /// and so the runtime's own `cudaMalloc`, a cached block is served.
+    pub fn sees_one_device(&self) -> bool {
+        const UNKNOWN: u8 = 0;
+        const ONE: u8 = 1;
+        const OTHER: u8 = 2;
+        static COUNT: AtomicU8 = AtomicU8::new(UNKNOWN);
+        match COUNT.load(Ordering::Relaxed) {
+            ONE => true,
+            OTHER => false,
+            _ => {
+                let mut n = 0;
+                let one = self.get_device_count.is_some_and(|count| {
+                    // SAFETY: a valid out-pointer for the call.
+                    let r = unsafe { count(&mut n) };
+                    if r != 0 {
+                        // The pool's own query: its error must not stay for the program.
+                        // SAFETY: no arguments.
+                        unsafe { (self.get_last_error)() };
+                    }
+                    r == 0 && n == 1
+                });
+                COUNT.store(if one { ONE } else { OTHER }, Ordering::Relaxed);
+                one
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ pub mod peer;
 mod stream_names;
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use crate::config::ReuseMode;
 use crate::cuda::others::{self, Entry};
@@ -59,29 +59,9 @@ pub(crate) fn current_device(rt: &Runtime) -> Option<u32> {
         .filter(|&d| (d as usize) < crate::pool::MAX_DEVICES)
 }
 
-/// Whether the process sees exactly one device (`cudaGetDeviceCount`, asked once: the count
-/// does not change during a process's life). The price (docs/guarantees.md, limits): where the
-/// query would have failed on a thread, and so the runtime's own `cudaMalloc`, a cached block
-/// is served.
+/// Whether the process sees exactly one device (`Runtime::sees_one_device`).
 pub(crate) fn one_device(rt: &Runtime) -> bool {
-    const UNKNOWN: u8 = 0;
-    const ONE: u8 = 1;
-    const OTHER: u8 = 2;
-    static COUNT: AtomicU8 = AtomicU8::new(UNKNOWN);
-    match COUNT.load(Ordering::Relaxed) {
-        ONE => true,
-        OTHER => false,
-        _ => {
-            let mut n = 0;
-            let one = rt.get_device_count.is_some_and(|count| {
-                // SAFETY: a valid out-pointer for the call.
-                let r = unsafe { count(&mut n) };
-                own_query(rt, r) == SUCCESS && n == 1
-            });
-            COUNT.store(if one { ONE } else { OTHER }, Ordering::Relaxed);
-            one
-        }
-    }
+    rt.sees_one_device()
 }
 
 static INVALID_FREE: AtomicBool = AtomicBool::new(false);

@@ -2,7 +2,7 @@
  * Linked with -lgpupool ahead of -lcudart, so the program's own cudaMalloc is pooled too.
  *
  * usage: api stats | empty | args | disabled | percent | outgrown | mapped | streams | lasterr |
- *        xdev | devquery | highdev | countfail | forkline | reentry */
+ *        xdev | devquery | highdev | countfail | forkline | reentry | limitxdev */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <pthread.h>
@@ -328,6 +328,30 @@ static void percent(void)
     CHECK_POOL(gpupool_get_release_threshold(1, &t));
     CHECK(t == 0, "set on an unused device: %llu", (unsigned long long)t);
     printf("percent ok\n");
+}
+
+/* GPUPOOL_LIMIT=50% on devices of different sizes: device 1's pool, made by a call about it
+ * while device 0 is current, is bounded by half of device 1's own memory, as cudaMemGetInfo
+ * reported it before that pool existed. */
+static void limitxdev(void)
+{
+    void *p = NULL;
+    size_t free_bytes, total, limit;
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMemGetInfo(&free_bytes, &limit));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&p, MIB));
+    CHECK_POOL(gpupool_set_release_threshold(1, 0));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+    CHECK(total == limit, "device 1 looks %zu bytes large, %zu before its pool", total, limit);
+    void *big = NULL;
+    cudaError_t e = cudaMalloc(&big, limit + 64 * MIB);
+    CHECK(e == cudaErrorMemoryAllocation, "an allocation above the limit returned %d", (int)e);
+    (void)cudaGetLastError();
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(p));
+    printf("limitxdev ok\n");
 }
 
 /* GPUPOOL_DISABLE=1: the API passes through to the runtime. */
@@ -898,9 +922,11 @@ int main(int argc, char **argv)
         forkline();
     else if (strcmp(mode, "reentry") == 0)
         reentry();
+    else if (strcmp(mode, "limitxdev") == 0)
+        limitxdev();
     else {
         fprintf(stderr, "usage: api stats|empty|args|disabled|percent|streams|lasterr|xdev|devquery|"
-                        "outgrown|mapped|highdev|countfail|forkline|reentry\n");
+                        "outgrown|mapped|highdev|countfail|forkline|reentry|limitxdev\n");
         return 2;
     }
     return 0;

@@ -414,7 +414,7 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CudaResult {
         let d = current::get();
         st.use_device(d);
         free.set(st.free_bytes(d) as usize);
-        total.set(st.cfg.capacity as usize);
+        total.set(st.cfg.capacity(d) as usize);
         Ok(())
     })
 }
