@@ -172,12 +172,15 @@ impl DevicePool {
         if large && !may_serve(size, rounded, self.split_cap(idx, policy)) {
             return None;
         }
-        // The best fit of all: a reusable block that fits better serves instead.
+        // The best fit of all: a reusable block that fits better serves instead. None fits
+        // better than a held block of the rounded size itself (a fit is never smaller): the
+        // index is not searched then.
         let exact = Self::bin_of(rounded).is_some_and(|k| !self.bins[k].is_empty());
         if exact
-            || self
-                .find_fit(class, rounded, policy)
-                .is_some_and(|i| self.blocks[i as usize].size < size)
+            || (size != rounded
+                && self
+                    .find_fit(class, rounded, policy)
+                    .is_some_and(|i| self.blocks[i as usize].size < size))
         {
             return None;
         }
