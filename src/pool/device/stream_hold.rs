@@ -109,7 +109,7 @@ impl DevicePool {
         self.held_by[idx as usize] = stream;
         self.held_blocks += 1;
         let key = self.held_key(idx);
-        self.held.entry(stream).or_default().insert(key);
+        self.held.insert(stream, key);
         self.compact_queues();
     }
 
@@ -133,7 +133,7 @@ impl DevicePool {
     }
 
     /// Where a held block stands in its stream's set: (in a large segment, size, handle).
-    pub(super) fn held_key(&self, idx: u32) -> (bool, u64, u32) {
+    pub(super) fn held_key(&self, idx: u32) -> HeldKey {
         let b = &self.blocks[idx as usize];
         (b.class == Class::Large, b.size, idx)
     }
@@ -144,12 +144,7 @@ impl DevicePool {
         self.held_blocks -= 1;
         let key = self.held_key(idx);
         let stream = std::mem::replace(&mut self.held_by[idx as usize], NO_STREAM);
-        if let Some(set) = self.held.get_mut(&stream) {
-            set.remove(&key);
-            if set.is_empty() && self.held.len() > EMPTY_HELD_SETS {
-                self.held.remove(&stream);
-            }
-        }
+        self.held.remove(stream, key);
     }
 
     /// Serve `requested` bytes on `stream` from the smallest block held for it that may serve
@@ -164,11 +159,9 @@ impl DevicePool {
         let rounded = round_request(requested)?;
         let class = class_of(rounded);
         let large = class == Class::Large;
-        let &(_, size, idx) = self
-            .held
-            .get(&stream)?
-            .range((large, rounded, 0)..=(large, u64::MAX, u32::MAX))
-            .next()?;
+        let (_, size, idx) =
+            self.held
+                .first_in(stream, (large, rounded, 0), (large, u64::MAX, u32::MAX))?;
         if large && !may_serve(size, rounded, self.split_cap(idx, policy)) {
             return None;
         }
