@@ -47,11 +47,11 @@
 use super::*;
 
 impl<B: Backend> Pool<B> {
-    /// A cached allocation of `size` bytes on `device` for use on `stream`: the block waiting in
-    /// the exact-size bin of its size, under the device's lock, with no CUDA call (the device
-    /// need not even be current). `None`, with nothing changed, when `alloc_on` would serve the
-    /// request another way: a thread cache, a block held for the stream, a pending block that
-    /// became reusable, a fit or a new segment, or a release threshold to apply
+    /// A cached allocation of `size` bytes on `device` for use on `stream`: a block held for
+    /// the stream, or the block waiting in the exact-size bin of its size, under the device's
+    /// lock, with no CUDA call (the device need not even be current). `None`, with nothing
+    /// changed, when `alloc_on` would serve the request another way: a thread cache, a pending
+    /// block that became reusable, a fit or a new segment, or a release threshold to apply
     /// (`DevicePool::alloc_hit`).
     #[inline(always)]
     pub fn alloc_hit(
@@ -69,7 +69,7 @@ impl<B: Backend> Pool<B> {
         // A lock found taken goes the general way, which counts the wait.
         let mut p = slot.pool.try_lock()?;
         p.origin = origin;
-        let addr = p.alloc_hit(size, stream, &slot.clock)?;
+        let addr = p.alloc_hit(size, stream, &slot.clock, &self.settings.policy)?;
         // As `lock_to_allocate` counts a lock taken without waiting.
         if slot.flags.multi() {
             p.contention
