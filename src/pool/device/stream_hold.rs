@@ -57,10 +57,10 @@ impl DevicePool {
 
     /// Hold pending block `idx`, freed on `stream`, for reuse on that stream.
     pub(super) fn hold_for_stream(&mut self, mut idx: u32, stream: StreamKey) {
-        let (stamp, fence) = {
+        let (fence, prev, next) = {
             let b = &self.blocks[idx as usize];
             debug_assert_eq!(b.state, State::Pending);
-            (b.stamp, b.wants_fence)
+            (b.wants_fence, b.prev, b.next)
         };
         // A neighbour joins when it is held for the same stream, or free when the block waits
         // for a barrier: free memory next to it becomes the stream's until then (everyone's
@@ -71,36 +71,12 @@ impl DevicePool {
         // allocates small tensors in turn would merge and split the segment's rest on every
         // pair, and small requests rarely need their neighbours (the H200 trace's figures are the
         // same either way).
-        let prev = self.blocks[idx as usize].prev;
-        let next = self.blocks[idx as usize].next;
         let (join_prev, join_next) = (
             self.joins_held(prev, stream, fence),
             self.joins_held(next, stream, fence),
         );
-        // The merged block waits for the latest free among its parts: a split's remainder
-        // (`serve_held`) may sit next to a block freed on its stream after it.
-        let later = [(prev, join_prev), (next, join_next)]
-            .into_iter()
-            .filter(|&(_, j)| j == Some(0))
-            .map(|(n, _)| self.blocks[n as usize].stamp)
-            .max()
-            .unwrap_or(0);
         if join_prev.is_some() || join_next.is_some() {
-            // One new queue entry for the merged block; the old ones go stale (their stamp or
-            // their block no longer matches).
-            if let Some(free) = join_prev {
-                self.release_neighbour(prev, free);
-                self.absorb_next(prev);
-                idx = prev;
-            }
-            if let Some(free) = join_next {
-                self.release_neighbour(next, free);
-                self.absorb_next(idx);
-            }
-            let grown = join_prev.unwrap_or(0) + join_next.unwrap_or(0);
-            let stamp = stamp.max(later);
-            self.set_pending(idx, stamp, fence);
-            self.queue_waiting(idx, stamp, fence, grown);
+            idx = self.join_held(idx, (prev, join_prev), (next, join_next));
         }
         self.blocks[idx as usize].held = true;
         if self.held_by.len() <= idx as usize {
@@ -111,6 +87,46 @@ impl DevicePool {
         let key = self.held_key(idx);
         self.held.insert(stream, key);
         self.compact_queues();
+    }
+
+    /// Pending block `idx`, being held, absorbs the neighbours that join it (`prev` and `next`,
+    /// each with what `joins_held` said of it), and waits as one block: the merged block's
+    /// handle. Apart from `hold_for_stream`, whose common case joins nothing.
+    #[inline(never)]
+    fn join_held(
+        &mut self,
+        mut idx: u32,
+        (prev, join_prev): (u32, Option<u64>),
+        (next, join_next): (u32, Option<u64>),
+    ) -> u32 {
+        let (stamp, fence) = {
+            let b = &self.blocks[idx as usize];
+            (b.stamp, b.wants_fence)
+        };
+        // The merged block waits for the latest free among its parts: a split's remainder
+        // (`serve_held`) may sit next to a block freed on its stream after it.
+        let later = [(prev, join_prev), (next, join_next)]
+            .into_iter()
+            .filter(|&(_, j)| j == Some(0))
+            .map(|(n, _)| self.blocks[n as usize].stamp)
+            .max()
+            .unwrap_or(0);
+        // One new queue entry for the merged block; the old ones go stale (their stamp or
+        // their block no longer matches).
+        if let Some(free) = join_prev {
+            self.release_neighbour(prev, free);
+            self.absorb_next(prev);
+            idx = prev;
+        }
+        if let Some(free) = join_next {
+            self.release_neighbour(next, free);
+            self.absorb_next(idx);
+        }
+        let grown = join_prev.unwrap_or(0) + join_next.unwrap_or(0);
+        let stamp = stamp.max(later);
+        self.set_pending(idx, stamp, fence);
+        self.queue_waiting(idx, stamp, fence, grown);
+        idx
     }
 
     /// Neighbour `n` of a block being held leaves its index (`free`: its size, it was free) or
