@@ -156,6 +156,13 @@ impl DevicePool {
 
     #[inline(never)]
     pub(super) fn unhold(&mut self, idx: u32) {
+        self.unhold_inline(idx);
+    }
+
+    /// `unhold`, inlined where a held block is taken (`serve_held`).
+    #[inline(always)]
+    fn unhold_inline(&mut self, idx: u32) {
+        debug_assert!(self.blocks[idx as usize].held);
         self.blocks[idx as usize].held = false;
         self.held_blocks -= 1;
         let key = self.held_key(idx);
@@ -193,7 +200,8 @@ impl DevicePool {
         {
             return None;
         }
-        self.leave_stream(idx);
+        // Held: its stream's set named it.
+        self.unhold_inline(idx);
         let (stamp, fence, seg, next) = {
             let b = &self.blocks[idx as usize];
             (b.stamp, b.wants_fence, b.seg, b.next)
