@@ -173,6 +173,7 @@ impl DevicePool {
     /// Serve `requested` bytes on `stream` from the smallest block held for it that may serve
     /// it (the rules of `find_fit`), if any: live, with its address in the live map. Returns
     /// the address and the block's handle.
+    #[inline(always)]
     pub(super) fn serve_held(
         &mut self,
         requested: u64,
@@ -202,44 +203,9 @@ impl DevicePool {
         }
         // Held: its stream's set named it.
         self.unhold_inline(idx);
-        let (stamp, fence, seg, next) = {
-            let b = &self.blocks[idx as usize];
-            (b.stamp, b.wants_fence, b.seg, b.next)
-        };
         self.unpend(idx);
         if self.splits(idx, rounded, policy) {
-            // The remainder was freed with the block: still pending, still held. Its queue
-            // entry goes behind later ones: `promote` stops at the first entry not covered, so
-            // an older entry behind newer ones is made reusable late, never early.
-            let rest = self.new_block(Block {
-                addr: self.blocks[idx as usize].addr + rounded,
-                size: size - rounded,
-                requested: 0,
-                seg,
-                prev: idx,
-                next,
-                state: State::Live,
-                class,
-                stamp,
-                wants_fence: fence,
-                held: false,
-                origin: 0,
-            });
-            if next != NONE {
-                self.blocks[next as usize].prev = rest;
-            }
-            self.blocks[idx as usize].next = rest;
-            self.blocks[idx as usize].size = rounded;
-            self.after_free(
-                rest,
-                if fence {
-                    ReuseWait::Fence
-                } else {
-                    ReuseWait::Barrier
-                },
-                stamp,
-            );
-            self.hold_for_stream(rest, stream);
+            self.hold_remainder(idx, rounded, stream);
         }
         counted! {
             self.stats.hits += 1;
@@ -249,5 +215,48 @@ impl DevicePool {
         self.live.insert(addr, idx);
         self.compact_queues();
         Some((addr, idx))
+    }
+
+    /// Held block `idx`, of `size` bytes, being served `rounded` of them on `stream`: the
+    /// remainder is split off and held for the stream. Out of line: a stream's requests of the
+    /// sizes it freed need no split.
+    #[inline(never)]
+    fn hold_remainder(&mut self, idx: u32, rounded: u64, stream: StreamKey) {
+        let (size, stamp, fence, seg, next, class) = {
+            let b = &self.blocks[idx as usize];
+            (b.size, b.stamp, b.wants_fence, b.seg, b.next, b.class)
+        };
+        // The remainder was freed with the block: still pending, still held. Its queue
+        // entry goes behind later ones: `promote` stops at the first entry not covered, so
+        // an older entry behind newer ones is made reusable late, never early.
+        let rest = self.new_block(Block {
+            addr: self.blocks[idx as usize].addr + rounded,
+            size: size - rounded,
+            requested: 0,
+            seg,
+            prev: idx,
+            next,
+            state: State::Live,
+            class,
+            stamp,
+            wants_fence: fence,
+            held: false,
+            origin: 0,
+        });
+        if next != NONE {
+            self.blocks[next as usize].prev = rest;
+        }
+        self.blocks[idx as usize].next = rest;
+        self.blocks[idx as usize].size = rounded;
+        self.after_free(
+            rest,
+            if fence {
+                ReuseWait::Fence
+            } else {
+                ReuseWait::Barrier
+            },
+            stamp,
+        );
+        self.hold_for_stream(rest, stream);
     }
 }
