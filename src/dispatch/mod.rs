@@ -153,9 +153,13 @@ pub(crate) unsafe fn malloc_with(
     let Some(inside) = guard::enter() else {
         return pass();
     };
-    let known = current.filter(|&d| (d as usize) < crate::pool::MAX_DEVICES);
-    let Some(dev) = known.or_else(|| current_device(rt)) else {
-        return pass();
+    // Not `Option::or_else`, which stayed a call.
+    let dev = match current.filter(|&d| (d as usize) < crate::pool::MAX_DEVICES) {
+        Some(d) => d,
+        None => match current_device(rt) {
+            Some(d) => d,
+            None => return pass(),
+        },
     };
     let stream = stream
         .map(|s| stream_key(rt, pool, s, promise))

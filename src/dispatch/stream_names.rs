@@ -47,6 +47,7 @@ pub enum Promise {
 /// The legacy stream is named without asking: it is never destroyed nor captured (the runtime
 /// refuses to capture it), and each device's pool has its own names. It is PyTorch's stream,
 /// so its allocations and frees save two runtime calls each.
+#[inline(always)]
 pub(super) fn stream_key<B: Backend>(
     rt: &Runtime,
     pool: &Pool<B>,
@@ -57,15 +58,24 @@ pub(super) fn stream_key<B: Backend>(
 }
 
 /// `stream_key`, or `None` when the runtime says the stream is being captured into a graph.
+/// What needs no runtime call inlined (the legacy stream's name, PyTorch's), the questions
+/// apart.
+#[inline(always)]
 pub(super) fn stream_key_or_capture<B: Backend>(
     rt: &Runtime,
     pool: &Pool<B>,
     stream: Stream,
     promise: Promise,
 ) -> Option<StreamKey> {
-    if let Some(key) = stream_key_known(rt, pool, stream, promise) {
-        return Some(key);
+    match stream_key_known(rt, pool, stream, promise) {
+        Some(key) => Some(key),
+        None => stream_key_asked(rt, stream),
     }
+}
+
+/// `stream_key_or_capture` when the runtime must be asked.
+#[inline(never)]
+fn stream_key_asked(rt: &Runtime, stream: Stream) -> Option<StreamKey> {
     let (Some(get_id), Some(is_capturing)) = (rt.stream_get_id, rt.stream_is_capturing) else {
         return Some(NO_STREAM);
     };

@@ -43,15 +43,44 @@
 //! With one device the runtime is not asked (439). In `relaxed` mode a freed block goes back to
 //! its bin at once: no queue, no fence (486). docs/design-notes.md says what each change saved
 //! and what remains.
+//!
+//! The stream-ordered pair, `cudaMallocAsync`+`cudaFreeAsync` of 1 MiB on the legacy stream
+//! (PyTorch's `cudaMallocAsync` backend under the preload; `strict`, two devices), is this
+//! hit's other kind: the runtime's `cudaFreeAsync` promises stream order, so its block is held
+//! for its stream (`FreeKind::Ordered`, `device/stream_hold.rs`) and the stream's next
+//! allocation takes it back at once, still waiting for a fence for every other stream.
+//! `DevicePool::alloc_hit` serves it (`alloc_held`) under the hit's one lock: the held set's
+//! last key is kept apart (`held_sets.rs`), a held block of the rounded size needs no search
+//! for a better fit, and the split, the merge with neighbours and the trace's stream numbers
+//! are out of line. Where its 890 instructions go (callgrind over the whole run, per pair;
+//! inlined code counted in the function it is inlined into):
+//!
+//! | part                                                        | where                  | now |
+//! | ----------------------------------------------------------- | ---------------------- | --: |
+//! | the benchmark's own loop (in glibc's figure too)            | bench/hit_path.c       |  50 |
+//! | `cudaMallocAsync`: entry, state, current device, the pool,  | hooks/, mempool.rs,    | 200 |
+//! | capture and stream-device tests, guard, stream name, lock   | dispatch/              |     |
+//! | the held block taken: found, unheld, unpended, handed out,  | device/hit.rs,         | 204 |
+//! | counted, in the live map                                    | stream_hold.rs         |     |
+//! | `cudaFreeAsync`: entry, guard, stream name, lock, live map, | dispatch/, free.rs,    | 198 |
+//! | counters, queued for a fence                                | device/pending.rs      |     |
+//! | held again for its stream: neighbours tested, `recent`      | device/stream_hold.rs  |  81 |
+//! | the runtime's `cudaGetDevice`, twice: a `cudaFreeAsync`     | the runtime            |  96 |
+//! | names a stream of the current device (the legacy stream is  |                        |     |
+//! | that device's), so the free asks too                        |                        |     |
+//! | the guard's thread-local, both calls (`__tls_get_addr`)     | guard.rs               |  44 |
+//! | the stale queue entry each pair leaves: its compaction      | device/pending.rs      |  15 |
+//! | total (1 570 before the work of 2026-12-02; the sync pair   |                        | 890 |
+//! | in the same run: 511)                                       |                        |     |
 
 use super::*;
 
 impl<B: Backend> Pool<B> {
-    /// A cached allocation of `size` bytes on `device` for use on `stream`: the block waiting in
-    /// the exact-size bin of its size, under the device's lock, with no CUDA call (the device
-    /// need not even be current). `None`, with nothing changed, when `alloc_on` would serve the
-    /// request another way: a thread cache, a block held for the stream, a pending block that
-    /// became reusable, a fit or a new segment, or a release threshold to apply
+    /// A cached allocation of `size` bytes on `device` for use on `stream`: a block held for
+    /// the stream, or the block waiting in the exact-size bin of its size, under the device's
+    /// lock, with no CUDA call (the device need not even be current). `None`, with nothing
+    /// changed, when `alloc_on` would serve the request another way: a thread cache, a pending
+    /// block that became reusable, a fit or a new segment, or a release threshold to apply
     /// (`DevicePool::alloc_hit`).
     #[inline(always)]
     pub fn alloc_hit(
@@ -69,7 +98,7 @@ impl<B: Backend> Pool<B> {
         // A lock found taken goes the general way, which counts the wait.
         let mut p = slot.pool.try_lock()?;
         p.origin = origin;
-        let addr = p.alloc_hit(size, stream, &slot.clock)?;
+        let addr = p.alloc_hit(size, stream, &slot.clock, &self.settings.policy)?;
         // As `lock_to_allocate` counts a lock taken without waiting.
         if slot.flags.multi() {
             p.contention

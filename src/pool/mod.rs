@@ -19,6 +19,7 @@ pub mod backend;
 pub mod device;
 pub mod fifo;
 pub mod free_lists;
+mod held_sets;
 pub mod live_map;
 pub mod model_driver;
 pub mod model_wrapper;

@@ -64,11 +64,11 @@ impl DevicePool {
                         if b.held {
                             held += 1;
                             let key = self.held_key(idx);
-                            let set = self
+                            let indexed = self
                                 .held_by
                                 .get(idx as usize)
-                                .and_then(|k| self.held.get(k));
-                            if !set.is_some_and(|h| h.contains(&key)) {
+                                .is_some_and(|&s| self.held.contains(s, key));
+                            if !indexed {
                                 return Err(format!("held block {:#x} not indexed", b.addr));
                             }
                         }
@@ -135,8 +135,7 @@ impl DevicePool {
         {
             return Err("live map disagrees with the blocks".into());
         }
-        if held != self.held.values().map(BTreeSet::len).sum::<usize>() || held != self.held_blocks
-        {
+        if held != self.held.len() || held != self.held_blocks {
             return Err("blocks held for streams disagree with the blocks".into());
         }
         if pending != self.pending_bytes() {

@@ -17,8 +17,7 @@
 //! - `lend.rs`: blocks lent to thread caches;
 //! - `check.rs`: the structural check.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::hash::BuildHasherDefault;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +25,7 @@ use std::time::Instant;
 use super::backend::{Addr, Backend, CudaError};
 use super::fifo::Fifo;
 use super::free_lists::FreeLists;
+use super::held_sets::{HeldKey, HeldSets};
 use super::live_map::LiveMap;
 use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, Class, ALIGN, GROW_FROM,
@@ -33,7 +33,7 @@ use super::size::{
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
-use super::{FreeKind, IntHasher, ReuseClock, StreamKey, NO_STREAM};
+use super::{FreeKind, ReuseClock, StreamKey, NO_STREAM};
 
 mod arena;
 mod check;
@@ -65,11 +65,6 @@ const NONE: u32 = u32::MAX;
 
 /// Pending queues this long (together) are compacted when stream-ordered reuse adds to them.
 const COMPACT_FROM: usize = 4096;
-/// Streams whose held set stays in `DevicePool::held` once emptied (a stream that frees and
-/// allocates in turn would otherwise drop and remake its set on every pair); beyond that, an
-/// emptied set goes, so destroyed streams leave nothing behind.
-const EMPTY_HELD_SETS: usize = 16;
-
 /// Streams the trace numbers per device; later ones share the last number (a replay then lets
 /// them reuse each other's blocks, which only lowers its figures).
 const TRACE_STREAMS: u16 = (1 << 14) - 1;
@@ -281,7 +276,7 @@ pub struct DevicePool {
     /// An allocation named its stream: until then no request could take a held block (a
     /// program that frees with `cudaFreeAsync` but allocates with `cudaMalloc` holds nothing).
     stream_requests: bool,
-    held: HashMap<StreamKey, BTreeSet<(bool, u64, u32)>, BuildHasherDefault<IntHasher>>,
+    held: HeldSets,
     /// The stream each held block is held for, by block handle (meaningful while the block's
     /// `held` flag is set), and how many blocks are held.
     held_by: Vec<StreamKey>,
@@ -391,7 +386,7 @@ impl DevicePool {
             pending_barrier_bytes: 0,
             stream_reuse: false,
             stream_requests: false,
-            held: HashMap::default(),
+            held: HeldSets::default(),
             held_by: Vec::new(),
             held_blocks: 0,
             compact_at: COMPACT_FROM,

@@ -3,11 +3,18 @@
 use super::*;
 
 impl DevicePool {
-    /// The trace's number for `stream` (0 when not tracing: no stream is numbered 0).
+    /// The trace's number for `stream` (0 when not tracing: no stream is numbered 0). The test
+    /// inlined, the numbering apart: every stream-ordered allocation and free asks.
+    #[inline(always)]
     pub(super) fn stream_id(&mut self, stream: StreamKey) -> u16 {
         if self.trace.is_none() {
             return 0;
         }
+        self.traced_stream_id(stream)
+    }
+
+    #[inline(never)]
+    fn traced_stream_id(&mut self, stream: StreamKey) -> u16 {
         if let Some(&id) = self.stream_ids.get(&stream) {
             return id;
         }
@@ -50,10 +57,10 @@ impl DevicePool {
 
     /// Hold pending block `idx`, freed on `stream`, for reuse on that stream.
     pub(super) fn hold_for_stream(&mut self, mut idx: u32, stream: StreamKey) {
-        let (stamp, fence) = {
+        let (fence, prev, next) = {
             let b = &self.blocks[idx as usize];
             debug_assert_eq!(b.state, State::Pending);
-            (b.stamp, b.wants_fence)
+            (b.wants_fence, b.prev, b.next)
         };
         // A neighbour joins when it is held for the same stream, or free when the block waits
         // for a barrier: free memory next to it becomes the stream's until then (everyone's
@@ -64,36 +71,12 @@ impl DevicePool {
         // allocates small tensors in turn would merge and split the segment's rest on every
         // pair, and small requests rarely need their neighbours (the H200 trace's figures are the
         // same either way).
-        let prev = self.blocks[idx as usize].prev;
-        let next = self.blocks[idx as usize].next;
         let (join_prev, join_next) = (
             self.joins_held(prev, stream, fence),
             self.joins_held(next, stream, fence),
         );
-        // The merged block waits for the latest free among its parts: a split's remainder
-        // (`serve_held`) may sit next to a block freed on its stream after it.
-        let later = [(prev, join_prev), (next, join_next)]
-            .into_iter()
-            .filter(|&(_, j)| j == Some(0))
-            .map(|(n, _)| self.blocks[n as usize].stamp)
-            .max()
-            .unwrap_or(0);
         if join_prev.is_some() || join_next.is_some() {
-            // One new queue entry for the merged block; the old ones go stale (their stamp or
-            // their block no longer matches).
-            if let Some(free) = join_prev {
-                self.release_neighbour(prev, free);
-                self.absorb_next(prev);
-                idx = prev;
-            }
-            if let Some(free) = join_next {
-                self.release_neighbour(next, free);
-                self.absorb_next(idx);
-            }
-            let grown = join_prev.unwrap_or(0) + join_next.unwrap_or(0);
-            let stamp = stamp.max(later);
-            self.set_pending(idx, stamp, fence);
-            self.queue_waiting(idx, stamp, fence, grown);
+            idx = self.join_held(idx, (prev, join_prev), (next, join_next));
         }
         self.blocks[idx as usize].held = true;
         if self.held_by.len() <= idx as usize {
@@ -102,8 +85,48 @@ impl DevicePool {
         self.held_by[idx as usize] = stream;
         self.held_blocks += 1;
         let key = self.held_key(idx);
-        self.held.entry(stream).or_default().insert(key);
+        self.held.insert(stream, key);
         self.compact_queues();
+    }
+
+    /// Pending block `idx`, being held, absorbs the neighbours that join it (`prev` and `next`,
+    /// each with what `joins_held` said of it), and waits as one block: the merged block's
+    /// handle. Apart from `hold_for_stream`, whose common case joins nothing.
+    #[inline(never)]
+    fn join_held(
+        &mut self,
+        mut idx: u32,
+        (prev, join_prev): (u32, Option<u64>),
+        (next, join_next): (u32, Option<u64>),
+    ) -> u32 {
+        let (stamp, fence) = {
+            let b = &self.blocks[idx as usize];
+            (b.stamp, b.wants_fence)
+        };
+        // The merged block waits for the latest free among its parts: a split's remainder
+        // (`serve_held`) may sit next to a block freed on its stream after it.
+        let later = [(prev, join_prev), (next, join_next)]
+            .into_iter()
+            .filter(|&(_, j)| j == Some(0))
+            .map(|(n, _)| self.blocks[n as usize].stamp)
+            .max()
+            .unwrap_or(0);
+        // One new queue entry for the merged block; the old ones go stale (their stamp or
+        // their block no longer matches).
+        if let Some(free) = join_prev {
+            self.release_neighbour(prev, free);
+            self.absorb_next(prev);
+            idx = prev;
+        }
+        if let Some(free) = join_next {
+            self.release_neighbour(next, free);
+            self.absorb_next(idx);
+        }
+        let grown = join_prev.unwrap_or(0) + join_next.unwrap_or(0);
+        let stamp = stamp.max(later);
+        self.set_pending(idx, stamp, fence);
+        self.queue_waiting(idx, stamp, fence, grown);
+        idx
     }
 
     /// Neighbour `n` of a block being held leaves its index (`free`: its size, it was free) or
@@ -126,28 +149,31 @@ impl DevicePool {
     }
 
     /// Where a held block stands in its stream's set: (in a large segment, size, handle).
-    pub(super) fn held_key(&self, idx: u32) -> (bool, u64, u32) {
+    pub(super) fn held_key(&self, idx: u32) -> HeldKey {
         let b = &self.blocks[idx as usize];
         (b.class == Class::Large, b.size, idx)
     }
 
     #[inline(never)]
     pub(super) fn unhold(&mut self, idx: u32) {
+        self.unhold_inline(idx);
+    }
+
+    /// `unhold`, inlined where a held block is taken (`serve_held`).
+    #[inline(always)]
+    fn unhold_inline(&mut self, idx: u32) {
+        debug_assert!(self.blocks[idx as usize].held);
         self.blocks[idx as usize].held = false;
         self.held_blocks -= 1;
         let key = self.held_key(idx);
         let stream = std::mem::replace(&mut self.held_by[idx as usize], NO_STREAM);
-        if let Some(set) = self.held.get_mut(&stream) {
-            set.remove(&key);
-            if set.is_empty() && self.held.len() > EMPTY_HELD_SETS {
-                self.held.remove(&stream);
-            }
-        }
+        self.held.remove(stream, key);
     }
 
     /// Serve `requested` bytes on `stream` from the smallest block held for it that may serve
     /// it (the rules of `find_fit`), if any: live, with its address in the live map. Returns
     /// the address and the block's handle.
+    #[inline(always)]
     pub(super) fn serve_held(
         &mut self,
         requested: u64,
@@ -157,62 +183,29 @@ impl DevicePool {
         let rounded = round_request(requested)?;
         let class = class_of(rounded);
         let large = class == Class::Large;
-        let &(_, size, idx) = self
-            .held
-            .get(&stream)?
-            .range((large, rounded, 0)..=(large, u64::MAX, u32::MAX))
-            .next()?;
+        let (_, size, idx) =
+            self.held
+                .first_in(stream, (large, rounded, 0), (large, u64::MAX, u32::MAX))?;
         if large && !may_serve(size, rounded, self.split_cap(idx, policy)) {
             return None;
         }
-        // The best fit of all: a reusable block that fits better serves instead.
+        // The best fit of all: a reusable block that fits better serves instead. None fits
+        // better than a held block of the rounded size itself (a fit is never smaller): the
+        // index is not searched then.
         let exact = Self::bin_of(rounded).is_some_and(|k| !self.bins[k].is_empty());
         if exact
-            || self
-                .find_fit(class, rounded, policy)
-                .is_some_and(|i| self.blocks[i as usize].size < size)
+            || (size != rounded
+                && self
+                    .find_fit(class, rounded, policy)
+                    .is_some_and(|i| self.blocks[i as usize].size < size))
         {
             return None;
         }
-        self.leave_stream(idx);
-        let (stamp, fence, seg, next) = {
-            let b = &self.blocks[idx as usize];
-            (b.stamp, b.wants_fence, b.seg, b.next)
-        };
+        // Held: its stream's set named it.
+        self.unhold_inline(idx);
         self.unpend(idx);
         if self.splits(idx, rounded, policy) {
-            // The remainder was freed with the block: still pending, still held. Its queue
-            // entry goes behind later ones: `promote` stops at the first entry not covered, so
-            // an older entry behind newer ones is made reusable late, never early.
-            let rest = self.new_block(Block {
-                addr: self.blocks[idx as usize].addr + rounded,
-                size: size - rounded,
-                requested: 0,
-                seg,
-                prev: idx,
-                next,
-                state: State::Live,
-                class,
-                stamp,
-                wants_fence: fence,
-                held: false,
-                origin: 0,
-            });
-            if next != NONE {
-                self.blocks[next as usize].prev = rest;
-            }
-            self.blocks[idx as usize].next = rest;
-            self.blocks[idx as usize].size = rounded;
-            self.after_free(
-                rest,
-                if fence {
-                    ReuseWait::Fence
-                } else {
-                    ReuseWait::Barrier
-                },
-                stamp,
-            );
-            self.hold_for_stream(rest, stream);
+            self.hold_remainder(idx, rounded, stream);
         }
         counted! {
             self.stats.hits += 1;
@@ -222,5 +215,48 @@ impl DevicePool {
         self.live.insert(addr, idx);
         self.compact_queues();
         Some((addr, idx))
+    }
+
+    /// Held block `idx`, of `size` bytes, being served `rounded` of them on `stream`: the
+    /// remainder is split off and held for the stream. Out of line: a stream's requests of the
+    /// sizes it freed need no split.
+    #[inline(never)]
+    fn hold_remainder(&mut self, idx: u32, rounded: u64, stream: StreamKey) {
+        let (size, stamp, fence, seg, next, class) = {
+            let b = &self.blocks[idx as usize];
+            (b.size, b.stamp, b.wants_fence, b.seg, b.next, b.class)
+        };
+        // The remainder was freed with the block: still pending, still held. Its queue
+        // entry goes behind later ones: `promote` stops at the first entry not covered, so
+        // an older entry behind newer ones is made reusable late, never early.
+        let rest = self.new_block(Block {
+            addr: self.blocks[idx as usize].addr + rounded,
+            size: size - rounded,
+            requested: 0,
+            seg,
+            prev: idx,
+            next,
+            state: State::Live,
+            class,
+            stamp,
+            wants_fence: fence,
+            held: false,
+            origin: 0,
+        });
+        if next != NONE {
+            self.blocks[next as usize].prev = rest;
+        }
+        self.blocks[idx as usize].next = rest;
+        self.blocks[idx as usize].size = rounded;
+        self.after_free(
+            rest,
+            if fence {
+                ReuseWait::Fence
+            } else {
+                ReuseWait::Barrier
+            },
+            stamp,
+        );
+        self.hold_for_stream(rest, stream);
     }
 }

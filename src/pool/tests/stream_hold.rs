@@ -280,3 +280,73 @@ fn random_stream_traffic_never_hands_a_block_to_another_stream_early() {
         }
     }
 }
+
+/// The stats of device 0 without the times the backend took, which differ from run to run.
+fn untimed(p: &Pool<ModelDriver>) -> DeviceStats {
+    let mut s = stats(p, 0);
+    (s.real_malloc_ns, s.real_free_ns, s.fence_ns) = (0, 0, 0);
+    s
+}
+
+/// The hit path serves blocks held for a stream (`DevicePool::alloc_hit`) as the general path
+/// does: the same traffic through `alloc_on` and through `alloc_general` alone (which never
+/// tries the hit) hands out the same addresses with the same stats and backend calls, in
+/// `strict` mode with the runtime's own stream-ordered frees (`cudaMallocAsync`'s route) and in
+/// `relaxed` mode, with program fences and barriers between.
+#[test]
+fn held_blocks_served_by_the_hit_path_are_those_the_general_path_serves() {
+    for (reuse, seed) in [ReuseMode::Strict, ReuseMode::Relaxed]
+        .into_iter()
+        .flat_map(|r| (0..40u64).map(move |s| (r, s)))
+    {
+        let hit = pool_with(reuse, DeviceBytes::Unbounded, 4 << 30);
+        let general = pool_with(reuse, DeviceBytes::Unbounded, 4 << 30);
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut live: Vec<(Addr, StreamKey)> = Vec::new();
+        for step in 0..2000 {
+            let op = next() % 100;
+            if op < 50 || live.is_empty() {
+                // Sizes repeat, some large: most requests find a held block, some split one.
+                let size = match next() % 4 {
+                    0 => (1 + next() % 6) << 20,
+                    _ => 512 << (next() % 11),
+                };
+                let stream = if next() % 3 == 0 { 7 } else { LEGACY_STREAM };
+                let a = hit.alloc_on(0, size, Some(stream));
+                let b = general.alloc_general(0, size, Some(stream), 0);
+                assert_eq!(a, b, "{reuse:?} seed {seed} step {step}: {size} bytes");
+                if let Ok(a) = a {
+                    live.push((a, stream));
+                }
+            } else if op < 94 {
+                let (a, stream) = live.swap_remove((next() as usize) % live.len());
+                let kind = match reuse {
+                    ReuseMode::Relaxed => on(stream, next() % 2 == 0),
+                    _ => FreeKind::Ordered { stream },
+                };
+                assert_eq!(hit.free(a, kind, Some(0)), FreeOutcome::Freed);
+                assert_eq!(general.free(a, kind, Some(0)), FreeOutcome::Freed);
+            } else if op < 97 {
+                for p in [&hit, &general] {
+                    let at = p.seq_before_sync(0);
+                    p.observe_barrier(0, at);
+                }
+            } else {
+                for p in [&hit, &general] {
+                    let at = p.seq_before_sync(0);
+                    p.observe_fence(0, at);
+                }
+            }
+            assert_eq!(untimed(&hit), untimed(&general), "seed {seed} step {step}");
+            assert_eq!(hit.backend().counts(), general.backend().counts());
+        }
+        assert!(stats(&hit, 0).stream_hits > 0);
+        hit.check().unwrap();
+    }
+}
