@@ -22,6 +22,23 @@ impl DevicePool {
     /// indexing is the caller's.
     #[inline(always)]
     pub(super) fn split_off_free(&mut self, idx: u32, at: Addr) -> u32 {
+        let rest = self.split_off(idx, at, State::Free, 0, false);
+        self.index(rest);
+        rest
+    }
+
+    /// Cut block `idx` at `at`, inside it: `[at, end)` becomes a block of its own in `state`
+    /// (stamped `stamp`, waiting for a fence if `wants_fence`), after `idx` in its segment's
+    /// list, and is returned; `idx` keeps `[addr, at)`. Neither is indexed here.
+    #[inline(always)]
+    pub(super) fn split_off(
+        &mut self,
+        idx: u32,
+        at: Addr,
+        state: State,
+        stamp: u64,
+        wants_fence: bool,
+    ) -> u32 {
         let b = &self.blocks[idx as usize];
         let (addr, size, seg, class, next) = (b.addr, b.size, b.seg, b.class, b.next);
         let rest = self.new_block(Block {
@@ -31,10 +48,10 @@ impl DevicePool {
             seg,
             prev: idx,
             next,
-            state: State::Free,
+            state,
             class,
-            stamp: 0,
-            wants_fence: false,
+            stamp,
+            wants_fence,
             held: false,
             origin: 0,
         });
@@ -43,7 +60,6 @@ impl DevicePool {
         }
         self.blocks[idx as usize].next = rest;
         self.blocks[idx as usize].size = at - addr;
-        self.index(rest);
         rest
     }
 

@@ -217,37 +217,19 @@ impl DevicePool {
         Some((addr, idx))
     }
 
-    /// Held block `idx`, of `size` bytes, being served `rounded` of them on `stream`: the
+    /// Held block `idx`, being served `rounded` of its bytes on `stream`: the
     /// remainder is split off and held for the stream. Out of line: a stream's requests of the
     /// sizes it freed need no split.
     #[inline(never)]
     fn hold_remainder(&mut self, idx: u32, rounded: u64, stream: StreamKey) {
-        let (size, stamp, fence, seg, next, class) = {
+        let (addr, stamp, fence) = {
             let b = &self.blocks[idx as usize];
-            (b.size, b.stamp, b.wants_fence, b.seg, b.next, b.class)
+            (b.addr, b.stamp, b.wants_fence)
         };
         // The remainder was freed with the block: still pending, still held. Its queue
         // entry goes behind later ones: `promote` stops at the first entry not covered, so
         // an older entry behind newer ones is made reusable late, never early.
-        let rest = self.new_block(Block {
-            addr: self.blocks[idx as usize].addr + rounded,
-            size: size - rounded,
-            requested: 0,
-            seg,
-            prev: idx,
-            next,
-            state: State::Live,
-            class,
-            stamp,
-            wants_fence: fence,
-            held: false,
-            origin: 0,
-        });
-        if next != NONE {
-            self.blocks[next as usize].prev = rest;
-        }
-        self.blocks[idx as usize].next = rest;
-        self.blocks[idx as usize].size = rounded;
+        let rest = self.split_off(idx, addr + rounded, State::Live, stamp, fence);
         self.after_free(
             rest,
             if fence {

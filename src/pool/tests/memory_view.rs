@@ -6,13 +6,7 @@ use super::*;
 #[test]
 fn accounting_identities_hold_under_churn() {
     let p = pool_with(ReuseMode::Strict, DeviceBytes::Bytes(64 * MIB), 2 << 30);
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
     let mut live: Vec<(Addr, u64)> = Vec::new();
     for step in 0..5000 {
         let r = next();

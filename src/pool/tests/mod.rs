@@ -26,6 +26,17 @@ use std::sync::Mutex;
 
 const MIB: u64 = 1 << 20;
 
+/// A xorshift generator from `state` (not 0): the random traffic of the tests, the same on
+/// every machine.
+fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 /// Whether the shared helpers build pools with expandable segments
 /// (`GPUPOOL_TEST_EXPANDABLE=1`), to run the whole suite with them on.
 fn expandable_on() -> bool {

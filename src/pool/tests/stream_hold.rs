@@ -197,13 +197,7 @@ fn a_split_remainder_waits_for_the_later_free_of_a_neighbour_it_absorbs() {
 fn random_stream_traffic_never_hands_a_block_to_another_stream_early() {
     for seed in 0..400u64 {
         let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 4 << 30);
-        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         // live: addr -> (size, stream)
         let mut live: Vec<(Addr, u64, Option<StreamKey>)> = Vec::new();
         // taints: (addr, size, stream, blocking)
@@ -213,12 +207,12 @@ fn random_stream_traffic_never_hands_a_block_to_another_stream_early() {
             let before = p.backend().counts();
             let op = next() % 100;
             if op < 50 || live.is_empty() {
-                let size = if next() % 3 == 0 {
+                let size = if next().is_multiple_of(3) {
                     (1 + next() % 30) << 20
                 } else {
                     512 * (1 + next() % 2048)
                 };
-                let stream = (next() % 8 != 0).then(|| next() % nstreams);
+                let stream = (!next().is_multiple_of(8)).then(|| next() % nstreams);
                 let stream = stream.map(|s| if s == 0 { LEGACY_STREAM } else { s });
                 let Ok(a) = p.alloc_on(0, size, stream) else {
                     continue;
@@ -245,12 +239,12 @@ fn random_stream_traffic_never_hands_a_block_to_another_stream_early() {
             } else if op < 90 {
                 let i = (next() as usize) % live.len();
                 let (a, size, s) = live.swap_remove(i);
-                let blocking = next() % 4 != 0;
+                let blocking = !next().is_multiple_of(4);
                 let stream = match s {
-                    Some(s) if next() % 5 != 0 => s,
+                    Some(s) if !next().is_multiple_of(5) => s,
                     _ => 1 + next() % nstreams,
                 };
-                if next() % 10 == 0 {
+                if next().is_multiple_of(10) {
                     p.free(a, FreeKind::Sync, Some(0));
                 } else {
                     p.free(a, on(stream, blocking), Some(0));
@@ -264,7 +258,7 @@ fn random_stream_traffic_never_hands_a_block_to_another_stream_early() {
                 let at = p.seq_before_sync(0);
                 p.observe_fence(0, at);
                 taints.clear();
-            } else if op == 99 && next() % 4 == 0 {
+            } else if op == 99 && next().is_multiple_of(4) {
                 p.forget_device(0);
                 live.clear();
                 taints.clear();
@@ -301,13 +295,7 @@ fn held_blocks_served_by_the_hit_path_are_those_the_general_path_serves() {
     {
         let hit = pool_with(reuse, DeviceBytes::Unbounded, 4 << 30);
         let general = pool_with(reuse, DeviceBytes::Unbounded, 4 << 30);
-        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut live: Vec<(Addr, StreamKey)> = Vec::new();
         for step in 0..2000 {
             let op = next() % 100;
@@ -317,7 +305,11 @@ fn held_blocks_served_by_the_hit_path_are_those_the_general_path_serves() {
                     0 => (1 + next() % 6) << 20,
                     _ => 512 << (next() % 11),
                 };
-                let stream = if next() % 3 == 0 { 7 } else { LEGACY_STREAM };
+                let stream = if next().is_multiple_of(3) {
+                    7
+                } else {
+                    LEGACY_STREAM
+                };
                 let a = hit.alloc_on(0, size, Some(stream));
                 let b = general.alloc_general(0, size, Some(stream), 0);
                 assert_eq!(a, b, "{reuse:?} seed {seed} step {step}: {size} bytes");
@@ -327,7 +319,7 @@ fn held_blocks_served_by_the_hit_path_are_those_the_general_path_serves() {
             } else if op < 94 {
                 let (a, stream) = live.swap_remove((next() as usize) % live.len());
                 let kind = match reuse {
-                    ReuseMode::Relaxed => on(stream, next() % 2 == 0),
+                    ReuseMode::Relaxed => on(stream, next().is_multiple_of(2)),
                     _ => FreeKind::Ordered { stream },
                 };
                 assert_eq!(hit.free(a, kind, Some(0)), FreeOutcome::Freed);
