@@ -20,32 +20,33 @@ pub fn parse_bool(v: &[u8]) -> Option<bool> {
 /// 1024 for single letters (`G` = GiB, as CUDA and PyTorch users expect); `KB`/`MB`/`GB` are
 /// decimal, `KiB`/`MiB`/`GiB` binary.
 pub fn parse_bytes(v: &[u8]) -> Option<u64> {
+    number_with_unit(v, |unit| {
+        Some(match unit {
+            "" | "b" => 1.0,
+            "k" | "kib" => 1024.0,
+            "m" | "mib" => 1024.0 * 1024.0,
+            "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+            "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+            "kb" => 1e3,
+            "mb" => 1e6,
+            "gb" => 1e9,
+            "tb" => 1e12,
+            _ => return None,
+        })
+    })
+}
+
+/// A decimal number (digits and `.`) followed by a unit, blanks allowed between: the number
+/// times what `scale` gives for the unit (lowercase, `""` for none), if it fits a `u64`.
+fn number_with_unit(v: &[u8], scale: impl Fn(&str) -> Option<f64>) -> Option<u64> {
     let s = trimmed(v)?;
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    if num.is_empty() {
-        return None;
-    }
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        _ => return None,
-    };
     let n: f64 = num.parse().ok()?;
-    let bytes = n * mult;
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
-        return None;
-    }
-    Some(bytes as u64)
+    let x = n * scale(unit.trim().to_ascii_lowercase().as_str())?;
+    (x.is_finite() && x >= 0.0 && x < u64::MAX as f64).then_some(x as u64)
 }
 
 /// `GPUPOOL_SUMMARY`'s value after an `always:` prefix (in any case, after leading blanks), or
@@ -102,21 +103,15 @@ pub fn parse_summary_dest(v: &[u8]) -> Result<SummaryDest, String> {
 
 /// `30s`, `5m`, `1h`, `500ms`, `1.5s` (units in any case); a bare number is seconds.
 pub fn parse_duration_ns(v: &[u8]) -> Option<u64> {
-    let s = trimmed(v)?;
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "s" => 1e9,
-        "ms" => 1e6,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        _ => return None,
-    };
-    let ns = n * scale;
-    (ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64).then_some(ns as u64)
+    number_with_unit(v, |unit| {
+        Some(match unit {
+            "" | "s" => 1e9,
+            "ms" => 1e6,
+            "m" | "min" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        })
+    })
 }
 
 pub(super) fn parse_bytes_or_none(v: &[u8]) -> Option<u64> {
