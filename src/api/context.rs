@@ -3,7 +3,7 @@
 use std::ffi::c_int;
 
 use super::{GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_UNKNOWN};
-use crate::cuda::runtime::{Runtime, SetDeviceFn};
+use crate::cuda::runtime::Runtime;
 use crate::cuda::types::{CudaStatus, ERROR_INSUFFICIENT_DRIVER, SUCCESS};
 use crate::global::{self, Global};
 use crate::guard::{self, Inside};
@@ -64,41 +64,10 @@ pub fn devices(g: &Global, device: c_int, all: bool) -> Result<Devices, c_int> {
     Ok(Devices::One(d))
 }
 
-/// Puts the previous device back, even when the work in between panicked.
-struct Restore {
-    set: SetDeviceFn,
-    device: i32,
-}
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        // SAFETY: a device ordinal that was current a moment ago.
-        unsafe { (self.set)(self.device) };
-    }
-}
-
 /// Run `f` with `device` current on this thread, then make the previous device current again.
 pub fn on_device<T>(rt: &Runtime, device: u32, f: impl FnOnce() -> T) -> Result<T, CudaStatus> {
     let device = i32::try_from(device).map_err(|_| GPUPOOL_ERROR_INVALID_DEVICE)?;
-    if device == 0 && crate::dispatch::one_device(rt) {
-        // The only device is current on every thread.
-        return Ok(f());
-    }
-    let current = rt.current_device()?;
-    if current == device {
-        return Ok(f());
-    }
-    let set = rt.set_device.ok_or(ERROR_INSUFFICIENT_DRIVER)?;
-    // SAFETY: cudaSetDevice takes any integer and rejects bad ordinals itself.
-    let r = unsafe { set(device) };
-    if r != SUCCESS {
-        return Err(r);
-    }
-    let _restore = Restore {
-        set,
-        device: current,
-    };
-    Ok(f())
+    rt.on_device(device, f)
 }
 
 /// Run the body of a C API function inside the panic boundary; `Err` carries its status.

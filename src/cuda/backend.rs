@@ -175,33 +175,15 @@ fn check(status: i32) -> Result<(), CudaError> {
     }
 }
 
-/// `call`, a runtime call about the current device, made about `device`: made current for it
-/// if another one is, then the caller's device again. The pool acts on a device from any
-/// thread (`gpupool_empty_cache(d)`, `cudaMemPoolTrimTo` of `d`'s pool, a pool made by a C API
-/// call about `d`): a fence of the wrong device lets `cuMemUnmap` run under `d`'s kernels, and
-/// the wrong device's size sizes `d`'s range and its percentage limit.
+/// `call`, a runtime call about the current device, made about `device`
+/// (`Runtime::on_device`): its status, or why the device could not be made current. The pool
+/// acts on a device from any thread (`gpupool_empty_cache(d)`, `cudaMemPoolTrimTo` of `d`'s
+/// pool, a pool made by a C API call about `d`): a fence of the wrong device lets `cuMemUnmap`
+/// run under `d`'s kernels, and the wrong device's size sizes `d`'s range and its percentage
+/// limit.
 fn on_device(rt: &Runtime, device: u32, call: impl FnOnce() -> i32) -> i32 {
-    if device == 0 && rt.sees_one_device() {
-        return call();
-    }
-    let current = match rt.current_device() {
-        // The runtime reports the same error again.
-        Err(_) => return call(),
-        Ok(current) if current == device as i32 => return call(),
-        Ok(current) => current,
-    };
-    let Some(set) = rt.set_device else {
-        return CudaError::INVALID_DEVICE.0;
-    };
-    // SAFETY: a device the pool serves.
-    let r = unsafe { set(device as i32) };
-    if r != SUCCESS {
-        return r;
-    }
-    let r = call();
-    // SAFETY: the device current a moment ago.
-    unsafe { set(current) };
-    r
+    rt.on_device(device as i32, call)
+        .unwrap_or_else(|status| status)
 }
 
 /// Whether the driver's current context is `device`'s: through the driver alone the pool

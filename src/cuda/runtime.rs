@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 pub use super::symbols::Lookup;
 use super::symbols::{optional, required};
-use super::types::{CudaStatus, Dim3, Event, IpcMemHandle, MemPool, Stream};
+use super::types::{
+    CudaStatus, Dim3, Event, IpcMemHandle, MemPool, Stream, ERROR_INSUFFICIENT_DRIVER, SUCCESS,
+};
 
 pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaStatus;
 pub type MallocAsyncFn = unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> CudaStatus;
@@ -159,6 +161,31 @@ impl Runtime {
         }
     }
 
+    /// Run `f` with `device` current on this thread, then make the previous device current
+    /// again (even when `f` panicked). Nothing is asked or set where `device` is current
+    /// already, nor in a process that sees one device.
+    pub fn on_device<T>(&self, device: i32, f: impl FnOnce() -> T) -> Result<T, CudaStatus> {
+        if device == 0 && self.sees_one_device() {
+            // The only device is current on every thread.
+            return Ok(f());
+        }
+        let current = self.current_device()?;
+        if current == device {
+            return Ok(f());
+        }
+        let set = self.set_device.ok_or(ERROR_INSUFFICIENT_DRIVER)?;
+        // SAFETY: cudaSetDevice takes any integer and rejects bad ordinals itself.
+        let r = unsafe { set(device) };
+        if r != SUCCESS {
+            return Err(r);
+        }
+        let _restore = Restore {
+            set,
+            device: current,
+        };
+        Ok(f())
+    }
+
     /// Whether the process sees exactly one device (`cudaGetDeviceCount`, asked once: the
     /// count does not change during a process's life), which is then current on every thread.
     /// The price (docs/guarantees.md, limits): where the query would have failed on a thread,
@@ -176,16 +203,29 @@ impl Runtime {
                 let one = self.get_device_count.is_some_and(|count| {
                     // SAFETY: a valid out-pointer for the call.
                     let r = unsafe { count(&mut n) };
-                    if r != 0 {
+                    if r != SUCCESS {
                         // The pool's own query: its error must not stay for the program.
                         // SAFETY: no arguments.
                         unsafe { (self.get_last_error)() };
                     }
-                    r == 0 && n == 1
+                    r == SUCCESS && n == 1
                 });
                 COUNT.store(if one { ONE } else { OTHER }, Ordering::Relaxed);
                 one
             }
         }
+    }
+}
+
+/// Puts the previous device back, even when the work in between panicked.
+struct Restore {
+    set: SetDeviceFn,
+    device: i32,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        // SAFETY: a device ordinal that was current a moment ago.
+        unsafe { (self.set)(self.device) };
     }
 }
