@@ -388,3 +388,37 @@ fn cu_mem_alloc_async_from_the_programs_own_memory_pool_goes_to_the_driver() {
         );
     }
 }
+
+#[test]
+fn a_program_whose_library_links_gpupool_starts_and_looks_up_as_always() {
+    // The program's own libraries (libc among them) load before its library's libgpupool, so
+    // nothing after libgpupool defines `dlsym`: its own `dlsym` must still reach glibc's.
+    let sim = Sim::get();
+    let libs = support::gpupool_libs();
+    let user = sim.build(
+        &support::root().join("tests/c/gpupool_user.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC"],
+            libs: &libs.iter().map(String::as_str).collect::<Vec<_>>(),
+            cudart: false,
+        },
+    );
+    let simlib = sim.simlib.display().to_string();
+    let rpath = format!("-Wl,-rpath,{simlib}");
+    let exe = sim.build(
+        &support::root().join("tests/c/driver_late.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &[user.to_str().unwrap(), "-L", &simlib, "-lcuda", &rpath, "-ldl"],
+            cudart: false,
+        },
+    );
+    let (out, stderr) = ok(&mut support::clean_command(&exe).envs(ENV.iter().copied()));
+    assert!(
+        out.contains("driver_late: all checks passed"),
+        "{out}\n{stderr}"
+    );
+    assert!(out.contains("pool_enabled=1"), "{out}");
+}

@@ -9,23 +9,57 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 /// glibc's `dlsym`, once found. Read by the exported `dlsym`'s tail call.
 pub static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Find glibc's `dlsym` (by version: `GLIBC_2.34` since glibc moved it into libc, else
-/// `GLIBC_2.2.5`), once. `dlvsym` with `RTLD_NEXT` from this library finds the definition after
-/// it, so never this library's own.
+/// Find glibc's `dlsym`, once: the definition after this library (`RTLD_NEXT`, which is never
+/// this library's own and keeps another `dlsym` preloaded after it in front of glibc's), else
+/// the one beside glibc's `dlvsym` (`beside_dlvsym`).
 pub fn find_real_dlsym() -> *mut c_void {
     let p = REAL_DLSYM.load(Ordering::Acquire);
     if !p.is_null() {
         return p;
     }
-    let mut found = std::ptr::null_mut();
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-        // SAFETY: NUL-terminated name and version; dlvsym has no other precondition.
-        found = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-        if !found.is_null() {
-            break;
-        }
+    // SAFETY: a pseudo-handle.
+    let mut found = unsafe { versioned_dlsym(libc::RTLD_NEXT) };
+    if found.is_null() {
+        found = beside_dlvsym();
     }
     REAL_DLSYM.store(found, Ordering::Release);
+    found
+}
+
+/// glibc's `dlsym` as `handle` finds it, by version: `GLIBC_2.34` since glibc moved it into
+/// libc, else `GLIBC_2.2.5`.
+///
+/// # Safety
+/// `handle` is a live handle or a pseudo-handle.
+unsafe fn versioned_dlsym(handle: *mut c_void) -> *mut c_void {
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+        // SAFETY: NUL-terminated name and version; the caller's handle.
+        let found = unsafe { libc::dlvsym(handle, c"dlsym".as_ptr(), version.as_ptr()) };
+        if !found.is_null() {
+            return found;
+        }
+    }
+    std::ptr::null_mut()
+}
+
+/// glibc's `dlsym` from the object that defines `dlvsym` (libc, or libdl before glibc 2.34),
+/// which this library does not export. Needed where this library comes after libc in the lookup
+/// order, as it does when a library the program links links it: nothing after it then
+/// defines `dlsym`.
+fn beside_dlvsym() -> *mut c_void {
+    let Some((_, path)) = object_of(libc::dlvsym as *const () as usize) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the dynamic linker's name of a loaded object; RTLD_NOLOAD opens only what is
+    // loaded already.
+    let h = unsafe { libc::dlopen(path, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: a live handle.
+    let found = unsafe { versioned_dlsym(h) };
+    // SAFETY: the handle just opened, closed once (libc stays loaded).
+    unsafe { libc::dlclose(h) };
     found
 }
 
