@@ -422,3 +422,27 @@ fn a_program_whose_library_links_gpupool_starts_and_looks_up_as_always() {
     );
     assert!(out.contains("pool_enabled=1"), "{out}");
 }
+
+#[test]
+fn a_library_that_exports_driver_names_keeps_its_own_functions() {
+    // Opened RTLD_GLOBAL while no driver is loaded, the stand-in is the next definition of
+    // `cuMemAlloc_v2` after the pool: still, only the driver's functions are swapped.
+    let sim = Sim::get();
+    let standin = support::c_library("standin_driver");
+    let rpath = format!("-Wl,-rpath,{}", sim.simlib.display());
+    let exe = sim.build(
+        &support::root().join("tests/c/driver_standin.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-ldl", &rpath],
+            cudart: false,
+        },
+    );
+    let args = [standin.to_str().unwrap()];
+    let done = "driver_standin: all checks passed";
+    let (with, stderr) = ok(&mut pooled(&exe, &args, ENV));
+    let (without, _) = ok(&mut unpooled(&exe, &args, ENV));
+    assert!(with.contains(done), "{with}\n{stderr}");
+    assert!(without.contains(done), "{without}");
+}
