@@ -446,3 +446,22 @@ fn a_library_that_exports_driver_names_keeps_its_own_functions() {
     assert!(with.contains(done), "{with}\n{stderr}");
     assert!(without.contains(done), "{without}");
 }
+
+#[test]
+fn a_program_whose_argv0_names_a_fifo_looks_up_driver_names() {
+    // `dladdr` names the main program by its argv[0], which names anything the program's
+    // parent chose: here a FIFO, which opening would block on until a writer comes.
+    use std::os::unix::process::CommandExt;
+    let fifo = scratch("argv0-fifo").join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.expect("mkfifo").success());
+    let mut cmd = pooled(&program(), &["lookups"], ENV);
+    cmd.arg0(&fifo);
+    let out = support::output_within(&mut cmd, 30);
+    let (stdout, stderr) = support::texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("driver_pool lookups: all checks passed"),
+        "{}\n{stdout}\n{stderr}",
+        out.status
+    );
+}

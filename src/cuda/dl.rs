@@ -99,6 +99,39 @@ pub fn object_of(addr: usize) -> Option<(*mut c_void, *const c_char)> {
     Some((info.dli_fbase, info.dli_fname))
 }
 
+/// `struct link_map`'s public head (`<link.h>`).
+#[repr(C)]
+struct LinkMapHead {
+    _l_addr: usize,
+    l_name: *const c_char,
+}
+
+/// `RTLD_DL_LINKMAP`: `dladdr1` also gives the object's `struct link_map`.
+const RTLD_DL_LINKMAP: libc::c_int = 2;
+
+/// The loaded object the address `addr` lies in: its load address and the dynamic linker's own
+/// name for it, the path it opened, empty for the main program (which `dladdr` names by
+/// `argv[0]`, which may name any file, or none).
+pub fn linked_object_of(addr: usize) -> Option<(*mut c_void, *const c_char)> {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    let mut map: *mut c_void = std::ptr::null_mut();
+    // SAFETY: dladdr1 only reads the dynamic linker's tables; `info` and `map` are valid
+    // out-parameters, `map` of a pointer as RTLD_DL_LINKMAP writes.
+    if unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) } == 0
+        || map.is_null()
+    {
+        return None;
+    }
+    // SAFETY: a live `struct link_map`, whose head is public ABI.
+    let name = unsafe { (*(map as *const LinkMapHead)).l_name };
+    (!name.is_null()).then_some((info.dli_fbase, name))
+}
+
 /// The paths of the loaded objects, in load order (the main program's empty name left out).
 pub fn loaded_objects() -> Vec<String> {
     unsafe extern "C" fn visit(
