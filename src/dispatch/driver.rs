@@ -344,10 +344,11 @@ pub unsafe fn mem_free(
             } else {
                 match capturing(d, s) {
                     Some(true) => {
-                        if super::keep_captured_free(pool, ptr, what).is_some() {
-                            return cu::CU_SUCCESS;
-                        }
-                        return real();
+                        return match super::keep_captured_free(pool, ptr, what) {
+                            FreeOutcome::Freed => cu::CU_SUCCESS,
+                            FreeOutcome::Invalid => refuse_invalid_free(ptr, what),
+                            FreeOutcome::NotOurs => real(),
+                        };
                     }
                     Some(false) => stream_id(d, s),
                     None => NO_STREAM,
@@ -369,18 +370,20 @@ pub unsafe fn mem_free(
     };
     match pool.free(ptr, kind, first) {
         FreeOutcome::Freed => cu::CU_SUCCESS,
-        FreeOutcome::Invalid => {
-            log::warn_once(&INVALID_FREE, || {
-                format!(
-                    "{what}(0x{ptr:x}): not the start of a live allocation (double or interior \
-                     free); returned CUDA_ERROR_INVALID_VALUE and left the pool intact \
-                     (reported once)"
-                )
-            });
-            cu::CU_ERROR_INVALID_VALUE
-        }
+        FreeOutcome::Invalid => refuse_invalid_free(ptr, what),
         FreeOutcome::NotOurs => real(),
     }
+}
+
+/// A double or interior free of pool memory: refused, the pool intact.
+fn refuse_invalid_free(ptr: CuDevicePtr, what: &str) -> CuResult {
+    log::warn_once(&INVALID_FREE, || {
+        format!(
+            "{what}(0x{ptr:x}): not the start of a live allocation (double or interior free); \
+             returned CUDA_ERROR_INVALID_VALUE and left the pool intact (reported once)"
+        )
+    });
+    cu::CU_ERROR_INVALID_VALUE
 }
 
 /// Whether work on `stream` is ordered with the legacy stream (false when the driver cannot say).
