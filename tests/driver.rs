@@ -477,3 +477,13 @@ fn a_double_free_in_stream_order_under_capture_leaves_the_segment_alone() {
     assert!(with.contains(done), "{with}\n{stderr}");
     assert!(without.contains(done), "{without}");
 }
+
+#[test]
+fn cu_mem_free_async_on_a_destroyed_stream_answers_as_the_driver() {
+    // The driver refuses the stream and frees nothing; the program's block stays its own.
+    let (with, without) = hostile_both("destroyed-stream");
+    assert_eq!(
+        number::<i32>(&with, "destroyed_stream_free="),
+        number::<i32>(&without, "destroyed_stream_free="),
+    );
+}
