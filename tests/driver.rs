@@ -411,11 +411,18 @@ fn a_program_whose_library_links_gpupool_starts_and_looks_up_as_always() {
         &Build {
             compiler: "cc",
             flags: &["-std=c11"],
-            libs: &[user.to_str().unwrap(), "-L", &simlib, "-lcuda", &rpath, "-ldl"],
+            libs: &[
+                user.to_str().unwrap(),
+                "-L",
+                &simlib,
+                "-lcuda",
+                &rpath,
+                "-ldl",
+            ],
             cudart: false,
         },
     );
-    let (out, stderr) = ok(&mut support::clean_command(&exe).envs(ENV.iter().copied()));
+    let (out, stderr) = ok(support::clean_command(&exe).envs(ENV.iter().copied()));
     assert!(
         out.contains("driver_late: all checks passed"),
         "{out}\n{stderr}"

@@ -298,11 +298,7 @@ static CAPTURED_FREE: AtomicBool = AtomicBool::new(false);
 /// reports) rather than hand it out under a graph that has not run yet. `Invalid` for pool
 /// memory that is not a live block (a double or interior free), which CUDA would take for the
 /// segment's own free; `NotOurs` for memory that is not the pool's.
-pub(crate) fn keep_captured_free<B: Backend>(
-    pool: &Pool<B>,
-    addr: u64,
-    what: &str,
-) -> FreeOutcome {
+pub(crate) fn keep_captured_free<B: Backend>(pool: &Pool<B>, addr: u64, what: &str) -> FreeOutcome {
     if pool.live_block(addr).is_none() {
         return match pool.owner_of(addr) {
             Some(_) => FreeOutcome::Invalid,
