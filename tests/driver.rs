@@ -388,3 +388,109 @@ fn cu_mem_alloc_async_from_the_programs_own_memory_pool_goes_to_the_driver() {
         );
     }
 }
+
+#[test]
+fn a_program_whose_library_links_gpupool_starts_and_looks_up_as_always() {
+    // The program's own libraries (libc among them) load before its library's libgpupool, so
+    // nothing after libgpupool defines `dlsym`: its own `dlsym` must still reach glibc's.
+    let sim = Sim::get();
+    let libs = support::gpupool_libs();
+    let user = sim.build(
+        &support::root().join("tests/c/gpupool_user.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC"],
+            libs: &libs.iter().map(String::as_str).collect::<Vec<_>>(),
+            cudart: false,
+        },
+    );
+    let simlib = sim.simlib.display().to_string();
+    let rpath = format!("-Wl,-rpath,{simlib}");
+    let exe = sim.build(
+        &support::root().join("tests/c/driver_late.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &[
+                user.to_str().unwrap(),
+                "-L",
+                &simlib,
+                "-lcuda",
+                &rpath,
+                "-ldl",
+            ],
+            cudart: false,
+        },
+    );
+    let (out, stderr) = ok(support::clean_command(&exe).envs(ENV.iter().copied()));
+    assert!(
+        out.contains("driver_late: all checks passed"),
+        "{out}\n{stderr}"
+    );
+    assert!(out.contains("pool_enabled=1"), "{out}");
+}
+
+#[test]
+fn a_library_that_exports_driver_names_keeps_its_own_functions() {
+    // Opened RTLD_GLOBAL while no driver is loaded, the stand-in is the next definition of
+    // `cuMemAlloc_v2` after the pool: still, only the driver's functions are swapped.
+    let sim = Sim::get();
+    let standin = support::c_library("standin_driver");
+    let rpath = format!("-Wl,-rpath,{}", sim.simlib.display());
+    let exe = sim.build(
+        &support::root().join("tests/c/driver_standin.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-ldl", &rpath],
+            cudart: false,
+        },
+    );
+    let args = [standin.to_str().unwrap()];
+    let done = "driver_standin: all checks passed";
+    let (with, stderr) = ok(&mut pooled(&exe, &args, ENV));
+    let (without, _) = ok(&mut unpooled(&exe, &args, ENV));
+    assert!(with.contains(done), "{with}\n{stderr}");
+    assert!(without.contains(done), "{without}");
+}
+
+#[test]
+fn a_program_whose_argv0_names_a_fifo_looks_up_driver_names() {
+    // `dladdr` names the main program by its argv[0], which names anything the program's
+    // parent chose: here a FIFO, which opening would block on until a writer comes.
+    use std::os::unix::process::CommandExt;
+    let fifo = scratch("argv0-fifo").join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.expect("mkfifo").success());
+    let mut cmd = pooled(&program(), &["lookups"], ENV);
+    cmd.arg0(&fifo);
+    let out = support::output_within(&mut cmd, 30);
+    let (stdout, stderr) = support::texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("driver_pool lookups: all checks passed"),
+        "{}\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+fn a_double_free_in_stream_order_under_capture_leaves_the_segment_alone() {
+    // The block starts a pool segment: passed on, the driver's free would take the whole
+    // segment, the other block in it too.
+    let exe = support::c_program_with_driver("driver_capture");
+    let done = "driver_capture: all checks passed";
+    let (with, stderr) = ok(&mut pooled(&exe, &[], ENV));
+    let (without, _) = ok(&mut unpooled(&exe, &[], ENV));
+    assert!(with.contains(done), "{with}\n{stderr}");
+    assert!(without.contains(done), "{without}");
+}
+
+#[test]
+fn cu_mem_free_async_on_a_destroyed_stream_answers_as_the_driver() {
+    // The driver refuses the stream and frees nothing; the program's block stays its own.
+    let (with, without) = hostile_both("destroyed-stream");
+    assert_eq!(
+        number::<i32>(&with, "destroyed_stream_free="),
+        number::<i32>(&without, "destroyed_stream_free="),
+    );
+}

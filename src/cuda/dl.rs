@@ -9,23 +9,57 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 /// glibc's `dlsym`, once found. Read by the exported `dlsym`'s tail call.
 pub static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Find glibc's `dlsym` (by version: `GLIBC_2.34` since glibc moved it into libc, else
-/// `GLIBC_2.2.5`), once. `dlvsym` with `RTLD_NEXT` from this library finds the definition after
-/// it, so never this library's own.
+/// Find glibc's `dlsym`, once: the definition after this library (`RTLD_NEXT`, which is never
+/// this library's own and keeps another `dlsym` preloaded after it in front of glibc's), else
+/// the one beside glibc's `dlvsym` (`beside_dlvsym`).
 pub fn find_real_dlsym() -> *mut c_void {
     let p = REAL_DLSYM.load(Ordering::Acquire);
     if !p.is_null() {
         return p;
     }
-    let mut found = std::ptr::null_mut();
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-        // SAFETY: NUL-terminated name and version; dlvsym has no other precondition.
-        found = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-        if !found.is_null() {
-            break;
-        }
+    // SAFETY: a pseudo-handle.
+    let mut found = unsafe { versioned_dlsym(libc::RTLD_NEXT) };
+    if found.is_null() {
+        found = beside_dlvsym();
     }
     REAL_DLSYM.store(found, Ordering::Release);
+    found
+}
+
+/// glibc's `dlsym` as `handle` finds it, by version: `GLIBC_2.34` since glibc moved it into
+/// libc, else `GLIBC_2.2.5`.
+///
+/// # Safety
+/// `handle` is a live handle or a pseudo-handle.
+unsafe fn versioned_dlsym(handle: *mut c_void) -> *mut c_void {
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+        // SAFETY: NUL-terminated name and version; the caller's handle.
+        let found = unsafe { libc::dlvsym(handle, c"dlsym".as_ptr(), version.as_ptr()) };
+        if !found.is_null() {
+            return found;
+        }
+    }
+    std::ptr::null_mut()
+}
+
+/// glibc's `dlsym` from the object that defines `dlvsym` (libc, or libdl before glibc 2.34),
+/// which this library does not export. Needed where this library comes after libc in the lookup
+/// order, as it does when a library the program links links it: nothing after it then
+/// defines `dlsym`.
+fn beside_dlvsym() -> *mut c_void {
+    let Some((_, path)) = object_of(libc::dlvsym as *const () as usize) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the dynamic linker's name of a loaded object; RTLD_NOLOAD opens only what is
+    // loaded already.
+    let h = unsafe { libc::dlopen(path, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: a live handle.
+    let found = unsafe { versioned_dlsym(h) };
+    // SAFETY: the handle just opened, closed once (libc stays loaded).
+    unsafe { libc::dlclose(h) };
     found
 }
 
@@ -63,6 +97,39 @@ pub fn object_of(addr: usize) -> Option<(*mut c_void, *const c_char)> {
         return None;
     }
     Some((info.dli_fbase, info.dli_fname))
+}
+
+/// `struct link_map`'s public head (`<link.h>`).
+#[repr(C)]
+struct LinkMapHead {
+    _l_addr: usize,
+    l_name: *const c_char,
+}
+
+/// `RTLD_DL_LINKMAP`: `dladdr1` also gives the object's `struct link_map`.
+const RTLD_DL_LINKMAP: libc::c_int = 2;
+
+/// The loaded object the address `addr` lies in: its load address and the dynamic linker's own
+/// name for it, the path it opened, empty for the main program (which `dladdr` names by
+/// `argv[0]`, which may name any file, or none).
+pub fn linked_object_of(addr: usize) -> Option<(*mut c_void, *const c_char)> {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    let mut map: *mut c_void = std::ptr::null_mut();
+    // SAFETY: dladdr1 only reads the dynamic linker's tables; `info` and `map` are valid
+    // out-parameters, `map` of a pointer as RTLD_DL_LINKMAP writes.
+    if unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) } == 0
+        || map.is_null()
+    {
+        return None;
+    }
+    // SAFETY: a live `struct link_map`, whose head is public ABI.
+    let name = unsafe { (*(map as *const LinkMapHead)).l_name };
+    (!name.is_null()).then_some((info.dli_fbase, name))
 }
 
 /// The paths of the loaded objects, in load order (the main program's empty name left out).

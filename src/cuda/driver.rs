@@ -371,6 +371,12 @@ fn open_as_driver(name: &str, failed: &mut bool) -> Option<Located> {
 }
 
 impl Located {
+    /// Whether `f` lies in the driver's own object.
+    pub fn contains(&self, f: *mut c_void) -> bool {
+        let base = |a: usize| dl::object_of(a).map(|(base, _)| base);
+        base(f as usize).is_some_and(|b| Some(b) == base(self.driver.mem_alloc as usize))
+    }
+
     /// The driver's own function of a versioned name, or null.
     pub fn symbol(&self, name: &std::ffi::CStr) -> *mut c_void {
         // SAFETY: a live handle and a NUL-terminated name.

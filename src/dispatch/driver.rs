@@ -270,10 +270,21 @@ fn async_stream(d: &Driver, stream: Stream) -> Result<StreamKey, Option<Reason>>
 
 /// Whether `stream` is being captured; `None` when the driver cannot say.
 fn capturing(d: &Driver, stream: Stream) -> Option<bool> {
-    let f = d.stream_is_capturing?;
+    capture_status(d, stream).ok().flatten()
+}
+
+/// Whether `stream` is being captured: `Ok(None)` when the driver has no such query, `Err` with
+/// its refusal of the stream (one the program destroyed).
+fn capture_status(d: &Driver, stream: Stream) -> Result<Option<bool>, CuResult> {
+    let Some(f) = d.stream_is_capturing else {
+        return Ok(None);
+    };
     let mut status = 0;
     // SAFETY: a stream the program passed, and a valid out-pointer.
-    (unsafe { f(stream, &mut status) } == cu::CU_SUCCESS).then_some(status != 0)
+    match unsafe { f(stream, &mut status) } {
+        cu::CU_SUCCESS => Ok(Some(status != 0)),
+        refused => Err(refused),
+    }
 }
 
 /// The driver's unique id of `stream`, or `NO_STREAM` when it cannot say.
@@ -342,15 +353,20 @@ pub unsafe fn mem_free(
             let key = if is_legacy(s) {
                 LEGACY_STREAM
             } else {
-                match capturing(d, s) {
-                    Some(true) => {
-                        if super::keep_captured_free(pool, ptr, what).is_some() {
-                            return cu::CU_SUCCESS;
-                        }
-                        return real();
+                match capture_status(d, s) {
+                    Ok(Some(true)) => {
+                        return match super::keep_captured_free(pool, ptr, what) {
+                            FreeOutcome::Freed => cu::CU_SUCCESS,
+                            FreeOutcome::Invalid => refuse_invalid_free(ptr, what),
+                            FreeOutcome::NotOurs => real(),
+                        };
                     }
-                    Some(false) => stream_id(d, s),
-                    None => NO_STREAM,
+                    Ok(Some(false)) => stream_id(d, s),
+                    Ok(None) => NO_STREAM,
+                    // A stream the driver refuses: its answer, and the block stays the
+                    // program's, as the driver's own free would leave it.
+                    Err(refused) if pool.owner_of(ptr).is_some() => return refused,
+                    Err(_) => return real(),
                 }
             };
             if pool.settings().reuse != ReuseMode::Relaxed {
@@ -369,18 +385,20 @@ pub unsafe fn mem_free(
     };
     match pool.free(ptr, kind, first) {
         FreeOutcome::Freed => cu::CU_SUCCESS,
-        FreeOutcome::Invalid => {
-            log::warn_once(&INVALID_FREE, || {
-                format!(
-                    "{what}(0x{ptr:x}): not the start of a live allocation (double or interior \
-                     free); returned CUDA_ERROR_INVALID_VALUE and left the pool intact \
-                     (reported once)"
-                )
-            });
-            cu::CU_ERROR_INVALID_VALUE
-        }
+        FreeOutcome::Invalid => refuse_invalid_free(ptr, what),
         FreeOutcome::NotOurs => real(),
     }
+}
+
+/// A double or interior free of pool memory: refused, the pool intact.
+fn refuse_invalid_free(ptr: CuDevicePtr, what: &str) -> CuResult {
+    log::warn_once(&INVALID_FREE, || {
+        format!(
+            "{what}(0x{ptr:x}): not the start of a live allocation (double or interior free); \
+             returned CUDA_ERROR_INVALID_VALUE and left the pool intact (reported once)"
+        )
+    });
+    cu::CU_ERROR_INVALID_VALUE
 }
 
 /// Whether work on `stream` is ordered with the legacy stream (false when the driver cannot say).

@@ -295,10 +295,16 @@ static CAPTURED_FREE: AtomicBool = AtomicBool::new(false);
 /// A block of the pool freed in stream order on a stream being captured into a graph: CUDA frees
 /// it when the graph runs, which the pool cannot see, and the graph's own work may use it until
 /// then. The pool keeps it out of use for the rest of the process (it stays allocated in the
-/// reports) rather than hand it out under a graph that has not run yet. `None` for a pointer
-/// that is not a live block of the pool.
-pub(crate) fn keep_captured_free<B: Backend>(pool: &Pool<B>, addr: u64, what: &str) -> Option<()> {
-    pool.live_block(addr)?;
+/// reports) rather than hand it out under a graph that has not run yet. `Invalid` for pool
+/// memory that is not a live block (a double or interior free), which CUDA would take for the
+/// segment's own free; `NotOurs` for memory that is not the pool's.
+pub(crate) fn keep_captured_free<B: Backend>(pool: &Pool<B>, addr: u64, what: &str) -> FreeOutcome {
+    if pool.live_block(addr).is_none() {
+        return match pool.owner_of(addr) {
+            Some(_) => FreeOutcome::Invalid,
+            None => FreeOutcome::NotOurs,
+        };
+    }
     log::warn_once(&CAPTURED_FREE, || {
         format!(
             "{what}(0x{addr:x}) on a stream being captured into a graph: the graph frees it when \
@@ -306,7 +312,7 @@ pub(crate) fn keep_captured_free<B: Backend>(pool: &Pool<B>, addr: u64, what: &s
              (reported once)"
         )
     });
-    Some(())
+    FreeOutcome::Freed
 }
 
 /// A cached allocation of `size` bytes on `device` for use on `stream`, as PyTorch's
@@ -363,10 +369,11 @@ pub unsafe fn free_on(
         return refuse_inside_free(ptr, "cudaFreeAsync");
     };
     let Some(stream_key) = stream_key_or_capture(rt, pool, stream, promise) else {
-        if keep_captured_free(pool, ptr as u64, "cudaFreeAsync").is_some() {
-            return SUCCESS;
-        }
-        return pass();
+        return match keep_captured_free(pool, ptr as u64, "cudaFreeAsync") {
+            FreeOutcome::Freed => SUCCESS,
+            FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, "cudaFreeAsync"),
+            FreeOutcome::NotOurs => pass(),
+        };
     };
     let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed {
         FreeKind::Ordered { stream: stream_key }

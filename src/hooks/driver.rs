@@ -64,7 +64,8 @@ fn hooks() -> [usize; COUNT] {
 
 /// The hook to hand out in place of `f`, a function a lookup in the driver returned: decided
 /// by the identity of the driver's function, never by the name asked for. Anything else comes
-/// back unchanged.
+/// back unchanged, a function of the same name in another library too (the functions behind
+/// the hooks come from the next definition while no driver is loaded).
 pub fn swap(f: *mut c_void) -> *mut c_void {
     if f.is_null() || !hooked::swapping() {
         return f;
@@ -74,8 +75,8 @@ pub fn swap(f: *mut c_void) -> *mut c_void {
         .iter()
         .position(|r| r.load(std::sync::atomic::Ordering::Relaxed) == f as usize)
     {
-        Some(i) => hooks()[i] as *mut c_void,
-        None => f,
+        Some(i) if loaded().is_some_and(|d| d.contains(f)) => hooks()[i] as *mut c_void,
+        _ => f,
     }
 }
 

@@ -34,17 +34,23 @@ fn is_driver_name(name: &[u8]) -> bool {
     name.len() > 2 && name.starts_with(b"cu") && name[2].is_ascii_uppercase()
 }
 
-/// Whether the object at `base` (named `path`) defines `cudaMalloc` itself: a CUDA runtime
-/// library, or this library.
+/// Whether the object at `base` (named `path`, the dynamic linker's name) defines `cudaMalloc`
+/// itself: a CUDA runtime library, or this library. Never the main program (its name is empty),
+/// which the pool never takes its runtime from: it is not opened by its `argv[0]`, which may
+/// name another file or a FIFO that opening would block on.
 fn is_runtime_library(base: *mut c_void, path: *const c_char) -> bool {
     if base == own_base() {
         return true;
+    }
+    // SAFETY: a NUL-terminated name owned by the dynamic linker.
+    if unsafe { *path } == 0 {
+        return false;
     }
     // SAFETY: `path` is the dynamic linker's NUL-terminated name of a loaded object;
     // RTLD_NOLOAD only opens what is loaded already.
     let h = unsafe { libc::dlopen(path, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
     if h.is_null() {
-        // The main program's name may not open: its lookups are not a runtime's.
+        // Not opened by its name: no runtime the pool takes its calls to.
         return false;
     }
     // SAFETY: a live handle and a NUL-terminated name.
@@ -77,7 +83,7 @@ extern "C" fn dlsym_decide(
         if !is_driver_name(bytes) || !hooked::swapping() {
             return std::ptr::null_mut();
         }
-        match dl::object_of(caller as usize) {
+        match dl::linked_object_of(caller as usize) {
             Some((base, path)) if !is_runtime_library(base, path) => {}
             _ => return std::ptr::null_mut(),
         }

@@ -3,6 +3,7 @@
  *   driver_hostile reset        cuDevicePrimaryCtxReset_v2 with blocks live and cached
  *   driver_hostile created-oom  a context the program made runs out while the pool caches
  *   driver_hostile threads      dlsym of driver names on many threads while others allocate
+ *   driver_hostile destroyed-stream  cuMemFreeAsync of a block on a stream already destroyed
  * Each prints key=value lines and ends with "driver_hostile MODE: all checks passed". */
 #define _GNU_SOURCE
 #include "check.h"
@@ -181,6 +182,23 @@ static void mode_threads(void)
     CHECK(!bad, "a thread's lookup differed");
 }
 
+/* The driver refuses the destroyed stream and frees nothing: the block is still the program's,
+ * and its cuMemFree works. Prints the refusal as "destroyed_stream_free=N". */
+static void mode_destroyed_stream(void)
+{
+    CUstream s;
+    CUdeviceptr p;
+    CUresult r;
+    primary_current();
+    CU_OK(cuMemAlloc_v2(&p, MiB));
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuStreamDestroy_v2(s));
+    r = cuMemFreeAsync(p, s);
+    printf("destroyed_stream_free=%d\n", (int)r);
+    CHECK(r != CUDA_SUCCESS, "cuMemFreeAsync on a destroyed stream succeeded");
+    CU_OK(cuMemFree_v2(p));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -192,6 +210,8 @@ int main(int argc, char **argv)
         mode_created_oom();
     else if (strcmp(mode, "threads") == 0)
         mode_threads();
+    else if (strcmp(mode, "destroyed-stream") == 0)
+        mode_destroyed_stream();
     else
         CHECK(0, "unknown mode %s", mode);
     printf("driver_hostile %s: all checks passed\n", mode);
