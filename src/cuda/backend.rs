@@ -10,7 +10,7 @@ use super::driver::{self, Driver};
 use super::runtime::Runtime;
 use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::log;
-use crate::pool::{Addr, Backend, CudaError, DeviceSet, MAX_DEVICES};
+use crate::pool::{Addr, Backend, CudaError, DeviceSet, MapRefused, MAX_DEVICES};
 
 /// The runtime the pool's calls go to, once a runtime hook found it (`global::init`).
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -329,7 +329,7 @@ impl Backend for CudaBackend {
         Ok(addr)
     }
 
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
         let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
         let prop = pinned_on(vmm, device);
         let mut handle = 0u64;
@@ -347,14 +347,14 @@ impl Backend for CudaBackend {
             // SAFETY: the mapping just made, and one valid access descriptor.
             check(unsafe { (vmm.set_access)(addr, bytes as usize, &access, 1) })
         });
-        if usable.is_err() && mapped.is_ok() {
-            // SAFETY: the mapping just made, never used.
-            unsafe { (vmm.unmap)(addr, bytes as usize) };
-        }
+        // SAFETY: the mapping just made, never used.
+        let left_mapped = usable.is_err()
+            && mapped.is_ok()
+            && unsafe { (vmm.unmap)(addr, bytes as usize) } != SUCCESS;
         // The mapping keeps the memory: the handle goes now, the memory at the unmap.
         // SAFETY: the handle made above, released once.
         unsafe { (vmm.release)(handle) };
-        usable
+        usable.map_err(|error| MapRefused { error, left_mapped })
     }
 
     fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {

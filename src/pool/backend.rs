@@ -19,6 +19,25 @@ impl CudaError {
     pub const UNKNOWN: CudaError = CudaError(999);
 }
 
+/// Why `Backend::vmm_map` gave no usable mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapRefused {
+    pub error: CudaError,
+    /// The memory stayed mapped, without the device's access: the driver refused the access,
+    /// then the unmap that would have undone the mapping. Only `vmm_unmap` ends it.
+    pub left_mapped: bool,
+}
+
+impl From<CudaError> for MapRefused {
+    /// A refusal that left nothing mapped.
+    fn from(error: CudaError) -> MapRefused {
+        MapRefused {
+            error,
+            left_mapped: false,
+        }
+    }
+}
+
 /// A set of device ordinals below 64 (`MAX_DEVICES`): the peers given access to a device's
 /// mapped memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,8 +108,10 @@ pub trait Backend: Send + Sync {
     }
     /// Map `bytes` of new physical memory at `addr`, inside a reservation, with access for
     /// `device` (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`): one mapping, unmapped whole.
-    fn vmm_map(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), CudaError> {
-        Err(CudaError::NOT_SUPPORTED)
+    /// A refusal undoes what it did, but for an access refused whose undoing unmap was refused
+    /// too (`MapRefused::left_mapped`).
+    fn vmm_map(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), MapRefused> {
+        Err(CudaError::NOT_SUPPORTED.into())
     }
     /// Give `peers`, devices other than `device`, read and write access to `[addr, addr +
     /// bytes)`, memory of `device` that `vmm_map` mapped, in one or more mappings
