@@ -9,6 +9,8 @@
  *   MODE torch-stream: the same on a non-blocking stream of the program's own
  *   MODE async: cudaMallocAsync/cudaFreeAsync on the legacy stream, as PyTorch's
  *               cudaMallocAsync backend calls them (the pool's route under the preload)
+ *   MODE async-stream: the same on a non-blocking stream of the program's own (each call asks
+ *               the runtime whether the stream is being captured, and its id)
  *   MODE driver: cuMemAlloc_v2/cuMemFree_v2 on the primary context, the driver hooks' route
  *               (a static runtime's, XLA's), taken with dlsym(RTLD_DEFAULT)
  *
@@ -40,6 +42,8 @@ static volatile uintptr_t sink;
 
 static int use_cuda;
 static int use_async;
+/* The stream of the async modes: the legacy one, or the program's own (async-stream). */
+static cudaStream_t async_stream;
 
 /* PyTorch's pluggable allocator signatures, and the stream its calls name (torch modes). */
 typedef void *(*torch_malloc_fn)(ssize_t size, int device, cudaStream_t stream);
@@ -59,7 +63,7 @@ static void *alloc(size_t n)
     if (torch_malloc) {
         p = torch_malloc((ssize_t)n, 0, torch_stream);
     } else if (use_async) {
-        CHECK_CUDA(cudaMallocAsync(&p, n, 0));
+        CHECK_CUDA(cudaMallocAsync(&p, n, async_stream));
     } else if (use_cuda) {
         CHECK_CUDA(cudaMalloc(&p, n));
     } else {
@@ -74,7 +78,7 @@ static void release(void *p, size_t n)
     if (torch_free) {
         torch_free(p, (ssize_t)n, 0, torch_stream);
     } else if (use_async) {
-        CHECK_CUDA(cudaFreeAsync(p, 0));
+        CHECK_CUDA(cudaFreeAsync(p, async_stream));
     } else if (use_cuda) {
         CHECK_CUDA(cudaFree(p));
     } else {
@@ -154,15 +158,18 @@ int main(int argc, char **argv)
     int r;
 
     CHECK(argc == 5,
-          "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS cuda|glibc|torch|torch-stream|async|driver");
+          "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS "
+          "cuda|glibc|torch|torch-stream|async|async-stream|driver");
     live = atol(argv[1]);
     size = (size_t)strtoull(argv[2], NULL, 0);
     iters = atol(argv[3]);
     CHECK(live >= 0 && size > 0 && iters > 0, "bad arguments");
     if (strcmp(argv[4], "cuda") == 0) {
         use_cuda = 1;
-    } else if (strcmp(argv[4], "async") == 0) {
+    } else if (strncmp(argv[4], "async", 5) == 0) {
         use_cuda = use_async = 1;
+        CHECK(strcmp(argv[4] + 5, "") == 0 || strcmp(argv[4] + 5, "-stream") == 0,
+              "unknown mode '%s'", argv[4]);
     } else if (strcmp(argv[4], "driver") == 0) {
         use_cuda = 1;
         cu_malloc = (cu_malloc_fn)dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
@@ -177,13 +184,17 @@ int main(int argc, char **argv)
               "unknown mode '%s'", argv[4]);
     } else {
         CHECK(strcmp(argv[4], "glibc") == 0,
-              "MODE is cuda, glibc, torch, torch-stream, async or driver, not '%s'", argv[4]);
+              "MODE is cuda, glibc, torch, torch-stream, async, async-stream or driver, not '%s'",
+              argv[4]);
     }
     if (use_cuda) {
         CHECK_CUDA(cudaFree(NULL)); /* initialize the runtime outside the timing */
     }
     if (strcmp(argv[4], "torch-stream") == 0) {
         CHECK_CUDA(cudaStreamCreateWithFlags(&torch_stream, cudaStreamNonBlocking));
+    }
+    if (strcmp(argv[4], "async-stream") == 0) {
+        CHECK_CUDA(cudaStreamCreateWithFlags(&async_stream, cudaStreamNonBlocking));
     }
 
     blocks = calloc(live > 0 ? (size_t)live : 1, sizeof *blocks);

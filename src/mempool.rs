@@ -23,7 +23,8 @@ use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
 use crate::dispatch::current_pool;
 use crate::dispatch::{
-    current_device, forward, malloc_with, one_device, own_query, runtime, Promise,
+    async_stream_key, current_device, forward, malloc_with, one_device, own_query, runtime,
+    OnStream, Promise,
 };
 use crate::global;
 use crate::guard;
@@ -55,9 +56,9 @@ pub unsafe fn malloc_async(
     // SAFETY: the caller's arguments, passed on unchanged.
     let pass = |rt: &Runtime| forward(rt.malloc_async, |f| unsafe { f(dev_ptr, size, stream) });
     // A call from inside the pool passes through in `malloc_with`, which enters the guard.
-    if pool.is_none() || dev_ptr.is_null() || size == 0 {
+    let (Some(pooled), false, false) = (pool, dev_ptr.is_null(), size == 0) else {
         return pass(rt);
-    }
+    };
     let Some(dev) = current_device(rt) else {
         return pass(rt);
     };
@@ -68,24 +69,44 @@ pub unsafe fn malloc_async(
             never_worse(rt, pool, dev, pass),
         );
     }
-    if capturing(rt, stream) {
-        return note_passed_through(Reason::GraphCapture, size, pass(rt));
+    if !is_legacy(stream) {
+        // SAFETY: the caller's arguments; `dev` is current; `pass` as below.
+        return unsafe {
+            malloc_async_created(dev_ptr, size, stream, (rt, pooled, dev), origin, pass)
+        };
     }
+    // The legacy stream, PyTorch's: never captured (CUDA refuses to), of every device, and
+    // named without a question.
+    let stream = Some(OnStream::Ask(stream, Promise::Runtime));
+    // SAFETY: the caller's arguments; `dev` is current; `pass` makes the runtime's own call.
+    unsafe { malloc_with(dev_ptr, size, stream, Some(dev), origin, pass) }
+}
+
+/// `malloc_async` on another stream than the legacy one: asked once whether it is being
+/// captured into a graph (the allocation then passes through), an answer that also names it.
+///
+/// # Safety
+/// As `malloc_async`; `on` is the runtime, the pool and the current device; `pass` makes the
+/// runtime's own call.
+#[inline(never)]
+unsafe fn malloc_async_created(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Stream,
+    on: (&Runtime, &Pool<CudaBackend>, u32),
+    origin: Origin,
+    pass: impl Fn(&Runtime) -> CudaStatus,
+) -> CudaStatus {
+    let (rt, pool, dev) = on;
+    let Some(key) = async_stream_key(rt, pool, stream) else {
+        return note_passed_through(Reason::GraphCapture, size, pass(rt));
+    };
     if !on_device(rt, stream, dev) {
         return pass(rt);
     }
-    // SAFETY: the caller's arguments; `dev` is current; `pass` makes the runtime's own call.
-    unsafe {
-        malloc_with(
-            dev_ptr,
-            size,
-            Some(stream),
-            Some(dev),
-            origin,
-            Promise::Runtime,
-            pass,
-        )
-    }
+    let stream = Some(OnStream::Named(key));
+    // SAFETY: the caller's arguments and contract.
+    unsafe { malloc_with(dev_ptr, size, stream, Some(dev), origin, pass) }
 }
 
 /// The runtime's answer to an allocation from the program's own memory pool. Never worse on
@@ -174,17 +195,6 @@ pub unsafe fn mem_pool_destroy(mem_pool: MemPool) -> CudaStatus {
         current_pool::note_destroyed();
     }
     r
-}
-
-/// Whether `stream` is being captured into a graph (or cannot be asked: the safe side). The
-/// legacy stream, PyTorch's, is never asked: CUDA refuses to capture it.
-fn capturing(rt: &Runtime, stream: Stream) -> bool {
-    let Some(is_capturing) = rt.stream_is_capturing.filter(|_| !is_legacy(stream)) else {
-        return false;
-    };
-    let mut status = 0;
-    // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    own_query(rt, unsafe { is_capturing(stream, &mut status) }) != SUCCESS || status != 0
 }
 
 /// Whether `stream` belongs to device `dev` (the current one): the default streams do; with one

@@ -184,6 +184,8 @@ fn cuda_malloc_async_is_pooled_stream_ordered_in_every_mode_and_capture_passes_t
         );
         assert_eq!(captured.0, 2, "{out}");
         assert_eq!(summary_passed_through(&path), [(0, 0), captured], "{mode}");
+        // One capture question per request on a created stream: its answer names the stream.
+        assert_eq!(number::<u64>(&out, "capture_queries="), 1, "{mode}: {out}");
     }
     // The Prometheus form: one sample per reason.
     let path = scratch("async-capture-prom").join("summary.prom");

@@ -61,6 +61,10 @@ size_t cudasimRangeBusy(const void *p, size_t n);
 /* The nth next call (1 = the very next) of the runtime or driver function `name` returns `error`.
  * 0, or 1 for an unknown name (or nth 0). */
 int cudasimFailNext(const char *name, unsigned nth, int error);
+/* The calls of the runtime or driver function `name` counted so far: counting starts at the
+ * first such question (*out 0 then) or the first fault armed for it. 0, or 1 (unknown name, or
+ * NULL out). */
+int cudasimCallCount(const char *name, unsigned long long *out);
 /* The simulated kernel's "function pointer" (launch it with cudasim_launch_fill). */
 void cudasim_fill_kernel(void);
 

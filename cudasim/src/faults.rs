@@ -237,6 +237,12 @@ pub fn fail_next(func: Func, nth: u64, error: Code) {
     arm(FaultSpec { func, call, error });
 }
 
+/// `cudasimCallCount`: the calls of `func` counted so far, counting from now on if it did not.
+pub fn call_count(func: Func) -> u64 {
+    COUNTING[func as usize].store(true, Ordering::SeqCst);
+    CALLS[func as usize].load(Ordering::SeqCst)
+}
+
 /// Counts a call of `func`; returns the error to inject if a fault is armed for this call.
 pub fn on_call(func: Func) -> Option<Code> {
     if !COUNTING[func as usize].load(Ordering::Relaxed) {

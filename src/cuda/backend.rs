@@ -10,7 +10,7 @@ use super::driver::{self, Driver};
 use super::runtime::Runtime;
 use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::log;
-use crate::pool::{Addr, Backend, CudaError, DeviceSet, MAX_DEVICES};
+use crate::pool::{Addr, Backend, CudaError, DeviceSet, MapRefused, MAX_DEVICES};
 
 /// The runtime the pool's calls go to, once a runtime hook found it (`global::init`).
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -84,8 +84,7 @@ impl CudaBackend {
         let mut e: Event = std::ptr::null_mut();
         // A driver event is a runtime event: either API makes it.
         check_internal(match api()? {
-            // SAFETY: `e` is a valid out-pointer; the device is current (the pool calls
-            // barriers from the allocating thread).
+            // SAFETY: `e` is a valid out-pointer; `device` is current (`barrier`).
             Api::Runtime(rt) => unsafe {
                 (rt.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING)
             },
@@ -270,25 +269,41 @@ impl Backend for CudaBackend {
     }
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
-        let e = self.barrier_event(device)?;
         let legacy = std::ptr::null_mut();
+        let mut recorded = None;
         let r = match api()? {
-            Api::Runtime(rt) => {
-                // SAFETY: an event of the current device, and the legacy stream (null).
-                check_internal(unsafe { (rt.event_record)(e, legacy) }).and_then(|()| {
-                    // SAFETY: the same event, just recorded, and the legacy stream.
-                    check_internal(unsafe { (rt.stream_wait_event)(legacy, e, 0) })
-                })
-            }
+            // The legacy stream and the event are the current device's: `device` is made
+            // current for both, as for the fence.
+            Api::Runtime(rt) => check_internal(on_device(rt, device, || {
+                let e = match self.barrier_event(device) {
+                    Ok(e) => e,
+                    Err(e) => return e.0,
+                };
+                recorded = Some(e);
+                // SAFETY: an event of `device`, current, and its legacy stream (null).
+                let r = unsafe { (rt.event_record)(e, legacy) };
+                if r != SUCCESS {
+                    return r;
+                }
+                // SAFETY: the same event, just recorded, and the legacy stream.
+                unsafe { (rt.stream_wait_event)(legacy, e, 0) }
+            })),
             Api::Driver(d) => {
-                // SAFETY: as above, through the driver.
+                if !driver_context_is(d, device) {
+                    // Another device's context, which the pool cannot leave through the driver
+                    // alone: the blocks keep waiting, as after a failed fence.
+                    return Err(CudaError::INVALID_DEVICE);
+                }
+                let e = self.barrier_event(device)?;
+                recorded = Some(e);
+                // SAFETY: as above, through the driver, in the device's context.
                 check(unsafe { (d.event_record)(e, legacy) }).and_then(|()| {
                     // SAFETY: as above.
                     check(unsafe { (d.stream_wait_event)(legacy, e, 0) })
                 })
             }
         };
-        if r.is_err() {
+        if let (Err(_), Some(e)) = (r, recorded) {
             // An event a reset destroyed meanwhile: the next barrier makes a new one.
             let _ = self.barrier_events[device as usize].compare_exchange(
                 e,
@@ -329,7 +344,7 @@ impl Backend for CudaBackend {
         Ok(addr)
     }
 
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
         let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
         let prop = pinned_on(vmm, device);
         let mut handle = 0u64;
@@ -347,14 +362,14 @@ impl Backend for CudaBackend {
             // SAFETY: the mapping just made, and one valid access descriptor.
             check(unsafe { (vmm.set_access)(addr, bytes as usize, &access, 1) })
         });
-        if usable.is_err() && mapped.is_ok() {
-            // SAFETY: the mapping just made, never used.
-            unsafe { (vmm.unmap)(addr, bytes as usize) };
-        }
+        // SAFETY: the mapping just made, never used.
+        let left_mapped = usable.is_err()
+            && mapped.is_ok()
+            && unsafe { (vmm.unmap)(addr, bytes as usize) } != SUCCESS;
         // The mapping keeps the memory: the handle goes now, the memory at the unmap.
         // SAFETY: the handle made above, released once.
         unsafe { (vmm.release)(handle) };
-        usable
+        usable.map_err(|error| MapRefused { error, left_mapped })
     }
 
     fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {

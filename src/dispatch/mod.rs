@@ -24,10 +24,11 @@ use crate::cuda::types::*;
 use crate::global::{self, Global};
 use crate::guard;
 use crate::log;
-use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, NO_STREAM};
+use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, NO_STREAM};
 
 pub use ipc::ipc_get_mem_handle;
 pub(crate) use ipc::ipc_refused;
+pub(crate) use stream_names::async_stream_key;
 pub use stream_names::Promise;
 use stream_names::{stream_is_blocking, stream_key, stream_key_known, stream_key_or_capture};
 
@@ -113,18 +114,22 @@ pub unsafe fn malloc_on(
     current: Option<u32>,
     origin: Origin,
 ) -> CudaStatus {
+    let stream = stream.map(|s| OnStream::Ask(s, Promise::Pool));
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe {
-        malloc_with(
-            dev_ptr,
-            size,
-            stream,
-            current,
-            origin,
-            Promise::Pool,
-            |rt| (rt.malloc)(dev_ptr, size),
-        )
+        malloc_with(dev_ptr, size, stream, current, origin, |rt| {
+            (rt.malloc)(dev_ptr, size)
+        })
     }
+}
+
+/// The stream a stream-ordered allocation is for, as `malloc_with` takes it.
+#[derive(Clone, Copy)]
+pub(crate) enum OnStream {
+    /// To be named in `malloc_with` by the rule of the call's promise (`stream_key`).
+    Ask(Stream, Promise),
+    /// Named by the caller already (`async_stream_key`).
+    Named(StreamKey),
 }
 
 /// `malloc_on`, where `pass` is the runtime's own call for the request, made when the pool does
@@ -136,10 +141,9 @@ pub unsafe fn malloc_on(
 pub(crate) unsafe fn malloc_with(
     dev_ptr: *mut *mut c_void,
     size: usize,
-    stream: Option<Stream>,
+    stream: Option<OnStream>,
     current: Option<u32>,
     origin: Origin,
-    promise: Promise,
     pass: impl Fn(&Runtime) -> CudaStatus,
 ) -> CudaStatus {
     let Some((g, pool)) = global::with_pool() else {
@@ -162,7 +166,10 @@ pub(crate) unsafe fn malloc_with(
         },
     };
     let stream = stream
-        .map(|s| stream_key(rt, pool, s, promise))
+        .map(|s| match s {
+            OnStream::Ask(s, promise) => stream_key(rt, pool, s, promise),
+            OnStream::Named(key) => key,
+        })
         .filter(|&k| k != NO_STREAM);
     let served = |addr: u64| {
         // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.

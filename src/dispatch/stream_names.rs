@@ -76,22 +76,67 @@ pub(super) fn stream_key_or_capture<B: Backend>(
 /// `stream_key_or_capture` when the runtime must be asked.
 #[inline(never)]
 fn stream_key_asked(rt: &Runtime, stream: Stream) -> Option<StreamKey> {
-    let (Some(get_id), Some(is_capturing)) = (rt.stream_get_id, rt.stream_is_capturing) else {
-        return Some(NO_STREAM);
-    };
+    match captured(rt, stream) {
+        Some(true) => None,
+        Some(false) => Some(stream_id(rt, stream)),
+        None => Some(NO_STREAM),
+    }
+}
+
+/// The pool's name for `stream` for `cudaMallocAsync` (the runtime's promise), or `None` when
+/// the allocation passes through: the stream is being captured into a graph (the graph owns
+/// it), or the runtime cannot say whether it is. One capture question, whose answer also
+/// decides the name. The legacy stream is never asked: CUDA refuses to capture it. What needs
+/// no runtime call inlined (the legacy stream, PyTorch's), the questions apart.
+#[inline(always)]
+pub(crate) fn async_stream_key<B: Backend>(
+    rt: &Runtime,
+    pool: &Pool<B>,
+    stream: Stream,
+) -> Option<StreamKey> {
+    match stream_key_known(rt, pool, stream, Promise::Runtime) {
+        Some(key) if is_legacy(stream) || rt.stream_is_capturing.is_none() => Some(key),
+        known => async_stream_key_asked(rt, stream, known),
+    }
+}
+
+/// `async_stream_key` when the runtime must be asked: `known` is the name that needs no
+/// question, if any (`NO_STREAM` where the runtime has no `cudaStreamGetId`).
+#[inline(never)]
+fn async_stream_key_asked(
+    rt: &Runtime,
+    stream: Stream,
+    known: Option<StreamKey>,
+) -> Option<StreamKey> {
+    if captured(rt, stream) != Some(false) {
+        return None;
+    }
+    Some(known.unwrap_or_else(|| stream_id(rt, stream)))
+}
+
+/// Whether the runtime says `stream` is being captured into a graph (`cudaStreamIsCapturing`);
+/// `None` when it cannot say.
+fn captured(rt: &Runtime, stream: Stream) -> Option<bool> {
+    let is_capturing = rt.stream_is_capturing?;
     let mut capturing = -1;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
     match own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) {
-        SUCCESS if capturing != 0 => return None,
-        SUCCESS => {}
-        _ => return Some(NO_STREAM),
+        SUCCESS => Some(capturing != 0),
+        _ => None,
     }
+}
+
+/// The runtime's unique id of `stream` (`cudaStreamGetId`), `NO_STREAM` when it cannot say.
+fn stream_id(rt: &Runtime, stream: Stream) -> StreamKey {
+    let Some(get_id) = rt.stream_get_id else {
+        return NO_STREAM;
+    };
     let mut id = 0u64;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    Some(match own_query(rt, unsafe { get_id(stream, &mut id) }) {
+    match own_query(rt, unsafe { get_id(stream, &mut id) }) {
         SUCCESS if id != NO_STREAM => id,
         _ => NO_STREAM,
-    })
+    }
 }
 
 /// `stream_key` when it needs no runtime call: `None` when the runtime must be asked.

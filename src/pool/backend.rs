@@ -19,6 +19,25 @@ impl CudaError {
     pub const UNKNOWN: CudaError = CudaError(999);
 }
 
+/// Why `Backend::vmm_map` gave no usable mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapRefused {
+    pub error: CudaError,
+    /// The memory stayed mapped, without the device's access: the driver refused the access,
+    /// then the unmap that would have undone the mapping. Only `vmm_unmap` ends it.
+    pub left_mapped: bool,
+}
+
+impl From<CudaError> for MapRefused {
+    /// A refusal that left nothing mapped.
+    fn from(error: CudaError) -> MapRefused {
+        MapRefused {
+            error,
+            left_mapped: false,
+        }
+    }
+}
+
 /// A set of device ordinals below 64 (`MAX_DEVICES`): the peers given access to a device's
 /// mapped memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,11 +83,12 @@ pub trait Backend: Send + Sync {
     fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError>;
     /// Give a segment back (a real `cudaFree`, which itself waits for the device's work).
     fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError>;
-    /// Wait for all work on every stream of `device`, the current device
-    /// (`cudaDeviceSynchronize`).
+    /// Wait for all work on every stream of `device`, whatever device is current
+    /// (`cudaDeviceSynchronize` with `device` current).
     fn fence(&self, device: u32) -> Result<(), CudaError>;
-    /// Enqueue one action on the legacy default stream of `device` (the current device), which
-    /// orders all later blocking-stream work after all earlier blocking-stream work. No host wait.
+    /// Enqueue one action on the legacy default stream of `device`, whatever device is current,
+    /// which orders all later blocking-stream work after all earlier blocking-stream work. No
+    /// host wait.
     fn barrier(&self, device: u32) -> Result<(), CudaError>;
     /// Free and total memory of `device`, the current device (`cudaMemGetInfo`). Asked when the
     /// threshold is a percentage, after each new segment and at out-of-memory: never at exit.
@@ -89,8 +109,10 @@ pub trait Backend: Send + Sync {
     }
     /// Map `bytes` of new physical memory at `addr`, inside a reservation, with access for
     /// `device` (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`): one mapping, unmapped whole.
-    fn vmm_map(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), CudaError> {
-        Err(CudaError::NOT_SUPPORTED)
+    /// A refusal undoes what it did, but for an access refused whose undoing unmap was refused
+    /// too (`MapRefused::left_mapped`).
+    fn vmm_map(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), MapRefused> {
+        Err(CudaError::NOT_SUPPORTED.into())
     }
     /// Give `peers`, devices other than `device`, read and write access to `[addr, addr +
     /// bytes)`, memory of `device` that `vmm_map` mapped, in one or more mappings

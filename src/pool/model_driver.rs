@@ -14,10 +14,10 @@
 //! caller's address, so `segment_containing` and `covers` see mapped memory as they see
 //! segments.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
-use super::backend::{Addr, Backend, CudaError, DeviceSet};
+use super::backend::{Addr, Backend, CudaError, DeviceSet, MapRefused};
 
 /// Segments start on 2 MiB boundaries, as the driver's large allocations do.
 pub const SEGMENT_ALIGNMENT: u64 = 2 << 20;
@@ -43,6 +43,11 @@ pub enum Call {
     Reserve,
     Map,
     Grant,
+    /// The access `vmm_map` gives the device to the memory it just mapped (its
+    /// `cuMemSetAccess`): refused, the mapping is undone with an unmap, as a backend does.
+    Access,
+    /// `vmm_unmap`, and the unmap that undoes a mapping refused its access.
+    Unmap,
 }
 
 /// A live segment: its device and size.
@@ -88,8 +93,8 @@ struct State {
     ranges: BTreeMap<Addr, Segment>,
     reserved_on: HashMap<u32, u64>,
     counts: Counts,
-    /// The next call of each kind fails with this code.
-    armed: HashMap<Call, i32>,
+    /// The next calls of each kind fail with this code, this many times.
+    armed: HashMap<Call, (i32, u32)>,
     /// The failures delivered since `clear_delivered`.
     delivered: Vec<(Call, i32)>,
     /// `None` once the outcomes stopped matching, or when there were none.
@@ -101,6 +106,9 @@ struct State {
     vmm: bool,
     /// The peers given access to each mapping (`vmm_grant`), by its address.
     access: HashMap<Addr, DeviceSet>,
+    /// Mappings left without access for their own device: refused it, then refused the unmap
+    /// that would have undone them.
+    no_access: HashSet<Addr>,
     /// What the pool said of peers it dropped (`vmm_peer_dropped`): device, peer, error.
     peers_dropped: Vec<(u32, u32, CudaError)>,
 }
@@ -143,6 +151,7 @@ impl ModelDriver {
                 misuses: Vec::new(),
                 vmm: false,
                 access: HashMap::new(),
+                no_access: HashSet::new(),
                 peers_dropped: Vec::new(),
             }),
         }
@@ -188,7 +197,14 @@ impl ModelDriver {
 
     /// The next `call` fails with `code`.
     pub fn fail_next(&self, call: Call, code: i32) {
-        self.lock().armed.insert(call, code);
+        self.fail_next_times(call, code, 1);
+    }
+
+    /// The next `times` calls of `call` fail with `code`.
+    pub fn fail_next_times(&self, call: Call, code: i32, times: u32) {
+        if times > 0 {
+            self.lock().armed.insert(call, (code, times));
+        }
     }
 
     /// The failures delivered since the last `clear_delivered`.
@@ -305,6 +321,7 @@ impl ModelDriver {
         };
         s.segments.remove(&addr);
         s.access.remove(&addr);
+        s.no_access.remove(&addr);
         *s.reserved_on.entry(device).or_default() -= seg.bytes;
         s.counts.reserved -= seg.bytes;
         Ok(seg.bytes)
@@ -324,6 +341,29 @@ impl ModelDriver {
             }
             _ => DeviceSet::default(),
         }
+    }
+
+    /// Whether `[addr, end)` lies in mappings of `device`'s reserved ranges that follow one
+    /// another without a hole, each with access for `device` and for `peers`: memory a block
+    /// handed out there may use.
+    pub fn usable(&self, device: u32, addr: Addr, end: Addr, peers: DeviceSet) -> bool {
+        let s = self.lock();
+        let mut at = addr;
+        while at < end {
+            match s.segments.range(..=at).next_back() {
+                Some((&base, seg))
+                    if at - base < seg.bytes
+                        && seg.device == device
+                        && s.in_reservation(base)
+                        && !s.no_access.contains(&base)
+                        && s.access.get(&base).copied().unwrap_or_default() & peers == peers =>
+                {
+                    at = base + seg.bytes
+                }
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// The peers the pool dropped after the driver refused them a grant, as it told the backend
@@ -347,9 +387,13 @@ impl ModelDriver {
         let mut s = self.lock();
         s.segments.retain(|_, seg| seg.device != device);
         let State {
-            access, segments, ..
+            access,
+            no_access,
+            segments,
+            ..
         } = &mut *s;
         access.retain(|a, _| segments.contains_key(a));
+        no_access.retain(|a| segments.contains_key(a));
         let bytes = s.reserved_on.remove(&device).unwrap_or(0);
         s.counts.reserved -= bytes;
     }
@@ -402,13 +446,14 @@ impl State {
 
     /// A failure armed for `call`, delivered now.
     fn fault(&mut self, call: Call) -> Result<(), CudaError> {
-        match self.armed.remove(&call) {
-            Some(code) => {
-                self.delivered.push((call, code));
-                Err(CudaError(code))
-            }
-            None => Ok(()),
+        let Some((code, times)) = self.armed.remove(&call) else {
+            return Ok(());
+        };
+        if times > 1 {
+            self.armed.insert(call, (code, times - 1));
         }
+        self.delivered.push((call, code));
+        Err(CudaError(code))
     }
 
     fn allocate(&mut self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
@@ -531,26 +576,49 @@ impl Backend for ModelDriver {
         self.reserve(device, bytes)
     }
 
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
         {
             let mut s = self.lock();
             if !s.vmm {
-                return Err(CudaError::NOT_SUPPORTED);
+                return Err(CudaError::NOT_SUPPORTED.into());
             }
             if let Err(e) = s.fault(Call::Map) {
                 s.counts.maps += 1;
-                return Err(e);
+                return Err(e.into());
             }
             if !addr.is_multiple_of(VMM_GRANULE) || !bytes.is_multiple_of(VMM_GRANULE) {
                 s.misuses
                     .push(format!("mapped {addr:#x}+{bytes}, not whole granules"));
-                return Err(CudaError::INVALID_VALUE);
+                return Err(CudaError::INVALID_VALUE.into());
             }
         }
-        self.map(device, addr, bytes)
+        self.map(device, addr, bytes)?;
+        let mut s = self.lock();
+        let Err(refused) = s.fault(Call::Access) else {
+            return Ok(());
+        };
+        // Never used: undone at once, unless the unmap is refused too.
+        if s.fault(Call::Unmap).is_err() {
+            s.counts.unmaps += 1;
+            s.no_access.insert(addr);
+            return Err(MapRefused {
+                error: refused,
+                left_mapped: true,
+            });
+        }
+        drop(s);
+        self.unmap(device, addr)?;
+        Err(refused.into())
     }
 
     fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        {
+            let mut s = self.lock();
+            if let Err(e) = s.fault(Call::Unmap) {
+                s.counts.unmaps += 1;
+                return Err(e);
+            }
+        }
         let unmapped = self.unmap(device, addr)?;
         if unmapped != bytes {
             self.lock().misuses.push(format!(

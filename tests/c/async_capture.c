@@ -3,7 +3,9 @@
  * another stream only after a fence; on a stream being captured into a graph the request goes
  * to the runtime (the graph owns it), and so does the driver's cuMemAllocAsync there. The
  * per-thread-default-stream forms (`_ptsz`) are the pool's too. Prints "captured_async=N" and
- * "captured_bytes=N" (the requests made during capture, and their bytes) and "async_capture ok". */
+ * "captured_bytes=N" (the requests made during capture, and their bytes), "capture_queries=N"
+ * (the cudaStreamIsCapturing calls one pooled cudaMallocAsync on a created stream made) and
+ * "async_capture ok". */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dlfcn.h>
 
@@ -23,7 +25,10 @@ int main(void)
     cudasimStats before = sim_stats(0);
 
     void *a, *b, *c;
+    unsigned long long queries_before = 0, queries_after = 0;
+    CHECK(cudasimCallCount("cudaStreamIsCapturing", &queries_before) == 0, "cudasimCallCount");
     CHECK_CUDA(cudaMallocAsync(&a, MIB, s));
+    CHECK(cudasimCallCount("cudaStreamIsCapturing", &queries_after) == 0, "cudasimCallCount");
     CHECK_CUDA(cudaFreeAsync(a, s));
     CHECK_CUDA(cudaMallocAsync(&b, MIB, s));
     CHECK(b == a, "the stream that freed %p got %p", a, b);
@@ -93,6 +98,7 @@ int main(void)
     CHECK_CUDA(cudaStreamDestroy(t));
     printf("captured_async=%llu\n", captured);
     printf("captured_bytes=%llu\n", captured_bytes);
+    printf("capture_queries=%llu\n", queries_after - queries_before);
     printf("async_capture ok\n");
     return 0;
 }

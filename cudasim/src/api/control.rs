@@ -186,3 +186,25 @@ pub unsafe extern "C" fn cudasimFailNext(name: *const c_char, nth: c_uint, error
         }
     })
 }
+
+/// The calls of `name` counted so far (`faults::call_count`).
+#[no_mangle]
+pub unsafe extern "C" fn cudasimCallCount(name: *const c_char, out: *mut u64) -> c_int {
+    boundary(UNKNOWN, || {
+        if name.is_null() || out.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: `name` is not NULL and, by the caller's contract, a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(name) };
+        match name.to_str().ok().and_then(Func::from_name) {
+            Some(func) => {
+                // Read the configuration first, so `CUDASIM_FAIL` is armed before counting.
+                let _ = config::get();
+                // SAFETY: `out` is not NULL and, by the caller's contract, writable.
+                unsafe { *out = faults::call_count(func) };
+                SUCCESS
+            }
+            None => INVALID_VALUE,
+        }
+    })
+}

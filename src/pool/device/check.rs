@@ -170,6 +170,12 @@ impl DevicePool {
                         b.addr, b.state
                     ));
                 }
+                if let Some(k) = (first..end).find(|&k| granules.is_unready(k)) {
+                    return Err(format!(
+                        "block {:#x} ({:?}) touches granule {k}, left by a refused mapping",
+                        b.addr, b.state
+                    ));
+                }
             }
             idx = b.next;
         }

@@ -27,6 +27,13 @@ pub(super) struct Granules {
     bits: Vec<u64>,
     /// Bytes mapped.
     pub(super) mapped: u64,
+    /// Mapped granules no block may use as they are: a refused mapping left them, and the unmap
+    /// that would have undone it was refused too. The device may lack access to one (its
+    /// `cuMemSetAccess` was refused), and its peers do (they are granted a block's granules
+    /// once all are mapped). Counted as mapped, since the driver holds their memory; `map_block`
+    /// unmaps one and maps it afresh before a block uses it, a release unmaps one like any free
+    /// granule. Few, and mostly none.
+    unready: Vec<u64>,
 }
 
 impl Granules {
@@ -34,11 +41,31 @@ impl Granules {
         Granules {
             bits: vec![0; count.div_ceil(64) as usize],
             mapped: 0,
+            unready: Vec::new(),
         }
     }
 
     pub(super) fn is_mapped(&self, k: u64) -> bool {
         self.bits[(k / 64) as usize] & (1 << (k % 64)) != 0
+    }
+
+    /// Whether granule `k` is mapped but not ready for a block (`unready`).
+    pub(super) fn is_unready(&self, k: u64) -> bool {
+        !self.unready.is_empty() && self.unready.contains(&k)
+    }
+
+    /// Granule `k` is mapped and counted, but not ready for a block.
+    fn left_mapped(&mut self, k: u64, g: u64) {
+        self.set(k, true);
+        self.mapped += g;
+        self.unready.push(k);
+    }
+
+    /// Granule `k` was unmapped.
+    fn unmapped(&mut self, k: u64, g: u64) {
+        self.set(k, false);
+        self.mapped -= g;
+        self.unready.retain(|&u| u != k);
     }
 
     fn set(&mut self, k: u64, mapped: bool) {
@@ -315,8 +342,11 @@ impl DevicePool {
     }
 
     /// Map the granules block `idx` would hand out for `rounded` bytes and lacks, one mapping
-    /// per granule (so that each can be unmapped alone). All or nothing: on a refusal the
-    /// granules mapped here are unmapped again, which is safe at once (nothing used them).
+    /// per granule (so that each can be unmapped alone), and give the device's peers access
+    /// to them. All or nothing: on a refusal the granules mapped here are unmapped again, which
+    /// is safe at once (nothing used them). A granule whose unmap is refused too, or that the
+    /// driver left mapped without access, stays mapped and counted but unready: it is unmapped
+    /// and mapped afresh here before a block uses it.
     fn map_block(
         &mut self,
         idx: u32,
@@ -329,6 +359,12 @@ impl DevicePool {
         let mut mapped_here = Vec::new();
         let mut refused = None;
         for k in first..end {
+            if self.granules(si).is_unready(k) {
+                if let Err(e) = self.unmap_unready(si, k, backend) {
+                    refused = Some(e);
+                    break;
+                }
+            }
             if self.granules(si).is_mapped(k) {
                 continue;
             }
@@ -340,8 +376,11 @@ impl DevicePool {
                 break;
             }
             if let Err(e) = backend.vmm_map(self.device, base + k * g, g) {
-                self.record(Kind::MapRefused, base + k * g, g, e.0 as u64, 0);
-                refused = Some(e);
+                self.record(Kind::MapRefused, base + k * g, g, e.error.0 as u64, 0);
+                if e.left_mapped {
+                    self.count_left_mapped(si, k);
+                }
+                refused = Some(e.error);
                 break;
             }
             self.record(Kind::Map, base + k * g, g, 0, 0);
@@ -353,15 +392,11 @@ impl DevicePool {
         }
         if let Some(e) = refused {
             for k in mapped_here {
-                // An unmap that fails leaves the granule mapped and counted: a later release
-                // tries again.
                 if backend.vmm_unmap(self.device, base + k * g, g).is_ok() {
                     self.record(Kind::Unmap, base + k * g, g, 0, UNMAP_UNDONE);
                     self.granules_mut(si).set(k, false);
                 } else {
-                    self.granules_mut(si).mapped += g;
-                    self.stats.reserved.add(g);
-                    self.stats.granules_mapped += 1;
+                    self.count_left_mapped(si, k);
                 }
             }
             return Err(e);
@@ -370,6 +405,28 @@ impl DevicePool {
         self.granules_mut(si).mapped += added;
         self.stats.reserved.add(added);
         self.stats.granules_mapped += mapped_here.len() as u64;
+        Ok(())
+    }
+
+    /// Granule `k` of segment `si` stays mapped, not ready for a block: counted, since the
+    /// driver holds its memory, and given back by a release like any free granule.
+    fn count_left_mapped(&mut self, si: u32, k: u64) {
+        let g = self.granule;
+        self.granules_mut(si).left_mapped(k, g);
+        self.stats.reserved.add(g);
+        self.stats.granules_mapped += 1;
+    }
+
+    /// Unmap unready granule `k` of segment `si`, which no block used, so that it can be mapped
+    /// afresh.
+    fn unmap_unready(&mut self, si: u32, k: u64, backend: &dyn Backend) -> Result<(), CudaError> {
+        let g = self.granule;
+        let at = self.seg(si).addr + k * g;
+        backend.vmm_unmap(self.device, at, g)?;
+        self.record(Kind::Unmap, at, g, 0, UNMAP_UNDONE);
+        self.granules_mut(si).unmapped(k, g);
+        self.stats.reserved.sub(g);
+        self.stats.granules_unmapped += 1;
         Ok(())
     }
 
@@ -546,9 +603,7 @@ impl DevicePool {
                 return (released, false);
             }
             self.record(Kind::Unmap, at, g, 0, why);
-            let granules = self.granules_mut(si);
-            granules.set(k, false);
-            granules.mapped -= g;
+            self.granules_mut(si).unmapped(k, g);
             self.stats.reserved.sub(g);
             self.stats.granules_unmapped += 1;
             released += g;

@@ -3,6 +3,7 @@
 //! on mapped bytes, and the fallbacks to classic segments.
 
 use super::*;
+use crate::pool::backend::DeviceSet;
 use crate::pool::model_driver::{Call, VMM_GRANULE};
 
 pub(super) const DEVICE: u64 = 16 << 30;
@@ -386,6 +387,68 @@ fn a_refused_mapping_is_undone_and_the_request_recovers() {
     for x in [a, b] {
         p.free(x, FreeKind::Sync, Some(0));
     }
+    assert_sound(&p);
+}
+
+/// Whether the block at `addr` of `size` bytes lies on memory device 0 mapped for it, with
+/// access for device 0 and for `peers`: what a kernel using it needs.
+fn usable(p: &Pool<ModelDriver>, addr: Addr, size: u64, peers: DeviceSet) -> bool {
+    p.backend().usable(0, addr, addr + size, peers)
+}
+
+/// A mapping refused for want of memory whose undoing unmap is refused too (and again at the
+/// recovery's retry): the granule it had mapped stays mapped and counted, and the block later
+/// served over it has the peer's access like every other block.
+#[test]
+fn a_granule_left_mapped_by_a_refused_mapping_gets_its_peers_before_use() {
+    // Five granules' capacity.
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, 10 * MIB);
+    let d = p.backend();
+    p.add_peer(0, 1).unwrap();
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    d.fail_next_times(Call::Unmap, 999, 2);
+    // The fifth granule maps, the sixth is refused: the device is full.
+    assert_eq!(p.alloc(0, 9 * MIB), Err(CudaError::MEMORY_ALLOCATION));
+    assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0));
+    assert_eq!(d.mapped_on(0), 10 * MIB);
+    p.free(a, FreeKind::Sync, Some(0));
+    // Over the five granules, all mapped already.
+    let b = p.alloc(0, 10 * MIB).unwrap();
+    assert!(usable(&p, b, 10 * MIB, DeviceSet::one(1)), "{b:#x}");
+    assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0));
+    p.free(b, FreeKind::Sync, Some(0));
+    program_sync(&p);
+    p.empty_cache(0);
+    assert_eq!((stats(&p, 0).reserved.current, d.mapped_on(0)), (0, 0));
+    assert_sound(&p);
+}
+
+/// A mapping refused its access whose undoing unmap is refused too: the driver holds the
+/// memory, so the pool counts it, and the request is served once the granule was unmapped and
+/// mapped again with access, never over it as it was.
+#[test]
+fn a_mapping_left_without_access_is_counted_and_never_handed_out() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    let d = p.backend();
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    d.fail_next(Call::Access, 999);
+    d.fail_next(Call::Unmap, 999);
+    let b = p.alloc(0, 9 * MIB).unwrap();
+    assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0));
+    let mut live = vec![(a, 7 * MIB), (b, 9 * MIB)];
+    for n in [3, 12, 5, 20] {
+        live.push((p.alloc(0, n * MIB).unwrap(), n * MIB));
+    }
+    for &(x, n) in &live {
+        assert!(usable(&p, x, n, DeviceSet::default()), "{x:#x}+{n}");
+    }
+    assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0));
+    for (x, _) in live {
+        p.free(x, FreeKind::Sync, Some(0));
+    }
+    program_sync(&p);
+    p.empty_cache(0);
+    assert_eq!((stats(&p, 0).reserved.current, d.mapped_on(0)), (0, 0));
     assert_sound(&p);
 }
 
