@@ -3,8 +3,8 @@
 //! through the runtime and the driver reaches them, IPC handles are refused with the driver's
 //! error and a summary line naming the variable to set, `cuMemGetAddressRange` covers the block
 //! and `cudaPointerGetAttributes` reads as without the pool; a device made current through the
-//! driver alone reaches the other's blocks. The program is
-//! `tests/c/vmm_program.c`, on two simulated devices.
+//! driver alone reaches the other's blocks; a fence waits for the kernels of the devices given
+//! peer access. The program is `tests/c/vmm_program.c`, on two simulated devices.
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -167,5 +167,50 @@ fn pointer_queries_cover_a_block_in_virtual_memory() {
         assert_eq!(n("attr_host_null="), 1, "{under:?}");
         assert_eq!(n("attr1_type="), 2, "{under:?}");
         assert_eq!(n("attr1_device="), 1, "{under:?}");
+    }
+}
+
+#[test]
+fn a_fence_waits_for_the_kernels_of_the_devices_given_peer_access() {
+    // Device 1, given access to device 0's memory through the runtime or the driver, runs
+    // kernels on blocks of device 0 that device 0 then frees. `cuMemUnmap` waits for nothing,
+    // and a `strict` block is reusable only after a fence: device 0's fence must wait for
+    // device 1's kernels too. The program's own synchronization of device 0 does not prove
+    // them done either.
+    for mode in ["fence-runtime", "fence-driver", "fence-sync"] {
+        for expandable in ["0", "1"] {
+            for reuse in ["strict", "relaxed"] {
+                let env = [("GPUPOOL_REUSE", reuse)];
+                let (out, err) = run(mode, Under::Pool(expandable), &env);
+                let n = |key: &str| number::<u64>(&out, key);
+                let case = format!("{mode} expandable={expandable} {reuse}");
+                assert_eq!(n("unmapped_while_busy="), 0, "{case}\n{out}\n{err}");
+                if reuse == "strict" {
+                    // `relaxed` reuses a block freed with `cudaFree` at once, by its contract.
+                    assert_eq!(n("reused_busy="), 0, "{case}\n{out}");
+                }
+                if reuse == "strict" && mode != "fence-sync" {
+                    assert!(
+                        n("peer_syncs=") >= 1,
+                        "{case}: device 1 never waited\n{out}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_fence_waits_for_no_other_device_without_peer_access() {
+    // The same kernels on device 1, which was never given access: a fence of device 0 stays
+    // one device's synchronization.
+    for expandable in ["0", "1"] {
+        let env = [("GPUPOOL_REUSE", "strict")];
+        let (out, err) = run("fence-none", Under::Pool(expandable), &env);
+        assert_eq!(
+            number::<u64>(&out, "peer_syncs="),
+            0,
+            "{expandable}\n{out}\n{err}"
+        );
     }
 }

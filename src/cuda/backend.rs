@@ -3,7 +3,7 @@
 //! primary context's memory is the same to `cudaFree` and `cuMemFree`.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use super::driver::{self, Driver};
@@ -47,6 +47,10 @@ pub struct CudaBackend {
     barrier_events: Vec<AtomicPtr<c_void>>,
     /// Taken to make one: thread caches take barriers outside the device's lock.
     making_event: parking_lot::Mutex<()>,
+    /// For each device, the devices the program let reach its memory
+    /// (`cudaDeviceEnablePeerAccess`, `cuCtxEnablePeerAccess`): their kernels may still use a
+    /// block the program freed, so a fence of the device waits for them too.
+    accessors: Vec<AtomicU64>,
 }
 
 impl CudaBackend {
@@ -56,12 +60,42 @@ impl CudaBackend {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             making_event: parking_lot::Mutex::new(()),
+            accessors: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
+    /// The program let `accessor` reach `owner`'s memory: from now on a fence of `owner` also
+    /// waits for `accessor`'s work. Kept after a disable: kernels launched before it may run on.
+    pub fn note_peer_access(&self, owner: u32, accessor: u32) {
+        if let Some(set) = self
+            .accessors
+            .get(owner as usize)
+            .filter(|_| owner != accessor)
+        {
+            set.fetch_or(DeviceSet::one(accessor).0, Ordering::AcqRel);
+        }
+    }
+
+    /// The devices whose kernels may use `owner`'s memory besides its own.
+    pub fn accessors_of(&self, owner: u32) -> DeviceSet {
+        self.accessors
+            .get(owner as usize)
+            .map_or(DeviceSet::default(), |s| {
+                DeviceSet(s.load(Ordering::Acquire))
+            })
+    }
+
     /// `cudaDeviceReset` destroyed the device's context and its events with it: the next barrier
-    /// makes a new event.
+    /// makes a new event. The reset also ended its peer access both ways, and its kernels: a
+    /// fence no longer makes its context again to wait for nothing.
     pub fn forget_device(&self, device: u32) {
+        if (device as usize) < MAX_DEVICES {
+            self.accessors[device as usize].store(0, Ordering::Release);
+            let others = !DeviceSet::one(device).0;
+            for set in &self.accessors {
+                set.fetch_and(others, Ordering::AcqRel);
+            }
+        }
         if let Some(slot) = self.barrier_events.get(device as usize) {
             // Not while another thread makes one (it would store it after this).
             let _making = self.making_event.lock();
@@ -211,6 +245,28 @@ fn check_internal(status: i32) -> Result<(), CudaError> {
     check(status)
 }
 
+/// Wait for all work of `device` (`cudaDeviceSynchronize` with it current). Through the driver
+/// alone, only the current context's device, or another through its primary context: the
+/// driver path pools only there.
+fn synchronize(api: &Api, device: u32) -> Result<(), CudaError> {
+    check_internal(match *api {
+        // SAFETY: no arguments; synchronizes the current device, which is `device`.
+        Api::Runtime(rt) => on_device(rt, device, || unsafe { (rt.device_synchronize)() }),
+        Api::Driver(d) if driver_context_is(d, device) => {
+            // SAFETY: no arguments; the current context is the device's (the driver path pools
+            // only in primary contexts).
+            unsafe { (d.ctx_synchronize)() }
+        }
+        Api::Driver(d) => driver::in_primary_context(d, device, || {
+            // SAFETY: no arguments; the device's primary context is current.
+            unsafe { (d.ctx_synchronize)() }
+        })
+        // Another device's context: its synchronization would prove nothing about `device`,
+        // and a failed fence leaves every block waiting.
+        .unwrap_or(CudaError::INVALID_DEVICE.0),
+    })
+}
+
 impl Backend for CudaBackend {
     fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
         let bytes = usize::try_from(bytes).map_err(|_| CudaError::MEMORY_ALLOCATION)?;
@@ -253,20 +309,13 @@ impl Backend for CudaBackend {
     }
 
     fn fence(&self, device: u32) -> Result<(), CudaError> {
-        check_internal(match api()? {
-            // SAFETY: no arguments; synchronizes the current device, which is `device`.
-            Api::Runtime(rt) => on_device(rt, device, || unsafe { (rt.device_synchronize)() }),
-            Api::Driver(d) => {
-                if !driver_context_is(d, device) {
-                    // Another device's context: its synchronization would prove nothing
-                    // about `device`, and a failed fence leaves every block waiting.
-                    return Err(CudaError::INVALID_DEVICE);
-                }
-                // SAFETY: no arguments; the current context is the device's (the driver path
-                // pools only in primary contexts).
-                unsafe { (d.ctx_synchronize)() }
-            }
-        })
+        let api = api()?;
+        synchronize(&api, device)?;
+        // Kernels of the devices that reach this one's memory may still use its blocks.
+        for peer in self.accessors_of(device).iter() {
+            synchronize(&api, peer)?;
+        }
+        Ok(())
     }
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {

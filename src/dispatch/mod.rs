@@ -438,8 +438,8 @@ pub unsafe fn device_synchronize() -> CudaStatus {
     let seq = pool.seq_before_sync(dev);
     let r = pass();
     if r == SUCCESS {
-        // Every block freed before this call is now safe to reuse.
-        pool.observe_fence(dev, seq);
+        // Every block freed before this call is now safe to reuse, but for peers' kernels.
+        peer::device_synchronized(pool, dev, seq);
     }
     r
 }

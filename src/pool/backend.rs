@@ -64,8 +64,8 @@ pub trait Backend: Send + Sync {
     fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError>;
     /// Give a segment back (a real `cudaFree`, which itself waits for the device's work).
     fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError>;
-    /// Wait for all work on every stream of `device`, the current device
-    /// (`cudaDeviceSynchronize`).
+    /// Wait for all work that may use `device`'s memory: every stream of `device`
+    /// (`cudaDeviceSynchronize`), and of the devices the program gave peer access to it.
     fn fence(&self, device: u32) -> Result<(), CudaError>;
     /// Enqueue one action on the legacy default stream of `device` (the current device), which
     /// orders all later blocking-stream work after all earlier blocking-stream work. No host wait.

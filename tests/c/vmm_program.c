@@ -13,6 +13,11 @@
  *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
  *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
  *     block on each of two devices.
+ *   fence-runtime, fence-driver, fence-sync, fence-none: two devices. Device 1 given peer
+ *     access to device 0 (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess; none for
+ *     fence-none) runs kernels on device 0's blocks, which device 0 then frees; then device 0's
+ *     default pool trimmed (fence-sync: cudaDeviceSynchronize on device 0 instead), and a
+ *     block of the freed size asked for.
  * Prints "key=value" lines and "vmm_program MODE: all checks passed". */
 #include "check.h"
 #include "cuda.h"
@@ -213,6 +218,51 @@ static void driver_current(int push)
     free(h);
 }
 
+/* Kernels of device 1 on device 0's blocks, freed before they end: device 0's fence must wait
+ * for device 1 before it unmaps a granule or reuses a block (`strict`). `enable`: 0 none, 1
+ * through the runtime, 2 through the driver; `sync`: the program's cudaDeviceSynchronize on
+ * device 0 instead of the trim. */
+static void fence_peer(int enable, int sync)
+{
+    void *big = NULL, *small = NULL, *beside = NULL, *again = NULL;
+    CUcontext zero = NULL;
+    cudaMemPool_t pool = NULL;
+
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&big, 64 * MiB));
+    CHECK_CUDA(cudaMalloc(&beside, MiB / 2));
+    CHECK_CUDA(cudaMalloc(&small, MiB / 2));
+    CHECK_CUDA(cudaSetDevice(1));
+    if (enable == 1) {
+        CHECK_CUDA(cudaDeviceEnablePeerAccess(0, 0));
+    } else if (enable == 2) {
+        CHECK(cuDevicePrimaryCtxRetain(&zero, 0) == CUDA_SUCCESS, "retain device 0's context");
+        CHECK(cuCtxEnablePeerAccess(zero, 0) == CUDA_SUCCESS, "cuCtxEnablePeerAccess");
+    }
+    CHECK_CUDA(cudasim_launch_fill(big, 64 * MiB, 200000, 0x66, NULL));
+    CHECK_CUDA(cudasim_launch_fill(small, MiB / 2, 200000, 0x67, NULL));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(big));
+    CHECK_CUDA(cudaFree(small));
+    if (sync) {
+        CHECK_CUDA(cudaDeviceSynchronize());
+    } else {
+        CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+        CHECK_CUDA(cudaMemPoolTrimTo(pool, 0));
+    }
+    printf("unmapped_while_busy=%llu\n", sim_stats(0).unmapped_while_busy);
+    CHECK_CUDA(cudaMalloc(&again, MiB / 2));
+    printf("reused_busy=%d\n", cudasimRangeBusy(again, MiB / 2) > 0);
+    /* The program never synchronized device 1: only the pool's fences did. */
+    printf("peer_syncs=%llu\n", sim_stats(1).device_syncs);
+    CHECK_CUDA(cudaFree(again));
+    CHECK_CUDA(cudaFree(beside));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    if (zero != NULL)
+        CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS, "release");
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -231,6 +281,14 @@ int main(int argc, char **argv)
         ipc();
     else if (strcmp(mode, "queries") == 0)
         queries();
+    else if (strcmp(mode, "fence-runtime") == 0)
+        fence_peer(1, 0);
+    else if (strcmp(mode, "fence-driver") == 0)
+        fence_peer(2, 0);
+    else if (strcmp(mode, "fence-sync") == 0)
+        fence_peer(1, 1);
+    else if (strcmp(mode, "fence-none") == 0)
+        fence_peer(0, 0);
     else
         CHECK(0, "unknown mode '%s'", mode);
     printf("vmm_program %s: all checks passed\n", mode);
