@@ -4,7 +4,8 @@
 //! error and a summary line naming the variable to set, `cuMemGetAddressRange` covers the block
 //! and `cudaPointerGetAttributes` reads as without the pool; a device made current through the
 //! driver alone reaches the other's blocks; a fence waits for the kernels of the devices given
-//! peer access. The program is `tests/c/vmm_program.c`, on two simulated devices.
+//! peer access; the program's own context stays current across the pool's calls on another
+//! device. The program is `tests/c/vmm_program.c`, on two simulated devices.
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -212,5 +213,24 @@ fn a_fence_waits_for_no_other_device_without_peer_access() {
             0,
             "{expandable}\n{out}\n{err}"
         );
+    }
+}
+
+#[test]
+fn a_context_the_program_made_stays_current_across_the_pools_calls_on_another_device() {
+    // The pool acts on device 1 (a fence, a segment's release) with device 1 made current for
+    // the while, then puts back exactly the context the program had: `cudaSetDevice(0)` would
+    // make device 0's primary context current instead of the program's own.
+    for under in ALL {
+        for reuse in ["strict", "relaxed"] {
+            let (out, err) = run("own-context", under, &[("GPUPOOL_REUSE", reuse)]);
+            let n = |key: &str| number::<u64>(&out, key);
+            assert_eq!(
+                n("own_context_current="),
+                1,
+                "{under:?} {reuse}\n{out}\n{err}"
+            );
+            assert_eq!(n("current_device="), 0, "{under:?} {reuse}\n{out}");
+        }
     }
 }

@@ -18,6 +18,8 @@
  *     fence-none) runs kernels on device 0's blocks, which device 0 then frees; then device 0's
  *     default pool trimmed (fence-sync: cudaDeviceSynchronize on device 0 instead), and a
  *     block of the freed size asked for.
+ *   own-context: a block of device 1 freed, then, with a context the program made on device
+ *     0 current, device 1's default pool trimmed: the program's context stays current.
  * Prints "key=value" lines and "vmm_program MODE: all checks passed". */
 #include "check.h"
 #include "cuda.h"
@@ -263,6 +265,29 @@ static void fence_peer(int enable, int sync)
         CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS, "release");
 }
 
+/* A context the program made on device 0 is current while the pool acts on device 1: after it,
+ * the program's context is current still, not device 0's primary one. */
+static void own_context(void)
+{
+    void *b = NULL;
+    CUcontext own = NULL, now = NULL;
+    cudaMemPool_t pool = NULL;
+    int current = -1;
+
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&b, MiB / 2));
+    CHECK_CUDA(cudasim_launch_fill(b, MiB / 2, 1000, 0x21, NULL));
+    CHECK_CUDA(cudaFree(b));
+    CHECK(cuCtxCreate_v2(&own, 0, 0) == CUDA_SUCCESS, "cuCtxCreate_v2");
+    CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 1));
+    CHECK_CUDA(cudaMemPoolTrimTo(pool, 0));
+    CHECK(cuCtxGetCurrent(&now) == CUDA_SUCCESS, "cuCtxGetCurrent");
+    printf("own_context_current=%d\n", now == own);
+    CHECK_CUDA(cudaGetDevice(&current));
+    printf("current_device=%d\n", current);
+    CHECK(cuCtxDestroy_v2(own) == CUDA_SUCCESS, "cuCtxDestroy_v2");
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -289,6 +314,8 @@ int main(int argc, char **argv)
         fence_peer(1, 1);
     else if (strcmp(mode, "fence-none") == 0)
         fence_peer(0, 0);
+    else if (strcmp(mode, "own-context") == 0)
+        own_context();
     else
         CHECK(0, "unknown mode '%s'", mode);
     printf("vmm_program %s: all checks passed\n", mode);
