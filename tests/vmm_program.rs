@@ -202,6 +202,23 @@ fn a_fence_waits_for_the_kernels_of_the_devices_given_peer_access() {
 }
 
 #[test]
+fn a_barrier_orders_the_reuse_after_the_kernels_of_the_devices_given_peer_access() {
+    // `barrier` mode: a block of device 0 freed under device 1's kernel is handed out after a
+    // barrier, with no host wait; device 0's next kernel on it must start after device 1's.
+    // The program's own launch on device 0's legacy stream orders nothing of device 1's.
+    for mode in ["fence-barrier", "fence-launch"] {
+        for expandable in ["0", "1"] {
+            let env = [("GPUPOOL_REUSE", "barrier")];
+            let (out, err) = run(mode, Under::Pool(expandable), &env);
+            let n = |key: &str| number::<u64>(&out, key);
+            let case = format!("{mode} expandable={expandable}");
+            assert_eq!(n("reused="), 1, "{case}\n{out}\n{err}");
+            assert_eq!(n("clobbered="), 0, "{case}\n{out}");
+        }
+    }
+}
+
+#[test]
 fn a_fence_waits_for_no_other_device_without_peer_access() {
     // The same kernels on device 1, which was never given access: a fence of device 0 stays
     // one device's synchronization.

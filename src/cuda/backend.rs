@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use super::driver::{self, Driver};
 use super::runtime::Runtime;
-use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
+use super::types::{Event, Stream, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::log;
 use crate::pool::{Addr, Backend, CudaError, DeviceSet, MAX_DEVICES};
 
@@ -43,7 +43,8 @@ pub struct CudaBackend {
     /// blocking streams while their later work waits for it (CUDA's stream synchronization
     /// behavior names `cudaStreamWaitEvent`; the programming guide, any command to the NULL
     /// stream). Not a wait alone on an event never recorded: such an event is an empty set of
-    /// work, and nothing documents that waiting on it orders anything.
+    /// work, and nothing documents that waiting on it orders anything. A peer's is also
+    /// recorded on the peer's legacy stream, for the barriers of the devices it reaches.
     barrier_events: Vec<AtomicPtr<c_void>>,
     /// Taken to make one: thread caches take barriers outside the device's lock.
     making_event: parking_lot::Mutex<()>,
@@ -130,6 +131,73 @@ impl CudaBackend {
         Ok(e)
     }
 }
+
+impl CudaBackend {
+    /// Record `device`'s barrier event on the legacy stream of the current device, `device`:
+    /// an action after every earlier operation of its blocking streams.
+    fn record_on_legacy(&self, api: &Api, device: u32) -> Result<Event, CudaError> {
+        let e = self.barrier_event(device)?;
+        let r = match *api {
+            // SAFETY: an event of the current device, and the legacy stream (null).
+            Api::Runtime(rt) => check_internal(unsafe { (rt.event_record)(e, LEGACY) }),
+            // SAFETY: as above, through the driver.
+            Api::Driver(d) => check(unsafe { (d.event_record)(e, LEGACY) }),
+        };
+        self.forget_event_if(r, device, e).map(|()| e)
+    }
+
+    /// `record_on_legacy` of `peer`, with `peer` current for the while (through the driver
+    /// alone, its primary context, if active).
+    fn record_on_peer(&self, api: &Api, peer: u32) -> Result<Event, CudaError> {
+        let mut recorded = Err(CudaError::UNKNOWN);
+        let record = || {
+            recorded = self.record_on_legacy(api, peer);
+            SUCCESS
+        };
+        check_internal(match *api {
+            Api::Runtime(rt) => on_device(rt, peer, record),
+            Api::Driver(d) => {
+                driver::in_primary_context(d, peer, record).unwrap_or(CudaError::INVALID_DEVICE.0)
+            }
+        })?;
+        recorded
+    }
+
+    /// The current device's legacy stream waits for `e`, `device`'s barrier event, just
+    /// recorded: an action on it that the blocking streams' later work waits for.
+    fn wait_on_legacy(&self, api: &Api, device: u32, e: Event) -> Result<(), CudaError> {
+        let r = match *api {
+            // SAFETY: an event just recorded, and the legacy stream; CUDA lets a stream wait
+            // for another device's event.
+            Api::Runtime(rt) => check_internal(unsafe { (rt.stream_wait_event)(LEGACY, e, 0) }),
+            // SAFETY: as above, through the driver.
+            Api::Driver(d) => check(unsafe { (d.stream_wait_event)(LEGACY, e, 0) }),
+        };
+        self.forget_event_if(r, device, e)
+    }
+
+    /// `r`; an error may mean that a reset destroyed `device`'s event `e` meanwhile: the next
+    /// barrier makes a new one.
+    fn forget_event_if(
+        &self,
+        r: Result<(), CudaError>,
+        device: u32,
+        e: Event,
+    ) -> Result<(), CudaError> {
+        if r.is_err() {
+            let _ = self.barrier_events[device as usize].compare_exchange(
+                e,
+                std::ptr::null_mut(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        r
+    }
+}
+
+/// The legacy default stream of the current device.
+const LEGACY: Stream = std::ptr::null_mut();
 
 /// `call` with the calling thread in relaxed capture mode, as PyTorch's allocator makes its own
 /// `cudaMalloc`: another thread's graph capture in global mode would refuse the segment (and
@@ -319,34 +387,15 @@ impl Backend for CudaBackend {
     }
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
-        let e = self.barrier_event(device)?;
-        let legacy = std::ptr::null_mut();
-        let r = match api()? {
-            Api::Runtime(rt) => {
-                // SAFETY: an event of the current device, and the legacy stream (null).
-                check_internal(unsafe { (rt.event_record)(e, legacy) }).and_then(|()| {
-                    // SAFETY: the same event, just recorded, and the legacy stream.
-                    check_internal(unsafe { (rt.stream_wait_event)(legacy, e, 0) })
-                })
-            }
-            Api::Driver(d) => {
-                // SAFETY: as above, through the driver.
-                check(unsafe { (d.event_record)(e, legacy) }).and_then(|()| {
-                    // SAFETY: as above.
-                    check(unsafe { (d.stream_wait_event)(legacy, e, 0) })
-                })
-            }
-        };
-        if r.is_err() {
-            // An event a reset destroyed meanwhile: the next barrier makes a new one.
-            let _ = self.barrier_events[device as usize].compare_exchange(
-                e,
-                std::ptr::null_mut(),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+        let api = api()?;
+        // Kernels of the devices that reach this one's memory: this device's legacy stream
+        // waits for each one's, so its later blocking-stream work comes after their earlier.
+        for peer in self.accessors_of(device).iter() {
+            let e = self.record_on_peer(&api, peer)?;
+            self.wait_on_legacy(&api, peer, e)?;
         }
-        r
+        let e = self.record_on_legacy(&api, device)?;
+        self.wait_on_legacy(&api, device, e)
     }
 
     fn vmm_granularity(&self, device: u32) -> Option<u64> {

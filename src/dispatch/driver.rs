@@ -492,7 +492,7 @@ pub fn launch(stream: Stream, real: impl Fn() -> CuResult) -> CuResult {
     let seq = pool.seq_before_sync(dev);
     let r = real();
     if r == cu::CU_SUCCESS {
-        pool.observe_barrier(dev, seq);
+        super::peer::legacy_action(pool, dev, seq);
     }
     r
 }

@@ -495,7 +495,7 @@ fn watch_launch(stream: Stream, launch: impl FnOnce(&Global) -> CudaStatus) -> C
     let seq = pool.seq_before_sync(dev);
     let r = launch(g);
     if r == SUCCESS {
-        pool.observe_barrier(dev, seq);
+        peer::legacy_action(pool, dev, seq);
     }
     r
 }

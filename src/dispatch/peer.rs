@@ -55,6 +55,15 @@ pub(crate) fn device_synchronized(pool: &Pool<CudaBackend>, device: u32, at: Syn
     }
 }
 
+/// The program put an action on `device`'s legacy stream after `at` (`barrier` and `relaxed`
+/// modes): a barrier for what was freed before, unless devices that reach its memory may still
+/// run kernels on those blocks, which it does not order (the pool's own barrier does).
+pub(crate) fn legacy_action(pool: &Pool<CudaBackend>, device: u32, at: SyncSeq) {
+    if pool.backend().accessors_of(device).is_empty() {
+        pool.observe_barrier(device, at);
+    }
+}
+
 /// `cudaSetDevice`: see `device_made_current`.
 ///
 /// # Safety

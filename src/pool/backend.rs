@@ -68,7 +68,8 @@ pub trait Backend: Send + Sync {
     /// (`cudaDeviceSynchronize`), and of the devices the program gave peer access to it.
     fn fence(&self, device: u32) -> Result<(), CudaError>;
     /// Enqueue one action on the legacy default stream of `device` (the current device), which
-    /// orders all later blocking-stream work after all earlier blocking-stream work. No host wait.
+    /// orders all later blocking-stream work after all earlier blocking-stream work, of `device`
+    /// and of the devices the program gave peer access to it. No host wait.
     fn barrier(&self, device: u32) -> Result<(), CudaError>;
     /// Free and total memory of `device`, the current device (`cudaMemGetInfo`). Asked when the
     /// threshold is a percentage, after each new segment and at out-of-memory: never at exit.

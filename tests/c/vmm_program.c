@@ -18,6 +18,10 @@
  *     fence-none) runs kernels on device 0's blocks, which device 0 then frees; then device 0's
  *     default pool trimmed (fence-sync: cudaDeviceSynchronize on device 0 instead), and a
  *     block of the freed size asked for.
+ *   fence-barrier: two devices, device 1 given peer access to device 0. A block of device 0
+ *     freed under device 1's kernel is asked for again at once (run in `barrier` mode) and
+ *     filled by a kernel on device 0's legacy stream: that fill must land last. fence-launch:
+ *     the same with a kernel of the program's on device 0's legacy stream before the request.
  *   own-context: a block of device 1 freed, then, with a context the program made on device
  *     0 current, device 1's default pool trimmed: the program's context stays current.
  * Prints "key=value" lines and "vmm_program MODE: all checks passed". */
@@ -265,6 +269,42 @@ static void fence_peer(int enable, int sync)
         CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS, "release");
 }
 
+/* A block of device 0 freed under a kernel of device 1, reused at once after the pool's barrier:
+ * the barrier must order device 0's later work after device 1's kernel. `launch`: the program
+ * launches a kernel on device 0's legacy stream after the free, which orders nothing of device
+ * 1's. */
+static void barrier_peer(int launch)
+{
+    void *small = NULL, *beside[7] = {NULL}, *again = NULL;
+    unsigned char h[16];
+    int i;
+
+    /* Eight blocks fill a 4 MiB small segment: only the freed one fits the next request. */
+    CHECK_CUDA(cudaSetDevice(0));
+    for (i = 0; i < 7; i++)
+        CHECK_CUDA(cudaMalloc(&beside[i], MiB / 2));
+    CHECK_CUDA(cudaMalloc(&small, MiB / 2));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceEnablePeerAccess(0, 0));
+    CHECK_CUDA(cudasim_launch_fill(small, MiB / 2, 200000, 0x67, NULL));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(small));
+    if (launch)
+        CHECK_CUDA(cudasim_launch_fill(beside[0], MiB / 2, 1, -1, NULL));
+    CHECK_CUDA(cudaMalloc(&again, MiB / 2));
+    printf("reused=%d\n", again == small);
+    CHECK_CUDA(cudasim_launch_fill(again, MiB / 2, 1, 0x11, NULL));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMemcpy(h, again, sizeof h, cudaMemcpyDeviceToHost));
+    printf("clobbered=%d\n", h[0] != 0x11);
+    CHECK_CUDA(cudaFree(again));
+    for (i = 0; i < 7; i++)
+        CHECK_CUDA(cudaFree(beside[i]));
+}
+
 /* A context the program made on device 0 is current while the pool acts on device 1: after it,
  * the program's context is current still, not device 0's primary one. */
 static void own_context(void)
@@ -314,6 +354,10 @@ int main(int argc, char **argv)
         fence_peer(1, 1);
     else if (strcmp(mode, "fence-none") == 0)
         fence_peer(0, 0);
+    else if (strcmp(mode, "fence-barrier") == 0)
+        barrier_peer(0);
+    else if (strcmp(mode, "fence-launch") == 0)
+        barrier_peer(1);
     else if (strcmp(mode, "own-context") == 0)
         own_context();
     else
