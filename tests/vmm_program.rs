@@ -202,6 +202,25 @@ fn a_fence_waits_for_the_kernels_of_the_devices_given_peer_access() {
 }
 
 #[test]
+fn through_the_driver_alone_a_fence_waits_for_the_peer_in_its_primary_context() {
+    // No runtime call: the pool's fence is `cuCtxSynchronize`, and device 1's is made with its
+    // primary context current for the while, then device 0's again.
+    for expandable in ["0", "1"] {
+        let env = [
+            ("GPUPOOL_REUSE", "strict"),
+            ("GPUPOOL_FENCE_BYTES", "512KiB"),
+        ];
+        let (out, err) = run("fence-driver-only", Under::Pool(expandable), &env);
+        let n = |key: &str| number::<u64>(&out, key);
+        let case = format!("expandable={expandable}");
+        assert_eq!(n("reused="), 1, "{case}\n{out}\n{err}");
+        assert_eq!(n("reused_busy="), 0, "{case}\n{out}");
+        assert!(n("peer_syncs=") >= 1, "{case}\n{out}");
+        assert_eq!(n("context_kept="), 1, "{case}\n{out}");
+    }
+}
+
+#[test]
 fn a_barrier_orders_the_reuse_after_the_kernels_of_the_devices_given_peer_access() {
     // `barrier` mode: a block of device 0 freed under device 1's kernel is handed out after a
     // barrier, with no host wait; device 0's next kernel on it must start after device 1's.

@@ -22,6 +22,9 @@
  *     freed under device 1's kernel is asked for again at once (run in `barrier` mode) and
  *     filled by a kernel on device 0's legacy stream: that fill must land last. fence-launch:
  *     the same with a kernel of the program's on device 0's legacy stream before the request.
+ *   fence-driver-only: fence-driver through driver calls alone (no runtime call, so the pool's
+ *     own calls go to the driver), run in `strict` mode with a fence budget of 512 KiB: device
+ *     0's block freed under device 1's kernel, then a request that only it fits.
  *   own-context: a block of device 1 freed, then, with a context the program made on device
  *     0 current, device 1's default pool trimmed: the program's context stays current.
  * Prints "key=value" lines and "vmm_program MODE: all checks passed". */
@@ -305,6 +308,56 @@ static void barrier_peer(int launch)
         CHECK_CUDA(cudaFree(beside[i]));
 }
 
+/* The fill kernel through the driver, with no runtime call. */
+static CUresult driver_launch_fill(CUdeviceptr p, size_t bytes, unsigned usec, int fill)
+{
+    void (*fn)(void) = cudasim_fill_kernel;
+    CUfunction f;
+    void *args[4];
+    memcpy(&f, &fn, sizeof f);
+    args[0] = &p;
+    args[1] = &bytes;
+    args[2] = &usec;
+    args[3] = &fill;
+    return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+}
+
+/* fence_peer's strict case through the driver alone: the pool's fence of device 0 reaches
+ * device 1 through its primary context. */
+static void fence_driver_only(void)
+{
+    CUcontext ctx[2] = {NULL, NULL};
+    CUdeviceptr beside[7], small = 0, again = 0;
+    int d, i;
+    for (d = 0; d < 2; d++)
+        CHECK(cuDevicePrimaryCtxRetain(&ctx[d], d) == CUDA_SUCCESS, "retain %d", d);
+    CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "device 1 current");
+    CHECK(cuCtxEnablePeerAccess(ctx[0], 0) == CUDA_SUCCESS, "cuCtxEnablePeerAccess");
+    /* Eight blocks fill a 4 MiB small segment: only the freed one fits the next request. */
+    CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "device 0 current");
+    for (i = 0; i < 7; i++)
+        CHECK(cuMemAlloc_v2(&beside[i], MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
+    CHECK(cuMemAlloc_v2(&small, MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
+    CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "device 1 current");
+    CHECK(driver_launch_fill(small, MiB / 2, 200000, 0x67) == CUDA_SUCCESS, "launch on 1");
+    CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "device 0 current");
+    CHECK(cuMemFree_v2(small) == CUDA_SUCCESS, "cuMemFree_v2");
+    CHECK(cuMemAlloc_v2(&again, MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
+    printf("reused=%d\n", again == small);
+    printf("reused_busy=%d\n", cudasimRangeBusy((void *)(uintptr_t)again, MiB / 2) > 0);
+    printf("peer_syncs=%llu\n", sim_stats(1).device_syncs);
+    CUcontext now = NULL;
+    CHECK(cuCtxGetCurrent(&now) == CUDA_SUCCESS, "cuCtxGetCurrent");
+    printf("context_kept=%d\n", now == ctx[0]);
+    CHECK(cuMemFree_v2(again) == CUDA_SUCCESS, "cuMemFree_v2");
+    for (i = 0; i < 7; i++)
+        CHECK(cuMemFree_v2(beside[i]) == CUDA_SUCCESS, "cuMemFree_v2");
+    CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "device 1 current");
+    CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "cuCtxSynchronize");
+    for (d = 0; d < 2; d++)
+        CHECK(cuDevicePrimaryCtxRelease_v2(d) == CUDA_SUCCESS, "release %d", d);
+}
+
 /* A context the program made on device 0 is current while the pool acts on device 1: after it,
  * the program's context is current still, not device 0's primary one. */
 static void own_context(void)
@@ -358,6 +411,8 @@ int main(int argc, char **argv)
         barrier_peer(0);
     else if (strcmp(mode, "fence-launch") == 0)
         barrier_peer(1);
+    else if (strcmp(mode, "fence-driver-only") == 0)
+        fence_driver_only();
     else if (strcmp(mode, "own-context") == 0)
         own_context();
     else
