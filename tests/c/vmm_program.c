@@ -28,8 +28,8 @@
  *   own-context: a block of device 1 freed, then, with a context the program made on device
  *     0 current, device 1's default pool trimmed: the program's context stays current.
  * Prints "key=value" lines and "vmm_program MODE: all checks passed". */
-#include "check.h"
 #include "cuda.h"
+#include "check.h"
 
 #define MiB (1024ull * 1024ull)
 
@@ -308,20 +308,6 @@ static void barrier_peer(int launch)
         CHECK_CUDA(cudaFree(beside[i]));
 }
 
-/* The fill kernel through the driver, with no runtime call. */
-static CUresult driver_launch_fill(CUdeviceptr p, size_t bytes, unsigned usec, int fill)
-{
-    void (*fn)(void) = cudasim_fill_kernel;
-    CUfunction f;
-    void *args[4];
-    memcpy(&f, &fn, sizeof f);
-    args[0] = &p;
-    args[1] = &bytes;
-    args[2] = &usec;
-    args[3] = &fill;
-    return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
-}
-
 /* fence_peer's strict case through the driver alone: the pool's fence of device 0 reaches
  * device 1 through its primary context. */
 static void fence_driver_only(void)
@@ -339,7 +325,7 @@ static void fence_driver_only(void)
         CHECK(cuMemAlloc_v2(&beside[i], MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
     CHECK(cuMemAlloc_v2(&small, MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
     CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "device 1 current");
-    CHECK(driver_launch_fill(small, MiB / 2, 200000, 0x67) == CUDA_SUCCESS, "launch on 1");
+    CHECK(cudasim_cu_launch_fill(small, MiB / 2, 200000, 0x67, NULL) == CUDA_SUCCESS, "launch on 1");
     CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "device 0 current");
     CHECK(cuMemFree_v2(small) == CUDA_SUCCESS, "cuMemFree_v2");
     CHECK(cuMemAlloc_v2(&again, MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
