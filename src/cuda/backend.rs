@@ -288,9 +288,9 @@ fn on_device(rt: &Runtime, device: u32, call: impl FnOnce() -> i32) -> i32 {
         .unwrap_or_else(|status| status)
 }
 
-/// Whether the driver's current context is `device`'s: through the driver alone the pool
-/// cannot make another device current, and a call about the current context would answer for
-/// the wrong device.
+/// Whether the driver's current context is `device`'s: through the driver alone the pool makes
+/// another device current only for a synchronization (`driver::in_primary_context`), and a call
+/// about the current context would answer for the wrong device.
 fn driver_context_is(d: &Driver, device: u32) -> bool {
     let mut current: c_int = -1;
     // SAFETY: a valid out-pointer.
