@@ -3,8 +3,9 @@
 //! through the runtime and the driver reaches them, IPC handles are refused with the driver's
 //! error and a summary line naming the variable to set, `cuMemGetAddressRange` covers the block
 //! and `cudaPointerGetAttributes` reads as without the pool; a device made current through the
-//! driver alone reaches the other's blocks. The program is
-//! `tests/c/vmm_program.c`, on two simulated devices.
+//! driver alone reaches the other's blocks; a fence waits for the kernels of the devices given
+//! peer access; the program's own context stays current across the pool's calls on another
+//! device. The program is `tests/c/vmm_program.c`, on two simulated devices.
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -167,5 +168,105 @@ fn pointer_queries_cover_a_block_in_virtual_memory() {
         assert_eq!(n("attr_host_null="), 1, "{under:?}");
         assert_eq!(n("attr1_type="), 2, "{under:?}");
         assert_eq!(n("attr1_device="), 1, "{under:?}");
+    }
+}
+
+#[test]
+fn a_fence_waits_for_the_kernels_of_the_devices_given_peer_access() {
+    // Device 1, given access to device 0's memory through the runtime or the driver, runs
+    // kernels on blocks of device 0 that device 0 then frees. `cuMemUnmap` waits for nothing,
+    // and a `strict` block is reusable only after a fence: device 0's fence must wait for
+    // device 1's kernels too. The program's own synchronization of device 0 does not prove
+    // them done either.
+    for mode in ["fence-runtime", "fence-driver", "fence-sync"] {
+        for expandable in ["0", "1"] {
+            for reuse in ["strict", "relaxed"] {
+                let env = [("GPUPOOL_REUSE", reuse)];
+                let (out, err) = run(mode, Under::Pool(expandable), &env);
+                let n = |key: &str| number::<u64>(&out, key);
+                let case = format!("{mode} expandable={expandable} {reuse}");
+                assert_eq!(n("unmapped_while_busy="), 0, "{case}\n{out}\n{err}");
+                if reuse == "strict" {
+                    // `relaxed` reuses a block freed with `cudaFree` at once, by its contract.
+                    assert_eq!(n("reused_busy="), 0, "{case}\n{out}");
+                }
+                if reuse == "strict" && mode != "fence-sync" {
+                    assert!(
+                        n("peer_syncs=") >= 1,
+                        "{case}: device 1 never waited\n{out}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn through_the_driver_alone_a_fence_waits_for_the_peer_in_its_primary_context() {
+    // No runtime call: the pool's fence is `cuCtxSynchronize`, and device 1's is made with its
+    // primary context current for the while, then device 0's again.
+    for expandable in ["0", "1"] {
+        let env = [
+            ("GPUPOOL_REUSE", "strict"),
+            ("GPUPOOL_FENCE_BYTES", "512KiB"),
+        ];
+        let (out, err) = run("fence-driver-only", Under::Pool(expandable), &env);
+        let n = |key: &str| number::<u64>(&out, key);
+        let case = format!("expandable={expandable}");
+        assert_eq!(n("reused="), 1, "{case}\n{out}\n{err}");
+        assert_eq!(n("reused_busy="), 0, "{case}\n{out}");
+        assert!(n("peer_syncs=") >= 1, "{case}\n{out}");
+        assert_eq!(n("context_kept="), 1, "{case}\n{out}");
+    }
+}
+
+#[test]
+fn a_barrier_orders_the_reuse_after_the_kernels_of_the_devices_given_peer_access() {
+    // `barrier` mode: a block of device 0 freed under device 1's kernel is handed out after a
+    // barrier, with no host wait; device 0's next kernel on it must start after device 1's.
+    // The program's own launch on device 0's legacy stream orders nothing of device 1's.
+    for mode in ["fence-barrier", "fence-launch"] {
+        for expandable in ["0", "1"] {
+            let env = [("GPUPOOL_REUSE", "barrier")];
+            let (out, err) = run(mode, Under::Pool(expandable), &env);
+            let n = |key: &str| number::<u64>(&out, key);
+            let case = format!("{mode} expandable={expandable}");
+            assert_eq!(n("reused="), 1, "{case}\n{out}\n{err}");
+            assert_eq!(n("clobbered="), 0, "{case}\n{out}");
+        }
+    }
+}
+
+#[test]
+fn a_fence_waits_for_no_other_device_without_peer_access() {
+    // The same kernels on device 1, which was never given access: a fence of device 0 stays
+    // one device's synchronization.
+    for expandable in ["0", "1"] {
+        let env = [("GPUPOOL_REUSE", "strict")];
+        let (out, err) = run("fence-none", Under::Pool(expandable), &env);
+        assert_eq!(
+            number::<u64>(&out, "peer_syncs="),
+            0,
+            "{expandable}\n{out}\n{err}"
+        );
+    }
+}
+
+#[test]
+fn a_context_the_program_made_stays_current_across_the_pools_calls_on_another_device() {
+    // The pool acts on device 1 (a fence, a segment's release) with device 1 made current for
+    // the while, then puts back exactly the context the program had: `cudaSetDevice(0)` would
+    // make device 0's primary context current instead of the program's own.
+    for under in ALL {
+        for reuse in ["strict", "relaxed"] {
+            let (out, err) = run("own-context", under, &[("GPUPOOL_REUSE", reuse)]);
+            let n = |key: &str| number::<u64>(&out, key);
+            assert_eq!(
+                n("own_context_current="),
+                1,
+                "{under:?} {reuse}\n{out}\n{err}"
+            );
+            assert_eq!(n("current_device="), 0, "{under:?} {reuse}\n{out}");
+        }
     }
 }

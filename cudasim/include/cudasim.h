@@ -90,6 +90,24 @@ static inline cudaError_t cudasim_launch_fill(void *ptr, size_t bytes, unsigned 
     return cudaLaunchKernel(func, one, one, args, 0, s);
 }
 
+#ifdef CUDASIM_CUDA_H
+/* The same launch through the driver (cuLaunchKernel), with no runtime call: for programs that
+ * include cuda.h before this header. */
+static inline CUresult cudasim_cu_launch_fill(CUdeviceptr ptr, size_t bytes, unsigned usec,
+                                              int fill, CUstream s)
+{
+    void (*fn)(void) = cudasim_fill_kernel;
+    CUfunction f;
+    void *args[4];
+    memcpy(&f, &fn, sizeof f);
+    args[0] = &ptr;
+    args[1] = &bytes;
+    args[2] = &usec;
+    args[3] = &fill;
+    return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+}
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,8 @@
 /* cudasim's driver face for a program linked with -lcuda alone (no runtime): initialization,
  * the primary and created contexts, allocation and its errors, streams, events, the async pair
  * and a launch on the in-flight model, memory pools the program creates and makes current. */
-#include "check.h"
 #include "cuda.h"
+#include "check.h"
 
 /* `call` must return the CUresult `want`. */
 #define CU_EXPECT(call, want)                                                           \
@@ -14,19 +14,6 @@
               name_ ? name_ : "?", (int)(want));                                        \
     } while (0)
 #define CU_OK(call) CU_EXPECT(call, CUDA_SUCCESS)
-
-static CUresult launch_fill(CUdeviceptr p, size_t bytes, unsigned usec, int fill, CUstream s)
-{
-    void (*fn)(void) = cudasim_fill_kernel;
-    CUfunction f;
-    void *args[4];
-    memcpy(&f, &fn, sizeof f);
-    args[0] = &p;
-    args[1] = &bytes;
-    args[2] = &usec;
-    args[3] = &fill;
-    return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
-}
 
 int main(void)
 {
@@ -109,7 +96,7 @@ int main(void)
     CHECK(n == CU_STREAM_NON_BLOCKING, "flags %d", n);
     CU_OK(cuEventCreate(&e, CU_EVENT_DEFAULT));
     CU_OK(cuMemAllocAsync(&a, 4096, s));
-    CU_OK(launch_fill(a, 4096, 100000, 0x5a, s));
+    CU_OK(cudasim_cu_launch_fill(a, 4096, 100000, 0x5a, s));
     CU_OK(cuMemFreeAsync(a, s));
     CU_OK(cuEventRecord(e, s));
     CHECK(cudasimRangeBusy((void *)a, 4096) == 1, "the kernel is not in flight");
@@ -120,7 +107,7 @@ int main(void)
     CHECK(stats_of(0).kernel_writes == 1, "the block was unmapped before the kernel ended");
     CHECK(stats_of(0).live_allocations == 0, "live %llu", stats_of(0).live_allocations);
     CHECK(stats_of(0).async_mallocs == 1 && stats_of(0).driver_mallocs == 5, "counters");
-    CU_EXPECT(launch_fill(0, 0, 0, -1, (CUstream)0x99), CUDA_ERROR_INVALID_HANDLE);
+    CU_EXPECT(cudasim_cu_launch_fill(0, 0, 0, -1, (CUstream)0x99), CUDA_ERROR_INVALID_HANDLE);
     CU_OK(cuStreamWaitEvent(s, e, 0));
     CU_OK(cuStreamSynchronize(s));
     CU_OK(cuStreamSynchronize_ptsz(NULL));

@@ -3,12 +3,12 @@
 //! primary context's memory is the same to `cudaFree` and `cuMemFree`.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use super::driver::{self, Driver};
 use super::runtime::Runtime;
-use super::types::{Event, EVENT_DISABLE_TIMING, SUCCESS};
+use super::types::{Event, Stream, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::log;
 use crate::pool::{Addr, Backend, CudaError, DeviceSet, MapRefused, MAX_DEVICES};
 
@@ -43,10 +43,15 @@ pub struct CudaBackend {
     /// blocking streams while their later work waits for it (CUDA's stream synchronization
     /// behavior names `cudaStreamWaitEvent`; the programming guide, any command to the NULL
     /// stream). Not a wait alone on an event never recorded: such an event is an empty set of
-    /// work, and nothing documents that waiting on it orders anything.
+    /// work, and nothing documents that waiting on it orders anything. A peer's is also
+    /// recorded on the peer's legacy stream, for the barriers of the devices it reaches.
     barrier_events: Vec<AtomicPtr<c_void>>,
     /// Taken to make one: thread caches take barriers outside the device's lock.
     making_event: parking_lot::Mutex<()>,
+    /// For each device, the devices the program let reach its memory
+    /// (`cudaDeviceEnablePeerAccess`, `cuCtxEnablePeerAccess`): their kernels may still use a
+    /// block the program freed, so a fence of the device waits for them too.
+    accessors: Vec<AtomicU64>,
 }
 
 impl CudaBackend {
@@ -56,12 +61,42 @@ impl CudaBackend {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             making_event: parking_lot::Mutex::new(()),
+            accessors: (0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
+    /// The program let `accessor` reach `owner`'s memory: from now on a fence of `owner` also
+    /// waits for `accessor`'s work. Kept after a disable: kernels launched before it may run on.
+    pub fn note_peer_access(&self, owner: u32, accessor: u32) {
+        if let Some(set) = self
+            .accessors
+            .get(owner as usize)
+            .filter(|_| owner != accessor)
+        {
+            set.fetch_or(DeviceSet::one(accessor).0, Ordering::AcqRel);
+        }
+    }
+
+    /// The devices whose kernels may use `owner`'s memory besides its own.
+    pub fn accessors_of(&self, owner: u32) -> DeviceSet {
+        self.accessors
+            .get(owner as usize)
+            .map_or(DeviceSet::default(), |s| {
+                DeviceSet(s.load(Ordering::Acquire))
+            })
+    }
+
     /// `cudaDeviceReset` destroyed the device's context and its events with it: the next barrier
-    /// makes a new event.
+    /// makes a new event. The reset also ended its peer access both ways, and its kernels: a
+    /// fence no longer makes its context again to wait for nothing.
     pub fn forget_device(&self, device: u32) {
+        if (device as usize) < MAX_DEVICES {
+            self.accessors[device as usize].store(0, Ordering::Release);
+            let others = !DeviceSet::one(device).0;
+            for set in &self.accessors {
+                set.fetch_and(others, Ordering::AcqRel);
+            }
+        }
         if let Some(slot) = self.barrier_events.get(device as usize) {
             // Not while another thread makes one (it would store it after this).
             let _making = self.making_event.lock();
@@ -95,6 +130,79 @@ impl CudaBackend {
         Ok(e)
     }
 }
+
+impl CudaBackend {
+    /// Record `device`'s barrier event on the legacy stream of the current device, `device`:
+    /// an action after every earlier operation of its blocking streams.
+    fn record_on_legacy(&self, api: &Api, device: u32) -> Result<Event, CudaError> {
+        let e = self.barrier_event(device)?;
+        let r = match *api {
+            // SAFETY: an event of the current device, and the legacy stream (null).
+            Api::Runtime(rt) => check_internal(unsafe { (rt.event_record)(e, LEGACY) }),
+            // SAFETY: as above, through the driver.
+            Api::Driver(d) => check(unsafe { (d.event_record)(e, LEGACY) }),
+        };
+        self.forget_event_if(r, device, e).map(|()| e)
+    }
+
+    /// `record_on_legacy` of `peer`, with `peer` current for the while (through the driver
+    /// alone, its primary context, if active).
+    fn record_on_peer(&self, api: &Api, peer: u32) -> Result<Event, CudaError> {
+        let mut recorded = Err(CudaError::UNKNOWN);
+        check_internal(with_device_current(api, peer, || {
+            recorded = self.record_on_legacy(api, peer);
+            SUCCESS
+        }))?;
+        recorded
+    }
+
+    /// The barrier of `device`, current: its legacy stream waits first for the legacy streams
+    /// of the devices that reach its memory, so its later blocking-stream work comes after
+    /// their kernels too, then for its own.
+    fn barrier_here(&self, api: &Api, device: u32) -> Result<(), CudaError> {
+        for peer in self.accessors_of(device).iter() {
+            let e = self.record_on_peer(api, peer)?;
+            self.wait_on_legacy(api, peer, e)?;
+        }
+        let e = self.record_on_legacy(api, device)?;
+        self.wait_on_legacy(api, device, e)
+    }
+
+    /// The current device's legacy stream waits for `e`, `device`'s barrier event, just
+    /// recorded: an action on it that the blocking streams' later work waits for.
+    fn wait_on_legacy(&self, api: &Api, device: u32, e: Event) -> Result<(), CudaError> {
+        let r = match *api {
+            // SAFETY: an event just recorded, and the legacy stream; CUDA lets a stream wait
+            // for another device's event.
+            Api::Runtime(rt) => check_internal(unsafe { (rt.stream_wait_event)(LEGACY, e, 0) }),
+            // SAFETY: as above, through the driver.
+            Api::Driver(d) => check(unsafe { (d.stream_wait_event)(LEGACY, e, 0) }),
+        };
+        self.forget_event_if(r, device, e)
+    }
+
+    /// `r`; an error may mean that a reset destroyed `device`'s event `e` meanwhile: the next
+    /// barrier makes a new one.
+    fn forget_event_if(
+        &self,
+        r: Result<(), CudaError>,
+        device: u32,
+        e: Event,
+    ) -> Result<(), CudaError> {
+        if r.is_err() {
+            let _ = self.barrier_events[device as usize].compare_exchange(
+                e,
+                std::ptr::null_mut(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        r
+    }
+}
+
+/// The legacy default stream of the current device.
+const LEGACY: Stream = std::ptr::null_mut();
 
 /// `call` with the calling thread in relaxed capture mode, as PyTorch's allocator makes its own
 /// `cudaMalloc`: another thread's graph capture in global mode would refuse the segment (and
@@ -185,9 +293,9 @@ fn on_device(rt: &Runtime, device: u32, call: impl FnOnce() -> i32) -> i32 {
         .unwrap_or_else(|status| status)
 }
 
-/// Whether the driver's current context is `device`'s: through the driver alone the pool
-/// cannot make another device current, and a call about the current context would answer for
-/// the wrong device.
+/// Whether the driver's current context is `device`'s: through the driver alone the pool makes
+/// another device current only for a synchronization (`driver::in_primary_context`), and a call
+/// about the current context would answer for the wrong device.
 fn driver_context_is(d: &Driver, device: u32) -> bool {
     let mut current: c_int = -1;
     // SAFETY: a valid out-pointer.
@@ -208,6 +316,33 @@ fn check_internal(status: i32) -> Result<(), CudaError> {
         }
     }
     check(status)
+}
+
+/// Wait for all work of `device` (`cudaDeviceSynchronize` with it current). Through the driver
+/// alone, only the current context's device, or another through its primary context: the
+/// driver path pools only there.
+fn synchronize(api: &Api, device: u32) -> Result<(), CudaError> {
+    check_internal(with_device_current(api, device, || match *api {
+        // SAFETY: no arguments; synchronizes the current device, which is `device`.
+        Api::Runtime(rt) => unsafe { (rt.device_synchronize)() },
+        // SAFETY: no arguments; the current context is the device's.
+        Api::Driver(d) => unsafe { (d.ctx_synchronize)() },
+    }))
+}
+
+/// `call` with `device` current, and the caller's device or context back after: through the
+/// runtime its device switch; through the driver alone the device's primary context, if active
+/// (the driver path pools only in primary contexts). `INVALID_DEVICE` where neither can be
+/// had: a call about another device would prove nothing about `device`, and a failed fence
+/// or barrier leaves every block waiting.
+fn with_device_current(api: &Api, device: u32, call: impl FnOnce() -> i32) -> i32 {
+    match *api {
+        Api::Runtime(rt) => on_device(rt, device, call),
+        Api::Driver(d) if driver_context_is(d, device) => call(),
+        Api::Driver(d) => {
+            driver::in_primary_context(d, device, call).unwrap_or(CudaError::INVALID_DEVICE.0)
+        }
+    }
 }
 
 impl Backend for CudaBackend {
@@ -252,67 +387,25 @@ impl Backend for CudaBackend {
     }
 
     fn fence(&self, device: u32) -> Result<(), CudaError> {
-        check_internal(match api()? {
-            // SAFETY: no arguments; synchronizes the current device, which is `device`.
-            Api::Runtime(rt) => on_device(rt, device, || unsafe { (rt.device_synchronize)() }),
-            Api::Driver(d) => {
-                if !driver_context_is(d, device) {
-                    // Another device's context: its synchronization would prove nothing
-                    // about `device`, and a failed fence leaves every block waiting.
-                    return Err(CudaError::INVALID_DEVICE);
-                }
-                // SAFETY: no arguments; the current context is the device's (the driver path
-                // pools only in primary contexts).
-                unsafe { (d.ctx_synchronize)() }
-            }
-        })
+        let api = api()?;
+        synchronize(&api, device)?;
+        // Kernels of the devices that reach this one's memory may still use its blocks.
+        for peer in self.accessors_of(device).iter() {
+            synchronize(&api, peer)?;
+        }
+        Ok(())
     }
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
-        let legacy = std::ptr::null_mut();
-        let mut recorded = None;
-        let r = match api()? {
-            // The legacy stream and the event are the current device's: `device` is made
-            // current for both, as for the fence.
-            Api::Runtime(rt) => check_internal(on_device(rt, device, || {
-                let e = match self.barrier_event(device) {
-                    Ok(e) => e,
-                    Err(e) => return e.0,
-                };
-                recorded = Some(e);
-                // SAFETY: an event of `device`, current, and its legacy stream (null).
-                let r = unsafe { (rt.event_record)(e, legacy) };
-                if r != SUCCESS {
-                    return r;
-                }
-                // SAFETY: the same event, just recorded, and the legacy stream.
-                unsafe { (rt.stream_wait_event)(legacy, e, 0) }
-            })),
-            Api::Driver(d) => {
-                if !driver_context_is(d, device) {
-                    // Another device's context, which the pool cannot leave through the driver
-                    // alone: the blocks keep waiting, as after a failed fence.
-                    return Err(CudaError::INVALID_DEVICE);
-                }
-                let e = self.barrier_event(device)?;
-                recorded = Some(e);
-                // SAFETY: as above, through the driver, in the device's context.
-                check(unsafe { (d.event_record)(e, legacy) }).and_then(|()| {
-                    // SAFETY: as above.
-                    check(unsafe { (d.stream_wait_event)(legacy, e, 0) })
-                })
-            }
-        };
-        if let (Err(_), Some(e)) = (r, recorded) {
-            // An event a reset destroyed meanwhile: the next barrier makes a new one.
-            let _ = self.barrier_events[device as usize].compare_exchange(
-                e,
-                std::ptr::null_mut(),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-        }
-        r
+        let api = api()?;
+        let mut ordered = Err(CudaError::UNKNOWN);
+        // The legacy stream and the event are the current device's: `device` is made current
+        // for both, as for the fence.
+        check_internal(with_device_current(&api, device, || {
+            ordered = self.barrier_here(&api, device);
+            SUCCESS
+        }))?;
+        ordered
     }
 
     fn vmm_granularity(&self, device: u32) -> Option<u64> {

@@ -383,3 +383,59 @@ impl Located {
         unsafe { dl::real_dlsym(self.handle, name.as_ptr()) }
     }
 }
+
+/// The calling thread's current context, made current again exactly when dropped (after a
+/// panic too): a context the program made itself (`cuCtxCreate`) stays current across the
+/// pool's own calls, where `cudaSetDevice` would put back the device's primary context.
+pub struct KeepContext {
+    set: CtxFn,
+    ctx: CuContext,
+}
+
+impl KeepContext {
+    /// `None` when the thread has no current context, or the driver cannot set one.
+    pub fn save(d: &Driver) -> Option<KeepContext> {
+        let set = d.ctx_set_current?;
+        let mut ctx: CuContext = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        let r = unsafe { (d.ctx_get_current)(&mut ctx) };
+        (r == CU_SUCCESS && !ctx.is_null()).then_some(KeepContext { set, ctx })
+    }
+}
+
+impl Drop for KeepContext {
+    fn drop(&mut self) {
+        // SAFETY: a context that was current on this thread a moment ago.
+        unsafe { (self.set)(self.ctx) };
+    }
+}
+
+/// `f` with `device`'s primary context current, then the thread's own context again: `None`
+/// when that context is not active (retaining it would make one), the thread has no context,
+/// or the driver cannot switch.
+pub fn in_primary_context(
+    d: &Driver,
+    device: u32,
+    f: impl FnOnce() -> CuResult,
+) -> Option<CuResult> {
+    let dev = CuDevice::try_from(device).ok()?;
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    // SAFETY: valid out-pointers and a device ordinal the pool serves.
+    let r = unsafe { (d.primary_ctx_get_state)(dev, &mut flags, &mut active) };
+    if r != CU_SUCCESS || active == 0 {
+        return None;
+    }
+    let keep = KeepContext::save(d)?;
+    let mut primary: CuContext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is active, so retaining it makes nothing.
+    if unsafe { (d.primary_ctx_retain)(&mut primary, dev) } != CU_SUCCESS {
+        return None;
+    }
+    // SAFETY: the context just retained.
+    let made = unsafe { (keep.set)(primary) };
+    let r = if made == CU_SUCCESS { f() } else { made };
+    drop(keep);
+    // SAFETY: the retain above, released once.
+    unsafe { (d.primary_ctx_release)(dev) };
+    Some(r)
+}

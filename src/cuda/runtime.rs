@@ -3,6 +3,7 @@
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use super::driver::{self, KeepContext};
 pub use super::symbols::Lookup;
 use super::symbols::{optional, required};
 use super::types::{
@@ -163,7 +164,9 @@ impl Runtime {
 
     /// Run `f` with `device` current on this thread, then make the previous device current
     /// again (even when `f` panicked). Nothing is asked or set where `device` is current
-    /// already, nor in a process that sees one device.
+    /// already, nor in a process that sees one device. Where the driver is loaded, the thread's
+    /// own context comes back exactly: one the program made (`cuCtxCreate`) would be replaced
+    /// by the device's primary context under `cudaSetDevice`.
     pub fn on_device<T>(&self, device: i32, f: impl FnOnce() -> T) -> Result<T, CudaStatus> {
         if device == 0 && self.sees_one_device() {
             // The only device is current on every thread.
@@ -174,6 +177,7 @@ impl Runtime {
             return Ok(f());
         }
         let set = self.set_device.ok_or(ERROR_INSUFFICIENT_DRIVER)?;
+        let context = driver::loaded().and_then(|d| KeepContext::save(&d.driver));
         // SAFETY: cudaSetDevice takes any integer and rejects bad ordinals itself.
         let r = unsafe { set(device) };
         if r != SUCCESS {
@@ -182,6 +186,7 @@ impl Runtime {
         let _restore = Restore {
             set,
             device: current,
+            context,
         };
         Ok(f())
     }
@@ -217,15 +222,20 @@ impl Runtime {
     }
 }
 
-/// Puts the previous device back, even when the work in between panicked.
+/// Puts the thread's own context back where the driver could say which it was, else the
+/// previous device, even when the work in between panicked.
 struct Restore {
     set: SetDeviceFn,
     device: i32,
+    context: Option<KeepContext>,
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        // SAFETY: a device ordinal that was current a moment ago.
-        unsafe { (self.set)(self.device) };
+        // A context is made current again as it drops.
+        if self.context.take().is_none() {
+            // SAFETY: a device ordinal that was current a moment ago.
+            unsafe { (self.set)(self.device) };
+        }
     }
 }

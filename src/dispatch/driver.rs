@@ -467,7 +467,7 @@ pub fn ctx_synchronize(real: impl Fn() -> CuResult) -> CuResult {
     let seq = pool.seq_before_sync(dev);
     let r = real();
     if r == cu::CU_SUCCESS {
-        pool.observe_fence(dev, seq);
+        super::peer::device_synchronized(pool, dev, seq);
     }
     r
 }
@@ -510,7 +510,7 @@ pub fn launch(stream: Stream, real: impl Fn() -> CuResult) -> CuResult {
     let seq = pool.seq_before_sync(dev);
     let r = real();
     if r == cu::CU_SUCCESS {
-        pool.observe_barrier(dev, seq);
+        super::peer::legacy_action(pool, dev, seq);
     }
     r
 }

@@ -452,8 +452,8 @@ pub unsafe fn device_synchronize() -> CudaStatus {
     let seq = pool.seq_before_sync(dev);
     let r = pass();
     if r == SUCCESS {
-        // Every block freed before this call is now safe to reuse.
-        pool.observe_fence(dev, seq);
+        // Every block freed before this call is now safe to reuse, but for peers' kernels.
+        peer::device_synchronized(pool, dev, seq);
     }
     r
 }
@@ -509,7 +509,7 @@ fn watch_launch(stream: Stream, launch: impl FnOnce(&Global) -> CudaStatus) -> C
     let seq = pool.seq_before_sync(dev);
     let r = launch(g);
     if r == SUCCESS {
-        pool.observe_barrier(dev, seq);
+        peer::legacy_action(pool, dev, seq);
     }
     r
 }

@@ -9,17 +9,19 @@
 use std::sync::atomic::AtomicBool;
 
 use super::{current_device, forward, runtime};
+use crate::cuda::backend::CudaBackend;
 use crate::cuda::types::*;
 use crate::guard;
 use crate::log;
-use crate::pool::{Backend, Pool};
+use crate::pool::{Backend, Pool, SyncSeq};
 
 static REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// The program let `accessor` reach `owner`'s memory with `what`: the pool's mapped memory on
-/// `owner` gets that access. A refusal is said once on stderr: the program's kernels on
-/// `accessor` would fail on those blocks.
-pub(crate) fn grant<B: Backend>(pool: &Pool<B>, owner: u32, accessor: u32, what: &str) {
+/// `owner` gets that access, and its fences wait for `accessor`'s kernels too. A refusal is said
+/// once on stderr: the program's kernels on `accessor` would fail on those blocks.
+pub(crate) fn grant(pool: &Pool<CudaBackend>, owner: u32, accessor: u32, what: &str) {
+    pool.backend().note_peer_access(owner, accessor);
     if let Err(e) = pool.add_peer(owner, accessor) {
         log::warn_once(&REFUSED, || {
             format!(
@@ -39,6 +41,27 @@ pub(crate) fn grant<B: Backend>(pool: &Pool<B>, owner: u32, accessor: u32, what:
 /// `cuCtxPushCurrent_v2` (`dispatch::driver`).
 pub(crate) fn device_made_current<B: Backend>(pool: &Pool<B>, device: u32) {
     pool.note_device_in_use(device);
+}
+
+/// The program's own synchronization of `device` returned (`cudaDeviceSynchronize`,
+/// `cuCtxSynchronize`): a fence of what was freed before `at`, unless devices that reach its
+/// memory may still run kernels on those blocks (the pool's own fence waits for them too).
+/// A release point either way.
+pub(crate) fn device_synchronized(pool: &Pool<CudaBackend>, device: u32, at: SyncSeq) {
+    if pool.backend().accessors_of(device).is_empty() {
+        pool.observe_fence(device, at);
+    } else {
+        pool.sync_point(device);
+    }
+}
+
+/// The program put an action on `device`'s legacy stream after `at` (`barrier` and `relaxed`
+/// modes): a barrier for what was freed before, unless devices that reach its memory may still
+/// run kernels on those blocks, which it does not order (the pool's own barrier does).
+pub(crate) fn legacy_action(pool: &Pool<CudaBackend>, device: u32, at: SyncSeq) {
+    if pool.backend().accessors_of(device).is_empty() {
+        pool.observe_barrier(device, at);
+    }
 }
 
 /// `cudaSetDevice`: see `device_made_current`.

@@ -83,12 +83,13 @@ pub trait Backend: Send + Sync {
     fn alloc_segment(&self, device: u32, bytes: u64) -> Result<Addr, CudaError>;
     /// Give a segment back (a real `cudaFree`, which itself waits for the device's work).
     fn free_segment(&self, device: u32, addr: Addr) -> Result<(), CudaError>;
-    /// Wait for all work on every stream of `device`, whatever device is current
-    /// (`cudaDeviceSynchronize` with `device` current).
+    /// Wait for all work that may use `device`'s memory, whatever device is current: every
+    /// stream of `device` (`cudaDeviceSynchronize` with `device` current), and of the devices
+    /// the program gave peer access to it.
     fn fence(&self, device: u32) -> Result<(), CudaError>;
     /// Enqueue one action on the legacy default stream of `device`, whatever device is current,
-    /// which orders all later blocking-stream work after all earlier blocking-stream work. No
-    /// host wait.
+    /// which orders all later blocking-stream work after all earlier blocking-stream work, of
+    /// `device` and of the devices the program gave peer access to it. No host wait.
     fn barrier(&self, device: u32) -> Result<(), CudaError>;
     /// Free and total memory of `device`, the current device (`cudaMemGetInfo`). Asked when the
     /// threshold is a percentage, after each new segment and at out-of-memory: never at exit.

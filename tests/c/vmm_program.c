@@ -13,9 +13,23 @@
  *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
  *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
  *     block on each of two devices.
+ *   fence-runtime, fence-driver, fence-sync, fence-none: two devices. Device 1 given peer
+ *     access to device 0 (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess; none for
+ *     fence-none) runs kernels on device 0's blocks, which device 0 then frees; then device 0's
+ *     default pool trimmed (fence-sync: cudaDeviceSynchronize on device 0 instead), and a
+ *     block of the freed size asked for.
+ *   fence-barrier: two devices, device 1 given peer access to device 0. A block of device 0
+ *     freed under device 1's kernel is asked for again at once (run in `barrier` mode) and
+ *     filled by a kernel on device 0's legacy stream: that fill must land last. fence-launch:
+ *     the same with a kernel of the program's on device 0's legacy stream before the request.
+ *   fence-driver-only: fence-driver through driver calls alone (no runtime call, so the pool's
+ *     own calls go to the driver), run in `strict` mode with a fence budget of 512 KiB: device
+ *     0's block freed under device 1's kernel, then a request that only it fits.
+ *   own-context: a block of device 1 freed, then, with a context the program made on device
+ *     0 current, device 1's default pool trimmed: the program's context stays current.
  * Prints "key=value" lines and "vmm_program MODE: all checks passed". */
-#include "check.h"
 #include "cuda.h"
+#include "check.h"
 
 #define MiB (1024ull * 1024ull)
 
@@ -213,6 +227,146 @@ static void driver_current(int push)
     free(h);
 }
 
+/* Kernels of device 1 on device 0's blocks, freed before they end: device 0's fence must wait
+ * for device 1 before it unmaps a granule or reuses a block (`strict`). `enable`: 0 none, 1
+ * through the runtime, 2 through the driver; `sync`: the program's cudaDeviceSynchronize on
+ * device 0 instead of the trim. */
+static void fence_peer(int enable, int sync)
+{
+    void *big = NULL, *small = NULL, *beside = NULL, *again = NULL;
+    CUcontext zero = NULL;
+    cudaMemPool_t pool = NULL;
+
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&big, 64 * MiB));
+    CHECK_CUDA(cudaMalloc(&beside, MiB / 2));
+    CHECK_CUDA(cudaMalloc(&small, MiB / 2));
+    CHECK_CUDA(cudaSetDevice(1));
+    if (enable == 1) {
+        CHECK_CUDA(cudaDeviceEnablePeerAccess(0, 0));
+    } else if (enable == 2) {
+        CHECK(cuDevicePrimaryCtxRetain(&zero, 0) == CUDA_SUCCESS, "retain device 0's context");
+        CHECK(cuCtxEnablePeerAccess(zero, 0) == CUDA_SUCCESS, "cuCtxEnablePeerAccess");
+    }
+    CHECK_CUDA(cudasim_launch_fill(big, 64 * MiB, 200000, 0x66, NULL));
+    CHECK_CUDA(cudasim_launch_fill(small, MiB / 2, 200000, 0x67, NULL));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(big));
+    CHECK_CUDA(cudaFree(small));
+    if (sync) {
+        CHECK_CUDA(cudaDeviceSynchronize());
+    } else {
+        CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+        CHECK_CUDA(cudaMemPoolTrimTo(pool, 0));
+    }
+    printf("unmapped_while_busy=%llu\n", sim_stats(0).unmapped_while_busy);
+    CHECK_CUDA(cudaMalloc(&again, MiB / 2));
+    printf("reused_busy=%d\n", cudasimRangeBusy(again, MiB / 2) > 0);
+    /* The program never synchronized device 1: only the pool's fences did. */
+    printf("peer_syncs=%llu\n", sim_stats(1).device_syncs);
+    CHECK_CUDA(cudaFree(again));
+    CHECK_CUDA(cudaFree(beside));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    if (zero != NULL)
+        CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS, "release");
+}
+
+/* A block of device 0 freed under a kernel of device 1, reused at once after the pool's barrier:
+ * the barrier must order device 0's later work after device 1's kernel. `launch`: the program
+ * launches a kernel on device 0's legacy stream after the free, which orders nothing of device
+ * 1's. */
+static void barrier_peer(int launch)
+{
+    void *small = NULL, *beside[7] = {NULL}, *again = NULL;
+    unsigned char h[16];
+    int i;
+
+    /* Eight blocks fill a 4 MiB small segment: only the freed one fits the next request. */
+    CHECK_CUDA(cudaSetDevice(0));
+    for (i = 0; i < 7; i++)
+        CHECK_CUDA(cudaMalloc(&beside[i], MiB / 2));
+    CHECK_CUDA(cudaMalloc(&small, MiB / 2));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceEnablePeerAccess(0, 0));
+    CHECK_CUDA(cudasim_launch_fill(small, MiB / 2, 200000, 0x67, NULL));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(small));
+    if (launch)
+        CHECK_CUDA(cudasim_launch_fill(beside[0], MiB / 2, 1, -1, NULL));
+    CHECK_CUDA(cudaMalloc(&again, MiB / 2));
+    printf("reused=%d\n", again == small);
+    CHECK_CUDA(cudasim_launch_fill(again, MiB / 2, 1, 0x11, NULL));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMemcpy(h, again, sizeof h, cudaMemcpyDeviceToHost));
+    printf("clobbered=%d\n", h[0] != 0x11);
+    CHECK_CUDA(cudaFree(again));
+    for (i = 0; i < 7; i++)
+        CHECK_CUDA(cudaFree(beside[i]));
+}
+
+/* fence_peer's strict case through the driver alone: the pool's fence of device 0 reaches
+ * device 1 through its primary context. */
+static void fence_driver_only(void)
+{
+    CUcontext ctx[2] = {NULL, NULL};
+    CUdeviceptr beside[7], small = 0, again = 0;
+    int d, i;
+    for (d = 0; d < 2; d++)
+        CHECK(cuDevicePrimaryCtxRetain(&ctx[d], d) == CUDA_SUCCESS, "retain %d", d);
+    CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "device 1 current");
+    CHECK(cuCtxEnablePeerAccess(ctx[0], 0) == CUDA_SUCCESS, "cuCtxEnablePeerAccess");
+    /* Eight blocks fill a 4 MiB small segment: only the freed one fits the next request. */
+    CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "device 0 current");
+    for (i = 0; i < 7; i++)
+        CHECK(cuMemAlloc_v2(&beside[i], MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
+    CHECK(cuMemAlloc_v2(&small, MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
+    CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "device 1 current");
+    CHECK(cudasim_cu_launch_fill(small, MiB / 2, 200000, 0x67, NULL) == CUDA_SUCCESS, "launch on 1");
+    CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "device 0 current");
+    CHECK(cuMemFree_v2(small) == CUDA_SUCCESS, "cuMemFree_v2");
+    CHECK(cuMemAlloc_v2(&again, MiB / 2) == CUDA_SUCCESS, "cuMemAlloc_v2");
+    printf("reused=%d\n", again == small);
+    printf("reused_busy=%d\n", cudasimRangeBusy((void *)(uintptr_t)again, MiB / 2) > 0);
+    printf("peer_syncs=%llu\n", sim_stats(1).device_syncs);
+    CUcontext now = NULL;
+    CHECK(cuCtxGetCurrent(&now) == CUDA_SUCCESS, "cuCtxGetCurrent");
+    printf("context_kept=%d\n", now == ctx[0]);
+    CHECK(cuMemFree_v2(again) == CUDA_SUCCESS, "cuMemFree_v2");
+    for (i = 0; i < 7; i++)
+        CHECK(cuMemFree_v2(beside[i]) == CUDA_SUCCESS, "cuMemFree_v2");
+    CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "device 1 current");
+    CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "cuCtxSynchronize");
+    for (d = 0; d < 2; d++)
+        CHECK(cuDevicePrimaryCtxRelease_v2(d) == CUDA_SUCCESS, "release %d", d);
+}
+
+/* A context the program made on device 0 is current while the pool acts on device 1: after it,
+ * the program's context is current still, not device 0's primary one. */
+static void own_context(void)
+{
+    void *b = NULL;
+    CUcontext own = NULL, now = NULL;
+    cudaMemPool_t pool = NULL;
+    int current = -1;
+
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&b, MiB / 2));
+    CHECK_CUDA(cudasim_launch_fill(b, MiB / 2, 1000, 0x21, NULL));
+    CHECK_CUDA(cudaFree(b));
+    CHECK(cuCtxCreate_v2(&own, 0, 0) == CUDA_SUCCESS, "cuCtxCreate_v2");
+    CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 1));
+    CHECK_CUDA(cudaMemPoolTrimTo(pool, 0));
+    CHECK(cuCtxGetCurrent(&now) == CUDA_SUCCESS, "cuCtxGetCurrent");
+    printf("own_context_current=%d\n", now == own);
+    CHECK_CUDA(cudaGetDevice(&current));
+    printf("current_device=%d\n", current);
+    CHECK(cuCtxDestroy_v2(own) == CUDA_SUCCESS, "cuCtxDestroy_v2");
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -231,6 +385,22 @@ int main(int argc, char **argv)
         ipc();
     else if (strcmp(mode, "queries") == 0)
         queries();
+    else if (strcmp(mode, "fence-runtime") == 0)
+        fence_peer(1, 0);
+    else if (strcmp(mode, "fence-driver") == 0)
+        fence_peer(2, 0);
+    else if (strcmp(mode, "fence-sync") == 0)
+        fence_peer(1, 1);
+    else if (strcmp(mode, "fence-none") == 0)
+        fence_peer(0, 0);
+    else if (strcmp(mode, "fence-barrier") == 0)
+        barrier_peer(0);
+    else if (strcmp(mode, "fence-launch") == 0)
+        barrier_peer(1);
+    else if (strcmp(mode, "fence-driver-only") == 0)
+        fence_driver_only();
+    else if (strcmp(mode, "own-context") == 0)
+        own_context();
     else
         CHECK(0, "unknown mode '%s'", mode);
     printf("vmm_program %s: all checks passed\n", mode);
