@@ -18,6 +18,7 @@ pub const ERROR_MEMORY_ALLOCATION: CudaStatus = 2;
 pub const ERROR_INSUFFICIENT_DRIVER: CudaStatus = 35;
 pub const ERROR_INVALID_DEVICE_FUNCTION: CudaStatus = 98;
 pub const ERROR_INVALID_DEVICE: CudaStatus = 101;
+pub const ERROR_INVALID_RESOURCE_HANDLE: CudaStatus = 400;
 pub const ERROR_PEER_ACCESS_ALREADY_ENABLED: CudaStatus = 704;
 pub const ERROR_UNKNOWN: CudaStatus = 999;
 

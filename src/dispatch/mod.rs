@@ -30,7 +30,7 @@ pub use ipc::ipc_get_mem_handle;
 pub(crate) use ipc::ipc_refused;
 pub(crate) use stream_names::async_stream_key;
 pub use stream_names::Promise;
-use stream_names::{stream_is_blocking, stream_key, stream_key_known, stream_key_or_capture};
+use stream_names::{stream_is_blocking, stream_key, stream_key_asked, stream_key_known};
 
 /// The runtime, or the status to return when there is none.
 pub(crate) fn runtime() -> Result<&'static Global, CudaStatus> {
@@ -375,12 +375,21 @@ pub unsafe fn free_on(
     let Some(_inside) = guard::enter() else {
         return refuse_inside_free(ptr, "cudaFreeAsync");
     };
-    let Some(stream_key) = stream_key_or_capture(rt, pool, stream, promise) else {
-        return match keep_captured_free(pool, ptr as u64, "cudaFreeAsync") {
-            FreeOutcome::Freed => SUCCESS,
-            FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, "cudaFreeAsync"),
-            FreeOutcome::NotOurs => pass(),
-        };
+    // The legacy stream's name (PyTorch's) needs no question: that path stays an `Option`.
+    let stream_key = match stream_key_known(rt, pool, stream, promise) {
+        Some(key) => key,
+        None => match stream_key_asked(rt, stream) {
+            Ok(Some(key)) => key,
+            Ok(None) => {
+                return match keep_captured_free(pool, ptr as u64, "cudaFreeAsync") {
+                    FreeOutcome::Freed => SUCCESS,
+                    FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, "cudaFreeAsync"),
+                    FreeOutcome::NotOurs => pass(),
+                };
+            }
+            Err(refused) if pool.owner_of(ptr as u64).is_some() => return refused,
+            Err(_) => return pass(),
+        },
     };
     let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed {
         FreeKind::Ordered { stream: stream_key }

@@ -54,32 +54,38 @@ pub(super) fn stream_key<B: Backend>(
     stream: Stream,
     promise: Promise,
 ) -> StreamKey {
-    stream_key_or_capture(rt, pool, stream, promise).unwrap_or(NO_STREAM)
-}
-
-/// `stream_key`, or `None` when the runtime says the stream is being captured into a graph.
-/// What needs no runtime call inlined (the legacy stream's name, PyTorch's), the questions
-/// apart.
-#[inline(always)]
-pub(super) fn stream_key_or_capture<B: Backend>(
-    rt: &Runtime,
-    pool: &Pool<B>,
-    stream: Stream,
-    promise: Promise,
-) -> Option<StreamKey> {
     match stream_key_known(rt, pool, stream, promise) {
-        Some(key) => Some(key),
-        None => stream_key_asked(rt, stream),
+        Some(key) => key,
+        None => match stream_key_asked(rt, stream) {
+            Ok(key) => key.unwrap_or(NO_STREAM),
+            Err(refused) => {
+                own_query(rt, refused);
+                NO_STREAM
+            }
+        },
     }
 }
 
-/// `stream_key_or_capture` when the runtime must be asked.
+/// `stream_key` when the runtime must be asked: `Ok(None)` when it says the stream is being
+/// captured into a graph, `Err` with its refusal of a stream it does not know (one the program
+/// destroyed), left the last error as the runtime's own refusal would. A stream-ordered free
+/// answers that refusal: the runtime's own `cudaFreeAsync` refuses such a stream and frees
+/// nothing.
 #[inline(never)]
-fn stream_key_asked(rt: &Runtime, stream: Stream) -> Option<StreamKey> {
-    match captured(rt, stream) {
-        Some(true) => None,
-        Some(false) => Some(stream_id(rt, stream)),
-        None => Some(NO_STREAM),
+pub(super) fn stream_key_asked(
+    rt: &Runtime,
+    stream: Stream,
+) -> Result<Option<StreamKey>, CudaStatus> {
+    match capture_status(rt, stream) {
+        Ok(Some(true)) => Ok(None),
+        Ok(Some(false)) => Ok(Some(stream_id(rt, stream))),
+        Ok(None) => Ok(Some(NO_STREAM)),
+        Err(ERROR_INVALID_RESOURCE_HANDLE) => Err(ERROR_INVALID_RESOURCE_HANDLE),
+        Err(other) => {
+            // Any other refusal cannot say: no stream-ordered reuse.
+            own_query(rt, other);
+            Ok(Some(NO_STREAM))
+        }
     }
 }
 
@@ -117,12 +123,23 @@ fn async_stream_key_asked(
 /// Whether the runtime says `stream` is being captured into a graph (`cudaStreamIsCapturing`);
 /// `None` when it cannot say.
 fn captured(rt: &Runtime, stream: Stream) -> Option<bool> {
-    let is_capturing = rt.stream_is_capturing?;
+    capture_status(rt, stream).unwrap_or_else(|refused| {
+        own_query(rt, refused);
+        None
+    })
+}
+
+/// The runtime's answer to `cudaStreamIsCapturing` for `stream`: `Ok(None)` where it has no
+/// such call, `Err` with its refusal, left the last error.
+fn capture_status(rt: &Runtime, stream: Stream) -> Result<Option<bool>, CudaStatus> {
+    let Some(is_capturing) = rt.stream_is_capturing else {
+        return Ok(None);
+    };
     let mut capturing = -1;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    match own_query(rt, unsafe { is_capturing(stream, &mut capturing) }) {
-        SUCCESS => Some(capturing != 0),
-        _ => None,
+    match unsafe { is_capturing(stream, &mut capturing) } {
+        SUCCESS => Ok(Some(capturing != 0)),
+        refused => Err(refused),
     }
 }
 

@@ -84,6 +84,19 @@ int main(void)
     CHECK_CUDA(cudaFree(p));
     CHECK_CUDA(cudaFree(q));
 
+    /* cudaFreeAsync of a block on a stream already destroyed: the runtime's refusal (invalid
+     * resource handle), also the last error, and the block stays the program's. */
+    {
+        cudaStream_t gone;
+        CHECK_CUDA(cudaMalloc(&p, 4096));
+        CHECK_CUDA(cudaStreamCreate(&gone));
+        CHECK_CUDA(cudaStreamDestroy(gone));
+        cudaError_t r = cudaFreeAsync(p, gone);
+        CHECK(r == cudaErrorInvalidResourceHandle, "cudaFreeAsync on a destroyed stream: %d", (int)r);
+        CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle, "last error after it");
+        CHECK_CUDA(cudaFree(p));
+    }
+
     /* More sizes near SIZE_MAX, through both free entry points afterwards: never a block. */
     size_t huge[] = {(size_t)-1 - 511, (size_t)-1 - 512, ((size_t)-1 >> 1) + 1, (size_t)-1 - 20971520};
     for (unsigned i = 0; i < sizeof huge / sizeof huge[0]; i++) {
