@@ -59,7 +59,15 @@ impl DeviceSet {
 
     /// The ordinals in the set, lowest first.
     pub fn iter(self) -> impl Iterator<Item = u32> {
-        (0..64).filter(move |&d| self.contains(d))
+        // A bit at a time, not the 64 ordinals: the barrier walks the set at each call.
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            (bits != 0).then(|| {
+                let d = bits.trailing_zeros();
+                bits &= bits - 1;
+                d
+            })
+        })
     }
 }
 
@@ -157,4 +165,17 @@ pub trait Backend: Send + Sync {
     /// there from now on, until the program enables peer access again. A backend that can tell
     /// the user does.
     fn vmm_peer_dropped(&self, _device: u32, _peer: u32, _why: CudaError) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceSet;
+
+    #[test]
+    fn a_device_set_lists_its_ordinals_lowest_first() {
+        assert_eq!(DeviceSet::default().iter().count(), 0);
+        let set = DeviceSet::one(63) | DeviceSet::one(5) | DeviceSet::one(0);
+        assert_eq!(set.iter().collect::<Vec<_>>(), [0, 5, 63]);
+        assert!(set.iter().all(|d| set.contains(d)));
+    }
 }
