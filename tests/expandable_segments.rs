@@ -105,6 +105,20 @@ fn mapped_memory_is_gpudirect_rdma_capable_where_the_device_supports_it() {
 }
 
 #[test]
+fn one_access_call_covers_a_blocks_new_granules() {
+    // Each granule is its own mapping, so that it can be unmapped alone; the device's access
+    // (`cuMemSetAccess`) is given once to each block's run of new ones.
+    let (out, err) = run(true, "calls", &[]);
+    let n = |key: &str| number::<u64>(&out, key);
+    let (blocks, access, maps) = (n("calls_blocks="), n("calls_access="), n("calls_maps="));
+    assert!(maps >= 5 * blocks, "{out}\n{err}");
+    assert!(
+        (1..=blocks).contains(&access),
+        "{access} access calls for {blocks} blocks: {out}"
+    );
+}
+
+#[test]
 fn a_mapped_slack_moves_a_holes_memory_to_the_request_no_hole_holds() {
     let run_slack = |slack: &str| {
         let env = [
@@ -134,9 +148,9 @@ fn a_mapped_slack_moves_a_holes_memory_to_the_request_no_hole_holds() {
 
 #[test]
 fn the_summarys_driver_line_counts_maps_and_unmaps() {
-    // Four 7 MiB blocks allocated and freed, a zero threshold: what the pool asked of the
-    // driver is what the simulator counted, granule maps and unmaps included, beside the
-    // program's 8 calls.
+    // Four 7 MiB blocks and a 100 MiB one allocated and freed, a zero threshold: what the
+    // pool asked of the driver is what the simulator counted, granule maps and unmaps
+    // included, beside the program's 10 calls.
     for expandable in ["1", "0"] {
         let env = [
             ("GPUPOOL_EXPANDABLE", expandable),
@@ -160,7 +174,7 @@ fn the_summarys_driver_line_counts_maps_and_unmaps() {
             "{line}\n{out}"
         );
         let total = mallocs + frees + maps + unmaps;
-        let tail = format!(": {total} calls for the program's 8");
+        let tail = format!(": {total} calls for the program's 10");
         assert!(line.ends_with(&tail), "{line}\n{out}");
         if expandable == "1" {
             assert!(maps > 0 && unmaps > 0, "{out}");

@@ -59,7 +59,7 @@ use gpupool::pool::model_driver::{Call, ModelDriver, Segment, GUARD_GAP, VMM_GRA
 use gpupool::pool::model_wrapper::ModelWrapper;
 use gpupool::pool::size::{LARGE_SPLIT_REMAINDER, SMALL_LIMIT};
 use gpupool::pool::{
-    Addr, Backend, CudaError, Expandable, FreeKind, FreeOutcome, MapRefused, Policy, Pool, Settings,
+    Addr, Backend, CudaError, Expandable, FreeKind, FreeOutcome, Policy, Pool, Settings,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -191,7 +191,7 @@ impl ModelWrapper for Driver {
         Ok(())
     }
 
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.requesting(|| self.model.vmm_map(device, addr, bytes))?;
         self.with(|s| s.mappings.insert(addr, (device, bytes)));
         Ok(())

@@ -10,7 +10,7 @@ use super::driver::{self, Driver};
 use super::runtime::Runtime;
 use super::types::{Event, Stream, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::log;
-use crate::pool::{Addr, Backend, CudaError, DeviceSet, MapRefused, MAX_DEVICES};
+use crate::pool::{Addr, Backend, CudaError, DeviceSet, MAX_DEVICES};
 
 /// The runtime the pool's calls go to, once a runtime hook found it (`global::init`).
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -437,7 +437,7 @@ impl Backend for CudaBackend {
         Ok(addr)
     }
 
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
         let prop = pinned_on(vmm, device);
         let mut handle = 0u64;
@@ -446,23 +446,22 @@ impl Backend for CudaBackend {
         // SAFETY: `addr` lies in a range this backend reserved, unmapped there (the pool's
         // bitmap), and `handle` holds `bytes`.
         let mapped = check(unsafe { (vmm.map)(addr, bytes as usize, 0, handle, 0) });
+        // The mapping keeps the memory: the handle goes now, the memory at the unmap (a map
+        // refused leaves nothing).
+        // SAFETY: the handle made above, released once.
+        unsafe { (vmm.release)(handle) };
+        mapped
+    }
+
+    fn vmm_access(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
         let access = driver::MemAccessDesc {
             location_type: driver::MEM_LOCATION_TYPE_DEVICE,
             location_id: device as i32,
             flags: driver::MEM_ACCESS_PROT_READWRITE,
         };
-        let usable = mapped.and_then(|()| {
-            // SAFETY: the mapping just made, and one valid access descriptor.
-            check(unsafe { (vmm.set_access)(addr, bytes as usize, &access, 1) })
-        });
-        // SAFETY: the mapping just made, never used.
-        let left_mapped = usable.is_err()
-            && mapped.is_ok()
-            && unsafe { (vmm.unmap)(addr, bytes as usize) } != SUCCESS;
-        // The mapping keeps the memory: the handle goes now, the memory at the unmap.
-        // SAFETY: the handle made above, released once.
-        unsafe { (vmm.release)(handle) };
-        usable.map_err(|error| MapRefused { error, left_mapped })
+        // SAFETY: whole mappings `vmm_map` just made side by side, and one valid descriptor.
+        check(unsafe { (vmm.set_access)(addr, bytes as usize, &access, 1) })
     }
 
     fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {

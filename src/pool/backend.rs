@@ -19,25 +19,6 @@ impl CudaError {
     pub const UNKNOWN: CudaError = CudaError(999);
 }
 
-/// Why `Backend::vmm_map` gave no usable mapping.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MapRefused {
-    pub error: CudaError,
-    /// The memory stayed mapped, without the device's access: the driver refused the access,
-    /// then the unmap that would have undone the mapping. Only `vmm_unmap` ends it.
-    pub left_mapped: bool,
-}
-
-impl From<CudaError> for MapRefused {
-    /// A refusal that left nothing mapped.
-    fn from(error: CudaError) -> MapRefused {
-        MapRefused {
-            error,
-            left_mapped: false,
-        }
-    }
-}
-
 /// A set of device ordinals below 64 (`MAX_DEVICES`): the peers given access to a device's
 /// mapped memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,12 +97,17 @@ pub trait Backend: Send + Sync {
     fn vmm_reserve(&self, _device: u32, _bytes: u64) -> Result<Addr, CudaError> {
         Err(CudaError::NOT_SUPPORTED)
     }
-    /// Map `bytes` of new physical memory at `addr`, inside a reservation, with access for
-    /// `device` (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`): one mapping, unmapped whole.
-    /// A refusal undoes what it did, but for an access refused whose undoing unmap was refused
-    /// too (`MapRefused::left_mapped`).
-    fn vmm_map(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), MapRefused> {
-        Err(CudaError::NOT_SUPPORTED.into())
+    /// Map `bytes` of new physical memory of `device` at `addr`, inside a reservation
+    /// (`cuMemCreate`, `cuMemMap`): one mapping, unmapped whole. No access yet: `vmm_access`
+    /// gives it, once for a run of new mappings. A refusal leaves nothing mapped.
+    fn vmm_map(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), CudaError> {
+        Err(CudaError::NOT_SUPPORTED)
+    }
+    /// Give `device` read and write access to `[addr, addr + bytes)`, whole mappings `vmm_map`
+    /// just made side by side (one `cuMemSetAccess` for the run). Before it, nothing may use
+    /// them; refused, the caller unmaps them.
+    fn vmm_access(&self, _device: u32, _addr: Addr, _bytes: u64) -> Result<(), CudaError> {
+        Err(CudaError::NOT_SUPPORTED)
     }
     /// Give `peers`, devices other than `device`, read and write access to `[addr, addr +
     /// bytes)`, memory of `device` that `vmm_map` mapped, in one or more mappings

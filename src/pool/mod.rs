@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-pub use backend::{Addr, Backend, CudaError, DeviceSet, MapRefused};
+pub use backend::{Addr, Backend, CudaError, DeviceSet};
 pub use device::{
     CacheFigures, DevicePool, Expandable, LiveBlock, MemorySample, OomEvent, Origin, Policy,
     Release, ReuseWait,
@@ -133,8 +133,11 @@ impl<B: Backend> Backend for Timed<'_, B> {
     fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
         self.time(|| self.inner.vmm_reserve(device, bytes))
     }
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.time(|| self.inner.vmm_map(device, addr, bytes))
+    }
+    fn vmm_access(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.time(|| self.inner.vmm_access(device, addr, bytes))
     }
     fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.time(|| self.inner.vmm_unmap(device, addr, bytes))

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
-use super::backend::{Addr, Backend, CudaError, DeviceSet, MapRefused};
+use super::backend::{Addr, Backend, CudaError, DeviceSet};
 
 /// Segments start on 2 MiB boundaries, as the driver's large allocations do.
 pub const SEGMENT_ALIGNMENT: u64 = 2 << 20;
@@ -43,10 +43,10 @@ pub enum Call {
     Reserve,
     Map,
     Grant,
-    /// The access `vmm_map` gives the device to the memory it just mapped (its
-    /// `cuMemSetAccess`): refused, the mapping is undone with an unmap, as a backend does.
+    /// `vmm_access`, the device's own access to the memory just mapped (its
+    /// `cuMemSetAccess`): refused, the pool undoes the mappings with unmaps.
     Access,
-    /// `vmm_unmap`, and the unmap that undoes a mapping refused its access.
+    /// `vmm_unmap`.
     Unmap,
 }
 
@@ -74,6 +74,8 @@ pub struct Counts {
     /// `map` calls (refused ones included) and `unmap` calls.
     pub maps: u64,
     pub unmaps: u64,
+    /// `vmm_access` calls, refused ones included.
+    pub accesses: u64,
 }
 
 /// The outcome of one `alloc_segment` a trace recorded.
@@ -440,6 +442,25 @@ impl State {
             .is_some_and(|(&b, r)| addr - b < r.bytes)
     }
 
+    /// The whole mappings of `device` that tile `[addr, addr + bytes)`, as `cuMemSetAccess`
+    /// takes them, by base; none if they do not.
+    fn whole_mappings(&self, device: u32, addr: Addr, bytes: u64) -> Vec<Addr> {
+        let (end, mut at, mut bases) = (addr.saturating_add(bytes), addr, Vec::new());
+        while at < end {
+            match self.segments.get(&at) {
+                Some(seg) if seg.device == device && self.in_reservation(at) => {
+                    bases.push(at);
+                    at += seg.bytes;
+                }
+                _ => break,
+            }
+        }
+        if bytes == 0 || at != end {
+            bases.clear();
+        }
+        bases
+    }
+
     fn reserved(&self, device: u32) -> u64 {
         self.reserved_on.get(&device).copied().unwrap_or(0)
     }
@@ -576,39 +597,43 @@ impl Backend for ModelDriver {
         self.reserve(device, bytes)
     }
 
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         {
             let mut s = self.lock();
             if !s.vmm {
-                return Err(CudaError::NOT_SUPPORTED.into());
+                return Err(CudaError::NOT_SUPPORTED);
             }
             if let Err(e) = s.fault(Call::Map) {
                 s.counts.maps += 1;
-                return Err(e.into());
+                return Err(e);
             }
             if !addr.is_multiple_of(VMM_GRANULE) || !bytes.is_multiple_of(VMM_GRANULE) {
                 s.misuses
                     .push(format!("mapped {addr:#x}+{bytes}, not whole granules"));
-                return Err(CudaError::INVALID_VALUE.into());
+                return Err(CudaError::INVALID_VALUE);
             }
         }
         self.map(device, addr, bytes)?;
+        // No access until `vmm_access` gives it.
+        self.lock().no_access.insert(addr);
+        Ok(())
+    }
+
+    fn vmm_access(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let mut s = self.lock();
-        let Err(refused) = s.fault(Call::Access) else {
-            return Ok(());
-        };
-        // Never used: undone at once, unless the unmap is refused too.
-        if s.fault(Call::Unmap).is_err() {
-            s.counts.unmaps += 1;
-            s.no_access.insert(addr);
-            return Err(MapRefused {
-                error: refused,
-                left_mapped: true,
-            });
+        s.counts.accesses += 1;
+        s.fault(Call::Access)?;
+        let bases = s.whole_mappings(device, addr, bytes);
+        if bases.is_empty() {
+            s.misuses.push(format!(
+                "gave access to {addr:#x}+{bytes}, not whole mappings of device {device}"
+            ));
+            return Err(CudaError::INVALID_VALUE);
         }
-        drop(s);
-        self.unmap(device, addr)?;
-        Err(refused.into())
+        for b in bases {
+            s.no_access.remove(&b);
+        }
+        Ok(())
     }
 
     fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
@@ -637,18 +662,8 @@ impl Backend for ModelDriver {
     ) -> Result<(), CudaError> {
         let mut s = self.lock();
         s.fault(Call::Grant)?;
-        // Whole mappings of `device` that tile the range, as `cuMemSetAccess` takes them.
-        let (end, mut at, mut bases) = (addr.saturating_add(bytes), addr, Vec::new());
-        while at < end {
-            match s.segments.get(&at) {
-                Some(seg) if seg.device == device && s.in_reservation(at) => {
-                    bases.push(at);
-                    at += seg.bytes;
-                }
-                _ => break,
-            }
-        }
-        if bytes == 0 || at != end || peers.contains(device) {
+        let bases = s.whole_mappings(device, addr, bytes);
+        if bases.is_empty() || peers.contains(device) {
             s.misuses.push(format!(
                 "granted {addr:#x}+{bytes}, not whole mappings of peers"
             ));

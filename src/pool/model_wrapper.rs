@@ -2,7 +2,7 @@
 //! only the calls it answers its own way, and every other call goes to the `ModelDriver` it
 //! wraps.
 
-use super::backend::{Addr, Backend, CudaError, DeviceSet, MapRefused};
+use super::backend::{Addr, Backend, CudaError, DeviceSet};
 use super::model_driver::ModelDriver;
 
 /// A backend that is the model driver it wraps (`AsRef`) but for the calls it answers its own
@@ -31,8 +31,11 @@ pub trait ModelWrapper: AsRef<ModelDriver> + Send + Sync {
     fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
         self.as_ref().vmm_reserve(device, bytes)
     }
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         self.as_ref().vmm_map(device, addr, bytes)
+    }
+    fn vmm_access(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        self.as_ref().vmm_access(device, addr, bytes)
     }
     fn vmm_grant(
         &self,
@@ -82,8 +85,11 @@ impl<W: ModelWrapper> Backend for W {
     fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
         ModelWrapper::vmm_reserve(self, device, bytes)
     }
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         ModelWrapper::vmm_map(self, device, addr, bytes)
+    }
+    fn vmm_access(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+        ModelWrapper::vmm_access(self, device, addr, bytes)
     }
     fn vmm_grant(
         &self,

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use super::backend::{Addr, Backend, CudaError, MapRefused};
+use super::backend::{Addr, Backend, CudaError};
 use super::device::{DevicePool, Policy, ReuseWait};
 use super::model_driver::{ModelDriver, RecordedSegment, GUARD_GAP};
 use super::model_wrapper::ModelWrapper;
@@ -197,9 +197,9 @@ impl ModelWrapper for ReplayDriver {
             _ => self.model.vmm_reserve(device, bytes),
         }
     }
-    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), MapRefused> {
+    fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         match self.play_back(RecordedMapping::Mapped { bytes }) {
-            Some(RecordedMapping::MapRefused { code, .. }) => Err(CudaError(code).into()),
+            Some(RecordedMapping::MapRefused { code, .. }) => Err(CudaError(code)),
             _ => self.model.vmm_map(device, addr, bytes),
         }
     }

@@ -3,7 +3,7 @@
  *   expandable_lifecycle reset-runtime   cudaDeviceReset with blocks live and cached
  *   expandable_lifecycle reset-driver    cuDevicePrimaryCtxReset_v2 likewise
  *   expandable_lifecycle fallback        run with CUDASIM_FAIL=cuMemCreate@1=801
- *   expandable_lifecycle calls           the driver calls made for four blocks, and what
+ *   expandable_lifecycle calls           the driver calls made for five blocks, and what
  *                                        the mapped memory was created with
  *   expandable_lifecycle slack           a freed 100 MiB block, then a 150 MiB request that
  *                                        no hole holds (GPUPOOL_EXPANDABLE_SLACK moves memory)
@@ -90,7 +90,19 @@ static void fallback(void)
  * without the support). */
 static void calls(void)
 {
+    unsigned long long access = 0;
+    void *big = NULL;
+    /* The simulator counts a call from the first question about it. */
+    CHECK(cudasimCallCount("cuMemSetAccess", &access) == 0, "cudasimCallCount");
     four_blocks();
+    /* A fifth block beyond the four's granules: 100 MiB, most of it mapped for it. */
+    CHECK_CUDA(cudaMalloc(&big, 100 * MiB));
+    tag_block(big, 100 * MiB, 0x3F);
+    CHECK_CUDA(cudaFree(big));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK(cudasimCallCount("cuMemSetAccess", &access) == 0, "cudasimCallCount");
+    printf("calls_blocks=5\n");
+    printf("calls_access=%llu\n", access);
     cudasimStats st = sim_stats(0);
     printf("calls_mallocs=%llu\n", st.malloc_calls);
     printf("calls_frees=%llu\n", st.free_calls);

@@ -342,11 +342,11 @@ impl DevicePool {
     }
 
     /// Map the granules block `idx` would hand out for `rounded` bytes and lacks, one mapping
-    /// per granule (so that each can be unmapped alone), and give the device's peers access
-    /// to them. All or nothing: on a refusal the granules mapped here are unmapped again, which
-    /// is safe at once (nothing used them). A granule whose unmap is refused too, or that the
-    /// driver left mapped without access, stays mapped and counted but unready: it is unmapped
-    /// and mapped afresh here before a block uses it.
+    /// per granule (so that each can be unmapped alone), give the device access to each run of
+    /// them at once, and the device's peers too. All or nothing: on a refusal (a map or an
+    /// access) the granules mapped here are unmapped again, which is safe at once (nothing used
+    /// them). A granule whose unmap is refused too stays mapped and counted but unready,
+    /// perhaps without access: it is unmapped and mapped afresh here before a block uses it.
     fn map_block(
         &mut self,
         idx: u32,
@@ -376,16 +376,16 @@ impl DevicePool {
                 break;
             }
             if let Err(e) = backend.vmm_map(self.device, base + k * g, g) {
-                self.record(Kind::MapRefused, base + k * g, g, e.error.0 as u64, 0);
-                if e.left_mapped {
-                    self.count_left_mapped(si, k);
-                }
-                refused = Some(e.error);
+                self.record(Kind::MapRefused, base + k * g, g, e.0 as u64, 0);
+                refused = Some(e);
                 break;
             }
             self.record(Kind::Map, base + k * g, g, 0, 0);
             self.granules_mut(si).set(k, true);
             mapped_here.push(k);
+        }
+        if refused.is_none() {
+            refused = self.give_access(si, &mapped_here, backend).err();
         }
         if refused.is_none() && !mapped_here.is_empty() {
             self.grant_peers(si, first, end, backend);
@@ -405,6 +405,16 @@ impl DevicePool {
         self.granules_mut(si).mapped += added;
         self.stats.reserved.add(added);
         self.stats.granules_mapped += mapped_here.len() as u64;
+        Ok(())
+    }
+
+    /// Give the device access to granules `mapped` of segment `si` (ascending, just mapped):
+    /// one `cuMemSetAccess` per run of adjacent ones, not one per granule.
+    fn give_access(&self, si: u32, mapped: &[u64], backend: &dyn Backend) -> Result<(), CudaError> {
+        let (base, g) = (self.seg(si).addr, self.granule);
+        for run in mapped.chunk_by(|a, b| b == &(a + 1)) {
+            backend.vmm_access(self.device, base + run[0] * g, run.len() as u64 * g)?;
+        }
         Ok(())
     }
 
