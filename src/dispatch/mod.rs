@@ -387,8 +387,17 @@ pub unsafe fn free_on(
                     FreeOutcome::NotOurs => pass(),
                 };
             }
-            Err(refused) if pool.owner_of(ptr as u64).is_some() => return refused,
-            Err(_) => return pass(),
+            // The runtime's own free refuses such a stream: so does its stand-in.
+            Err(refused) if promise == Promise::Runtime && pool.owner_of(ptr as u64).is_some() => {
+                return refused
+            }
+            Err(_) if promise == Promise::Runtime => return pass(),
+            // The pool's own API and PyTorch's free cannot be refused after the fact (PyTorch's
+            // returns nothing): the block goes back, to be reused after a fence.
+            Err(refused) => {
+                own_query(rt, refused);
+                NO_STREAM
+            }
         },
     };
     let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed {

@@ -1,6 +1,13 @@
 /* The runtime's return codes for bad and edge-case arguments, unchanged under the pool, and a
  * pool left intact by them. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
+#include <sys/types.h>
+
 #include "check.h"
+
+typedef void *(*torch_malloc_fn)(ssize_t size, int device, cudaStream_t stream);
+typedef void (*torch_free_fn)(void *ptr, ssize_t size, int device, cudaStream_t stream);
 
 int main(void)
 {
@@ -95,6 +102,23 @@ int main(void)
         CHECK(r == cudaErrorInvalidResourceHandle, "cudaFreeAsync on a destroyed stream: %d", (int)r);
         CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle, "last error after it");
         CHECK_CUDA(cudaFree(p));
+    }
+    /* PyTorch's free of a block on a stream destroyed since: its free returns nothing to
+     * refuse with, so the block goes back all the same, and a later cudaFree of it is a double
+     * free, not a block kept for good. */
+    {
+        torch_malloc_fn torch_malloc = (torch_malloc_fn)dlsym(RTLD_DEFAULT, "gpupool_torch_malloc");
+        torch_free_fn torch_free = (torch_free_fn)dlsym(RTLD_DEFAULT, "gpupool_torch_free");
+        cudaStream_t gone;
+        CHECK(torch_malloc && torch_free, "the pool's PyTorch entry points");
+        CHECK_CUDA(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking));
+        p = torch_malloc(4096, 0, gone);
+        CHECK(p != NULL, "gpupool_torch_malloc");
+        CHECK_CUDA(cudaStreamDestroy(gone));
+        torch_free(p, 4096, 0, gone);
+        CHECK(cudaGetLastError() == cudaSuccess, "last error after PyTorch's free");
+        CHECK(cudaFree(p) == cudaErrorInvalidValue, "PyTorch's free left the block allocated");
+        cudaGetLastError();
     }
 
     /* More sizes near SIZE_MAX, through both free entry points afterwards: never a block. */
