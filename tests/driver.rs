@@ -486,6 +486,20 @@ fn a_double_free_in_stream_order_under_capture_leaves_the_segment_alone() {
 }
 
 #[test]
+fn cu_mem_free_async_whose_capture_query_fails_otherwise_frees_as_the_driver_does() {
+    // Only an unknown stream is the driver's refusal; another failed query cannot say.
+    let (with, without) = hostile_both("query-fails");
+    for key in ["query_fails_free=", "then_free="] {
+        assert_eq!(
+            number::<i32>(&with, key),
+            number::<i32>(&without, key),
+            "{with}"
+        );
+    }
+    assert_eq!(number::<i32>(&with, "query_fails_free="), 0, "{with}");
+}
+
+#[test]
 fn cu_mem_free_async_on_a_destroyed_stream_answers_as_the_driver() {
     // The driver refuses the stream and frees nothing; the program's block stays its own.
     let (with, without) = hostile_both("destroyed-stream");

@@ -24,6 +24,7 @@ pub const CU_SUCCESS: CuResult = 0;
 pub const CU_ERROR_INVALID_VALUE: CuResult = 1;
 pub const CU_ERROR_OUT_OF_MEMORY: CuResult = 2;
 pub const CU_ERROR_NOT_INITIALIZED: CuResult = 3;
+pub const CU_ERROR_INVALID_HANDLE: CuResult = 400;
 pub const CU_ERROR_PEER_ACCESS_ALREADY_ENABLED: CuResult = 704;
 pub const CU_ERROR_UNKNOWN: CuResult = 999;
 
@@ -425,17 +426,31 @@ pub fn in_primary_context(
     if r != CU_SUCCESS || active == 0 {
         return None;
     }
-    let keep = KeepContext::save(d)?;
     let mut primary: CuContext = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the context is active, so retaining it makes nothing.
     if unsafe { (d.primary_ctx_retain)(&mut primary, dev) } != CU_SUCCESS {
         return None;
     }
+    // Released last, after the thread's own context is back, a panic in `f` included.
+    let _retained = Retained {
+        release: d.primary_ctx_release,
+        dev,
+    };
+    let keep = KeepContext::save(d)?;
     // SAFETY: the context just retained.
     let made = unsafe { (keep.set)(primary) };
-    let r = if made == CU_SUCCESS { f() } else { made };
-    drop(keep);
-    // SAFETY: the retain above, released once.
-    unsafe { (d.primary_ctx_release)(dev) };
-    Some(r)
+    Some(if made == CU_SUCCESS { f() } else { made })
+}
+
+/// A retain of `dev`'s primary context, released when dropped.
+struct Retained {
+    release: DeviceFn,
+    dev: CuDevice,
+}
+
+impl Drop for Retained {
+    fn drop(&mut self) {
+        // SAFETY: the retain this guard stands for, released once.
+        unsafe { (self.release)(self.dev) };
+    }
 }

@@ -363,10 +363,14 @@ pub unsafe fn mem_free(
                     }
                     Ok(Some(false)) => stream_id(d, s),
                     Ok(None) => NO_STREAM,
-                    // A stream the driver refuses: its answer, and the block stays the
-                    // program's, as the driver's own free would leave it.
-                    Err(refused) if pool.owner_of(ptr).is_some() => return refused,
-                    Err(_) => return real(),
+                    // A stream the driver does not know (destroyed): its answer, and the block
+                    // stays the program's, as the driver's own free would leave it.
+                    Err(cu::CU_ERROR_INVALID_HANDLE) if pool.owner_of(ptr).is_some() => {
+                        return cu::CU_ERROR_INVALID_HANDLE
+                    }
+                    Err(cu::CU_ERROR_INVALID_HANDLE) => return real(),
+                    // Any other refusal cannot say, as on the runtime's side.
+                    Err(_) => NO_STREAM,
                 }
             };
             if pool.settings().reuse != ReuseMode::Relaxed {

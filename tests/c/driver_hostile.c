@@ -4,6 +4,7 @@
  *   driver_hostile created-oom  a context the program made runs out while the pool caches
  *   driver_hostile threads      dlsym of driver names on many threads while others allocate
  *   driver_hostile destroyed-stream  cuMemFreeAsync of a block on a stream already destroyed
+ *   driver_hostile query-fails  cuMemFreeAsync whose capture query fails with another error
  * Each prints key=value lines and ends with "driver_hostile MODE: all checks passed". */
 #define _GNU_SOURCE
 #include "check.h"
@@ -199,6 +200,28 @@ static void mode_destroyed_stream(void)
     CU_OK(cuMemFree_v2(p));
 }
 
+/* A capture query about a live stream that fails with another error than an unknown stream's
+ * says nothing about the free: it succeeds, as the driver's own does, and the block is gone
+ * (a later cuMemFree of it is refused). Prints "query_fails_free=N" and "then_free=N". */
+static void mode_query_fails(void)
+{
+    CUstream s;
+    CUdeviceptr p;
+    CUresult r;
+    primary_current();
+    CU_OK(cuMemAlloc_v2(&p, MiB));
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cudasimFailNext("cuStreamIsCapturing", 1, 999) == 0, "arm");
+    r = cuMemFreeAsync(p, s);
+    printf("query_fails_free=%d\n", (int)r);
+    CU_OK(cuStreamSynchronize(s));
+    CU_OK(cuCtxSynchronize());
+    r = cuMemFree_v2(p);
+    printf("then_free=%d\n", (int)r);
+    CHECK(r != CUDA_SUCCESS, "the block survived its free");
+    CU_OK(cuStreamDestroy_v2(s));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -212,6 +235,8 @@ int main(int argc, char **argv)
         mode_threads();
     else if (strcmp(mode, "destroyed-stream") == 0)
         mode_destroyed_stream();
+    else if (strcmp(mode, "query-fails") == 0)
+        mode_query_fails();
     else
         CHECK(0, "unknown mode %s", mode);
     printf("driver_hostile %s: all checks passed\n", mode);
