@@ -294,7 +294,7 @@ fn on_device(rt: &Runtime, device: u32, call: impl FnOnce() -> i32) -> i32 {
 }
 
 /// Whether the driver's current context is `device`'s: through the driver alone the pool makes
-/// another device current only for a synchronization (`driver::in_primary_context`), and a call
+/// another device current only for a fence or a barrier (`with_device_current`), and a call
 /// about the current context would answer for the wrong device.
 fn driver_context_is(d: &Driver, device: u32) -> bool {
     let mut current: c_int = -1;

@@ -47,8 +47,13 @@ unsafe fn versioned_dlsym(handle: *mut c_void) -> *mut c_void {
 /// order, as it does when a library the program links links it: nothing after it then
 /// defines `dlsym`.
 fn beside_dlvsym() -> *mut c_void {
-    let Some((_, path)) = object_of(libc::dlvsym as *const () as usize) else {
-        return std::ptr::null_mut();
+    // The dynamic linker's name: `dladdr` would name a non-PIE program by its `argv[0]` (its
+    // stub of `dlvsym` lies there), which may name a FIFO that opening blocks on. For that
+    // stub (an empty name), libc by its soname.
+    let path = match linked_object_of(libc::dlvsym as *const () as usize) {
+        // SAFETY: a NUL-terminated name owned by the dynamic linker.
+        Some((_, path)) if unsafe { *path } != 0 => path,
+        _ => c"libc.so.6".as_ptr(),
     };
     // SAFETY: the dynamic linker's name of a loaded object; RTLD_NOLOAD opens only what is
     // loaded already.
