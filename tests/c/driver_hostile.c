@@ -183,6 +183,15 @@ static void mode_threads(void)
     CHECK(!bad, "a thread's lookup differed");
 }
 
+/* A pool block of 1 MiB and a non-blocking stream, in the primary context: what a
+ * stream-ordered free is tried on. */
+static void block_and_stream(CUdeviceptr *p, CUstream *s)
+{
+    primary_current();
+    CU_OK(cuMemAlloc_v2(p, MiB));
+    CU_OK(cuStreamCreate(s, CU_STREAM_NON_BLOCKING));
+}
+
 /* The driver refuses the destroyed stream and frees nothing: the block is still the program's,
  * and its cuMemFree works. Prints the refusal as "destroyed_stream_free=N". */
 static void mode_destroyed_stream(void)
@@ -190,9 +199,7 @@ static void mode_destroyed_stream(void)
     CUstream s;
     CUdeviceptr p;
     CUresult r;
-    primary_current();
-    CU_OK(cuMemAlloc_v2(&p, MiB));
-    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    block_and_stream(&p, &s);
     CU_OK(cuStreamDestroy_v2(s));
     r = cuMemFreeAsync(p, s);
     printf("destroyed_stream_free=%d\n", (int)r);
@@ -208,9 +215,7 @@ static void mode_query_fails(void)
     CUstream s;
     CUdeviceptr p;
     CUresult r;
-    primary_current();
-    CU_OK(cuMemAlloc_v2(&p, MiB));
-    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    block_and_stream(&p, &s);
     CHECK(cudasimFailNext("cuStreamIsCapturing", 1, 999) == 0, "arm");
     r = cuMemFreeAsync(p, s);
     printf("query_fails_free=%d\n", (int)r);
