@@ -3,7 +3,7 @@
 //! stranded beside live blocks. Computed when asked, a walk over the expandable segments'
 //! blocks; nothing here runs on the hit path.
 
-use super::expandable::Granules;
+use super::granules::Granules;
 use super::*;
 
 /// Where a device's memory lies, for the reports and `cudaMemGetInfo`: computed when asked

@@ -417,7 +417,7 @@ impl DevicePool {
         addr: Addr,
         size: u64,
         class: Class,
-        granules: Option<expandable::Granules>,
+        granules: Option<granules::Granules>,
     ) -> u32 {
         let expandable = granules.is_some();
         if !expandable {

@@ -40,6 +40,7 @@ mod check;
 mod expandable;
 mod figures;
 mod fit;
+mod granules;
 mod grow;
 mod hit;
 mod lend;
@@ -319,7 +320,7 @@ pub struct DevicePool {
     /// Address space one expandable segment reserves.
     range_bytes: u64,
     /// The mapped granules of each expandable segment, by segment handle (one or two).
-    ranges: Vec<(u32, expandable::Granules)>,
+    ranges: Vec<(u32, granules::Granules)>,
     /// A block of an expandable segment became free since a release last looked for free
     /// granules (`make_free` sets it).
     unmap_due: bool,
