@@ -184,7 +184,10 @@ impl DevicePool {
         policy: &Policy,
     ) -> Result<u32, CudaError> {
         match refused {
-            e if e != CudaError::MEMORY_ALLOCATION && self.stats.granules_mapped == 0 => {
+            e if e != CudaError::MEMORY_ALLOCATION
+                && !self.mapping_worked
+                && self.unmap_every_unready(backend) =>
+            {
                 self.stop_expandable(backend, e);
                 let seg_size = segment_size(rounded, self.grow_above(policy))
                     .ok_or(CudaError::MEMORY_ALLOCATION)?;
@@ -195,8 +198,21 @@ impl DevicePool {
         }
     }
 
-    /// The driver refused a mapping for another reason than memory while the pool had none
-    /// mapped: virtual memory is missing or broken on this device. Expandable segments stop
+    /// Unmap the granules refused mappings left unready, before expandable segments stop:
+    /// whether none is left (an unmap refused again keeps them, and the ranges with them).
+    fn unmap_every_unready(&mut self, backend: &dyn Backend) -> bool {
+        let unready: Vec<(u32, u64)> = self
+            .ranges
+            .iter()
+            .flat_map(|(si, granules)| granules.unready().iter().map(move |&k| (*si, k)))
+            .collect();
+        unready
+            .into_iter()
+            .all(|(si, k)| self.unmap_unready(si, k, backend).is_ok())
+    }
+
+    /// The driver refused a mapping for another reason than memory before any block's
+    /// mapping worked: virtual memory is missing or broken on this device. Expandable segments stop
     /// here; the ranges, which hold nothing, go back, and classic segments serve from now on.
     fn stop_expandable(&mut self, backend: &dyn Backend, why: CudaError) {
         for (si, _) in std::mem::take(&mut self.ranges) {
@@ -299,6 +315,7 @@ impl DevicePool {
             }
             return Err(e);
         }
+        self.mapping_worked = true;
         let added = mapped_here.len() as u64 * g;
         self.granules_mut(si).mapped += added;
         self.stats.reserved.add(added);

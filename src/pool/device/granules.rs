@@ -36,6 +36,11 @@ impl Granules {
         !self.unready.is_empty() && self.unready.contains(&k)
     }
 
+    /// The granules mapped but not ready for a block.
+    pub(super) fn unready(&self) -> &[u64] {
+        &self.unready
+    }
+
     /// Granule `k` is mapped and counted, but not ready for a block.
     pub(super) fn left_mapped(&mut self, k: u64, g: u64) {
         self.set(k, true);

@@ -332,6 +332,9 @@ pub struct DevicePool {
     /// The driver's refusal that turned expandable segments off on this device (virtual memory
     /// missing or broken): classic segments serve since.
     pub expandable_refused: Option<CudaError>,
+    /// A block's granules were once all mapped with access: a later refusal is taken as the
+    /// driver's lack of memory, not as virtual memory missing.
+    mapping_worked: bool,
     /// The devices given access to this device's mapped memory (`peers.rs`).
     peers: Arc<super::peers::PeerSet>,
     /// Allocations served under the device lock when the next one samples which thread
@@ -412,6 +415,7 @@ impl DevicePool {
             frontier_run: (0, 0),
             expandable_use: Expandable::Off,
             expandable_refused: None,
+            mapping_worked: false,
             peers: Arc::default(),
             next_sample: 1,
             until_sample: 1,

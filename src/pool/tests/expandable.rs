@@ -712,6 +712,27 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
     p.check().unwrap();
 }
 
+/// The first mapping's access refused, and its undoing unmap too: no mapping worked yet, so
+/// the refusal is virtual memory missing, not memory. The unready granule is unmapped, and
+/// classic segments serve, as when the access alone is refused; never an out-of-memory.
+#[test]
+fn a_first_mapping_left_unready_still_falls_back_to_classic_segments() {
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    let d = p.backend();
+    d.fail_next_times(Call::Access, 999, u32::MAX);
+    d.fail_next(Call::Unmap, 999);
+    let mut blocks = vec![p.alloc(0, 7 * MIB).expect("served by a classic segment")];
+    blocks.extend(fill(&p, 7 * MIB));
+    assert!(d.counts().mallocs >= 1);
+    assert_eq!((d.reservations(), d.mapped_on(0)), (0, 0));
+    let slot = p.existing(0).unwrap();
+    assert_eq!(slot.pool.lock().expandable_refused, Some(CudaError(999)));
+    for a in blocks {
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    assert_sound(&p);
+}
+
 #[test]
 fn after_a_reset_every_granule_and_range_goes_back() {
     for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
