@@ -12,7 +12,7 @@
 //! empty-cache, reset) and `inspect.rs` (snapshots, live blocks, `cudaMemGetInfo`, the check).
 //! The types they share: `free_kind.rs`, `reuse_clock.rs`, `hashers.rs`; the live map `live_map.rs`
 //! and the pending queues `fifo.rs`. One device's pool is `device/`; thread caches are
-//! `tcache/`. `model_driver.rs` is the `Backend` the tests, the replay and the policy comparison
+//! `tcache/`. `model_driver/` is the `Backend` the tests, the replay and the policy comparison
 //! run on; `model_wrapper.rs` lets a test backend change a few of its answers.
 
 pub mod backend;

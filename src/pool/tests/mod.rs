@@ -1,4 +1,4 @@
-//! Unit tests of the pool algorithm against the model driver (`model_driver.rs`), one file per
+//! Unit tests of the pool algorithm against the model driver (`model_driver/`), one file per
 //! job of the code; the helpers they share are here.
 
 mod alloc_fit;
