@@ -376,17 +376,11 @@ pub unsafe fn free_on(
         return refuse_inside_free(ptr, "cudaFreeAsync");
     };
     // The legacy stream's name (PyTorch's) needs no question: that path stays an `Option`.
+    // `None`: the stream is being captured.
     let stream_key = match stream_key_known(rt, pool, stream, promise) {
-        Some(key) => key,
+        Some(key) => Some(key),
         None => match stream_key_asked(rt, stream) {
-            Ok(Some(key)) => key,
-            Ok(None) => {
-                return match keep_captured_free(pool, ptr as u64, "cudaFreeAsync") {
-                    FreeOutcome::Freed => SUCCESS,
-                    FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, "cudaFreeAsync"),
-                    FreeOutcome::NotOurs => pass(),
-                };
-            }
+            Ok(key) => key,
             // The runtime's own free refuses such a stream: so does its stand-in.
             Err(refused) if promise == Promise::Runtime && pool.owner_of(ptr as u64).is_some() => {
                 return refused
@@ -396,19 +390,26 @@ pub unsafe fn free_on(
             // returns nothing): the block goes back, to be reused after a fence.
             Err(refused) => {
                 own_query(rt, refused);
-                NO_STREAM
+                Some(NO_STREAM)
             }
         },
     };
-    let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed {
-        FreeKind::Ordered { stream: stream_key }
-    } else {
-        FreeKind::Async {
-            blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
-            stream: stream_key,
+    let outcome = match stream_key {
+        None => keep_captured_free(pool, ptr as u64, "cudaFreeAsync"),
+        Some(stream_key) => {
+            let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed
+            {
+                FreeKind::Ordered { stream: stream_key }
+            } else {
+                FreeKind::Async {
+                    blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
+                    stream: stream_key,
+                }
+            };
+            pool.free(ptr as u64, kind, device.or_else(|| current_device(rt)))
         }
     };
-    match pool.free(ptr as u64, kind, device.or_else(|| current_device(rt))) {
+    match outcome {
         FreeOutcome::Freed => SUCCESS,
         FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, "cudaFreeAsync"),
         FreeOutcome::NotOurs => pass(),
