@@ -156,7 +156,9 @@ fn stream_id(rt: &Runtime, stream: Stream) -> StreamKey {
     }
 }
 
-/// `stream_key` when it needs no runtime call: `None` when the runtime must be asked.
+/// `stream_key` when it needs no runtime call: `None` when the runtime must be asked. A
+/// runtime without stream ids (before CUDA 12) is still asked about capture where the call
+/// carries its promise: a block freed into a graph must be kept out of use all the same.
 #[inline(always)]
 pub(super) fn stream_key_known<B: Backend>(
     rt: &Runtime,
@@ -165,11 +167,66 @@ pub(super) fn stream_key_known<B: Backend>(
     promise: Promise,
 ) -> Option<StreamKey> {
     let named = promise == Promise::Runtime || pool.names_streams();
-    if rt.stream_get_id.is_none() || rt.stream_is_capturing.is_none() || !named {
+    let ids = rt.stream_get_id.is_some() || promise == Promise::Runtime;
+    if !ids || rt.stream_is_capturing.is_none() || !named {
         Some(NO_STREAM)
     } else if is_legacy(stream) {
         Some(LEGACY_STREAM)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DeviceBytes, ReuseMode};
+    use crate::pool::model_driver::ModelDriver;
+    use crate::pool::Settings;
+    use std::ffi::c_void;
+
+    /// Stands for every runtime function the tests below do not call.
+    extern "C" fn never_called() {
+        unreachable!("a runtime function the test does not call")
+    }
+
+    /// Says every stream is being captured.
+    unsafe extern "C" fn capturing(_: Stream, status: *mut i32) -> CudaStatus {
+        // SAFETY: the pool passes a valid out-pointer.
+        unsafe { *status = 1 };
+        SUCCESS
+    }
+
+    /// A runtime of CUDA 11: `cudaStreamIsCapturing`, no `cudaStreamGetId`.
+    fn cuda_11_runtime() -> Runtime {
+        let lookup = |name: &[u8]| match name {
+            b"cudaStreamGetId\0" => std::ptr::null_mut(),
+            b"cudaStreamIsCapturing\0" => capturing as *mut c_void,
+            _ => never_called as *mut c_void,
+        };
+        Runtime::resolve(&lookup).expect("every required name resolves")
+    }
+
+    /// Before CUDA 12 a `cudaFreeAsync` still asks whether its stream is being captured, and
+    /// a captured one is told apart (the free keeps its block out of use); a stream the pool
+    /// names only where the mode uses names is not asked at all.
+    #[test]
+    fn without_stream_ids_a_stream_ordered_free_still_asks_about_capture() {
+        let rt = cuda_11_runtime();
+        let pool = Pool::new(
+            ModelDriver::new(),
+            Settings::for_tests(ReuseMode::Strict, DeviceBytes::Unbounded, false),
+        );
+        let stream = 0x1000 as Stream;
+        assert_eq!(stream_key_known(&rt, &pool, stream, Promise::Runtime), None);
+        assert_eq!(stream_key_asked(&rt, stream), Ok(None), "captured");
+        assert_eq!(
+            stream_key_known(&rt, &pool, std::ptr::null_mut(), Promise::Runtime),
+            Some(LEGACY_STREAM)
+        );
+        assert_eq!(
+            stream_key_known(&rt, &pool, stream, Promise::Pool),
+            Some(NO_STREAM)
+        );
     }
 }
