@@ -42,6 +42,9 @@ static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
 pub fn get() -> CudaResult<&'static Config> {
     CONFIG
         .get_or_init(|| {
+            // The fork handlers first: a fork after any call sees them registered, not being
+            // registered by another thread (a child would wait forever for that `Once`).
+            crate::state::watch_forks();
             let parsed = from_env(|name| std::env::var(name).ok());
             match &parsed {
                 Ok(cfg) => faults::arm_from_config(&cfg.faults),

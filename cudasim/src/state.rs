@@ -128,8 +128,8 @@ extern "C" fn fork_release() {
     let _ = FORK_GUARDS.try_with(|g| g.borrow_mut().take());
 }
 
-/// Registers the fork handlers, once, before the first of the state or the driver link is
-/// made (a process that never calls the simulator registers nothing).
+/// Registers the fork handlers, once, at the first read of the configuration, before the state
+/// or the driver link is made (a process that never calls the simulator registers nothing).
 pub fn watch_forks() {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     REGISTERED.call_once(|| {

@@ -41,6 +41,10 @@ static int child(void)
 
 int main(void)
 {
+    /* A call that needs no driver: the simulator reads its configuration and registers its fork
+     * handlers here, so the fork below meets the link alone, not a thread's first set-up. */
+    int devices = 0;
+    CHECK(cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0, "cudaGetDeviceCount");
     pthread_t t;
     CHECK(pthread_create(&t, NULL, first_call, NULL) == 0, "thread");
     /* Well inside the 500 ms the link takes. */
