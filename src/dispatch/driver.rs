@@ -347,17 +347,21 @@ pub unsafe fn mem_free(
     let Some(inside) = guard::enter() else {
         return super::refuse_inside_free(ptr as *mut c_void, what);
     };
-    // `None`: the stream is being captured.
+    let answer = |outcome| match outcome {
+        FreeOutcome::Freed => cu::CU_SUCCESS,
+        FreeOutcome::Invalid => refuse_invalid_free(ptr, what),
+        FreeOutcome::NotOurs => real(),
+    };
     let kind = match stream {
-        None => Some(FreeKind::Sync),
+        None => FreeKind::Sync,
         Some(s) => {
             let key = if is_legacy(s) {
-                Some(LEGACY_STREAM)
+                LEGACY_STREAM
             } else {
                 match capture_status(d, s) {
-                    Ok(Some(true)) => None,
-                    Ok(Some(false)) => Some(stream_id(d, s)),
-                    Ok(None) => Some(NO_STREAM),
+                    Ok(Some(true)) => return answer(super::keep_captured_free(pool, ptr, what)),
+                    Ok(Some(false)) => stream_id(d, s),
+                    Ok(None) => NO_STREAM,
                     // A stream the driver does not know (destroyed): its answer, and the block
                     // stays the program's, as the driver's own free would leave it.
                     Err(cu::CU_ERROR_INVALID_HANDLE) if pool.owner_of(ptr).is_some() => {
@@ -365,34 +369,24 @@ pub unsafe fn mem_free(
                     }
                     Err(cu::CU_ERROR_INVALID_HANDLE) => return real(),
                     // Any other refusal cannot say, as on the runtime's side.
-                    Err(_) => Some(NO_STREAM),
+                    Err(_) => NO_STREAM,
                 }
             };
-            key.map(|key| {
-                if pool.settings().reuse != ReuseMode::Relaxed {
-                    FreeKind::Ordered { stream: key }
-                } else {
-                    FreeKind::Async {
-                        blocking: pool.tells_blocking() && stream_is_blocking(d, s),
-                        stream: key,
-                    }
+            if pool.settings().reuse != ReuseMode::Relaxed {
+                FreeKind::Ordered { stream: key }
+            } else {
+                FreeKind::Async {
+                    blocking: pool.tells_blocking() && stream_is_blocking(d, s),
+                    stream: key,
                 }
-            })
+            }
         }
     };
     let first = match inside.last_device() {
         guard::NO_DEVICE => context_device(d),
         dev => Some(dev),
     };
-    let outcome = match kind {
-        None => super::keep_captured_free(pool, ptr, what),
-        Some(kind) => pool.free(ptr, kind, first),
-    };
-    match outcome {
-        FreeOutcome::Freed => cu::CU_SUCCESS,
-        FreeOutcome::Invalid => refuse_invalid_free(ptr, what),
-        FreeOutcome::NotOurs => real(),
-    }
+    answer(pool.free(ptr, kind, first))
 }
 
 /// A double or interior free of pool memory: refused, the pool intact.

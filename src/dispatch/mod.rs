@@ -269,9 +269,23 @@ pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
     if first == guard::NO_DEVICE {
         first = current_device(&g.runtime).unwrap_or(guard::NO_DEVICE);
     }
-    match pool.free(ptr as u64, FreeKind::Sync, Some(first)) {
+    let outcome = pool.free(ptr as u64, FreeKind::Sync, Some(first));
+    answer_free(outcome, &g.runtime, ptr, "cudaFree", pass)
+}
+
+/// The program's answer to its free of `ptr` (`what`), from the pool's `outcome`: a block that
+/// is not the pool's goes to the runtime (`pass`).
+#[inline(always)]
+fn answer_free(
+    outcome: FreeOutcome,
+    rt: &Runtime,
+    ptr: *mut c_void,
+    what: &str,
+    pass: impl FnOnce() -> CudaStatus,
+) -> CudaStatus {
+    match outcome {
         FreeOutcome::Freed => SUCCESS,
-        FreeOutcome::Invalid => refuse_invalid_free(&g.runtime, ptr, "cudaFree"),
+        FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, what),
         FreeOutcome::NotOurs => pass(),
     }
 }
@@ -376,11 +390,14 @@ pub unsafe fn free_on(
         return refuse_inside_free(ptr, "cudaFreeAsync");
     };
     // The legacy stream's name (PyTorch's) needs no question: that path stays an `Option`.
-    // `None`: the stream is being captured.
     let stream_key = match stream_key_known(rt, pool, stream, promise) {
-        Some(key) => Some(key),
+        Some(key) => key,
         None => match stream_key_asked(rt, stream) {
-            Ok(key) => key,
+            Ok(Some(key)) => key,
+            Ok(None) => {
+                let outcome = keep_captured_free(pool, ptr as u64, "cudaFreeAsync");
+                return answer_free(outcome, rt, ptr, "cudaFreeAsync", pass);
+            }
             // The runtime's own free refuses such a stream: so does its stand-in.
             Err(refused) if promise == Promise::Runtime && pool.owner_of(ptr as u64).is_some() => {
                 return refused
@@ -390,30 +407,20 @@ pub unsafe fn free_on(
             // returns nothing): the block goes back, to be reused after a fence.
             Err(refused) => {
                 own_query(rt, refused);
-                Some(NO_STREAM)
+                NO_STREAM
             }
         },
     };
-    let outcome = match stream_key {
-        None => keep_captured_free(pool, ptr as u64, "cudaFreeAsync"),
-        Some(stream_key) => {
-            let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed
-            {
-                FreeKind::Ordered { stream: stream_key }
-            } else {
-                FreeKind::Async {
-                    blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
-                    stream: stream_key,
-                }
-            };
-            pool.free(ptr as u64, kind, device.or_else(|| current_device(rt)))
+    let kind = if promise == Promise::Runtime && pool.settings().reuse != ReuseMode::Relaxed {
+        FreeKind::Ordered { stream: stream_key }
+    } else {
+        FreeKind::Async {
+            blocking: pool.tells_blocking() && stream_is_blocking(rt, stream),
+            stream: stream_key,
         }
     };
-    match outcome {
-        FreeOutcome::Freed => SUCCESS,
-        FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, "cudaFreeAsync"),
-        FreeOutcome::NotOurs => pass(),
-    }
+    let outcome = pool.free(ptr as u64, kind, device.or_else(|| current_device(rt)));
+    answer_free(outcome, rt, ptr, "cudaFreeAsync", pass)
 }
 
 /// # Safety

@@ -167,8 +167,8 @@ pub(super) fn stream_key_known<B: Backend>(
     promise: Promise,
 ) -> Option<StreamKey> {
     let named = promise == Promise::Runtime || pool.names_streams();
-    let ids = rt.stream_get_id.is_some() || promise == Promise::Runtime;
-    if !ids || rt.stream_is_capturing.is_none() || !named {
+    let no_ids = promise == Promise::Pool && rt.stream_get_id.is_none();
+    if !named || rt.stream_is_capturing.is_none() || no_ids {
         Some(NO_STREAM)
     } else if is_legacy(stream) {
         Some(LEGACY_STREAM)
