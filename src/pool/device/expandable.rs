@@ -317,12 +317,14 @@ impl DevicePool {
     }
 
     /// Granule `k` of segment `si` stays mapped, not ready for a block: counted, since the
-    /// driver holds its memory, and given back by a release like any free granule.
+    /// driver holds its memory, and given back by a release like any free granule (a free
+    /// block now holds it, which no free made: the release must look).
     fn count_left_mapped(&mut self, si: u32, k: u64) {
         let g = self.granule;
         self.granules_mut(si).left_mapped(k, g);
         self.stats.reserved.add(g);
         self.stats.granules_mapped += 1;
+        self.unmap_due = true;
     }
 
     /// Unmap unready granule `k` of segment `si`, which no block used, so that it can be mapped
