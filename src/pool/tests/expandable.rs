@@ -1013,3 +1013,38 @@ fn a_granule_left_mapped_by_a_refused_mapping_goes_back_at_the_next_release() {
     p.free(a, FreeKind::Sync, Some(0));
     assert_sound(&p);
 }
+
+/// A granule whose unmap the driver refuses after a reset stays the pool's: counted, given back
+/// at the next release, and its range is not freed while it is mapped (as a segment whose
+/// `cudaFree` failed is kept and released later).
+#[test]
+fn a_granule_whose_unmap_is_refused_after_a_reset_is_kept_and_given_back_later() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
+        let d = p.backend();
+        let live = p.alloc(0, 64 * MIB).unwrap();
+        let cached = p.alloc(0, 96 * MIB).unwrap();
+        p.free(cached, FreeKind::Sync, Some(0));
+        d.fail_next(Call::Unmap, 999);
+        assert!(p.release_mappings_after_reset(0));
+        assert!(
+            p.live_block(live).is_none(),
+            "{reuse:?}: the device is forgotten"
+        );
+        assert_eq!(
+            d.mapped_on(0),
+            VMM_GRANULE,
+            "{reuse:?}: the granule refused"
+        );
+        assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0), "{reuse:?}");
+        assert_sound(&p);
+        p.empty_cache(0);
+        assert_eq!(d.mapped_on(0), 0, "{reuse:?}");
+        assert_eq!(stats(&p, 0).reserved.current, 0, "{reuse:?}");
+        // The range serves again.
+        let again = p.alloc(0, 64 * MIB).unwrap();
+        assert!(d.usable(0, again, again + 64 * MIB, DeviceSet::default()));
+        p.free(again, FreeKind::Sync, Some(0));
+        assert_sound(&p);
+    }
+}
