@@ -239,7 +239,8 @@ impl DevicePool {
     /// stays), so every granule is unmapped and every range freed here. The reset waited for
     /// the context's work, and destroyed it: nothing runs on the granules any more. Returns
     /// whether there was a range: the pool's figures then no longer match the driver, and the
-    /// caller forgets the device.
+    /// caller forgets the device. A range with a granule whose unmap the driver refused stays
+    /// reserved, kept for `forget_all` to take back with that granule (`kept_after_reset`).
     pub fn unmap_all_after_reset(&mut self, backend: &dyn Backend) -> bool {
         if self.ranges.is_empty() {
             return false;
@@ -247,12 +248,32 @@ impl DevicePool {
         let g = self.granule;
         for (si, granules) in std::mem::take(&mut self.ranges) {
             let (addr, size) = (self.seg(si).addr, self.seg(si).size);
+            let mut left = Granules::new(size / g);
             for k in (0..size / g).filter(|&k| granules.is_mapped(k)) {
-                let _ = backend.vmm_unmap(self.device, addr + k * g, g);
+                if backend.vmm_unmap(self.device, addr + k * g, g).is_err() {
+                    left.left_mapped(k, g);
+                }
             }
-            let _ = backend.vmm_free_reservation(self.device, addr, size);
+            if left.mapped == 0 {
+                let _ = backend.vmm_free_reservation(self.device, addr, size);
+            } else {
+                self.kept_after_reset.push((addr, size, left));
+            }
         }
         true
+    }
+
+    /// `forget_all`: the ranges `unmap_all_after_reset` kept come back, each one free block
+    /// over granules left mapped and unready (the driver holds them: counted, unmapped at the
+    /// next release, mapped afresh before a block uses one).
+    pub(super) fn take_back_kept_ranges(&mut self) {
+        for (addr, size, granules) in std::mem::take(&mut self.kept_after_reset) {
+            let mapped = granules.mapped;
+            self.add_segment(addr, size, Class::Large, Some(granules));
+            self.stats.reserved.add(mapped);
+            self.stats.segments.add(1);
+            self.unmap_due = true;
+        }
     }
 
     /// Map the granules block `idx` would hand out for `rounded` bytes and lacks, one mapping
@@ -334,12 +355,14 @@ impl DevicePool {
     }
 
     /// Granule `k` of segment `si` stays mapped, not ready for a block: counted, since the
-    /// driver holds its memory, and given back by a release like any free granule.
+    /// driver holds its memory, and given back by a release like any free granule (a free
+    /// block now holds it, which no free made: the release must look).
     fn count_left_mapped(&mut self, si: u32, k: u64) {
         let g = self.granule;
         self.granules_mut(si).left_mapped(k, g);
         self.stats.reserved.add(g);
         self.stats.granules_mapped += 1;
+        self.unmap_due = true;
     }
 
     /// Unmap unready granule `k` of segment `si`, which no block used, so that it can be mapped

@@ -324,6 +324,9 @@ pub struct DevicePool {
     /// A block of an expandable segment became free since a release last looked for free
     /// granules (`make_free` sets it).
     unmap_due: bool,
+    /// Ranges a reset could not give back whole (an unmap refused): their base, size and the
+    /// granules left mapped, until `forget_all` takes them back.
+    kept_after_reset: Vec<(Addr, u64, granules::Granules)>,
     /// The size of the last requests carved at a range's frontier, and how many in a row
     /// (`placement.rs`, `starts_on_granule`).
     frontier_run: (u64, u32),
@@ -412,6 +415,7 @@ impl DevicePool {
             range_bytes: 0,
             ranges: Vec::new(),
             unmap_due: false,
+            kept_after_reset: Vec::new(),
             frontier_run: (0, 0),
             expandable_use: Expandable::Off,
             expandable_refused: None,

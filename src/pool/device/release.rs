@@ -263,5 +263,6 @@ impl DevicePool {
         // in use outside the pool.
         self.memory_first = None;
         self.generation += 1;
+        self.take_back_kept_ranges();
     }
 }

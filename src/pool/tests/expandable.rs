@@ -397,8 +397,8 @@ fn usable(p: &Pool<ModelDriver>, addr: Addr, size: u64, peers: DeviceSet) -> boo
 }
 
 /// A mapping refused for want of memory whose undoing unmap is refused too (and again at the
-/// recovery's retry): the granule it had mapped stays mapped and counted, and the block later
-/// served over it has the peer's access like every other block.
+/// recovery's release and its retry): the granule it had mapped stays mapped and counted, and
+/// the block later served over it has the peer's access like every other block.
 #[test]
 fn a_granule_left_mapped_by_a_refused_mapping_gets_its_peers_before_use() {
     // Five granules' capacity.
@@ -406,7 +406,7 @@ fn a_granule_left_mapped_by_a_refused_mapping_gets_its_peers_before_use() {
     let d = p.backend();
     p.add_peer(0, 1).unwrap();
     let a = p.alloc(0, 7 * MIB).unwrap();
-    d.fail_next_times(Call::Unmap, 999, 2);
+    d.fail_next_times(Call::Unmap, 999, 3);
     // The fifth granule maps, the sixth is refused: the device is full.
     assert_eq!(p.alloc(0, 9 * MIB), Err(CudaError::MEMORY_ALLOCATION));
     assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0));
@@ -1008,4 +1008,64 @@ fn a_fit_merged_away_by_its_barrier_leaves_the_request_to_the_mapping() {
         p.free(z, FreeKind::Sync, Some(0));
     }
     assert_sound(&p);
+}
+
+/// A granule a refused mapping left mapped (its undoing unmap refused too) lies in a free
+/// block that no free made: the next release gives it back, as the figures count it
+/// releasable, also when the device was never given a block back before.
+#[test]
+fn a_granule_left_mapped_by_a_refused_mapping_goes_back_at_the_next_release() {
+    // Five granules' capacity.
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, 10 * MIB);
+    let d = p.backend();
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    // The undoing unmap, and the next one.
+    d.fail_next_times(Call::Unmap, 999, 2);
+    assert_eq!(p.alloc(0, 9 * MIB), Err(CudaError::MEMORY_ALLOCATION));
+    assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0));
+    let releasable = p.releasable(0);
+    assert_eq!(
+        p.empty_cache(0),
+        releasable,
+        "what the figures call releasable"
+    );
+    assert_eq!(d.mapped_on(0), 8 * MIB, "a's granules alone");
+    assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0));
+    p.free(a, FreeKind::Sync, Some(0));
+    assert_sound(&p);
+}
+
+/// A granule whose unmap the driver refuses after a reset stays the pool's: counted, given back
+/// at the next release, and its range is not freed while it is mapped (as a segment whose
+/// `cudaFree` failed is kept and released later).
+#[test]
+fn a_granule_whose_unmap_is_refused_after_a_reset_is_kept_and_given_back_later() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
+        let d = p.backend();
+        let live = p.alloc(0, 64 * MIB).unwrap();
+        let cached = p.alloc(0, 96 * MIB).unwrap();
+        p.free(cached, FreeKind::Sync, Some(0));
+        d.fail_next(Call::Unmap, 999);
+        assert!(p.release_mappings_after_reset(0));
+        assert!(
+            p.live_block(live).is_none(),
+            "{reuse:?}: the device is forgotten"
+        );
+        assert_eq!(
+            d.mapped_on(0),
+            VMM_GRANULE,
+            "{reuse:?}: the granule refused"
+        );
+        assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0), "{reuse:?}");
+        assert_sound(&p);
+        p.empty_cache(0);
+        assert_eq!(d.mapped_on(0), 0, "{reuse:?}");
+        assert_eq!(stats(&p, 0).reserved.current, 0, "{reuse:?}");
+        // The range serves again.
+        let again = p.alloc(0, 64 * MIB).unwrap();
+        assert!(d.usable(0, again, again + 64 * MIB, DeviceSet::default()));
+        p.free(again, FreeKind::Sync, Some(0));
+        assert_sound(&p);
+    }
 }
