@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -178,6 +179,23 @@ class Launcher(unittest.TestCase):
     def test_a_signal_death_passes_through(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", LAUNCHED, "1", "signal", "15"], check=False)
         self.assertEqual(done.returncode, -15, done.stderr)
+
+    def test_the_command_gets_the_signal_dispositions_it_would_without_the_launcher(self) -> None:
+        # Python ignores SIGPIPE and SIGXFSZ; ignored signals stay ignored across exec.
+        status = ["grep", "^SigIgn:", "/proc/self/status"]
+        direct = run(status).stdout
+        launched = run([PYTHON, "-m", "gpupool", "--", *status]).stdout
+        self.assertEqual(launched, direct)
+        # `yes | head -n 1`: yes dies of SIGPIPE, as it does without the launcher.
+        proc = subprocess.Popen([str(PYTHON), "-m", "gpupool", "--", "yes"], env=clean_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        self.assertEqual(proc.stdout.readline(), b"y\n")
+        proc.stdout.close()
+        stderr = proc.stderr.read().decode()
+        proc.stderr.close()
+        self.assertEqual(proc.wait(timeout=60), -signal.SIGPIPE, stderr)
+        self.assertEqual(stderr, "")
 
 
 # Allocates through the global scope, where the preloaded library's cudaMalloc comes first,

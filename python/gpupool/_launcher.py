@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
@@ -154,8 +155,19 @@ def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
     return added
 
 
+#: Signals Python ignores at start-up (SIGPIPE, so that a write to a closed pipe raises instead;
+#: SIGXFSZ, so that a write past the file size limit does). An ignored signal stays ignored
+#: across `exec`, so the command would get EPIPE where it expects to die of SIGPIPE (`yes | head`
+#: would print "Broken pipe"). They go back to the default first, as subprocess's
+#: `restore_signals` does.
+_RESTORED = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ")
+                  if hasattr(signal, name))
+
+
 def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
     """Becomes `command`; exits 127 or 126 as a shell does when it cannot."""
+    for signo in _RESTORED:
+        signal.signal(signo, signal.SIG_DFL)
     try:
         os.execvpe(command[0], command, env)
     except FileNotFoundError:
