@@ -81,6 +81,20 @@ def setUpModule() -> None:
     PACKAGE_LIBRARY = Path(found.stdout.strip())
 
 
+_STANDIN: List[Path] = []
+
+
+def torch_standin() -> Path:
+    """The PyTorch stand-in of tests/pytorch.rs (tests/c/torch_standin.c) as libc10_cuda.so,
+    linked with the simulator as PyTorch is with the runtime; built once per run."""
+    if not _STANDIN:
+        lib = TARGET / "debug" / "python-standin" / "libc10_cuda.so"
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        sim_cc(lib, ROOT / "tests" / "c" / "torch_standin.c", "-shared", "-fPIC")
+        _STANDIN.append(lib)
+    return _STANDIN[0]
+
+
 def python(code: str, env: Dict[str, str], *args: object,
            launcher: Optional[List[str]] = None) -> dict:
     """Runs `code ARGS` in the venv's Python (under the launcher when given); returns its JSON."""
@@ -164,9 +178,7 @@ class Launcher(unittest.TestCase):
         # The PyTorch stand-in of tests/pytorch.rs, built as libc10_cuda.so: its
         # cudaMallocAsync backend is chosen, every tensor reaches the pool, and the summary
         # says the setting was the pool's.
-        lib = TARGET / "debug" / "python-standin" / "libc10_cuda.so"
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        sim_cc(lib, ROOT / "tests" / "c" / "torch_standin.c", "-shared", "-fPIC")
+        lib = torch_standin()
         script = ROOT / "tests" / "torch_standin.py"
         done = run([PYTHON, "-m", "gpupool", "--summary", "stderr", "--", PYTHON, script, lib,
                     "3"], env=clean_env())
@@ -252,6 +264,58 @@ class ImportUnderPreload(unittest.TestCase):
         self.assertIn("gpupool summary", out["summary"])
         self.assertIn("3 mallocs, 3 frees", out["summary"])
         self.assertEqual(out["error"][0], 101, out["error"])
+
+
+# A Python program under the launcher that calls gpupool (argv[2]) before it loads its CUDA
+# runtime: with the framework that links it (argv[1], the PyTorch stand-in), as `import torch`
+# does. Then the framework allocates.
+BEFORE_THE_RUNTIME = """
+    import ctypes, json, os, sys
+    import gpupool
+    out = {}
+    if sys.argv[2] == "enabled":
+        out["enabled_before"] = gpupool.enabled()
+    else:
+        out["stats_before"] = gpupool.stats()
+        out["summary_before"] = gpupool.summary()
+        out["released_before"] = gpupool.empty_cache()
+        gpupool.reset_peak_stats()
+        gpupool.set_release_threshold(256 << 20)
+    out["runtime_mapped_before"] = "libcudasim" in open("/proc/self/maps").read()
+    lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    lib.standin_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    lib.standin_free.argtypes = [ctypes.c_void_p]
+    p = ctypes.c_void_p()
+    out["alloc"] = lib.standin_alloc(ctypes.byref(p), 3 << 20)
+    out["free"] = lib.standin_free(p)
+    out["enabled"] = gpupool.enabled()
+    out["stats"] = gpupool.stats()
+    out["summary"] = gpupool.summary()
+    print(json.dumps(out))
+"""
+
+
+class BeforeTheRuntime(unittest.TestCase):
+    """`import gpupool` at the top of a script, its calls before `import torch`."""
+
+    def run_script(self, mode: str, **env: str) -> Dict:
+        code = textwrap.dedent(BEFORE_THE_RUNTIME)
+        done = run([PYTHON, "-m", "gpupool", "--", PYTHON, "-c", code, torch_standin(), mode],
+                   env=clean_env(**env))
+        return {"out": json.loads(done.stdout), "stderr": done.stderr}
+
+    def test_an_early_call_that_finds_no_runtime_does_not_break_the_later_ones(self) -> None:
+        # gpupool.enabled() looks for the runtime, finds none (one line says so), and answers
+        # False; the runtime the framework loads later serves its calls through the pool.
+        done = self.run_script("enabled")
+        out = done["out"]
+        self.assertFalse(out["enabled_before"])
+        self.assertEqual(out["alloc"], 0, done["stderr"])
+        self.assertEqual(out["free"], 0, done["stderr"])
+        self.assertTrue(out["enabled"])
+        self.assertEqual(out["stats"]["devices"][0]["allocations"], 1, out["stats"])
+        self.assertEqual(done["stderr"].count("cannot find the CUDA runtime"), 1,
+                         done["stderr"])
 
 
 # Run with GPUPOOL_CUDART naming the simulator: the library finds its runtime itself.
