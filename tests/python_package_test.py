@@ -317,6 +317,28 @@ class BeforeTheRuntime(unittest.TestCase):
         self.assertEqual(done["stderr"].count("cannot find the CUDA runtime"), 1,
                          done["stderr"])
 
+    def test_calls_on_every_device_before_the_runtime_look_for_none(self) -> None:
+        # stats(), summary(), empty_cache(), reset_peak_stats(), set_release_threshold() on
+        # every device need no runtime: no line on stderr, no error, and no runtime loaded by
+        # name (the simulator is on the library search path) that the program did not choose.
+        # The threshold set then holds once the framework allocates.
+        done = self.run_script("all", LD_LIBRARY_PATH=str(SIMLIB))
+        out = done["out"]
+        self.assertEqual(done["stderr"], "")
+        self.assertEqual(out["stats_before"]["devices"], [])
+        self.assertFalse(out["stats_before"]["intercepted"])
+        self.assertIn("no CUDA allocations were intercepted", out["summary_before"])
+        self.assertEqual(out["released_before"], 0)
+        self.assertFalse(out["runtime_mapped_before"])
+        self.assertEqual((out["alloc"], out["free"]), (0, 0))
+        device = out["stats"]["devices"][0]
+        self.assertEqual(device["allocations"], 1)
+        self.assertEqual(device["release_threshold_bytes"], 256 * MIB)
+        self.assertIn("release threshold 256 MiB", out["summary"])
+        # Without a runtime anywhere, the same: nothing printed, nothing raised.
+        done = self.run_script("all")
+        self.assertEqual(done["stderr"], "")
+        self.assertEqual(done["out"]["released_before"], 0)
 
 # Run with GPUPOOL_CUDART naming the simulator: the library finds its runtime itself.
 WITHOUT_PRELOAD = """
