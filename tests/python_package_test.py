@@ -447,6 +447,26 @@ class Torch(unittest.TestCase):
         self.assertIn("before PyTorch initializes CUDA", out["refused"])
         self.assertIn("Can't swap an already initialized allocator", out["refused"])
 
+    def test_use_says_what_is_missing_without_a_cuda_build_of_torch(self) -> None:
+        script = """
+            import json
+            import gpupool.torch
+            try:
+                gpupool.torch.use()
+            except Exception as error:
+                print(json.dumps({"type": type(error).__name__, "message": str(error),
+                                  "import_error": isinstance(error, ImportError)}))
+        """
+        out = python(script, self.env(FAKE_TORCH_CPU="1"))
+        self.assertEqual(out["type"], "RuntimeError", out)
+        self.assertIn("needs a CUDA build of PyTorch", out["message"])
+        self.assertIn("2.11.0+cpu", out["message"])
+        # Without torch at all: an ImportError that names it and what needs it.
+        out = python(script, clean_env(GPUPOOL_CUDART=str(SIMLIB / "libcudart.so.12")))
+        self.assertTrue(out["import_error"], out)
+        self.assertIn("gpupool.torch.use() needs PyTorch", out["message"])
+        self.assertIn("No module named 'torch'", out["message"])
+
     def test_under_the_preload_use_passes_the_preloaded_library(self) -> None:
         runtime = "import ctypes, os, sys\nctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL)\n"
         out = python(runtime + textwrap.dedent(TORCH), self.env(), SIMLIB / "libcudart.so.12",
