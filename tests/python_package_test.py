@@ -340,6 +340,66 @@ class BeforeTheRuntime(unittest.TestCase):
         self.assertEqual(done["stderr"], "")
         self.assertEqual(done["out"]["released_before"], 0)
 
+# Bad arguments to the calls that take a device or a threshold, after a block was cached on
+# device 0: each must be refused, and none may reach the library as another device (ctypes
+# wraps an int to 32 bits: 2**32 - 1 would be -1, every device; 2**32 would be device 0).
+ARGUMENTS = """
+    import ctypes, json, os, sys
+    ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    process = ctypes.CDLL(None)
+    process.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    process.cudaFree.argtypes = [ctypes.c_void_p]
+    p = ctypes.c_void_p()
+    assert process.cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+    assert process.cudaFree(p) == 0
+    import gpupool
+
+    def device0():
+        return gpupool.stats()["devices"][0]
+
+    def outcome(call, *args):
+        try:
+            call(*args)
+            return ["ok"]
+        except gpupool.GpupoolError as error:
+            return ["GpupoolError", error.code]
+        except Exception as error:
+            return [type(error).__name__, str(error)]
+
+    out = {"before": [device0()["reserved_bytes"]["current"],
+                      device0()["release_threshold_bytes"]],
+           "devices": {}, "thresholds": {}}
+    for device in (2**32 - 1, 2**32, 2**40, -2**31 - 1, None, "cuda:0", 1.0):
+        out["devices"][repr(device)] = [
+            outcome(gpupool.empty_cache, device), outcome(gpupool.reset_peak_stats, device),
+            outcome(gpupool.set_release_threshold, 0, device)]
+    for threshold in ("100", 2.7, float("inf"), "4GiB", -1, 1 << 64):
+        out["thresholds"][repr(threshold)] = outcome(gpupool.set_release_threshold, threshold)
+    out["after"] = [device0()["reserved_bytes"]["current"],
+                    device0()["release_threshold_bytes"]]
+    print(json.dumps(out))
+"""
+
+
+class Arguments(unittest.TestCase):
+    def test_bad_devices_and_thresholds_are_refused_and_touch_no_device(self) -> None:
+        out = python(ARGUMENTS, clean_env(), SIMLIB / "libcudart.so.12", launcher=[])
+        self.assertGreater(out["before"][0], 0)
+        self.assertEqual(out["after"], out["before"], out)
+        for device in ("4294967295", "4294967296", "1099511627776", "-2147483649"):
+            self.assertEqual(out["devices"][device], [["GpupoolError", 101]] * 3, device)
+        for device in ("None", "'cuda:0'", "1.0"):
+            for kind, message in out["devices"][device]:
+                self.assertEqual(kind, "TypeError", (device, message))
+                self.assertIn("device", message)
+        for threshold in ("'100'", "2.7", "inf", "'4GiB'"):
+            kind, message = out["thresholds"][threshold]
+            self.assertEqual(kind, "TypeError", (threshold, message))
+            self.assertIn("release threshold", message)
+        for threshold in ("-1", str(1 << 64)):
+            self.assertEqual(out["thresholds"][threshold][0], "ValueError", threshold)
+
+
 # Run with GPUPOOL_CUDART naming the simulator: the library finds its runtime itself.
 WITHOUT_PRELOAD = """
     import ctypes, json, os, sys
