@@ -136,6 +136,7 @@ class Launcher(unittest.TestCase):
         # Without --disable, PyTorch's cudaMallocAsync backend is chosen, and marked as the
         # pool's choice.
         lines = dry_run("prog")
+        self.assertIn("PYTORCH_ALLOC_CONF=backend:cudaMallocAsync", lines)
         self.assertIn("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", lines)
         self.assertIn("GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF=1", lines)
 
@@ -187,6 +188,8 @@ class Launcher(unittest.TestCase):
         self.assertEqual(kv["pool_allocations"], kv["allocations"], done.stdout)
         self.assertEqual(kv["reserved_at_end"], "0", done.stdout)
         self.assertIn("set by the pool", done.stderr)
+        # PyTorch 2.9 and later (and the stand-in) warn when only PYTORCH_CUDA_ALLOC_CONF is set.
+        self.assertNotIn("is deprecated", done.stderr)
 
     def test_a_signal_death_passes_through(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", LAUNCHED, "1", "signal", "15"], check=False)
