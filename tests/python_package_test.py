@@ -160,6 +160,28 @@ class Launcher(unittest.TestCase):
                 self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
                 self.assertTrue(done.stderr.startswith("gpupool: "), done.stderr)
 
+    def test_a_reader_that_left_or_a_closed_stderr_changes_no_exit_status(self) -> None:
+        # `python -m gpupool --help | true`: the reader is gone before the text is written. The
+        # launcher dies of SIGPIPE, as gpupool-run (a shell script) does, with no traceback.
+        for args in (["--help"], ["--dry-run", "--", "prog"]):
+            with self.subTest(args):
+                read, write = os.pipe()
+                os.close(read)
+                proc = subprocess.Popen([str(PYTHON), "-m", "gpupool", *args], env=clean_env(),
+                                        stdout=write, stderr=subprocess.PIPE)
+                os.close(write)
+                _, stderr = proc.communicate(timeout=60)
+                self.assertEqual(proc.returncode, -signal.SIGPIPE, stderr.decode())
+                self.assertEqual(stderr, b"")
+        # With stderr closed, the line cannot be written, but the status is still the shell's.
+        for args, status in ((["--frobnicate", "prog"], 2), (["--", "no-such-command-here"], 127)):
+            with self.subTest(args):
+                done = subprocess.run([str(PYTHON), "-m", "gpupool", *args], env=clean_env(),
+                                      stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2),
+                                      timeout=60)
+                self.assertEqual(done.returncode, status, done.stdout)
+                self.assertEqual(done.stdout, b"")
+
     def test_a_missing_command_exits_127(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", "no-such-command-here"], check=False)
         self.assertEqual(done.returncode, 127)

@@ -169,17 +169,46 @@ _RESTORED = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ")
                   if hasattr(signal, name))
 
 
+def _say(message: str) -> None:
+    """One line on stderr, or nothing when stderr is closed. Never on stdout, where
+    `print(file=sys.stderr)` writes when Python started without a stderr (`sys.stderr` None)."""
+    if sys.stderr is None:
+        return
+    try:
+        sys.stderr.write(f"gpupool: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _out(text: str) -> None:
+    """`text` on stdout, now. A reader that has gone (`--help | true`) ends the launcher by
+    SIGPIPE, as it ends gpupool-run and any other shell tool, not with a traceback."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the unflushed rest again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+        sys.exit(128 + signal.SIGPIPE)
+
+
 def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
     """Becomes `command`; exits 127 or 126 as a shell does when it cannot."""
     for signo in _RESTORED:
         signal.signal(signo, signal.SIG_DFL)
     try:
         os.execvpe(command[0], command, env)
-    except FileNotFoundError:
-        print(f"gpupool: {command[0]}: command not found", file=sys.stderr)
-        sys.exit(127)
     except OSError as error:
-        print(f"gpupool: {command[0]}: {error.strerror}", file=sys.stderr)
+        for signo in _RESTORED:
+            signal.signal(signo, signal.SIG_IGN)
+        if isinstance(error, FileNotFoundError):
+            _say(f"{command[0]}: command not found")
+            sys.exit(127)
+        _say(f"{command[0]}: {error.strerror}")
         sys.exit(126)
 
 
@@ -188,16 +217,15 @@ def main(argv: Sequence[str]) -> int:
     try:
         options = parse(argv)
         if options.help:
-            print(USAGE, end="")
+            _out(USAGE)
             return 0
         added = environment(options, dict(os.environ))
     except UsageError as error:
-        print(f"gpupool: {error}", file=sys.stderr)
+        _say(str(error))
         return 2
     if options.dry_run:
-        for name, value in added.items():
-            print(f"{name}={value}")
-        print(shlex.join(options.command))
+        _out("".join(f"{name}={value}\n" for name, value in added.items())
+             + shlex.join(options.command) + "\n")
         return 0
-    sys.stdout.flush()
+    _out("")
     _run(options.command, {**os.environ, **added})
