@@ -3,9 +3,7 @@
 //!
 //! PyTorch picks its allocator when `libc10_cuda` loads, after a preloaded library's constructor
 //! ran. Unless the user chose (any of its three variables set), the constructor sets
-//! `PYTORCH_ALLOC_CONF` and `PYTORCH_CUDA_ALLOC_CONF` to `backend:cudaMallocAsync`. PyTorch 2.9
-//! and later read the first and warn that the second is deprecated when it is read (only when
-//! the first is unset); earlier versions read the second. Every tensor is then a `cudaMallocAsync`
+//! `PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`: every tensor is then a `cudaMallocAsync`
 //! the pool serves, and PyTorch's memory calls read the pool through the default memory pool's
 //! calls (`mempool.rs`). A child process that inherits the variable without the preload is left
 //! with PyTorch's own `cudaMallocAsync` backend, a sound allocator.
@@ -21,9 +19,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 const ALLOC_CONF: &str = "PYTORCH_ALLOC_CONF";
 const CUDA_ALLOC_CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
 const NO_CACHING: &str = "PYTORCH_NO_CUDA_MEMORY_CACHING";
-/// What the constructor sets, in both of PyTorch's variables.
+/// What the constructor sets.
 pub const POOLED_SETTING: &str = "backend:cudaMallocAsync";
-/// Set beside them, so that a child process (a wrapper script's program, `torchrun`'s workers)
+/// Set beside it, so that a child process (a wrapper script's program, `torchrun`'s workers)
 /// knows the setting it inherited was the pool's.
 const MARK: &str = "GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF";
 
@@ -33,8 +31,7 @@ const MARK: &str = "GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF";
 pub enum TorchChoice {
     /// Not decided at load (the library was loaded later, or off).
     Unknown = 0,
-    /// The pool set `PYTORCH_ALLOC_CONF` and `PYTORCH_CUDA_ALLOC_CONF` to
-    /// `backend:cudaMallocAsync`.
+    /// The pool set `PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`.
     SetByPool = 1,
     /// The user set one of the variables (read again at report time).
     User = 2,
@@ -72,14 +69,9 @@ fn env(name: &str) -> Option<String> {
 /// library's constructor runs before any thread of the program. libc-level work only, as a
 /// constructor must.
 pub fn choose_at_load() {
-    let (conf, cuda_conf) = (env(ALLOC_CONF), env(CUDA_ALLOC_CONF));
-    let pools = |v: &Option<String>| v.as_deref() == Some(POOLED_SETTING);
-    // The pool's own setting, from a pooled parent: both variables the pool's value or unset
-    // (a parent of an earlier version set only PYTORCH_CUDA_ALLOC_CONF), at least one set.
     let inherited = env(MARK).is_some()
-        && (pools(&conf) || pools(&cuda_conf))
-        && (conf.is_none() || pools(&conf))
-        && (cuda_conf.is_none() || pools(&cuda_conf))
+        && env(CUDA_ALLOC_CONF).as_deref() == Some(POOLED_SETTING)
+        && env(ALLOC_CONF).is_none()
         && env(NO_CACHING).is_none();
     if env("GPUPOOL_DISABLE").is_some_and(|v| crate::config::parse_bool(v.as_bytes()) == Some(true))
     {
@@ -87,7 +79,6 @@ pub fn choose_at_load() {
         if inherited {
             // SAFETY: NUL-terminated names; at load, before the program's threads.
             unsafe {
-                libc::unsetenv(c"PYTORCH_ALLOC_CONF".as_ptr());
                 libc::unsetenv(c"PYTORCH_CUDA_ALLOC_CONF".as_ptr());
                 libc::unsetenv(c"GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF".as_ptr());
             }
@@ -97,47 +88,37 @@ pub fn choose_at_load() {
     if !serves_the_process() {
         return;
     }
-    let choice = if !inherited
-        && [ALLOC_CONF, CUDA_ALLOC_CONF, NO_CACHING]
-            .iter()
-            .any(|v| env(v).is_some())
+    let choice = if inherited {
+        TorchChoice::SetByPool
+    } else if [ALLOC_CONF, CUDA_ALLOC_CONF, NO_CACHING]
+        .iter()
+        .any(|v| env(v).is_some())
     {
         TorchChoice::User
-    } else if !inherited && loaded_objects().iter().any(|o| is_torch(o)) {
+    } else if loaded_objects().iter().any(|o| is_torch(o)) {
         TorchChoice::TooLate
-    } else if set_pooled_setting() {
-        TorchChoice::SetByPool
     } else {
-        TorchChoice::Unknown
-    };
-    CHOICE.store(choice as u8, Ordering::Relaxed);
-}
-
-/// Sets both of PyTorch's variables to the pool's choice, and the mark, without replacing any
-/// (an inherited setting is completed: a parent of an earlier version set only
-/// `PYTORCH_CUDA_ALLOC_CONF`). Both, so that PyTorch 2.9 and later read `PYTORCH_ALLOC_CONF` and
-/// do not warn that `PYTORCH_CUDA_ALLOC_CONF` is deprecated, while earlier versions read the
-/// latter.
-fn set_pooled_setting() -> bool {
-    // SAFETY: all strings are NUL-terminated; at load no other thread runs yet, so nothing
-    // reads the environment while it changes.
-    unsafe {
-        libc::setenv(
-            c"PYTORCH_ALLOC_CONF".as_ptr(),
-            c"backend:cudaMallocAsync".as_ptr(),
-            0,
-        ) == 0
-            && libc::setenv(
+        // SAFETY: both strings are NUL-terminated; no other thread runs yet, so nothing reads
+        // the environment while it changes.
+        let set = unsafe {
+            libc::setenv(
                 c"PYTORCH_CUDA_ALLOC_CONF".as_ptr(),
                 c"backend:cudaMallocAsync".as_ptr(),
                 0,
             ) == 0
-            && libc::setenv(
-                c"GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF".as_ptr(),
-                c"1".as_ptr(),
-                0,
-            ) == 0
-    }
+                && libc::setenv(
+                    c"GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF".as_ptr(),
+                    c"1".as_ptr(),
+                    0,
+                ) == 0
+        };
+        if set {
+            TorchChoice::SetByPool
+        } else {
+            TorchChoice::Unknown
+        }
+    };
+    CHOICE.store(choice as u8, Ordering::Relaxed);
 }
 
 /// PyTorch's allocator, as its variables make it.

@@ -136,7 +136,6 @@ class Launcher(unittest.TestCase):
         # Without --disable, PyTorch's cudaMallocAsync backend is chosen, and marked as the
         # pool's choice.
         lines = dry_run("prog")
-        self.assertIn("PYTORCH_ALLOC_CONF=backend:cudaMallocAsync", lines)
         self.assertIn("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", lines)
         self.assertIn("GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF=1", lines)
 
@@ -210,8 +209,25 @@ class Launcher(unittest.TestCase):
         self.assertEqual(kv["pool_allocations"], kv["allocations"], done.stdout)
         self.assertEqual(kv["reserved_at_end"], "0", done.stdout)
         self.assertIn("set by the pool", done.stderr)
-        # PyTorch 2.9 and later (and the stand-in) warn when only PYTORCH_CUDA_ALLOC_CONF is set.
-        self.assertNotIn("is deprecated", done.stderr)
+
+    def test_a_setting_the_program_makes_itself_before_pytorch_loads_wins(self) -> None:
+        # Scripts set PyTorch's variable at their top, before `import torch`, often under its
+        # old name. Under the launcher that must still be what PyTorch reads: the pool's own
+        # choice may not shadow it (as a PYTORCH_ALLOC_CONF set by the pool would, since
+        # PyTorch reads that name first).
+        code = textwrap.dedent("""
+            import ctypes, os, sys
+            os.environ[sys.argv[2]] = sys.argv[3]
+            lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            print(lib.standin_backend())
+        """)
+        for name, value, backend in (("PYTORCH_CUDA_ALLOC_CONF", "backend:native", "0"),
+                                     ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "0"),
+                                     ("PYTORCH_ALLOC_CONF", "backend:native", "0")):
+            with self.subTest(name=name, value=value):
+                done = run([PYTHON, "-m", "gpupool", "--", PYTHON, "-c", code, torch_standin(),
+                            name, value])
+                self.assertEqual(done.stdout.strip(), backend, done.stderr)
 
     def test_a_signal_death_passes_through(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", LAUNCHED, "1", "signal", "15"], check=False)

@@ -36,8 +36,7 @@ options:
   -h, --help             this text
 
 Unless PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF or PYTORCH_NO_CUDA_MEMORY_CACHING is set,
-both PYTORCH_ALLOC_CONF and PYTORCH_CUDA_ALLOC_CONF are set to backend:cudaMallocAsync, which
-sends PyTorch's tensors to the pool.
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync sends PyTorch's tensors to the pool.
 
 example:
   python -m gpupool --summary stderr --threshold 4GiB -- python train.py
@@ -150,10 +149,6 @@ def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
     added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), library(options.lib))
     disabled = _truthy(added.get("GPUPOOL_DISABLE", env.get("GPUPOOL_DISABLE", "")))
     if not disabled and not any(name in env for name in PYTORCH_SETTINGS):
-        # Both, as the library's constructor sets them: PyTorch 2.9 and later read the first
-        # and warn that the second is deprecated when only it is set; earlier ones read the
-        # second.
-        added["PYTORCH_ALLOC_CONF"] = PYTORCH_ASYNC
         added["PYTORCH_CUDA_ALLOC_CONF"] = PYTORCH_ASYNC
         # As the library's constructor marks it: the summary then says the pool chose it.
         added["GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF"] = "1"

@@ -27,8 +27,7 @@ enum backend { NATIVE = 0, UNCACHED = 1, ASYNC = 2 };
 
 static enum backend chosen = NATIVE;
 
-/* PyTorch reads PYTORCH_ALLOC_CONF, or PYTORCH_CUDA_ALLOC_CONF only when that is unset (and
- * then, from 2.9 on, warns that it is deprecated). */
+/* PyTorch reads PYTORCH_ALLOC_CONF, or PYTORCH_CUDA_ALLOC_CONF only when that is unset. */
 static int conf_says_async(const char *conf)
 {
     if (!conf)
@@ -61,13 +60,8 @@ static int conf_says_async(const char *conf)
 __attribute__((constructor)) static void choose_backend(void)
 {
     const char *conf = getenv("PYTORCH_ALLOC_CONF");
-    if (!conf) {
+    if (!conf)
         conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
-        /* As PyTorch 2.9 and later do (c10/core/AllocatorConfig.cpp, TORCH_WARN_ONCE). */
-        if (conf)
-            fprintf(stderr, "[W AllocatorConfig.cpp:28] Warning: PYTORCH_CUDA_ALLOC_CONF is "
-                            "deprecated, use PYTORCH_ALLOC_CONF instead (function operator())\n");
-    }
     const char *nocache = getenv("PYTORCH_NO_CUDA_MEMORY_CACHING");
     if (conf_says_async(conf))
         chosen = ASYNC;
