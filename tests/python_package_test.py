@@ -219,15 +219,23 @@ class Launcher(unittest.TestCase):
             import ctypes, os, sys
             os.environ[sys.argv[2]] = sys.argv[3]
             lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            lib.standin_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+            lib.standin_free.argtypes = [ctypes.c_void_p]
+            p = ctypes.c_void_p()
+            assert lib.standin_alloc(ctypes.byref(p), 1 << 20) == 0
+            assert lib.standin_free(p) == 0
             print(lib.standin_backend())
         """)
         for name, value, backend in (("PYTORCH_CUDA_ALLOC_CONF", "backend:native", "0"),
                                      ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "0"),
                                      ("PYTORCH_ALLOC_CONF", "backend:native", "0")):
             with self.subTest(name=name, value=value):
-                done = run([PYTHON, "-m", "gpupool", "--", PYTHON, "-c", code, torch_standin(),
-                            name, value])
+                done = run([PYTHON, "-m", "gpupool", "--summary", "stderr", "--", PYTHON, "-c",
+                            code, torch_standin(), name, value])
                 self.assertEqual(done.stdout.strip(), backend, done.stderr)
+                # The summary names the program's setting as such, not as the pool's.
+                self.assertIn(f"{name} set in the environment", done.stderr)
+                self.assertNotIn("set by the pool", done.stderr)
 
     def test_a_signal_death_passes_through(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", LAUNCHED, "1", "signal", "15"], check=False)
