@@ -449,6 +449,37 @@ class Arguments(unittest.TestCase):
             self.assertEqual(out["thresholds"][threshold][0], "ValueError", threshold)
 
 
+# Under the preload of a copy of the library that is removed while the program runs (a
+# reinstall of the package): `import gpupool` must still use the loaded copy, not load the
+# file now at that path, or another, as a second pool that served nothing.
+REMOVED = """
+    import ctypes, json, os, sys
+    ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    process = ctypes.CDLL(None)
+    process.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    p = ctypes.c_void_p()
+    assert process.cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+    os.unlink(sys.argv[2])
+    import gpupool
+    copies = {line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
+              for line in open("/proc/self/maps") if "libgpupool" in line}
+    print(json.dumps({"path": gpupool.library_path(), "copies": sorted(copies),
+                      "allocations": [d["allocations"] for d in gpupool.stats()["devices"]]}))
+"""
+
+
+class RemovedWhileLoaded(unittest.TestCase):
+    def test_import_uses_the_loaded_copy_after_its_file_is_removed(self) -> None:
+        copy = TARGET / "debug" / "python-removed" / "libgpupool.so"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PACKAGE_LIBRARY, copy)
+        out = python(REMOVED, clean_env(), SIMLIB / "libcudart.so.12", copy,
+                     launcher=["--lib", str(copy)])
+        self.assertEqual(out["allocations"], [1], out)
+        self.assertEqual(out["copies"], [str(copy)], out)
+        self.assertEqual(out["path"], str(copy))
+
+
 # Run with GPUPOOL_CUDART naming the simulator: the library finds its runtime itself.
 WITHOUT_PRELOAD = """
     import ctypes, json, os, sys
