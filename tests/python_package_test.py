@@ -181,6 +181,21 @@ class Launcher(unittest.TestCase):
                 self.assertEqual(done.returncode, status, done.stdout)
                 self.assertEqual(done.stdout, b"")
 
+    def test_an_executable_script_without_a_shebang_runs_with_sh(self) -> None:
+        # As execvp(3), env(1) and a shell's exec run it: `python -m gpupool -- ./run.sh`.
+        script = TARGET / "debug" / "python-noshebang" / "run.sh"
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text('echo "ran with $1 as $0"\nexit 7\n')
+        script.chmod(0o755)
+        done = run([PYTHON, "-m", "gpupool", "--", script, "x"], check=False)
+        self.assertEqual(done.returncode, 7, done.stderr)
+        self.assertEqual(done.stdout, f"ran with x as {script}\n")
+        # Found through PATH too.
+        env = clean_env(PATH=f"{script.parent}:{os.environ['PATH']}")
+        done = run([PYTHON, "-m", "gpupool", "--", "run.sh", "y"], env=env, check=False)
+        self.assertEqual((done.returncode, done.stdout), (7, f"ran with y as {script}\n"),
+                         done.stderr)
+
     def test_a_missing_command_exits_127(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", "no-such-command-here"], check=False)
         self.assertEqual(done.returncode, 127)

@@ -6,8 +6,10 @@ signals are the command's own, as under a shell's `exec`.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shlex
+import shutil
 import signal
 import sys
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
@@ -191,12 +193,28 @@ def _out(text: str) -> None:
         sys.exit(128 + signal.SIGPIPE)
 
 
+def _run_as_script(command: List[str], env: Dict[str, str]) -> None:
+    """An executable file that is no binary and has no `#!` line is a shell script: execvp(3),
+    env(1) and a shell's `exec` run it with /bin/sh, and so does the launcher. Raises OSError
+    when it cannot."""
+    name = command[0]
+    path = name if "/" in name else shutil.which(name, path=env.get("PATH", os.defpath))
+    if path is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    os.execve("/bin/sh", ["/bin/sh", path, *command[1:]], env)
+
+
 def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
     """Becomes `command`; exits 127 or 126 as a shell does when it cannot."""
     for signo in _RESTORED:
         signal.signal(signo, signal.SIG_DFL)
     try:
-        os.execvpe(command[0], command, env)
+        try:
+            os.execvpe(command[0], command, env)
+        except OSError as error:
+            if error.errno != errno.ENOEXEC:
+                raise
+            _run_as_script(command, env)
     except OSError as error:
         for signo in _RESTORED:
             signal.signal(signo, signal.SIG_IGN)
