@@ -289,8 +289,9 @@ int gpupool_free_async(void *ptr, cudaStream_t stream);
  * `released`, when not NULL, receives the bytes given back. With the pool disabled
  * (`GPUPOOL_DISABLE=1`) nothing is cached and 0 bytes are released.
  *
- * Returns 0, 101 (not a device), 35, or 999 (called from inside the pool, e.g. from a runtime
- * callback).
+ * Returns 0, 101 (not a device), 35 (for a device ordinal, without a runtime), or 999 (called
+ * from inside the pool, e.g. from a runtime callback). For -1 it needs no runtime and never
+ * looks for one: before the program's first CUDA call it releases 0 bytes.
  *
  * # Safety
  * `released` is NULL or valid for a write.
@@ -303,7 +304,8 @@ int gpupool_empty_cache(int device, uint64_t *released);
  * current value, as PyTorch's `reset_peak_memory_stats()` does. The run's peaks, which the
  * summary and `gpupool_get_stats` report, stay. With the pool disabled the call does nothing.
  *
- * Returns 0, 101 (not a device), 35, or 999.
+ * Returns 0, 101 (not a device), 35 (for a device ordinal, without a runtime), or 999. For -1
+ * it needs no runtime and never looks for one.
  */
 int gpupool_reset_peak_stats(int device);
 
@@ -316,7 +318,9 @@ int gpupool_reset_peak_stats(int device);
  * everything. Replaces `GPUPOOL_RELEASE_THRESHOLD` for this process. With the pool disabled
  * the call does nothing.
  *
- * Returns 0, 101 (not a device, or one beyond the 64 the pool serves), 35, or 999.
+ * Returns 0, 101 (not a device, or one beyond the 64 the pool serves), 35 (for a device ordinal,
+ * without a runtime), or 999. For -1 it needs no runtime and never looks for one: set before the
+ * program's first CUDA call, the threshold applies from that call on.
  */
 int gpupool_set_release_threshold(int device, uint64_t bytes);
 
@@ -343,8 +347,9 @@ int gpupool_get_release_threshold(int device, uint64_t *bytes);
  * async-signal-safe: called from a signal handler or a runtime callback on a thread that is
  * inside the pool, it waits 200 ms at most and then fails with 999 rather than deadlock.
  *
- * Returns 0, 1 (`out` is NULL or `struct_size` is smaller than a `size_t`), 101, 35, or 999.
- * Nothing is written on failure.
+ * Returns 0, 1 (`out` is NULL or `struct_size` is smaller than a `size_t`), 101, 35 (for a
+ * device ordinal, without a runtime), or 999. Nothing is written on failure. For -1 it needs no
+ * runtime and never looks for one: before the program's first CUDA call every counter is 0.
  *
  * # Safety
  * `out` is NULL or valid for reads and writes of `out->struct_size` bytes.
@@ -376,7 +381,10 @@ int gpupool_enabled(void);
  * async-signal-safe (from a thread inside the pool, a device it may hold is listed as not
  * read after 200 ms).
  *
- * Returns 0, 1 (`fd` is negative or not open for writing), 35, or 999 (the write failed; see
+ * Needs no runtime and never looks for one: before the program's first CUDA call the summary
+ * says that nothing was intercepted.
+ *
+ * Returns 0, 1 (`fd` is negative or not open for writing), or 999 (the write failed; see
  * `errno`).
  */
 int gpupool_write_summary(int fd);
@@ -387,10 +395,10 @@ int gpupool_write_summary(int fd);
  * most `size - 1` bytes and a NUL, as `snprintf` does. `*length` receives the whole summary's
  * length without the NUL, so a caller whose `buf` was too small (`*length >= size`) calls
  * again with `*length + 1` bytes; `buf` may be NULL when `size` is 0. Does not flush stdio.
- * Waits as `gpupool_write_summary` does.
+ * Waits as `gpupool_write_summary` does, and as it needs no runtime.
  *
- * Returns 0, 1 (`length` is NULL, `buf` is NULL with `size` above 0, or `format` is not 0, 1
- * or 2), or 35.
+ * Returns 0, or 1 (`length` is NULL, `buf` is NULL with `size` above 0, or `format` is not 0,
+ * 1 or 2).
  *
  * # Safety
  * `buf` points to `size` writable bytes; `length` to a `size_t`.

@@ -213,9 +213,13 @@ pub fn torch_note(
     no_caching: Option<&str>,
 ) -> FrameworkNote {
     let (allocator, var) = torch_allocator(alloc_conf, cuda_alloc_conf, no_caching);
-    let by = match choice {
-        TorchChoice::SetByPool => "set by the pool",
-        _ => "set in the environment",
+    // The pool's only if the variable PyTorch read still holds what the pool set: a program may
+    // set its own after the pool chose at load, before PyTorch loads (`os.environ[...]`).
+    let pools = var == CUDA_ALLOC_CONF && cuda_alloc_conf == Some(POOLED_SETTING);
+    let by = if choice == TorchChoice::SetByPool && pools {
+        "set by the pool"
+    } else {
+        "set in the environment"
     };
     let (caches_above, note) = match allocator {
         TorchAllocator::Async => (
@@ -400,6 +404,20 @@ mod tests {
         );
         let n = torch_note(TorchChoice::User, None, None, Some("1"));
         assert!(n.note.contains("read 0"), "{}", n.note);
+        // The pool chose at load, then the program set its own value before PyTorch loaded
+        // (`os.environ[...]` at a script's top): the setting PyTorch read is the program's.
+        for (alloc, cuda) in [
+            (None, Some("expandable_segments:True")),
+            (Some("backend:cudaMallocAsync"), Some(POOLED_SETTING)),
+            (Some("backend:native"), Some(POOLED_SETTING)),
+        ] {
+            let n = torch_note(TorchChoice::SetByPool, alloc, cuda, None);
+            assert!(
+                n.note.contains("set in the environment") && !n.note.contains("by the pool"),
+                "{alloc:?} {cuda:?}: {}",
+                n.note
+            );
+        }
         let n = torch_note(TorchChoice::TooLate, None, None, None);
         assert!(n.caches_above && n.note.contains("preload"), "{}", n.note);
 

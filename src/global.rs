@@ -2,7 +2,7 @@
 //! a process that does not use CUDA pays nothing and prints nothing).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-use std::sync::{Once, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 
 use crate::config::{Config, ReuseMode};
 use crate::cuda::backend::CudaBackend;
@@ -41,7 +41,13 @@ static CHILD_PROCESS: OnceLock<Process> = OnceLock::new();
 /// `process()` once made with a pool, for the driver's hit path: one load.
 static PROCESS_WITH_POOL: AtomicPtr<Process> = AtomicPtr::new(std::ptr::null_mut());
 
-static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
+static GLOBAL: OnceLock<Global> = OnceLock::new();
+/// Held while `GLOBAL` is being made. Holds the dynamic linker's count of loaded objects
+/// (`dl::objects_added`) at the last attempt that found no runtime: the runtime is looked for
+/// again only once the program has loaded something since. A failure is not final: a Python
+/// program may call `gpupool_*` (through `import gpupool`) before it imports the framework that
+/// loads its runtime, and that runtime must then serve the framework's calls.
+static MAKING: Mutex<Option<u64>> = Mutex::new(None);
 
 /// Set in a child made by `fork()` from a process whose pool existed (or was being made): the
 /// child's copy of the pool is never used. Another thread of the parent may have held a device's
@@ -64,11 +70,35 @@ pub fn get() -> Option<&'static Global> {
     if FORKED.load(Ordering::Relaxed) {
         return forked_child();
     }
-    let g = GLOBAL.get_or_init(init).as_ref().ok()?;
+    let g = match GLOBAL.get() {
+        Some(g) => g,
+        None => make()?,
+    };
     if g.process.pool.is_some() && WITH_POOL.load(Ordering::Relaxed).is_null() {
         WITH_POOL.store(g as *const Global as *mut Global, Ordering::Release);
     }
     Some(g)
+}
+
+/// Makes `GLOBAL`, unless the last attempt found no runtime and nothing was loaded since.
+#[cold]
+fn make() -> Option<&'static Global> {
+    let mut failed_at = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(g) = GLOBAL.get() {
+        return Some(g);
+    }
+    // Read before looking: a runtime loaded while the search runs is looked for next time.
+    let added = crate::cuda::dl::objects_added();
+    if *failed_at == Some(added) {
+        return None;
+    }
+    match init(failed_at.is_none()) {
+        Ok(g) => Some(GLOBAL.get_or_init(|| g)),
+        Err(_) => {
+            *failed_at = Some(added);
+            None
+        }
+    }
 }
 
 /// `get`, with `Global::pool`: the state and its pool when it is on.
@@ -93,9 +123,11 @@ fn with_pool_slow() -> Option<(&'static Global, Option<&'static Pool<CudaBackend
 /// The runtime's state if it was made already.
 pub fn existing() -> Option<&'static Global> {
     if FORKED.load(Ordering::Relaxed) {
-        return CHILD_GLOBAL.get().or(GLOBAL.get())?.as_ref().ok();
+        if let Some(child) = CHILD_GLOBAL.get() {
+            return child.as_ref().ok();
+        }
     }
-    GLOBAL.get()?.as_ref().ok()
+    GLOBAL.get()
 }
 
 /// The process's state, made on first use (by either API).
@@ -141,7 +173,7 @@ pub fn existing_process() -> Option<&'static Process> {
 /// parent's `OnceLock`.
 fn forked_child() -> Option<&'static Global> {
     if let Some(g) = GLOBAL.get() {
-        return g.as_ref().ok();
+        return Some(g);
     }
     CHILD_GLOBAL
         .get_or_init(|| {
@@ -213,13 +245,16 @@ fn make_process() -> Process {
     Process { pool, config }
 }
 
-fn init() -> Result<Global, String> {
+/// Finds the runtime and makes the state; `warn` says why on stderr when none is found.
+fn init(warn: bool) -> Result<Global, String> {
     let process = process();
-    let mut located = loader::locate().map_err(|why| {
-        log::warn(&format!(
-            "cannot find the CUDA runtime: {why}; CUDA calls fail with cudaErrorInsufficientDriver"
-        ));
-        why
+    let mut located = loader::locate().inspect_err(|why| {
+        if warn {
+            log::warn(&format!(
+                "cannot find the CUDA runtime: {why}; CUDA calls fail with \
+                 cudaErrorInsufficientDriver"
+            ));
+        }
     })?;
     let runtime = located.runtime;
     // Taken, not cloned: `located` is forgotten below, and a copy left in it would leak.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -80,6 +81,20 @@ def setUpModule() -> None:
     PACKAGE_LIBRARY = Path(found.stdout.strip())
 
 
+_STANDIN: List[Path] = []
+
+
+def torch_standin() -> Path:
+    """The PyTorch stand-in of tests/pytorch.rs (tests/c/torch_standin.c) as libc10_cuda.so,
+    linked with the simulator as PyTorch is with the runtime; built once per run."""
+    if not _STANDIN:
+        lib = TARGET / "debug" / "python-standin" / "libc10_cuda.so"
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        sim_cc(lib, ROOT / "tests" / "c" / "torch_standin.c", "-shared", "-fPIC")
+        _STANDIN.append(lib)
+    return _STANDIN[0]
+
+
 def python(code: str, env: Dict[str, str], *args: object,
            launcher: Optional[List[str]] = None) -> dict:
     """Runs `code ARGS` in the venv's Python (under the launcher when given); returns its JSON."""
@@ -144,6 +159,43 @@ class Launcher(unittest.TestCase):
                 self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
                 self.assertTrue(done.stderr.startswith("gpupool: "), done.stderr)
 
+    def test_a_reader_that_left_or_a_closed_stderr_changes_no_exit_status(self) -> None:
+        # `python -m gpupool --help | true`: the reader is gone before the text is written. The
+        # launcher dies of SIGPIPE, as gpupool-run (a shell script) does, with no traceback.
+        for args in (["--help"], ["--dry-run", "--", "prog"]):
+            with self.subTest(args):
+                read, write = os.pipe()
+                os.close(read)
+                proc = subprocess.Popen([str(PYTHON), "-m", "gpupool", *args], env=clean_env(),
+                                        stdout=write, stderr=subprocess.PIPE)
+                os.close(write)
+                _, stderr = proc.communicate(timeout=60)
+                self.assertEqual(proc.returncode, -signal.SIGPIPE, stderr.decode())
+                self.assertEqual(stderr, b"")
+        # With stderr closed, the line cannot be written, but the status is still the shell's.
+        for args, status in ((["--frobnicate", "prog"], 2), (["--", "no-such-command-here"], 127)):
+            with self.subTest(args):
+                done = subprocess.run([str(PYTHON), "-m", "gpupool", *args], env=clean_env(),
+                                      stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2),
+                                      timeout=60)
+                self.assertEqual(done.returncode, status, done.stdout)
+                self.assertEqual(done.stdout, b"")
+
+    def test_an_executable_script_without_a_shebang_runs_with_sh(self) -> None:
+        # As execvp(3), env(1) and a shell's exec run it: `python -m gpupool -- ./run.sh`.
+        script = TARGET / "debug" / "python-noshebang" / "run.sh"
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text('echo "ran with $1 as $0"\nexit 7\n')
+        script.chmod(0o755)
+        done = run([PYTHON, "-m", "gpupool", "--", script, "x"], check=False)
+        self.assertEqual(done.returncode, 7, done.stderr)
+        self.assertEqual(done.stdout, f"ran with x as {script}\n")
+        # Found through PATH too.
+        env = clean_env(PATH=f"{script.parent}:{os.environ['PATH']}")
+        done = run([PYTHON, "-m", "gpupool", "--", "run.sh", "y"], env=env, check=False)
+        self.assertEqual((done.returncode, done.stdout), (7, f"ran with y as {script}\n"),
+                         done.stderr)
+
     def test_a_missing_command_exits_127(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", "no-such-command-here"], check=False)
         self.assertEqual(done.returncode, 127)
@@ -163,9 +215,7 @@ class Launcher(unittest.TestCase):
         # The PyTorch stand-in of tests/pytorch.rs, built as libc10_cuda.so: its
         # cudaMallocAsync backend is chosen, every tensor reaches the pool, and the summary
         # says the setting was the pool's.
-        lib = TARGET / "debug" / "python-standin" / "libc10_cuda.so"
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        sim_cc(lib, ROOT / "tests" / "c" / "torch_standin.c", "-shared", "-fPIC")
+        lib = torch_standin()
         script = ROOT / "tests" / "torch_standin.py"
         done = run([PYTHON, "-m", "gpupool", "--summary", "stderr", "--", PYTHON, script, lib,
                     "3"], env=clean_env())
@@ -175,9 +225,53 @@ class Launcher(unittest.TestCase):
         self.assertEqual(kv["reserved_at_end"], "0", done.stdout)
         self.assertIn("set by the pool", done.stderr)
 
+    def test_a_setting_the_program_makes_itself_before_pytorch_loads_wins(self) -> None:
+        # Scripts set PyTorch's variable at their top, before `import torch`, often under its
+        # old name. Under the launcher that must still be what PyTorch reads: the pool's own
+        # choice may not shadow it (as a PYTORCH_ALLOC_CONF set by the pool would, since
+        # PyTorch reads that name first).
+        code = textwrap.dedent("""
+            import ctypes, os, sys
+            os.environ[sys.argv[2]] = sys.argv[3]
+            lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            lib.standin_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+            lib.standin_free.argtypes = [ctypes.c_void_p]
+            p = ctypes.c_void_p()
+            assert lib.standin_alloc(ctypes.byref(p), 1 << 20) == 0
+            assert lib.standin_free(p) == 0
+            print(lib.standin_backend())
+        """)
+        for name, value, backend in (("PYTORCH_CUDA_ALLOC_CONF", "backend:native", "0"),
+                                     ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "0"),
+                                     ("PYTORCH_ALLOC_CONF", "backend:native", "0")):
+            with self.subTest(name=name, value=value):
+                done = run([PYTHON, "-m", "gpupool", "--summary", "stderr", "--", PYTHON, "-c",
+                            code, torch_standin(), name, value])
+                self.assertEqual(done.stdout.strip(), backend, done.stderr)
+                # The summary names the program's setting as such, not as the pool's.
+                self.assertIn(f"{name} set in the environment", done.stderr)
+                self.assertNotIn("set by the pool", done.stderr)
+
     def test_a_signal_death_passes_through(self) -> None:
         done = run([PYTHON, "-m", "gpupool", "--", LAUNCHED, "1", "signal", "15"], check=False)
         self.assertEqual(done.returncode, -15, done.stderr)
+
+    def test_the_command_gets_the_signal_dispositions_it_would_without_the_launcher(self) -> None:
+        # Python ignores SIGPIPE and SIGXFSZ; ignored signals stay ignored across exec.
+        status = ["grep", "^SigIgn:", "/proc/self/status"]
+        direct = run(status).stdout
+        launched = run([PYTHON, "-m", "gpupool", "--", *status]).stdout
+        self.assertEqual(launched, direct)
+        # `yes | head -n 1`: yes dies of SIGPIPE, as it does without the launcher.
+        proc = subprocess.Popen([str(PYTHON), "-m", "gpupool", "--", "yes"], env=clean_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        self.assertEqual(proc.stdout.readline(), b"y\n")
+        proc.stdout.close()
+        stderr = proc.stderr.read().decode()
+        proc.stderr.close()
+        self.assertEqual(proc.wait(timeout=60), -signal.SIGPIPE, stderr)
+        self.assertEqual(stderr, "")
 
 
 # Allocates through the global scope, where the preloaded library's cudaMalloc comes first,
@@ -234,6 +328,171 @@ class ImportUnderPreload(unittest.TestCase):
         self.assertIn("gpupool summary", out["summary"])
         self.assertIn("3 mallocs, 3 frees", out["summary"])
         self.assertEqual(out["error"][0], 101, out["error"])
+
+
+# A Python program under the launcher that calls gpupool (argv[2]) before it loads its CUDA
+# runtime: with the framework that links it (argv[1], the PyTorch stand-in), as `import torch`
+# does. Then the framework allocates.
+BEFORE_THE_RUNTIME = """
+    import ctypes, json, os, sys
+    import gpupool
+    out = {}
+    if sys.argv[2] == "enabled":
+        out["enabled_before"] = gpupool.enabled()
+    else:
+        out["stats_before"] = gpupool.stats()
+        out["summary_before"] = gpupool.summary()
+        out["released_before"] = gpupool.empty_cache()
+        gpupool.reset_peak_stats()
+        gpupool.set_release_threshold(256 << 20)
+    out["runtime_mapped_before"] = "libcudasim" in open("/proc/self/maps").read()
+    lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    lib.standin_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    lib.standin_free.argtypes = [ctypes.c_void_p]
+    p = ctypes.c_void_p()
+    out["alloc"] = lib.standin_alloc(ctypes.byref(p), 3 << 20)
+    out["free"] = lib.standin_free(p)
+    out["enabled"] = gpupool.enabled()
+    out["stats"] = gpupool.stats()
+    out["summary"] = gpupool.summary()
+    print(json.dumps(out))
+"""
+
+
+class BeforeTheRuntime(unittest.TestCase):
+    """`import gpupool` at the top of a script, its calls before `import torch`."""
+
+    def run_script(self, mode: str, **env: str) -> Dict:
+        code = textwrap.dedent(BEFORE_THE_RUNTIME)
+        done = run([PYTHON, "-m", "gpupool", "--", PYTHON, "-c", code, torch_standin(), mode],
+                   env=clean_env(**env))
+        return {"out": json.loads(done.stdout), "stderr": done.stderr}
+
+    def test_an_early_call_that_finds_no_runtime_does_not_break_the_later_ones(self) -> None:
+        # gpupool.enabled() looks for the runtime, finds none (one line says so), and answers
+        # False; the runtime the framework loads later serves its calls through the pool.
+        done = self.run_script("enabled")
+        out = done["out"]
+        self.assertFalse(out["enabled_before"])
+        self.assertEqual(out["alloc"], 0, done["stderr"])
+        self.assertEqual(out["free"], 0, done["stderr"])
+        self.assertTrue(out["enabled"])
+        self.assertEqual(out["stats"]["devices"][0]["allocations"], 1, out["stats"])
+        self.assertEqual(done["stderr"].count("cannot find the CUDA runtime"), 1,
+                         done["stderr"])
+
+    def test_calls_on_every_device_before_the_runtime_look_for_none(self) -> None:
+        # stats(), summary(), empty_cache(), reset_peak_stats(), set_release_threshold() on
+        # every device need no runtime: no line on stderr, no error, and no runtime loaded by
+        # name (the simulator is on the library search path) that the program did not choose.
+        # The threshold set then holds once the framework allocates.
+        done = self.run_script("all", LD_LIBRARY_PATH=str(SIMLIB))
+        out = done["out"]
+        self.assertEqual(done["stderr"], "")
+        self.assertEqual(out["stats_before"]["devices"], [])
+        self.assertFalse(out["stats_before"]["intercepted"])
+        self.assertIn("no CUDA allocations were intercepted", out["summary_before"])
+        self.assertEqual(out["released_before"], 0)
+        self.assertFalse(out["runtime_mapped_before"])
+        self.assertEqual((out["alloc"], out["free"]), (0, 0))
+        device = out["stats"]["devices"][0]
+        self.assertEqual(device["allocations"], 1)
+        self.assertEqual(device["release_threshold_bytes"], 256 * MIB)
+        self.assertIn("release threshold 256 MiB", out["summary"])
+        # Without a runtime anywhere, the same: nothing printed, nothing raised.
+        done = self.run_script("all")
+        self.assertEqual(done["stderr"], "")
+        self.assertEqual(done["out"]["released_before"], 0)
+
+# Bad arguments to the calls that take a device or a threshold, after a block was cached on
+# device 0: each must be refused, and none may reach the library as another device (ctypes
+# wraps an int to 32 bits: 2**32 - 1 would be -1, every device; 2**32 would be device 0).
+ARGUMENTS = """
+    import ctypes, json, os, sys
+    ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    process = ctypes.CDLL(None)
+    process.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    process.cudaFree.argtypes = [ctypes.c_void_p]
+    p = ctypes.c_void_p()
+    assert process.cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+    assert process.cudaFree(p) == 0
+    import gpupool
+
+    def device0():
+        return gpupool.stats()["devices"][0]
+
+    def outcome(call, *args):
+        try:
+            call(*args)
+            return ["ok"]
+        except gpupool.GpupoolError as error:
+            return ["GpupoolError", error.code]
+        except Exception as error:
+            return [type(error).__name__, str(error)]
+
+    out = {"before": [device0()["reserved_bytes"]["current"],
+                      device0()["release_threshold_bytes"]],
+           "devices": {}, "thresholds": {}}
+    for device in (2**32 - 1, 2**32, 2**40, -2**31 - 1, None, "cuda:0", 1.0):
+        out["devices"][repr(device)] = [
+            outcome(gpupool.empty_cache, device), outcome(gpupool.reset_peak_stats, device),
+            outcome(gpupool.set_release_threshold, 0, device)]
+    for threshold in ("100", 2.7, float("inf"), "4GiB", -1, 1 << 64):
+        out["thresholds"][repr(threshold)] = outcome(gpupool.set_release_threshold, threshold)
+    out["after"] = [device0()["reserved_bytes"]["current"],
+                    device0()["release_threshold_bytes"]]
+    print(json.dumps(out))
+"""
+
+
+class Arguments(unittest.TestCase):
+    def test_bad_devices_and_thresholds_are_refused_and_touch_no_device(self) -> None:
+        out = python(ARGUMENTS, clean_env(), SIMLIB / "libcudart.so.12", launcher=[])
+        self.assertGreater(out["before"][0], 0)
+        self.assertEqual(out["after"], out["before"], out)
+        for device in ("4294967295", "4294967296", "1099511627776", "-2147483649"):
+            self.assertEqual(out["devices"][device], [["GpupoolError", 101]] * 3, device)
+        for device in ("None", "'cuda:0'", "1.0"):
+            for kind, message in out["devices"][device]:
+                self.assertEqual(kind, "TypeError", (device, message))
+                self.assertIn("device", message)
+        for threshold in ("'100'", "2.7", "inf", "'4GiB'"):
+            kind, message = out["thresholds"][threshold]
+            self.assertEqual(kind, "TypeError", (threshold, message))
+            self.assertIn("release threshold", message)
+        for threshold in ("-1", str(1 << 64)):
+            self.assertEqual(out["thresholds"][threshold][0], "ValueError", threshold)
+
+
+# Under the preload of a copy of the library that is removed while the program runs (a
+# reinstall of the package): `import gpupool` must still use the loaded copy, not load the
+# file now at that path, or another, as a second pool that served nothing.
+REMOVED = """
+    import ctypes, json, os, sys
+    ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    process = ctypes.CDLL(None)
+    process.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    p = ctypes.c_void_p()
+    assert process.cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+    os.unlink(sys.argv[2])
+    import gpupool
+    copies = {line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
+              for line in open("/proc/self/maps") if "libgpupool" in line}
+    print(json.dumps({"path": gpupool.library_path(), "copies": sorted(copies),
+                      "allocations": [d["allocations"] for d in gpupool.stats()["devices"]]}))
+"""
+
+
+class RemovedWhileLoaded(unittest.TestCase):
+    def test_import_uses_the_loaded_copy_after_its_file_is_removed(self) -> None:
+        copy = TARGET / "debug" / "python-removed" / "libgpupool.so"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PACKAGE_LIBRARY, copy)
+        out = python(REMOVED, clean_env(), SIMLIB / "libcudart.so.12", copy,
+                     launcher=["--lib", str(copy)])
+        self.assertEqual(out["allocations"], [1], out)
+        self.assertEqual(out["copies"], [str(copy)], out)
+        self.assertEqual(out["path"], str(copy))
 
 
 # Run with GPUPOOL_CUDART naming the simulator: the library finds its runtime itself.
@@ -342,6 +601,26 @@ class Torch(unittest.TestCase):
         out = python(TORCH, self.env(FAKE_TORCH_INITIALIZED="1"))
         self.assertIn("before PyTorch initializes CUDA", out["refused"])
         self.assertIn("Can't swap an already initialized allocator", out["refused"])
+
+    def test_use_says_what_is_missing_without_a_cuda_build_of_torch(self) -> None:
+        script = """
+            import json
+            import gpupool.torch
+            try:
+                gpupool.torch.use()
+            except Exception as error:
+                print(json.dumps({"type": type(error).__name__, "message": str(error),
+                                  "import_error": isinstance(error, ImportError)}))
+        """
+        out = python(script, self.env(FAKE_TORCH_CPU="1"))
+        self.assertEqual(out["type"], "RuntimeError", out)
+        self.assertIn("needs a CUDA build of PyTorch", out["message"])
+        self.assertIn("2.11.0+cpu", out["message"])
+        # Without torch at all: an ImportError that names it and what needs it.
+        out = python(script, clean_env(GPUPOOL_CUDART=str(SIMLIB / "libcudart.so.12")))
+        self.assertTrue(out["import_error"], out)
+        self.assertIn("gpupool.torch.use() needs PyTorch", out["message"])
+        self.assertIn("No module named 'torch'", out["message"])
 
     def test_under_the_preload_use_passes_the_preloaded_library(self) -> None:
         runtime = "import ctypes, os, sys\nctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL)\n"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import operator
 from typing import Any, Dict, Optional
 
 from . import _library
@@ -70,6 +71,24 @@ def _check(function: str, code: int) -> None:
         raise GpupoolError(function, code)
 
 
+_INVALID_DEVICE = 101
+_INT_MAX = (1 << 31) - 1
+
+
+def _device(function: str, device: Any) -> int:
+    """`device` as the C `int` the library takes. ctypes would wrap a larger int to 32 bits
+    (2**32 - 1 to -1, every device; 2**32 to device 0), so one out of range is refused here
+    with the library's own answer for a device that does not exist."""
+    try:
+        index = operator.index(device)
+    except TypeError:
+        raise TypeError(f"{function}: device is an int (-1 for every device), not "
+                        f"{type(device).__name__}") from None
+    if not -1 <= index <= _INT_MAX:
+        raise GpupoolError(function, _INVALID_DEVICE)
+    return index
+
+
 def library_path() -> str:
     """The path of the libgpupool this process uses."""
     _lib()
@@ -119,8 +138,9 @@ def empty_cache(device: int = ALL_DEVICES) -> int:
 
     Returns the bytes released. Live allocations are untouched.
     """
+    index = _device("gpupool_empty_cache", device)
     released = ctypes.c_uint64(0)
-    _check("gpupool_empty_cache", _lib().gpupool_empty_cache(device, ctypes.byref(released)))
+    _check("gpupool_empty_cache", _lib().gpupool_empty_cache(index, ctypes.byref(released)))
     return released.value
 
 
@@ -129,7 +149,8 @@ def reset_peak_stats(device: int = ALL_DEVICES) -> None:
 
     The run's `peak`, which the summary reports, stays.
     """
-    _check("gpupool_reset_peak_stats", _lib().gpupool_reset_peak_stats(device))
+    index = _device("gpupool_reset_peak_stats", device)
+    _check("gpupool_reset_peak_stats", _lib().gpupool_reset_peak_stats(index))
 
 
 def set_release_threshold(threshold: Optional[int], device: int = ALL_DEVICES) -> None:
@@ -138,8 +159,16 @@ def set_release_threshold(threshold: Optional[int], device: int = ALL_DEVICES) -
     Above it, whole free segments go back to the driver at the next synchronization or
     allocation, as with `cudaMemPoolAttrReleaseThreshold`. Call `empty_cache()` to release now.
     """
-    value = KEEP_ALL if threshold is None else int(threshold)
+    if threshold is None:
+        value = KEEP_ALL
+    else:
+        try:
+            value = operator.index(threshold)
+        except TypeError:
+            raise TypeError(f"the release threshold is an int byte count or None, not "
+                            f"{type(threshold).__name__} ({threshold!r})") from None
     if not 0 <= value <= KEEP_ALL:
         raise ValueError(f"release threshold {threshold} is not a byte count")
+    index = _device("gpupool_set_release_threshold", device)
     _check("gpupool_set_release_threshold",
-           _lib().gpupool_set_release_threshold(device, value))
+           _lib().gpupool_set_release_threshold(index, value))

@@ -6,8 +6,11 @@ signals are the command's own, as under a shell's `exec`.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shlex
+import shutil
+import signal
 import sys
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
@@ -154,15 +157,71 @@ def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
     return added
 
 
+#: Signals Python ignores at start-up (SIGPIPE, so that a write to a closed pipe raises instead;
+#: SIGXFSZ, so that a write past the file size limit does). An ignored signal stays ignored
+#: across `exec`, so the command would get EPIPE where it expects to die of SIGPIPE (`yes | head`
+#: would print "Broken pipe"). They go back to the default first, as subprocess's
+#: `restore_signals` does.
+_RESTORED = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ")
+                  if hasattr(signal, name))
+
+
+def _say(message: str) -> None:
+    """One line on stderr, or nothing when stderr is closed. Never on stdout, where
+    `print(file=sys.stderr)` writes when Python started without a stderr (`sys.stderr` None)."""
+    if sys.stderr is None:
+        return
+    try:
+        sys.stderr.write(f"gpupool: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _out(text: str) -> None:
+    """`text` on stdout, now. A reader that has gone (`--help | true`) ends the launcher by
+    SIGPIPE, as it ends gpupool-run and any other shell tool, not with a traceback."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the unflushed rest again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+        sys.exit(128 + signal.SIGPIPE)
+
+
+def _run_as_script(command: List[str], env: Dict[str, str]) -> None:
+    """An executable file that is no binary and has no `#!` line is a shell script: execvp(3),
+    env(1) and a shell's `exec` run it with /bin/sh, and so does the launcher. Raises OSError
+    when it cannot."""
+    name = command[0]
+    path = name if "/" in name else shutil.which(name, path=env.get("PATH", os.defpath))
+    if path is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    os.execve("/bin/sh", ["/bin/sh", path, *command[1:]], env)
+
+
 def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
     """Becomes `command`; exits 127 or 126 as a shell does when it cannot."""
+    for signo in _RESTORED:
+        signal.signal(signo, signal.SIG_DFL)
     try:
-        os.execvpe(command[0], command, env)
-    except FileNotFoundError:
-        print(f"gpupool: {command[0]}: command not found", file=sys.stderr)
-        sys.exit(127)
+        try:
+            os.execvpe(command[0], command, env)
+        except OSError as error:
+            if error.errno != errno.ENOEXEC:
+                raise
+            _run_as_script(command, env)
     except OSError as error:
-        print(f"gpupool: {command[0]}: {error.strerror}", file=sys.stderr)
+        for signo in _RESTORED:
+            signal.signal(signo, signal.SIG_IGN)
+        if isinstance(error, FileNotFoundError):
+            _say(f"{command[0]}: command not found")
+            sys.exit(127)
+        _say(f"{command[0]}: {error.strerror}")
         sys.exit(126)
 
 
@@ -171,16 +230,15 @@ def main(argv: Sequence[str]) -> int:
     try:
         options = parse(argv)
         if options.help:
-            print(USAGE, end="")
+            _out(USAGE)
             return 0
         added = environment(options, dict(os.environ))
     except UsageError as error:
-        print(f"gpupool: {error}", file=sys.stderr)
+        _say(str(error))
         return 2
     if options.dry_run:
-        for name, value in added.items():
-            print(f"{name}={value}")
-        print(shlex.join(options.command))
+        _out("".join(f"{name}={value}\n" for name, value in added.items())
+             + shlex.join(options.command) + "\n")
         return 0
-    sys.stdout.flush()
+    _out("")
     _run(options.command, {**os.environ, **added})

@@ -15,6 +15,8 @@ from typing import Iterator, Optional, Tuple
 PACKAGE_LIBRARY = Path(__file__).resolve().with_name("libgpupool.abi3.so")
 
 _PROBE = "gpupool_version"
+#: What /proc/self/maps appends to the path of a mapped file that was removed since.
+_DELETED = " (deleted)"
 
 
 def own_library() -> Path:
@@ -59,6 +61,11 @@ def _from_global_scope() -> Optional[Tuple[ctypes.CDLL, str]]:
     path = _path_of(address)
     if path is None:
         return None
+    if path.endswith(_DELETED):
+        # The file was removed or replaced since it was loaded (a reinstall of the package): a
+        # load by its path would open another copy, or none. The global scope still resolves
+        # every name to the loaded one.
+        return process, path[: -len(_DELETED)]
     return _already_loaded(path)
 
 
@@ -79,7 +86,7 @@ def _from_mappings() -> Optional[Tuple[ctypes.CDLL, str]]:
     """The library loaded with RTLD_LOCAL, which lookups by name cannot see."""
     seen = set()
     for _, _, path in _mappings():
-        if path in seen or path.endswith(" (deleted)") or not _is_gpupool_file(path):
+        if path in seen or path.endswith(_DELETED) or not _is_gpupool_file(path):
             continue
         seen.add(path)
         found = _already_loaded(path)

@@ -28,8 +28,7 @@ def use() -> Any:
     global _allocator
     if _allocator is not None:
         return _allocator
-    import torch
-
+    torch = _import_torch()
     path = _api.library_path()
     allocator = torch.cuda.memory.CUDAPluggableAllocator(path, _ALLOC, _FREE)
     try:
@@ -42,6 +41,25 @@ def use() -> Any:
     _wire(torch)
     _allocator = allocator
     return allocator
+
+
+def _import_torch() -> Any:
+    """torch, if it can be imported and was built with CUDA; else an error that says so.
+
+    A build without CUDA (the `+cpu` wheels) has `torch.cuda.memory.CUDAPluggableAllocator`,
+    but constructing one fails on a missing binding (`torch._C._cuda_customAllocator`).
+    """
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError(f"gpupool.torch.use() needs PyTorch, which cannot be imported: "
+                          f"{error}", name=error.name, path=error.path) from error
+    if getattr(getattr(torch, "version", None), "cuda", None) is None:
+        raise RuntimeError(
+            f"gpupool.torch.use() needs a CUDA build of PyTorch; torch "
+            f"{getattr(torch, '__version__', '?')} was built without CUDA (torch.version.cuda "
+            f"is None)")
+    return torch
 
 
 def _wire(torch: Any) -> None:

@@ -2,8 +2,11 @@
 
 use std::ffi::c_int;
 
-use super::context::{devices, enter, on_device, run, state, Devices};
-use super::{GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_KEEP_ALL};
+use super::context::{all_devices_pool, devices, enter, on_device, run, state, Devices};
+use super::{
+    GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_INVALID_VALUE,
+    GPUPOOL_KEEP_ALL,
+};
 use crate::config::DeviceBytes;
 use crate::cuda::backend::CudaBackend;
 use crate::global::Global;
@@ -34,18 +37,23 @@ fn for_device<T>(
 /// `released`, when not NULL, receives the bytes given back. With the pool disabled
 /// (`GPUPOOL_DISABLE=1`) nothing is cached and 0 bytes are released.
 ///
-/// Returns 0, 101 (not a device), 35, or 999 (called from inside the pool, e.g. from a runtime
-/// callback).
+/// Returns 0, 101 (not a device), 35 (for a device ordinal, without a runtime), or 999 (called
+/// from inside the pool, e.g. from a runtime callback). For -1 it needs no runtime and never
+/// looks for one: before the program's first CUDA call it releases 0 bytes.
 ///
 /// # Safety
 /// `released` is NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn gpupool_empty_cache(device: c_int, released: *mut u64) -> c_int {
     run(|| {
-        let g = state()?;
-        let which = devices(g, device, true)?;
+        let (pool, which) = if device == GPUPOOL_ALL_DEVICES {
+            (all_devices_pool(), Devices::All)
+        } else {
+            let g = state()?;
+            (g.pool(), devices(g, device, true)?)
+        };
         let _inside = enter()?;
-        let bytes = match (g.pool(), which) {
+        let bytes = match (pool, which) {
             (None, _) => 0,
             (Some(pool), Devices::All) => pool
                 .used_devices()
@@ -67,14 +75,19 @@ pub unsafe extern "C" fn gpupool_empty_cache(device: c_int, released: *mut u64) 
 /// current value, as PyTorch's `reset_peak_memory_stats()` does. The run's peaks, which the
 /// summary and `gpupool_get_stats` report, stay. With the pool disabled the call does nothing.
 ///
-/// Returns 0, 101 (not a device), 35, or 999.
+/// Returns 0, 101 (not a device), 35 (for a device ordinal, without a runtime), or 999. For -1
+/// it needs no runtime and never looks for one.
 #[no_mangle]
 pub extern "C" fn gpupool_reset_peak_stats(device: c_int) -> c_int {
     run(|| {
-        let g = state()?;
-        let which = devices(g, device, true)?;
+        let (pool, which) = if device == GPUPOOL_ALL_DEVICES {
+            (all_devices_pool(), Devices::All)
+        } else {
+            let g = state()?;
+            (g.pool(), devices(g, device, true)?)
+        };
         let _inside = enter()?;
-        match (g.pool(), which) {
+        match (pool, which) {
             (None, _) => {}
             (Some(pool), Devices::All) => {
                 for d in pool.used_devices() {
@@ -95,23 +108,29 @@ pub extern "C" fn gpupool_reset_peak_stats(device: c_int) -> c_int {
 /// everything. Replaces `GPUPOOL_RELEASE_THRESHOLD` for this process. With the pool disabled
 /// the call does nothing.
 ///
-/// Returns 0, 101 (not a device, or one beyond the 64 the pool serves), 35, or 999.
+/// Returns 0, 101 (not a device, or one beyond the 64 the pool serves), 35 (for a device ordinal,
+/// without a runtime), or 999. For -1 it needs no runtime and never looks for one: set before the
+/// program's first CUDA call, the threshold applies from that call on.
 #[no_mangle]
 pub extern "C" fn gpupool_set_release_threshold(device: c_int, bytes: u64) -> c_int {
     run(|| {
+        if device == GPUPOOL_ALL_DEVICES {
+            let _inside = enter()?;
+            if let Some(pool) = all_devices_pool() {
+                pool.set_threshold(bytes);
+            }
+            return Ok(());
+        }
         let g = state()?;
-        let which = devices(g, device, true)?;
+        let Devices::One(d) = devices(g, device, false)? else {
+            return Err(GPUPOOL_ERROR_INVALID_DEVICE);
+        };
         let _inside = enter()?;
         let Some(pool) = g.pool() else {
             return Ok(());
         };
-        match which {
-            Devices::All => pool.set_threshold(bytes),
-            Devices::One(d) => {
-                if !for_device(g, pool, d, || pool.set_device_threshold(d, bytes))? {
-                    return Err(GPUPOOL_ERROR_INVALID_DEVICE);
-                }
-            }
+        if !for_device(g, pool, d, || pool.set_device_threshold(d, bytes))? {
+            return Err(GPUPOOL_ERROR_INVALID_DEVICE);
         }
         Ok(())
     })

@@ -3,15 +3,26 @@
 use std::ffi::c_int;
 
 use super::{GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_UNKNOWN};
+use crate::cuda::backend::CudaBackend;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::{CudaStatus, ERROR_INSUFFICIENT_DRIVER, SUCCESS};
 use crate::global::{self, Global};
 use crate::guard::{self, Inside};
-use crate::pool::LockWait;
+use crate::pool::{LockWait, Pool};
 
 /// The library state (made on first use), or the status to return without a runtime.
 pub fn state() -> Result<&'static Global, c_int> {
     global::get().ok_or_else(global::missing_runtime)
+}
+
+/// The process's pool (`None` when off), for a call that reads or tunes every device and needs
+/// no runtime to do it: reports, peaks, the release threshold, emptying the cache. Such a call
+/// never looks for the runtime. Made before the program has loaded its own (a Python program
+/// calls `gpupool.stats()` or `gpupool.set_release_threshold()` before it imports torch), a
+/// search would load one by name, which may be another than the program's, or print that none
+/// was found. Nothing went through the runtime yet, so the pool alone has every figure.
+pub fn all_devices_pool() -> Option<&'static Pool<CudaBackend>> {
+    global::process_pool()
 }
 
 /// Enter the pool for a call that takes its locks; a call made from inside the pool on this

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use super::context::{report_patience, run, state};
+use super::context::{report_patience, run};
 use super::{GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
 use crate::guard::boundary;
 use crate::log;
@@ -60,6 +60,14 @@ pub extern "C" fn gpupool_enabled() -> c_int {
     boundary(0, || c_int::from(crate::global::pool().is_some()))
 }
 
+/// Where a call goes with the pool off: the CUDA library found, or before any, the runtime.
+fn calls_go_to(process: &crate::global::Process) -> &str {
+    if crate::global::existing().is_none() && crate::cuda::driver::loaded().is_none() {
+        return "the CUDA runtime";
+    }
+    process.cuda_path()
+}
+
 /// Writes the summary (the table `GPUPOOL_SUMMARY` prints at exit: memory requested, allocated
 /// and reserved, hits and misses, driver calls, releases, live blocks) to the file descriptor
 /// `fd`, after flushing the program's stdio buffers so that its own output comes first. With
@@ -67,7 +75,10 @@ pub extern "C" fn gpupool_enabled() -> c_int {
 /// async-signal-safe (from a thread inside the pool, a device it may hold is listed as not
 /// read after 200 ms).
 ///
-/// Returns 0, 1 (`fd` is negative or not open for writing), 35, or 999 (the write failed; see
+/// Needs no runtime and never looks for one: before the program's first CUDA call the summary
+/// says that nothing was intercepted.
+///
+/// Returns 0, 1 (`fd` is negative or not open for writing), or 999 (the write failed; see
 /// `errno`).
 #[no_mangle]
 pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
@@ -75,18 +86,18 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
         if fd < 0 {
             return Err(GPUPOOL_ERROR_INVALID_VALUE);
         }
-        let g = state()?;
+        let process = crate::global::process();
         let (_inside, patience) = report_patience();
-        let text = match g.pool() {
-            Some(pool) => render_text(&Report::collect(pool, &g.runtime_path, patience)),
+        let text = match process.pool() {
+            Some(pool) => render_text(&Report::collect(pool, process.cuda_path(), patience)),
             None if crate::global::is_forked_child() => format!(
                 "gpupool: off in this forked child (the parent's pool is the parent's); every \
                  call goes to {}\n",
-                g.runtime_path
+                calls_go_to(process)
             ),
             None => format!(
                 "gpupool: disabled (GPUPOOL_DISABLE=1); every call goes to {}\n",
-                g.runtime_path
+                calls_go_to(process)
             ),
         };
         // SAFETY: fflush(NULL) flushes every open stdio output stream.
@@ -103,10 +114,10 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
 /// most `size - 1` bytes and a NUL, as `snprintf` does. `*length` receives the whole summary's
 /// length without the NUL, so a caller whose `buf` was too small (`*length >= size`) calls
 /// again with `*length + 1` bytes; `buf` may be NULL when `size` is 0. Does not flush stdio.
-/// Waits as `gpupool_write_summary` does.
+/// Waits as `gpupool_write_summary` does, and as it needs no runtime.
 ///
-/// Returns 0, 1 (`length` is NULL, `buf` is NULL with `size` above 0, or `format` is not 0, 1
-/// or 2), or 35.
+/// Returns 0, or 1 (`length` is NULL, `buf` is NULL with `size` above 0, or `format` is not 0,
+/// 1 or 2).
 ///
 /// # Safety
 /// `buf` points to `size` writable bytes; `length` to a `size_t`.
@@ -127,13 +138,19 @@ pub unsafe extern "C" fn gpupool_get_summary(
         if length.is_null() || (buf.is_null() && size > 0) {
             return Err(GPUPOOL_ERROR_INVALID_VALUE);
         }
-        let g = state()?;
+        let process = crate::global::process();
         let (_inside, patience) = report_patience();
-        let text = match g.pool() {
-            Some(pool) => render(&Report::collect(pool, &g.runtime_path, patience), format),
+        let text = match process.pool() {
+            Some(pool) => render(
+                &Report::collect(pool, process.cuda_path(), patience),
+                format,
+            ),
             None => none_intercepted(
                 format,
-                &format!("the pool is off; every call goes to {}", g.runtime_path),
+                &format!(
+                    "the pool is off; every call goes to {}",
+                    calls_go_to(process)
+                ),
             ),
         };
         if size > 0 {

@@ -4,8 +4,8 @@
 use std::ffi::c_int;
 use std::mem::size_of;
 
-use super::context::{devices, report_patience, run, state, Devices};
-use super::{GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
+use super::context::{all_devices_pool, devices, report_patience, run, state, Devices};
+use super::{GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
 use crate::pool::DeviceSnapshot;
 
 /// Counters of one device, or the sums over every device. Set `struct_size` to
@@ -171,8 +171,9 @@ unsafe fn copy_out(stats: &gpupool_stats, out: *mut gpupool_stats) -> Result<(),
 /// async-signal-safe: called from a signal handler or a runtime callback on a thread that is
 /// inside the pool, it waits 200 ms at most and then fails with 999 rather than deadlock.
 ///
-/// Returns 0, 1 (`out` is NULL or `struct_size` is smaller than a `size_t`), 101, 35, or 999.
-/// Nothing is written on failure.
+/// Returns 0, 1 (`out` is NULL or `struct_size` is smaller than a `size_t`), 101, 35 (for a
+/// device ordinal, without a runtime), or 999. Nothing is written on failure. For -1 it needs no
+/// runtime and never looks for one: before the program's first CUDA call every counter is 0.
 ///
 /// # Safety
 /// `out` is NULL or valid for reads and writes of `out->struct_size` bytes.
@@ -182,11 +183,15 @@ pub unsafe extern "C" fn gpupool_get_stats(device: c_int, out: *mut gpupool_stat
         if out.is_null() {
             return Err(GPUPOOL_ERROR_INVALID_VALUE);
         }
-        let g = state()?;
-        let which = devices(g, device, true)?;
+        let (pool, which) = if device == GPUPOOL_ALL_DEVICES {
+            (all_devices_pool(), Devices::All)
+        } else {
+            let g = state()?;
+            (g.pool(), devices(g, device, true)?)
+        };
         let (_inside, patience) = report_patience();
         let mut stats = gpupool_stats::default();
-        if let Some(pool) = g.pool() {
+        if let Some(pool) = pool {
             let list = match which {
                 Devices::All => pool.used_devices(),
                 Devices::One(d) => vec![d],

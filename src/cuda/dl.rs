@@ -161,3 +161,29 @@ pub fn loaded_objects() -> Vec<String> {
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<String> as *mut c_void) };
     out
 }
+
+/// How many objects the dynamic linker has loaded since the process started (`dlpi_adds`): it
+/// grows with every `dlopen` that loads something, so an unchanged count means nothing was
+/// loaded in between.
+pub fn objects_added() -> u64 {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: the dynamic linker passes a valid `info` of `size` bytes for the duration of
+        // the callback, and `data` is the `u64` passed to dl_iterate_phdr below.
+        unsafe {
+            let adds_end = std::mem::offset_of!(libc::dl_phdr_info, dlpi_adds)
+                + std::mem::size_of::<libc::c_ulonglong>();
+            if size >= adds_end {
+                *(data as *mut u64) = (*info).dlpi_adds;
+            }
+        }
+        1
+    }
+    let mut adds: u64 = 0;
+    // SAFETY: `first` only reads `info` and writes `adds`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut adds as *mut u64 as *mut c_void) };
+    adds
+}

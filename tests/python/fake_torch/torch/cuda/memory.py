@@ -20,6 +20,10 @@ class CUDAPluggableAllocator:
         lib = ctypes.CDLL(path_to_so_file)
         self.malloc = _ALLOC(ctypes.cast(getattr(lib, alloc_fn_name), ctypes.c_void_p).value)
         self.free = _FREE(ctypes.cast(getattr(lib, free_fn_name), ctypes.c_void_p).value)
+        if os.environ.get("FAKE_TORCH_CPU") == "1":
+            # PyTorch's class then calls torch._C._cuda_customAllocator, which a build without
+            # CUDA does not have.
+            raise AttributeError("module 'torch._C' has no attribute '_cuda_customAllocator'")
 
 
 def change_current_allocator(allocator):
