@@ -211,6 +211,11 @@ impl ModelDriver {
         }
     }
 
+    /// No call fails any more.
+    pub fn clear_armed(&self) {
+        self.lock().armed.clear();
+    }
+
     /// The failures delivered since the last `clear_delivered`.
     pub fn delivered(&self) -> Vec<(Call, i32)> {
         self.lock().delivered.clone()

@@ -215,9 +215,11 @@ impl AsRef<ModelDriver> for InFlight {
 }
 
 impl ModelWrapper for InFlight {
+    /// A refused fence waited for nothing: the work runs on.
     fn fence(&self, device: u32) -> Result<(), CudaError> {
+        self.inner.fence(device)?;
         self.program_fence();
-        self.inner.fence(device)
+        Ok(())
     }
     fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let under_work = self
@@ -284,6 +286,37 @@ fn no_granule_is_unmapped_while_work_issued_before_its_free_may_run() {
         assert!(unmaps > 0, "{reuse:?}: nothing was unmapped");
         let bad = d.unmaps_under_work.lock().unwrap().clone();
         assert!(bad.is_empty(), "{reuse:?}: unmapped under work: {bad:x?}");
+        assert_sound(&p);
+    }
+}
+
+/// A refused fence waited for nothing: a block freed under work keeps its granules mapped
+/// through `empty_cache`, the threshold and a fill to out of memory, and they go once a fence
+/// works.
+#[test]
+fn a_refused_fence_unmaps_nothing_freed_under_work() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+        let p = Pool::new(
+            InFlight::new(1 << 30),
+            vmm_settings(reuse, DeviceBytes::Bytes(0)),
+        );
+        let d = p.backend();
+        let a = p.alloc(0, 64 * MIB).unwrap();
+        d.launch(a, 64 * MIB);
+        d.inner.fail_next_times(Call::Fence, 999, u32::MAX);
+        p.free(a, FreeKind::Sync, Some(0));
+        p.empty_cache(0);
+        let filled = fill(&p, 64 * MIB);
+        assert!(!filled.is_empty(), "{reuse:?}");
+        let bad = d.unmaps_under_work.lock().unwrap().clone();
+        assert!(bad.is_empty(), "{reuse:?}: unmapped under work: {bad:x?}");
+        // The fence works again: the work is done, and every free granule goes back.
+        d.inner.clear_armed();
+        for x in filled {
+            p.free(x, FreeKind::Sync, Some(0));
+        }
+        p.empty_cache(0);
+        assert_eq!(d.inner.mapped_on(0), 0, "{reuse:?}");
         assert_sound(&p);
     }
 }
