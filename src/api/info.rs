@@ -109,12 +109,12 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
     })
 }
 
-/// The summary as text (`format` 0, what `gpupool_write_summary` writes), JSON (1, the
-/// `GPUPOOL_SUMMARY=json:` document) or Prometheus's text format (2), copied into `buf`: at
-/// most `size - 1` bytes and a NUL, as `snprintf` does. `*length` receives the whole summary's
-/// length without the NUL, so a caller whose `buf` was too small (`*length >= size`) calls
-/// again with `*length + 1` bytes; `buf` may be NULL when `size` is 0. Does not flush stdio.
-/// Waits as `gpupool_write_summary` does, and as it needs no runtime.
+/// The summary as text (`format` 0, what `gpupool_write_summary` writes), JSON (1, what a
+/// `GPUPOOL_SUMMARY` path ending in `.json` gets) or Prometheus's text format (2), copied into
+/// `buf`: at most `size - 1` bytes and a NUL, as `snprintf` does. `*length` receives the
+/// whole summary's length without the NUL, so a caller whose `buf` was too small
+/// (`*length >= size`) calls again with `*length + 1` bytes; `buf` may be NULL when `size` is
+/// 0. Does not flush stdio. Waits as `gpupool_write_summary` does, and as it needs no runtime.
 ///
 /// Returns 0, or 1 (`length` is NULL, `buf` is NULL with `size` above 0, or `format` is not 0,
 /// 1 or 2).
