@@ -185,54 +185,6 @@ fn gpupool_run_keeps_an_existing_preload() {
     assert_eq!(line(dry("")), lib);
 }
 
-/// A library in a directory whose name has a space (a home under WSL, "My Projects"): it is
-/// preloaded by file name through `LD_LIBRARY_PATH`, which LD_PRELOAD's splitting cannot
-/// break. A colon in the directory fits neither variable: refused.
-#[test]
-fn gpupool_run_preloads_a_library_in_a_directory_with_spaces() {
-    let dir = scratch("run spaced").join("my libs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libgpupool.so");
-    std::fs::copy(library(), &lib).unwrap();
-    let (dry, _) = ok(clean_command(&root().join("scripts/gpupool-run"))
-        .arg("--lib")
-        .arg(&lib)
-        .args(["--dry-run", "--", "true"])
-        .env("LD_LIBRARY_PATH", "/opt/lib"));
-    assert!(
-        dry.lines()
-            .any(|l| l == format!("LD_LIBRARY_PATH={}:/opt/lib", dir.display())),
-        "{dry}"
-    );
-    assert!(
-        dry.lines().any(|l| l == "LD_PRELOAD=libgpupool.so"),
-        "{dry}"
-    );
-    let (out, _) = ok(clean_command(&root().join("scripts/gpupool-run"))
-        .arg("--lib")
-        .arg(&lib)
-        .args(["--reuse", "relaxed", "--"])
-        .arg(churn())
-        .args(["1", "500", "1"]));
-    assert!(
-        number::<u64>(&out, "real mallocs") * 10 < number::<u64>(&out, "program mallocs"),
-        "{out}"
-    );
-    let colon = scratch("run-colon").join("a:b");
-    std::fs::create_dir_all(&colon).unwrap();
-    std::fs::copy(library(), colon.join("libgpupool.so")).unwrap();
-    let out = clean_command(&root().join("scripts/gpupool-run"))
-        .arg("--lib")
-        .arg(colon.join("libgpupool.so"))
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", texts(&out).1);
-    assert!(texts(&out)
-        .1
-        .contains("neither LD_PRELOAD nor LD_LIBRARY_PATH"));
-}
-
 #[test]
 fn installed_gpupool_run_finds_the_library_beside_it() {
     let prefix = install("install-wrapper");

@@ -483,42 +483,6 @@ REMOVED = """
 """
 
 
-# Under the launcher with a library in a directory whose name has a space: LD_PRELOAD cannot
-# hold that path, so the launcher preloads the file by name through LD_LIBRARY_PATH.
-SPACED = """
-    import ctypes, json, os, sys
-    ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL | os.RTLD_NOW)
-    process = ctypes.CDLL(None)
-    process.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
-    p = ctypes.c_void_p()
-    assert process.cudaMalloc(ctypes.byref(p), 1 << 20) == 0
-    import gpupool
-    print(json.dumps({"path": gpupool.library_path(),
-                      "allocations": [d["allocations"] for d in gpupool.stats()["devices"]]}))
-"""
-
-
-class SpacedDirectory(unittest.TestCase):
-    def test_a_library_in_a_directory_with_spaces_is_preloaded_by_name(self) -> None:
-        copy = TARGET / "debug" / "python spaced dir" / "libgpupool.so"
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PACKAGE_LIBRARY, copy)
-        lines = dry_run("--lib", str(copy), "prog", LD_LIBRARY_PATH="/opt/lib")
-        self.assertIn(f"LD_LIBRARY_PATH={copy.parent}:/opt/lib", lines)
-        self.assertIn("LD_PRELOAD=libgpupool.so", lines)
-        out = python(SPACED, clean_env(), SIMLIB / "libcudart.so.12",
-                     launcher=["--lib", str(copy)])
-        self.assertEqual(out["path"], str(copy))
-        self.assertEqual(out["allocations"], [1], out)
-        # A colon: no variable can hold it.
-        colon = TARGET / "debug" / "python:colon" / "libgpupool.so"
-        colon.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PACKAGE_LIBRARY, colon)
-        done = run([PYTHON, "-m", "gpupool", "--lib", str(colon), "prog"], check=False)
-        self.assertEqual(done.returncode, 2, done.stderr)
-        self.assertIn("neither LD_PRELOAD nor LD_LIBRARY_PATH", done.stderr)
-
-
 class RemovedWhileLoaded(unittest.TestCase):
     def test_import_uses_the_loaded_copy_after_its_file_is_removed(self) -> None:
         copy = TARGET / "debug" / "python-removed" / "libgpupool.so"

@@ -123,34 +123,13 @@ def parse(argv: Sequence[str]) -> Options:
 
 
 def library(requested: Optional[str]) -> str:
-    """The absolute path of the library to preload."""
+    """The absolute path to preload; LD_PRELOAD splits at spaces and colons, so those fail."""
     path = os.path.abspath(requested) if requested else str(own_library())
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file")
+    if any(c.isspace() or c == ":" for c in path):
+        raise UsageError(f"{path}: LD_PRELOAD cannot hold a path with spaces or colons")
     return path
-
-
-def _splits_preload(text: str) -> bool:
-    """Whether LD_PRELOAD would split `text`: the dynamic linker splits it at spaces, tabs and
-    colons, and quotes nothing."""
-    return any(c.isspace() or c == ":" for c in text)
-
-
-def preload_entry(lib: str, env: Dict[str, str]) -> Tuple[str, Dict[str, str]]:
-    """What LD_PRELOAD names for `lib`, and any variable that must come with it. A directory
-    with spaces (a virtual environment under "My Projects", a WSL home) cannot be preloaded
-    by path, so the library goes by its file name, found through LD_LIBRARY_PATH, which the
-    dynamic linker splits at colons and semicolons only."""
-    if not _splits_preload(lib):
-        return lib, {}
-    directory, name = os.path.split(lib)
-    if _splits_preload(name) or any(c in directory for c in ":;"):
-        raise UsageError(f"{lib}: neither LD_PRELOAD nor LD_LIBRARY_PATH can hold this path "
-                         "(a colon, a semicolon, or a space in the file name)")
-    existing = env.get("LD_LIBRARY_PATH", "")
-    if directory in existing.split(":"):
-        return name, {}
-    return name, {"LD_LIBRARY_PATH": f"{directory}:{existing}" if existing else directory}
 
 
 def preload(existing: str, lib: str) -> str:
@@ -169,9 +148,7 @@ def _truthy(value: str) -> bool:
 def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
     """The variables the launcher sets, in the order it prints them."""
     added = dict(options.variables)
-    entry, search = preload_entry(library(options.lib), env)
-    added.update(search)
-    added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), entry)
+    added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), library(options.lib))
     disabled = _truthy(added.get("GPUPOOL_DISABLE", env.get("GPUPOOL_DISABLE", "")))
     if not disabled and not any(name in env for name in PYTORCH_SETTINGS):
         added["PYTORCH_CUDA_ALLOC_CONF"] = PYTORCH_ASYNC
