@@ -128,7 +128,8 @@ def library(requested: Optional[str]) -> str:
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file")
     if any(c.isspace() or c == ":" for c in path):
-        raise UsageError(f"{path}: LD_PRELOAD cannot hold a path with spaces or colons")
+        raise UsageError(f"{path}: LD_PRELOAD cannot hold a path with spaces or colons "
+                         "(pass --lib a symbolic link to it from a path without them)")
     return path
 
 
