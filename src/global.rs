@@ -56,8 +56,9 @@ static MAKING: Mutex<Option<u64>> = Mutex::new(None);
 /// goes straight to the runtime, which gives it the runtime's own answer (a real CUDA runtime
 /// does not support a child using its parent's context either).
 static FORKED: AtomicBool = AtomicBool::new(false);
-/// The state of a forked child whose parent was still making `GLOBAL` when it forked: that
-/// `OnceLock` stays "in progress" forever in the child, so the child makes its own, pool off.
+/// The state of a forked child whose parent had not made `GLOBAL` when it forked (still making
+/// it, or found no runtime yet): `MAKING` may stay held forever in the child by a thread it does
+/// not have, so the child makes its own, pool off, without that lock.
 static CHILD_GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 
 /// The state once it exists with a pool, for the hit path (`with_pool`): one load instead of
@@ -169,8 +170,8 @@ pub fn existing_process() -> Option<&'static Process> {
 }
 
 /// `get()` in a forked child: the parent's state if it was complete (its pool is then never
-/// used: see `Global::pool`), else a pass-through state of the child's own. Never waits on the
-/// parent's `OnceLock`.
+/// used: see `Global::pool`), else a pass-through state of the child's own. Never takes the
+/// parent's `MAKING`.
 fn forked_child() -> Option<&'static Global> {
     if let Some(g) = GLOBAL.get() {
         return Some(g);

@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 
-use super::context::{all_devices_pool, devices, enter, on_device, run, state, Devices};
+use super::context::{all_devices_pool, enter, on_device, ordinal, run, state, target, Devices};
 use super::{
     GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_INVALID_VALUE,
     GPUPOOL_KEEP_ALL,
@@ -46,12 +46,7 @@ fn for_device<T>(
 #[no_mangle]
 pub unsafe extern "C" fn gpupool_empty_cache(device: c_int, released: *mut u64) -> c_int {
     run(|| {
-        let (pool, which) = if device == GPUPOOL_ALL_DEVICES {
-            (all_devices_pool(), Devices::All)
-        } else {
-            let g = state()?;
-            (g.pool(), devices(g, device, true)?)
-        };
+        let (pool, which) = target(device)?;
         let _inside = enter()?;
         let bytes = match (pool, which) {
             (None, _) => 0,
@@ -80,12 +75,7 @@ pub unsafe extern "C" fn gpupool_empty_cache(device: c_int, released: *mut u64) 
 #[no_mangle]
 pub extern "C" fn gpupool_reset_peak_stats(device: c_int) -> c_int {
     run(|| {
-        let (pool, which) = if device == GPUPOOL_ALL_DEVICES {
-            (all_devices_pool(), Devices::All)
-        } else {
-            let g = state()?;
-            (g.pool(), devices(g, device, true)?)
-        };
+        let (pool, which) = target(device)?;
         let _inside = enter()?;
         match (pool, which) {
             (None, _) => {}
@@ -122,9 +112,7 @@ pub extern "C" fn gpupool_set_release_threshold(device: c_int, bytes: u64) -> c_
             return Ok(());
         }
         let g = state()?;
-        let Devices::One(d) = devices(g, device, false)? else {
-            return Err(GPUPOOL_ERROR_INVALID_DEVICE);
-        };
+        let d = ordinal(g, device)?;
         let _inside = enter()?;
         let Some(pool) = g.pool() else {
             return Ok(());
@@ -153,9 +141,7 @@ pub unsafe extern "C" fn gpupool_get_release_threshold(device: c_int, bytes: *mu
             return Err(GPUPOOL_ERROR_INVALID_VALUE);
         }
         let g = state()?;
-        let Devices::One(d) = devices(g, device, false)? else {
-            return Err(GPUPOOL_ERROR_INVALID_DEVICE);
-        };
+        let d = ordinal(g, device)?;
         let _inside = enter()?;
         let value = match g.pool() {
             None => GPUPOOL_KEEP_ALL,

@@ -49,12 +49,19 @@ pub enum Devices {
     One(u32),
 }
 
-/// Check a device argument: `-1` is every device where `all` allows it; anything else must be a
-/// device ordinal the runtime knows.
-pub fn devices(g: &Global, device: c_int, all: bool) -> Result<Devices, c_int> {
-    if device == GPUPOOL_ALL_DEVICES && all {
-        return Ok(Devices::All);
+/// The pool and the devices a call on `device` acts on: for -1 (`GPUPOOL_ALL_DEVICES`) the
+/// process's pool without the runtime (`all_devices_pool`), else the runtime's state's pool and
+/// the ordinal it checked (`ordinal`).
+pub fn target(device: c_int) -> Result<(Option<&'static Pool<CudaBackend>>, Devices), c_int> {
+    if device == GPUPOOL_ALL_DEVICES {
+        return Ok((all_devices_pool(), Devices::All));
     }
+    let g = state()?;
+    Ok((g.pool(), Devices::One(ordinal(g, device)?)))
+}
+
+/// Check a device argument: a device ordinal the runtime knows (-1, every device, is not one).
+pub fn ordinal(g: &Global, device: c_int) -> Result<u32, c_int> {
     let d = u32::try_from(device).map_err(|_| GPUPOOL_ERROR_INVALID_DEVICE)?;
     if let Some(get_count) = g.runtime.get_device_count {
         let mut count = 0;
@@ -72,7 +79,7 @@ pub fn devices(g: &Global, device: c_int, all: bool) -> Result<Devices, c_int> {
             return Err(GPUPOOL_ERROR_INVALID_DEVICE);
         }
     }
-    Ok(Devices::One(d))
+    Ok(d)
 }
 
 /// Run `f` with `device` current on this thread, then make the previous device current again.

@@ -4,8 +4,8 @@
 use std::ffi::c_int;
 use std::mem::size_of;
 
-use super::context::{all_devices_pool, devices, report_patience, run, state, Devices};
-use super::{GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
+use super::context::{report_patience, run, target, Devices};
+use super::{GPUPOOL_ERROR_INVALID_VALUE, GPUPOOL_ERROR_UNKNOWN};
 use crate::pool::DeviceSnapshot;
 
 /// Counters of one device, or the sums over every device. Set `struct_size` to
@@ -183,12 +183,7 @@ pub unsafe extern "C" fn gpupool_get_stats(device: c_int, out: *mut gpupool_stat
         if out.is_null() {
             return Err(GPUPOOL_ERROR_INVALID_VALUE);
         }
-        let (pool, which) = if device == GPUPOOL_ALL_DEVICES {
-            (all_devices_pool(), Devices::All)
-        } else {
-            let g = state()?;
-            (g.pool(), devices(g, device, true)?)
-        };
+        let (pool, which) = target(device)?;
         let (_inside, patience) = report_patience();
         let mut stats = gpupool_stats::default();
         if let Some(pool) = pool {
