@@ -368,8 +368,10 @@ uint32_t gpupool_version_number(void);
 
 /**
  * 1 when the pool serves allocations; 0 when it is disabled (`GPUPOOL_DISABLE=1`: every call
- * goes to the CUDA runtime) or no CUDA runtime could be found. The first call finds the
- * runtime, as any other call of the library does.
+ * goes to the CUDA runtime) or no CUDA runtime could be found. Where it serves the driver's
+ * allocations (a program with the driver loaded and no runtime, as XLA's), 1 without looking
+ * for a runtime, which would load one. Otherwise the first call finds the runtime, as any
+ * other call of the library does.
  */
 int gpupool_enabled(void);
 

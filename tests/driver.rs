@@ -106,6 +106,9 @@ fn assert_pooled(mode: &str, with: &str, without: &str) {
         number::<u64>(with, "oom_after="),
         number::<u64>(without, "oom_after=")
     );
+    // The pool serves the driver with no runtime: gpupool_enabled() says so.
+    assert_eq!(number::<i32>(with, "pool_enabled="), 1, "{mode}");
+    assert_eq!(number::<i32>(without, "pool_enabled="), -1, "{mode}");
 }
 
 #[test]

@@ -53,11 +53,15 @@ pub extern "C" fn gpupool_version_number() -> u32 {
 }
 
 /// 1 when the pool serves allocations; 0 when it is disabled (`GPUPOOL_DISABLE=1`: every call
-/// goes to the CUDA runtime) or no CUDA runtime could be found. The first call finds the
-/// runtime, as any other call of the library does.
+/// goes to the CUDA runtime) or no CUDA runtime could be found. Where it serves the driver's
+/// allocations (a program with the driver loaded and no runtime, as XLA's), 1 without looking
+/// for a runtime, which would load one. Otherwise the first call finds the runtime, as any
+/// other call of the library does.
 #[no_mangle]
 pub extern "C" fn gpupool_enabled() -> c_int {
-    boundary(0, || c_int::from(crate::global::pool().is_some()))
+    boundary(0, || {
+        c_int::from(crate::dispatch::driver::serves() || crate::global::pool().is_some())
+    })
 }
 
 /// Where a call goes with the pool off: the CUDA library found, or before any, the runtime.

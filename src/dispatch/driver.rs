@@ -42,6 +42,11 @@ fn serving() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
     pooled()
 }
 
+/// Whether the pool serves the driver's allocations: with no runtime in the process too.
+pub(crate) fn serves() -> bool {
+    serving().is_some()
+}
+
 /// Each device's primary context, once seen (0: not yet).
 static PRIMARY: [AtomicUsize; crate::pool::MAX_DEVICES] =
     [const { AtomicUsize::new(0) }; crate::pool::MAX_DEVICES];

@@ -243,6 +243,9 @@ static void exercise(void)
         CU_OK(cu.alloc(&p, 900 * MiB));
         CU_OK(cu.free(p));
     }
+    /* What gpupool_enabled() says in a process with no runtime (-1: no pool preloaded). */
+    int (*enabled)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "gpupool_enabled");
+    printf("pool_enabled=%d\n", enabled ? enabled() : -1);
 }
 
 static unsigned long long served(CUmemoryPool pool)
