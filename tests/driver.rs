@@ -293,6 +293,27 @@ fn the_summary_says_which_library_holds_the_memory() {
     assert_eq!(by_library[2]["requested_bytes"], 2 << 20);
 }
 
+#[test]
+fn the_program_is_named_as_the_program_whatever_its_argv0() {
+    // A shell that found the program on PATH passes a bare name; a launcher may pass any
+    // name. The program's own blocks are still the program's, named by its file.
+    use std::os::unix::process::CommandExt;
+    let (exe, runtime_lib, driver_lib) = holders();
+    let args = [runtime_lib.to_str().unwrap(), driver_lib.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let elsewhere = support::scratch("holders-argv0");
+    let mut cmd = pooled(&exe, &args, &[ENV, &env].concat());
+    cmd.arg0("renamed-by-its-launcher").current_dir(&elsewhere);
+    let (out, stderr) = ok(&mut cmd);
+    assert!(out.contains("holders: all checks passed"), "{out}");
+    let want = format!(
+        "the program ({}) 2.00 MiB in 1 block",
+        exe.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{stderr}");
+    assert!(!stderr.contains("renamed-by-its-launcher"), "{stderr}");
+}
+
 /// `tests/c/driver_hostile.c`, linked with `-lcuda` alone.
 fn hostile() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

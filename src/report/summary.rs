@@ -80,11 +80,14 @@ fn holders(live: &[LiveBlock]) -> Vec<Holder> {
 }
 
 /// The file name of the object `origin` lies in; the program's own name for the main program.
+/// The dynamic linker's own name for the object, not `dladdr`'s: `dladdr` names the main
+/// program by its `argv[0]`, which a shell that searched `PATH` passes bare and a launcher
+/// may set to anything.
 fn library_of(origin: u64) -> String {
     if origin == 0 {
         return "gpupool_* calls".into();
     }
-    let Some((_, path)) = crate::cuda::dl::object_of(origin as usize) else {
+    let Some((_, path)) = crate::cuda::dl::linked_object_of(origin as usize) else {
         return "unknown".into();
     };
     // SAFETY: a NUL-terminated path owned by the dynamic linker, read at once.
