@@ -314,6 +314,28 @@ fn the_program_is_named_as_the_program_whatever_its_argv0() {
     assert!(!stderr.contains("renamed-by-its-launcher"), "{stderr}");
 }
 
+#[test]
+fn a_library_unloaded_before_the_report_still_holds_its_blocks() {
+    // `tests/c/holders_unloaded.c`: a library makes three live blocks and is unloaded; a copy
+    // of it under another name is loaded after, most often at the same address. The report
+    // names the library that allocated, not "unknown", nor the copy.
+    let (_, runtime_lib, _) = holders();
+    let exe = support::c_program("holders_unloaded");
+    let dir = support::scratch("holders-unloaded");
+    let copy = dir.join("libholder_copy.so");
+    std::fs::copy(&runtime_lib, &copy).unwrap();
+    let args = [runtime_lib.to_str().unwrap(), copy.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    assert!(out.contains("holders_unloaded: all checks passed"), "{out}");
+    let want = format!(
+        " held by    {} (unloaded) 3.00 MiB in 3 blocks\n",
+        runtime_lib.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{out}\n{stderr}");
+    assert!(!stderr.contains("libholder_copy.so"), "{stderr}");
+}
+
 /// `tests/c/driver_hostile.c`, linked with `-lcuda` alone.
 fn hostile() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

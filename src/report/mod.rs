@@ -8,6 +8,7 @@ pub mod prometheus;
 pub mod summary;
 pub mod trace_file;
 pub mod units;
+pub mod unloaded;
 
 use crate::config::{Config, SummaryDest};
 use crate::cuda::backend::CudaBackend;

@@ -51,8 +51,8 @@ pub struct Holder {
     pub bytes: u64,
 }
 
-/// The library each live block's `Origin` lies in, resolved now (addresses of objects since
-/// unloaded read as unknown), with their blocks and bytes, most bytes first.
+/// The library each live block's `Origin` lies in, resolved now (an object unloaded since is
+/// named by `unloaded`), with their blocks and bytes, most bytes first.
 fn holders(live: &[LiveBlock]) -> Vec<Holder> {
     let mut by_origin: std::collections::HashMap<u64, (u64, u64)> = Default::default();
     for b in live {
@@ -86,6 +86,9 @@ fn holders(live: &[LiveBlock]) -> Vec<Holder> {
 fn library_of(origin: u64) -> String {
     if origin == 0 {
         return "gpupool_* calls".into();
+    }
+    if let Some(path) = super::unloaded::path_of(origin) {
+        return format!("{} (unloaded)", path.rsplit('/').next().unwrap_or(&path));
     }
     let Some((_, path)) = crate::cuda::dl::linked_object_of(origin as usize) else {
         return "unknown".into();
