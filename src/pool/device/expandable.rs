@@ -317,6 +317,7 @@ impl DevicePool {
             }
             self.record(Kind::Map, base + k * g, g, 0, 0);
             self.granules_mut(si).set(k, true);
+            self.stats.granules_mapped += 1;
             mapped_here.push(k);
         }
         if refused.is_none() {
@@ -330,6 +331,7 @@ impl DevicePool {
                 if backend.vmm_unmap(self.device, base + k * g, g).is_ok() {
                     self.record(Kind::Unmap, base + k * g, g, 0, UNMAP_UNDONE);
                     self.granules_mut(si).set(k, false);
+                    self.stats.granules_unmapped += 1;
                 } else {
                     self.count_left_mapped(si, k);
                 }
@@ -340,7 +342,6 @@ impl DevicePool {
         let added = mapped_here.len() as u64 * g;
         self.granules_mut(si).mapped += added;
         self.stats.reserved.add(added);
-        self.stats.granules_mapped += mapped_here.len() as u64;
         Ok(())
     }
 
@@ -356,12 +357,12 @@ impl DevicePool {
 
     /// Granule `k` of segment `si` stays mapped, not ready for a block: counted, since the
     /// driver holds its memory, and given back by a release like any free granule (a free
-    /// block now holds it, which no free made: the release must look).
+    /// block now holds it, which no free made: the release must look). Its map was counted
+    /// when it was made.
     fn count_left_mapped(&mut self, si: u32, k: u64) {
         let g = self.granule;
         self.granules_mut(si).left_mapped(k, g);
         self.stats.reserved.add(g);
-        self.stats.granules_mapped += 1;
         self.unmap_due = true;
     }
 
