@@ -173,10 +173,7 @@ impl Report {
         let mut devices = Vec::new();
         let mut unread = Vec::new();
         for d in pool.used_devices() {
-            let read = pool
-                .device_stats_with(d, patience)
-                .zip(pool.live_blocks(d, patience));
-            let Some((snap, live)) = read else {
+            let Some((snap, live)) = pool.device_report(d, patience) else {
                 unread.push(d);
                 continue;
             };
@@ -632,5 +629,52 @@ mod tests {
             "passed through to CUDA: 12 allocations (48.0 MiB) served by the program's own \
              memory pool; 1 allocation (512 B) captured into a CUDA graph"
         );
+    }
+
+    #[test]
+    fn a_report_made_while_threads_allocate_agrees_with_itself() {
+        // A live dump of a busy program: its leak list and holders are the blocks behind its
+        // current figures, read at one moment.
+        use crate::config::{DeviceBytes, ReuseMode};
+        use crate::pool::model_driver::ModelDriver;
+        use crate::pool::{FreeKind, LockWait, Pool, Settings};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        for thread_cache in [0, 64 << 20] {
+            let mut settings =
+                Settings::for_tests(ReuseMode::Relaxed, DeviceBytes::Unbounded, false);
+            settings.thread_cache = thread_cache;
+            let p = Pool::new(ModelDriver::new().with_capacity(64 << 30), settings);
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|t| {
+                for _ in 0..2 {
+                    t.spawn(|| {
+                        let mut held = Vec::new();
+                        let mut i = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            i += 1;
+                            held.push(p.alloc(0, 4096 + (i % 7) * 512).unwrap());
+                            if held.len() > 16 {
+                                p.free(held.swap_remove(0), FreeKind::Sync, Some(0));
+                            }
+                        }
+                        for a in held {
+                            p.free(a, FreeKind::Sync, Some(0));
+                        }
+                    });
+                }
+                let mut disagreed = 0;
+                for _ in 0..2000 {
+                    let r = Report::collect(&p, "libcudart.so.12", LockWait::Unbounded);
+                    let Some(d) = r.devices.first() else { continue };
+                    let s = &d.snap.stats;
+                    if (d.leaked_blocks, d.leaked_bytes) != (s.blocks.current, s.requested.current)
+                    {
+                        disagreed += 1;
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+                assert_eq!(disagreed, 0, "thread cache {thread_cache}");
+            });
+        }
     }
 }
