@@ -380,6 +380,8 @@ impl DeviceReplay {
             Kind::Limit if o.limit.is_none() => self.pool.set_limit(r.a),
             Kind::NonBlockingStream => self.nonblocking_seen = true,
             Kind::Reset => {
+                // As the live pool after a reset: every granule given back, then all forgotten.
+                self.pool.unmap_all_after_reset(&self.backend);
                 self.pool.forget_all();
                 self.addrs.clear();
                 self.backend.model.forget_device(u32::from(r.device));

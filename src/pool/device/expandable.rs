@@ -11,7 +11,7 @@
 
 use super::granules::Granules;
 use super::*;
-use crate::pool::trace::UNMAP_UNDONE;
+use crate::pool::trace::{UNMAP_RESET, UNMAP_UNDONE};
 
 /// Address space reserved per range when the device's size is not known. More than any GPU
 /// holds today, and address space costs nothing until mapped.
@@ -252,6 +252,11 @@ impl DevicePool {
             for k in (0..size / g).filter(|&k| granules.is_mapped(k)) {
                 if backend.vmm_unmap(self.device, addr + k * g, g).is_err() {
                     left.left_mapped(k, g);
+                } else {
+                    // Driver calls like any unmap: counted, so that the granules mapped less
+                    // those unmapped stay what is mapped, and recorded for the replay.
+                    self.record(Kind::Unmap, addr + k * g, g, 0, UNMAP_RESET);
+                    self.stats.granules_unmapped += 1;
                 }
             }
             if left.mapped == 0 {

@@ -401,6 +401,45 @@ fn granules_mapped_and_unmapped_count_the_mappings_undone_at_a_refusal() {
     }
 }
 
+/// A reset gives every granule back (`unmap_all_after_reset`): those unmaps are driver calls
+/// too. The summary counts them, so that the granules mapped less those unmapped are still
+/// what is mapped; the trace records them, and the replay makes them again.
+#[test]
+fn the_granules_a_reset_unmaps_are_counted_recorded_and_replayed() {
+    let (p, sink) = traced_with(ReuseMode::Strict, 1 << 30, true);
+    let kept: Vec<Addr> = (0..3).map(|_| p.alloc(0, 8 * MIB).unwrap()).collect();
+    p.free(kept[1], FreeKind::Sync, Some(0));
+    assert!(p.release_mappings_after_reset(0));
+    let after = p.alloc(0, 8 * MIB).unwrap();
+    p.flush_trace();
+    let live = stats(&p, 0);
+    let snap = p.device_stats(0).unwrap();
+    assert_eq!(snap.figures.mapped, 8 * MIB);
+    assert_eq!(
+        (live.granules_mapped - live.granules_unmapped) * crate::pool::model_driver::VMM_GRANULE,
+        snap.figures.mapped,
+        "{live:?}"
+    );
+    assert_eq!(live.granules_unmapped, p.backend().counts().unmaps);
+    let records = sink.records();
+    let kinds = |k| records.iter().filter(|r| r.kind == k).count() as u64;
+    assert_eq!(
+        (kinds(trace::Kind::Map), kinds(trace::Kind::Unmap)),
+        (live.granules_mapped, live.granules_unmapped)
+    );
+    let r = &replay::replay(&records, &replay::Overrides::default())[0];
+    assert!(!r.diverged);
+    assert_eq!(
+        (r.maps, r.unmaps, r.stats.reserved.peak_ever()),
+        (
+            live.granules_mapped,
+            live.granules_unmapped,
+            live.reserved.peak_ever()
+        )
+    );
+    p.free(after, FreeKind::Sync, Some(0));
+}
+
 /// The stranding workload, 7 MiB blocks (two per 20 MiB segment, 6 MiB stranded in
 /// each): recorded with expandable segments on or off, a replay answers for both. With them,
 /// the peak is the blocks and less than a granule; without, a 20 MiB segment per two blocks.
