@@ -430,3 +430,47 @@ fn a_reader_of_a_named_pipe_that_stops_reading_costs_the_program_a_bounded_wait(
         .collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
 }
+
+#[test]
+fn a_summary_file_the_program_may_write_is_written_in_a_directory_it_may_not() {
+    // Ops pre-create the job's summary file, writable by the job, in a directory the job may
+    // not write (no temporary file beside it, so no rename): the summary still goes into it.
+    let leak = c_program("leak");
+    let dir = scratch("summary-readonly-dir");
+    let file = dir.join("job.json");
+    std::fs::write(&file, b"").expect("create the file");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // As root, permissions do not apply: the program runs as nobody.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let leak_arg = leak.to_str().unwrap().to_string();
+    let (exe, args): (&Path, Vec<&str>) = if root {
+        (
+            Path::new("/usr/bin/setpriv"),
+            vec![
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                &leak_arg,
+            ],
+        )
+    } else {
+        (&leak, vec![])
+    };
+    let mut cmd = pooled(exe, &args, &[("GPUPOOL_SUMMARY", file.to_str().unwrap())]);
+    let out = output_within(&mut cmd, 60);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("leak ok"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("gpupool:"), "{stderr}");
+    let text = std::fs::read_to_string(&file).expect("read the summary");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON summary");
+    assert_eq!(v["devices"][0]["still_allocated"]["blocks"], 4, "{v}");
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
