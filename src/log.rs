@@ -100,16 +100,42 @@ pub fn write_all_fd(fd: i32, bytes: &[u8]) -> std::io::Result<()> {
     without_sigpipe(|| write_loop(fd, bytes))
 }
 
+/// How long one write waits in all for a non-blocking pipe's reader to make room (a named pipe
+/// the summary is opened on without waiting, a stderr another process made non-blocking)
+/// before it gives up: a slow collector gets the whole summary, a stalled one cannot keep the
+/// program from exiting.
+const ROOM_WAIT_MS: i64 = 5000;
+
+/// Milliseconds on the monotonic clock (async-signal-safe).
+fn monotonic_ms() -> i64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec * 1000 + t.tv_nsec / 1_000_000
+}
+
 fn write_loop(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
+    let mut deadline = None;
     while !bytes.is_empty() {
         // SAFETY: the pointer and length describe a live slice.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
+            match e.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => {
+                    let now = monotonic_ms();
+                    let left = *deadline.get_or_insert(now + ROOM_WAIT_MS) - now;
+                    if left > 0 && room_within(fd, left as libc::c_int) {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                _ => return Err(e),
             }
-            return Err(e);
         }
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
@@ -117,6 +143,29 @@ fn write_loop(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
         bytes = &bytes[n as usize..];
     }
     Ok(())
+}
+
+/// Whether non-blocking `fd` can take more bytes within `ms` milliseconds. `errno` is left as
+/// the write that found it full set it, for the caller's error. Async-signal-safe (`poll`).
+fn room_within(fd: i32, ms: libc::c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: errno is thread-local; `p` is one valid pollfd.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let ready = loop {
+            match libc::poll(&mut p, 1, ms) {
+                -1 if *libc::__errno_location() == libc::EINTR => continue,
+                n => break n,
+            }
+        };
+        *libc::__errno_location() = errno;
+        // A reader that left shows as POLLERR: the next write fails with EPIPE.
+        ready > 0 && p.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0
+    }
 }
 
 /// Run `write` with `SIGPIPE` blocked in this thread, and take back the one signal its `EPIPE`

@@ -296,6 +296,49 @@ fn the_summary_says_which_library_holds_the_memory() {
     assert_eq!(by_library[2]["requested_bytes"], 2 << 20);
 }
 
+#[test]
+fn the_program_is_named_as_the_program_whatever_its_argv0() {
+    // A shell that found the program on PATH passes a bare name; a launcher may pass any
+    // name. The program's own blocks are still the program's, named by its file.
+    use std::os::unix::process::CommandExt;
+    let (exe, runtime_lib, driver_lib) = holders();
+    let args = [runtime_lib.to_str().unwrap(), driver_lib.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let elsewhere = support::scratch("holders-argv0");
+    let mut cmd = pooled(&exe, &args, &[ENV, &env].concat());
+    cmd.arg0("renamed-by-its-launcher").current_dir(&elsewhere);
+    let (out, stderr) = ok(&mut cmd);
+    assert!(out.contains("holders: all checks passed"), "{out}");
+    let want = format!(
+        "the program ({}) 2.00 MiB in 1 block",
+        exe.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{stderr}");
+    assert!(!stderr.contains("renamed-by-its-launcher"), "{stderr}");
+}
+
+#[test]
+fn a_library_unloaded_before_the_report_still_holds_its_blocks() {
+    // `tests/c/holders_unloaded.c`: a library makes three live blocks and is unloaded; a copy
+    // of it under another name is loaded after, most often at the same address. The report
+    // names the library that allocated, not "unknown", nor the copy.
+    let (_, runtime_lib, _) = holders();
+    let exe = support::c_program("holders_unloaded");
+    let dir = support::scratch("holders-unloaded");
+    let copy = dir.join("libholder_copy.so");
+    std::fs::copy(&runtime_lib, &copy).unwrap();
+    let args = [runtime_lib.to_str().unwrap(), copy.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    assert!(out.contains("holders_unloaded: all checks passed"), "{out}");
+    let want = format!(
+        " held by    {} (unloaded) 3.00 MiB in 3 blocks\n",
+        runtime_lib.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{out}\n{stderr}");
+    assert!(!stderr.contains("libholder_copy.so"), "{stderr}");
+}
+
 /// `tests/c/driver_hostile.c`, linked with `-lcuda` alone.
 fn hostile() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

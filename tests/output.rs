@@ -328,3 +328,149 @@ fn summary_keywords_in_any_case_write_no_file() {
     }
     assert_eq!(names_in(&dir), Vec::<String>::new());
 }
+
+#[test]
+fn a_summary_longer_than_a_pipe_reaches_a_slow_reader_of_a_named_pipe_whole() {
+    // A collector reading the JSON summary from a named pipe, slower than the program writes:
+    // 4 000 sizes left allocated make a summary of about 160 KiB, more than the pipe holds.
+    let exe = c_program("leak_sizes");
+    let dir = scratch("fifo-slow-reader");
+    let fifo = dir.join("summary.json");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    // Opened for reading before the program starts (without waiting for a writer), then read
+    // in blocking mode, late and in small pieces, to the end the program's close makes.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .expect("open the fifo");
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: a descriptor this test owns; F_SETFL takes flags.
+    let cleared = unsafe { libc::fcntl(fd, libc::F_SETFL, 0) };
+    assert_eq!(cleared, 0);
+    let mut cmd = pooled(
+        &exe,
+        &["4000"],
+        &[("GPUPOOL_SUMMARY", fifo.to_str().unwrap())],
+    );
+    let child = std::thread::spawn(move || output_within(&mut cmd, 120));
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        use std::io::Read;
+        let n = f.read(&mut buf).expect("read");
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let out = child.join().expect("the program");
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("leak_sizes: all checks passed"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("gpupool:"), "{stderr}");
+    let text = String::from_utf8(got).expect("UTF-8");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {} bytes, ending {:?}",
+            text.len(),
+            &text[text.len().saturating_sub(80)..]
+        )
+    });
+    let by_size = &v["devices"][0]["still_allocated"]["by_size"];
+    assert_eq!(
+        by_size.as_array().map(Vec::len),
+        Some(4000),
+        "{}",
+        text.len()
+    );
+}
+
+#[test]
+fn a_reader_of_a_named_pipe_that_stops_reading_costs_the_program_a_bounded_wait() {
+    // The collector opened the pipe and never reads: the program waits a few seconds for room,
+    // then gives up with one warning and exits as it would.
+    let exe = c_program("leak_sizes");
+    let dir = scratch("fifo-stalled-reader");
+    let fifo = dir.join("summary.json");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    use std::os::unix::fs::OpenOptionsExt;
+    let _stalled = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .expect("open the fifo");
+    let mut cmd = pooled(
+        &exe,
+        &["4000"],
+        &[("GPUPOOL_SUMMARY", fifo.to_str().unwrap())],
+    );
+    let started = std::time::Instant::now();
+    let out = output_within(&mut cmd, 60);
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("leak_sizes: all checks passed"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("gpupool:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+}
+
+#[test]
+fn a_summary_file_the_program_may_write_is_written_in_a_directory_it_may_not() {
+    // Ops pre-create the job's summary file, writable by the job, in a directory the job may
+    // not write (no temporary file beside it, so no rename): the summary still goes into it.
+    let leak = c_program("leak");
+    let dir = scratch("summary-readonly-dir");
+    let file = dir.join("job.json");
+    std::fs::write(&file, b"").expect("create the file");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // As root, permissions do not apply: the program runs as nobody.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let leak_arg = leak.to_str().unwrap().to_string();
+    let (exe, args): (&Path, Vec<&str>) = if root {
+        (
+            Path::new("/usr/bin/setpriv"),
+            vec![
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                &leak_arg,
+            ],
+        )
+    } else {
+        (&leak, vec![])
+    };
+    let mut cmd = pooled(exe, &args, &[("GPUPOOL_SUMMARY", file.to_str().unwrap())]);
+    let out = output_within(&mut cmd, 60);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("leak ok"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("gpupool:"), "{stderr}");
+    let text = std::fs::read_to_string(&file).expect("read the summary");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON summary");
+    assert_eq!(v["devices"][0]["still_allocated"]["blocks"], 4, "{v}");
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}

@@ -1257,6 +1257,19 @@ fn a_program_that_handles_sigusr1_itself_keeps_it() {
     }
 }
 
+/// A child forked after the pool took `SIGUSR1` has no dump thread: the signal ends it, as it
+/// would without the pool (the program never handled it), rather than being swallowed.
+#[test]
+fn sigusr1_ends_a_forked_child_as_it_would_without_the_pool() {
+    let exe = c_program("fork_usr1");
+    let without = support::ok(&mut support::unpooled(&exe, &[], &[])).0;
+    assert_eq!(without, "child killed by signal 10\n");
+    for env in [&[][..], &[("GPUPOOL_SUMMARY", "stderr")][..]] {
+        let (_, out, err) = run_ok(&exe, &[], env);
+        assert_eq!(out, without, "{env:?}\n{err}");
+    }
+}
+
 /// The live-dump thread takes none of the program's signals: a program that blocks SIGTERM
 /// and waits for it with `sigwait` still gets it (a thread that inherited the mask of the first
 /// allocating thread would take the signal, and the process would die of it).

@@ -20,6 +20,12 @@
 //!
 //! Only on x86-64 Linux (glibc); elsewhere the library exports no `dlsym`, and the driver hooks
 //! are reached by symbol only (`-lcuda`).
+//!
+//! The library also exports `dlclose` (`dlclose.rs`), for the reports: the blocks a library
+//! allocated keep its name once it is unloaded.
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod dlclose;
 
 use std::ffi::{c_char, c_void, CStr};
 

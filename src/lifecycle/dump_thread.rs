@@ -18,10 +18,17 @@ extern "C" fn on_signal(_: c_int) {
     // SAFETY: errno is thread-local; saved and restored around the async-signal-safe calls.
     let saved = unsafe { *libc::__errno_location() };
     let fd = PIPE_WRITE.load(Ordering::Relaxed);
-    // SAFETY: getpid and write are async-signal-safe; a full pipe (a dump already pending)
-    // just drops the byte, since the pipe is non-blocking.
+    // SAFETY: getpid, write, signal and raise are async-signal-safe; a full pipe (a dump
+    // already pending) just drops the byte, since the pipe is non-blocking.
     unsafe {
-        if fd >= 0 && libc::getpid() == OWNER.load(Ordering::Relaxed) {
+        if libc::getpid() != OWNER.load(Ordering::Relaxed) {
+            // A forked child, which has no dump thread: the program's own disposition was the
+            // default (`install_handler` takes the signal only then), so the child takes the
+            // signal as it would without the pool. Raised now, it is delivered once the handler
+            // returns and the signal is unblocked: the default action ends the child.
+            libc::signal(libc::SIGUSR1, libc::SIG_DFL);
+            libc::raise(libc::SIGUSR1);
+        } else if fd >= 0 {
             libc::write(fd, b"!".as_ptr().cast(), 1);
         }
         *libc::__errno_location() = saved;

@@ -121,12 +121,35 @@ impl<B: Backend> Pool<B> {
 
     /// `device_stats`; with `LockWait::Brief`, `None` also when the lock stays busy.
     pub fn device_stats_with(&self, device: u32, patience: LockWait) -> Option<DeviceSnapshot> {
+        self.read_device(device, patience, false)
+            .map(|(snap, _)| snap)
+    }
+
+    /// `device_stats_with` and `live_blocks` at one moment, for a report: under one hold of
+    /// the device's lock, each thread cache read once, so that the live blocks add up to the
+    /// counters' current figures while other threads allocate.
+    pub fn device_report(
+        &self,
+        device: u32,
+        patience: LockWait,
+    ) -> Option<(DeviceSnapshot, Vec<LiveBlock>)> {
+        self.read_device(device, patience, true)
+    }
+
+    /// The device's snapshot and, if `live`, its live blocks (sorted by address).
+    fn read_device(
+        &self,
+        device: u32,
+        patience: LockWait,
+        live: bool,
+    ) -> Option<(DeviceSnapshot, Vec<LiveBlock>)> {
         let slot = self.existing(device)?;
         let p = Self::lock_for_report(slot, patience)?;
         let mut stats = p.stats.clone();
         let mut pending = p.pending_bytes();
         let mut largest_free = 0;
         let mut held = Vec::new();
+        let mut blocks = if live { p.live_blocks() } else { Vec::new() };
         for c in slot.caches.caches_for_report() {
             let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
                 continue;
@@ -138,14 +161,22 @@ impl<B: Backend> Pool<B> {
                 // as 100% fragmented.
                 largest_free = largest_free.max(st.largest_ready());
                 held.extend(st.held_blocks().map(|h| h.idx));
+                if live {
+                    blocks.extend(
+                        st.out
+                            .values()
+                            .filter_map(|o| p.lent_block(o.idx, o.requested, o.origin)),
+                    );
+                }
             } else {
                 tcache::add_counts(&mut stats, &st.counts);
             }
         }
         held.sort_unstable();
+        blocks.sort_unstable_by_key(|b| b.addr);
         let figures = p.cache_figures(&held);
         largest_free = largest_free.max(figures.largest_free);
-        Some(DeviceSnapshot {
+        let snap = DeviceSnapshot {
             device,
             cached: stats.reserved.current - stats.allocated.current,
             stats,
@@ -158,7 +189,8 @@ impl<B: Backend> Pool<B> {
             last_oom: p.last_oom,
             expandable: p.expandable_use(),
             figures,
-        })
+        };
+        Some((snap, blocks))
     }
 
     /// Devices the pool has been used on.

@@ -39,6 +39,7 @@ mod free_kind;
 mod hashers;
 mod hit;
 mod inspect;
+mod origins;
 mod peers;
 mod reuse_clock;
 mod sync;

@@ -85,8 +85,8 @@ impl Overrides {
 pub struct DeviceResult {
     pub device: u8,
     pub stats: DeviceStats,
-    /// Whether large blocks came from expandable segments, and the granules mapped and
-    /// unmapped (refused maps included).
+    /// Whether large blocks came from expandable segments, and the granules mapped (the maps
+    /// the driver made, as the live pool's summary counts them) and unmapped.
     pub expandable: bool,
     pub maps: u64,
     pub unmaps: u64,
@@ -121,8 +121,8 @@ struct Playback {
     /// `None` once the outcomes stopped matching, or when there were none.
     recorded: Option<VecDeque<RecordedMapping>>,
     diverged: bool,
-    /// Maps refused from the recording (the model counts the others).
-    refused_maps: u64,
+    /// Maps the model made (neither those the recording refused nor those the model did).
+    maps: u64,
 }
 
 impl ReplayDriver {
@@ -132,7 +132,7 @@ impl ReplayDriver {
             playback: Mutex::new(Playback {
                 recorded,
                 diverged: false,
-                refused_maps: 0,
+                maps: 0,
             }),
         }
     }
@@ -159,12 +159,7 @@ impl ReplayDriver {
             _ => false,
         };
         match queue.pop_front() {
-            Some(r) if same(&r) => {
-                if matches!(r, RecordedMapping::MapRefused { .. }) {
-                    p.refused_maps += 1;
-                }
-                Some(r)
-            }
+            Some(r) if same(&r) => Some(r),
             _ => {
                 p.recorded = None;
                 p.diverged = true;
@@ -177,10 +172,10 @@ impl ReplayDriver {
         self.model.diverged() || self.playback().diverged
     }
 
-    /// Granules mapped (refused ones included) and unmapped.
+    /// Granules mapped and unmapped: the maps the driver made (not those it refused, as the
+    /// live pool counts them) and the unmaps.
     fn maps_and_unmaps(&self) -> (u64, u64) {
-        let c = self.model.counts();
-        (c.maps + self.playback().refused_maps, c.unmaps)
+        (self.playback().maps, self.model.counts().unmaps)
     }
 }
 
@@ -200,7 +195,13 @@ impl ModelWrapper for ReplayDriver {
     fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         match self.play_back(RecordedMapping::Mapped { bytes }) {
             Some(RecordedMapping::MapRefused { code, .. }) => Err(CudaError(code)),
-            _ => self.model.vmm_map(device, addr, bytes),
+            _ => {
+                let r = self.model.vmm_map(device, addr, bytes);
+                if r.is_ok() {
+                    self.playback().maps += 1;
+                }
+                r
+            }
         }
     }
 }
@@ -379,6 +380,8 @@ impl DeviceReplay {
             Kind::Limit if o.limit.is_none() => self.pool.set_limit(r.a),
             Kind::NonBlockingStream => self.nonblocking_seen = true,
             Kind::Reset => {
+                // As the live pool after a reset: every granule given back, then all forgotten.
+                self.pool.unmap_all_after_reset(&self.backend);
                 self.pool.forget_all();
                 self.addrs.clear();
                 self.backend.model.forget_device(u32::from(r.device));

@@ -84,7 +84,8 @@ pub enum Kind {
     /// The driver refused to map a granule: `a` address, `b` size, `c` error code.
     MapRefused = 20,
     /// A granule unmapped and its memory given back: `a` address, `b` size, `aux` why (as
-    /// `SegmentFree`'s, 4: undoing a mapping refused half-way, 5: moved within the slack).
+    /// `SegmentFree`'s, 4: undoing a mapping refused half-way, 5: moved within the slack, 6:
+    /// after a device reset).
     Unmap = 21,
     /// The mapped slack (`GPUPOOL_EXPANDABLE_SLACK`): `a` thousandths of the peak allocated.
     /// Recorded after `Settings` when the slack is on.
@@ -96,6 +97,9 @@ pub const UNMAP_UNDONE: u16 = 4;
 /// `Unmap`'s `aux` for a granule unmapped so that a block elsewhere could be mapped within the
 /// mapped slack (`GPUPOOL_EXPANDABLE_SLACK`).
 pub const UNMAP_SLACK: u16 = 5;
+/// `Unmap`'s `aux` for the granules a device reset made the pool give back (the `Reset`
+/// record follows them).
+pub const UNMAP_RESET: u16 = 6;
 
 impl Kind {
     pub fn from_u8(v: u8) -> Option<Kind> {

@@ -8,6 +8,7 @@ pub mod prometheus;
 pub mod summary;
 pub mod trace_file;
 pub mod units;
+pub mod unloaded;
 
 use crate::config::{Config, SummaryDest};
 use crate::cuda::backend::CudaBackend;
@@ -237,7 +238,8 @@ pub(crate) fn hostname() -> String {
 }
 
 /// Write to a temporary file beside `path`, then rename over it: readers never see a partial
-/// file, and a symbolic link at `path` is replaced, never written through. A device, FIFO or
+/// file, and a symbolic link at `path` is replaced, never written through. Where no temporary
+/// file may be made, a regular file at `path` that the program may write is written in place. A device, FIFO or
 /// socket at `path` (`/dev/null`, `/dev/full`, a named pipe a collector reads) is written to as
 /// it is, never replaced: renaming over `/dev/null` as root would break the machine.
 fn write_atomically(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
@@ -273,10 +275,31 @@ fn write_atomically(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
         f.sync_data()?;
         std::fs::rename(&tmp, path)
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    match result {
+        // No temporary file allowed beside it (a directory the program may not write, where
+        // ops made the file for it): the file itself, if it is one the program may write, is
+        // written in place. A reader may then see it half written.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let _ = std::fs::remove_file(&tmp);
+            let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
+            if !regular {
+                return Err(e);
+            }
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path)
+                .map_err(|_| e)?;
+            f.write_all(bytes)?;
+            f.sync_data()
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+        Ok(()) => Ok(()),
     }
-    result
 }
 
 #[cfg(test)]

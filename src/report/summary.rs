@@ -51,8 +51,8 @@ pub struct Holder {
     pub bytes: u64,
 }
 
-/// The library each live block's `Origin` lies in, resolved now (addresses of objects since
-/// unloaded read as unknown), with their blocks and bytes, most bytes first.
+/// The library each live block's `Origin` lies in, resolved now (an object unloaded since is
+/// named by `unloaded`), with their blocks and bytes, most bytes first.
 fn holders(live: &[LiveBlock]) -> Vec<Holder> {
     let mut by_origin: std::collections::HashMap<u64, (u64, u64)> = Default::default();
     for b in live {
@@ -80,11 +80,17 @@ fn holders(live: &[LiveBlock]) -> Vec<Holder> {
 }
 
 /// The file name of the object `origin` lies in; the program's own name for the main program.
+/// The dynamic linker's own name for the object, not `dladdr`'s: `dladdr` names the main
+/// program by its `argv[0]`, which a shell that searched `PATH` passes bare and a launcher
+/// may set to anything.
 fn library_of(origin: u64) -> String {
     if origin == 0 {
         return "gpupool_* calls".into();
     }
-    let Some((_, path)) = crate::cuda::dl::object_of(origin as usize) else {
+    if let Some(path) = super::unloaded::path_of(origin) {
+        return format!("{} (unloaded)", path.rsplit('/').next().unwrap_or(&path));
+    }
+    let Some((_, path)) = crate::cuda::dl::linked_object_of(origin as usize) else {
         return "unknown".into();
     };
     // SAFETY: a NUL-terminated path owned by the dynamic linker, read at once.
@@ -167,10 +173,7 @@ impl Report {
         let mut devices = Vec::new();
         let mut unread = Vec::new();
         for d in pool.used_devices() {
-            let read = pool
-                .device_stats_with(d, patience)
-                .zip(pool.live_blocks(d, patience));
-            let Some((snap, live)) = read else {
+            let Some((snap, live)) = pool.device_report(d, patience) else {
                 unread.push(d);
                 continue;
             };
@@ -626,5 +629,52 @@ mod tests {
             "passed through to CUDA: 12 allocations (48.0 MiB) served by the program's own \
              memory pool; 1 allocation (512 B) captured into a CUDA graph"
         );
+    }
+
+    #[test]
+    fn a_report_made_while_threads_allocate_agrees_with_itself() {
+        // A live dump of a busy program: its leak list and holders are the blocks behind its
+        // current figures, read at one moment.
+        use crate::config::{DeviceBytes, ReuseMode};
+        use crate::pool::model_driver::ModelDriver;
+        use crate::pool::{FreeKind, LockWait, Pool, Settings};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        for thread_cache in [0, 64 << 20] {
+            let mut settings =
+                Settings::for_tests(ReuseMode::Relaxed, DeviceBytes::Unbounded, false);
+            settings.thread_cache = thread_cache;
+            let p = Pool::new(ModelDriver::new().with_capacity(64 << 30), settings);
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|t| {
+                for _ in 0..2 {
+                    t.spawn(|| {
+                        let mut held = Vec::new();
+                        let mut i = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            i += 1;
+                            held.push(p.alloc(0, 4096 + (i % 7) * 512).unwrap());
+                            if held.len() > 16 {
+                                p.free(held.swap_remove(0), FreeKind::Sync, Some(0));
+                            }
+                        }
+                        for a in held {
+                            p.free(a, FreeKind::Sync, Some(0));
+                        }
+                    });
+                }
+                let mut disagreed = 0;
+                for _ in 0..2000 {
+                    let r = Report::collect(&p, "libcudart.so.12", LockWait::Unbounded);
+                    let Some(d) = r.devices.first() else { continue };
+                    let s = &d.snap.stats;
+                    if (d.leaked_blocks, d.leaked_bytes) != (s.blocks.current, s.requested.current)
+                    {
+                        disagreed += 1;
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+                assert_eq!(disagreed, 0, "thread cache {thread_cache}");
+            });
+        }
     }
 }

@@ -11,7 +11,7 @@
 
 use super::granules::Granules;
 use super::*;
-use crate::pool::trace::UNMAP_UNDONE;
+use crate::pool::trace::{UNMAP_RESET, UNMAP_UNDONE};
 
 /// Address space reserved per range when the device's size is not known. More than any GPU
 /// holds today, and address space costs nothing until mapped.
@@ -252,6 +252,11 @@ impl DevicePool {
             for k in (0..size / g).filter(|&k| granules.is_mapped(k)) {
                 if backend.vmm_unmap(self.device, addr + k * g, g).is_err() {
                     left.left_mapped(k, g);
+                } else {
+                    // Driver calls like any unmap: counted, so that the granules mapped less
+                    // those unmapped stay what is mapped, and recorded for the replay.
+                    self.record(Kind::Unmap, addr + k * g, g, 0, UNMAP_RESET);
+                    self.stats.granules_unmapped += 1;
                 }
             }
             if left.mapped == 0 {
@@ -317,6 +322,7 @@ impl DevicePool {
             }
             self.record(Kind::Map, base + k * g, g, 0, 0);
             self.granules_mut(si).set(k, true);
+            self.stats.granules_mapped += 1;
             mapped_here.push(k);
         }
         if refused.is_none() {
@@ -330,6 +336,7 @@ impl DevicePool {
                 if backend.vmm_unmap(self.device, base + k * g, g).is_ok() {
                     self.record(Kind::Unmap, base + k * g, g, 0, UNMAP_UNDONE);
                     self.granules_mut(si).set(k, false);
+                    self.stats.granules_unmapped += 1;
                 } else {
                     self.count_left_mapped(si, k);
                 }
@@ -340,7 +347,6 @@ impl DevicePool {
         let added = mapped_here.len() as u64 * g;
         self.granules_mut(si).mapped += added;
         self.stats.reserved.add(added);
-        self.stats.granules_mapped += mapped_here.len() as u64;
         Ok(())
     }
 
@@ -356,12 +362,12 @@ impl DevicePool {
 
     /// Granule `k` of segment `si` stays mapped, not ready for a block: counted, since the
     /// driver holds its memory, and given back by a release like any free granule (a free
-    /// block now holds it, which no free made: the release must look).
+    /// block now holds it, which no free made: the release must look). Its map was counted
+    /// when it was made.
     fn count_left_mapped(&mut self, si: u32, k: u64) {
         let g = self.granule;
         self.granules_mut(si).left_mapped(k, g);
         self.stats.reserved.add(g);
-        self.stats.granules_mapped += 1;
         self.unmap_due = true;
     }
 

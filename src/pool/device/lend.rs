@@ -79,14 +79,16 @@ impl DevicePool {
     }
 
     /// A lent block the program still holds comes back as an ordinary live block (its thread
-    /// cache's thread exited).
+    /// cache's thread exited), allocated by `origin`: the cache recorded who it handed the
+    /// block to, the device did not.
     #[cfg_attr(not(feature = "stats"), allow(unused_variables))]
-    pub fn adopt(&mut self, idx: u32, requested: u64) {
+    pub fn adopt(&mut self, idx: u32, requested: u64, origin: Origin) {
         let b = &mut self.blocks[idx as usize];
         debug_assert_eq!(b.state, State::Lent);
         let (addr, size) = (b.addr, b.size);
         b.state = State::Live;
         b.requested = requested;
+        b.origin = origin;
         self.lent -= 1;
         counted! { self.stats.requested.unlend(size - requested); }
         self.live.insert(addr, idx);

@@ -535,6 +535,16 @@ impl DevicePool {
         })
     }
 
+    /// Blocks allocated from an address in `from` are recorded as allocated by `to` instead
+    /// (their object was unloaded: `Pool::rename_origins`).
+    pub fn rename_origins(&mut self, from: &std::ops::Range<Origin>, to: Origin) {
+        for b in &mut self.blocks {
+            if from.contains(&b.origin) {
+                b.origin = to;
+            }
+        }
+    }
+
     /// Every live block (for the leak list at exit).
     pub fn live_blocks(&self) -> Vec<LiveBlock> {
         (0..self.blocks.len() as u32)

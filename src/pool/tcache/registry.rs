@@ -220,7 +220,7 @@ fn settle_one(st: &mut CacheState, p: &mut DevicePool, clock: &ReuseClock) {
     let held = st.spill_all();
     return_blocks(p, clock, &held);
     for (_, o) in st.out.drain() {
-        p.adopt(o.idx, o.requested);
+        p.adopt(o.idx, o.requested, o.origin);
     }
     st.out_slack = 0;
 }

@@ -274,6 +274,37 @@ fn blocks_of_an_exited_thread_come_back_to_the_device() {
 }
 
 #[test]
+fn blocks_of_an_exited_thread_keep_who_allocated_them() {
+    // A thread allocates through its cache (one block served, more lent beside it) and exits
+    // holding them; the next allocation makes them the device's live blocks. The reports name
+    // their holder by the origin each was allocated with, before and after.
+    let p = shared_relaxed(80 << 30);
+    const ORIGIN: Origin = 0x7f12_3456_7000;
+    let kept = on_thread(|| {
+        (0..20)
+            .map(|_| p.alloc_from(0, 64 << 10, None, ORIGIN).unwrap())
+            .collect::<Vec<Addr>>()
+    });
+    let origins = |p: &Pool<ModelDriver>| {
+        p.live_blocks(0, LockWait::Unbounded)
+            .unwrap()
+            .into_iter()
+            .filter(|b| kept.contains(&b.addr))
+            .map(|b| b.origin)
+            .collect::<Vec<Origin>>()
+    };
+    assert_eq!(
+        origins(&p),
+        vec![ORIGIN; 20],
+        "held by the exited thread's cache"
+    );
+    p.alloc(0, 1 << 20).unwrap();
+    assert!(stats(&p, 0).thread_cache_borrowed > 1, "extras were lent");
+    assert_eq!(origins(&p), vec![ORIGIN; 20], "adopted by the device");
+    p.check().unwrap();
+}
+
+#[test]
 fn one_threads_cache_does_not_make_the_device_grow_for_another() {
     let p = shared_relaxed(80 << 30);
     let fill = || alloc_and_free(&p, 64, 64 << 10);

@@ -1,0 +1,65 @@
+//! The exported `dlclose`: the blocks a library allocated keep its name once it is unloaded.
+//!
+//! A block records who allocated it as an address inside the calling object (`Origin`),
+//! resolved to a file only when a report is written. Once the object is unloaded that address
+//! resolves to nothing, or to the object the dynamic linker maps there next: a plugin's blocks
+//! would be listed as another plugin's. So before glibc's `dlclose` runs, the object's name and
+//! address range are read; once it has unloaded the object (not merely dropped a reference),
+//! the pool's blocks with an origin in that range are recorded as the unloaded object's
+//! (`report::unloaded`). A process without a pool pays one atomic load.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::cuda::dl;
+use crate::guard::boundary;
+
+type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// glibc's `dlclose`, once found.
+static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The `dlclose` after this library (`RTLD_NEXT`), by version: `GLIBC_2.34` since glibc moved
+/// it into libc, else `GLIBC_2.2.5`.
+fn real_dlclose() -> Option<DlcloseFn> {
+    let mut p = REAL.load(Ordering::Acquire);
+    if p.is_null() {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: a pseudo-handle, a NUL-terminated name and version.
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlclose".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        REAL.store(p, Ordering::Release);
+    }
+    // SAFETY: glibc's dlclose has this signature.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, DlcloseFn>(p) })
+}
+
+/// # Safety
+/// As glibc's `dlclose`.
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let Some(real) = real_dlclose() else {
+        return -1;
+    };
+    let pool = crate::global::existing_process().and_then(|p| p.pool());
+    let closing = match pool {
+        // SAFETY: the caller's handle, as glibc's dlclose takes it.
+        Some(_) if !handle.is_null() => boundary(None, || unsafe { dl::object_of_handle(handle) }),
+        _ => None,
+    };
+    // SAFETY: the caller's contract, passed on.
+    let rc = unsafe { real(handle) };
+    if let (0, Some(pool), Some(object)) = (rc, pool, closing) {
+        boundary((), || {
+            if !dl::is_loaded(&object) {
+                let to =
+                    crate::report::unloaded::remember(object.name.to_string_lossy().into_owned());
+                pool.rename_origins(object.range.start as u64..object.range.end as u64, to);
+            }
+        });
+    }
+    rc
+}
