@@ -22,9 +22,10 @@
 //! are reached by symbol only (`-lcuda`).
 //!
 //! The library also exports `dlclose` (`dlclose.rs`), for the reports: the blocks a library
-//! allocated keep its name once it is unloaded.
+//! allocated keep its name once it is unloaded. Also only on x86-64 Linux, where glibc's is
+//! `dlclose@GLIBC_2.34` or `@GLIBC_2.2.5` (other architectures have other base versions).
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
 mod dlclose;
 
 use std::ffi::{c_char, c_void, CStr};
