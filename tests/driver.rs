@@ -318,6 +318,7 @@ fn the_program_is_named_as_the_program_whatever_its_argv0() {
 }
 
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn a_library_unloaded_before_the_report_still_holds_its_blocks() {
     // `tests/c/holders_unloaded.c`: a library makes three live blocks and is unloaded; a copy
     // of it under another name is loaded after, most often at the same address. The report
