@@ -298,6 +298,18 @@ fn traced_with_slack(
     (Pool::new(driver, settings), sink)
 }
 
+/// Fills the device with 7 MiB blocks, frees every other one, then fills it with 14 MiB blocks:
+/// the 7 MiB blocks (the freed ones included) and the 14 MiB ones.
+fn half_free_then_twice_the_size<B: Backend>(p: &Pool<B>) -> (Vec<Addr>, Vec<Addr>) {
+    let blocks: Vec<Addr> = std::iter::from_fn(|| p.alloc(0, 7 * MIB).ok()).collect();
+    for &a in blocks.iter().step_by(2) {
+        assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    }
+    let big: Vec<Addr> = std::iter::from_fn(|| p.alloc(0, 14 * MIB).ok()).collect();
+    assert!(!big.is_empty());
+    (blocks, big)
+}
+
 /// A device filled with 7 MiB blocks, every other one freed, then filled with 14 MiB blocks:
 /// mappings refused at the device's end, free granules unmapped before the retries, an
 /// empty-cache at the end. The trace records the setting, the range and every granule, and the
@@ -306,12 +318,7 @@ fn traced_with_slack(
 fn a_trace_recorded_with_expandable_segments_replays_to_the_same_reserved_peak() {
     for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
         let (p, sink) = traced_with(reuse, 1 << 30, true);
-        let blocks: Vec<Addr> = std::iter::from_fn(|| p.alloc(0, 7 * MIB).ok()).collect();
-        for &a in blocks.iter().step_by(2) {
-            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
-        }
-        let big: Vec<Addr> = std::iter::from_fn(|| p.alloc(0, 14 * MIB).ok()).collect();
-        assert!(!big.is_empty());
+        let (blocks, big) = half_free_then_twice_the_size(&p);
         for &a in blocks.iter().skip(1).step_by(2).chain(&big) {
             assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
         }
@@ -365,12 +372,7 @@ fn a_trace_recorded_with_expandable_segments_replays_to_the_same_reserved_peak()
 fn granules_mapped_and_unmapped_count_the_mappings_undone_at_a_refusal() {
     for reuse in [ReuseMode::Strict, ReuseMode::Relaxed] {
         let (p, sink) = traced_with(reuse, 1 << 30, true);
-        let blocks: Vec<Addr> = std::iter::from_fn(|| p.alloc(0, 7 * MIB).ok()).collect();
-        for &a in blocks.iter().step_by(2) {
-            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
-        }
-        let big: Vec<Addr> = std::iter::from_fn(|| p.alloc(0, 14 * MIB).ok()).collect();
-        assert!(!big.is_empty());
+        half_free_then_twice_the_size(&p);
         p.flush_trace();
         let live = stats(&p, 0);
         let records = sink.records();
