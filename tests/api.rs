@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use sim::{Build, Sim};
-use support::{clean_command, gpupool_libs, library, number, ok, root, texts};
+use support::{clean_command, gpupool_libs, library, number, ok, root, scratch, texts};
 
 /// `tests/c/api.c`, linked with `-lgpupool` ahead of `-lcudart`.
 fn api_program() -> PathBuf {
@@ -283,6 +283,21 @@ fn a_program_that_calls_only_gpupool_finds_the_runtime_by_name() {
         1,
         "{stderr}"
     );
+    // A GPUPOOL_CUDART that names a FIFO: never opened (the open would wait for a writer),
+    // the same answer, at once.
+    let fifo = scratch("cudart-fifo").join("libcudart.so");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = support::output_within(
+        clean_command(&exe)
+            .env("LD_LIBRARY_PATH", "/nonexistent")
+            .env("GPUPOOL_CUDART", &fifo),
+        60,
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(stdout.contains("pool off"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("failed with error 35"), "{stderr}");
 }
 
 /// The ctypes script that calls the PyTorch entry points as `CUDAPluggableAllocator` does.

@@ -55,6 +55,11 @@ pub fn locate() -> Result<Located, String> {
             .map(|s| s.to_string()),
     );
     for name in &candidates {
+        // A path to anything but a regular file (a FIFO, a terminal, `/dev/stdin`) is never
+        // opened: the dynamic linker's open and read of it would wait forever.
+        if name.contains('/') && !std::fs::metadata(name).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
         if let Ok(found) = open_and_resolve(name, RTLD_NOW | RTLD_LOCAL, own) {
             return Ok(found);
         }
