@@ -239,9 +239,10 @@ pub(crate) fn hostname() -> String {
 
 /// Write to a temporary file beside `path`, then rename over it: readers never see a partial
 /// file, and a symbolic link at `path` is replaced, never written through. Where no temporary
-/// file may be made, a regular file at `path` that the program may write is written in place. A device, FIFO or
-/// socket at `path` (`/dev/null`, `/dev/full`, a named pipe a collector reads) is written to as
-/// it is, never replaced: renaming over `/dev/null` as root would break the machine.
+/// file may be made, a regular file at `path` that the program may write is written in place.
+/// A device, FIFO or socket at `path` (`/dev/null`, `/dev/full`, a named pipe a collector
+/// reads) is written to as it is, never replaced: renaming over `/dev/null` as root would break
+/// the machine.
 fn write_atomically(path: &[u8], bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::ffi::OsStrExt;
