@@ -14,7 +14,7 @@
 //! `dispatch::current_pool` keeps which pool is current), on a stream being captured into a
 //! graph (the graph owns them), on a stream of another device than the current one, and every
 //! call about a pool other than a default one (`cudaMallocFromPoolAsync` is not hooked at all).
-//! The summary counts the first two (`passed_through`).
+//! The summary counts the allocations (`passed_through`).
 
 use std::ffi::c_void;
 
@@ -102,7 +102,7 @@ unsafe fn malloc_async_created(
         return note_passed_through(Reason::GraphCapture, size, pass(rt));
     };
     if !on_device(rt, stream, dev) {
-        return pass(rt);
+        return note_passed_through(Reason::UnplacedStream, size, pass(rt));
     }
     let stream = Some(OnStream::Named(key));
     // SAFETY: the caller's arguments and contract.
@@ -226,13 +226,14 @@ fn default_pool_device(rt: &Runtime, mem_pool: MemPool) -> Option<u32> {
 
 /// A call about `mem_pool`: the runtime's own (`call` with its entry point `f`), then, when it
 /// succeeded, the call `concerns_pool` and `mem_pool` is the default pool of a device the pool
-/// serves, `then` on the pool and that device, inside the pool. Returns the runtime's status.
+/// serves, `then` on the runtime, the pool and that device, inside the pool. Returns the
+/// runtime's status.
 fn on_default_pool<F: Copy>(
     mem_pool: MemPool,
     f: impl FnOnce(&Runtime) -> Option<F>,
     call: impl FnOnce(F) -> CudaStatus,
     concerns_pool: bool,
-    then: impl FnOnce(&Pool<CudaBackend>, u32),
+    then: impl FnOnce(&Runtime, &Pool<CudaBackend>, u32),
 ) -> CudaStatus {
     let g = match runtime() {
         Ok(g) => g,
@@ -247,13 +248,14 @@ fn on_default_pool<F: Copy>(
         return r;
     };
     if let (Some(pool), Some(dev)) = (g.pool(), default_pool_device(rt, mem_pool)) {
-        then(pool, dev);
+        then(rt, pool, dev);
     }
     r
 }
 
 /// `cudaMemPoolTrimTo`: the runtime trims its pool; for a default pool, the pool then gives
-/// back whole free segments until at most `keep` bytes stay reserved on that device.
+/// back its cache until the two together reserve at most `keep` bytes (or nothing more can
+/// go), as the program reads them back (`get_attribute`).
 ///
 /// # Safety
 /// As `cudaMemPoolTrimTo`.
@@ -264,10 +266,23 @@ pub unsafe fn trim_to(mem_pool: MemPool, keep: usize) -> CudaStatus {
         // SAFETY: the caller's arguments, passed on unchanged.
         |f| unsafe { f(mem_pool, keep) },
         true,
-        |pool, dev| {
-            pool.trim_to(dev, keep as u64);
+        |rt, pool, dev| {
+            // What the runtime still reserves leaves that much less for the pool to keep; a
+            // runtime that cannot say counts as keeping everything.
+            let runtime_keeps = runtime_reserved(rt, mem_pool).unwrap_or(keep as u64);
+            pool.trim_to(dev, (keep as u64).saturating_sub(runtime_keeps));
         },
     )
+}
+
+/// The bytes the runtime's own part of `mem_pool` reserves (`None` when it cannot say; no error
+/// is left behind).
+fn runtime_reserved(rt: &Runtime, mem_pool: MemPool) -> Option<u64> {
+    let get = rt.mem_pool_get_attribute?;
+    let mut v = 0u64;
+    // SAFETY: a pool the runtime just accepted, and an out-pointer to the attribute's type.
+    let r = unsafe { get(mem_pool, RESERVED_CURRENT, (&mut v as *mut u64).cast()) };
+    (own_query(rt, r) == SUCCESS).then_some(v)
 }
 
 /// `cudaMemPoolGetAttribute`: for a default pool, the reserved and used bytes and their
@@ -282,7 +297,7 @@ pub unsafe fn get_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) ->
         // SAFETY: the caller's arguments, passed on unchanged.
         |f| unsafe { f(mem_pool, attr, value) },
         !value.is_null() && (RESERVED_CURRENT..=USED_HIGH).contains(&attr),
-        |pool, dev| {
+        |_, pool, dev| {
             let Some(snap) = pool.device_stats(dev) else {
                 return;
             };
@@ -312,6 +327,6 @@ pub unsafe fn set_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) ->
         // SAFETY: the caller's arguments, passed on unchanged.
         |f| unsafe { f(mem_pool, attr, value) },
         attr == RESERVED_HIGH || attr == USED_HIGH,
-        |pool, dev| pool.reset_peak(dev, attr == RESERVED_HIGH),
+        |_, pool, dev| pool.reset_peak(dev, attr == RESERVED_HIGH),
     )
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use sim::{Build, Sim};
-use support::{number, ok, pooled, scratch, summary_allocations, unpooled};
+use support::{number, ok, pooled, scratch, summary_allocations, summary_passed_for, unpooled};
 
 fn program() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
@@ -113,8 +113,12 @@ fn assert_pooled(mode: &str, with: &str, without: &str) {
 
 #[test]
 fn linked_with_lcuda_is_pooled() {
-    let (with, without, _) = both("lcuda", &[]);
+    let path = scratch("driver-lcuda").join("summary.json");
+    let (with, without, _) = both("lcuda", &[("GPUPOOL_SUMMARY", path.to_str().unwrap())]);
     assert_pooled("lcuda", &with, &without);
+    // The created context's ten 1 MiB allocations went to the driver: the summary says so.
+    assert_eq!(summary_passed_for(&path, "own_context"), (10, 10 << 20));
+    assert_eq!(summary_passed_for(&path, "unplaced_stream"), (0, 0));
 }
 
 #[test]

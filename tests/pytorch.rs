@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use support::{
-    c_library, c_program, number, ok, pooled, scratch, summary_allocations, summary_passed_through,
-    unpooled,
+    c_library, c_program, number, ok, pooled, scratch, summary_allocations, summary_passed_for,
+    summary_passed_through, unpooled,
 };
 
 /// The stand-in, under the name the pool recognises PyTorch by.
@@ -324,4 +324,31 @@ fn a_library_opened_later_or_disabled_leaves_pytorchs_setting_alone() {
     let sh = PathBuf::from("/bin/sh");
     let (out, _) = ok(&mut pooled(&sh, &["-c", &line], &[]));
     assert!(out.contains("backend=0"), "{out}");
+}
+
+#[test]
+fn a_trim_of_the_default_pool_counts_what_the_runtime_holds_and_the_summary_says_why() {
+    // PyTorch's empty_cache() trims to 0; a program may trim to more. What the runtime holds
+    // (an allocation on a stream the pool could not place) leaves less for the pool to keep.
+    let exe = c_program("default_pool_trim");
+    let env = [("CUDASIM_DEVICES", "2")];
+    let (without, _) = ok(&mut unpooled(&exe, &[], &env));
+    assert!(without.contains("default_pool_trim ok"), "{without}");
+    let path = scratch("default-pool-trim").join("summary.json");
+    let mut all = env.to_vec();
+    all.push(("GPUPOOL_SUMMARY", path.to_str().unwrap()));
+    let (with, err) = ok(&mut pooled(&exe, &[], &all));
+    assert!(with.contains("default_pool_trim ok"), "{with}\n{err}");
+    // The pool's cache was there to trim.
+    assert!(
+        number::<u64>(&with, "reserved_before=") > number::<u64>(&with, "keep="),
+        "{with}"
+    );
+    // The summary counts the allocation the runtime served, and why.
+    let unplaced = (
+        number::<u64>(&with, "unplaced="),
+        number::<u64>(&with, "unplaced_bytes="),
+    );
+    assert_eq!(summary_passed_for(&path, "unplaced_stream"), unplaced);
+    assert_eq!(summary_allocations(&path), 4, "{with}");
 }

@@ -143,7 +143,8 @@ pub unsafe fn mem_alloc(
         return real();
     };
     let Some(dev) = context_device(d) else {
-        return unserved(pool, d, real);
+        // With no current context at all the driver refuses, and nothing is counted.
+        return note_passed_through(Reason::OwnContext, size, unserved(pool, d, real));
     };
     if stream.is_some() && !current_pool::is_default(dev, || current_is_default(d, dev)) {
         return note_passed_through(Reason::OwnMemoryPool, size, unserved(pool, d, real));
@@ -152,8 +153,7 @@ pub unsafe fn mem_alloc(
         None => None,
         Some(s) => match async_stream(d, s) {
             Ok(k) => Some(k).filter(|&k| k != NO_STREAM),
-            Err(Some(why)) => return note_passed_through(why, size, unserved(pool, d, real)),
-            Err(None) => return unserved(pool, d, real),
+            Err(why) => return note_passed_through(why, size, unserved(pool, d, real)),
         },
     };
     match pool.alloc_from(dev, size as u64, key, origin) {
@@ -260,17 +260,19 @@ fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
 
 /// The pool's name for `stream` for a stream-ordered allocation on the current device, or why
 /// the allocation must go to the driver: the stream is being captured into a graph (the graph
-/// owns it); `None` when it may belong to another device (a created stream where the driver
-/// sees several), or the driver cannot say.
-fn async_stream(d: &Driver, stream: Stream) -> Result<StreamKey, Option<Reason>> {
+/// owns it), or it may belong to another device (a created stream where the driver sees
+/// several), or the driver cannot say whether it is captured.
+fn async_stream(d: &Driver, stream: Stream) -> Result<StreamKey, Reason> {
     if is_legacy(stream) {
         return Ok(LEGACY_STREAM);
     }
-    if capturing(d, stream).ok_or(None)? {
-        return Err(Some(Reason::GraphCapture));
+    if capturing(d, stream).ok_or(Reason::UnplacedStream)? {
+        return Err(Reason::GraphCapture);
     }
     let default_or_only = stream as usize == STREAM_PER_THREAD || one_device(d);
-    default_or_only.then(|| stream_id(d, stream)).ok_or(None)
+    default_or_only
+        .then(|| stream_id(d, stream))
+        .ok_or(Reason::UnplacedStream)
 }
 
 /// Whether `stream` is being captured; `None` when the driver cannot say.

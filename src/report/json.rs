@@ -48,11 +48,11 @@ fn passed_through(p: &PassedThrough) -> String {
             t.allocations, t.bytes
         )
     };
-    format!(
-        "{{\"own_memory_pool\":{},\"graph_capture\":{}}}",
-        tally(p.own_memory_pool),
-        tally(p.graph_capture)
-    )
+    let fields: Vec<String> = p
+        .each()
+        .map(|(reason, t)| format!("{}:{}", quote(reason.name()), tally(t)))
+        .collect();
+    format!("{{{}}}", fields.join(","))
 }
 
 /// A JSON string literal.

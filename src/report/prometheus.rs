@@ -371,15 +371,10 @@ type TallyGetter = fn(&Tally) -> u64;
 /// The allocations left to CUDA and their requested bytes, one sample per reason, labelled
 /// with the rank and the pid (they belong to no device of the pool's).
 fn passed_through(o: &mut String, r: &Report) {
-    let p = &r.passed_through;
-    let reasons = [
-        ("own_memory_pool", p.own_memory_pool),
-        ("graph_capture", p.graph_capture),
-    ];
     let families: [(&str, &str, TallyGetter); 2] = [
         (
             "gpupool_passed_through_allocations_total",
-            "Allocations left to CUDA: served by the program's own memory pool, or captured into a CUDA graph.",
+            "Allocations left to CUDA: served by the program's own memory pool, captured into a CUDA graph, on a stream not placed on the current device, or in a context the program created.",
             |t| t.allocations,
         ),
         (
@@ -391,13 +386,14 @@ fn passed_through(o: &mut String, r: &Report) {
     for (name, help, get) in families {
         let _ = writeln!(o, "# HELP {name} {help}");
         let _ = writeln!(o, "# TYPE {name} counter");
-        for (reason, tally) in &reasons {
+        for (reason, tally) in r.passed_through.each() {
             let _ = writeln!(
                 o,
-                "{name}{{reason=\"{reason}\",rank=\"{}\",pid=\"{}\"}} {}",
+                "{name}{{reason=\"{}\",rank=\"{}\",pid=\"{}\"}} {}",
+                reason.name(),
                 label(&r.rank),
                 r.pid,
-                get(tally)
+                get(&tally)
             );
         }
     }

@@ -557,21 +557,19 @@ pub fn render_text(r: &Report) -> String {
 
 /// The allocations left to CUDA, and why; `None` when there were none.
 pub fn passed_text(p: &PassedThrough) -> Option<String> {
-    let parts: Vec<String> = [
-        (p.own_memory_pool, "served by the program's own memory pool"),
-        (p.graph_capture, "captured into a CUDA graph"),
-    ]
-    .into_iter()
-    .filter(|(t, _)| t.allocations > 0)
-    .map(|(t, why)| {
-        let plural = if t.allocations == 1 { "" } else { "s" };
-        format!(
-            "{} allocation{plural} ({}) {why}",
-            t.allocations,
-            bytes(t.bytes)
-        )
-    })
-    .collect();
+    let parts: Vec<String> = p
+        .each()
+        .filter(|(_, t)| t.allocations > 0)
+        .map(|(why, t)| {
+            let plural = if t.allocations == 1 { "" } else { "s" };
+            format!(
+                "{} allocation{plural} ({}) {}",
+                t.allocations,
+                bytes(t.bytes),
+                why.text()
+            )
+        })
+        .collect();
     (!parts.is_empty()).then(|| format!("passed through to CUDA: {}", parts.join("; ")))
 }
 
@@ -598,36 +596,33 @@ pub fn ipc_text(ipc: &IpcRefusals) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passed_through::Tally;
+    use crate::passed_through::{Reason, Tally};
 
     #[test]
     fn the_passed_through_line_names_only_the_reasons_that_happened() {
         assert_eq!(passed_text(&PassedThrough::default()), None);
-        let own = Tally {
-            allocations: 12,
-            bytes: 48 << 20,
-        };
-        let captured = Tally {
-            allocations: 1,
-            bytes: 512,
-        };
-        let only_own = PassedThrough {
-            own_memory_pool: own,
-            ..Default::default()
-        };
+        let tally = |allocations, bytes| Tally { allocations, bytes };
+        let only_own = PassedThrough::default().with(Reason::OwnMemoryPool, tally(12, 48 << 20));
         assert_eq!(
             passed_text(&only_own).unwrap(),
             "passed through to CUDA: 12 allocations (48.0 MiB) served by the program's own \
              memory pool"
         );
-        let both = PassedThrough {
-            own_memory_pool: own,
-            graph_capture: captured,
-        };
+        let both = only_own.with(Reason::GraphCapture, tally(1, 512));
         assert_eq!(
             passed_text(&both).unwrap(),
             "passed through to CUDA: 12 allocations (48.0 MiB) served by the program's own \
              memory pool; 1 allocation (512 B) captured into a CUDA graph"
+        );
+        let all = both
+            .with(Reason::UnplacedStream, tally(2, 3 << 20))
+            .with(Reason::OwnContext, tally(1, 4096));
+        assert_eq!(
+            passed_text(&all).unwrap(),
+            "passed through to CUDA: 12 allocations (48.0 MiB) served by the program's own \
+             memory pool; 1 allocation (512 B) captured into a CUDA graph; 2 allocations \
+             (3.00 MiB) on a stream the pool could not place on the current device; 1 \
+             allocation (4.00 KiB) in a CUDA context the program created"
         );
     }
 

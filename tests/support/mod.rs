@@ -145,17 +145,20 @@ pub fn summary_allocations(path: &Path) -> u64 {
 /// The allocations the pool passed through to CUDA, and their bytes, as the JSON summary at
 /// `path` counts them: [served by the program's own memory pool, captured into a graph].
 pub fn summary_passed_through(path: &Path) -> [(u64, u64); 2] {
+    ["own_memory_pool", "graph_capture"].map(|reason| summary_passed_for(path, reason))
+}
+
+/// The JSON summary's (allocations, bytes) passed through to CUDA for `reason`.
+pub fn summary_passed_for(path: &Path, reason: &str) -> (u64, u64) {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("read the summary {}: {e}", path.display()));
     let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON summary");
-    ["own_memory_pool", "graph_capture"].map(|reason| {
-        let field = |name: &str| {
-            v["passed_through"][reason][name]
-                .as_u64()
-                .unwrap_or_else(|| panic!("no passed_through.{reason}.{name} in {v}"))
-        };
-        (field("allocations"), field("bytes"))
-    })
+    let field = |name: &str| {
+        v["passed_through"][reason][name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no passed_through.{reason}.{name} in {v}"))
+    };
+    (field("allocations"), field("bytes"))
 }
 
 /// A fresh scratch directory under the target's temporary directory.
