@@ -1,7 +1,7 @@
 //! The process-wide state, made on the first CUDA call that reaches a hook (never at load time:
 //! a process that does not use CUDA pays nothing and prints nothing).
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
 
 use crate::config::{Config, ReuseMode};
@@ -81,9 +81,19 @@ pub fn get() -> Option<&'static Global> {
     Some(g)
 }
 
+/// The thread that holds `MAKING` (its `pthread_self`; 0 when none), and whether it has
+/// re-entered `make` already.
+static MAKER: AtomicUsize = AtomicUsize::new(0);
+static MAKER_REENTERED: AtomicBool = AtomicBool::new(false);
+
 /// Makes `GLOBAL`, unless the last attempt found no runtime and nothing was loaded since.
 #[cold]
 fn make() -> Option<&'static Global> {
+    // SAFETY: no arguments; never fails.
+    let me = unsafe { libc::pthread_self() } as usize;
+    if MAKER.load(Ordering::Acquire) == me {
+        return make_reentered();
+    }
     let mut failed_at = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(g) = GLOBAL.get() {
         return Some(g);
@@ -93,13 +103,34 @@ fn make() -> Option<&'static Global> {
     if *failed_at == Some(added) {
         return None;
     }
-    match init(failed_at.is_none()) {
+    MAKER.store(me, Ordering::Release);
+    let made = init(failed_at.is_none());
+    MAKER.store(0, Ordering::Release);
+    MAKER_REENTERED.store(false, Ordering::Relaxed);
+    match made {
         Ok(g) => Some(GLOBAL.get_or_init(|| g)),
         Err(_) => {
             *failed_at = Some(added);
             None
         }
     }
+}
+
+/// `make` called again by the thread making `GLOBAL`, whose lock it holds: a runtime being
+/// opened calls CUDA by name from its constructor, and the dynamic linker sends that call to
+/// the pool's hook. The search runs once more inside it, and finds that runtime loaded by now,
+/// so the call is served; a further re-entry gets `None` (the hook's error) and never waits
+/// on the lock this thread holds.
+#[cold]
+fn make_reentered() -> Option<&'static Global> {
+    if let Some(g) = GLOBAL.get() {
+        return Some(g);
+    }
+    if MAKER_REENTERED.swap(true, Ordering::Relaxed) {
+        return None;
+    }
+    let g = init(false).ok()?;
+    Some(GLOBAL.get_or_init(|| g))
 }
 
 /// `get`, with `Global::pool`: the state and its pool when it is on.

@@ -300,6 +300,30 @@ fn a_program_that_calls_only_gpupool_finds_the_runtime_by_name() {
     assert!(stderr.contains("failed with error 35"), "{stderr}");
 }
 
+#[test]
+fn a_runtime_that_calls_cuda_while_it_is_opened_is_served_not_deadlocked() {
+    // The runtime's constructor calls cudaMemGetInfo by name while the pool opens it: the call
+    // reaches the pool's hook on the thread that is finding the runtime. It is served (the
+    // pool finds the runtime that is being opened, already loaded), and the program goes on.
+    let exe = example("api_demo.c", "cc", "-std=c99");
+    let runtime = support::c_library("reentrant_runtime");
+    let out = support::output_within(
+        clean_command(&exe)
+            .env("LD_LIBRARY_PATH", "/nonexistent")
+            .env("GPUPOOL_CUDART", &runtime),
+        60,
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        number::<i32>(&stdout, "constructor_mem_get_info="),
+        0,
+        "{stdout}\n{stderr}"
+    );
+    assert!(number::<u64>(&stdout, "constructor_free=") > 0, "{stdout}");
+    assert!(stdout.contains("pool on"), "{stdout}\n{stderr}");
+}
+
 /// The ctypes script that calls the PyTorch entry points as `CUDAPluggableAllocator` does.
 fn torch_script(preload: bool, runtime_global: bool) -> (String, String) {
     torch_script_with(preload, runtime_global, &[])
