@@ -6,8 +6,8 @@
 //! `memory_allocated()` are `cudaMemPoolGetAttribute`'s reserved and used bytes,
 //! `reset_peak_memory_stats()` resets their high-water marks, and `empty_cache()` is
 //! `cudaDeviceSynchronize` then `cudaMemPoolTrimTo(pool, 0)`. For a device's default pool each
-//! answer adds the pool's figures to the runtime's own (what passed through, such as
-//! allocations made during graph capture), and a trim gives the pool's cache back too.
+//! answer adds the pool's part to the runtime's own (what passed through, such as allocations
+//! made during graph capture): `dispatch::default_pool`, which the driver's calls share.
 //!
 //! Passed through untouched: allocations while the device's current memory pool is one the
 //! program made current (`cudaDeviceSetMemPool`: it chose that pool's semantics;
@@ -22,6 +22,7 @@ use crate::cuda::backend::CudaBackend;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
 use crate::dispatch::current_pool;
+use crate::dispatch::default_pool::{self, Concerns, RESERVED_CURRENT};
 use crate::dispatch::{
     async_stream_key, current_device, forward, malloc_with, one_device, own_query, runtime,
     OnStream, Promise,
@@ -31,13 +32,6 @@ use crate::guard;
 use crate::lifecycle::note_passed_through;
 use crate::passed_through::Reason;
 use crate::pool::{Origin, Pool};
-
-/// `cudaMemPoolAttrReservedMemCurrent`, and the three after it: reserved high, used current,
-/// used high (`enum cudaMemPoolAttr`).
-const RESERVED_CURRENT: i32 = 5;
-const RESERVED_HIGH: i32 = 6;
-const USED_CURRENT: i32 = 7;
-const USED_HIGH: i32 = 8;
 
 /// `cudaMallocAsync`: served by the pool on the current device, in stream order.
 ///
@@ -213,26 +207,27 @@ fn on_device(rt: &Runtime, stream: Stream, dev: u32) -> bool {
     own_query(rt, unsafe { get_device(stream, &mut d) }) == SUCCESS && d == dev as i32
 }
 
-/// The device whose default memory pool `mem_pool` is, among the devices the pool serves.
-fn default_pool_device(rt: &Runtime, mem_pool: MemPool) -> Option<u32> {
-    let (_, pool) = global::pool()?;
-    let get = rt.device_get_default_mem_pool?;
-    pool.used_devices().into_iter().find(|&d| {
-        let mut p: MemPool = std::ptr::null_mut();
-        // SAFETY: a device the pool serves, and a valid out-pointer.
-        own_query(rt, unsafe { get(&mut p, d as i32) }) == SUCCESS && p == mem_pool
-    })
+/// The devices the runtime sees (0 when it cannot say; no error is left behind).
+fn device_count(rt: &Runtime) -> usize {
+    let Some(count) = rt.get_device_count else {
+        return 0;
+    };
+    let mut n = 0;
+    // SAFETY: a valid out-pointer.
+    match own_query(rt, unsafe { count(&mut n) }) {
+        SUCCESS => n.max(0) as usize,
+        _ => 0,
+    }
 }
 
 /// A call about `mem_pool`: the runtime's own (`call` with its entry point `f`), then, when it
-/// succeeded, the call `concerns_pool` and `mem_pool` is the default pool of a device the pool
-/// serves, `then` on the runtime, the pool and that device, inside the pool. Returns the
-/// runtime's status.
+/// succeeded and `mem_pool` is the default pool of a device the call `concerns`, `then` on the
+/// runtime, the pool and that device, inside the pool. Returns the runtime's status.
 fn on_default_pool<F: Copy>(
     mem_pool: MemPool,
     f: impl FnOnce(&Runtime) -> Option<F>,
     call: impl FnOnce(F) -> CudaStatus,
-    concerns_pool: bool,
+    concerns: Concerns,
     then: impl FnOnce(&Runtime, &Pool<CudaBackend>, u32),
 ) -> CudaStatus {
     let g = match runtime() {
@@ -241,13 +236,22 @@ fn on_default_pool<F: Copy>(
     };
     let rt = &g.runtime;
     let r = forward(f(rt), call);
-    if r != SUCCESS || !concerns_pool {
+    if r != SUCCESS || concerns == Concerns::Nothing {
         return r;
     }
     let Some(_inside) = guard::enter() else {
         return r;
     };
-    if let (Some(pool), Some(dev)) = (g.pool(), default_pool_device(rt, mem_pool)) {
+    let (Some(pool), Some(get)) = (g.pool(), rt.device_get_default_mem_pool) else {
+        return r;
+    };
+    let count = match concerns {
+        Concerns::AnyDevice => device_count(rt),
+        _ => 0,
+    };
+    let devices = default_pool::candidates(pool, concerns, count);
+    let default_of = |dev: u32| mem_pool_of(rt, get, dev).map(|p| p as usize);
+    if let Some(dev) = default_pool::device_of(mem_pool as usize, devices, default_of) {
         then(rt, pool, dev);
     }
     r
@@ -265,12 +269,9 @@ pub unsafe fn trim_to(mem_pool: MemPool, keep: usize) -> CudaStatus {
         |rt| rt.mem_pool_trim_to,
         // SAFETY: the caller's arguments, passed on unchanged.
         |f| unsafe { f(mem_pool, keep) },
-        true,
+        Concerns::UsedDevices,
         |rt, pool, dev| {
-            // What the runtime still reserves leaves that much less for the pool to keep; a
-            // runtime that cannot say counts as keeping everything.
-            let runtime_keeps = runtime_reserved(rt, mem_pool).unwrap_or(keep as u64);
-            pool.trim_to(dev, (keep as u64).saturating_sub(runtime_keeps));
+            default_pool::trimmed(pool, dev, keep as u64, runtime_reserved(rt, mem_pool))
         },
     )
 }
@@ -286,7 +287,7 @@ fn runtime_reserved(rt: &Runtime, mem_pool: MemPool) -> Option<u64> {
 }
 
 /// `cudaMemPoolGetAttribute`: for a default pool, the reserved and used bytes and their
-/// high-water marks include the pool's.
+/// high-water marks include the pool's (`default_pool::add_figure`).
 ///
 /// # Safety
 /// As `cudaMemPoolGetAttribute`.
@@ -296,27 +297,14 @@ pub unsafe fn get_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) ->
         |rt| rt.mem_pool_get_attribute,
         // SAFETY: the caller's arguments, passed on unchanged.
         |f| unsafe { f(mem_pool, attr, value) },
-        !value.is_null() && (RESERVED_CURRENT..=USED_HIGH).contains(&attr),
-        |_, pool, dev| {
-            let Some(snap) = pool.device_stats(dev) else {
-                return;
-            };
-            let s = &snap.stats;
-            let ours = match attr {
-                RESERVED_CURRENT => s.reserved.current,
-                RESERVED_HIGH => s.reserved.peak,
-                USED_CURRENT => s.allocated.current,
-                _ => s.allocated.peak,
-            };
-            // SAFETY: these attributes are `cuuint64_t`, which the runtime just wrote at
-            // `value` (checked non-NULL).
-            unsafe { *value.cast::<u64>() += ours };
-        },
+        default_pool::read_concerns(attr, value),
+        // SAFETY: the runtime just wrote the attribute's `cuuint64_t` at `value`, non-NULL.
+        |_, pool, dev| unsafe { default_pool::add_figure(pool, dev, attr, value) },
     )
 }
 
-/// `cudaMemPoolSetAttribute`: resetting a default pool's high-water mark of reserved or used
-/// bytes (the only value allowed is 0) resets the pool's peak of the same figure.
+/// `cudaMemPoolSetAttribute`: for a default pool, resetting a high-water mark resets the pool's,
+/// and a release threshold becomes the pool's (`default_pool::attribute_set`).
 ///
 /// # Safety
 /// As `cudaMemPoolSetAttribute`.
@@ -326,7 +314,8 @@ pub unsafe fn set_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) ->
         |rt| rt.mem_pool_set_attribute,
         // SAFETY: the caller's arguments, passed on unchanged.
         |f| unsafe { f(mem_pool, attr, value) },
-        attr == RESERVED_HIGH || attr == USED_HIGH,
-        |_, pool, dev| pool.reset_peak(dev, attr == RESERVED_HIGH),
+        default_pool::set_concerns(attr, value),
+        // SAFETY: the runtime just read the attribute's `cuuint64_t` at `value`, non-NULL.
+        |_, pool, dev| unsafe { default_pool::attribute_set(pool, dev, attr, value) },
     )
 }

@@ -441,6 +441,48 @@ fn cu_mem_alloc_async_from_the_programs_own_memory_pool_goes_to_the_driver() {
 }
 
 #[test]
+fn the_default_memory_pools_figures_trim_and_threshold_include_the_pools_part() {
+    // The static runtime's cudaMemPoolGetAttribute, cudaMemPoolTrimTo and
+    // cudaMemPoolSetAttribute are these driver calls: by symbol, and through cuGetProcAddress.
+    let exe = program();
+    for mode in ["lcuda", "static"] {
+        let args = [mode, "default-pool"];
+        let done = format!("driver_pool {mode} default-pool: all checks passed");
+        let (without, _) = ok(&mut unpooled(&exe, &args, ENV));
+        assert!(without.contains(&done), "{without}");
+        let (with, err) = ok(&mut pooled(&exe, &args, ENV));
+        assert!(with.contains(&done), "{with}\n{err}");
+        // What the pool caches reads as reserved; what the program holds as used.
+        assert_eq!(number::<u64>(&without, "reserved_cached="), 0, "{mode}");
+        assert!(
+            number::<u64>(&with, "reserved_cached=") >= 120 << 20,
+            "{mode}: {with}"
+        );
+        for key in ["used_live=", "held_after_trim=", "reserved_after_trim="] {
+            assert_eq!(
+                number::<u64>(&with, key),
+                number::<u64>(&without, key),
+                "{mode} {key}\n{with}"
+            );
+        }
+        // The program's threshold of 0 is the pool's: nothing is kept past a synchronization.
+        assert_eq!(
+            number::<u64>(&with, "held_under_zero_threshold="),
+            0,
+            "{mode}"
+        );
+        // Unless GPUPOOL_RELEASE_THRESHOLD chose the pool's threshold.
+        let mut chosen = ENV.to_vec();
+        chosen.push(("GPUPOOL_RELEASE_THRESHOLD", "none"));
+        let (kept, _) = ok(&mut pooled(&exe, &args, &chosen));
+        assert!(
+            number::<u64>(&kept, "held_under_zero_threshold=") >= 120 << 20,
+            "{mode}: {kept}"
+        );
+    }
+}
+
+#[test]
 fn a_program_whose_library_links_gpupool_starts_and_looks_up_as_always() {
     // The program's own libraries (libc among them) load before its library's libgpupool, so
     // nothing after libgpupool defines `dlsym`: its own `dlsym` must still reach glibc's.

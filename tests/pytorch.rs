@@ -352,3 +352,22 @@ fn a_trim_of_the_default_pool_counts_what_the_runtime_holds_and_the_summary_says
     assert_eq!(summary_passed_for(&path, "unplaced_stream"), unplaced);
     assert_eq!(summary_allocations(&path), 4, "{with}");
 }
+
+#[test]
+fn a_release_threshold_set_on_the_default_pool_is_the_pools_unless_the_user_chose_one() {
+    // With the pool as without it: a threshold of 0 gives everything back at the
+    // synchronization, PyTorch's UINT64_MAX keeps it all.
+    let exe = c_program("default_pool_threshold");
+    for threshold in ["zero", "max"] {
+        let (without, _) = ok(&mut unpooled(&exe, &[threshold], &[]));
+        let (with, err) = ok(&mut pooled(&exe, &[threshold], &[]));
+        assert!(with.contains("default_pool_threshold ok"), "{with}\n{err}");
+        let held = number::<u64>(&with, "held=");
+        assert_eq!(held, number::<u64>(&without, "held="), "{threshold}");
+        assert_eq!(held == 0, threshold == "zero", "{threshold}: {with}");
+    }
+    // GPUPOOL_RELEASE_THRESHOLD is the user's choice: the program's threshold leaves it alone.
+    let env = [("GPUPOOL_RELEASE_THRESHOLD", "none")];
+    let (kept, _) = ok(&mut pooled(&exe, &["zero"], &env));
+    assert!(number::<u64>(&kept, "held=") >= 120 << 20, "{kept}");
+}

@@ -146,6 +146,27 @@ int main(void)
         CU_EXPECT(cuDeviceGetDefaultMemPool(&def, 1), CUDA_ERROR_INVALID_DEVICE);
         CU_OK(cuDeviceGetMemPool(&cur, 0));
         CHECK(cur == def, "current %p default %p", (void *)cur, (void *)def);
+        {
+            /* The attributes and the trim, as the runtime's: under a release threshold, 64 KiB
+             * freed stay reserved through a synchronization, until a trim. */
+            unsigned long long reserved = 0, threshold = 1 << 20;
+            CU_OK(cuMemPoolSetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+            threshold = 0;
+            CU_OK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+            CHECK(threshold == 1 << 20, "threshold %llu", threshold);
+            CU_OK(cuMemAllocAsync(&a, 64 * 1024, CU_STREAM_LEGACY));
+            CU_OK(cuMemFreeAsync(a, CU_STREAM_LEGACY));
+            CU_OK(cuCtxSynchronize());
+            CU_OK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+            CHECK(reserved == 64 * 1024, "reserved %llu", reserved);
+            CU_OK(cuMemPoolTrimTo(def, 0));
+            CU_OK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+            CHECK(reserved == 0, "reserved after the trim %llu", reserved);
+            threshold = 0;
+            CU_OK(cuMemPoolSetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+            CU_EXPECT(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, NULL),
+                      CUDA_ERROR_INVALID_VALUE);
+        }
         props.location.id = 1;
         CU_EXPECT(cuMemPoolCreate(&mine, &props), CUDA_ERROR_INVALID_VALUE);
         props.location.id = 0;
@@ -155,8 +176,8 @@ int main(void)
         CU_OK(cuMemAllocAsync(&a, 4096, CU_STREAM_LEGACY));
         CHECK(cudasimGetPoolMallocs((cudaMemPool_t)mine, &served) == 0 && served == 1,
               "the created pool served %llu", served);
-        CHECK(cudasimGetPoolMallocs((cudaMemPool_t)def, &served) == 0 && served == 1,
-              "the default pool served %llu (one before)", served);
+        CHECK(cudasimGetPoolMallocs((cudaMemPool_t)def, &served) == 0 && served == 2,
+              "the default pool served %llu (two before)", served);
         CU_OK(cuMemFreeAsync(a, CU_STREAM_LEGACY));
         CU_EXPECT(cuMemPoolDestroy(def), CUDA_ERROR_INVALID_VALUE);
         CU_OK(cuMemPoolDestroy(mine));

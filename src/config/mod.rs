@@ -88,6 +88,9 @@ pub struct Config {
     /// through `dlsym` and `cuGetProcAddress`. Off: those lookups and calls are left untouched.
     pub driver_hooks: bool,
     pub release_threshold: DeviceBytes,
+    /// Whether `GPUPOOL_RELEASE_THRESHOLD` chose `release_threshold`. Then a threshold the
+    /// program sets on a default memory pool leaves the pool's alone (PyTorch sets one at start).
+    pub release_threshold_chosen: bool,
     /// `GPUPOOL_LIMIT`: the most bytes the pool reserves on each device.
     pub limit: DeviceBytes,
     pub reuse: ReuseMode,
@@ -122,6 +125,7 @@ impl Default for Config {
             disable: false,
             driver_hooks: true,
             release_threshold: DeviceBytes::Unbounded,
+            release_threshold_chosen: false,
             limit: DeviceBytes::Unbounded,
             reuse: ReuseMode::Strict,
             max_split_size: u64::MAX,
@@ -168,12 +172,14 @@ impl Config {
         };
         c.disable = r.read("GPUPOOL_DISABLE", switch, c.disable, "0");
         c.driver_hooks = r.read("GPUPOOL_DRIVER_HOOKS", switch, c.driver_hooks, "1");
-        c.release_threshold = r.read(
+        let chosen = r.read(
             "GPUPOOL_RELEASE_THRESHOLD",
-            release_threshold,
-            c.release_threshold,
+            |v| release_threshold(v).map(Some),
+            None,
             "none (keep all cached memory)",
         );
+        c.release_threshold_chosen = chosen.is_some();
+        c.release_threshold = chosen.unwrap_or(c.release_threshold);
         c.limit = r.read("GPUPOOL_LIMIT", limit, c.limit, "no limit");
         c.reuse = r.read("GPUPOOL_REUSE", reuse, c.reuse, "strict");
         c.max_split_size = r.read(
@@ -383,8 +389,15 @@ mod tests {
         assert_eq!(c.release_threshold.resolve(100 << 30), 40 << 30);
         let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"none")]);
         assert_eq!(c.release_threshold, DeviceBytes::Unbounded);
+        // Chosen, even as the default's value: a program's own threshold then changes nothing.
+        assert!(c.release_threshold_chosen);
         let (c, _) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"0")]);
         assert_eq!(c.release_threshold, DeviceBytes::Bytes(0));
+        assert!(c.release_threshold_chosen);
+        let (c, w) = parse(&[("GPUPOOL_RELEASE_THRESHOLD", b"lots")]);
+        assert_eq!(c.release_threshold, DeviceBytes::Unbounded);
+        assert!(!c.release_threshold_chosen && w.len() == 1, "{w:?}");
+        assert!(!parse(&[]).0.release_threshold_chosen);
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub type DeviceGetMemPoolFn = unsafe extern "C" fn(*mut CuMemoryPool, CuDevice) 
 pub type DeviceSetMemPoolFn = unsafe extern "C" fn(CuDevice, CuMemoryPool) -> CuResult;
 /// `cuMemPoolDestroy`.
 pub type MemPoolDestroyFn = unsafe extern "C" fn(CuMemoryPool) -> CuResult;
+/// `cuMemPoolGetAttribute`, `cuMemPoolSetAttribute`.
+pub type MemPoolAttributeFn = unsafe extern "C" fn(CuMemoryPool, c_int, *mut c_void) -> CuResult;
+/// `cuMemPoolTrimTo`.
+pub type MemPoolTrimToFn = unsafe extern "C" fn(CuMemoryPool, usize) -> CuResult;
 pub type LaunchKernelFn = unsafe extern "C" fn(
     *mut c_void,
     c_uint,
@@ -208,6 +212,8 @@ pub struct Driver {
     /// driver (`dispatch::current_pool`).
     pub device_get_mem_pool: Option<DeviceGetMemPoolFn>,
     pub device_get_default_mem_pool: Option<DeviceGetMemPoolFn>,
+    /// What a default pool's CUDA part reserves, for a trim (`dispatch::default_pool`).
+    pub mem_pool_get_attribute: Option<MemPoolAttributeFn>,
 }
 
 impl Driver {
@@ -235,6 +241,7 @@ impl Driver {
             init: optional!(lookup, "cuInit"),
             device_get_mem_pool: optional!(lookup, "cuDeviceGetMemPool"),
             device_get_default_mem_pool: optional!(lookup, "cuDeviceGetDefaultMemPool"),
+            mem_pool_get_attribute: optional!(lookup, "cuMemPoolGetAttribute"),
         })
     }
 }

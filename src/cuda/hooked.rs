@@ -38,9 +38,12 @@ pub enum Hooked {
     CtxPushCurrent,
     DeviceSetMemPool,
     MemPoolDestroy,
+    MemPoolTrimTo,
+    MemPoolGetAttribute,
+    MemPoolSetAttribute,
 }
 
-pub const COUNT: usize = Hooked::MemPoolDestroy as usize + 1;
+pub const COUNT: usize = Hooked::MemPoolSetAttribute as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -70,6 +73,9 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuCtxPushCurrent_v2",
     c"cuDeviceSetMemPool",
     c"cuMemPoolDestroy",
+    c"cuMemPoolTrimTo",
+    c"cuMemPoolGetAttribute",
+    c"cuMemPoolSetAttribute",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -25,7 +25,7 @@ use crate::pool::{
 };
 
 /// The pool and the driver, when the pool is on and the driver is loaded.
-fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
+pub(super) fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
     // The driver first: a hook called where no driver is loaded makes no process state (no
     // trace file, no summary).
     let driver = &cu::loaded()?.driver;
@@ -189,7 +189,7 @@ fn current_is_default(d: &Driver, dev: u32) -> Option<bool> {
 }
 
 /// What `get` (`cuDeviceGetMemPool` or `cuDeviceGetDefaultMemPool`) gives for `dev`.
-fn mem_pool_of(get: cu::DeviceGetMemPoolFn, dev: u32) -> Option<usize> {
+pub(super) fn mem_pool_of(get: cu::DeviceGetMemPoolFn, dev: u32) -> Option<usize> {
     let mut p: cu::CuMemoryPool = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the driver checks the ordinal.
     (unsafe { get(&mut p, dev as c_int) } == cu::CU_SUCCESS).then_some(p as usize)
@@ -313,7 +313,7 @@ fn one_device(d: &Driver) -> bool {
 }
 
 /// The devices the driver sees (asked once; 0 when it cannot say).
-fn device_count(d: &Driver) -> usize {
+pub(super) fn device_count(d: &Driver) -> usize {
     static COUNT: AtomicUsize = AtomicUsize::new(usize::MAX);
     let known = COUNT.load(Ordering::Relaxed);
     if known != usize::MAX {

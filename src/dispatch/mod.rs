@@ -9,6 +9,7 @@
 //! out-pointer, pointers from other allocators).
 
 pub(crate) mod current_pool;
+pub mod default_pool;
 pub mod driver;
 mod ipc;
 pub mod peer;

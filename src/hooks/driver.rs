@@ -10,6 +10,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use crate::cuda::driver::*;
 use crate::cuda::hooked::{self, real_fn, Hooked, COUNT};
 use crate::cuda::types::{Event, Stream};
+use crate::dispatch::default_pool;
 use crate::dispatch::driver as dispatch;
 use crate::guard::boundary;
 use crate::pool::Origin;
@@ -59,6 +60,9 @@ fn hooks() -> [usize; COUNT] {
         cuCtxPushCurrent_v2 as *const () as usize,
         cuDeviceSetMemPool as *const () as usize,
         cuMemPoolDestroy as *const () as usize,
+        cuMemPoolTrimTo as *const () as usize,
+        cuMemPoolGetAttribute as *const () as usize,
+        cuMemPoolSetAttribute as *const () as usize,
     ]
 }
 
@@ -454,5 +458,54 @@ pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CuDevice, pool: CuMemoryPool) -
 pub unsafe extern "C" fn cuMemPoolDestroy(pool: CuMemoryPool) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::mem_pool_destroyed(real!(MemPoolDestroy, MemPoolDestroyFn, |f| f(pool)))
+    })
+}
+
+/// # Safety
+/// As `cuMemPoolTrimTo`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CuMemoryPool, keep: usize) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemPoolTrimTo, MemPoolTrimToFn, |f| f(pool, keep));
+        // SAFETY: the caller's contract.
+        unsafe { default_pool::driver_trim_to(pool, keep, real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemPoolGetAttribute`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: CuMemoryPool,
+    attr: c_int,
+    value: *mut c_void,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || {
+            real!(MemPoolGetAttribute, MemPoolAttributeFn, |f| f(
+                pool, attr, value
+            ))
+        };
+        // SAFETY: the caller's contract.
+        unsafe { default_pool::driver_get_attribute(pool, attr, value, real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemPoolSetAttribute`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: CuMemoryPool,
+    attr: c_int,
+    value: *mut c_void,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || {
+            real!(MemPoolSetAttribute, MemPoolAttributeFn, |f| f(
+                pool, attr, value
+            ))
+        };
+        // SAFETY: the caller's contract.
+        unsafe { default_pool::driver_set_attribute(pool, attr, value, real) }
     })
 }

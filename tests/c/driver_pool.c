@@ -6,7 +6,9 @@
  * Both print key=value lines the test compares with and without the pool, and end with
  * "driver_pool MODE: all checks passed". Linked with nothing of the runtime.
  *   driver_pool MODE custom-pool  instead: cuMemAllocAsync while the program's own memory pool
- *                       is current (cuDeviceSetMemPool), see `custom_pool`. */
+ *                       is current (cuDeviceSetMemPool), see `custom_pool`.
+ *   driver_pool MODE default-pool  instead: the default memory pool's figures, trim and release
+ *                       threshold, see `default_pool_calls`. */
 #include "check.h"
 #include "cuda.h"
 
@@ -44,6 +46,9 @@ static struct {
     CUresult (*pool_destroy)(CUmemoryPool);
     CUresult (*set_pool)(CUdevice, CUmemoryPool);
     CUresult (*default_pool)(CUmemoryPool *, CUdevice);
+    CUresult (*pool_get)(CUmemoryPool, CUmemPool_attribute, void *);
+    CUresult (*pool_set)(CUmemoryPool, CUmemPool_attribute, void *);
+    CUresult (*pool_trim)(CUmemoryPool, size_t);
     int (*stats)(int, cudasimStats *);
     int (*pool_mallocs)(cudaMemPool_t, unsigned long long *);
     void (*fill)(void);
@@ -81,6 +86,9 @@ static void link_directly(void)
     cu.pool_destroy = cuMemPoolDestroy;
     cu.set_pool = cuDeviceSetMemPool;
     cu.default_pool = cuDeviceGetDefaultMemPool;
+    cu.pool_get = cuMemPoolGetAttribute;
+    cu.pool_set = cuMemPoolSetAttribute;
+    cu.pool_trim = cuMemPoolTrimTo;
     cu.stats = cudasimGetStats;
     cu.pool_mallocs = cudasimGetPoolMallocs;
     cu.fill = cudasim_fill_kernel;
@@ -128,6 +136,9 @@ static void link_as_static_runtime(cuuint64_t flags)
     *(void **)&cu.pool_destroy = proc(get, "cuMemPoolDestroy", flags);
     *(void **)&cu.set_pool = proc(get, "cuDeviceSetMemPool", flags);
     *(void **)&cu.default_pool = proc(get, "cuDeviceGetDefaultMemPool", flags);
+    *(void **)&cu.pool_get = proc(get, "cuMemPoolGetAttribute", flags);
+    *(void **)&cu.pool_set = proc(get, "cuMemPoolSetAttribute", flags);
+    *(void **)&cu.pool_trim = proc(get, "cuMemPoolTrimTo", flags);
     *(void **)&cu.stats = dlsym(h, "cudasimGetStats");
     *(void **)&cu.pool_mallocs = dlsym(h, "cudasimGetPoolMallocs");
     *(void **)&cu.fill = dlsym(h, "cudasim_fill_kernel");
@@ -330,6 +341,67 @@ static void custom_pool(void)
     printf("own_pool_bytes=%llu\n", own_bytes);
 }
 
+static unsigned long long pool_figure(CUmemoryPool pool, CUmemPool_attribute attr)
+{
+    unsigned long long v = 0;
+    CU_OK(cu.pool_get(pool, attr, &v));
+    return v;
+}
+
+/* Four 30 MiB blocks, allocated and freed in stream order, then the context synchronized. */
+static void churn_async(void)
+{
+    CUdeviceptr blocks[4];
+    int i;
+    for (i = 0; i < 4; i++)
+        CU_OK(cu.alloc_async(&blocks[i], 30 * MiB, CU_STREAM_LEGACY));
+    for (i = 0; i < 4; i++)
+        CU_OK(cu.free_async(blocks[i], CU_STREAM_LEGACY));
+    CU_OK(cu.sync());
+}
+
+/* The default memory pool, as the static runtime's cudaMemPool* calls reach it: its figures
+ * count what the pool holds, a trim gives the pool's cache back, and a release threshold the
+ * program sets is the pool's. Prints "reserved_cached=N" (ReservedMemCurrent after the churn),
+ * "used_live=N" (UsedMemCurrent with 1 MiB live), "held_after_trim=N" (device bytes still
+ * taken after everything was freed and the pool trimmed to 0), "reserved_after_trim=N", and
+ * "held_under_zero_threshold=N" (after the churn again, the program's threshold set to 0). */
+static void default_pool_calls(void)
+{
+    CUcontext primary = NULL;
+    CUmemoryPool def = NULL;
+    CUdeviceptr live = 0;
+    unsigned long long base, zero = 0, threshold = 0;
+
+    CU_OK(cu.init(0));
+    CU_OK(cu.retain(&primary, 0));
+    CU_OK(cu.set_current(primary));
+    CU_OK(cu.default_pool(&def, 0));
+    base = device0().live_bytes;
+
+    /* The driver's own pool keeps nothing at a synchronization (threshold 0): the figure is the
+     * pool's cache. */
+    churn_async();
+    printf("reserved_cached=%llu\n", pool_figure(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+    CU_OK(cu.alloc_async(&live, MiB, CU_STREAM_LEGACY));
+    printf("used_live=%llu\n", pool_figure(def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT));
+    CU_OK(cu.free_async(live, CU_STREAM_LEGACY));
+    CU_OK(cu.sync());
+    CU_OK(cu.pool_trim(def, 0));
+    printf("held_after_trim=%llu\n", device0().live_bytes - base);
+    printf("reserved_after_trim=%llu\n",
+           pool_figure(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+
+    /* The program asks for its memory back at every synchronization. */
+    CU_OK(cu.pool_set(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
+    CU_OK(cu.pool_get(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    CHECK(threshold == 0, "the threshold reads back as %llu", threshold);
+    churn_async();
+    printf("held_under_zero_threshold=%llu\n", device0().live_bytes - base);
+    CU_EXPECT(cu.pool_get(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, NULL),
+              CUDA_ERROR_INVALID_VALUE);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "lcuda";
@@ -384,6 +456,11 @@ int main(int argc, char **argv)
         return 0;
     } else {
         CHECK(0, "unknown mode %s", mode);
+    }
+    if (argc > 2 && strcmp(argv[2], "default-pool") == 0) {
+        default_pool_calls();
+        printf("driver_pool %s default-pool: all checks passed\n", mode);
+        return 0;
     }
     if (argc > 2 && strcmp(argv[2], "custom-pool") == 0) {
         custom_pool();

@@ -166,18 +166,27 @@ pub unsafe extern "C" fn cudaMemPoolGetAttribute(
     attr: c_int,
     value: *mut c_void,
 ) -> c_int {
-    runtime_call(Func::cudaMemPoolGetAttribute, || {
-        let attr = resolve(attr, value)?;
-        let v = with_state(|st| Ok(st.pools.entry_mut(pool as usize)?.pool.get(attr)))?;
-        if attr.is_int() {
-            // SAFETY: `value` is not NULL and, by the caller's contract, valid for an int.
-            unsafe { value.cast::<c_int>().write_unaligned(v as c_int) };
-        } else {
-            // SAFETY: `value` is not NULL and, by the caller's contract, valid for a u64.
-            unsafe { value.cast::<u64>().write_unaligned(v) };
-        }
-        Ok(())
+    // SAFETY: forwarded from the caller.
+    runtime_call(Func::cudaMemPoolGetAttribute, || unsafe {
+        get_attribute(pool, attr, value)
     })
+}
+
+/// `cudaMemPoolGetAttribute`'s answer, also `cuMemPoolGetAttribute`'s.
+///
+/// # Safety
+/// `value` must be NULL or valid for writing the attribute's type.
+pub unsafe fn get_attribute(pool: CudaMemPool, attr: c_int, value: *mut c_void) -> CudaResult {
+    let attr = resolve(attr, value)?;
+    let v = with_state(|st| Ok(st.pools.entry_mut(pool as usize)?.pool.get(attr)))?;
+    if attr.is_int() {
+        // SAFETY: `value` is not NULL and, by the caller's contract, valid for an int.
+        unsafe { value.cast::<c_int>().write_unaligned(v as c_int) };
+    } else {
+        // SAFETY: `value` is not NULL and, by the caller's contract, valid for a u64.
+        unsafe { value.cast::<u64>().write_unaligned(v) };
+    }
+    Ok(())
 }
 
 /// The current figures cannot be set; the high-water marks only to 0 (a reset to the current
@@ -188,27 +197,39 @@ pub unsafe extern "C" fn cudaMemPoolSetAttribute(
     attr: c_int,
     value: *mut c_void,
 ) -> c_int {
-    runtime_call(Func::cudaMemPoolSetAttribute, || {
-        let attr = resolve(attr, value)?;
-        let v = if attr.is_int() {
-            // SAFETY: `value` is not NULL and, by the caller's contract, holds an int.
-            u64::from(unsafe { value.cast::<c_int>().read_unaligned() } != 0)
-        } else {
-            // SAFETY: `value` is not NULL and, by the caller's contract, holds a u64.
-            unsafe { value.cast::<u64>().read_unaligned() }
-        };
-        with_state(|st| st.pools.entry_mut(pool as usize)?.pool.set(attr, v))
+    // SAFETY: forwarded from the caller.
+    runtime_call(Func::cudaMemPoolSetAttribute, || unsafe {
+        set_attribute(pool, attr, value)
     })
+}
+
+/// `cudaMemPoolSetAttribute`'s answer, also `cuMemPoolSetAttribute`'s.
+///
+/// # Safety
+/// `value` must be NULL or valid for reading the attribute's type.
+pub unsafe fn set_attribute(pool: CudaMemPool, attr: c_int, value: *mut c_void) -> CudaResult {
+    let attr = resolve(attr, value)?;
+    let v = if attr.is_int() {
+        // SAFETY: `value` is not NULL and, by the caller's contract, holds an int.
+        u64::from(unsafe { value.cast::<c_int>().read_unaligned() } != 0)
+    } else {
+        // SAFETY: `value` is not NULL and, by the caller's contract, holds a u64.
+        unsafe { value.cast::<u64>().read_unaligned() }
+    };
+    with_state(|st| st.pools.entry_mut(pool as usize)?.pool.set(attr, v))
 }
 
 /// Releases kept bytes until the pool reserves at most `min_bytes_to_keep` (used bytes stay).
 #[no_mangle]
 pub unsafe extern "C" fn cudaMemPoolTrimTo(pool: CudaMemPool, min_bytes_to_keep: usize) -> c_int {
-    runtime_call(Func::cudaMemPoolTrimTo, || {
-        with_state(|st| {
-            let e = st.pools.entry_mut(pool as usize)?;
-            e.pool.trim_to(min_bytes_to_keep as u64);
-            Ok(())
-        })
+    runtime_call(Func::cudaMemPoolTrimTo, || trim_to(pool, min_bytes_to_keep))
+}
+
+/// `cudaMemPoolTrimTo`'s answer, also `cuMemPoolTrimTo`'s.
+pub fn trim_to(pool: CudaMemPool, min_bytes_to_keep: usize) -> CudaResult {
+    with_state(|st| {
+        let e = st.pools.entry_mut(pool as usize)?;
+        e.pool.trim_to(min_bytes_to_keep as u64);
+        Ok(())
     })
 }

@@ -5,7 +5,7 @@ use super::{driver_call, CuDevice, CuResult};
 use crate::api::mempool::{self, MemPoolProps};
 use crate::context;
 use crate::faults::Func;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 
 /// `CUmemoryPool`: a `cudaMemPool_t`.
 pub type CuMemoryPool = *mut c_void;
@@ -56,5 +56,42 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
         context::require_init()?;
         // SAFETY: the caller passes NULL or a pointer valid for writing a CUmemoryPool.
         unsafe { mempool::get(pool, dev, false) }
+    })
+}
+
+/// As `cudaMemPoolGetAttribute` (the same attribute numbers).
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: CuMemoryPool,
+    attr: c_int,
+    value: *mut c_void,
+) -> CuResult {
+    driver_call(Func::cuMemPoolGetAttribute, || {
+        context::require_init()?;
+        // SAFETY: forwarded from the caller.
+        unsafe { mempool::get_attribute(pool, attr, value) }
+    })
+}
+
+/// As `cudaMemPoolSetAttribute`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: CuMemoryPool,
+    attr: c_int,
+    value: *mut c_void,
+) -> CuResult {
+    driver_call(Func::cuMemPoolSetAttribute, || {
+        context::require_init()?;
+        // SAFETY: forwarded from the caller.
+        unsafe { mempool::set_attribute(pool, attr, value) }
+    })
+}
+
+/// As `cudaMemPoolTrimTo`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CuMemoryPool, min_bytes_to_keep: usize) -> CuResult {
+    driver_call(Func::cuMemPoolTrimTo, || {
+        context::require_init()?;
+        mempool::trim_to(pool, min_bytes_to_keep)
     })
 }

@@ -1,0 +1,209 @@
+//! Each device's default memory pool, with the pool's part in it, for both APIs. The pool
+//! serves that pool's allocations, so once CUDA's own call about it succeeded the pool adds
+//! what it holds: its figures to the reserved and used bytes a program reads, its cache to a
+//! trim, and a release threshold the program sets becomes the pool's on that device, unless
+//! `GPUPOOL_RELEASE_THRESHOLD` chose one (PyTorch's `cudaMallocAsync` backend sets the
+//! threshold to keep everything, at start). The attributes' numbers are the same in both APIs
+//! (`cudaMemPoolAttr`, `CUmemPool_attribute`); the runtime's calls are in `mempool.rs`, the
+//! driver's here.
+
+use std::ffi::c_void;
+
+use crate::cuda::backend::CudaBackend;
+use crate::cuda::driver::{self as cu, CuResult};
+use crate::global;
+use crate::guard;
+use crate::pool::Pool;
+
+/// `cudaMemPoolAttrReleaseThreshold`, then reserved current and high, used current and high.
+pub(crate) const RELEASE_THRESHOLD: i32 = 4;
+pub(crate) const RESERVED_CURRENT: i32 = 5;
+pub(crate) const RESERVED_HIGH: i32 = 6;
+pub(crate) const USED_CURRENT: i32 = 7;
+pub(crate) const USED_HIGH: i32 = 8;
+
+/// Which devices' default pools a call may concern for the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Concerns {
+    /// None: CUDA's answer is the whole answer.
+    Nothing,
+    /// Those the pool served already (a device never used holds nothing of the pool's).
+    UsedDevices,
+    /// Any device (a threshold set before the device's first allocation still applies).
+    AnyDevice,
+}
+
+/// What a read of `attr` into `value` concerns: the pool's figures.
+pub(crate) fn read_concerns(attr: i32, value: *mut c_void) -> Concerns {
+    match !value.is_null() && (RESERVED_CURRENT..=USED_HIGH).contains(&attr) {
+        true => Concerns::UsedDevices,
+        false => Concerns::Nothing,
+    }
+}
+
+/// What setting `attr` from `value` concerns.
+pub(crate) fn set_concerns(attr: i32, value: *mut c_void) -> Concerns {
+    match attr {
+        _ if value.is_null() => Concerns::Nothing,
+        RELEASE_THRESHOLD => Concerns::AnyDevice,
+        RESERVED_HIGH | USED_HIGH => Concerns::UsedDevices,
+        _ => Concerns::Nothing,
+    }
+}
+
+/// The device among `candidates` whose default pool is `mem_pool`, as `default_of` says.
+pub(crate) fn device_of(
+    mem_pool: usize,
+    candidates: impl IntoIterator<Item = u32>,
+    default_of: impl Fn(u32) -> Option<usize>,
+) -> Option<u32> {
+    candidates
+        .into_iter()
+        .find(|&dev| default_of(dev) == Some(mem_pool))
+}
+
+/// The devices a call that `concerns` them may be about: the pool's used ones, or the first
+/// `count` (the devices CUDA sees, the pool's limit at most).
+pub(crate) fn candidates(pool: &Pool<CudaBackend>, concerns: Concerns, count: usize) -> Vec<u32> {
+    match concerns {
+        Concerns::Nothing => Vec::new(),
+        Concerns::UsedDevices => pool.used_devices(),
+        Concerns::AnyDevice => (0..count.min(crate::pool::MAX_DEVICES) as u32).collect(),
+    }
+}
+
+/// After CUDA trimmed `dev`'s default pool to `keep` bytes: the pool gives back its cache until
+/// the two parts together reserve at most `keep` (or nothing more can go). `cuda_keeps` is what
+/// CUDA's part still reserves; one that cannot say counts as keeping everything.
+pub(crate) fn trimmed(pool: &Pool<CudaBackend>, dev: u32, keep: u64, cuda_keeps: Option<u64>) {
+    pool.trim_to(dev, keep.saturating_sub(cuda_keeps.unwrap_or(keep)));
+}
+
+/// After CUDA wrote `attr` of `dev`'s default pool at `value` (checked by `read_concerns`):
+/// the pool's figure added.
+///
+/// # Safety
+/// `value` holds the `cuuint64_t` CUDA just wrote.
+pub(crate) unsafe fn add_figure(pool: &Pool<CudaBackend>, dev: u32, attr: i32, value: *mut c_void) {
+    let Some(snap) = pool.device_stats(dev) else {
+        return;
+    };
+    let s = &snap.stats;
+    let ours = match attr {
+        RESERVED_CURRENT => s.reserved.current,
+        RESERVED_HIGH => s.reserved.peak,
+        USED_CURRENT => s.allocated.current,
+        _ => s.allocated.peak,
+    };
+    // SAFETY: by the caller's contract.
+    unsafe { *value.cast::<u64>() += ours };
+}
+
+/// After CUDA accepted `attr` of `dev`'s default pool from `value` (checked by
+/// `set_concerns`): a high-water mark reset (the only value CUDA allows is 0) resets the
+/// pool's; a release threshold becomes the pool's on `dev` unless the user chose one.
+///
+/// # Safety
+/// `value` holds the attribute's `cuuint64_t`, which CUDA just read.
+pub(crate) unsafe fn attribute_set(
+    pool: &Pool<CudaBackend>,
+    dev: u32,
+    attr: i32,
+    value: *mut c_void,
+) {
+    if attr != RELEASE_THRESHOLD {
+        pool.reset_peak(dev, attr == RESERVED_HIGH);
+        return;
+    }
+    if !global::process().config.release_threshold_chosen {
+        // SAFETY: by the caller's contract.
+        pool.set_device_threshold(dev, unsafe { value.cast::<u64>().read_unaligned() });
+    }
+}
+
+/// A driver call about `mem_pool` (`real`), then, when it succeeded and `mem_pool` is the
+/// default pool of a device the call `concerns`, `then` on the driver, the pool and that
+/// device, inside the pool. Returns the driver's answer.
+fn on_default_pool(
+    mem_pool: cu::CuMemoryPool,
+    real: impl FnOnce() -> CuResult,
+    concerns: Concerns,
+    then: impl FnOnce(&cu::Driver, &Pool<CudaBackend>, u32),
+) -> CuResult {
+    let r = real();
+    if r != cu::CU_SUCCESS || concerns == Concerns::Nothing {
+        return r;
+    }
+    let Some((pool, d)) = super::driver::pooled() else {
+        return r;
+    };
+    let Some(_inside) = guard::enter() else {
+        return r;
+    };
+    let Some(get) = d.device_get_default_mem_pool else {
+        return r;
+    };
+    let devices = candidates(pool, concerns, super::driver::device_count(d));
+    let default_of = |dev: u32| super::driver::mem_pool_of(get, dev);
+    if let Some(dev) = device_of(mem_pool as usize, devices, default_of) {
+        then(d, pool, dev);
+    }
+    r
+}
+
+/// `cuMemPoolTrimTo`, `real` the driver's own call.
+///
+/// # Safety
+/// As `cuMemPoolTrimTo`.
+pub unsafe fn driver_trim_to(
+    mem_pool: cu::CuMemoryPool,
+    keep: usize,
+    real: impl FnOnce() -> CuResult,
+) -> CuResult {
+    on_default_pool(mem_pool, real, Concerns::UsedDevices, |d, pool, dev| {
+        let reserved = d.mem_pool_get_attribute.and_then(|get| {
+            let mut v = 0u64;
+            // SAFETY: a pool the driver just accepted, and an out-pointer to the attribute's type.
+            let r = unsafe { get(mem_pool, RESERVED_CURRENT, (&mut v as *mut u64).cast()) };
+            (r == cu::CU_SUCCESS).then_some(v)
+        });
+        trimmed(pool, dev, keep as u64, reserved);
+    })
+}
+
+/// `cuMemPoolGetAttribute`, `real` the driver's own call.
+///
+/// # Safety
+/// As `cuMemPoolGetAttribute`.
+pub unsafe fn driver_get_attribute(
+    mem_pool: cu::CuMemoryPool,
+    attr: i32,
+    value: *mut c_void,
+    real: impl FnOnce() -> CuResult,
+) -> CuResult {
+    on_default_pool(
+        mem_pool,
+        real,
+        read_concerns(attr, value),
+        |_, pool, dev| {
+            // SAFETY: the driver just wrote the attribute's `cuuint64_t` at `value`, non-NULL.
+            unsafe { add_figure(pool, dev, attr, value) }
+        },
+    )
+}
+
+/// `cuMemPoolSetAttribute`, `real` the driver's own call.
+///
+/// # Safety
+/// As `cuMemPoolSetAttribute`.
+pub unsafe fn driver_set_attribute(
+    mem_pool: cu::CuMemoryPool,
+    attr: i32,
+    value: *mut c_void,
+    real: impl FnOnce() -> CuResult,
+) -> CuResult {
+    on_default_pool(mem_pool, real, set_concerns(attr, value), |_, pool, dev| {
+        // SAFETY: the driver just read the attribute's `cuuint64_t` at `value`, non-NULL.
+        unsafe { attribute_set(pool, dev, attr, value) }
+    })
+}
