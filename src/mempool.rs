@@ -192,15 +192,18 @@ pub unsafe fn mem_pool_destroy(mem_pool: MemPool) -> CudaStatus {
 }
 
 /// Whether `stream` belongs to device `dev` (the current one): the default streams do; with one
-/// device every stream does; else the runtime is asked, and a runtime that cannot say passes
-/// the allocation through.
+/// device every stream does; else the runtime is asked (`cudaStreamGetDevice`, CUDA 12.8), or
+/// before 12.8 the driver (the stream's context against the current one). Where neither can
+/// say, the allocation passes through.
 fn on_device(rt: &Runtime, stream: Stream, dev: u32) -> bool {
     let s = stream as usize;
     if s == 0 || s == STREAM_LEGACY || s == STREAM_PER_THREAD || one_device(rt) {
         return true;
     }
     let Some(get_device) = rt.stream_get_device else {
-        return false;
+        return crate::cuda::driver::loaded().is_some_and(|l| {
+            crate::dispatch::driver::in_current_context(&l.driver, stream) == Some(true)
+        });
     };
     let mut d = -1;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.

@@ -483,6 +483,40 @@ fn the_default_memory_pools_figures_trim_and_threshold_include_the_pools_part() 
 }
 
 #[test]
+fn created_streams_are_placed_where_the_driver_sees_two_devices() {
+    // The current context's own stream is the pool's; another device's goes to the driver,
+    // and the summary counts it.
+    let exe = program();
+    for mode in ["lcuda", "static"] {
+        let args = [mode, "streams"];
+        let done = format!("driver_pool {mode} streams: all checks passed");
+        let mut env = ENV.to_vec();
+        env.push(("CUDASIM_DEVICES", "2"));
+        let (without, _) = ok(&mut unpooled(&exe, &args, &env));
+        assert!(without.contains(&done), "{without}");
+        assert_eq!(number::<u64>(&without, "placed_driver_mallocs="), 10);
+        let path = scratch(&format!("driver-streams-{mode}")).join("summary.json");
+        env.push(("GPUPOOL_SUMMARY", path.to_str().unwrap()));
+        let (with, err) = ok(&mut pooled(&exe, &args, &env));
+        assert!(with.contains(&done), "{with}\n{err}");
+        assert!(
+            number::<u64>(&with, "placed_driver_mallocs=") <= 1,
+            "{mode}: {with}"
+        );
+        let unplaced = (
+            number::<u64>(&with, "unplaced="),
+            number::<u64>(&with, "unplaced_bytes="),
+        );
+        assert_eq!(
+            summary_passed_for(&path, "unplaced_stream"),
+            unplaced,
+            "{mode}"
+        );
+        assert_eq!(summary_allocations(&path), 10, "{mode}");
+    }
+}
+
+#[test]
 fn a_program_whose_library_links_gpupool_starts_and_looks_up_as_always() {
     // The program's own libraries (libc among them) load before its library's libgpupool, so
     // nothing after libgpupool defines `dlsym`: its own `dlsym` must still reach glibc's.

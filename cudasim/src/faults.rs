@@ -149,6 +149,7 @@ functions!(
     cuStreamQuery,
     cuStreamGetFlags,
     cuStreamGetId,
+    cuStreamGetCtx,
     cuStreamIsCapturing,
     cuStreamWaitEvent,
     cuStreamWaitEvent_ptsz,

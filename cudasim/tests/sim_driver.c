@@ -94,6 +94,13 @@ int main(void)
     CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CU_OK(cuStreamGetFlags(s, (unsigned *)&n));
     CHECK(n == CU_STREAM_NON_BLOCKING, "flags %d", n);
+    ctx = NULL;
+    CU_OK(cuStreamGetCtx(s, &ctx));
+    CHECK(ctx == primary, "the stream's context %p", (void *)ctx);
+    ctx = NULL;
+    CU_OK(cuStreamGetCtx(CU_STREAM_LEGACY, &ctx));
+    CHECK(ctx == primary, "the legacy stream's context %p", (void *)ctx);
+    CU_EXPECT(cuStreamGetCtx(s, NULL), CUDA_ERROR_INVALID_VALUE);
     CU_OK(cuEventCreate(&e, CU_EVENT_DEFAULT));
     CU_OK(cuMemAllocAsync(&a, 4096, s));
     CU_OK(cudasim_cu_launch_fill(a, 4096, 100000, 0x5a, s));

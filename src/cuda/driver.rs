@@ -42,6 +42,8 @@ pub type StreamWaitEventFn = unsafe extern "C" fn(Stream, Event, c_uint) -> CuRe
 pub type StreamCreateFn = unsafe extern "C" fn(*mut Stream, c_uint) -> CuResult;
 pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, c_uint, c_int) -> CuResult;
 pub type StreamGetIdFn = unsafe extern "C" fn(Stream, *mut u64) -> CuResult;
+/// `cuStreamGetCtx`.
+pub type StreamGetCtxFn = unsafe extern "C" fn(Stream, *mut CuContext) -> CuResult;
 pub type StreamIsCapturingFn = unsafe extern "C" fn(Stream, *mut c_int) -> CuResult;
 pub type StreamGetFlagsFn = unsafe extern "C" fn(Stream, *mut c_uint) -> CuResult;
 pub type CtxGetCurrentFn = unsafe extern "C" fn(*mut CuContext) -> CuResult;
@@ -202,6 +204,9 @@ pub struct Driver {
     pub stream_get_id: Option<StreamGetIdFn>,
     pub stream_is_capturing: Option<StreamIsCapturingFn>,
     pub stream_get_flags: Option<StreamGetFlagsFn>,
+    /// A stream's context: where several devices are seen, it places a stream on the current
+    /// one (`dispatch::driver::in_current_context`).
+    pub stream_get_ctx: Option<StreamGetCtxFn>,
     /// The virtual memory calls, for expandable segments.
     pub vmm: Option<Vmm>,
     /// `cuInit`: the pool's first virtual memory query may come before the runtime initialised
@@ -236,6 +241,7 @@ impl Driver {
             stream_get_id: optional!(lookup, "cuStreamGetId"),
             stream_is_capturing: optional!(lookup, "cuStreamIsCapturing"),
             stream_get_flags: optional!(lookup, "cuStreamGetFlags"),
+            stream_get_ctx: optional!(lookup, "cuStreamGetCtx"),
             ctx_set_current: optional!(lookup, "cuCtxSetCurrent"),
             vmm: Vmm::resolve(lookup),
             init: optional!(lookup, "cuInit"),

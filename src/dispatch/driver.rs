@@ -260,8 +260,9 @@ fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
 
 /// The pool's name for `stream` for a stream-ordered allocation on the current device, or why
 /// the allocation must go to the driver: the stream is being captured into a graph (the graph
-/// owns it), or it may belong to another device (a created stream where the driver sees
-/// several), or the driver cannot say whether it is captured.
+/// owns it), or it is not known to be the current context's (a created stream where the
+/// driver sees several devices and cannot say whose it is), or the driver cannot say whether
+/// it is captured.
 fn async_stream(d: &Driver, stream: Stream) -> Result<StreamKey, Reason> {
     if is_legacy(stream) {
         return Ok(LEGACY_STREAM);
@@ -269,10 +270,24 @@ fn async_stream(d: &Driver, stream: Stream) -> Result<StreamKey, Reason> {
     if capturing(d, stream).ok_or(Reason::UnplacedStream)? {
         return Err(Reason::GraphCapture);
     }
-    let default_or_only = stream as usize == STREAM_PER_THREAD || one_device(d);
-    default_or_only
-        .then(|| stream_id(d, stream))
+    let here = stream as usize == STREAM_PER_THREAD
+        || one_device(d)
+        || in_current_context(d, stream) == Some(true);
+    here.then(|| stream_id(d, stream))
         .ok_or(Reason::UnplacedStream)
+}
+
+/// Whether `stream` belongs to the calling thread's current context (`cuStreamGetCtx`); `None`
+/// when the driver cannot say. A stream of another device belongs to that device's context.
+pub(crate) fn in_current_context(d: &Driver, stream: Stream) -> Option<bool> {
+    let get = d.stream_get_ctx?;
+    let mut of_stream: CuContext = std::ptr::null_mut();
+    // SAFETY: a stream the program passed, and a valid out-pointer.
+    if unsafe { get(stream, &mut of_stream) } != cu::CU_SUCCESS {
+        return None;
+    }
+    let (current, _) = current_context(d)?;
+    Some(!of_stream.is_null() && of_stream == current)
 }
 
 /// Whether `stream` is being captured; `None` when the driver cannot say.

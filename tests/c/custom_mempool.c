@@ -49,8 +49,8 @@ static cudaMemPool_t create_pool(int device, enum cudaMemAllocationHandleType ha
 int main(void)
 {
     cudaMemPool_t def0, def1, mine, other, late;
-    /* A stream the pool can tell is the current device's (with two devices, a created one it
-     * cannot: the simulator has no cudaStreamGetDevice). */
+    /* A stream the pool knows is the current device's without asking (with two devices, a
+     * created one is placed through the driver's cuStreamGetCtx). */
     cudaStream_t s = cudaStreamPerThread;
     void *before, *a, *b;
     unsigned long long mine_served, frees;

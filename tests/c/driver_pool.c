@@ -8,7 +8,9 @@
  *   driver_pool MODE custom-pool  instead: cuMemAllocAsync while the program's own memory pool
  *                       is current (cuDeviceSetMemPool), see `custom_pool`.
  *   driver_pool MODE default-pool  instead: the default memory pool's figures, trim and release
- *                       threshold, see `default_pool_calls`. */
+ *                       threshold, see `default_pool_calls`.
+ *   driver_pool MODE streams  instead: created streams where two devices are seen, see
+ *                       `placed_streams`. */
 #include "check.h"
 #include "cuda.h"
 
@@ -49,6 +51,8 @@ static struct {
     CUresult (*pool_get)(CUmemoryPool, CUmemPool_attribute, void *);
     CUresult (*pool_set)(CUmemoryPool, CUmemPool_attribute, void *);
     CUresult (*pool_trim)(CUmemoryPool, size_t);
+    CUresult (*stream_create)(CUstream *, unsigned);
+    CUresult (*stream_destroy)(CUstream);
     int (*stats)(int, cudasimStats *);
     int (*pool_mallocs)(cudaMemPool_t, unsigned long long *);
     void (*fill)(void);
@@ -89,6 +93,8 @@ static void link_directly(void)
     cu.pool_get = cuMemPoolGetAttribute;
     cu.pool_set = cuMemPoolSetAttribute;
     cu.pool_trim = cuMemPoolTrimTo;
+    cu.stream_create = cuStreamCreate;
+    cu.stream_destroy = cuStreamDestroy_v2;
     cu.stats = cudasimGetStats;
     cu.pool_mallocs = cudasimGetPoolMallocs;
     cu.fill = cudasim_fill_kernel;
@@ -139,6 +145,8 @@ static void link_as_static_runtime(cuuint64_t flags)
     *(void **)&cu.pool_get = proc(get, "cuMemPoolGetAttribute", flags);
     *(void **)&cu.pool_set = proc(get, "cuMemPoolSetAttribute", flags);
     *(void **)&cu.pool_trim = proc(get, "cuMemPoolTrimTo", flags);
+    *(void **)&cu.stream_create = proc(get, "cuStreamCreate", flags);
+    *(void **)&cu.stream_destroy = proc(get, "cuStreamDestroy", flags);
     *(void **)&cu.stats = dlsym(h, "cudasimGetStats");
     *(void **)&cu.pool_mallocs = dlsym(h, "cudasimGetPoolMallocs");
     *(void **)&cu.fill = dlsym(h, "cudasim_fill_kernel");
@@ -402,6 +410,41 @@ static void default_pool_calls(void)
               CUDA_ERROR_INVALID_VALUE);
 }
 
+/* Where the driver sees two devices, a stream the program created names no device: the pool
+ * asks the driver for its context. Ten 2 MiB blocks allocated and freed on a stream of device
+ * 0, device 0's context current, are the pool's; one on a stream of device 1 goes to the
+ * driver. Needs CUDASIM_DEVICES=2. Prints "placed_driver_mallocs=N" (what the ten took from
+ * the driver), "unplaced=N" and "unplaced_bytes=N". */
+static void placed_streams(void)
+{
+    CUcontext ctx0 = NULL, ctx1 = NULL;
+    CUstream s0, s1;
+    CUdeviceptr p = 0;
+    unsigned long long before;
+    int i;
+
+    CU_OK(cu.init(0));
+    CU_OK(cu.retain(&ctx0, 0));
+    CU_OK(cu.retain(&ctx1, 1));
+    CU_OK(cu.set_current(ctx1));
+    CU_OK(cu.stream_create(&s1, 0));
+    CU_OK(cu.set_current(ctx0));
+    CU_OK(cu.stream_create(&s0, 0));
+    before = device0().driver_mallocs;
+    for (i = 0; i < 10; i++) {
+        CU_OK(cu.alloc_async(&p, 2 * MiB, s0));
+        CU_OK(cu.free_async(p, s0));
+    }
+    CU_OK(cu.sync());
+    printf("placed_driver_mallocs=%llu\n", device0().driver_mallocs - before);
+    CU_OK(cu.alloc_async(&p, 3 * MiB, s1));
+    CU_OK(cu.free_async(p, s1));
+    CU_OK(cu.sync());
+    printf("unplaced=1\nunplaced_bytes=%llu\n", 3 * MiB);
+    CU_OK(cu.stream_destroy(s0));
+    CU_OK(cu.stream_destroy(s1));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "lcuda";
@@ -456,6 +499,11 @@ int main(int argc, char **argv)
         return 0;
     } else {
         CHECK(0, "unknown mode %s", mode);
+    }
+    if (argc > 2 && strcmp(argv[2], "streams") == 0) {
+        placed_streams();
+        printf("driver_pool %s streams: all checks passed\n", mode);
+        return 0;
     }
     if (argc > 2 && strcmp(argv[2], "default-pool") == 0) {
         default_pool_calls();

@@ -206,6 +206,21 @@ pub unsafe fn get_id(stream: usize, id: *mut u64) -> CudaResult {
     unsafe { stream_property(stream, id, |s| s.id) }
 }
 
+/// The context of `stream` (`cuStreamGetCtx`): its device's primary one. The simulator keeps
+/// streams by device, not by context, so a stream made while a created context was current
+/// answers the primary one too; the default streams answer the current device's.
+///
+/// # Safety
+/// `ctx` must be NULL or valid for writing a `CUcontext`.
+pub unsafe fn get_context(stream: usize, ctx: *mut *mut std::ffi::c_void) -> CudaResult {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        stream_property(stream, ctx, |s| {
+            crate::context::primary(s.device) as *mut std::ffi::c_void
+        })
+    }
+}
+
 /// `cudaStreamIsCapturing`'s answer, also `cuStreamIsCapturing`'s.
 ///
 /// # Safety

@@ -96,6 +96,7 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuStreamQuery" => one!(2000, cuStreamQuery),
         b"cuStreamGetFlags" => one!(5050, cuStreamGetFlags),
         b"cuStreamGetId" => one!(12000, cuStreamGetId),
+        b"cuStreamGetCtx" => one!(9020, cuStreamGetCtx),
         b"cuStreamIsCapturing" => one!(10000, cuStreamIsCapturing),
         b"cuStreamWaitEvent" => one!(3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
         b"cuEventCreate" => one!(2000, cuEventCreate),

@@ -76,6 +76,16 @@ pub unsafe extern "C" fn cuStreamGetId(stream: CuStream, id: *mut u64) -> CuResu
     })
 }
 
+/// The stream's context: its device's primary one (`stream::get_context`).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx(stream: CuStream, ctx: *mut super::CuContext) -> CuResult {
+    driver_call(Func::cuStreamGetCtx, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUcontext.
+        unsafe { stream::get_context(stream as usize, ctx) }
+    })
+}
+
 /// As `cudaStreamIsCapturing`: `CU_STREAM_CAPTURE_STATUS_ACTIVE` (1) while capturing, else 0.
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamIsCapturing(stream: CuStream, status: *mut c_int) -> CuResult {
