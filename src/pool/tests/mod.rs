@@ -4,6 +4,7 @@
 mod alloc_fit;
 mod cache_sync;
 mod expandable;
+mod expandable_interplay;
 mod expandable_refusals;
 mod frees;
 mod growth;
