@@ -118,9 +118,14 @@ thread_local! {
 extern "C" fn fork_prepare() {
     // The link first: linking calls the driver, which takes the state lock.
     let linking = link::LINKING.lock().unwrap_or_else(PoisonError::into_inner);
-    let state = STATE
-        .get()
-        .map(|lock| lock.lock().unwrap_or_else(PoisonError::into_inner));
+    // Made here if no thread made it yet: another thread's first call may be making it, or
+    // about to lock it, and a child would inherit the lock of a thread it does not have.
+    let state = config::get().ok().map(|cfg| {
+        STATE
+            .get_or_init(|| make_state(cfg))
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    });
     let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = Some((linking, state)));
 }
 
