@@ -11,7 +11,7 @@ cargo build --workspace
 if ! command -v pkg-config >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq pkgconf >/dev/null
 fi
-# tests/report.rs validates the Prometheus summary with the reference parser.
+# tests/report/ validates the Prometheus summary with the reference parser.
 python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus_client
 # The tools' own tests: gpu-check's steps and a whole run with stand-ins, bench's reports.
 python3 -m unittest discover -q -s tools

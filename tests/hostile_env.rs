@@ -124,7 +124,7 @@ fn unwritable_summary_and_trace_paths_give_one_warning_and_the_program_runs() {
         }
     }
     // A symbolic link is never written through: the trace refuses it (one warning), the summary
-    // replaces the link (tests/report.rs checks that in detail).
+    // replaces the link (tests/report/destination.rs checks that in detail).
     assert_eq!(churn_with("GPUPOOL_TRACE", &link).len(), 1);
     assert!(churn_with("GPUPOOL_SUMMARY", &link).is_empty());
     assert_eq!(std::fs::read_to_string(&target).expect("read"), "keep me");

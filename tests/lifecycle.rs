@@ -3,7 +3,7 @@
 //! deadlocks), `exit`/`_exit` while threads are inside the pool, CUDA from a static constructor
 //! before `main`, `dlopen`/`dlclose` of a library that uses CUDA, and `fork` while another thread's
 //! first CUDA call is still making the pool. Every run has a deadline.
-//! (Signals during an allocation storm: `tests/report.rs`, `sigusr1_during_an_allocation_storm_*`.)
+//! (Signals during an allocation storm: `tests/report/live_dump.rs`, `sigusr1_during_an_allocation_storm_*`.)
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
