@@ -20,6 +20,13 @@ fn api_program() -> PathBuf {
         .clone()
 }
 
+/// `tests/c/api_edges.c`, linked the same way.
+fn edges_program() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build_linked(&root().join("tests/c/api_edges.c"), "cc", "-std=c11", true))
+        .clone()
+}
+
 /// Builds `src` against the header and `-lgpupool` (and the simulator's runtime if `cudart`).
 fn build_linked(src: &Path, compiler: &str, std: &str, cudart: bool) -> PathBuf {
     let include = format!("-I{}", root().join("include").display());
@@ -44,9 +51,15 @@ fn build_linked(src: &Path, compiler: &str, std: &str, cudart: bool) -> PathBuf 
 const CLASSIC: (&str, &str) = ("GPUPOOL_EXPANDABLE", "0");
 
 fn api(mode: &str, env: &[(&str, &str)]) -> (String, String) {
-    ok(clean_command(&api_program())
-        .arg(mode)
-        .envs(env.iter().copied()))
+    run_mode(&api_program(), mode, env)
+}
+
+fn edges(mode: &str, env: &[(&str, &str)]) -> (String, String) {
+    run_mode(&edges_program(), mode, env)
+}
+
+fn run_mode(exe: &Path, mode: &str, env: &[(&str, &str)]) -> (String, String) {
+    ok(clean_command(exe).arg(mode).envs(env.iter().copied()))
 }
 
 #[test]
@@ -70,10 +83,10 @@ fn a_block_freed_on_a_stream_serves_that_stream_at_once_in_relaxed_mode_only() {
 
 #[test]
 fn a_failed_stream_query_of_the_pools_own_leaves_no_last_error() {
-    let (out, _) = api("lasterr", &[("GPUPOOL_REUSE", "relaxed")]);
+    let (out, _) = edges("lasterr", &[("GPUPOOL_REUSE", "relaxed")]);
     assert!(out.contains("lasterr ok"), "{out}");
     for devices in ["1", "2"] {
-        let (out, _) = api("devquery", &[("CUDASIM_DEVICES", devices)]);
+        let (out, _) = edges("devquery", &[("CUDASIM_DEVICES", devices)]);
         assert!(out.contains("devquery ok"), "{devices} devices: {out}");
     }
     for reuse in ["strict", "barrier", "relaxed"] {
@@ -87,19 +100,19 @@ fn a_failed_stream_query_of_the_pools_own_leaves_no_last_error() {
 
 #[test]
 fn devices_beyond_the_pools_64_go_to_the_runtime_and_the_threshold_calls_refuse_them() {
-    let (out, _) = api("highdev", &[("CUDASIM_DEVICES", "66")]);
+    let (out, _) = edges("highdev", &[("CUDASIM_DEVICES", "66")]);
     assert!(out.contains("highdev ok"), "{out}");
 }
 
 #[test]
 fn a_runtime_that_cannot_count_its_devices_gives_101_and_leaves_no_error() {
-    let (out, _) = api("countfail", &[]);
+    let (out, _) = edges("countfail", &[]);
     assert!(out.contains("countfail ok"), "{out}");
 }
 
 #[test]
 fn a_forked_childs_summary_says_the_pool_is_off_there() {
-    let (out, _) = api("forkline", &[]);
+    let (out, _) = edges("forkline", &[]);
     assert!(out.contains("forkline ok"), "{out}");
 }
 
@@ -108,7 +121,7 @@ fn a_forked_childs_summary_says_the_pool_is_off_there() {
 /// the pool would let the second deadlock), and no free reaches the runtime.
 #[test]
 fn calls_from_a_signal_handler_inside_the_pool_are_refused_and_free_nothing() {
-    let (out, err) = api("reentry", &[("CUDASIM_MALLOC_US", "400000"), CLASSIC]);
+    let (out, err) = edges("reentry", &[("CUDASIM_MALLOC_US", "400000"), CLASSIC]);
     assert!(out.contains("reentry ok"), "{out}");
     assert!(
         err.contains("cudaFree(")
@@ -131,7 +144,7 @@ fn empty_cache_gives_memory_back_to_the_driver() {
 
 #[test]
 fn idle_segments_a_larger_request_outgrew_go_back_to_the_driver() {
-    let (out, _) = api("outgrown", &[CLASSIC]);
+    let (out, _) = edges("outgrown", &[CLASSIC]);
     assert!(out.contains("outgrown ok"), "{out}");
     // The summary says why the memory went back.
     let line = out
@@ -146,7 +159,7 @@ fn the_stats_struct_says_where_the_memory_lies() {
     // Mapped bytes and address space of expandable segments, releasable and stranded bytes,
     // from C, against the simulator and the JSON; none mapped with classic segments.
     for env in [[("GPUPOOL_EXPANDABLE", "1")], [CLASSIC]] {
-        let (out, err) = api("mapped", &env);
+        let (out, err) = edges("mapped", &env);
         assert!(out.contains("mapped ok"), "{env:?}: {out}\n{err}");
     }
 }
