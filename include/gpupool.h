@@ -315,8 +315,10 @@ int gpupool_reset_peak_stats(int device);
  * segments go back to the driver at the next synchronization the program makes or the next
  * allocation on that device (the meaning of CUDA's `cudaMemPoolAttrReleaseThreshold`; for an
  * immediate release call `gpupool_empty_cache`). `UINT64_MAX` (`GPUPOOL_KEEP_ALL`) keeps
- * everything. Replaces `GPUPOOL_RELEASE_THRESHOLD` for this process. With the pool disabled
- * the call does nothing.
+ * everything. Replaces `GPUPOOL_RELEASE_THRESHOLD` for this process, and outranks a threshold
+ * the program sets on CUDA's default memory pool afterwards (PyTorch's `cudaMallocAsync`
+ * backend sets one). A device not used yet starts with it; the call makes no CUDA call about
+ * that device. With the pool disabled the call does nothing.
  *
  * Returns 0, 101 (not a device, or one beyond the 64 the pool serves), 35 (for a device ordinal,
  * without a runtime), or 999. For -1 it needs no runtime and never looks for one: set before the

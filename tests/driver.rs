@@ -635,3 +635,45 @@ fn cu_mem_free_async_on_a_destroyed_stream_answers_as_the_driver() {
         number::<i32>(&without, "destroyed_stream_free="),
     );
 }
+
+/// `cuMemPoolTrimTo` needs no current context, and the pool's part of the trim is made in the
+/// device's primary context: a trim to 0 from a thread with none gives the cache back, as with
+/// the primary context current.
+#[test]
+fn a_trim_from_a_thread_without_a_context_gives_the_pools_cache_back() {
+    let exe = support::c_program_with_driver("driver_trim_no_context");
+    let (without, _) = ok(&mut unpooled(&exe, &[], &[]));
+    assert_eq!(number::<u64>(&without, "live="), 0, "{without}");
+    for env in [[("GPUPOOL_EXPANDABLE", "0")], [("GPUPOOL_EXPANDABLE", "1")]] {
+        for mode in ["current", "none"] {
+            let (with, err) = ok(&mut pooled(&exe, &[mode], &env));
+            assert!(with.contains("driver_trim_no_context ok"), "{with}\n{err}");
+            assert_eq!(number::<i32>(&with, "trim="), 0, "{mode} {env:?}: {with}");
+            assert_eq!(
+                number::<u64>(&with, "live="),
+                0,
+                "{mode} {env:?}: {with}\n{err}"
+            );
+        }
+    }
+}
+
+/// A device beyond the 64 the pool serves goes to the driver, as on the runtime path: its
+/// primary context is not "a context the program created" in the summary.
+#[test]
+fn a_primary_context_beyond_the_pools_devices_is_not_counted_as_the_programs_own() {
+    let exe = support::c_program_with_driver("driver_high_device");
+    let path = scratch("driver-high-device").join("summary.json");
+    let env = [
+        ("CUDASIM_DEVICES", "66"),
+        ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
+    ];
+    let (with, err) = ok(&mut pooled(&exe, &[], &env));
+    assert!(with.contains("driver_high_device ok"), "{with}\n{err}");
+    assert_eq!(summary_passed_for(&path, "own_context"), (0, 0), "{err}");
+    assert_eq!(
+        summary_allocations(&path),
+        1,
+        "device 0's block is pooled\n{err}"
+    );
+}

@@ -373,3 +373,43 @@ fn a_release_threshold_set_on_the_default_pool_is_the_pools_unless_the_user_chos
     let (kept, _) = ok(&mut pooled(&exe, &["zero"], &env));
     assert!(number::<u64>(&kept, "held=") >= 120 << 20, "{kept}");
 }
+
+/// `gpupool_set_release_threshold` is the user's choice too: PyTorch's `UINT64_MAX` on the
+/// default pool, set when its backend starts on the device, leaves it alone, whether it was set
+/// for every device before the first CUDA call or for the device after.
+#[test]
+fn a_threshold_the_user_set_at_run_time_survives_the_programs_default_pool_threshold() {
+    let exe = c_program("threshold_user_choice");
+    for mode in ["all", "device"] {
+        let (with, err) = ok(&mut pooled(&exe, &[mode], &[]));
+        assert!(with.contains("threshold_user_choice ok"), "{with}\n{err}");
+        assert_eq!(number::<i32>(&with, "api_rc="), 0, "{mode}: {with}");
+        assert_eq!(number::<u64>(&with, "held="), 0, "{mode}: {with}\n{err}");
+    }
+}
+
+/// A threshold set on the default pool of a device the program never used becomes that
+/// device's, and makes no context there (one costs hundreds of MiB on a GPU), with the limit
+/// and expandable segments that make the pool ask the device about itself.
+#[test]
+fn a_threshold_on_an_unused_devices_default_pool_makes_no_context_there() {
+    let exe = support::c_program_with_driver("threshold_unused_device");
+    let env = [("CUDASIM_DEVICES", "2"), ("GPUPOOL_LIMIT", "90%")];
+    let (without, _) = ok(&mut unpooled(&exe, &[], &env));
+    assert_eq!(number::<i32>(&without, "device1_active="), 0, "{without}");
+    for expandable in ["1", "0"] {
+        let env = [env[0], env[1], ("GPUPOOL_EXPANDABLE", expandable)];
+        let (with, err) = ok(&mut pooled(&exe, &[], &env));
+        assert!(with.contains("threshold_unused_device ok"), "{with}\n{err}");
+        assert_eq!(
+            number::<i32>(&with, "device1_active="),
+            0,
+            "{expandable}: {with}\n{err}"
+        );
+        assert_eq!(
+            number::<i64>(&with, "threshold1="),
+            5 << 20,
+            "{expandable}: {with}"
+        );
+    }
+}

@@ -2,8 +2,8 @@
 //! serves that pool's allocations, so once CUDA's own call about it succeeded the pool adds
 //! what it holds: its figures to the reserved and used bytes a program reads, its cache to a
 //! trim, and a release threshold the program sets becomes the pool's on that device, unless
-//! `GPUPOOL_RELEASE_THRESHOLD` chose one (PyTorch's `cudaMallocAsync` backend sets the
-//! threshold to keep everything, at start). The attributes' numbers are the same in both APIs
+//! the user chose one (`GPUPOOL_RELEASE_THRESHOLD`, or `gpupool_set_release_threshold`:
+//! PyTorch's `cudaMallocAsync` backend sets the threshold to keep everything, at start). The attributes' numbers are the same in both APIs
 //! (`cudaMemPoolAttr`, `CUmemPool_attribute`); the runtime's calls are in `mempool.rs`, the
 //! driver's here.
 
@@ -62,14 +62,21 @@ pub(crate) fn device_of(
         .find(|&dev| default_of(dev) == Some(mem_pool))
 }
 
-/// The devices a call that `concerns` them may be about: the pool's used ones, or the first
-/// `count` (the devices CUDA sees, the pool's limit at most).
+/// The devices a call that `concerns` them may be about: the pool's used ones, then for any
+/// device the rest of the first `count` (the devices CUDA sees, the pool's limit at most). The
+/// used ones come first: the call is most likely about one of them, and asking about the others
+/// is then not needed.
 pub(crate) fn candidates(pool: &Pool<CudaBackend>, concerns: Concerns, count: usize) -> Vec<u32> {
-    match concerns {
-        Concerns::Nothing => Vec::new(),
-        Concerns::UsedDevices => pool.used_devices(),
-        Concerns::AnyDevice => (0..count.min(crate::pool::MAX_DEVICES) as u32).collect(),
+    let mut devices = match concerns {
+        Concerns::Nothing => return Vec::new(),
+        _ => pool.used_devices(),
+    };
+    if concerns == Concerns::AnyDevice {
+        let used = devices.clone();
+        let count = count.min(crate::pool::MAX_DEVICES) as u32;
+        devices.extend((0..count).filter(|d| !used.contains(d)));
     }
+    devices
 }
 
 /// After CUDA trimmed `dev`'s default pool to `keep` bytes: the pool gives back its cache until
@@ -101,7 +108,8 @@ pub(crate) unsafe fn add_figure(pool: &Pool<CudaBackend>, dev: u32, attr: i32, v
 
 /// After CUDA accepted `attr` of `dev`'s default pool from `value` (checked by
 /// `set_concerns`): a high-water mark reset (the only value CUDA allows is 0) resets the
-/// pool's; a release threshold becomes the pool's on `dev` unless the user chose one.
+/// pool's; a release threshold becomes the pool's on `dev` unless the user chose one, with
+/// `GPUPOOL_RELEASE_THRESHOLD` or at run time.
 ///
 /// # Safety
 /// `value` holds the attribute's `cuuint64_t`, which CUDA just read.
@@ -117,7 +125,7 @@ pub(crate) unsafe fn attribute_set(
     }
     if !global::process().config.release_threshold_chosen {
         // SAFETY: by the caller's contract.
-        pool.set_device_threshold(dev, unsafe { value.cast::<u64>().read_unaligned() });
+        pool.adopt_program_threshold(dev, unsafe { value.cast::<u64>().read_unaligned() });
     }
 }
 
@@ -167,7 +175,9 @@ pub unsafe fn driver_trim_to(
             let r = unsafe { get(mem_pool, RESERVED_CURRENT, (&mut v as *mut u64).cast()) };
             (r == cu::CU_SUCCESS).then_some(v)
         });
-        trimmed(pool, dev, keep as u64, reserved);
+        // The pool's segments are freed in the device's primary context, which the caller
+        // need not have current (CUDA's trim needs no context).
+        super::driver::with_primary_current(d, dev, || trimmed(pool, dev, keep as u64, reserved));
     })
 }
 

@@ -58,7 +58,15 @@ pub(crate) fn context_device(d: &Driver) -> Option<u32> {
     (primary_context(d, dev)? == ctx as usize).then_some(dev)
 }
 
-/// The calling thread's current context and its device, when it has one.
+/// `Reason::OwnContext` when the current context is one the program made on a device the pool
+/// serves. With no current context the driver refuses, and a device beyond the pool's goes to
+/// the driver as on the runtime path: neither is counted.
+fn own_context(d: &Driver) -> Option<Reason> {
+    let (ctx, dev) = current_context(d)?;
+    (primary_context(d, dev) != Some(ctx as usize)).then_some(Reason::OwnContext)
+}
+
+/// The calling thread's current context and its device, when it has one the pool serves.
 fn current_context(d: &Driver) -> Option<(CuContext, u32)> {
     let mut ctx: CuContext = std::ptr::null_mut();
     // SAFETY: a valid out-pointer.
@@ -143,8 +151,11 @@ pub unsafe fn mem_alloc(
         return real();
     };
     let Some(dev) = context_device(d) else {
-        // With no current context at all the driver refuses, and nothing is counted.
-        return note_passed_through(Reason::OwnContext, size, unserved(pool, d, real));
+        let r = unserved(pool, d, real);
+        return match own_context(d) {
+            Some(why) => note_passed_through(why, size, r),
+            None => r,
+        };
     };
     if stream.is_some() && !current_pool::is_default(dev, || current_is_default(d, dev)) {
         return note_passed_through(Reason::OwnMemoryPool, size, unserved(pool, d, real));
@@ -233,29 +244,36 @@ fn unserved(pool: &Pool<CudaBackend>, d: &Driver, real: impl Fn() -> CuResult) -
     r
 }
 
-/// Releases the pool's cache on the current context's device, with the device's primary
-/// context current meanwhile (the pool's own calls are made there). Returns the bytes released.
+/// Releases the pool's cache on the current context's device. Returns the bytes released.
 fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
-    let Some((ctx, device)) = current_context(d) else {
+    let Some((_, device)) = current_context(d) else {
         return 0;
     };
-    let Some(primary) = primary_context(d, device) else {
-        return 0;
-    };
-    if primary == ctx as usize {
-        return pool.empty_cache(device);
+    with_primary_current(d, device, || pool.empty_cache(device)).unwrap_or(0)
+}
+
+/// `f` run with `dev`'s primary context current, where the pool's own calls about `dev` are
+/// made, and the thread's own context (or none) current again after. `None`, and `f` not run,
+/// when that context is not active or cannot be made current.
+pub(crate) fn with_primary_current<T>(d: &Driver, dev: u32, f: impl FnOnce() -> T) -> Option<T> {
+    let primary = primary_context(d, dev)?;
+    let mut ctx: CuContext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    if unsafe { (d.ctx_get_current)(&mut ctx) } != cu::CU_SUCCESS {
+        return None;
     }
-    let Some(set_current) = d.ctx_set_current else {
-        return 0;
-    };
+    if ctx as usize == primary {
+        return Some(f());
+    }
+    let set_current = d.ctx_set_current?;
     // SAFETY: the device's primary context, active (`primary_context`).
     if unsafe { set_current(primary as CuContext) } != cu::CU_SUCCESS {
-        return 0;
+        return None;
     }
-    let released = pool.empty_cache(device);
-    // SAFETY: the program's context, current a moment ago.
+    let out = f();
+    // SAFETY: the context current a moment ago (NULL: none, which unbinds the thread).
     unsafe { set_current(ctx) };
-    released
+    Some(out)
 }
 
 /// The pool's name for `stream` for a stream-ordered allocation on the current device, or why

@@ -3,13 +3,27 @@
 use super::*;
 
 impl<B: Backend> Pool<B> {
-    /// The threshold `device` starts with: the run-time override, or the configured one.
+    /// The threshold `device` starts with: one set at run time, or the configured one.
     pub(super) fn initial_threshold(&self, device: u32) -> u64 {
-        match self.threshold_override.load(Ordering::Relaxed) {
-            NO_OVERRIDE => self.resolve(self.settings.threshold, device),
-            // `set_threshold(u64::MAX)` (keep everything) is stored just below the sentinel.
-            t if t >= NO_OVERRIDE - 1 => u64::MAX,
-            t => t,
+        self.threshold_set_for(device)
+            .unwrap_or_else(|| self.resolve(self.settings.threshold, device))
+    }
+
+    /// The threshold set at run time for `device`: for it alone, else for every device.
+    fn threshold_set_for(&self, device: u32) -> Option<u64> {
+        let own = self.device_threshold[device as usize].load(Ordering::SeqCst);
+        decode_threshold(own)
+            .or_else(|| decode_threshold(self.threshold_override.load(Ordering::SeqCst)))
+    }
+
+    /// A slot just published: a threshold set at run time while it was being made applies.
+    pub(super) fn settle_threshold(&self, device: u32, slot: &DeviceSlot) {
+        if let Some(t) = self.threshold_set_for(device) {
+            let mut p = Self::lock(slot);
+            if p.threshold != t {
+                p.set_threshold(t);
+                self.update_caches(slot, &mut p);
+            }
         }
     }
 
@@ -79,30 +93,57 @@ impl<B: Backend> Pool<B> {
         }
     }
 
-    /// Set the release threshold of every device, now and for devices not yet used.
+    /// The user sets the release threshold of every device, now and for devices not yet used.
     pub fn set_threshold(&self, bytes: u64) {
+        self.user_threshold.store(u64::MAX, Ordering::SeqCst);
+        // The latest call wins: one for every device replaces those for one.
+        for t in &self.device_threshold {
+            t.store(NO_OVERRIDE, Ordering::SeqCst);
+        }
         self.threshold_override
-            .store(bytes.min(NO_OVERRIDE - 1), Ordering::Relaxed);
+            .store(encode_threshold(bytes), Ordering::SeqCst);
         for d in 0..MAX_DEVICES as u32 {
-            if let Some(slot) = self.existing(d) {
-                let mut p = Self::lock(slot);
-                p.set_threshold(bytes);
-                self.update_caches(slot, &mut p);
-            }
+            self.apply_threshold(d, bytes);
         }
     }
 
-    /// Set the release threshold of `device` alone (its pool is made if it was not used yet).
-    /// Returns false for a device the pool does not serve.
+    /// The user sets the release threshold of `device` alone. A device not used yet starts with
+    /// it: no pool is made for it, so no CUDA call is made about it. Returns false for a device
+    /// the pool does not serve.
     pub fn set_device_threshold(&self, device: u32, bytes: u64) -> bool {
-        match self.slot(device) {
-            Some(slot) => {
-                let mut p = Self::lock(slot);
-                p.set_threshold(bytes);
-                self.update_caches(slot, &mut p);
+        let Some(bit) = device_bit(device) else {
+            return false;
+        };
+        self.user_threshold.fetch_or(bit, Ordering::SeqCst);
+        self.store_device_threshold(device, bytes);
+        true
+    }
+
+    /// The program set `device`'s threshold through CUDA (its default memory pool's release
+    /// threshold): it becomes the pool's unless the user set one at run time. Returns whether it
+    /// did.
+    pub fn adopt_program_threshold(&self, device: u32, bytes: u64) -> bool {
+        match device_bit(device) {
+            Some(bit) if self.user_threshold.load(Ordering::SeqCst) & bit == 0 => {
+                self.store_device_threshold(device, bytes);
                 true
             }
-            None => false,
+            _ => false,
+        }
+    }
+
+    /// `device`'s own threshold, for now and for when its pool is made.
+    fn store_device_threshold(&self, device: u32, bytes: u64) {
+        self.device_threshold[device as usize].store(encode_threshold(bytes), Ordering::SeqCst);
+        self.apply_threshold(device, bytes);
+    }
+
+    /// `bytes` as the threshold of `device`'s pool, if it has one.
+    fn apply_threshold(&self, device: u32, bytes: u64) {
+        if let Some(slot) = self.existing(device) {
+            let mut p = Self::lock(slot);
+            p.set_threshold(bytes);
+            self.update_caches(slot, &mut p);
         }
     }
 
@@ -145,5 +186,24 @@ impl<B: Backend> Pool<B> {
         slot.caches.settle(p, &slot.clock);
         p.forget_all();
         slot.caches.forget(p.generation);
+    }
+}
+
+/// The bit of `device` in `Pool::user_threshold`, for a device the pool serves.
+fn device_bit(device: u32) -> Option<u64> {
+    ((device as usize) < MAX_DEVICES).then(|| 1u64 << device)
+}
+
+/// A threshold as the atomics hold it: `u64::MAX` (keep everything) just below the sentinel.
+fn encode_threshold(bytes: u64) -> u64 {
+    bytes.min(NO_OVERRIDE - 1)
+}
+
+/// A threshold the atomics hold, `None` for "not set".
+fn decode_threshold(stored: u64) -> Option<u64> {
+    match stored {
+        NO_OVERRIDE => None,
+        t if t >= NO_OVERRIDE - 1 => Some(u64::MAX),
+        t => Some(t),
     }
 }

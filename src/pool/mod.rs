@@ -243,6 +243,12 @@ pub struct Pool<B: Backend> {
     nonblocking_seen: AtomicBool,
     /// Runtime override of the threshold (bytes), `u64::MAX - 1` meaning "not set".
     threshold_override: AtomicU64,
+    /// Per device, a threshold set at run time for it alone (encoded as `threshold_override`):
+    /// what a device not used yet starts with, ahead of the override.
+    device_threshold: [AtomicU64; MAX_DEVICES],
+    /// The devices whose threshold the user set at run time (the C API): a threshold the
+    /// program sets on CUDA's default memory pool no longer replaces it.
+    user_threshold: AtomicU64,
     /// Time zero of the trace.
     start: Instant,
     /// Per device, the devices given access to its mapped memory (`peers.rs`).
@@ -273,6 +279,8 @@ impl<B: Backend> Pool<B> {
             made: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES],
             nonblocking_seen: AtomicBool::new(false),
             threshold_override: AtomicU64::new(NO_OVERRIDE),
+            device_threshold: [const { AtomicU64::new(NO_OVERRIDE) }; MAX_DEVICES],
+            user_threshold: AtomicU64::new(0),
             start: Instant::now(),
             peers: (0..MAX_DEVICES).map(|_| Arc::default()).collect(),
             ipc: peers::IpcCounts::default(),
@@ -298,6 +306,8 @@ impl<B: Backend> Pool<B> {
                 slot as *const DeviceSlot as *mut DeviceSlot,
                 Ordering::Release,
             );
+            // A threshold set while the slot was being made, which found no slot to update.
+            self.settle_threshold(device, slot);
         }
         // Also on a slot another thread is making: its grants are done once this returns (one
         // load once they are).

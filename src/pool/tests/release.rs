@@ -109,6 +109,32 @@ fn per_device_thresholds_and_keep_all_overrides() {
 }
 
 #[test]
+fn a_threshold_for_an_unused_device_waits_for_it_and_the_users_outranks_the_programs() {
+    let p = pool_with(ReuseMode::Relaxed, DeviceBytes::Bytes(8 * MIB), 1 << 30);
+    // The program's threshold on an unused device: no pool made for it, so no CUDA call.
+    assert!(p.adopt_program_threshold(2, 3 * MIB));
+    assert!(p.used_devices().is_empty());
+    assert_eq!(p.threshold(2), 3 * MIB);
+    let a = p.alloc(2, MIB).unwrap();
+    assert_eq!(p.threshold(2), 3 * MIB, "the device started with it");
+    // The user's choice for one device outranks the program's from then on.
+    assert!(p.set_device_threshold(2, 0));
+    assert!(!p.adopt_program_threshold(2, u64::MAX));
+    assert_eq!(p.threshold(2), 0);
+    assert!(p.adopt_program_threshold(1, u64::MAX), "another device");
+    // The user's choice for every device replaces the earlier ones and outranks the program's.
+    p.set_threshold(5 * MIB);
+    assert_eq!(
+        (p.threshold(1), p.threshold(2), p.threshold(7)),
+        (5 * MIB, 5 * MIB, 5 * MIB)
+    );
+    assert!(!p.adopt_program_threshold(7, 0));
+    assert!(!p.adopt_program_threshold(MAX_DEVICES as u32, 0));
+    assert_eq!(p.free(a, FreeKind::Sync, None), FreeOutcome::Freed);
+    p.check().unwrap();
+}
+
+#[test]
 fn device_reset_forgets_without_freeing() {
     let p = relaxed();
     let a = p.alloc(0, MIB).unwrap();
