@@ -3,9 +3,9 @@
 //! what it holds: its figures to the reserved and used bytes a program reads, its cache to a
 //! trim, and a release threshold the program sets becomes the pool's on that device, unless
 //! the user chose one (`GPUPOOL_RELEASE_THRESHOLD`, or `gpupool_set_release_threshold`:
-//! PyTorch's `cudaMallocAsync` backend sets the threshold to keep everything, at start). The attributes' numbers are the same in both APIs
-//! (`cudaMemPoolAttr`, `CUmemPool_attribute`); the runtime's calls are in `mempool.rs`, the
-//! driver's here.
+//! PyTorch's `cudaMallocAsync` backend sets the threshold to keep everything, at start). The
+//! attributes' numbers are the same in both APIs (`cudaMemPoolAttr`, `CUmemPool_attribute`);
+//! the runtime's calls are in `mempool.rs`, the driver's here.
 
 use std::ffi::c_void;
 
