@@ -386,6 +386,43 @@ fn a_forked_child_does_not_repeat_its_parents_summary() {
     }
 }
 
+/// C++ static objects that free their device memory in their destructors, at exit: one in the
+/// program, one in a library it loads with `dlopen`, both made before the first allocation. The
+/// summary comes after both destructors, counts their frees and lists nothing as allocated.
+#[test]
+fn frees_static_objects_make_in_their_destructors_come_before_the_summary() {
+    let s = Sim::get();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/exit_order.cpp");
+    let build = |flags: &[&str]| {
+        let flags: Vec<&str> = ["-std=c++17"].iter().chain(flags).copied().collect();
+        s.build(
+            &src,
+            &Build {
+                compiler: "c++",
+                flags: &flags,
+                libs: &[],
+                cudart: true,
+            },
+        )
+    };
+    let library = build(&["-DEXIT_ORDER_LIBRARY", "-shared", "-fPIC"]);
+    let exe = build(&[]);
+    let library = library.display().to_string();
+    let (out, _) = ok(&exe, &[&library], &[("GPUPOOL_SUMMARY", "stdout")]);
+    let summary = out.find("gpupool summary").expect("a summary");
+    for owner in ["program", "library"] {
+        let freed = out
+            .find(&format!("the {owner}'s buffers freed at exit"))
+            .unwrap_or_else(|| panic!("the {owner}'s destructor did not run:\n{out}"));
+        assert!(
+            freed < summary,
+            "the summary came before the {owner}'s destructor:\n{out}"
+        );
+    }
+    assert!(out.contains(" 6 mallocs, 6 frees"), "{out}");
+    assert!(!out.contains("still allocated"), "{out}");
+}
+
 /// Two CUDA runtimes in one process (frameworks built for different CUDA versions, each loading
 /// its own libcudart RTLD_LOCAL): the hooks catch both runtimes' calls and forward them to the
 /// one the pool uses, where the other's kernels are unknown. Their launches, through

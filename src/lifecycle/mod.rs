@@ -14,14 +14,12 @@ static FIRST_ALLOCATION: AtomicBool = AtomicBool::new(false);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 
 /// Called after every allocation the pool served or passed through to CUDA; the first one arms
-/// the exit summary.
+/// the exit summary (for this process: a forked child inherits the flag, not the job).
 #[inline]
 pub fn note_allocation() {
     if !FIRST_ALLOCATION.load(Ordering::Relaxed) && !FIRST_ALLOCATION.swap(true, Ordering::AcqRel) {
         // SAFETY: getpid has no preconditions.
         OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-        // SAFETY: registering a plain extern "C" function with atexit.
-        unsafe { libc::atexit(at_exit) };
         if let Some(p) = global::existing_process() {
             dump_thread::start(p);
         }
@@ -38,16 +36,15 @@ pub fn note_passed_through(reason: Reason, bytes: usize, status: i32) -> i32 {
     status
 }
 
-/// The pid that registered the `always:` exit hook.
-#[cfg_attr(miri, allow(dead_code))]
+/// The pid that read `GPUPOOL_SUMMARY=always:...` (a summary even if the pool never runs); 0
+/// when it was not asked.
 static ALWAYS_PID: AtomicI32 = AtomicI32::new(0);
 
 /// At load: note which files fd 1 and fd 2 are (the pool writes there only while they still
-/// are the program's streams) and the time (`always:` never replaces a newer summary); and
-/// only when `GPUPOOL_SUMMARY=always:...` asks for a summary even if the pool never runs,
-/// register the exit hook that writes it. libc-level work only (fstat, clock_gettime, getenv,
-/// atexit), as a library constructor must. (Not under Miri, which cannot call a constructor of
-/// the type the `ctor` crate registers; `scripts/sanitize.sh` runs the pool's tests there.)
+/// are the program's streams), the time (`always:` never replaces a newer summary), and whether
+/// `always:` is asked. libc-level work only (fstat, clock_gettime, getenv), as a library
+/// constructor must. (Not under Miri, which cannot call a constructor of the type the `ctor`
+/// crate registers; `scripts/sanitize.sh` runs the pool's tests there.)
 #[cfg_attr(not(miri), ctor::ctor)]
 #[cfg_attr(miri, allow(dead_code))]
 fn at_load() {
@@ -63,43 +60,45 @@ fn at_load() {
         crate::config::strip_always(value.to_bytes()).is_some()
     };
     if always {
-        // SAFETY: getpid has no preconditions; atexit takes a plain extern "C" function.
-        unsafe {
-            ALWAYS_PID.store(libc::getpid(), Ordering::Relaxed);
-            libc::atexit(at_exit_always);
-        }
+        // SAFETY: getpid has no preconditions.
+        ALWAYS_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     }
 }
 
+/// The exit hook, a destructor of this library: `exit` runs those after every `atexit` handler,
+/// so after the destructors of every C++ static object, which may free device memory. An
+/// `atexit` handler would run before the destructors of objects made before it was registered.
+#[cfg(not(miri))]
+#[used]
+#[link_section = ".fini_array"]
+static EXIT_HOOK: extern "C" fn() = at_exit;
+
+/// The exit summary of a process that allocated through the hooks; else, with `always:`, the
+/// summary that says the pool never ran. Nothing in a process that did neither.
 #[cfg_attr(miri, allow(dead_code))]
-extern "C" fn at_exit_always() {
+extern "C" fn at_exit() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    // The pool's own exit hook reports a process that allocated through it.
-    if pid != ALWAYS_PID.load(Ordering::Relaxed) || FIRST_ALLOCATION.load(Ordering::Acquire) {
-        return;
-    }
-    crate::guard::boundary((), || match global::existing_process() {
-        Some(p) => report::write_exit_summary(&p.report_source()),
-        None => {
-            let (config, _) = Config::from_env();
-            report::write_not_intercepted(&config.summary);
+    if FIRST_ALLOCATION.load(Ordering::Acquire) {
+        // A forked child inherits the registration but not the job of reporting.
+        if pid != OWNER_PID.load(Ordering::Relaxed) {
+            return;
         }
-    });
-}
-
-extern "C" fn at_exit() {
-    // A forked child inherits the registration but not the job of reporting.
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::getpid() } != OWNER_PID.load(Ordering::Relaxed) {
-        return;
-    }
-    crate::guard::boundary((), || {
-        if let Some(p) = global::existing_process() {
-            if let Some(pool) = p.pool() {
-                pool.flush_trace();
+        crate::guard::boundary((), || {
+            if let Some(p) = global::existing_process() {
+                if let Some(pool) = p.pool() {
+                    pool.flush_trace();
+                }
+                report::write_exit_summary(&p.report_source());
             }
-            report::write_exit_summary(&p.report_source());
-        }
-    });
+        });
+    } else if pid == ALWAYS_PID.load(Ordering::Relaxed) {
+        crate::guard::boundary((), || match global::existing_process() {
+            Some(p) => report::write_exit_summary(&p.report_source()),
+            None => {
+                let (config, _) = Config::from_env();
+                report::write_not_intercepted(&config.summary);
+            }
+        });
+    }
 }
