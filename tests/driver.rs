@@ -677,3 +677,38 @@ fn a_primary_context_beyond_the_pools_devices_is_not_counted_as_the_programs_own
         "device 0's block is pooled\n{err}"
     );
 }
+
+/// `cuMemAllocPitch_v2`, by symbol and through `cuGetProcAddress`: the pool serves it with the
+/// driver's pitch for each element size, rows that keep their bytes, and the driver's answers
+/// to hostile arguments.
+#[test]
+fn pitched_driver_allocations_are_pooled_with_the_drivers_pitch() {
+    let exe = support::c_program_with_driver("driver_pitched");
+    let pitches = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("pitch "))
+            .map(str::to_string)
+            .collect()
+    };
+    let (alone, _) = ok(&mut unpooled(&exe, &["pitches"], &[]));
+    for env in [[("GPUPOOL_EXPANDABLE", "0")], [("GPUPOOL_EXPANDABLE", "1")]] {
+        let (with, err) = ok(&mut pooled(&exe, &["pitches"], &env));
+        assert_eq!(pitches(&with), pitches(&alone), "{env:?}: {with}\n{err}");
+        assert_eq!(pitches(&with).len(), 15, "{with}");
+    }
+
+    let (alone, _) = ok(&mut unpooled(&exe, &["churn"], &[]));
+    assert_eq!(number::<u64>(&alone, "driver_mallocs "), 200, "{alone}");
+    let (with, err) = ok(&mut pooled(
+        &exe,
+        &["churn"],
+        &[("GPUPOOL_SUMMARY", "stderr")],
+    ));
+    // One for the driver's row alignment, one for the images' segment.
+    assert!(number::<u64>(&with, "driver_mallocs ") <= 2, "{with}");
+    assert!(err.contains(" 200 mallocs, 200 frees"), "{err}");
+
+    let (alone, _) = ok(&mut unpooled(&exe, &["hostile"], &[]));
+    let (with, _) = ok(&mut pooled(&exe, &["hostile"], &[]));
+    assert_eq!(with, alone);
+}

@@ -386,6 +386,36 @@ fn a_forked_child_does_not_repeat_its_parents_summary() {
     }
 }
 
+/// `cudaMallocPitch`, as OpenCV and NPP allocate images: the pool serves it, with the pitch the
+/// runtime gives, rows that keep their bytes, the runtime's answers to hostile arguments, and a
+/// summary that counts it.
+#[test]
+fn pitched_allocations_are_pooled_with_the_runtimes_pitch() {
+    let exe = c_program("pitched");
+    let runtime_alone = [("GPUPOOL_DISABLE", "1")];
+    let pitches = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("pitch "))
+            .map(str::to_string)
+            .collect()
+    };
+    let (pooled, err) = ok(&exe, &["pitches"], &[("GPUPOOL_SUMMARY", "stderr")]);
+    let (alone, _) = ok(&exe, &["pitches"], &runtime_alone);
+    assert_eq!(pitches(&pooled), pitches(&alone), "{pooled}");
+    assert_eq!(pitches(&pooled).len(), 9, "{pooled}");
+    assert!(err.contains(" 9 mallocs, 9 frees"), "{err}");
+
+    let (pooled, _) = ok(&exe, &["churn"], &[]);
+    let (alone, _) = ok(&exe, &["churn"], &runtime_alone);
+    assert_eq!(figure(&alone, "driver_mallocs"), 200, "{alone}");
+    // One for the runtime's row alignment, one for the image's segment.
+    assert!(figure(&pooled, "driver_mallocs") <= 2, "{pooled}");
+
+    let (pooled, _) = ok(&exe, &["hostile"], &[]);
+    let (alone, _) = ok(&exe, &["hostile"], &runtime_alone);
+    assert_eq!(pooled, alone);
+}
+
 /// C++ static objects that free their device memory in their destructors, at exit: one in the
 /// program, one in a library it loads with `dlopen`, both made before the first allocation. The
 /// summary comes after both destructors, counts their frees and lists nothing as allocated.

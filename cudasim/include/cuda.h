@@ -139,6 +139,7 @@ typedef struct CUmemAccessDesc_st {
 } CUmemAccessDesc;
 
 #define cuMemAlloc cuMemAlloc_v2
+#define cuMemAllocPitch cuMemAllocPitch_v2
 #define cuMemFree cuMemFree_v2
 #define cuMemGetInfo cuMemGetInfo_v2
 #define cuMemGetAddressRange cuMemGetAddressRange_v2
@@ -178,6 +179,8 @@ CUresult cuCtxDisablePeerAccess(CUcontext peerContext);
 
 /* Memory */
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                            unsigned int ElementSizeBytes);
 CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);

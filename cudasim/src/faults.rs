@@ -115,6 +115,7 @@ functions!(
     cuCtxEnablePeerAccess,
     cuCtxDisablePeerAccess,
     cuMemAlloc_v2,
+    cuMemAllocPitch_v2,
     cuMemFree_v2,
     cuMemAllocAsync,
     cuMemAllocAsync_ptsz,

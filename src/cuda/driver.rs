@@ -30,6 +30,8 @@ pub const CU_ERROR_UNKNOWN: CuResult = 999;
 
 pub type MemAllocFn = unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult;
 pub type MemFreeFn = unsafe extern "C" fn(CuDevicePtr) -> CuResult;
+pub type MemAllocPitchFn =
+    unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, usize, usize, c_uint) -> CuResult;
 pub type MemAllocAsyncFn = unsafe extern "C" fn(*mut CuDevicePtr, usize, Stream) -> CuResult;
 pub type MemFreeAsyncFn = unsafe extern "C" fn(CuDevicePtr, Stream) -> CuResult;
 pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult;

@@ -41,9 +41,10 @@ pub enum Hooked {
     MemPoolTrimTo,
     MemPoolGetAttribute,
     MemPoolSetAttribute,
+    MemAllocPitch,
 }
 
-pub const COUNT: usize = Hooked::MemPoolSetAttribute as usize + 1;
+pub const COUNT: usize = Hooked::MemAllocPitch as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -76,6 +77,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuMemPoolTrimTo",
     c"cuMemPoolGetAttribute",
     c"cuMemPoolSetAttribute",
+    c"cuMemAllocPitch_v2",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

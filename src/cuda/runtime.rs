@@ -11,6 +11,8 @@ use super::types::{
 };
 
 pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaStatus;
+pub type MallocPitchFn =
+    unsafe extern "C" fn(*mut *mut c_void, *mut usize, usize, usize) -> CudaStatus;
 pub type MallocAsyncFn = unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> CudaStatus;
 pub type FreeFn = unsafe extern "C" fn(*mut c_void) -> CudaStatus;
 pub type FreeAsyncFn = unsafe extern "C" fn(*mut c_void, Stream) -> CudaStatus;
@@ -61,6 +63,7 @@ pub struct Runtime {
     pub event_create_with_flags: EventCreateWithFlagsFn,
     pub free_async: Option<FreeAsyncFn>,
     pub malloc_async: Option<MallocAsyncFn>,
+    pub malloc_pitch: Option<MallocPitchFn>,
     pub set_device: Option<SetDeviceFn>,
     pub get_device_count: Option<GetDeviceFn>,
     pub device_reset: Option<VoidFn>,
@@ -117,6 +120,7 @@ impl Runtime {
             event_create_with_flags: required!(lookup, "the runtime", "cudaEventCreateWithFlags"),
             free_async: optional!(lookup, "cudaFreeAsync"),
             malloc_async: optional!(lookup, "cudaMallocAsync"),
+            malloc_pitch: optional!(lookup, "cudaMallocPitch"),
             set_device: optional!(lookup, "cudaSetDevice"),
             get_device_count: optional!(lookup, "cudaGetDeviceCount"),
             device_reset: optional!(lookup, "cudaDeviceReset"),

@@ -35,7 +35,7 @@ pub(super) fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> 
 /// `pooled`, when the driver's calls are pooled too (not with `GPUPOOL_DRIVER_HOOKS=0`: a
 /// program linked with `-lcuda` reaches the hooks by symbol even then). What keeps the pool
 /// intact works either way: a free of a block the pool handed out, a reset, an IPC handle.
-fn serving() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
+pub(super) fn serving() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
     if !hooked::swapping() {
         return None;
     }
@@ -151,11 +151,7 @@ pub unsafe fn mem_alloc(
         return real();
     };
     let Some(dev) = context_device(d) else {
-        let r = unserved(pool, d, real);
-        return match own_context(d) {
-            Some(why) => note_passed_through(why, size, r),
-            None => r,
-        };
+        return unserved_context(pool, d, size, real);
     };
     if stream.is_some() && !current_pool::is_default(dev, || current_is_default(d, dev)) {
         return note_passed_through(Reason::OwnMemoryPool, size, unserved(pool, d, real));
@@ -230,6 +226,21 @@ pub fn mem_pool_destroyed(r: CuResult) -> CuResult {
         current_pool::note_destroyed();
     }
     r
+}
+
+/// The driver's answer to an allocation of `size` bytes in a context the pool does not serve:
+/// counted as passed through when the program made that context itself.
+pub(super) fn unserved_context(
+    pool: &Pool<CudaBackend>,
+    d: &Driver,
+    size: usize,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    let r = unserved(pool, d, real);
+    match own_context(d) {
+        Some(why) => note_passed_through(why, size, r),
+        None => r,
+    }
 }
 
 /// The driver's answer to an allocation the pool does not serve (a context the program made, a

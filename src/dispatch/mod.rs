@@ -13,6 +13,7 @@ pub mod default_pool;
 pub mod driver;
 mod ipc;
 pub mod peer;
+mod pitch;
 mod stream_names;
 
 use std::ffi::c_void;
@@ -29,6 +30,7 @@ use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, Strea
 
 pub use ipc::ipc_get_mem_handle;
 pub(crate) use ipc::ipc_refused;
+pub use pitch::{malloc_pitch, mem_alloc_pitch};
 pub(crate) use stream_names::async_stream_key;
 pub use stream_names::Promise;
 use stream_names::{stream_is_blocking, stream_key, stream_key_asked, stream_key_known};

@@ -63,6 +63,7 @@ fn hooks() -> [usize; COUNT] {
         cuMemPoolTrimTo as *const () as usize,
         cuMemPoolGetAttribute as *const () as usize,
         cuMemPoolSetAttribute as *const () as usize,
+        cuMemAllocPitch_v2 as *const () as usize,
     ]
 }
 
@@ -150,6 +151,68 @@ unsafe extern "C" fn mem_alloc_from(
         let real = || real!(MemAlloc, MemAllocFn, |f| f(dptr, size));
         // SAFETY: the caller's contract.
         unsafe { dispatch::mem_alloc(dptr, size, None, origin, real) }
+    })
+}
+
+exported_with_origin! {
+    /// # Safety
+    /// As `cuMemAllocPitch_v2`.
+    fn cuMemAllocPitch_v2(
+        dptr: *mut CuDevicePtr,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+        element_size: c_uint
+    ) -> CuResult = mem_alloc_pitch_from, "r9"
+}
+
+/// `cuMemAllocPitch_v2` made by `origin`.
+unsafe extern "C" fn mem_alloc_pitch_from(
+    dptr: *mut CuDevicePtr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element_size: c_uint,
+    origin: Origin,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || {
+            real!(MemAllocPitch, MemAllocPitchFn, |f| f(
+                dptr,
+                pitch,
+                width,
+                height,
+                element_size
+            ))
+        };
+        // The driver's pitch for a one-byte row of these elements: its row alignment.
+        let alignment = || {
+            let (mut p, mut a) = (0, 0);
+            let r = real!(MemAllocPitch, MemAllocPitchFn, |f| f(
+                &mut p,
+                &mut a,
+                1,
+                1,
+                element_size
+            ));
+            (r == CU_SUCCESS).then(|| {
+                real!(MemFree, MemFreeFn, |f| f(p));
+                a
+            })
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::dispatch::mem_alloc_pitch(
+                dptr,
+                pitch,
+                width,
+                height,
+                element_size,
+                origin,
+                real,
+                alignment,
+            )
+        }
     })
 }
 

@@ -33,6 +33,27 @@ unsafe extern "C" fn malloc_from(
     })
 }
 
+exported_with_origin! {
+    /// # Safety
+    /// As `cudaMallocPitch`: `dev_ptr` and `pitch` are NULL or valid for a write.
+    fn cudaMallocPitch(dev_ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize)
+        -> CudaStatus = malloc_pitch_from, "r8"
+}
+
+/// `cudaMallocPitch` made by `origin`.
+unsafe extern "C" fn malloc_pitch_from(
+    dev_ptr: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    origin: Origin,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::malloc_pitch(dev_ptr, pitch, width, height, origin)
+    })
+}
+
 /// # Safety
 /// As `cudaMemGetInfo`.
 #[no_mangle]

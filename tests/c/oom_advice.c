@@ -4,7 +4,7 @@
  *             although the cache holds enough, unless a split cap keeps the big block whole.
  *             Prints "big ok" or "big oom".
  *   outside (CUDASIM_MEM=1GiB): one 64 MiB block through the pool, then 600 MiB taken outside
- *             it (cudaMallocPitch), then 512 MiB asked: fails.
+ *             it (cudaMallocManaged), then 512 MiB asked: fails.
  *   context (CUDASIM_MEM=1GiB): one 64 MiB block, then 900 MiB asked: fails with nothing but
  *             the context outside the pool.
  * Prints "oom advice ok". */
@@ -38,10 +38,9 @@ int main(int argc, char **argv)
             CHECK_CUDA(cudaFree(p[i]));
     } else if (strcmp(mode, "outside") == 0 || strcmp(mode, "context") == 0) {
         void *other = NULL;
-        size_t pitch = 0;
         CHECK_CUDA(cudaMalloc(&first, 64 * MIB));
         if (strcmp(mode, "outside") == 0) {
-            CHECK_CUDA(cudaMallocPitch(&other, &pitch, 600 * MIB, 1));
+            CHECK_CUDA(cudaMallocManaged(&other, 600 * MIB, cudaMemAttachGlobal));
             CHECK(cudaMalloc(&big, 512 * MIB) == cudaErrorMemoryAllocation, "512 MiB: expected OOM");
             CHECK_CUDA(cudaFree(other));
         } else {

@@ -17,8 +17,8 @@ use std::ptr::null_mut;
 /// `cudaMemAttachGlobal`, `cudaMemAttachHost`.
 const MEM_ATTACH_GLOBAL: c_uint = 1;
 const MEM_ATTACH_HOST: c_uint = 2;
-/// `cudaMallocPitch` rounds rows up to this.
-const PITCH_ALIGNMENT: usize = 512;
+/// `cudaMallocPitch` and `cuMemAllocPitch_v2` round rows up to this.
+pub(crate) const PITCH_ALIGNMENT: usize = 512;
 
 /// Where an allocation's device comes from.
 enum On {

@@ -38,6 +38,37 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> C
     })
 }
 
+/// As `cudaMallocPitch` (also counted in `driver_mallocs`), except that an empty row or height
+/// is `CUDA_ERROR_INVALID_VALUE`, as is an element size other than 4, 8 or 16 bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CuDevicePtr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element_size: std::ffi::c_uint,
+) -> CuResult {
+    driver_call(Func::cuMemAllocPitch_v2, || {
+        context::require_context()?;
+        if width == 0 || height == 0 || !matches!(element_size, 4 | 8 | 16) {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: the caller passes NULL or a pointer valid for writing a size_t.
+        let pitch_out = unsafe { Out::new(pitch) }?;
+        let row = width
+            .checked_next_multiple_of(crate::api::memory::PITCH_ALIGNMENT)
+            .ok_or(crate::errors::MEMORY_ALLOCATION)?;
+        let size = row
+            .checked_mul(height)
+            .ok_or(crate::errors::MEMORY_ALLOCATION)?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUdeviceptr.
+        let out = unsafe { allocation_out(dptr, size) };
+        malloc(out, size, true)?;
+        pitch_out.set(row);
+        Ok(())
+    })
+}
+
 /// As `cudaFree` (also counted in `driver_frees`); 0 succeeds and does nothing.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CuDevicePtr) -> CuResult {

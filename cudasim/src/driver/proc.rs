@@ -65,6 +65,7 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuCtxEnablePeerAccess" => one!(4000, cuCtxEnablePeerAccess),
         b"cuCtxDisablePeerAccess" => one!(4000, cuCtxDisablePeerAccess),
         b"cuMemAlloc" => one!(3020, cuMemAlloc_v2),
+        b"cuMemAllocPitch" => one!(3020, cuMemAllocPitch_v2),
         b"cuMemFree" => one!(3020, cuMemFree_v2),
         b"cuMemAllocAsync" => one!(11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
         b"cuMemFreeAsync" => one!(11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
