@@ -160,6 +160,17 @@ pub fn replay(records: &[Record], o: &ReplayOptions) -> String {
     out
 }
 
+/// Every request the replay could not serve, and of those the ones the recorded run served:
+/// `1 (as in the recorded run)`, `51 (50 of them served in the recorded run)`.
+fn failed(r: &DeviceResult) -> String {
+    let total = r.failed + r.failed_as_recorded;
+    match (r.failed, r.failed_as_recorded) {
+        (0, 0) => "0".into(),
+        (0, _) => format!("{total} (as in the recorded run)"),
+        (new, _) => format!("{total} ({new} of them served in the recorded run)"),
+    }
+}
+
 /// Each device's figures.
 fn figures(results: &[DeviceResult]) -> String {
     let mut out = String::new();
@@ -194,7 +205,7 @@ fn figures(results: &[DeviceResult]) -> String {
             s.real_frees,
             s.fences,
             s.barriers,
-            r.failed,
+            failed(r),
             match r.limit {
                 u64::MAX => String::new(),
                 l => format!(
