@@ -344,6 +344,37 @@ fn a_library_unloaded_before_the_report_still_holds_its_blocks() {
     assert!(!stderr.contains("libholder_copy.so"), "{stderr}");
 }
 
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_library_unloaded_as_a_dependency_still_holds_its_blocks() {
+    // `tests/c/holders_unloaded.c` on a library that only links the one that allocates: its
+    // `dlclose` unloads both, and the blocks are the dependency's, named as unloaded, not
+    // "unknown" nor the copy loaded after.
+    let (_, runtime_lib, _) = holders();
+    let wrapper = Sim::get().build(
+        &support::root().join("tests/c/holder_wrapper.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC"],
+            libs: &[runtime_lib.to_str().unwrap()],
+            cudart: false,
+        },
+    );
+    let exe = support::c_program("holders_unloaded");
+    let dir = support::scratch("holders-unloaded-dependency");
+    let copy = dir.join("libholder_copy.so");
+    std::fs::copy(&runtime_lib, &copy).unwrap();
+    let args = [wrapper.to_str().unwrap(), copy.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    assert!(out.contains("holders_unloaded: all checks passed"), "{out}");
+    let want = format!(
+        " held by    {} (unloaded) 3.00 MiB in 3 blocks\n",
+        runtime_lib.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{out}\n{stderr}");
+}
+
 /// `tests/c/driver_hostile.c`, linked with `-lcuda` alone.
 fn hostile() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

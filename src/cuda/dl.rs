@@ -139,65 +139,28 @@ pub fn linked_object_of(addr: usize) -> Option<(*mut c_void, *const c_char)> {
 
 /// A loaded object as `dlclose` finds it: its load address, the addresses its loadable
 /// segments span, and the dynamic linker's name for it.
+#[derive(PartialEq, Eq)]
 pub struct LoadedObject {
     pub base: usize,
     pub range: std::ops::Range<usize>,
     pub name: std::ffi::CString,
 }
 
-/// The object `handle`, a handle `dlopen` gave, names; `None` for the main program and for a
-/// handle the dynamic linker does not list.
-///
-/// # Safety
-/// `handle` is a live handle from `dlopen`.
-pub unsafe fn object_of_handle(handle: *mut c_void) -> Option<LoadedObject> {
-    let mut map: *mut c_void = std::ptr::null_mut();
-    // SAFETY: a live handle (the caller's contract); RTLD_DI_LINKMAP writes a pointer to `map`.
-    if unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&raw mut map).cast()) } != 0
-        || map.is_null()
-    {
-        return None;
-    }
-    // SAFETY: a live `struct link_map`, whose head is public ABI.
-    let (base, name) = unsafe {
-        let head = &*(map as *const LinkMapHead);
-        (head.l_addr, head.l_name)
-    };
-    // SAFETY: the dynamic linker's NUL-terminated name of a loaded object.
-    if name.is_null() || unsafe { *name } == 0 {
-        return None;
-    }
-    // SAFETY: as above.
-    let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_owned();
-    let range = loaded_range(base, &name)?;
-    Some(LoadedObject { base, range, name })
-}
-
-/// Whether `object` is still loaded: listed at the same address under the same name.
-pub fn is_loaded(object: &LoadedObject) -> bool {
-    loaded_range(object.base, &object.name).is_some()
-}
-
-/// The addresses the loadable segments of the object loaded at `base` as `name` span.
-fn loaded_range(base: usize, name: &std::ffi::CStr) -> Option<std::ops::Range<usize>> {
-    struct Find<'a> {
-        base: usize,
-        name: &'a std::ffi::CStr,
-        range: Option<std::ops::Range<usize>>,
-    }
+/// Every loaded object with a name (the main program left out), in load order. `dlclose`
+/// takes this list before and after it unloads: one `dlclose` may unload the libraries the
+/// closed one linked as well, and their blocks need their names too.
+pub fn loaded_with_ranges() -> Vec<LoadedObject> {
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> libc::c_int {
         // SAFETY: the dynamic linker passes a valid `info` for the duration of the callback, and
-        // `data` is the `Find` passed to dl_iterate_phdr below.
-        let (info, find) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        if info.dlpi_addr as usize != find.base
-            || info.dlpi_name.is_null()
-            // SAFETY: dlpi_name is a NUL-terminated string owned by the dynamic linker.
-            || unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) } != find.name
-        {
+        // `data` is the `Vec` passed to dl_iterate_phdr below.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<LoadedObject>)) };
+        // SAFETY: dlpi_name, when not NULL, is a NUL-terminated string owned by the dynamic
+        // linker.
+        if info.dlpi_name.is_null() || unsafe { *info.dlpi_name } == 0 {
             return 0;
         }
         let (mut lo, mut hi) = (usize::MAX, 0);
@@ -210,18 +173,20 @@ fn loaded_range(base: usize, name: &std::ffi::CStr) -> Option<std::ops::Range<us
             }
         }
         if lo < hi {
-            find.range = Some(find.base + lo..find.base + hi);
+            let base = info.dlpi_addr as usize;
+            out.push(LoadedObject {
+                base,
+                range: base + lo..base + hi,
+                // SAFETY: as above.
+                name: unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_owned(),
+            });
         }
-        1
+        0
     }
-    let mut find = Find {
-        base,
-        name,
-        range: None,
-    };
-    // SAFETY: `visit` only reads `info` and writes `find`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut find).cast()) };
-    find.range
+    let mut out: Vec<LoadedObject> = Vec::new();
+    // SAFETY: `visit` only reads `info` and appends to `out`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut out).cast()) };
+    out
 }
 
 /// The paths of the loaded objects, in load order (the main program's empty name left out).

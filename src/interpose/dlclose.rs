@@ -3,10 +3,11 @@
 //! A block records who allocated it as an address inside the calling object (`Origin`),
 //! resolved to a file only when a report is written. Once the object is unloaded that address
 //! resolves to nothing, or to the object the dynamic linker maps there next: a plugin's blocks
-//! would be listed as another plugin's. So before glibc's `dlclose` runs, the object's name and
-//! address range are read; once it has unloaded the object (not merely dropped a reference),
-//! the pool's blocks with an origin in that range are recorded as the unloaded object's
-//! (`report::unloaded`). A process without a pool pays one atomic load.
+//! would be listed as another plugin's. So before glibc's `dlclose` runs, the loaded objects'
+//! names and address ranges are read; the objects missing from the list after it (the closed
+//! one, if not merely a reference dropped, and the libraries only it needed) have the pool's
+//! blocks with an origin in their range recorded as theirs (`report::unloaded`). A process
+//! without a pool pays one atomic load.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -45,16 +46,17 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
         return -1;
     };
     let pool = crate::global::existing_process().and_then(|p| p.pool());
-    let closing = match pool {
-        // SAFETY: the caller's handle, as glibc's dlclose takes it.
-        Some(_) if !handle.is_null() => boundary(None, || unsafe { dl::object_of_handle(handle) }),
-        _ => None,
+    // Every loaded object, not only the handle's: the libraries it alone needed go with it.
+    let before = match pool {
+        Some(_) if !handle.is_null() => boundary(Vec::new(), dl::loaded_with_ranges),
+        _ => Vec::new(),
     };
     // SAFETY: the caller's contract, passed on.
     let rc = unsafe { real(handle) };
-    if let (0, Some(pool), Some(object)) = (rc, pool, closing) {
+    if let (0, Some(pool), false) = (rc, pool, before.is_empty()) {
         boundary((), || {
-            if !dl::is_loaded(&object) {
+            let after = dl::loaded_with_ranges();
+            for object in before.iter().filter(|o| !after.contains(o)) {
                 let to =
                     crate::report::unloaded::remember(object.name.to_string_lossy().into_owned());
                 pool.rename_origins(object.range.start as u64..object.range.end as u64, to);

@@ -93,6 +93,9 @@ pub struct DeviceResult {
     /// Requests the live run served and the replay could not (out of memory under a capacity
     /// or a limit).
     pub failed: u64,
+    /// Requests the live run failed and the replay failed again: with `failed`, every request
+    /// the replay could not serve, as the live summary counts those it returned an error for.
+    pub failed_as_recorded: u64,
     /// The pool's limit at the end of the replay (`u64::MAX`: none).
     pub limit: u64,
     /// Whether the replay took a decision the live run did not (only possible with overrides or
@@ -221,6 +224,7 @@ struct DeviceReplay {
     /// Live-run address → replay address of each live block.
     addrs: HashMap<Addr, Addr>,
     failed: u64,
+    failed_as_recorded: u64,
     diverged: bool,
 }
 
@@ -313,6 +317,7 @@ impl DeviceReplay {
             nonblocking_seen: false,
             addrs: HashMap::new(),
             failed: 0,
+            failed_as_recorded: 0,
             diverged: false,
         }
     }
@@ -334,7 +339,7 @@ impl DeviceReplay {
                         self.diverged = true;
                     }
                     Err(_) if r.kind == Kind::Alloc => self.failed += 1,
-                    Err(_) => {}
+                    Err(_) => self.failed_as_recorded += 1,
                 }
             }
             Kind::Free => {
@@ -438,6 +443,7 @@ pub fn replay(records: &[Record], overrides: &Overrides) -> Vec<DeviceResult> {
                 maps,
                 unmaps,
                 failed: d.failed,
+                failed_as_recorded: d.failed_as_recorded,
                 limit: d.pool.limit,
                 diverged,
             }

@@ -125,9 +125,11 @@ fn out_of_memory_report_names_the_numbers_once_per_situation() {
         line("it tried ").contains("released 120 MiB of cached segments to the driver"),
         "{err}"
     );
+    // The first 800 MiB request mapped granules into the 424 MiB the device had left before
+    // the driver refused one: the pool held the whole device then.
     assert!(
         line("peak ").starts_with(
-            "  peak       600 MiB allocated at most, 600 MiB reserved at most; 8 live blocks now"
+            "  peak       600 MiB allocated at most, 1.00 GiB reserved at most; 8 live blocks now"
         ),
         "{err}"
     );
@@ -196,4 +198,20 @@ fn out_of_memory_report_names_the_numbers_once_per_situation() {
     assert_eq!(u(d, "/allocations"), 10);
     assert_eq!(u(d, "/frees"), 10);
     assert_eq!(u(d, "/memory/total_bytes"), GIB);
+}
+
+#[test]
+fn every_out_of_memory_the_program_got_is_counted() {
+    // `tests/c/hostile.c` asks for seven sizes near SIZE_MAX and gets cudaErrorMemoryAllocation
+    // for each: those whose rounding would overflow as well as those the driver refuses.
+    let dir = scratch("report-oom-count");
+    let path = dir.join("summary.json");
+    let (_, out, _) = run_ok(
+        &c_program("hostile"),
+        &[],
+        &[("GPUPOOL_SUMMARY", path.to_str().unwrap())],
+    );
+    assert!(out.contains("hostile ok"), "{out}");
+    let v = read_json(&path);
+    assert_eq!(u(&v, "/devices/0/out_of_memory/returned"), 7, "{v}");
 }

@@ -296,3 +296,81 @@ fn help_early_readers_and_new_plot_directories() {
     assert!(plots.join("training-1.svg").is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A ratio over nothing is not given: a device that was asked for nothing is left out of
+/// `compare`, and a trace of only such devices is refused as one without allocations; a
+/// request of 0 bytes (peak requested 0) gives no "÷ peak requested"; a replay that allocated
+/// nothing gives no "reserved/allocated".
+#[test]
+fn ratios_over_nothing_are_not_given() {
+    let dir = scratch("trace-tool-nothing");
+    let settings = |t: &mut Vec<u8>, device: u8| {
+        record(t, 0, 0, device, u64::MAX, 256 << 20, u64::MAX, 2);
+    };
+    let write = |name: &str, t: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, t).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let compare = |path: &str| tool(&["compare", path, "--min-time", "0"]);
+
+    let mut t = b"GPTRACE1".to_vec();
+    settings(&mut t, 0);
+    settings(&mut t, 1);
+    let none = write("none.trace", &t);
+    let o = compare(&none);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("holds no allocations"));
+
+    // Device 1 allocates and frees 1 MiB; device 0 nothing.
+    record(&mut t, 1, 1, 1, 1 << 20, 1 << 28, 1 << 20, 0);
+    record(&mut t, 2, 3, 1, 1 << 28, 0, 1 << 20, 0);
+    let one = write("one.trace", &t);
+    let o = compare(&one);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("one.trace, device 1"), "{out}");
+    assert!(!out.contains("one.trace, device 0"), "{out}");
+
+    let mut t = b"GPTRACE1".to_vec();
+    settings(&mut t, 0);
+    record(&mut t, 1, 1, 0, 0, 1 << 28, 512, 0);
+    record(&mut t, 2, 3, 0, 1 << 28, 0, 512, 0);
+    let zero = write("zero-bytes.trace", &t);
+    let o = compare(&zero);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("peak requested 0 B"), "{out}");
+    for line in out.lines().filter(|l| l.starts_with("| gpupool |")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        assert_eq!(cells[2], "n/a", "{line}");
+    }
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("| zero-bytes.trace, device 0 | +"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(summary.contains(" | n/a | "), "{summary}");
+    let expandable = out
+        .lines()
+        .rfind(|l| l.starts_with("| zero-bytes.trace, device 0 |"))
+        .unwrap();
+    assert!(
+        expandable.starts_with("| zero-bytes.trace, device 0 | n/a | n/a | n/a | n/a |"),
+        "{expandable}"
+    );
+
+    // The one request, 1 TiB, failed live and fails again on a 1 GiB device.
+    let mut t = b"GPTRACE1".to_vec();
+    settings(&mut t, 0);
+    record(&mut t, 1, 2, 0, 1 << 40, 2, 0, 0);
+    let failed = write("failed.trace", &t);
+    let out =
+        String::from_utf8_lossy(&tool_ok(&["replay", &failed, "--capacity", "1GiB"])).into_owned();
+    assert!(out.contains("reserved/allocated n/a"), "{out}");
+    assert!(!out.contains("reserved/allocated 0.000"), "{out}");
+}

@@ -473,3 +473,81 @@ fn a_trace_recorded_with_expandable_segments_replays_as_recorded_and_both_ways()
     assert_eq!(o.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `tests/c/oom.c` on a 1 GiB device with no context, recorded once per test process: the
+/// trace, and the JSON summary of the same run. 900 MiB of small segments cached, then an
+/// 800 MiB block maps the 124 MiB left before the driver refuses a granule; the pool undoes
+/// the mapping, gives its cache back and maps again. Last, a 512 MiB request fails: the program
+/// gets `cudaErrorMemoryAllocation`.
+fn oom() -> &'static (PathBuf, Value) {
+    static RUN: OnceLock<(PathBuf, Value)> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let dir = scratch("trace-tool-oom");
+        let trace = dir.join("oom.trace");
+        let json = dir.join("summary.json");
+        let exe = Sim::get().compile(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/oom.c"),
+            &[],
+        );
+        let out = support::clean_command(&exe)
+            .env("LD_PRELOAD", library())
+            .env("CUDASIM_MEM", "1GiB")
+            .env("CUDASIM_CONTEXT_BYTES", "0")
+            .env("GPUPOOL_TRACE", &trace)
+            .env("GPUPOOL_SUMMARY", &json)
+            .output()
+            .expect("run oom");
+        let (stdout, stderr) = support::texts(&out);
+        assert!(out.status.success(), "oom failed:\n{stdout}\n{stderr}");
+        let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (trace, v)
+    })
+}
+
+/// At the refusal the pool held the whole device from the driver: the summary's peak reserved,
+/// `stats` and `replay` all say 1 GiB.
+#[test]
+fn a_mapping_refused_half_way_counts_in_every_peak_reserved() {
+    let (trace, v) = oom();
+    let device = &v["devices"][0];
+    assert!(
+        device["expandable"]["granules_unmapped"].as_u64() > Some(0),
+        "{device}"
+    );
+    let t = trace.to_str().unwrap();
+    let stats = String::from_utf8(tool_ok(&["stats", t])).unwrap();
+    let replay = String::from_utf8(tool_ok(&["replay", t])).unwrap();
+    assert!(!replay.contains("diverged"), "{replay}");
+    let summary = device["reserved_bytes"]["peak"].as_u64().unwrap();
+    assert_eq!(
+        (
+            summary,
+            peak(&stats, "peak reserved ").1,
+            peak(&replay, "peak reserved ").1
+        ),
+        (1 << 30, 1 << 30, 1 << 30),
+        "{stats}\n{replay}"
+    );
+}
+
+/// The request the program got out-of-memory for: one in the summary, one in `stats`, and one
+/// in the replay, which fails it again; and on an 850 MiB device, 51: that one and the last
+/// 50 of the 900 small blocks, which the recorded run served.
+#[test]
+fn a_replay_counts_the_requests_that_failed_as_the_summary_does() {
+    let (trace, v) = oom();
+    assert_eq!(v["devices"][0]["out_of_memory"]["returned"], 1, "{v}");
+    let t = trace.to_str().unwrap();
+    let stats = String::from_utf8(tool_ok(&["stats", t])).unwrap();
+    assert_eq!(before(&stats, " failed"), 1, "{stats}");
+    let replay = String::from_utf8(tool_ok(&["replay", t])).unwrap();
+    assert!(
+        replay.contains("requests that failed 1 (as in the recorded run)\n"),
+        "{replay}"
+    );
+    let capped = String::from_utf8(tool_ok(&["replay", t, "--capacity", "850MiB"])).unwrap();
+    assert!(
+        capped.contains("requests that failed 51 (50 of them served in the recorded run)"),
+        "{capped}"
+    );
+}

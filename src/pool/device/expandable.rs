@@ -308,8 +308,7 @@ impl DevicePool {
             if self.granules(si).is_mapped(k) {
                 continue;
             }
-            let added = mapped_here.len() as u64 * g;
-            if self.stats.reserved.current + added + g > self.limit {
+            if self.stats.reserved.current + g > self.limit {
                 self.limit_refused = true;
                 self.stats.limit_refusals += 1;
                 refused = Some(CudaError::MEMORY_ALLOCATION);
@@ -323,6 +322,10 @@ impl DevicePool {
             self.record(Kind::Map, base + k * g, g, 0, 0);
             self.granules_mut(si).set(k, true);
             self.stats.granules_mapped += 1;
+            // Counted as the driver maps it, not once the block is whole: the driver holds it
+            // from now, so the peak reserved includes what a mapping refused later held, as
+            // the trace's records (a `Map` each) count it.
+            self.stats.reserved.add(g);
             mapped_here.push(k);
         }
         if refused.is_none() {
@@ -336,9 +339,10 @@ impl DevicePool {
                 if backend.vmm_unmap(self.device, base + k * g, g).is_ok() {
                     self.record(Kind::Unmap, base + k * g, g, 0, UNMAP_UNDONE);
                     self.granules_mut(si).set(k, false);
+                    self.stats.reserved.sub(g);
                     self.stats.granules_unmapped += 1;
                 } else {
-                    self.count_left_mapped(si, k);
+                    self.keep_left_mapped(si, k);
                 }
             }
             return Err(e);
@@ -346,7 +350,6 @@ impl DevicePool {
         self.mapping_worked = true;
         let added = mapped_here.len() as u64 * g;
         self.granules_mut(si).mapped += added;
-        self.stats.reserved.add(added);
         Ok(())
     }
 
@@ -360,14 +363,13 @@ impl DevicePool {
         Ok(())
     }
 
-    /// Granule `k` of segment `si` stays mapped, not ready for a block: counted, since the
-    /// driver holds its memory, and given back by a release like any free granule (a free
-    /// block now holds it, which no free made: the release must look). Its map was counted
-    /// when it was made.
-    fn count_left_mapped(&mut self, si: u32, k: u64) {
+    /// Granule `k` of segment `si` stays mapped, not ready for a block: still counted, since
+    /// the driver holds its memory, and given back by a release like any free granule (a free
+    /// block now holds it, which no free made: the release must look). Its map and its bytes
+    /// were counted when it was made.
+    fn keep_left_mapped(&mut self, si: u32, k: u64) {
         let g = self.granule;
         self.granules_mut(si).left_mapped(k, g);
-        self.stats.reserved.add(g);
         self.unmap_due = true;
     }
 

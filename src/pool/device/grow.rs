@@ -72,9 +72,14 @@ impl DevicePool {
         policy: &Policy,
         live: bool,
     ) -> Result<(Addr, u32), CudaError> {
-        let rounded = round_request(requested).ok_or(CudaError::MEMORY_ALLOCATION)?;
-        let seg_size =
-            segment_size(rounded, self.grow_above(policy)).ok_or(CudaError::MEMORY_ALLOCATION)?;
+        // A size whose rounding overflows is out of memory, as the runtime answers it, and
+        // counted with the others the program gets back.
+        let sizes = round_request(requested)
+            .and_then(|r| Some((r, segment_size(r, self.grow_above(policy))?)));
+        let Some((rounded, seg_size)) = sizes else {
+            self.stats.ooms += 1;
+            return Err(CudaError::MEMORY_ALLOCATION);
+        };
         let class = class_of(rounded);
         self.promote(clock);
         let cached = match Self::bin_of(rounded).and_then(|k| self.bins[k].pop()) {

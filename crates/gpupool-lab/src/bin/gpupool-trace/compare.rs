@@ -74,7 +74,12 @@ pub fn load(source: &str, seed: u64) -> Result<Vec<(String, Workload)>, String> 
     let name = std::path::Path::new(source)
         .file_name()
         .map_or_else(|| source.to_string(), |n| n.to_string_lossy().into_owned());
-    let ws = workloads::from_records(&records, &name);
+    // A device asked for nothing (its settings recorded, every request refused) has no figure
+    // to compare, and no peak to divide by.
+    let ws: Vec<_> = workloads::from_records(&records, &name)
+        .into_iter()
+        .filter(|(_, w)| w.requests() > 0)
+        .collect();
     if ws.is_empty() {
         return Err(format!("{source}: the trace holds no allocations"));
     }
@@ -192,6 +197,15 @@ fn rate(v: f64) -> String {
     }
 }
 
+/// `a ÷ b` with three decimals; `n/a` over nothing (a workload whose peak requested is 0).
+pub fn ratio(a: u64, b: u64) -> String {
+    if b == 0 {
+        "n/a".into()
+    } else {
+        format!("{:.3}", a as f64 / b as f64)
+    }
+}
+
 /// The comparison as a Markdown section.
 pub fn markdown(c: &Comparison) -> String {
     let mut s = String::new();
@@ -216,10 +230,10 @@ pub fn markdown(c: &Comparison) -> String {
         let o = &r.outcome;
         let _ = writeln!(
             s,
-            "| {} | {} | {:.3} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {:.2} | {} | {} | {} |",
             o.policy,
             bytes(o.counters.peak_reserved),
-            o.counters.peak_reserved as f64 / c.peak_requested.max(1) as f64,
+            ratio(o.counters.peak_reserved, c.peak_requested),
             o.mallocs_per_1000(),
             grouped(o.counters.frees),
             grouped(r.capped_ooms),
@@ -254,13 +268,13 @@ pub fn against_torch(cs: &[Comparison]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} ({} vs {}) | {:.3} | {} |",
+            "| {} | {} | {} ({} vs {}) | {} | {} |",
             c.title,
             pct(us.counters.peak_reserved, pt.counters.peak_reserved),
             pct(us.counters.mallocs, pt.counters.mallocs),
             grouped(us.counters.mallocs),
             grouped(pt.counters.mallocs),
-            us.counters.peak_reserved as f64 / c.peak_requested.max(1) as f64,
+            ratio(us.counters.peak_reserved, c.peak_requested),
             rate(us.events_per_second())
         );
     }
@@ -287,11 +301,11 @@ pub fn against_torch_expandable(cs: &[Comparison]) -> String {
         ) else {
             continue;
         };
-        let ratio = |o: &Outcome| o.counters.peak_reserved as f64 / c.peak_requested.max(1) as f64;
+        let ratio = |o: &Outcome| ratio(o.counters.peak_reserved, c.peak_requested);
         let per_1000 = |n: u64| n as f64 * 1000.0 / c.requests.max(1) as f64;
         let _ = writeln!(
             s,
-            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1}, {:.1} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.1}, {:.1} |",
             c.title,
             ratio(x),
             ratio(xs),

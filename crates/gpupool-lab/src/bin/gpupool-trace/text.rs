@@ -6,6 +6,7 @@ use gpupool::pool::replay::{replay as run_replay, DeviceResult, Overrides, Route
 use gpupool::pool::trace::Record;
 use gpupool::report::units::bytes;
 
+use crate::compare::ratio;
 use crate::fold::{devices, fold};
 
 pub fn size_or_none(v: &str) -> Result<u64, String> {
@@ -150,14 +151,25 @@ pub fn replay(records: &[Record], o: &ReplayOptions) -> String {
     for (a, b) in on.iter().zip(&off) {
         let (x, y) = (a.stats.reserved.peak_ever(), b.stats.reserved.peak_ever());
         out += &format!(
-            "device {}: peak reserved {} with expandable segments, {} without: {:.3} of it\n",
+            "device {}: peak reserved {} with expandable segments, {} without: {} of it\n",
             a.device,
             bytes(x),
             bytes(y),
-            x as f64 / y.max(1) as f64
+            ratio(x, y)
         );
     }
     out
+}
+
+/// Every request the replay could not serve, and of those the ones the recorded run served:
+/// `1 (as in the recorded run)`, `51 (50 of them served in the recorded run)`.
+fn failed(r: &DeviceResult) -> String {
+    let total = r.failed + r.failed_as_recorded;
+    match (r.failed, r.failed_as_recorded) {
+        (0, 0) => "0".into(),
+        (0, _) => format!("{total} (as in the recorded run)"),
+        (new, _) => format!("{total} ({new} of them served in the recorded run)"),
+    }
 }
 
 /// Each device's figures.
@@ -182,19 +194,19 @@ fn figures(results: &[DeviceResult]) -> String {
         };
         out += &format!(
             "device {}: peak reserved {} ({} bytes), peak allocated {} ({} bytes), \
-             reserved/allocated {:.3}{vmm}\n  driver calls: {} cudaMalloc, {} cudaFree; \
+             reserved/allocated {}{vmm}\n  driver calls: {} cudaMalloc, {} cudaFree; \
              fences {}, barriers {}; requests that failed {}{}{}\n",
             r.device,
             bytes(s.reserved.peak_ever()),
             s.reserved.peak_ever(),
             bytes(s.allocated.peak_ever()),
             s.allocated.peak_ever(),
-            s.reserved.peak_ever() as f64 / s.allocated.peak_ever().max(1) as f64,
+            ratio(s.reserved.peak_ever(), s.allocated.peak_ever()),
             s.real_mallocs,
             s.real_frees,
             s.fences,
             s.barriers,
-            r.failed,
+            failed(r),
             match r.limit {
                 u64::MAX => String::new(),
                 l => format!(
