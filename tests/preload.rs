@@ -188,6 +188,48 @@ fn a_block_reused_across_blocking_streams_waits_for_the_first_kernel() {
     }
 }
 
+/// `stream_reuse SCENARIO` in each of `modes` on a device with room for one of its blocks, in
+/// classic and expandable segments: every round's request can only be served by the block a
+/// kernel still uses, so each round reuses it, and the old kernel's late write must not land on
+/// the new owner's data.
+fn stream_reuse_in(scenario: &str, modes: &[&str]) {
+    let exe = c_program("stream_reuse");
+    for &mode in modes {
+        for expandable in ["1", "0"] {
+            let (out, _) = ok(
+                &exe,
+                &[scenario],
+                &[
+                    ("GPUPOOL_REUSE", mode),
+                    ("GPUPOOL_EXPANDABLE", expandable),
+                    ("CUDASIM_MEM", "20MiB"),
+                    ("CUDASIM_CONTEXT_BYTES", "0"),
+                ],
+            );
+            assert_eq!(
+                figure(&out, "reused="),
+                3,
+                "{scenario} {mode} expandable={expandable}: {out}"
+            );
+        }
+    }
+}
+
+/// A block freed under a kernel on a blocking stream before the program's first non-blocking
+/// stream: what it waited for (a barrier) orders nothing of that stream's work.
+#[test]
+fn a_block_freed_before_the_first_non_blocking_stream_is_not_reused_under_its_kernel() {
+    // Not `relaxed`: there a plain cudaFree trusts the program to order its streams itself.
+    stream_reuse_in("nb_after_free", &["strict", "barrier"]);
+}
+
+/// Two threads' per-thread default streams (`_ptsz`) are two streams: a block freed on one is
+/// not the other's to reuse at once.
+#[test]
+fn per_thread_default_streams_of_two_threads_do_not_share_their_frees() {
+    stream_reuse_in("ptsz", &["strict", "barrier", "relaxed"]);
+}
+
 #[test]
 fn thread_caches_never_hand_out_a_block_a_kernel_still_uses() {
     // Two threads in turns on one device start thread caches in `strict` and `barrier` mode

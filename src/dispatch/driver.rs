@@ -527,7 +527,8 @@ pub fn after_sync(r: CuResult) -> CuResult {
 /// After `cuStreamCreate`/`WithPriority`: a non-blocking stream changes what a barrier covers.
 pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
     if r == cu::CU_SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
-        if let Some(pool) = global::process_pool() {
+        // As the runtime's (`dispatch::note_stream_flags`): inside the pool, not noted.
+        if let (Some(pool), Some(_inside)) = (global::process_pool(), guard::enter()) {
             pool.note_nonblocking_stream();
         }
     }

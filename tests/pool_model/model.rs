@@ -310,8 +310,20 @@ pub(crate) fn apply(
             }
         }
         Op::NonBlockingStream => {
+            let barrier = driver.with(|s| s.last_barrier);
+            let injected = driver.model.delivered().len();
             pool.note_nonblocking_stream();
+            let failed = driver.model.delivered().len() > injected;
             m.nonblocking_seen = true;
+            // A barrier orders nothing of the new stream's work: blocks freed before it wait
+            // for a fence. Those a barrier made reusable already are safe once the pool's fence
+            // here succeeded; if it failed, they are a documented limit.
+            for d in &mut m.dirty {
+                let reusable = barrier[d.dev as usize] > d.freed_at;
+                if d.wait == Wait::Barrier && !(reusable && failed) {
+                    d.wait = Wait::Fence;
+                }
+            }
         }
         Op::WildFree { how, pick } => {
             let addr = match how {
