@@ -223,6 +223,13 @@ fn a_block_freed_before_the_first_non_blocking_stream_is_not_reused_under_its_ke
     stream_reuse_in("nb_after_free", &["strict", "barrier"]);
 }
 
+/// The program's own cudaFreeAsync on a blocking stream, and cudaMallocAsync on a non-blocking
+/// one: CUDA orders the reuse in every mode, so must the pool.
+#[test]
+fn cuda_free_async_on_a_blocking_stream_is_not_reused_under_its_kernel_by_a_non_blocking_one() {
+    stream_reuse_in("nb_requester", &["strict", "barrier", "relaxed"]);
+}
+
 /// Two threads' per-thread default streams (`_ptsz`) are two streams: a block freed on one is
 /// not the other's to reuse at once.
 #[test]

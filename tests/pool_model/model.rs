@@ -21,7 +21,11 @@ pub(crate) fn wait_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool)
                 blocking: false, ..
             },
         ) => Wait::Fence,
-        (ReuseMode::Barrier, _) if nonblocking_seen => Wait::Fence,
+        (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. })
+            if nonblocking_seen =>
+        {
+            Wait::Fence
+        }
         (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Wait::Barrier,
         (ReuseMode::Relaxed, FreeKind::Sync) => Wait::Nothing,
     }
