@@ -422,9 +422,12 @@ pub unsafe fn mem_free(
             }
         }
     };
-    let first = match inside.last_device() {
-        guard::NO_DEVICE => context_device(d),
-        dev => Some(dev),
+    // A free in stream order names a stream of the current context's device (`Pool::free`): the
+    // legacy stream is every device's, and the device this thread last allocated on may be
+    // another. That guess serves a plain free, whose outcome is the same wherever the block is.
+    let first = match (stream, inside.last_device()) {
+        (None, dev) if dev != guard::NO_DEVICE => Some(dev),
+        _ => context_device(d),
     };
     answer(pool.free(ptr, kind, first))
 }
