@@ -237,6 +237,42 @@ fn per_thread_default_streams_of_two_threads_do_not_share_their_frees() {
     stream_reuse_in("ptsz", &["strict", "barrier", "relaxed"]);
 }
 
+/// A stream destroyed with a free pending on it, and one created next (perhaps at the same
+/// handle): the new stream is another, whose work does not wait for the destroyed one's.
+#[test]
+fn a_stream_created_after_one_destroyed_with_a_pending_free_is_another_stream() {
+    stream_reuse_in("destroyed", &["strict", "barrier", "relaxed"]);
+}
+
+/// Three threads, each block used on one of four streams (legacy, per-thread, blocking,
+/// non-blocking) and freed in stream order there or with cudaFree (not in `relaxed` mode), on a
+/// device where the pool must reuse: no tag clobbered, no block handed out over a live one, no
+/// granule unmapped under a kernel.
+#[test]
+fn stream_ordered_churn_on_four_kinds_of_stream_keeps_every_tag() {
+    let exe = c_program("stream_churn");
+    for mode in ["strict", "barrier", "relaxed"] {
+        let args: &[&str] = if mode == "relaxed" {
+            &["3", "1200", "3", "async-only"]
+        } else {
+            &["3", "1200", "3"]
+        };
+        for expandable in ["1", "0"] {
+            let (out, _) = ok(
+                &exe,
+                args,
+                &[
+                    ("GPUPOOL_REUSE", mode),
+                    ("GPUPOOL_EXPANDABLE", expandable),
+                    ("CUDASIM_MEM", "220MiB"),
+                    ("CUDASIM_CONTEXT_BYTES", "0"),
+                ],
+            );
+            assert!(figure(&out, "checked=") > 1500, "{mode}: {out}");
+        }
+    }
+}
+
 #[test]
 fn thread_caches_never_hand_out_a_block_a_kernel_still_uses() {
     // Two threads in turns on one device start thread caches in `strict` and `barrier` mode

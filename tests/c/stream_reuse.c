@@ -11,6 +11,9 @@
  *                   requested by cudaMallocAsync on a non-blocking stream created before.
  *   ptsz            a block freed on one thread's per-thread default stream under a kernel,
  *                   requested on another thread's per-thread default stream.
+ *   destroyed       a block freed with cudaFreeAsync under a kernel on a stream then destroyed,
+ *                   requested by cudaMallocAsync on a stream created next (perhaps at the same
+ *                   handle): another stream, whose work does not wait for the destroyed one's.
  * Prints "reused=N" (how many of the rounds got the freed block back) and "stream_reuse ok". */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dlfcn.h>
@@ -133,6 +136,28 @@ static void *ptsz_taker(void *arg)
     return NULL;
 }
 
+static int destroyed(void)
+{
+    int reused = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        cudaStream_t s, t;
+        void *a, *b;
+        CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CHECK_CUDA(cudaMallocAsync(&a, N, s));
+        CHECK_CUDA(cudasim_launch_fill(a, N, 200000, 0xEE, s));
+        CHECK_CUDA(cudaFreeAsync(a, s));
+        CHECK_CUDA(cudaStreamDestroy(s));
+        CHECK_CUDA(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+        CHECK_CUDA(cudaMallocAsync(&b, N, t));
+        reused += b == a;
+        own_and_check(b, t);
+        CHECK_CUDA(cudaFreeAsync(b, t));
+        CHECK_CUDA(cudaStreamDestroy(t));
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    return reused;
+}
+
 static int ptsz(void)
 {
     pthread_t t1, t2;
@@ -157,6 +182,8 @@ int main(int argc, char **argv)
         reused = nb_requester();
     else if (strcmp(argv[1], "ptsz") == 0)
         reused = ptsz();
+    else if (strcmp(argv[1], "destroyed") == 0)
+        reused = destroyed();
     else
         CHECK(0, "unknown scenario %s", argv[1]);
     printf("reused=%d\n", reused);
