@@ -743,3 +743,31 @@ fn pitched_driver_allocations_are_pooled_with_the_drivers_pitch() {
     let (with, _) = ok(&mut pooled(&exe, &["hostile"], &[]));
     assert_eq!(with, alone);
 }
+
+/// A block of device 0 freed in stream order on device 1's legacy stream, behind a kernel there
+/// that still uses it, by a thread that last allocated on device 0: device 0's legacy stream
+/// is another stream, which gets the block only once that kernel is done. The runtime's path
+/// and the driver's; on a device with room for one block (each round reuses it) and on a
+/// large one.
+#[test]
+fn a_free_in_stream_order_on_another_devices_legacy_stream_is_not_that_of_the_blocks_device() {
+    let exe = support::c_program_with_driver("free_async_other_device");
+    for how in ["runtime", "driver"] {
+        for mode in ["strict", "barrier", "relaxed"] {
+            for (mem, reused) in [("20MiB", 3), ("1GiB", 0)] {
+                let env = [
+                    ("CUDASIM_DEVICES", "2"),
+                    ("CUDASIM_MEM", mem),
+                    ("CUDASIM_CONTEXT_BYTES", "0"),
+                    ("GPUPOOL_REUSE", mode),
+                ];
+                let (out, _) = ok(&mut pooled(&exe, &[how], &env));
+                assert_eq!(
+                    number::<u64>(&out, "reused="),
+                    reused,
+                    "{how} {mode} {mem}: {out}"
+                );
+            }
+        }
+    }
+}

@@ -188,6 +188,91 @@ fn a_block_reused_across_blocking_streams_waits_for_the_first_kernel() {
     }
 }
 
+/// `stream_reuse SCENARIO` in each of `modes` on a device with room for one of its blocks, in
+/// classic and expandable segments: every round's request can only be served by the block a
+/// kernel still uses, so each round reuses it, and the old kernel's late write must not land on
+/// the new owner's data.
+fn stream_reuse_in(scenario: &str, modes: &[&str]) {
+    let exe = c_program("stream_reuse");
+    for &mode in modes {
+        for expandable in ["1", "0"] {
+            let (out, _) = ok(
+                &exe,
+                &[scenario],
+                &[
+                    ("GPUPOOL_REUSE", mode),
+                    ("GPUPOOL_EXPANDABLE", expandable),
+                    ("CUDASIM_MEM", "20MiB"),
+                    ("CUDASIM_CONTEXT_BYTES", "0"),
+                ],
+            );
+            assert_eq!(
+                figure(&out, "reused="),
+                3,
+                "{scenario} {mode} expandable={expandable}: {out}"
+            );
+        }
+    }
+}
+
+/// A block freed under a kernel on a blocking stream before the program's first non-blocking
+/// stream: what it waited for (a barrier) orders nothing of that stream's work.
+#[test]
+fn a_block_freed_before_the_first_non_blocking_stream_is_not_reused_under_its_kernel() {
+    // Not `relaxed`: there a plain cudaFree trusts the program to order its streams itself.
+    stream_reuse_in("nb_after_free", &["strict", "barrier"]);
+}
+
+/// The program's own cudaFreeAsync on a blocking stream, and cudaMallocAsync on a non-blocking
+/// one: CUDA orders the reuse in every mode, so must the pool.
+#[test]
+fn cuda_free_async_on_a_blocking_stream_is_not_reused_under_its_kernel_by_a_non_blocking_one() {
+    stream_reuse_in("nb_requester", &["strict", "barrier", "relaxed"]);
+}
+
+/// Two threads' per-thread default streams (`_ptsz`) are two streams: a block freed on one is
+/// not the other's to reuse at once.
+#[test]
+fn per_thread_default_streams_of_two_threads_do_not_share_their_frees() {
+    stream_reuse_in("ptsz", &["strict", "barrier", "relaxed"]);
+}
+
+/// A stream destroyed with a free pending on it, and one created next (perhaps at the same
+/// handle): the new stream is another, whose work does not wait for the destroyed one's.
+#[test]
+fn a_stream_created_after_one_destroyed_with_a_pending_free_is_another_stream() {
+    stream_reuse_in("destroyed", &["strict", "barrier", "relaxed"]);
+}
+
+/// Three threads, each block used on one of four streams (legacy, per-thread, blocking,
+/// non-blocking) and freed in stream order there or with cudaFree (not in `relaxed` mode), on a
+/// device where the pool must reuse: no tag clobbered, no block handed out over a live one, no
+/// granule unmapped under a kernel.
+#[test]
+fn stream_ordered_churn_on_four_kinds_of_stream_keeps_every_tag() {
+    let exe = c_program("stream_churn");
+    for mode in ["strict", "barrier", "relaxed"] {
+        let args: &[&str] = if mode == "relaxed" {
+            &["3", "1200", "3", "async-only"]
+        } else {
+            &["3", "1200", "3"]
+        };
+        for expandable in ["1", "0"] {
+            let (out, _) = ok(
+                &exe,
+                args,
+                &[
+                    ("GPUPOOL_REUSE", mode),
+                    ("GPUPOOL_EXPANDABLE", expandable),
+                    ("CUDASIM_MEM", "220MiB"),
+                    ("CUDASIM_CONTEXT_BYTES", "0"),
+                ],
+            );
+            assert!(figure(&out, "checked=") > 1500, "{mode}: {out}");
+        }
+    }
+}
+
 #[test]
 fn thread_caches_never_hand_out_a_block_a_kernel_still_uses() {
     // Two threads in turns on one device start thread caches in `strict` and `barrier` mode

@@ -433,9 +433,12 @@ pub unsafe fn mem_free(
             }
         }
     };
-    let first = match inside.last_device() {
-        guard::NO_DEVICE => context_device(d),
-        dev => Some(dev),
+    // A free in stream order names a stream of the current context's device (`Pool::free`): the
+    // legacy stream is every device's, and the device this thread last allocated on may be
+    // another. That guess serves a plain free, whose outcome is the same wherever the block is.
+    let first = match (stream, inside.last_device()) {
+        (None, dev) if dev != guard::NO_DEVICE => Some(dev),
+        _ => context_device(d),
     };
     answer(pool.free(ptr, kind, first))
 }
@@ -538,7 +541,8 @@ pub fn after_sync(r: CuResult) -> CuResult {
 /// After `cuStreamCreate`/`WithPriority`: a non-blocking stream changes what a barrier covers.
 pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
     if r == cu::CU_SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
-        if let Some(pool) = global::process_pool() {
+        // As the runtime's (`dispatch::note_stream_flags`): inside the pool, not noted.
+        if let (Some(pool), Some(_inside)) = (global::process_pool(), guard::enter()) {
             pool.note_nonblocking_stream();
         }
     }

@@ -594,7 +594,9 @@ fn launch(
 
 fn note_stream_flags(g: &Global, r: CudaStatus, flags: u32) -> CudaStatus {
     if r == SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
-        if let Some(pool) = g.pool() {
+        // The first one may fence every device (the runtime's calls, made inside the pool).
+        // Inside it already (a signal handler), the device locks may be held: not noted.
+        if let (Some(pool), Some(_inside)) = (g.pool(), guard::enter()) {
             pool.note_nonblocking_stream();
         }
     }

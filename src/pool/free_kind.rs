@@ -82,7 +82,13 @@ pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Reu
                 blocking: false, ..
             },
         ) => ReuseWait::Fence,
-        (ReuseMode::Barrier, _) if nonblocking_seen => ReuseWait::Fence,
+        // A barrier orders nothing of a non-blocking stream's work, and the block's next owner
+        // may use one: a stream-ordered free in `relaxed` mode falls back too.
+        (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. })
+            if nonblocking_seen =>
+        {
+            ReuseWait::Fence
+        }
         (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => {
             ReuseWait::Barrier
         }

@@ -383,7 +383,16 @@ impl DeviceReplay {
             }
             Kind::Threshold if o.threshold.is_none() => self.pool.set_threshold(r.a),
             Kind::Limit if o.limit.is_none() => self.pool.set_limit(r.a),
-            Kind::NonBlockingStream => self.nonblocking_seen = true,
+            Kind::NonBlockingStream => {
+                // As the live pool (`Pool::note_nonblocking_stream`; a trace has no caches).
+                let unfenced = self.clock.fenced.load(Ordering::Relaxed)
+                    < self.clock.freed.load(Ordering::Relaxed);
+                if !self.nonblocking_seen && self.reuse != ReuseMode::Strict && unfenced {
+                    self.pool
+                        .fence_for_nonblocking_stream(&self.backend, &self.clock);
+                }
+                self.nonblocking_seen = true;
+            }
             Kind::Reset => {
                 // As the live pool after a reset: every granule given back, then all forgotten.
                 self.pool.unmap_all_after_reset(&self.backend);

@@ -3,14 +3,38 @@
 use super::*;
 
 impl<B: Backend> Pool<B> {
-    /// The program created a non-blocking stream. The first time, every device's trace records
-    /// it (a device made meanwhile may miss it: only a replay's fidelity depends on it).
+    /// The program created a non-blocking stream: barriers order nothing of its work, so from
+    /// now on frees in `barrier` mode, and stream-ordered ones in `relaxed` mode, wait for a
+    /// fence (`need_for`). The first time, each device whose frees no fence has covered yet takes
+    /// one: a block freed before waited only for a barrier (or was reusable after one already)
+    /// while its kernel may still run, and the new stream's work would not wait for that kernel.
+    /// Every device's trace records it too (a device made meanwhile may miss it: only a
+    /// replay's fidelity depends on it).
     pub fn note_nonblocking_stream(&self) {
-        if !self.nonblocking_seen.swap(true, Ordering::Relaxed) && self.settings.trace.is_some() {
-            for d in 0..MAX_DEVICES as u32 {
-                if let Some(slot) = self.existing(d) {
-                    Self::lock(slot).note_nonblocking_stream();
+        if self.nonblocking_seen.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let barriers = self.settings.reuse != ReuseMode::Strict;
+        for d in 0..MAX_DEVICES as u32 {
+            let Some(slot) = self.existing(d) else {
+                continue;
+            };
+            // Frees into thread caches take no device number: with caches, fence anyway.
+            let unfenced = slot.clock.fenced.load(Ordering::Acquire)
+                < slot.clock.freed.load(Ordering::Acquire)
+                || slot.flags.any.load(Ordering::Acquire);
+            let fence = barriers && unfenced;
+            if !fence && self.settings.trace.is_none() {
+                continue;
+            }
+            let mut p = Self::lock(slot);
+            p.note_nonblocking_stream();
+            if fence {
+                // What the caches hold waits in the device, for the fence.
+                if slot.flags.any.load(Ordering::Relaxed) {
+                    slot.caches.reclaim(&mut p, &slot.clock);
                 }
+                p.fence_for_nonblocking_stream(&self.timed(slot), &slot.clock);
             }
         }
     }

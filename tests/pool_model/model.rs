@@ -21,7 +21,11 @@ pub(crate) fn wait_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool)
                 blocking: false, ..
             },
         ) => Wait::Fence,
-        (ReuseMode::Barrier, _) if nonblocking_seen => Wait::Fence,
+        (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. })
+            if nonblocking_seen =>
+        {
+            Wait::Fence
+        }
         (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. }) => Wait::Barrier,
         (ReuseMode::Relaxed, FreeKind::Sync) => Wait::Nothing,
     }
@@ -310,8 +314,20 @@ pub(crate) fn apply(
             }
         }
         Op::NonBlockingStream => {
+            let barrier = driver.with(|s| s.last_barrier);
+            let injected = driver.model.delivered().len();
             pool.note_nonblocking_stream();
+            let failed = driver.model.delivered().len() > injected;
             m.nonblocking_seen = true;
+            // A barrier orders nothing of the new stream's work: blocks freed before it wait
+            // for a fence. Those a barrier made reusable already are safe once the pool's fence
+            // here succeeded; if it failed, they are a documented limit.
+            for d in &mut m.dirty {
+                let reusable = barrier[d.dev as usize] > d.freed_at;
+                if d.wait == Wait::Barrier && !(reusable && failed) {
+                    d.wait = Wait::Fence;
+                }
+            }
         }
         Op::WildFree { how, pick } => {
             let addr = match how {

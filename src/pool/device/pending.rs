@@ -258,6 +258,35 @@ impl DevicePool {
         }
     }
 
+    /// The program created its first non-blocking stream, in a mode that uses barriers, and
+    /// frees no fence covered yet may hold blocks its work would not wait for
+    /// (`Pool::note_nonblocking_stream`): those waiting for a barrier wait for a fence, and one
+    /// is taken for those a barrier made reusable already. A failed fence leaves the blocks
+    /// pending; those reusable already stay so (docs/guarantees.md, limits).
+    pub fn fence_for_nonblocking_stream(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
+        self.barrier_waits_become_fences();
+        let _ = self.fence(backend, clock);
+    }
+
+    /// The program created a non-blocking stream, whose work no barrier orders: every block
+    /// waiting for a barrier waits for a fence instead. Appended behind the fence's queue with
+    /// their stamps: `promote` stops at the first entry not covered, so an older entry behind
+    /// newer ones becomes reusable late, never early.
+    fn barrier_waits_become_fences(&mut self) {
+        while let Some((idx, stamp)) = self.pending_barrier.pop_front() {
+            let b = &mut self.blocks[idx as usize];
+            if b.state != State::Pending || b.stamp != stamp || b.wants_fence {
+                // A stale entry: the block left the queue another way.
+                continue;
+            }
+            b.wants_fence = true;
+            let size = b.size;
+            self.pending_barrier_bytes -= size;
+            self.pending_fence_bytes += size;
+            self.pending_fence.push_back((idx, stamp));
+        }
+    }
+
     /// Wait for the whole device, then make every pending block reusable.
     pub fn fence(&mut self, backend: &dyn Backend, clock: &ReuseClock) -> Result<(), CudaError> {
         let at = clock.before_sync();
