@@ -306,3 +306,22 @@ fn through_the_driver_a_device_fills_as_without_the_pool_and_free_granules_go_ba
         assert_eq!(n(&with, "unmapped_while_busy="), 0.0, "{with}");
     }
 }
+
+/// A request the device cannot hold beside what is live (more than the device, or more than it
+/// has free) fails as without the pool, and maps nothing first: mapping most of the device and
+/// undoing it costs a driver call a granule, and fills the device meanwhile.
+#[test]
+fn a_request_beyond_the_free_memory_maps_nothing_before_it_fails() {
+    let exe = support::c_program("doomed_request");
+    let env = [
+        ("CUDASIM_MEM", "4GiB"),
+        ("CUDASIM_CONTEXT_BYTES", "0"),
+        ("GPUPOOL_EXPANDABLE", "1"),
+        ("GPUPOOL_SUMMARY", "stderr"),
+    ];
+    let (out, err) = ok(&mut pooled(&exe, &[], &env));
+    assert!(out.ends_with("doomed_request ok\n"), "{out}\n{err}");
+    assert_eq!(number::<u64>(&out, "creates "), 0, "{out}\n{err}");
+    assert_eq!(number::<u64>(&out, "maps "), 0, "{out}\n{err}");
+    assert!(err.contains("2 returned to the program"), "{err}");
+}

@@ -81,7 +81,8 @@ pub enum Kind {
     RangeRefused = 18,
     /// One granule of memory mapped into a range: `a` address, `b` size.
     Map = 19,
-    /// The driver refused to map a granule: `a` address, `b` size, `c` error code.
+    /// The driver refused to map a granule: `a` address, `b` size, `c` error code. With `aux`
+    /// `MAP_BEYOND_MEMORY`, the pool did not ask: the block lacked more than the device had free.
     MapRefused = 20,
     /// A granule unmapped and its memory given back: `a` address, `b` size, `aux` why (as
     /// `SegmentFree`'s, 4: undoing a mapping refused half-way, 5: moved within the slack, 6:
@@ -92,6 +93,9 @@ pub enum Kind {
     MappedSlack = 22,
 }
 
+/// `MapRefused`'s `aux` when the pool refused the mapping itself, before any granule was
+/// mapped: what the block lacked was more than the device had free.
+pub const MAP_BEYOND_MEMORY: u16 = 1;
 /// `Unmap`'s `aux` for the granules a refused mapping had mapped (after `Release`'s codes).
 pub const UNMAP_UNDONE: u16 = 4;
 /// `Unmap`'s `aux` for a granule unmapped so that a block elsewhere could be mapped within the

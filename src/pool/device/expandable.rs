@@ -11,7 +11,7 @@
 
 use super::granules::Granules;
 use super::*;
-use crate::pool::trace::{UNMAP_RESET, UNMAP_UNDONE};
+use crate::pool::trace::{MAP_BEYOND_MEMORY, UNMAP_RESET, UNMAP_UNDONE};
 
 /// Address space reserved per range when the device's size is not known. More than any GPU
 /// holds today, and address space costs nothing until mapped.
@@ -20,6 +20,8 @@ const RANGE_UNKNOWN: u64 = 256 << 30;
 /// whatever the holes between blocks), within these bounds.
 const RANGE_MIN: u64 = 1 << 30;
 const RANGE_MAX: u64 = 4 << 40;
+/// From this many granules to map for one block, the device's free memory is asked first.
+const ASK_FREE_FROM: u64 = 32;
 
 /// Whether a device's large blocks come from expandable segments, and if not, why (for the
 /// reports).
@@ -296,6 +298,17 @@ impl DevicePool {
     ) -> Result<(), CudaError> {
         let (si, first, end) = self.granules_to_serve(idx, rounded, policy);
         let (base, g) = (self.seg(si).addr, self.granule);
+        if let Some(refused) = self.beyond_memory(si, first, end, backend) {
+            let k = self.granules(si).next_with(first, end, false);
+            self.record(
+                Kind::MapRefused,
+                base + k * g,
+                g,
+                refused.0 as u64,
+                MAP_BEYOND_MEMORY,
+            );
+            return Err(refused);
+        }
         let mut mapped_here = Vec::new();
         let mut refused = None;
         for k in first..end {
@@ -361,6 +374,37 @@ impl DevicePool {
             backend.vmm_access(self.device, base + run[0] * g, run.len() as u64 * g)?;
         }
         Ok(())
+    }
+
+    /// Whether what granules `[first, end)` of segment `si` lack is more than the pool may map
+    /// (its limit) or the device has free: then the mapping is refused before it starts. The
+    /// driver would refuse it part-way, after a call a granule, all undone again, and other
+    /// allocations, this process's and others', would find the device full meanwhile. A
+    /// refusal for the device's memory is recorded: a replay cannot know the free memory.
+    fn beyond_memory(
+        &mut self,
+        si: u32,
+        first: u64,
+        end: u64,
+        backend: &dyn Backend,
+    ) -> Option<CudaError> {
+        let lacking = end - first - self.granules(si).count_between(first, end);
+        if lacking == 0 {
+            return None;
+        }
+        let bytes = lacking * self.granule;
+        if self.stats.reserved.current.saturating_add(bytes) > self.limit {
+            self.limit_refused = true;
+            self.stats.limit_refusals += 1;
+            return Some(CudaError::MEMORY_ALLOCATION);
+        }
+        if lacking < ASK_FREE_FROM {
+            return None;
+        }
+        self.sample_memory(backend);
+        self.memory
+            .is_some_and(|m| bytes > m.free)
+            .then_some(CudaError::MEMORY_ALLOCATION)
     }
 
     /// Granule `k` of segment `si` stays mapped, not ready for a block: still counted, since
