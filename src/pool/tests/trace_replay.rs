@@ -393,11 +393,23 @@ fn granules_mapped_and_unmapped_count_the_mappings_undone_at_a_refusal() {
             counts.maps - kinds(trace::Kind::MapRefused)
         );
         assert_eq!(live.granules_unmapped, counts.unmaps);
+        // The peak reserved counts what a mapping refused half-way held: the highest of the
+        // driver's holdings as the records follow them, a segment or a granule at a time.
+        let (mut held, mut peak) = (0u64, 0u64);
+        for r in &records {
+            match r.kind {
+                trace::Kind::SegmentAlloc | trace::Kind::Map => held += r.b,
+                trace::Kind::SegmentFree | trace::Kind::Unmap => held -= r.b,
+                _ => {}
+            }
+            peak = peak.max(held);
+        }
+        assert_eq!(live.reserved.peak_ever(), peak, "{reuse:?}");
         let r = &replay::replay(&records, &replay::Overrides::default())[0];
         assert!(!r.diverged, "{reuse:?}");
         assert_eq!(
-            (r.maps, r.unmaps),
-            (live.granules_mapped, live.granules_unmapped),
+            (r.maps, r.unmaps, r.stats.reserved.peak_ever()),
+            (live.granules_mapped, live.granules_unmapped, peak),
             "{reuse:?}"
         );
     }
