@@ -65,9 +65,11 @@ fn at_load() {
     }
 }
 
-/// The exit hook, a destructor of this library: `exit` runs those after every `atexit` handler,
-/// so after the destructors of every C++ static object, which may free device memory. An
-/// `atexit` handler would run before the destructors of objects made before it was registered.
+/// The exit hook, a destructor of this library. `exit` runs library destructors from one exit
+/// handler glibc registers before `main`, so after every handler registered since: the
+/// destructors of the program's C++ static objects, and of those in libraries loaded with
+/// `dlopen`, which may free device memory. An `atexit` handler registered at the first
+/// allocation ran before the destructors of objects made earlier.
 #[cfg(not(miri))]
 #[used]
 #[link_section = ".fini_array"]
@@ -80,7 +82,7 @@ extern "C" fn at_exit() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     if FIRST_ALLOCATION.load(Ordering::Acquire) {
-        // A forked child inherits the registration but not the job of reporting.
+        // A forked child runs this destructor too, but the job of reporting stays the parent's.
         if pid != OWNER_PID.load(Ordering::Relaxed) {
             return;
         }
