@@ -771,3 +771,19 @@ fn a_free_in_stream_order_on_another_devices_legacy_stream_is_not_that_of_the_bl
         }
     }
 }
+
+/// A program's first `cuMemAllocPitch_v2` after it filled the device and freed it all: the
+/// memory sits in the pool's cache, where the pool must find room for the image (never worse on
+/// memory), even though asking the driver for its row alignment fails then.
+#[test]
+fn a_first_pitched_driver_allocation_on_a_device_full_of_cache_fits() {
+    let exe = support::c_program_with_driver("driver_pitched");
+    let device = [("CUDASIM_MEM", "64MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+    let (alone, _) = ok(&mut unpooled(&exe, &["full"], &device));
+    assert!(alone.contains("full blocks 64 pitch 2560"), "{alone}");
+    for expandable in ["0", "1"] {
+        let env = [device[0], device[1], ("GPUPOOL_EXPANDABLE", expandable)];
+        let (with, err) = ok(&mut pooled(&exe, &["full"], &env));
+        assert!(with.contains(" pitch 2560"), "{env:?}: {with}\n{err}");
+    }
+}

@@ -325,3 +325,29 @@ fn a_request_beyond_the_free_memory_maps_nothing_before_it_fails() {
     assert_eq!(number::<u64>(&out, "maps "), 0, "{out}\n{err}");
     assert!(err.contains("2 returned to the program"), "{err}");
 }
+
+/// A request that fits an empty device while the runtime cannot say how much memory is free:
+/// served, as without the pool. An older answer, from when the device was nearly full, is no
+/// reason to refuse it.
+#[test]
+fn a_request_that_fits_is_served_when_the_free_memory_cannot_be_asked() {
+    let exe = support::c_program("memory_info_fails");
+    let device = [("CUDASIM_MEM", "4GiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+    let (alone, _) = ok(&mut unpooled(&exe, &[], &device));
+    assert!(alone.ends_with("memory_info_fails ok\n"), "{alone}");
+    let env = [
+        device[0],
+        device[1],
+        ("GPUPOOL_EXPANDABLE", "1"),
+        ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+        ("GPUPOOL_SUMMARY", "stderr"),
+    ];
+    let (out, err) = ok(&mut pooled(&exe, &[], &env));
+    assert!(out.ends_with("memory_info_fails ok\n"), "{out}\n{err}");
+    // By the pool, not by the runtime after the pool refused it.
+    assert!(err.contains(" 3 mallocs, 3 frees"), "{err}");
+    assert!(
+        err.contains(" 0 recovered, 0 returned to the program"),
+        "{err}"
+    );
+}

@@ -501,6 +501,25 @@ fn pitched_allocations_are_pooled_with_the_runtimes_pitch() {
     assert_eq!(pooled, alone);
 }
 
+/// A program's first `cudaMallocPitch` after it filled the device and freed it all: the memory
+/// sits in the pool's cache, where the pool must find room for the image (never worse on
+/// memory), even though asking the runtime for its row alignment fails then.
+#[test]
+fn a_first_pitched_allocation_on_a_device_full_of_cache_fits() {
+    let exe = c_program("pitched");
+    for expandable in ["0", "1"] {
+        let env = [
+            ("CUDASIM_MEM", "64MiB"),
+            ("CUDASIM_CONTEXT_BYTES", "0"),
+            ("GPUPOOL_EXPANDABLE", expandable),
+        ];
+        let (alone, _) = ok(&exe, &["full"], &[env[0], env[1], ("GPUPOOL_DISABLE", "1")]);
+        assert!(alone.contains("full blocks 64 pitch 2560"), "{alone}");
+        let (pooled, _) = ok(&exe, &["full"], &env);
+        assert!(pooled.contains(" pitch 2560"), "{env:?}: {pooled}");
+    }
+}
+
 /// C++ static objects that free their device memory in their destructors, at exit: one in the
 /// program, one in a library it loads with `dlopen`, both made before the first allocation. The
 /// summary comes after both destructors, counts their frees and lists nothing as allocated.

@@ -256,7 +256,7 @@ fn unserved(pool: &Pool<CudaBackend>, d: &Driver, real: impl Fn() -> CuResult) -
 }
 
 /// Releases the pool's cache on the current context's device. Returns the bytes released.
-fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
+pub(super) fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
     let Some((_, device)) = current_context(d) else {
         return 0;
     };

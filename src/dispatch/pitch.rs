@@ -6,11 +6,11 @@ use std::cell::Cell;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::cuda::driver::{CuDevicePtr, CuResult, CU_SUCCESS};
+use crate::cuda::driver::{CuDevicePtr, CuResult, CU_ERROR_OUT_OF_MEMORY, CU_SUCCESS};
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
-use crate::global;
 use crate::pool::{Origin, MAX_DEVICES};
+use crate::{global, guard};
 
 use super::{current_device, driver, forward, malloc_with, own_query};
 
@@ -40,14 +40,23 @@ pub unsafe fn malloc_pitch(
         })
     };
     // The runtime's own answers where there is nothing to pad or nowhere to write.
-    if pool.is_none() || dev_ptr.is_null() || pitch.is_null() || width == 0 || height == 0 {
+    let (Some(pool), false, false, false, false) = (
+        pool,
+        dev_ptr.is_null(),
+        pitch.is_null(),
+        width == 0,
+        height == 0,
+    ) else {
         return pass();
-    }
+    };
     let Some(dev) = current_device(rt) else {
         return pass();
     };
     let rows = row_pitch(&ROW_ALIGNMENT[dev as usize][0], width, || {
-        runtime_row_alignment(rt)
+        let ask = || runtime_row_alignment(rt);
+        ask_with_room(ask, ERROR_MEMORY_ALLOCATION, || {
+            guard::enter().map_or(0, |_inside| pool.empty_cache(dev))
+        })
     });
     let Some((row, size)) = rows.and_then(|row| Some((row, row.checked_mul(height)?))) else {
         return pass();
@@ -68,7 +77,8 @@ pub unsafe fn malloc_pitch(
 }
 
 /// `cuMemAllocPitch_v2` made by `origin`. `real` is the driver's own call with the caller's
-/// arguments; `alignment` asks the driver for the pitch of a one-byte row of these elements.
+/// arguments; `alignment` asks the driver for the pitch of a one-byte row of these elements
+/// (its error when the driver refuses).
 ///
 /// # Safety
 /// As `cuMemAllocPitch_v2`: `dptr` and `pitch` are NULL or valid for a write.
@@ -81,7 +91,7 @@ pub unsafe fn mem_alloc_pitch(
     element_size: c_uint,
     origin: Origin,
     real: impl Fn() -> CuResult,
-    alignment: impl FnOnce() -> Option<usize>,
+    alignment: impl Fn() -> Result<usize, CuResult>,
 ) -> CuResult {
     let Some((pool, d)) = driver::serving() else {
         return real();
@@ -98,7 +108,11 @@ pub unsafe fn mem_alloc_pitch(
     let Some(dev) = driver::context_device(d) else {
         return driver::unserved_context(pool, d, width.saturating_mul(height), real);
     };
-    let rows = row_pitch(&ROW_ALIGNMENT[dev as usize][element], width, alignment);
+    let rows = row_pitch(&ROW_ALIGNMENT[dev as usize][element], width, || {
+        ask_with_room(alignment, CU_ERROR_OUT_OF_MEMORY, || {
+            guard::enter().map_or(0, |_inside| driver::release_cache(pool, d))
+        })
+    });
     let Some((row, size)) = rows.and_then(|row| Some((row, row.checked_mul(height)?))) else {
         return real();
     };
@@ -135,16 +149,32 @@ fn row_pitch(
     width.checked_next_multiple_of(alignment)
 }
 
+/// The row alignment `ask` gives; when CUDA is out of memory, asked again once `release` gave
+/// the pool's cache on the device back (a device full of it has no room for the one-row query,
+/// and without the pool the program's freed memory would be there). `None` where CUDA cannot
+/// say.
+fn ask_with_room<E: PartialEq>(
+    ask: impl Fn() -> Result<usize, E>,
+    out_of_memory: E,
+    release: impl FnOnce() -> u64,
+) -> Option<usize> {
+    match ask() {
+        Err(e) if e == out_of_memory && release() > 0 => ask().ok(),
+        r => r.ok(),
+    }
+}
+
 /// The pitch the runtime gives a one-byte row on the current device: one allocation of its
 /// own, freed at once, per device and process.
-fn runtime_row_alignment(rt: &Runtime) -> Option<usize> {
-    let f = rt.malloc_pitch?;
+fn runtime_row_alignment(rt: &Runtime) -> Result<usize, CudaStatus> {
+    let f = rt.malloc_pitch.ok_or(ERROR_UNKNOWN)?;
     let (mut p, mut alignment) = (std::ptr::null_mut(), 0);
     // SAFETY: valid out-pointers for the duration of the call.
-    if own_query(rt, unsafe { f(&mut p, &mut alignment, 1, 1) }) != SUCCESS {
-        return None;
+    let r = own_query(rt, unsafe { f(&mut p, &mut alignment, 1, 1) });
+    if r != SUCCESS {
+        return Err(r);
     }
     // SAFETY: the runtime's own allocation, just made.
     own_query(rt, unsafe { (rt.free)(p) });
-    Some(alignment)
+    Ok(alignment)
 }

@@ -195,10 +195,11 @@ unsafe extern "C" fn mem_alloc_pitch_from(
                 1,
                 element_size
             ));
-            (r == CU_SUCCESS).then(|| {
-                real!(MemFree, MemFreeFn, |f| f(p));
-                a
-            })
+            if r != CU_SUCCESS {
+                return Err(r);
+            }
+            real!(MemFree, MemFreeFn, |f| f(p));
+            Ok(a)
         };
         // SAFETY: the caller's contract.
         unsafe {

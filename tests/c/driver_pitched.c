@@ -5,7 +5,9 @@
  *   churn:   200 images of 640 x 480 x 4 bytes through cuGetProcAddress's function, each
  *            allocated and freed in turn; prints "driver_mallocs N" meanwhile.
  *   hostile: an element size of 3, an empty row or height, NULL out-pointers, a size past the
- *            address space; prints "code CASE N" with what the driver returned. */
+ *            address space; prints "code CASE N" with what the driver returned.
+ *   full:    the device filled with 1 MiB blocks, all freed (a pool keeps them cached), then
+ *            this process's first pitched image, which must fit in the memory freed. */
 #include <cuda.h>
 #include <stdint.h>
 
@@ -100,10 +102,28 @@ static void hostile(void)
            (int)cuMemAllocPitch(&p, &pitch, SIZE_MAX / 2, 4, 4));
 }
 
+static void full(void)
+{
+    enum { MAX_BLOCKS = 4096 };
+    static CUdeviceptr blocks[MAX_BLOCKS];
+    size_t n = 0, i, pitch = 0;
+    CUdeviceptr p = 0;
+    while (n < MAX_BLOCKS && cuMemAlloc(&blocks[n], 1 << 20) == CUDA_SUCCESS)
+        n++;
+    CHECK(n > 4 && n < MAX_BLOCKS, "filled the device with %zu blocks", n);
+    for (i = 0; i < n; i++)
+        CU(cuMemFree(blocks[i]));
+    CU(cuMemAllocPitch(&p, &pitch, 640 * 4, 480, 4));
+    CHECK(pitch >= 640 * 4, "pitch %zu", pitch);
+    fill_rows(p, pitch, 480, 7);
+    CU(cuMemFree(p));
+    printf("full blocks %zu pitch %zu\n", n, pitch);
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx;
-    CHECK(argc == 2, "usage: driver_pitched pitches|churn|hostile");
+    CHECK(argc == 2, "usage: driver_pitched pitches|churn|hostile|full");
     CU(cuInit(0));
     CU(cuDevicePrimaryCtxRetain(&ctx, 0));
     CU(cuCtxSetCurrent(ctx));
@@ -113,6 +133,8 @@ int main(int argc, char **argv)
         churn();
     else if (strcmp(argv[1], "hostile") == 0)
         hostile();
+    else if (strcmp(argv[1], "full") == 0)
+        full();
     else
         CHECK(0, "unknown mode %s", argv[1]);
     printf("driver_pitched ok\n");

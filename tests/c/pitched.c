@@ -4,7 +4,9 @@
  *   churn:   200 images of 640 x 480 x 4 bytes, each allocated and freed in turn; prints
  *            "driver_mallocs N", the simulator's allocation calls meanwhile.
  *   hostile: NULL out-pointers, an empty row or height, a size past the address space;
- *            prints "code CASE N" with what cudaMallocPitch returned. */
+ *            prints "code CASE N" with what cudaMallocPitch returned.
+ *   full:    the device filled with 1 MiB blocks, all freed (a pool keeps them cached), then
+ *            this process's first pitched image, which must fit in the memory freed. */
 #include <stdint.h>
 
 #include "check.h"
@@ -67,15 +69,36 @@ static void hostile(void)
     printf("last_error %d\n", (int)cudaGetLastError());
 }
 
+static void full(void)
+{
+    enum { MAX_BLOCKS = 4096 };
+    static void *blocks[MAX_BLOCKS];
+    size_t n = 0, i, pitch = 0;
+    void *p = NULL;
+    while (n < MAX_BLOCKS && cudaMalloc(&blocks[n], 1 << 20) == cudaSuccess)
+        n++;
+    cudaGetLastError();
+    CHECK(n > 4 && n < MAX_BLOCKS, "filled the device with %zu blocks", n);
+    for (i = 0; i < n; i++)
+        CHECK_CUDA(cudaFree(blocks[i]));
+    CHECK_CUDA(cudaMallocPitch(&p, &pitch, 640 * 4, 480));
+    CHECK(pitch >= 640 * 4, "pitch %zu", pitch);
+    tag_block(p, pitch * 480, 7);
+    CHECK_CUDA(cudaFree(p));
+    printf("full blocks %zu pitch %zu\n", n, pitch);
+}
+
 int main(int argc, char **argv)
 {
-    CHECK(argc == 2, "usage: pitched pitches|churn|hostile");
+    CHECK(argc == 2, "usage: pitched pitches|churn|hostile|full");
     if (strcmp(argv[1], "pitches") == 0)
         pitches();
     else if (strcmp(argv[1], "churn") == 0)
         churn();
     else if (strcmp(argv[1], "hostile") == 0)
         hostile();
+    else if (strcmp(argv[1], "full") == 0)
+        full();
     else
         CHECK(0, "unknown mode %s", argv[1]);
     printf("pitched ok\n");

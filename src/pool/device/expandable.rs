@@ -381,6 +381,7 @@ impl DevicePool {
     /// driver would refuse it part-way, after a call a granule, all undone again, and other
     /// allocations, this process's and others', would find the device full meanwhile. A
     /// refusal for the device's memory is recorded: a replay cannot know the free memory.
+    /// Where the driver cannot say what is free, the mapping is tried.
     fn beyond_memory(
         &mut self,
         si: u32,
@@ -401,8 +402,8 @@ impl DevicePool {
         if lacking < ASK_FREE_FROM {
             return None;
         }
-        self.sample_memory(backend);
-        self.memory
+        // Only a sample taken now: an older one may be from when the device was full.
+        self.sample_memory(backend)
             .is_some_and(|m| bytes > m.free)
             .then_some(CudaError::MEMORY_ALLOCATION)
     }

@@ -365,17 +365,18 @@ impl DevicePool {
         Err(CudaError::MEMORY_ALLOCATION)
     }
 
-    /// What the driver says of the device's memory now (during normal operation only).
-    pub(super) fn sample_memory(&mut self, backend: &dyn Backend) {
-        if let Ok((free, total)) = backend.memory_info(self.device) {
-            let sample = MemorySample {
-                free,
-                total,
-                reserved: self.stats.reserved.current,
-            };
-            self.memory = Some(sample);
-            self.memory_first.get_or_insert(sample);
-        }
+    /// What the driver says of the device's memory now (during normal operation only); `None`,
+    /// and the last sample kept for the reports, when it cannot say.
+    pub(super) fn sample_memory(&mut self, backend: &dyn Backend) -> Option<MemorySample> {
+        let (free, total) = backend.memory_info(self.device).ok()?;
+        let sample = MemorySample {
+            free,
+            total,
+            reserved: self.stats.reserved.current,
+        };
+        self.memory = Some(sample);
+        self.memory_first.get_or_insert(sample);
+        Some(sample)
     }
 
     /// Ask the driver for a segment, an expandable one where they are on; returns its single
