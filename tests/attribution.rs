@@ -1,0 +1,150 @@
+//! Who holds the memory: each block names the object that called the allocation, and the
+//! summary groups the blocks still allocated at exit by library (`tests/c/holders.c` and its
+//! libraries, one on the runtime, one on the driver). A library unloaded before the report keeps
+//! its name; the program is named by its file, whatever its `argv[0]`.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use sim::{Build, Sim};
+use support::{ok, pooled};
+
+const ENV: &[(&str, &str)] = &[("CUDASIM_MEM", "1GiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+
+/// `tests/c/holders.c` and its two libraries: who holds what, at exit, in text and JSON.
+fn holders() -> (PathBuf, PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let sim = Sim::get();
+            let simlib = sim.simlib.display().to_string();
+            let rpath = format!("-Wl,-rpath,{simlib}");
+            let driver = Build {
+                compiler: "cc",
+                flags: &["-std=c11", "-shared", "-fPIC"],
+                libs: &["-L", &simlib, "-lcuda", &rpath],
+                cudart: false,
+            };
+            (
+                support::c_program("holders"),
+                support::c_library("holder_runtime"),
+                sim.build(&support::root().join("tests/c/holder_driver.c"), &driver),
+            )
+        })
+        .clone()
+}
+
+#[test]
+fn the_summary_says_which_library_holds_the_memory() {
+    let (exe, runtime_lib, driver_lib) = holders();
+    let file_name = |p: &PathBuf| p.file_name().unwrap().to_string_lossy().into_owned();
+    let args = [runtime_lib.to_str().unwrap(), driver_lib.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    assert!(out.contains("holders: all checks passed"), "{out}");
+    // Most bytes first: the driver library's 8 MiB, the runtime library's 3, the program's 2.
+    let want = format!(
+        " held by    {} 8.00 MiB in 2 blocks, {} 3.00 MiB in 3 blocks, the program ({}) 2.00 MiB \
+         in 1 block",
+        file_name(&driver_lib),
+        file_name(&runtime_lib),
+        file_name(&exe)
+    );
+    assert!(stderr.contains(&want), "{want}\n{stderr}");
+
+    let json = support::scratch("holders").join("summary.json");
+    let env = [("GPUPOOL_SUMMARY", json.to_str().unwrap())];
+    ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the summary")).unwrap();
+    let by_library = &v["devices"][0]["still_allocated"]["by_library"];
+    assert_eq!(
+        by_library[0]["library"],
+        file_name(&driver_lib),
+        "{by_library}"
+    );
+    assert_eq!(by_library[0]["blocks"], 2);
+    assert_eq!(by_library[0]["requested_bytes"], 8 << 20);
+    assert_eq!(by_library[1]["library"], file_name(&runtime_lib));
+    assert_eq!(by_library[1]["requested_bytes"], 3 << 20);
+    assert_eq!(by_library[2]["requested_bytes"], 2 << 20);
+}
+
+#[test]
+fn the_program_is_named_as_the_program_whatever_its_argv0() {
+    // A shell that found the program on PATH passes a bare name; a launcher may pass any
+    // name. The program's own blocks are still the program's, named by its file.
+    use std::os::unix::process::CommandExt;
+    let (exe, runtime_lib, driver_lib) = holders();
+    let args = [runtime_lib.to_str().unwrap(), driver_lib.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let elsewhere = support::scratch("holders-argv0");
+    let mut cmd = pooled(&exe, &args, &[ENV, &env].concat());
+    cmd.arg0("renamed-by-its-launcher").current_dir(&elsewhere);
+    let (out, stderr) = ok(&mut cmd);
+    assert!(out.contains("holders: all checks passed"), "{out}");
+    let want = format!(
+        "the program ({}) 2.00 MiB in 1 block",
+        exe.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{stderr}");
+    assert!(!stderr.contains("renamed-by-its-launcher"), "{stderr}");
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_library_unloaded_before_the_report_still_holds_its_blocks() {
+    // `tests/c/holders_unloaded.c`: a library makes three live blocks and is unloaded; a copy
+    // of it under another name is loaded after, most often at the same address. The report
+    // names the library that allocated, not "unknown", nor the copy.
+    let (_, runtime_lib, _) = holders();
+    let exe = support::c_program("holders_unloaded");
+    let dir = support::scratch("holders-unloaded");
+    let copy = dir.join("libholder_copy.so");
+    std::fs::copy(&runtime_lib, &copy).unwrap();
+    let args = [runtime_lib.to_str().unwrap(), copy.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    assert!(out.contains("holders_unloaded: all checks passed"), "{out}");
+    let want = format!(
+        " held by    {} (unloaded) 3.00 MiB in 3 blocks\n",
+        runtime_lib.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{out}\n{stderr}");
+    assert!(!stderr.contains("libholder_copy.so"), "{stderr}");
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_library_unloaded_as_a_dependency_still_holds_its_blocks() {
+    // `tests/c/holders_unloaded.c` on a library that only links the one that allocates: its
+    // `dlclose` unloads both, and the blocks are the dependency's, named as unloaded, not
+    // "unknown" nor the copy loaded after.
+    let (_, runtime_lib, _) = holders();
+    let wrapper = Sim::get().build(
+        &support::root().join("tests/c/holder_wrapper.c"),
+        &Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC"],
+            libs: &[runtime_lib.to_str().unwrap()],
+            cudart: false,
+        },
+    );
+    let exe = support::c_program("holders_unloaded");
+    let dir = support::scratch("holders-unloaded-dependency");
+    let copy = dir.join("libholder_copy.so");
+    std::fs::copy(&runtime_lib, &copy).unwrap();
+    let args = [wrapper.to_str().unwrap(), copy.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    assert!(out.contains("holders_unloaded: all checks passed"), "{out}");
+    let want = format!(
+        " held by    {} (unloaded) 3.00 MiB in 3 blocks\n",
+        runtime_lib.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{out}\n{stderr}");
+}
