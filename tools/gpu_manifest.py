@@ -10,7 +10,8 @@ from steps import GPU, SANITIZER, TORCH, Has, Is, Line, Positive, Step
 # one needs its build). -cudart shared: the runtime calls go through libcudart.so, where the
 # runtime hooks interpose them.
 PROGRAMS = ("churn", "hazard", "stream_reuse", "overlap", "hit_bench", "cublas_loop",
-            "churn_static", "hazard_static", "fragment", "vmm_cost")
+            "churn_static", "hazard_static", "fragment", "vmm_cost", "pitched",
+            "pitched_static")
 # NAME_static is NAME.cu built as nvcc builds by default, with the runtime inside the program:
 # its calls reach the pool only through the driver hooks (dlsym, cuGetProcAddress).
 STATIC_SUFFIX = "_static"
@@ -232,6 +233,21 @@ def manifest(build, src, lib, python, sanitizer, counts):
     ok = Is("cublas_loop", "ok")
     blas("cublas_nopool", "check", argv, 90, [ok])
     blas("cublas_pool_strict", "check", argv, 90, [ok, INTERCEPTED], pool(lib, "strict"))
+
+    # Pitched images (cudaMallocPitch, cuMemAllocPitch_v2): under the pool each pitch is the one
+    # CUDA gave the same row without it, recorded first, and every image keeps its bytes. The
+    # static build's cudaMallocPitch reaches the pool through the driver hooks alone.
+    pitched = group("pitched", ("pitches", "mismatched", "unaligned", "bytes_wrong"))
+    expected = f"{build}/pitched.expected"
+    ok = Is("pitched", "ok")
+    pitched("pitched_nopool", "check", [f"{build}/pitched", "record", expected], 60, [ok])
+    pitched("pitched_pool_strict", "check", [f"{build}/pitched", "check", expected], 60,
+            [ok, INTERCEPTED], pool(lib, "strict"))
+    pitched_static = group("pitched_static", ("pitches", "mismatched", "unaligned",
+                                              "bytes_wrong"))
+    pitched_static("pitched_static_pool_strict", "check",
+                   [f"{build}/pitched_static", "check", expected], 60, [ok, INTERCEPTED],
+                   pool(lib, "strict"))
 
     # What fits: fill with 7 MiB blocks, free every other, fill with 14 MiB (issue 20): without
     # the pool, with classic segments, with expandable segments on virtual memory.

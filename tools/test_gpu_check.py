@@ -37,7 +37,9 @@ ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torc
                      "fragment_nopool", "fragment_pool_classic", "fragment_pool_expandable",
                      "torch_headline_pool_classic", "torch_native_expandable",
                      # The mapped slack's cost (issue 20).
-                     "torch_headline_pool_slack", "vmm_cost_nopool"}
+                     "torch_headline_pool_slack", "vmm_cost_nopool",
+                     # Pitched images, with CUDA's pitch.
+                     "pitched_nopool", "pitched_pool_strict", "pitched_static_pool_strict"}
 
 
 def dry_run_lines(counts):
@@ -207,6 +209,8 @@ elif name == "vmm_cost":
     print("granules=512 granule_bytes=2097152\nmap_us=41.20 unmap_us=18.70 move_us=60.10 "
           "remap_us=35.40 run_map_us=22.30")
     print("vmm_cost=ok")
+elif name == "pitched":
+    print("pitches=52 mismatched=0 unaligned=0 bytes_verified=92278012 bytes_wrong=0\npitched=ok")
 elif name == "cublas_loop":
     print("rounds=20\ngemms=80\nmax_error=0\ncublas_loop=ok")
 elif name == "overlap":

@@ -8,7 +8,9 @@
 #ifndef GPUPOOL_GPU_COMMON_CUH
 #define GPUPOOL_GPU_COMMON_CUH
 
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +42,32 @@
             exit(1);                                                                           \
         }                                                                                      \
     } while (0)
+
+/* Any failing driver call: file:line, the call, its CUresult; exit 1. */
+#define DRIVER_CHECK(call)                                                                     \
+    do {                                                                                       \
+        CUresult r_ = (call);                                                                  \
+        REQUIRE(r_ == CUDA_SUCCESS, "%s returned %d", #call, (int)r_);                         \
+    } while (0)
+
+/* The driver, as a program that takes its functions with dlsym finds it (XLA's way): the
+ * libcuda.so.1 the runtime loaded, else loaded now. */
+static inline void *driver_library(void)
+{
+    void *d = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!d)
+        d = dlopen("libcuda.so.1", RTLD_NOW);
+    REQUIRE(d != NULL, "dlopen(libcuda.so.1): %s", dlerror());
+    return d;
+}
+
+/* The driver's function `name`, taken with dlsym (under the pool: its hook, where it has one). */
+static inline void *driver_symbol(void *driver, const char *name)
+{
+    void *f = dlsym(driver, name);
+    REQUIRE(f != NULL, "dlsym(%s): %s", name, dlerror());
+    return f;
+}
 
 static inline uint64_t rng_next(uint64_t *s)
 {

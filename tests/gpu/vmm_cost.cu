@@ -14,15 +14,6 @@
  * The driver is reached with dlopen and dlsym, so the program builds without libcuda.so. */
 #include "common.cuh"
 
-#include <cuda.h>
-#include <dlfcn.h>
-
-#define DRIVER_CHECK(call)                                                                     \
-    do {                                                                                       \
-        CUresult r_ = (call);                                                                  \
-        REQUIRE(r_ == CUDA_SUCCESS, "%s returned %d", #call, (int)r_);                         \
-    } while (0)
-
 struct Vmm {
     decltype(&cuMemGetAllocationGranularity) granularity;
     decltype(&cuMemAddressReserve) reserve;
@@ -35,29 +26,19 @@ struct Vmm {
     decltype(&cuMemRetainAllocationHandle) retain;
 };
 
-static void *symbol(void *driver, const char *name)
-{
-    void *f = dlsym(driver, name);
-    REQUIRE(f != NULL, "dlsym(%s): %s", name, dlerror());
-    return f;
-}
-
 static Vmm load(void)
 {
-    void *d = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!d)
-        d = dlopen("libcuda.so.1", RTLD_NOW);
-    REQUIRE(d != NULL, "dlopen(libcuda.so.1): %s", dlerror());
+    void *d = driver_library();
     Vmm v;
-    v.granularity = (decltype(v.granularity))symbol(d, "cuMemGetAllocationGranularity");
-    v.reserve = (decltype(v.reserve))symbol(d, "cuMemAddressReserve");
-    v.address_free = (decltype(v.address_free))symbol(d, "cuMemAddressFree");
-    v.create = (decltype(v.create))symbol(d, "cuMemCreate");
-    v.map = (decltype(v.map))symbol(d, "cuMemMap");
-    v.set_access = (decltype(v.set_access))symbol(d, "cuMemSetAccess");
-    v.release = (decltype(v.release))symbol(d, "cuMemRelease");
-    v.unmap = (decltype(v.unmap))symbol(d, "cuMemUnmap");
-    v.retain = (decltype(v.retain))symbol(d, "cuMemRetainAllocationHandle");
+    v.granularity = (decltype(v.granularity))driver_symbol(d, "cuMemGetAllocationGranularity");
+    v.reserve = (decltype(v.reserve))driver_symbol(d, "cuMemAddressReserve");
+    v.address_free = (decltype(v.address_free))driver_symbol(d, "cuMemAddressFree");
+    v.create = (decltype(v.create))driver_symbol(d, "cuMemCreate");
+    v.map = (decltype(v.map))driver_symbol(d, "cuMemMap");
+    v.set_access = (decltype(v.set_access))driver_symbol(d, "cuMemSetAccess");
+    v.release = (decltype(v.release))driver_symbol(d, "cuMemRelease");
+    v.unmap = (decltype(v.unmap))driver_symbol(d, "cuMemUnmap");
+    v.retain = (decltype(v.retain))driver_symbol(d, "cuMemRetainAllocationHandle");
     return v;
 }
 
