@@ -374,3 +374,40 @@ fn ratios_over_nothing_are_not_given() {
     assert!(out.contains("reserved/allocated n/a"), "{out}");
     assert!(!out.contains("reserved/allocated 0.000"), "{out}");
 }
+
+/// The usage asked for with `--help` or `help`, to a full disk or a reader already gone: one
+/// line and exit 2 for the first, a quiet exit 0 for the second, never a panic.
+#[test]
+fn usage_to_a_full_disk_or_a_closed_pipe() {
+    for args in [&["--help"][..], &["help"], &["plot", "-h"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = Command::new(support::trace_tool())
+            .args(args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            "gpupool-trace: writing stdout: No space left on device (os error 28)",
+            "{args:?}"
+        );
+
+        // A reader that has gone before the tool writes: the pipe's read end closed at once.
+        let mut child = Command::new(support::trace_tool())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {} {stderr}", o.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
