@@ -411,3 +411,37 @@ fn usage_to_a_full_disk_or_a_closed_pipe() {
         assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }
+
+/// A trace whose expandable-segment record has a granule of 0 bytes, or a range no whole
+/// number of granules, as no pool writes: every command refuses it as corrupt, with one line
+/// and exit 2. A replay used to divide by the granule, or round the range past `u64::MAX`.
+#[test]
+fn impossible_expandable_granules_are_corrupt() {
+    let dir = scratch("trace-tool-granules");
+    for (name, granule, range) in [
+        ("zero-granule", 0, 0),
+        ("odd-granule", 3 << 20, 6 << 20),
+        ("huge-range", 2 << 20, u64::MAX),
+        ("no-range", 2 << 20, 0),
+    ] {
+        let mut t = b"GPTRACE1".to_vec();
+        record(&mut t, 0, 0, 0, u64::MAX, 64 << 20, u64::MAX, 0);
+        record(&mut t, 1, 16, 0, granule, range, 0, 0);
+        record(&mut t, 2, 1, 0, 100 << 20, 1 << 30, 100 << 20, 0);
+        let path = dir.join(format!("{name}.trace"));
+        std::fs::write(&path, &t).unwrap();
+        for cmd in ["stats", "replay", "perfetto", "plot"] {
+            let o = tool(&[cmd, path.to_str().unwrap()]);
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd} {name}: {stderr}");
+            assert!(
+                stderr.starts_with("gpupool-trace: ")
+                    && stderr.contains(&format!(
+                        "record 1: expandable segments of {range} B ranges in {granule} B granules"
+                    ))
+                    && stderr.lines().count() == 1,
+                "{cmd} {name}: {stderr}"
+            );
+        }
+    }
+}
