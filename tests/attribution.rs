@@ -148,3 +148,33 @@ fn a_library_unloaded_as_a_dependency_still_holds_its_blocks() {
     );
     assert!(stderr.contains(&want), "{want}\n{out}\n{stderr}");
 }
+
+#[test]
+fn two_libraries_of_one_file_name_are_told_apart_by_their_paths() {
+    // Two copies of a library in two directories, both loaded (two Python packages that
+    // bundle their own build of one library): each is named by its path, not merged into
+    // one line under their shared file name.
+    let (exe, runtime_lib, driver_lib) = holders();
+    let dir = support::scratch("holders-one-file-name");
+    let (first, second) = (dir.join("a/libshared.so"), dir.join("b/libshared.so"));
+    for (from, to) in [(&runtime_lib, &first), (&driver_lib, &second)] {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap();
+    }
+    let args = [first.to_str().unwrap(), second.to_str().unwrap()];
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
+    assert!(out.contains("holders: all checks passed"), "{out}");
+    let want = format!(
+        " held by    {} 8.00 MiB in 2 blocks, {} 3.00 MiB in 3 blocks, the program ({}) 2.00 MiB \
+         in 1 block\n",
+        second.display(),
+        first.display(),
+        exe.file_name().unwrap().to_string_lossy()
+    );
+    assert!(stderr.contains(&want), "{want}\n{stderr}");
+    assert!(
+        stderr.contains(" still allocated at exit: 6 blocks, 13.0 MiB requested"),
+        "{stderr}"
+    );
+}
