@@ -38,22 +38,33 @@ fn holders() -> (PathBuf, PathBuf, PathBuf) {
         .clone()
 }
 
+/// The exit summary on stderr of `tests/c/holders.c` given its two libraries.
+fn summary_of(args: &[&str]) -> String {
+    let (exe, ..) = holders();
+    let env = [("GPUPOOL_SUMMARY", "stderr")];
+    let (out, stderr) = ok(&mut pooled(&exe, args, &[ENV, &env].concat()));
+    assert!(out.contains("holders: all checks passed"), "{out}");
+    stderr
+}
+
+/// `tests/c/holders.c`'s holders line, most bytes first: the driver library's 8 MiB, the
+/// runtime library's 3, the program's 2.
+fn held_by(driver_lib: &str, runtime_lib: &str) -> String {
+    let (exe, ..) = holders();
+    format!(
+        " held by    {driver_lib} 8.00 MiB in 2 blocks, {runtime_lib} 3.00 MiB in 3 blocks, the \
+         program ({}) 2.00 MiB in 1 block",
+        exe.file_name().unwrap().to_string_lossy()
+    )
+}
+
 #[test]
 fn the_summary_says_which_library_holds_the_memory() {
     let (exe, runtime_lib, driver_lib) = holders();
     let file_name = |p: &PathBuf| p.file_name().unwrap().to_string_lossy().into_owned();
     let args = [runtime_lib.to_str().unwrap(), driver_lib.to_str().unwrap()];
-    let env = [("GPUPOOL_SUMMARY", "stderr")];
-    let (out, stderr) = ok(&mut pooled(&exe, &args, &[ENV, &env].concat()));
-    assert!(out.contains("holders: all checks passed"), "{out}");
-    // Most bytes first: the driver library's 8 MiB, the runtime library's 3, the program's 2.
-    let want = format!(
-        " held by    {} 8.00 MiB in 2 blocks, {} 3.00 MiB in 3 blocks, the program ({}) 2.00 MiB \
-         in 1 block",
-        file_name(&driver_lib),
-        file_name(&runtime_lib),
-        file_name(&exe)
-    );
+    let stderr = summary_of(&args);
+    let want = held_by(&file_name(&driver_lib), &file_name(&runtime_lib));
     assert!(stderr.contains(&want), "{want}\n{stderr}");
 
     let json = support::scratch("holders").join("summary.json");
@@ -147,4 +158,25 @@ fn a_library_unloaded_as_a_dependency_still_holds_its_blocks() {
         runtime_lib.file_name().unwrap().to_string_lossy()
     );
     assert!(stderr.contains(&want), "{want}\n{out}\n{stderr}");
+}
+
+#[test]
+fn two_libraries_of_one_file_name_are_told_apart_by_their_paths() {
+    // Two copies of a library in two directories, both loaded (two Python packages that
+    // bundle their own build of one library): each is named by its path, not merged into
+    // one line under their shared file name.
+    let (_, runtime_lib, driver_lib) = holders();
+    let dir = support::scratch("holders-one-file-name");
+    let (first, second) = (dir.join("a/libshared.so"), dir.join("b/libshared.so"));
+    for (from, to) in [(&runtime_lib, &first), (&driver_lib, &second)] {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap();
+    }
+    let stderr = summary_of(&[first.to_str().unwrap(), second.to_str().unwrap()]);
+    let want = held_by(&second.display().to_string(), &first.display().to_string()) + "\n";
+    assert!(stderr.contains(&want), "{want}\n{stderr}");
+    assert!(
+        stderr.contains(" still allocated at exit: 6 blocks, 13.0 MiB requested"),
+        "{stderr}"
+    );
 }

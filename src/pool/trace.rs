@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::size::ALIGN;
+
 pub const MAGIC: &[u8; 8] = b"GPTRACE1";
 pub const RECORD_SIZE: usize = 40;
 /// A device's buffer is handed to the sink when it holds this many bytes.
@@ -211,6 +213,18 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Record>, String> {
                 (None, _) => return Err(corrupt("a record before the device's settings")),
                 (Some(_), Kind::Settings) => return Err(corrupt("the device's settings again")),
                 (Some(t), _) if r.t_ns < t => return Err(corrupt("time goes back")),
+                // A replay maps in these granules and ranges: the pool records a power of two
+                // of at least `ALIGN`, and a range a whole number of them.
+                (Some(_), Kind::Expandable)
+                    if !(r.a.is_power_of_two() && r.a >= ALIGN)
+                        || r.b == 0
+                        || !r.b.is_multiple_of(r.a) =>
+                {
+                    return Err(corrupt(&format!(
+                        "expandable segments of {} B ranges in {} B granules",
+                        r.b, r.a
+                    )))
+                }
                 (Some(_), _) => {}
             }
             *seen = Some(r.t_ns);

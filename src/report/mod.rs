@@ -2,6 +2,7 @@
 //! out-of-memory report, and the trace file.
 
 pub mod dump;
+mod holders;
 pub mod json;
 pub mod oom;
 pub mod prometheus;

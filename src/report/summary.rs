@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+pub use super::holders::{holders_text, Holder};
 use super::units::{bytes, duration_ns};
 use crate::passed_through::Counts as PassedThrough;
 use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
@@ -41,76 +42,6 @@ pub struct DeviceReport {
     pub leaked_bytes: u64,
     /// Who holds those blocks: the libraries that allocated them, most bytes first.
     pub holders: Vec<Holder>,
-}
-
-/// A library that holds live blocks: its file name, its blocks and their requested bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
-    pub library: String,
-    pub blocks: u64,
-    pub bytes: u64,
-}
-
-/// The library each live block's `Origin` lies in, resolved now (an object unloaded since is
-/// named by `unloaded`), with their blocks and bytes, most bytes first.
-fn holders(live: &[LiveBlock]) -> Vec<Holder> {
-    let mut by_origin: std::collections::HashMap<u64, (u64, u64)> = Default::default();
-    for b in live {
-        let e = by_origin.entry(b.origin).or_default();
-        e.0 += 1;
-        e.1 += b.requested;
-    }
-    let mut by_library: Vec<Holder> = Vec::new();
-    for (origin, (blocks, bytes)) in by_origin {
-        let library = library_of(origin);
-        match by_library.iter_mut().find(|h| h.library == library) {
-            Some(h) => {
-                h.blocks += blocks;
-                h.bytes += bytes;
-            }
-            None => by_library.push(Holder {
-                library,
-                blocks,
-                bytes,
-            }),
-        }
-    }
-    by_library.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.library.cmp(&b.library)));
-    by_library
-}
-
-/// The file name of the object `origin` lies in; the program's own name for the main program.
-/// The dynamic linker's own name for the object, not `dladdr`'s: `dladdr` names the main
-/// program by its `argv[0]`, which a shell that searched `PATH` passes bare and a launcher
-/// may set to anything.
-fn library_of(origin: u64) -> String {
-    if origin == 0 {
-        return "gpupool_* calls".into();
-    }
-    if let Some(path) = super::unloaded::path_of(origin) {
-        return format!("{} (unloaded)", path.rsplit('/').next().unwrap_or(&path));
-    }
-    let Some((_, path)) = crate::cuda::dl::linked_object_of(origin as usize) else {
-        return "unknown".into();
-    };
-    // SAFETY: a NUL-terminated path owned by the dynamic linker, read at once.
-    let path = unsafe { std::ffi::CStr::from_ptr(path) }.to_string_lossy();
-    let program = std::env::current_exe().ok();
-    let name = path.rsplit('/').next().unwrap_or(&path).to_string();
-    let is_program = path.is_empty()
-        || program.as_deref().is_some_and(|p| {
-            p.as_os_str() == std::ffi::OsStr::new(&*path)
-                || std::fs::canonicalize(&*path).is_ok_and(|c| c == p)
-        });
-    if is_program {
-        let exe = program
-            .as_ref()
-            .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy());
-        format!("the program ({})", exe.as_deref().unwrap_or(&name))
-    } else {
-        name
-    }
 }
 
 impl DeviceReport {
@@ -181,7 +112,7 @@ impl Report {
                 leaks: group_leaks(&live),
                 leaked_blocks: live.len() as u64,
                 leaked_bytes: live.iter().map(|b| b.requested).sum(),
-                holders: holders(&live),
+                holders: super::holders::holders(&live),
                 snap,
             });
         }
@@ -320,23 +251,6 @@ fn driver_text(s: &crate::pool::DeviceStats, runtime: &str) -> String {
         s.real_mallocs + s.real_frees + granules,
         s.allocs + s.frees
     )
-}
-
-/// `libc10_cuda.so 3.00 MiB in 3 blocks, the program (train) 1.00 MiB in 1 block`.
-pub fn holders_text(holders: &[Holder]) -> String {
-    holders
-        .iter()
-        .map(|h| {
-            let plural = if h.blocks == 1 { "" } else { "s" };
-            format!(
-                "{} {} in {} block{plural}",
-                h.library,
-                bytes(h.bytes),
-                h.blocks
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 pub fn render_text(r: &Report) -> String {

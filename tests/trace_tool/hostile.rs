@@ -374,3 +374,74 @@ fn ratios_over_nothing_are_not_given() {
     assert!(out.contains("reserved/allocated n/a"), "{out}");
     assert!(!out.contains("reserved/allocated 0.000"), "{out}");
 }
+
+/// The usage asked for with `--help` or `help`, to a full disk or a reader already gone: one
+/// line and exit 2 for the first, a quiet exit 0 for the second, never a panic.
+#[test]
+fn usage_to_a_full_disk_or_a_closed_pipe() {
+    for args in [&["--help"][..], &["help"], &["plot", "-h"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = Command::new(support::trace_tool())
+            .args(args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            "gpupool-trace: writing stdout: No space left on device (os error 28)",
+            "{args:?}"
+        );
+
+        // A reader that has gone before the tool writes: the pipe's read end closed at once.
+        let mut child = Command::new(support::trace_tool())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {} {stderr}", o.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
+/// A trace whose expandable-segment record has a granule of 0 bytes, or a range no whole
+/// number of granules, as no pool writes: every command refuses it as corrupt, with one line
+/// and exit 2. A replay used to divide by the granule, or round the range past `u64::MAX`.
+#[test]
+fn impossible_expandable_granules_are_corrupt() {
+    let dir = scratch("trace-tool-granules");
+    for (name, granule, range) in [
+        ("zero-granule", 0, 0),
+        ("odd-granule", 3 << 20, 6 << 20),
+        ("huge-range", 2 << 20, u64::MAX),
+        ("no-range", 2 << 20, 0),
+    ] {
+        let mut t = b"GPTRACE1".to_vec();
+        record(&mut t, 0, 0, 0, u64::MAX, 64 << 20, u64::MAX, 0);
+        record(&mut t, 1, 16, 0, granule, range, 0, 0);
+        record(&mut t, 2, 1, 0, 100 << 20, 1 << 30, 100 << 20, 0);
+        let path = dir.join(format!("{name}.trace"));
+        std::fs::write(&path, &t).unwrap();
+        for cmd in ["stats", "replay", "perfetto", "plot"] {
+            let o = tool(&[cmd, path.to_str().unwrap()]);
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd} {name}: {stderr}");
+            assert!(
+                stderr.starts_with("gpupool-trace: ")
+                    && stderr.contains(&format!(
+                        "record 1: expandable segments of {range} B ranges in {granule} B granules"
+                    ))
+                    && stderr.lines().count() == 1,
+                "{cmd} {name}: {stderr}"
+            );
+        }
+    }
+}

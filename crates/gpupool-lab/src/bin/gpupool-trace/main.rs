@@ -130,6 +130,14 @@ fn output(path: Option<&String>) -> Result<(Box<dyn Write>, String), Error> {
     }
 }
 
+/// The usage on stdout, asked for: a failed write is an error like any other output's.
+fn usage() -> Result<(), Error> {
+    let mut out = io::stdout().lock();
+    writeln!(out, "{USAGE}")
+        .and_then(|()| out.flush())
+        .map_err(|e| written(e, "stdout"))
+}
+
 /// `generate` and `compare`, which take workloads as well as traces.
 fn run_workloads(cmd: &str, args: &[String]) -> Result<(), Error> {
     if cmd == "generate" {
@@ -175,8 +183,7 @@ fn run_workloads(cmd: &str, args: &[String]) -> Result<(), Error> {
 
 fn run(args: &[String]) -> Result<(), Error> {
     if args.iter().any(|a| matches!(a.as_str(), "-h" | "--help")) {
-        println!("{USAGE}");
-        return Ok(());
+        return usage();
     }
     if let Some((cmd, rest)) = args.split_first() {
         if matches!(cmd.as_str(), "generate" | "compare") {
@@ -185,10 +192,7 @@ fn run(args: &[String]) -> Result<(), Error> {
     }
     let (cmd, path, rest) = match args {
         [cmd, path, rest @ ..] => (cmd.as_str(), path, rest),
-        [cmd] if cmd == "help" => {
-            println!("{USAGE}");
-            return Ok(());
-        }
+        [cmd] if cmd == "help" => return usage(),
         _ => return Err(Error::Usage("missing arguments".into())),
     };
     if !matches!(cmd, "stats" | "replay" | "perfetto" | "plot") {
