@@ -4,11 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::hash::BuildHasherDefault;
 
 use super::units::{bytes, duration_ns};
 use crate::passed_through::Counts as PassedThrough;
 use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
-use crate::pool::{Backend, DeviceSnapshot, Expandable, IpcRefusals, LiveBlock, LockWait, Pool};
+use crate::pool::{
+    Backend, DeviceSnapshot, Expandable, IntHasher, IpcRefusals, LiveBlock, LockWait, Pool,
+};
 
 pub struct Report {
     pub pid: u32,
@@ -54,7 +57,9 @@ pub struct Holder {
 /// The library each live block's `Origin` lies in, resolved now (an object unloaded since is
 /// named by `unloaded`), with their blocks and bytes, most bytes first.
 fn holders(live: &[LiveBlock]) -> Vec<Holder> {
-    let mut by_origin: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+    // Not SipHash, whose keys come from `getrandom`: a cancellation point (`pool::cancel`).
+    let mut by_origin: std::collections::HashMap<u64, (u64, u64), BuildHasherDefault<IntHasher>> =
+        Default::default();
     for b in live {
         let e = by_origin.entry(b.origin).or_default();
         e.0 += 1;
