@@ -10,6 +10,7 @@ use crate::cuda::loader;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::{CudaStatus, ERROR_INSUFFICIENT_DRIVER};
 use crate::log;
+use crate::pool::cancel::uncancellable;
 use crate::pool::{Policy, Pool, Settings};
 use crate::report;
 
@@ -104,7 +105,8 @@ fn make() -> Option<&'static Global> {
         return None;
     }
     MAKER.store(me, Ordering::Release);
-    let made = init(failed_at.is_none());
+    // Loading the runtime, reading files: cancellation points, on the program's thread.
+    let made = uncancellable(|| init(failed_at.is_none()));
     MAKER.store(0, Ordering::Release);
     MAKER_REENTERED.store(false, Ordering::Relaxed);
     match made {
@@ -173,7 +175,7 @@ pub fn process() -> &'static Process {
             config: Config::from_env().0,
         });
     }
-    let p = PROCESS.get_or_init(make_process);
+    let p = PROCESS.get_or_init(|| uncancellable(make_process));
     if p.pool.is_some() && PROCESS_WITH_POOL.load(Ordering::Relaxed).is_null() {
         PROCESS_WITH_POOL.store(p as *const Process as *mut Process, Ordering::Release);
     }

@@ -7,6 +7,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
+use crate::pool::cancel::uncancellable;
+
 /// The program's standard output streams, as the pool writes to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
@@ -95,9 +97,10 @@ pub fn write_stream(s: Stream, bytes: &[u8]) {
 
 /// Write raw bytes to a file descriptor, retrying short writes and interruptions. A reader that
 /// left (`./job 2>&1 | head -1`) makes it fail with `EPIPE`, without the `SIGPIPE` that would
-/// end the program. Async-signal-safe: no allocation, no lock, `errno` left as the write set it.
+/// end the program, and no `pthread_cancel` acts inside it. Async-signal-safe: no allocation,
+/// no lock (glibc's cancel state is an atomic of the thread), `errno` left as the write set it.
 pub fn write_all_fd(fd: i32, bytes: &[u8]) -> std::io::Result<()> {
-    without_sigpipe(|| write_loop(fd, bytes))
+    uncancellable(|| without_sigpipe(|| write_loop(fd, bytes)))
 }
 
 /// How long one write waits in all for a non-blocking pipe's reader to make room (a named pipe

@@ -2,7 +2,8 @@
 //! exits, `_exit`s, execs, or uses CUDA and gets the runtime's answers; neither process
 //! deadlocks), `exit`/`_exit` while threads are inside the pool, CUDA from a static constructor
 //! before `main`, `dlopen`/`dlclose` of a library that uses CUDA, and `fork` while another thread's
-//! first CUDA call is still making the pool. Every run has a deadline.
+//! first CUDA call is still making the pool, and `pthread_cancel` of threads that allocate. Every
+//! run has a deadline.
 //! (Signals during an allocation storm: `tests/report/live_dump.rs`, `sigusr1_during_an_allocation_storm_*`.)
 
 #[path = "../cudasim/tests/common/mod.rs"]
@@ -123,6 +124,26 @@ fn fork_while_the_first_cuda_call_is_making_the_pool() {
         );
         let written = std::fs::metadata(trace).expect("the parent's trace").len();
         assert!(written > 0, "round {round}: empty trace");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn threads_cancelled_while_they_allocate_end_as_without_the_pool() {
+    // Four threads allocate and free each other's blocks, cancelled after 2 ms, 400 times. A
+    // thread must not act on its cancel inside the pool: waiting for another thread's cache
+    // lock, making the pool or a device's pool on its first allocation, writing the trace.
+    // An unwind through the pool aborts the process (and would leave its locks taken).
+    let dir = scratch("cancel");
+    let trace = dir.join("cancel.trace");
+    let with_trace = [
+        ("GPUPOOL_SUMMARY", "stderr"),
+        ("GPUPOOL_TRACE", trace.to_str().expect("utf-8 path")),
+    ];
+    for env in [&with_trace[..1], &with_trace[..]] {
+        let (out, err) = run_ok(&["cancel", "400"], env);
+        assert!(out.contains("cancel ok: 400 rounds"), "{env:?}: {out}");
+        assert_eq!(err.matches("gpupool summary").count(), 1, "{env:?}: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

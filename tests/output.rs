@@ -329,6 +329,34 @@ fn summary_keywords_in_any_case_write_no_file() {
     assert_eq!(names_in(&dir), Vec::<String>::new());
 }
 
+/// The paths of the process's own streams are the streams: the summary arrives there, with no
+/// warning, and nothing is renamed over them. (`/dev/stderr` itself only in the parser's tests:
+/// run as root, a pool that took it for a file would replace it for every later process.)
+#[test]
+fn the_paths_of_the_standard_streams_get_the_summary_on_the_streams() {
+    let exe = writes();
+    for (value, on_stdout) in [
+        ("/dev/fd/2", false),
+        ("/proc/self/fd/2", false),
+        ("always:/dev/fd/1", true),
+        ("/proc/self/fd/1", true),
+    ] {
+        let mut cmd = pooled(&exe, &["exit", "0"], &[("GPUPOOL_SUMMARY", value)]);
+        let out = output_within(&mut cmd, 60);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{value}: {stdout}{stderr}");
+        let summary = " gpupool summary   pid ";
+        let (there, elsewhere) = if on_stdout {
+            (&stdout, &stderr)
+        } else {
+            (&stderr, &stdout)
+        };
+        assert_eq!(there.matches(summary).count(), 1, "{value}: {there}");
+        assert!(!elsewhere.contains(summary), "{value}: {elsewhere}");
+        assert!(!stderr.contains("gpupool: "), "{value}: {stderr}");
+    }
+}
+
 #[test]
 fn a_summary_longer_than_a_pipe_reaches_a_slow_reader_of_a_named_pipe_whole() {
     // A collector reading the JSON summary from a named pipe, slower than the program writes:

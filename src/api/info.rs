@@ -104,8 +104,8 @@ pub extern "C" fn gpupool_write_summary(fd: c_int) -> c_int {
                 calls_go_to(process)
             ),
         };
-        // SAFETY: fflush(NULL) flushes every open stdio output stream.
-        unsafe { libc::fflush(std::ptr::null_mut()) };
+        // SAFETY: fflush(NULL) flushes every open stdio output stream; a cancellation point.
+        crate::pool::cancel::uncancellable(|| unsafe { libc::fflush(std::ptr::null_mut()) });
         log::write_all_fd(fd, text.as_bytes()).map_err(|e| match e.raw_os_error() {
             Some(libc::EBADF) => GPUPOOL_ERROR_INVALID_VALUE,
             _ => GPUPOOL_ERROR_UNKNOWN,

@@ -535,6 +535,32 @@ mod tests {
     }
 
     #[test]
+    fn the_paths_of_the_standard_streams_are_the_streams() {
+        for err in [
+            "/dev/stderr",
+            "/dev/fd/2",
+            "/proc/self/fd/2",
+            " /dev/stderr ",
+        ] {
+            let want = (SummaryDest::Stderr, false, vec![]);
+            assert_eq!(summary(err.as_bytes()), want, "{err}");
+        }
+        for out in ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"] {
+            let want = (SummaryDest::Stdout, false, vec![]);
+            assert_eq!(summary(out.as_bytes()), want, "{out}");
+        }
+        assert_eq!(
+            summary(b"always:/dev/stderr"),
+            (SummaryDest::Stderr, true, vec![])
+        );
+        // Only those: another descriptor, or a file beside them, is a path.
+        for p in ["/dev/fd/3", "/dev/stderr.json", "/tmp/dev/stderr"] {
+            let want = (SummaryDest::Path(p.as_bytes().to_vec()), false, vec![]);
+            assert_eq!(summary(p.as_bytes()), want, "{p}");
+        }
+    }
+
+    #[test]
     fn a_bare_word_is_no_file_name() {
         for word in ["stdrr", "yes", "summary", "true"] {
             let (dest, _, w) = summary(word.as_bytes());

@@ -85,8 +85,20 @@ pub(super) fn is_off_word(w: &str) -> bool {
         .any(|k| w.eq_ignore_ascii_case(k))
 }
 
-/// `stderr` (or `1`), `stdout`, `off` (or `0`, `none`) in any case, or a path (any bytes but
-/// NUL: paths need not be UTF-8). `Err` says why the value is none of those.
+/// The paths that name the process's own stderr and stdout: the streams, not files. A file's
+/// summary is renamed into place, which would replace `/dev/stderr` (a symbolic link to
+/// `/proc/self/fd/2`) with a regular file for every later process, as root.
+fn stream_named_by(path: &[u8]) -> Option<SummaryDest> {
+    match path {
+        b"/dev/stderr" | b"/dev/fd/2" | b"/proc/self/fd/2" => Some(SummaryDest::Stderr),
+        b"/dev/stdout" | b"/dev/fd/1" | b"/proc/self/fd/1" => Some(SummaryDest::Stdout),
+        _ => None,
+    }
+}
+
+/// `stderr` (or `1`, `/dev/stderr`), `stdout` (`/dev/stdout`), `off` (or `0`, `none`) in any
+/// case, or a path (any bytes but NUL: paths need not be UTF-8). `Err` says why the value is
+/// none of those.
 pub fn parse_summary_dest(v: &[u8]) -> Result<SummaryDest, String> {
     match output_path(v) {
         Output::Empty => Err("empty; expected stderr, stdout, off or a file path".into()),
@@ -97,7 +109,9 @@ pub fn parse_summary_dest(v: &[u8]) -> Result<SummaryDest, String> {
             "neither stderr, stdout nor off, and not a path: write ./{w} for a file of that name"
         )),
         Output::Path if v.contains(&0) => Err("a path cannot hold a NUL byte".into()),
-        Output::Path => Ok(SummaryDest::Path(v.to_vec())),
+        Output::Path => {
+            Ok(stream_named_by(v.trim_ascii()).unwrap_or(SummaryDest::Path(v.to_vec())))
+        }
     }
 }
 

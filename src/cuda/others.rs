@@ -11,6 +11,7 @@
 //! process with one runtime, apart from that failure path.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -20,6 +21,7 @@ use super::loader::{loaded_runtimes, open_and_resolve, own_object, Located};
 use super::runtime::{LaunchKernelFn, Runtime, VoidFn};
 use super::types::{CudaStatus, ERROR_INVALID_DEVICE_FUNCTION};
 use crate::log;
+use crate::pool::IntHasher;
 
 /// A launch entry point: `cudaLaunchKernel`, or `__cudaLaunchKernel` (`<<<...>>>` since CUDA 13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,13 +51,15 @@ struct Known {
 static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
 /// A runtime's launch entry point and its `cudaGetLastError`.
 type Route = (LaunchKernelFn, VoidFn);
-/// The kernels another runtime knows, by entry point and kernel.
-static ROUTES: Mutex<Option<HashMap<(Entry, usize), Route>>> = Mutex::new(None);
+/// The kernels another runtime knows, by entry point and kernel. Not SipHash, whose keys come
+/// from `getrandom`: a cancellation point (`pool::cancel`).
+type Routes = HashMap<(Entry, usize), Route, BuildHasherDefault<IntHasher>>;
+static ROUTES: Mutex<Option<Routes>> = Mutex::new(None);
 /// A route exists: launches look in `ROUTES` first.
 static ANY_ROUTE: AtomicBool = AtomicBool::new(false);
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
-fn routes() -> std::sync::MutexGuard<'static, Option<HashMap<(Entry, usize), Route>>> {
+fn routes() -> std::sync::MutexGuard<'static, Option<Routes>> {
     ROUTES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -103,7 +107,7 @@ pub fn relaunch(
             continue;
         }
         routes()
-            .get_or_insert_with(HashMap::new)
+            .get_or_insert_with(Routes::default)
             .insert((entry, kernel), (f, get_last_error));
         ANY_ROUTE.store(true, Ordering::Release);
         log::warn_once(&REPORTED, || {
@@ -184,7 +188,7 @@ mod tests {
     #[test]
     fn a_route_that_stops_working_is_dropped() {
         let kernel = 0x5eed_0000;
-        routes().get_or_insert_with(HashMap::new).insert(
+        routes().get_or_insert_with(Routes::default).insert(
             (Entry::Public, kernel),
             (stand_in as LaunchKernelFn, no_error as VoidFn),
         );

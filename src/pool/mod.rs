@@ -13,9 +13,11 @@
 //! The types they share: `free_kind.rs`, `reuse_clock.rs`, `hashers.rs`; the live map `live_map.rs`
 //! and the pending queues `fifo.rs`. One device's pool is `device/`; thread caches are
 //! `tcache/`. `model_driver/` is the `Backend` the tests, the replay and the policy comparison
-//! run on; `model_wrapper.rs` lets a test backend change a few of its answers.
+//! run on; `model_wrapper.rs` lets a test backend change a few of its answers. `cancel.rs`
+//! keeps a `pthread_cancel` from acting inside the pool's waits on a program's thread.
 
 pub mod backend;
+pub mod cancel;
 pub mod device;
 pub mod fifo;
 pub mod free_lists;
@@ -299,7 +301,9 @@ impl<B: Backend> Pool<B> {
 
     fn slot(&self, device: u32) -> Option<&DeviceSlot> {
         let cell = self.devices.get(device as usize)?;
-        let slot = cell.get_or_init(|| self.make_slot(device));
+        // The device's first use asks CUDA about it (its context may be made then): on the
+        // program's thread, with cancellation points inside.
+        let slot = cell.get_or_init(|| cancel::uncancellable(|| self.make_slot(device)));
         let made = &self.made[device as usize];
         if made.load(Ordering::Relaxed).is_null() {
             made.store(

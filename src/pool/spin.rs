@@ -82,7 +82,8 @@ impl Backoff {
             None => std::thread::yield_now(),
             Some(n) => {
                 let sleep = Duration::from_micros(1 << n.min(10)).min(MAX_SLEEP);
-                std::thread::sleep(sleep);
+                // A sleep is a cancellation point, and the waiter may hold the device's lock.
+                super::cancel::uncancellable(|| std::thread::sleep(sleep));
             }
         }
     }

@@ -2,8 +2,10 @@
 //! allocation (its `Origin`, resolved only now), for the summary, the live dump and the
 //! out-of-memory report.
 
+use std::hash::BuildHasherDefault;
+
 use super::units::bytes;
-use crate::pool::LiveBlock;
+use crate::pool::{IntHasher, LiveBlock};
 
 /// A library that holds live blocks: its name in the reports, its blocks and their requested
 /// bytes.
@@ -17,7 +19,9 @@ pub struct Holder {
 /// The library each live block's `Origin` lies in, resolved now (an object unloaded since is
 /// named by `unloaded`), with their blocks and bytes, most bytes first.
 pub fn holders(live: &[LiveBlock]) -> Vec<Holder> {
-    let mut by_origin: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+    // Not SipHash, whose keys come from `getrandom`: a cancellation point (`pool::cancel`).
+    let mut by_origin: std::collections::HashMap<u64, (u64, u64), BuildHasherDefault<IntHasher>> =
+        Default::default();
     for b in live {
         let e = by_origin.entry(b.origin).or_default();
         e.0 += 1;

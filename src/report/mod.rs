@@ -168,7 +168,7 @@ pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
             // the exit handlers ran, so with stdout a file or a pipe (also one shared with
             // stderr: `> log 2>&1`) the summary came before the program's last lines.
             // SAFETY: fflush(NULL) flushes every open stdio stream.
-            unsafe { libc::fflush(std::ptr::null_mut()) };
+            crate::pool::cancel::uncancellable(|| unsafe { libc::fflush(std::ptr::null_mut()) });
             let stream = match dest {
                 SummaryDest::Stdout => log::Stream::Stdout,
                 _ => log::Stream::Stderr,
@@ -177,7 +177,7 @@ pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
         }
         SummaryDest::Path(template) => {
             let path = expand_path(template);
-            match write_atomically(&path, bytes) {
+            match crate::pool::cancel::uncancellable(|| write_atomically(&path, bytes)) {
                 // A reader that left a named pipe is not worth a line: it chose to stop reading.
                 Err(e) if e.raw_os_error() != Some(libc::EPIPE) => log::warn(&format!(
                     "cannot write the summary to {}: {e}",

@@ -1,12 +1,13 @@
 /* Process lifecycle under the pool: fork while other threads allocate, exit and _exit while
- * threads are inside the pool, CUDA from a static constructor before main, and dlopen/dlclose of
- * a library that uses CUDA.
+ * threads are inside the pool, CUDA from a static constructor before main, dlopen/dlclose of
+ * a library that uses CUDA, and pthread_cancel of threads that allocate.
  *
  * usage: lifecycle fork exit|_exit|exec|cuda ROUNDS
  *        lifecycle exit-storm|_exit-storm
  *        lifecycle ctor
  *        lifecycle dlopen LIBRARY ROUNDS
  *        lifecycle fork-init        (run with GPUPOOL_TRACE naming a path with "lifecycle-slow")
+ *        lifecycle cancel ROUNDS
  * Every wait has a deadline: a child that does not finish in time is killed and reported as a
  * deadlock. */
 #define _GNU_SOURCE
@@ -221,11 +222,74 @@ static int fork_during_init(void)
     return 0;
 }
 
+/* One block of `n` bytes allocated, written with `tag`, read back and freed. */
+static void program_allocates(size_t n, unsigned char tag)
+{
+    void *p;
+    CHECK_CUDA(cudaMalloc(&p, n));
+    tag_block(p, n, tag);
+    check_tag(p, n, tag);
+    CHECK_CUDA(cudaFree(p));
+}
+
+/* Blocks one cancelled thread allocated and another frees: a free of a block another thread's
+ * cache handed out waits for that cache's lock. */
+#define SLOTS 64
+static void *g_slot[SLOTS];
+
+/* Allocates, tags, and swaps its block with one another thread left; checks and frees that one.
+ * Its only cancellation point is pthread_testcancel: a cancel acts between two rounds, never
+ * inside a CUDA call of the program's. */
+static void *cancelled(void *arg)
+{
+    uint64_t rng = 0xC0FFEEull + (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull;
+    for (;;) {
+        size_t n = (size_t)(rng_next(&rng) % (64u << 10)) + 1;
+        void *p;
+        CHECK_CUDA(cudaMalloc(&p, n));
+        tag_block(p, n < 256 ? n : 256, 0xCA);
+        void *other = __atomic_exchange_n(&g_slot[rng_next(&rng) % SLOTS], p, __ATOMIC_ACQ_REL);
+        if (other != NULL) {
+            check_tag(other, 1, 0xCA);
+            CHECK_CUDA(cudaFree(other));
+        }
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+/* Threads cancelled in the middle of their allocations, ROUNDS times: as without the pool, each
+ * ends at its cancellation point, and the program goes on allocating. */
+static int cancel_rounds(int rounds)
+{
+    for (int r = 0; r < rounds; r++) {
+        pthread_t tid[THREADS];
+        for (int t = 0; t < THREADS; t++)
+            CHECK(pthread_create(&tid[t], NULL, cancelled, (void *)(uintptr_t)(r * THREADS + t)) ==
+                      0,
+                  "thread");
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        for (int t = 0; t < THREADS; t++)
+            CHECK(pthread_cancel(tid[t]) == 0, "pthread_cancel");
+        for (int t = 0; t < THREADS; t++) {
+            void *ret;
+            CHECK(pthread_join(tid[t], &ret) == 0, "pthread_join");
+            CHECK(ret == PTHREAD_CANCELED, "thread %d of round %d was not cancelled", t, r);
+        }
+    }
+    for (int i = 0; i < SLOTS; i++)
+        if (g_slot[i] != NULL)
+            CHECK_CUDA(cudaFree(g_slot[i]));
+    program_allocates(100000, 0x5A);
+    printf("cancel ok: %d rounds\n", rounds);
+    return 0;
+}
+
 typedef int (*steps_fn)(int, size_t);
 
 static int dlopen_rounds(const char *lib, int rounds)
 {
-    void *mine;
     for (int i = 0; i < rounds; i++) {
         void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
         CHECK(h != NULL, "dlopen %s: %s", lib, dlerror());
@@ -234,10 +298,7 @@ static int dlopen_rounds(const char *lib, int rounds)
         CHECK(steps(50, (size_t)(i + 1) * 10000) == 0, "fw_train_steps in round %d", i);
         CHECK(dlclose(h) == 0, "dlclose");
         /* The program's own allocations still work between loads. */
-        CHECK_CUDA(cudaMalloc(&mine, 5000));
-        tag_block(mine, 5000, 0x42);
-        check_tag(mine, 5000, 0x42);
-        CHECK_CUDA(cudaFree(mine));
+        program_allocates(5000, 0x42);
     }
     printf("dlopen ok: %d rounds\n", rounds);
     return 0;
@@ -274,6 +335,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "dlopen") == 0 && argc >= 4)
         return dlopen_rounds(argv[2], atoi(argv[3]));
+    if (strcmp(mode, "cancel") == 0 && argc >= 3)
+        return cancel_rounds(atoi(argv[2]));
     CHECK(0, "unknown mode %s", mode);
     return 1;
 }

@@ -18,6 +18,7 @@
 //! - `check.rs`: the structural check.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -285,7 +286,9 @@ pub struct DevicePool {
     /// Queue length (both queues) at which `compact_queues` next drops stale entries.
     compact_at: usize,
     /// The trace's number of each stream (tracing only).
-    stream_ids: HashMap<StreamKey, u16>,
+    /// Not SipHash: its per-thread keys come from `getrandom`, a cancellation point on the
+    /// thread that makes the device's pool (`pool::cancel`).
+    stream_ids: HashMap<StreamKey, u16, BuildHasherDefault<super::IntHasher>>,
     /// Highest fence and barrier sequences this pool has applied, to tell the program's
     /// synchronizations from its own.
     fenced_seen: u64,
@@ -397,7 +400,7 @@ impl DevicePool {
             held_by: Vec::new(),
             held_blocks: 0,
             compact_at: COMPACT_FROM,
-            stream_ids: HashMap::new(),
+            stream_ids: HashMap::default(),
             fenced_seen: 0,
             barriered_seen: 0,
             trace: None,
