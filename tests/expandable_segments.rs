@@ -85,6 +85,22 @@ fn a_driver_that_refuses_virtual_memory_leaves_classic_segments() {
 }
 
 #[test]
+fn a_thread_whose_first_cuda_call_allocates_gets_mapped_memory() {
+    // A training loop on a thread other than the one that set CUDA up: the thread has no
+    // current context when the pool maps its first block. Expandable segments stay on, with
+    // nothing said, whether or not another thread used the device first.
+    for mode in ["worker", "worker-first"] {
+        let (out, err) = run(true, mode, &[("GPUPOOL_SUMMARY", "stderr")]);
+        assert!(
+            number::<u64>(&out, "worker_mapped=") >= 5 * MIB,
+            "{mode}: {out}\n{err}"
+        );
+        assert!(!err.contains("refused virtual memory"), "{mode}: {err}");
+        assert!(!err.contains("expandable off"), "{mode}: {err}");
+    }
+}
+
+#[test]
 fn mapped_memory_is_gpudirect_rdma_capable_where_the_device_supports_it() {
     // As `cudaMalloc` memory is: CUDA-aware MPI and NCCL's network plugins register it.
     let (out, err) = run(true, "calls", &[]);

@@ -345,6 +345,32 @@ fn with_device_current(api: &Api, device: u32, call: impl FnOnce() -> i32) -> i3
     }
 }
 
+/// `call`, driver calls of virtual memory, with a context current: they need one (CUDA error 201
+/// without). A thread whose first CUDA call is an allocation has none yet when the pool maps
+/// for it. The device's primary context is then current for the call, as for a fence, and the
+/// thread has none again after. Where no thread made that context yet, the runtime makes the
+/// thread's own as CUDA programs do it, `cudaFree(NULL)`: the thread allocates on `device`, and
+/// the runtime's own `cudaMalloc` would have made it.
+fn with_context(device: u32, mut call: impl FnMut() -> i32) -> i32 {
+    let Some(found) = driver::loaded() else {
+        return call();
+    };
+    let d = &found.driver;
+    if driver::has_current_context(d) {
+        return call();
+    }
+    if let Some(r) = driver::in_primary_context(d, device, &mut call) {
+        return r;
+    }
+    if let Some(rt) = RUNTIME.get() {
+        if rt.current_device() == Ok(device as c_int) {
+            // SAFETY: `cudaFree(NULL)` frees nothing; it initialises the thread's context.
+            let _ = check_internal(unsafe { (rt.free)(std::ptr::null_mut()) });
+        }
+    }
+    call()
+}
+
 impl Backend for CudaBackend {
     fn alloc_segment(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
         let bytes = usize::try_from(bytes).map_err(|_| CudaError::MEMORY_ALLOCATION)?;
@@ -429,28 +455,35 @@ impl Backend for CudaBackend {
         (r == SUCCESS && granule > 0).then_some(granule as u64)
     }
 
-    fn vmm_reserve(&self, _device: u32, bytes: u64) -> Result<Addr, CudaError> {
+    fn vmm_reserve(&self, device: u32, bytes: u64) -> Result<Addr, CudaError> {
         let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
         let mut addr = 0u64;
-        // SAFETY: a valid out-pointer; no alignment, address hint or flags asked.
-        check(unsafe { (vmm.address_reserve)(&mut addr, bytes as usize, 0, 0, 0) })?;
+        check(with_context(device, || {
+            // SAFETY: a valid out-pointer; no alignment, address hint or flags asked.
+            unsafe { (vmm.address_reserve)(&mut addr, bytes as usize, 0, 0, 0) }
+        }))?;
         Ok(addr)
     }
 
     fn vmm_map(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
         let prop = pinned_on(vmm, device);
-        let mut handle = 0u64;
-        // SAFETY: a valid out-pointer and property.
-        check(unsafe { (vmm.create)(&mut handle, bytes as usize, &prop, 0) })?;
-        // SAFETY: `addr` lies in a range this backend reserved, unmapped there (the pool's
-        // bitmap), and `handle` holds `bytes`.
-        let mapped = check(unsafe { (vmm.map)(addr, bytes as usize, 0, handle, 0) });
-        // The mapping keeps the memory: the handle goes now, the memory at the unmap (a map
-        // refused leaves nothing).
-        // SAFETY: the handle made above, released once.
-        unsafe { (vmm.release)(handle) };
-        mapped
+        check(with_context(device, || {
+            let mut handle = 0u64;
+            // SAFETY: a valid out-pointer and property.
+            let made = unsafe { (vmm.create)(&mut handle, bytes as usize, &prop, 0) };
+            if made != SUCCESS {
+                return made;
+            }
+            // SAFETY: `addr` lies in a range this backend reserved, unmapped there (the pool's
+            // bitmap), and `handle` holds `bytes`.
+            let mapped = unsafe { (vmm.map)(addr, bytes as usize, 0, handle, 0) };
+            // The mapping keeps the memory: the handle goes now, the memory at the unmap (a
+            // map refused leaves nothing).
+            // SAFETY: the handle made above, released once.
+            unsafe { (vmm.release)(handle) };
+            mapped
+        }))
     }
 
     fn vmm_access(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
@@ -460,8 +493,10 @@ impl Backend for CudaBackend {
             location_id: device as i32,
             flags: driver::MEM_ACCESS_PROT_READWRITE,
         };
-        // SAFETY: whole mappings `vmm_map` just made side by side, and one valid descriptor.
-        check(unsafe { (vmm.set_access)(addr, bytes as usize, &access, 1) })
+        check(with_context(device, || {
+            // SAFETY: whole mappings `vmm_map` just made side by side, and one valid descriptor.
+            unsafe { (vmm.set_access)(addr, bytes as usize, &access, 1) }
+        }))
     }
 
     fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {
@@ -513,7 +548,7 @@ impl Backend for CudaBackend {
 
     fn vmm_grant(
         &self,
-        _device: u32,
+        device: u32,
         addr: Addr,
         bytes: u64,
         peers: DeviceSet,
@@ -527,20 +562,27 @@ impl Backend for CudaBackend {
                 flags: driver::MEM_ACCESS_PROT_READWRITE,
             })
             .collect();
-        // SAFETY: whole mappings `vmm_map` made, and `access.len()` valid descriptors.
-        check(unsafe { (vmm.set_access)(addr, bytes as usize, access.as_ptr(), access.len()) })
+        check(with_context(device, || {
+            // SAFETY: whole mappings `vmm_map` made, and `access.len()` valid descriptors.
+            unsafe { (vmm.set_access)(addr, bytes as usize, access.as_ptr(), access.len()) }
+        }))
     }
 
-    fn vmm_unmap(&self, _device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+    fn vmm_unmap(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
-        // SAFETY: a whole mapping `vmm_map` made; the pool proved the work that used it done.
-        check(unsafe { (vmm.unmap)(addr, bytes as usize) })
+        check(with_context(device, || {
+            // SAFETY: a whole mapping `vmm_map` made; the pool proved the work that used it
+            // done.
+            unsafe { (vmm.unmap)(addr, bytes as usize) }
+        }))
     }
 
-    fn vmm_free_reservation(&self, _device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
+    fn vmm_free_reservation(&self, device: u32, addr: Addr, bytes: u64) -> Result<(), CudaError> {
         let vmm = vmm().ok_or(CudaError::NOT_SUPPORTED)?;
-        // SAFETY: a reservation `vmm_reserve` made, nothing mapped in it.
-        check(unsafe { (vmm.address_free)(addr, bytes as usize) })
+        check(with_context(device, || {
+            // SAFETY: a reservation `vmm_reserve` made, nothing mapped in it.
+            unsafe { (vmm.address_free)(addr, bytes as usize) }
+        }))
     }
 
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {

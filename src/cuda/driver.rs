@@ -411,12 +411,30 @@ pub struct KeepContext {
 impl KeepContext {
     /// `None` when the thread has no current context, or the driver cannot set one.
     pub fn save(d: &Driver) -> Option<KeepContext> {
+        // Asked before one is made: dropping one would set the thread's context.
+        if !has_current_context(d) {
+            return None;
+        }
+        Self::save_or_none(d)
+    }
+
+    /// As `save`, a thread with no current context included: it has none again after.
+    fn save_or_none(d: &Driver) -> Option<KeepContext> {
         let set = d.ctx_set_current?;
         let mut ctx: CuContext = std::ptr::null_mut();
         // SAFETY: a valid out-pointer.
         let r = unsafe { (d.ctx_get_current)(&mut ctx) };
-        (r == CU_SUCCESS && !ctx.is_null()).then_some(KeepContext { set, ctx })
+        (r == CU_SUCCESS).then_some(KeepContext { set, ctx })
     }
+}
+
+/// Whether the calling thread has a current context. A thread's first runtime call binds one;
+/// before it, driver calls that need a context fail with `CUDA_ERROR_INVALID_CONTEXT`.
+pub fn has_current_context(d: &Driver) -> bool {
+    let mut ctx: CuContext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let r = unsafe { (d.ctx_get_current)(&mut ctx) };
+    r == CU_SUCCESS && !ctx.is_null()
 }
 
 impl Drop for KeepContext {
@@ -426,9 +444,9 @@ impl Drop for KeepContext {
     }
 }
 
-/// `f` with `device`'s primary context current, then the thread's own context again: `None`
-/// when that context is not active (retaining it would make one), the thread has no context,
-/// or the driver cannot switch.
+/// `f` with `device`'s primary context current, then the thread's own context again (none, if
+/// it had none): `None` when that context is not active (retaining it would make one), or the
+/// driver cannot switch.
 pub fn in_primary_context(
     d: &Driver,
     device: u32,
@@ -451,7 +469,7 @@ pub fn in_primary_context(
         release: d.primary_ctx_release,
         dev,
     };
-    let keep = KeepContext::save(d)?;
+    let keep = KeepContext::save_or_none(d)?;
     // SAFETY: the context just retained.
     let made = unsafe { (keep.set)(primary) };
     Some(if made == CU_SUCCESS { f() } else { made })

@@ -13,9 +13,13 @@
  *   expandable_lifecycle other-empty     1's cache given back with device 0 current
  *                                        (cudaMemPoolTrimTo, gpupool_empty_cache; run with
  *                                        CUDASIM_DEVICES=2)
+ *   expandable_lifecycle worker          a thread whose first CUDA call is a 5 MiB cudaMalloc,
+ *                                        after the main thread used the device
+ *   expandable_lifecycle worker-first    the same, the thread being the first to use CUDA
  * Each prints key=value lines and ends with "expandable_lifecycle ok". Run with
  * CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include "check.h"
 #include "cuda.h"
@@ -229,6 +233,36 @@ static void other_device(int trim)
     CHECK_CUDA(cudaDeviceSynchronize());
 }
 
+/* A thread's first CUDA call is an allocation: it has no current context yet, and the pool's
+ * driver calls for the block come before the runtime binds one. */
+static void *worker_thread(void *arg)
+{
+    (void)arg;
+    void *p = NULL;
+    CHECK_CUDA(cudaMalloc(&p, 5 * MiB));
+    tag_block(p, 5 * MiB, 0x5a);
+    printf("worker_mapped=%llu\n", sim_stats(0).vmm_mapped_bytes);
+    check_tag(p, 5 * MiB, 0x5a);
+    CHECK_CUDA(cudaFree(p));
+    return NULL;
+}
+
+static void worker(int first)
+{
+    if (!first) {
+        void *w = NULL;
+        CHECK_CUDA(cudaMalloc(&w, 10));
+        CHECK_CUDA(cudaFree(w));
+    }
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, worker_thread, NULL) == 0, "pthread_create");
+    CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    void *again = NULL;
+    CHECK_CUDA(cudaMalloc(&again, 5 * MiB));
+    CHECK_CUDA(cudaFree(again));
+    CHECK_CUDA(cudaDeviceSynchronize());
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -248,9 +282,13 @@ int main(int argc, char **argv)
         other_device(1);
     } else if (strcmp(mode, "other-empty") == 0) {
         other_device(0);
+    } else if (strcmp(mode, "worker") == 0) {
+        worker(0);
+    } else if (strcmp(mode, "worker-first") == 0) {
+        worker(1);
     } else {
-        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls, slack, sizes, other-trim "
-                 "or other-empty");
+        CHECK(0, "mode: reset-runtime, reset-driver, fallback, calls, slack, sizes, other-trim, "
+                 "other-empty, worker or worker-first");
     }
     printf("expandable_lifecycle ok\n");
     return 0;
