@@ -12,6 +12,8 @@ use std::sync::OnceLock;
 
 use support::{number, ok, pooled, unpooled};
 
+const MIB: u64 = 1 << 20;
+
 fn program() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| support::c_program("memory_devices"))
@@ -64,6 +66,35 @@ fn under_a_limit_of_any_size_the_free_bytes_reported_can_be_allocated() {
                     500_000_000
                 };
                 assert!(total <= asked && asked - total < 512, "{case}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_synchronization_gives_back_the_cache_of_a_device_that_is_not_current() {
+    // Without the pool the 512 MiB went back at each cudaFree.
+    let (alone, _) = run(false, &["release", "env"], &[]);
+    assert_eq!(
+        number::<u64>(&alone, "held_after_device_sync"),
+        0,
+        "{alone}"
+    );
+    for how in ["env", "api", "mempool"] {
+        for expandable in ["0", "1"] {
+            for reuse in ["strict", "relaxed"] {
+                let mut env = vec![("GPUPOOL_EXPANDABLE", expandable), ("GPUPOOL_REUSE", reuse)];
+                if how == "env" {
+                    env.push(("GPUPOOL_RELEASE_THRESHOLD", "0"));
+                }
+                let (out, err) = run(true, &["release", how], &env);
+                let n = |key: &str| number::<u64>(&out, key);
+                let case = format!("{how} expandable={expandable} {reuse}\n{out}\n{err}");
+                assert_eq!(n("held_cached"), 512 * MIB, "{case}");
+                // The program's next synchronization, of device 0, is a release point of
+                // device 1 too: the driver has its memory back.
+                assert_eq!(n("held_after_device_sync"), 0, "{case}");
+                assert_eq!(n("held_after_stream_sync"), 0, "{case}");
             }
         }
     }
