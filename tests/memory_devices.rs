@@ -99,3 +99,18 @@ fn a_synchronization_gives_back_the_cache_of_a_device_that_is_not_current() {
         }
     }
 }
+
+#[test]
+fn a_refused_ipc_handle_is_also_the_programs_last_error() {
+    const INVALID_VALUE: u64 = 1;
+    let (alone, _) = run(false, &["ipc"], &[]);
+    assert_eq!(number::<u64>(&alone, "small_rc"), 0, "{alone}");
+    // A block inside a classic segment, and a block in virtual memory.
+    for (expandable, key) in [("0", "small"), ("1", "large")] {
+        let (out, err) = run(true, &["ipc"], &[("GPUPOOL_EXPANDABLE", expandable)]);
+        let n = |k: &str| number::<u64>(&out, &format!("{key}_{k}"));
+        assert_eq!(n("rc"), INVALID_VALUE, "{out}\n{err}");
+        // As for every error the runtime returns, cudaGetLastError says it too.
+        assert_eq!(n("last"), INVALID_VALUE, "{out}\n{err}");
+    }
+}
