@@ -53,7 +53,13 @@ pub unsafe fn ipc_get_mem_handle(handle: *mut IpcMemHandle, ptr: *mut c_void) ->
     // SAFETY: the caller's arguments, passed on unchanged.
     let pass = || forward(g.runtime.ipc_get_mem_handle, |f| unsafe { f(handle, ptr) });
     match g.pool() {
-        Some(pool) if ipc_refused(pool, ptr as u64, "cudaIpcGetMemHandle") => ERROR_INVALID_VALUE,
+        Some(pool) if ipc_refused(pool, ptr as u64, "cudaIpcGetMemHandle") => {
+            // The runtime's refusal would also be the program's last error: so is this one,
+            // set by a call the runtime refuses with the same code and no other effect.
+            // SAFETY: a NULL out-pointer, which the runtime refuses with cudaErrorInvalidValue.
+            unsafe { (g.runtime.get_device)(std::ptr::null_mut()) };
+            ERROR_INVALID_VALUE
+        }
         _ => pass(),
     }
 }

@@ -43,7 +43,7 @@ impl<B: Backend> Pool<B> {
     pub fn limit(&self, device: u32) -> u64 {
         match self.existing(device) {
             Some(slot) => Self::lock(slot).limit,
-            None => self.resolve(self.settings.limit, device),
+            None => usable_limit(self.resolve(self.settings.limit, device)),
         }
     }
 

@@ -58,7 +58,7 @@ impl<B: Backend> Pool<B> {
                 slot.caches.reclaim(&mut p, &slot.clock);
                 (p.stats.reserved.current, p.releasable(), p.limit)
             }
-            None => (0, 0, self.settings.limit.resolve(total)),
+            None => (0, 0, usable_limit(self.settings.limit.resolve(total))),
         };
         program_memory(free, total, reserved, releasable, limit)
     }

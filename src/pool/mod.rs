@@ -69,6 +69,7 @@ pub use peers::{IpcRefusal, IpcRefusals};
 pub use reuse_clock::{ReuseClock, SyncSeq};
 
 use crate::config::{DeviceBytes, ReuseMode};
+use size::usable_limit;
 
 /// Allocations under a device's lock over which `Settings::cache_contention` is counted (a
 /// multiple of 64: `Pool::allocated_under_lock` samples its end).

@@ -53,6 +53,16 @@ pub enum Class {
     Large,
 }
 
+/// The bytes of a limit (`GPUPOOL_LIMIT`) the pool can reserve: segments are whole multiples of
+/// `ALIGN`, so what a limit holds past its last multiple never serves a request, and
+/// `cudaMemGetInfo` must not count it as free. `u64::MAX`, no limit, stays.
+pub fn usable_limit(limit: u64) -> u64 {
+    match limit {
+        u64::MAX => limit,
+        l => l & !(ALIGN - 1),
+    }
+}
+
 /// The block size for a request, or `None` when rounding would overflow.
 pub fn round_request(size: u64) -> Option<u64> {
     let n = size.max(1);

@@ -58,8 +58,8 @@ impl<B: Backend> Pool<B> {
     pub fn observe_fence(&self, device: u32, at: SyncSeq) {
         if let Some(slot) = self.existing(device) {
             slot.clock.fenced_at(at);
-            self.sync_point(device);
         }
+        self.sync_point(device);
     }
 
     /// The program put an action on `device`'s legacy stream after `at`.
@@ -69,12 +69,29 @@ impl<B: Backend> Pool<B> {
         }
     }
 
-    /// A synchronization the program made: apply the release threshold.
+    /// A synchronization the program made on `device`: apply its release threshold, and that
+    /// of every other device whose cache is above its own. Memory freed with another device
+    /// current, or a threshold lowered from there, goes back at the program's next
+    /// synchronization, not only once the program comes back to that device. The other
+    /// devices' locks are only tried: the program's synchronization never waits for another
+    /// thread's work there, and a device busy now is released at a later release point.
     pub fn sync_point(&self, device: u32) {
         if let Some(slot) = self.existing(device) {
             let mut p = Self::lock(slot);
             slot.caches.sweep_orphans(&mut p, &slot.clock);
             p.sync_point(&self.timed(slot), &slot.clock);
+        }
+        for d in (0..MAX_DEVICES as u32).filter(|&d| d != device) {
+            let Some(slot) = self.existing(d) else {
+                continue;
+            };
+            let Some(mut p) = slot.pool.try_lock() else {
+                continue;
+            };
+            if p.cached() > p.threshold {
+                slot.caches.sweep_orphans(&mut p, &slot.clock);
+                p.sync_point(&self.timed(slot), &slot.clock);
+            }
         }
     }
 }

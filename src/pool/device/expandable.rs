@@ -504,6 +504,16 @@ impl DevicePool {
             }
             self.rejoin(idx);
         }
+        // Granules are whole: under a limit that is no multiple of one, the last part of the
+        // limit takes no granule, yet a segment of the request's own size fits there, as it
+        // would on a device of the limit's size.
+        if self.limit_refused {
+            if let Ok(idx) = self.new_classic_segment(Class::Large, rounded, backend) {
+                self.stats.misses += 1;
+                self.stats.oom_recovered += 1;
+                return Ok(idx);
+            }
+        }
         self.stats.ooms += 1;
         self.sample_memory(backend);
         self.last_oom = Some(OomEvent {

@@ -390,6 +390,16 @@ impl DevicePool {
         if let Some(idx) = self.new_range(class, size, backend) {
             return Ok(idx);
         }
+        self.new_classic_segment(class, size, backend)
+    }
+
+    /// `new_segment` without a range: a segment of `size` bytes from the driver's `cudaMalloc`.
+    pub(super) fn new_classic_segment(
+        &mut self,
+        class: Class,
+        size: u64,
+        backend: &dyn Backend,
+    ) -> Result<u32, CudaError> {
         if self.stats.reserved.current.saturating_add(size) > self.limit {
             self.limit_refused = true;
             self.stats.limit_refusals += 1;

@@ -157,9 +157,9 @@ impl DevicePool {
         self.release_segments(backend, clock, keep_cached, Release::EmptyCache)
     }
 
-    /// Set the most bytes this pool may reserve (applied to the next segment).
+    /// Set the most bytes this pool may reserve (applied to the next segment), in whole blocks.
     pub fn set_limit(&mut self, bytes: u64) {
-        self.limit = bytes;
+        self.limit = usable_limit(bytes);
         self.record(Kind::Limit, bytes, 0, 0, 0);
     }
 
