@@ -1,4 +1,6 @@
-//! The panic boundary every exported function goes through, and the reentrancy guard.
+//! The panic boundary every exported function goes through, and the reentrancy guard, which
+//! also makes, at a thread's first entry, the per-thread state the pool's locks need
+//! (docs/design-notes.md, "Note: the loader lock").
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -6,13 +8,25 @@ use std::sync::atomic::AtomicBool;
 
 use crate::log;
 
-/// What the pool keeps per thread: whether the thread is inside the pool, and the device of its
-/// last allocation from the pool (where its next `cudaFree` looks first). One thread-local, so
-/// a hook reaches both with one access: in a preloaded library each access is a call to
+/// What the pool keeps per thread: whether the thread is inside the pool (`Where`), whether its
+/// backend's per-thread state is made (`Inside::backend_ready`), and the device of its last
+/// allocation from the pool (where its next `cudaFree` looks first). One thread-local, so a
+/// hook reaches all with one access: in a preloaded library each access is a call to
 /// `__tls_get_addr`.
 pub struct Thread {
-    inside: Cell<bool>,
+    place: Cell<Where>,
+    backend_ready: Cell<bool>,
     last_device: Cell<u32>,
+}
+
+/// Where a thread is. A thread's first entry is told apart from the others by the same test that
+/// tells inside from outside, so the hit path pays nothing for it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Where {
+    /// Never entered the pool: its first entry makes what the pool's locks need (`first_entry`).
+    New,
+    Outside,
+    Inside,
 }
 
 /// `Thread::last_device` before the thread's first allocation from the pool.
@@ -23,7 +37,8 @@ thread_local! {
     // point of a thread's life.
     static THREAD: Thread = const {
         Thread {
-            inside: Cell::new(false),
+            place: Cell::new(Where::New),
+            backend_ready: Cell::new(false),
             last_device: Cell::new(NO_DEVICE),
         }
     };
@@ -46,6 +61,17 @@ impl Inside {
         self.thread().last_device.replace(device)
     }
 
+    /// Whether this thread made the backend's per-thread state (`dispatch::ready_for_backend`).
+    #[inline(always)]
+    pub fn backend_ready(&self) -> bool {
+        self.thread().backend_ready.get()
+    }
+
+    /// This thread made the backend's per-thread state.
+    pub fn set_backend_ready(&self) {
+        self.thread().backend_ready.set(true);
+    }
+
     #[inline(always)]
     fn thread(&self) -> &Thread {
         // SAFETY: `THREAD` has no destructor, so its storage lives as long as this thread, and
@@ -57,7 +83,7 @@ impl Inside {
 impl Drop for Inside {
     #[inline(always)]
     fn drop(&mut self) {
-        self.thread().inside.set(false);
+        self.thread().place.set(Where::Outside);
     }
 }
 
@@ -68,10 +94,15 @@ pub fn enter() -> Option<Inside> {
     // The guard is made only when the thread was outside: dropping one made while inside would
     // mark the thread outside while its outer call goes on.
     THREAD
-        .try_with(|t| {
-            if t.inside.replace(true) {
-                None
-            } else {
+        .try_with(|t| match t.place.get() {
+            Where::Outside => {
+                t.place.set(Where::Inside);
+                Some(Inside(t))
+            }
+            Where::Inside => None,
+            Where::New => {
+                first_entry();
+                t.place.set(Where::Inside);
                 Some(Inside(t))
             }
         })
@@ -79,10 +110,43 @@ pub fn enter() -> Option<Inside> {
         .flatten()
 }
 
+/// Whether this thread is yet to make the backend's per-thread state; marks it made. For calls
+/// off the allocation path, where no `Inside` is at hand (`Inside::backend_ready` costs no
+/// thread-local access).
+pub fn backend_unready() -> bool {
+    THREAD
+        .try_with(|t| !t.backend_ready.replace(true))
+        .unwrap_or(false)
+}
+
 /// Whether this thread is inside the pool now (a call from a signal handler that interrupted
 /// it, or from a runtime callback during the pool's own call).
 pub fn inside() -> bool {
-    THREAD.try_with(|t| t.inside.get()).unwrap_or(false)
+    THREAD
+        .try_with(|t| t.place.get() == Where::Inside)
+        .unwrap_or(false)
+}
+
+/// A thread's first entry, holding none of the pool's locks: `parking_lot` makes its per-thread
+/// data, whose destructor glibc registers under the dynamic linker's lock, now rather than at
+/// the thread's first wait for a lock, which may come while it holds another of the pool's
+/// locks. A thread inside `dlopen` holds the linker's lock and may wait for that one.
+#[cold]
+#[inline(never)]
+fn first_entry() {
+    static KEY: u8 = 0;
+    // SAFETY: the key is the address of a static of this module, which no lock uses, and the
+    // validation refuses the wait: nothing is queued, nothing parks.
+    unsafe {
+        parking_lot_core::park(
+            &KEY as *const u8 as usize,
+            || false,
+            || {},
+            |_, _| {},
+            parking_lot_core::DEFAULT_PARK_TOKEN,
+            None,
+        );
+    }
 }
 
 static PANICKED: AtomicBool = AtomicBool::new(false);

@@ -117,7 +117,10 @@ fn never_worse(
         return r;
     }
     let released = match (pool, guard::enter()) {
-        (Some(pool), Some(_inside)) => pool.empty_cache(dev),
+        (Some(pool), Some(inside)) => {
+            crate::dispatch::ready_for_backend(&inside, pool, dev);
+            pool.empty_cache(dev)
+        }
         _ => 0,
     };
     if released == 0 {

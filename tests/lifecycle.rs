@@ -2,8 +2,9 @@
 //! exits, `_exit`s, execs, or uses CUDA and gets the runtime's answers; neither process
 //! deadlocks), `exit`/`_exit` while threads are inside the pool, CUDA from a static constructor
 //! before `main`, `dlopen`/`dlclose` of a library that uses CUDA, and `fork` while another thread's
-//! first CUDA call is still making the pool, and `pthread_cancel` of threads that allocate. Every
-//! run has a deadline.
+//! first CUDA call is still making the pool, `pthread_cancel` of threads that allocate, and
+//! `dlopen` of a library whose constructor uses CUDA while new threads allocate. Every run has a
+//! deadline.
 //! (Signals during an allocation storm: `tests/report/live_dump.rs`, `sigusr1_during_an_allocation_storm_*`.)
 
 #[path = "../cudasim/tests/common/mod.rs"]
@@ -146,4 +147,27 @@ fn threads_cancelled_while_they_allocate_end_as_without_the_pool() {
         assert_eq!(err.matches("gpupool summary").count(), 1, "{env:?}: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dlopen_of_a_library_that_uses_cuda_while_new_threads_allocate() {
+    // Each round, two new threads make their first CUDA calls, which grow the pool under its
+    // device lock, while the main thread, inside `dlopen` and `dlclose`, holds the dynamic
+    // linker's lock and allocates and frees from the library's constructor and destructor. A
+    // thread's first call into the runtime may need the linker's lock (a thread-local's
+    // destructor registered): under the device lock it would deadlock with the main thread.
+    let program = sim::Sim::get().compile(&root().join("tests/c/loader_lock.c"), &["-ldl"]);
+    let lib = c_library("cuda_ctor");
+    let lib = lib.to_str().expect("utf-8 path");
+    for reuse in ["strict", "relaxed"] {
+        let env = [("GPUPOOL_REUSE", reuse), ("GPUPOOL_SUMMARY", "stderr")];
+        let out = output_within(&mut pooled(&program, &[lib, "150"], &env), 10);
+        let (stdout, stderr) = texts(&out);
+        assert!(
+            out.status.success() && stdout.contains("loader lock ok: 150 rounds"),
+            "{reuse} ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            out.status
+        );
+        assert!(stderr.contains("gpupool summary"), "{reuse}: {stderr}");
+    }
 }

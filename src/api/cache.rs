@@ -9,6 +9,7 @@ use super::{
 };
 use crate::config::DeviceBytes;
 use crate::cuda::backend::CudaBackend;
+use crate::dispatch::ready_for_backend;
 use crate::global::Global;
 use crate::pool::Pool;
 
@@ -47,15 +48,19 @@ fn for_device<T>(
 pub unsafe extern "C" fn gpupool_empty_cache(device: c_int, released: *mut u64) -> c_int {
     run(|| {
         let (pool, which) = target(device)?;
-        let _inside = enter()?;
+        let inside = enter()?;
+        let empty = |pool: &Pool<CudaBackend>, d: u32| {
+            ready_for_backend(&inside, pool, d);
+            pool.empty_cache(d)
+        };
         let bytes = match (pool, which) {
             (None, _) => 0,
             (Some(pool), Devices::All) => pool
                 .used_devices()
                 .into_iter()
-                .map(|d| pool.empty_cache(d))
+                .map(|d| empty(pool, d))
                 .sum(),
-            (Some(pool), Devices::One(d)) => pool.empty_cache(d),
+            (Some(pool), Devices::One(d)) => empty(pool, d),
         };
         if !released.is_null() {
             // SAFETY: non-NULL, and by the caller's contract writable.

@@ -104,6 +104,31 @@ impl CudaBackend {
         }
     }
 
+    /// Makes the calling thread's per-thread state of the API the pool's calls go to, before the
+    /// thread takes a pool lock for a call that may reach it (`dispatch::ready_for_backend`).
+    /// A runtime may register that state's destructor under the dynamic linker's lock at a
+    /// thread's first call, which then must not come under a pool lock: a thread inside
+    /// `dlopen` holds the linker's lock and may wait for the pool's. `cudaFree(NULL)`, the
+    /// runtime's own way to make a thread's state and context, about `device`, whose context
+    /// the pool's call is about to use anyway; through the driver alone, the current context
+    /// asked for. A failure leaves no error behind (`check_internal`).
+    pub fn prepare_thread(&self, device: u32) {
+        let _ = match api() {
+            Ok(Api::Runtime(rt)) => {
+                // SAFETY: NULL, which the runtime's `cudaFree` takes as "nothing to free".
+                check_internal(on_device(rt, device, || unsafe {
+                    (rt.free)(std::ptr::null_mut())
+                }))
+            }
+            Ok(Api::Driver(d)) => {
+                let mut ctx: *mut c_void = std::ptr::null_mut();
+                // SAFETY: a valid out-pointer.
+                check(unsafe { (d.ctx_get_current)(&mut ctx) })
+            }
+            Err(e) => Err(e),
+        };
+    }
+
     fn barrier_event(&self, device: u32) -> Result<Event, CudaError> {
         let slot = &self.barrier_events[device as usize];
         let e = slot.load(Ordering::Acquire);

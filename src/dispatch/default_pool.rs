@@ -83,6 +83,7 @@ pub(crate) fn candidates(pool: &Pool<CudaBackend>, concerns: Concerns, count: us
 /// the two parts together reserve at most `keep` (or nothing more can go). `cuda_keeps` is what
 /// CUDA's part still reserves; one that cannot say counts as keeping everything.
 pub(crate) fn trimmed(pool: &Pool<CudaBackend>, dev: u32, keep: u64, cuda_keeps: Option<u64>) {
+    super::ready_thread_for_backend(pool, dev);
     pool.trim_to(dev, keep.saturating_sub(cuda_keeps.unwrap_or(keep)));
 }
 

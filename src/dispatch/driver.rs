@@ -163,7 +163,17 @@ pub unsafe fn mem_alloc(
             Err(why) => return note_passed_through(why, size, unserved(pool, d, real)),
         },
     };
-    match pool.alloc_from(dev, size as u64, key, origin) {
+    // The hit apart, as in `dispatch::malloc_with`: the way past it may call the backend under
+    // a pool lock.
+    let hit = pool.alloc_hit(dev, size as u64, key, origin);
+    let served = match hit {
+        Some(addr) => Ok(addr),
+        None => {
+            super::ready_for_backend(&inside, pool, dev);
+            pool.alloc_general(dev, size as u64, key, origin)
+        }
+    };
+    match served {
         Ok(addr) => {
             // SAFETY: `dptr` is non-NULL and, by the caller's contract, writable.
             unsafe { *dptr = addr };
@@ -260,7 +270,11 @@ pub(super) fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
     let Some((_, device)) = current_context(d) else {
         return 0;
     };
-    with_primary_current(d, device, || pool.empty_cache(device)).unwrap_or(0)
+    with_primary_current(d, device, || {
+        super::ready_thread_for_backend(pool, device);
+        pool.empty_cache(device)
+    })
+    .unwrap_or(0)
 }
 
 /// `f` run with `dev`'s primary context current, where the pool's own calls about `dev` are
@@ -531,6 +545,8 @@ pub fn after_sync(r: CuResult) -> CuResult {
     if r == cu::CU_SUCCESS {
         if let (Some((pool, d)), Some(_inside)) = (serving(), guard::enter()) {
             if let Some(dev) = context_device(d) {
+                // A thread of the driver API: the runtime's state for it may be yet to make.
+                super::ready_thread_for_backend(pool, dev);
                 pool.sync_point(dev);
             }
         }
@@ -543,6 +559,11 @@ pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
     if r == cu::CU_SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
         // As the runtime's (`dispatch::note_stream_flags`): inside the pool, not noted.
         if let (Some(pool), Some(_inside)) = (global::process_pool(), guard::enter()) {
+            // It may fence every device the pool uses, through the runtime: its state for this
+            // thread is made first, about a device whose context exists.
+            if let Some(&dev) = pool.used_devices().first() {
+                super::ready_thread_for_backend(pool, dev);
+            }
             pool.note_nonblocking_stream();
         }
     }

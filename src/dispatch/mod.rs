@@ -20,6 +20,7 @@ use std::ffi::c_void;
 use std::sync::atomic::AtomicBool;
 
 use crate::config::ReuseMode;
+use crate::cuda::backend::CudaBackend;
 use crate::cuda::others::{self, Entry};
 use crate::cuda::runtime::{LaunchKernelFn, Runtime};
 use crate::cuda::types::*;
@@ -184,6 +185,7 @@ pub(crate) unsafe fn malloc_with(
     if let Some(addr) = pool.alloc_hit(dev, size as u64, stream, origin) {
         return served(addr);
     }
+    ready_for_backend(&inside, pool, dev);
     match pool.alloc_general(dev, size as u64, stream, origin) {
         Ok(addr) => served(addr),
         // The pool released what it could and still failed: the runtime gives the
@@ -290,6 +292,33 @@ fn answer_free(
         FreeOutcome::Freed => SUCCESS,
         FreeOutcome::Invalid => refuse_invalid_free(rt, ptr, what),
         FreeOutcome::NotOurs => pass(),
+    }
+}
+
+/// Before a pool call that may call CUDA under a pool lock (the way past the hit, a release of
+/// the cache, a trim, a synchronization seen through the driver): the calling thread's
+/// per-thread state of the backend's API is made first, outside the locks
+/// (`CudaBackend::prepare_thread`; docs/design-notes.md, "Note: the loader lock"). Once per
+/// thread, on a flag the guard keeps: no thread-local access of its own.
+#[inline(always)]
+pub(crate) fn ready_for_backend(inside: &guard::Inside, pool: &Pool<CudaBackend>, device: u32) {
+    if !inside.backend_ready() {
+        prepare_backend(inside, pool, device);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn prepare_backend(inside: &guard::Inside, pool: &Pool<CudaBackend>, device: u32) {
+    pool.backend().prepare_thread(device);
+    inside.set_backend_ready();
+}
+
+/// `ready_for_backend` for calls off the allocation path (releases, trims, synchronizations):
+/// one thread-local access, no `Inside` needed.
+pub(crate) fn ready_thread_for_backend(pool: &Pool<CudaBackend>, device: u32) {
+    if guard::backend_unready() {
+        pool.backend().prepare_thread(device);
     }
 }
 

@@ -55,7 +55,10 @@ pub unsafe fn malloc_pitch(
     let rows = row_pitch(&ROW_ALIGNMENT[dev as usize][0], width, || {
         let ask = || runtime_row_alignment(rt);
         ask_with_room(ask, ERROR_MEMORY_ALLOCATION, || {
-            guard::enter().map_or(0, |_inside| pool.empty_cache(dev))
+            guard::enter().map_or(0, |inside| {
+                super::ready_for_backend(&inside, pool, dev);
+                pool.empty_cache(dev)
+            })
         })
     });
     let Some((row, size)) = rows.and_then(|row| Some((row, row.checked_mul(height)?))) else {
