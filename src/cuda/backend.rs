@@ -114,12 +114,7 @@ impl CudaBackend {
     /// asked for. A failure leaves no error behind (`check_internal`).
     pub fn prepare_thread(&self, device: u32) {
         let _ = match api() {
-            Ok(Api::Runtime(rt)) => {
-                // SAFETY: NULL, which the runtime's `cudaFree` takes as "nothing to free".
-                check_internal(on_device(rt, device, || unsafe {
-                    (rt.free)(std::ptr::null_mut())
-                }))
-            }
+            Ok(Api::Runtime(rt)) => check_internal(on_device(rt, device, || init_runtime(rt))),
             Ok(Api::Driver(d)) => {
                 let mut ctx: *mut c_void = std::ptr::null_mut();
                 // SAFETY: a valid out-pointer.
@@ -249,6 +244,13 @@ fn relaxed_capture(rt: &Runtime, call: impl FnOnce() -> i32) -> i32 {
     status
 }
 
+/// `cudaFree(NULL)`, the way CUDA programs initialise the runtime: it frees nothing, and makes
+/// the runtime's state for the calling thread and the context of its current device.
+fn init_runtime(rt: &Runtime) -> i32 {
+    // SAFETY: NULL, which the runtime's `cudaFree` takes as "nothing to free".
+    unsafe { (rt.free)(std::ptr::null_mut()) }
+}
+
 /// The driver's virtual memory calls, when the process loaded a driver that has them: a runtime
 /// with no driver behind it keeps classic segments. Asked first at the device's first
 /// allocation, which may come before the runtime has loaded its driver: the runtime is then
@@ -256,8 +258,7 @@ fn relaxed_capture(rt: &Runtime, call: impl FnOnce() -> i32) -> i32 {
 fn vmm() -> Option<&'static driver::Vmm> {
     let found = driver::loaded().or_else(|| {
         let rt = RUNTIME.get()?;
-        // SAFETY: `cudaFree(NULL)` frees nothing; it initialises the runtime and its context.
-        let _ = check_internal(unsafe { (rt.free)(std::ptr::null_mut()) });
+        let _ = check_internal(init_runtime(rt));
         driver::loaded()
     })?;
     found.driver.vmm.as_ref()
@@ -389,8 +390,7 @@ fn with_context(device: u32, mut call: impl FnMut() -> i32) -> i32 {
     }
     if let Some(rt) = RUNTIME.get() {
         if rt.current_device() == Ok(device as c_int) {
-            // SAFETY: `cudaFree(NULL)` frees nothing; it initialises the thread's context.
-            let _ = check_internal(unsafe { (rt.free)(std::ptr::null_mut()) });
+            let _ = check_internal(init_runtime(rt));
         }
     }
     call()
