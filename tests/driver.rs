@@ -555,6 +555,26 @@ fn a_trim_from_a_thread_without_a_context_gives_the_pools_cache_back() {
     }
 }
 
+/// The pool's fence for its own release is made in the device's primary context, where its
+/// blocks' work runs: a context the program made, current at `gpupool_empty_cache`, has its own
+/// `cuCtxSynchronize`, which waits for none of that work. The freed block's granules are unmapped
+/// only after its kernel ends, and the program's context is current again after: with the
+/// driver alone (the pool's own calls through it), and with the runtime loaded (through it).
+#[test]
+fn the_pools_fence_waits_for_the_primary_context_while_the_programs_own_is_current() {
+    let src = support::root().join("tests/c/driver_own_context.c");
+    let driver_only = Sim::get().compile_driver(&src);
+    let with_runtime = support::c_program_with_driver("driver_own_context");
+    for exe in [driver_only, with_runtime] {
+        let (with, err) = ok(&mut pooled(&exe, &[], &[]));
+        let what = format!("{}: {with}\n{err}", exe.display());
+        assert!(with.contains("driver_own_context ok"), "{what}");
+        assert_eq!(number::<u64>(&with, "released="), 64 << 20, "{what}");
+        assert_eq!(number::<u64>(&with, "unmapped_while_busy="), 0, "{what}");
+        assert_eq!(number::<u64>(&with, "own_current="), 1, "{what}");
+    }
+}
+
 /// A device beyond the 64 the pool serves goes to the driver, as on the runtime path: its
 /// primary context is not "a context the program created" in the summary.
 #[test]

@@ -1,10 +1,11 @@
 //! The driver's contexts: whether `cuInit` was called, each device's primary context, and the
 //! calling thread's context stack.
 //!
-//! Memory, streams and events belong to devices, not contexts: a context created by
+//! Memory, events and default streams belong to devices, not contexts: a context created by
 //! `cuCtxCreate_v2` shares its device's memory with the primary context, and destroying it
-//! frees nothing (CUDA frees the context's allocations; the simulator does not). The current
-//! context's device is the runtime's current device: every change of the thread's stack moves
+//! frees nothing (CUDA frees the context's allocations; the simulator does not). The streams
+//! it creates are its own: its synchronization waits for them and the default streams, and
+//! the primary context's does not wait for them. The current context's device is the runtime's current device: every change of the thread's stack moves
 //! `current`, and `cudaSetDevice` makes the device's primary context current, as CUDA 12 does.
 
 use crate::config::{self, MAX_DEVICES};
@@ -73,6 +74,11 @@ pub fn current_context() -> Option<usize> {
         .try_with(|s| s.borrow().last().map(|&(h, _)| h))
         .ok()
         .flatten()
+}
+
+/// The current context when it is a created one (`cuCtxCreate_v2`), not a primary one.
+pub fn created_current() -> Option<usize> {
+    current_context().filter(|&h| primary_device(h).is_none())
 }
 
 /// Checks that a live context is current (after `cuInit`); the calls that act on "the current

@@ -74,6 +74,9 @@ pub struct Stream {
     pub tail: Nanos,
     /// The capture in progress on it, if any (never on the legacy stream).
     pub capture: Option<Capture>,
+    /// The created context (`cuCtxCreate_v2`) current when it was made; `None`: the device's
+    /// primary context, and every default stream.
+    pub context: Option<usize>,
 }
 
 impl Stream {
@@ -85,6 +88,7 @@ impl Stream {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tail: 0,
             capture: None,
+            context: None,
         }
     }
 }
@@ -123,9 +127,14 @@ impl Streams {
         }
     }
 
-    /// Registers a created stream under its handle's address.
-    pub fn add(&mut self, handle: usize, device: usize, kind: Kind) {
-        self.user.insert(handle, Stream::new(device, kind));
+    /// Registers a created stream under its handle's address, made in `context` (`None`: the
+    /// device's primary context).
+    pub fn add(&mut self, handle: usize, device: usize, kind: Kind, context: Option<usize>) {
+        let stream = Stream {
+            context,
+            ..Stream::new(device, kind)
+        };
+        self.user.insert(handle, stream);
     }
 
     /// Unregisters a created stream; false if there is none at that address.
@@ -219,6 +228,24 @@ impl Streams {
     pub fn device_tail(&self, d: usize) -> Nanos {
         let live = self.of_device(d).map(|s| s.tail).max().unwrap_or(0);
         live.max(self.retired[d].0)
+    }
+
+    /// When the work a context's synchronization waits for is done (`cuCtxSynchronize`): its
+    /// created streams and the device's default streams. Only the primary context's waits for
+    /// destroyed streams too. The default streams are the device's, not each context's, here.
+    pub fn context_tail(&self, d: usize, context: Option<usize>) -> Nanos {
+        let defaults = std::iter::once(&self.legacy[d]).chain(self.per_thread.values());
+        let created = self.user.values().filter(|s| s.context == context);
+        let tail = defaults
+            .chain(created)
+            .filter(|s| s.device == d)
+            .map(|s| s.tail)
+            .max()
+            .unwrap_or(0);
+        match context {
+            None => tail.max(self.retired[d].0),
+            Some(_) => tail,
+        }
     }
 
     /// Forgets device `d`'s work and created streams (`cudaDeviceReset`); returns the handles
@@ -323,8 +350,8 @@ mod tests {
     #[test]
     fn legacy_and_blocking_streams_order_each_other() {
         let mut s = Streams::new(1);
-        s.add(0x100, 0, Kind::Blocking);
-        s.add(0x200, 0, Kind::NonBlocking);
+        s.add(0x100, 0, Kind::Blocking, None);
+        s.add(0x200, 0, Kind::NonBlocking, None);
         assert_eq!(s.enqueue(StreamId::User(0x100), 10, 100, 0), 110);
         assert_eq!(s.enqueue(StreamId::User(0x200), 10, 500, 0), 510);
         // The legacy stream waits for the blocking stream, not for the non-blocking one.
@@ -337,6 +364,20 @@ mod tests {
         assert_eq!(s.device_tail(0), 600);
         assert_eq!(s.reset_device(0).len(), 2);
         assert_eq!(s.device_tail(0), 0);
+    }
+
+    #[test]
+    fn a_context_waits_for_its_own_streams_and_the_default_ones() {
+        let mut s = Streams::new(1);
+        s.add(0x100, 0, Kind::NonBlocking, None);
+        s.add(0x200, 0, Kind::NonBlocking, Some(0x999));
+        assert_eq!(s.enqueue(StreamId::User(0x100), 0, 500, 0), 500);
+        assert_eq!(s.enqueue(StreamId::User(0x200), 0, 300, 0), 300);
+        assert_eq!(s.context_tail(0, Some(0x999)), 300);
+        assert_eq!(s.context_tail(0, None), 500);
+        assert_eq!(s.enqueue(StreamId::Legacy(0), 0, 800, 0), 800);
+        assert_eq!(s.context_tail(0, Some(0x999)), 800);
+        assert_eq!(s.device_tail(0), 800);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use super::contexts::{self, in_primary_context};
 use super::driver::{self, Driver};
 use super::runtime::Runtime;
 use super::types::{Event, Stream, EVENT_DISABLE_TIMING, SUCCESS};
@@ -319,16 +320,6 @@ fn on_device(rt: &Runtime, device: u32, call: impl FnOnce() -> i32) -> i32 {
         .unwrap_or_else(|status| status)
 }
 
-/// Whether the driver's current context is `device`'s: through the driver alone the pool makes
-/// another device current only for a fence or a barrier (`with_device_current`), and a call
-/// about the current context would answer for the wrong device.
-fn driver_context_is(d: &Driver, device: u32) -> bool {
-    let mut current: c_int = -1;
-    // SAFETY: a valid out-pointer.
-    let r = unsafe { (d.ctx_get_device)(&mut current) };
-    r == SUCCESS && current == device as c_int
-}
-
 /// `check` for a call the pool made on its own (a fence, a barrier, a segment's release, a
 /// memory sample): the program did not make it, so a failure must not stay behind in its
 /// `cudaGetLastError` (the driver keeps no last error). The pool carries on without what the
@@ -344,29 +335,35 @@ fn check_internal(status: i32) -> Result<(), CudaError> {
     check(status)
 }
 
-/// Wait for all work of `device` (`cudaDeviceSynchronize` with it current). Through the driver
-/// alone, only the current context's device, or another through its primary context: the
-/// driver path pools only there.
+/// Wait for all work of `device`'s primary context (`cudaDeviceSynchronize` or
+/// `cuCtxSynchronize` with it current), where the pool's blocks are used.
 fn synchronize(api: &Api, device: u32) -> Result<(), CudaError> {
     check_internal(with_device_current(api, device, || match *api {
-        // SAFETY: no arguments; synchronizes the current device, which is `device`.
+        // SAFETY: no arguments; synchronizes the current context, `device`'s primary one.
         Api::Runtime(rt) => unsafe { (rt.device_synchronize)() },
-        // SAFETY: no arguments; the current context is the device's.
+        // SAFETY: as above, through the driver.
         Api::Driver(d) => unsafe { (d.ctx_synchronize)() },
     }))
 }
 
-/// `call` with `device` current, and the caller's device or context back after: through the
-/// runtime its device switch; through the driver alone the device's primary context, if active
-/// (the driver path pools only in primary contexts). `INVALID_DEVICE` where neither can be
-/// had: a call about another device would prove nothing about `device`, and a failed fence
-/// or barrier leaves every block waiting.
-fn with_device_current(api: &Api, device: u32, call: impl FnOnce() -> i32) -> i32 {
+/// `call` with `device`'s primary context current, and the caller's device or context back
+/// after. CUDA's calls about "the device" act on the current context alone, so a fence or a
+/// barrier made in a context the program created would wait for none of the primary context's
+/// work. Through the runtime, a thread with no context yet gets the device's by its device
+/// switch. `INVALID_DEVICE` where the primary context cannot be had through the driver: a call
+/// about another context would prove nothing about `device`, and a failed fence or barrier
+/// leaves every block waiting.
+fn with_device_current(api: &Api, device: u32, mut call: impl FnMut() -> i32) -> i32 {
     match *api {
-        Api::Runtime(rt) => on_device(rt, device, call),
-        Api::Driver(d) if driver_context_is(d, device) => call(),
+        Api::Runtime(rt) => match driver::loaded() {
+            Some(found) if contexts::has_current_context(&found.driver) => {
+                in_primary_context(&found.driver, device, &mut call)
+                    .unwrap_or_else(|| on_device(rt, device, call))
+            }
+            _ => on_device(rt, device, call),
+        },
         Api::Driver(d) => {
-            driver::in_primary_context(d, device, call).unwrap_or(CudaError::INVALID_DEVICE.0)
+            in_primary_context(d, device, call).unwrap_or(CudaError::INVALID_DEVICE.0)
         }
     }
 }
@@ -382,10 +379,10 @@ fn with_context(device: u32, mut call: impl FnMut() -> i32) -> i32 {
         return call();
     };
     let d = &found.driver;
-    if driver::has_current_context(d) {
+    if contexts::has_current_context(d) {
         return call();
     }
-    if let Some(r) = driver::in_primary_context(d, device, &mut call) {
+    if let Some(r) = in_primary_context(d, device, &mut call) {
         return r;
     }
     if let Some(rt) = RUNTIME.get() {
@@ -617,9 +614,11 @@ impl Backend for CudaBackend {
                 // SAFETY: both out-pointers are valid for the call, about `device`.
                 unsafe { (rt.mem_get_info)(&mut free, &mut total) }
             }),
-            Api::Driver(d) if !driver_context_is(d, device) => CudaError::INVALID_DEVICE.0,
-            // SAFETY: as above, the current context being the device's.
-            Api::Driver(d) => unsafe { (d.mem_get_info)(&mut free, &mut total) },
+            Api::Driver(d) => in_primary_context(d, device, || {
+                // SAFETY: as above, the current context being the device's primary one.
+                unsafe { (d.mem_get_info)(&mut free, &mut total) }
+            })
+            .unwrap_or(CudaError::INVALID_DEVICE.0),
         })?;
         Ok((free as u64, total as u64))
     }

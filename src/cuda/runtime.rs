@@ -3,7 +3,8 @@
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::driver::{self, KeepContext};
+use super::contexts::KeepContext;
+use super::driver;
 pub use super::symbols::Lookup;
 use super::symbols::{optional, required};
 use super::types::{

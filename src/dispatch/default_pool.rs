@@ -178,7 +178,9 @@ pub unsafe fn driver_trim_to(
         });
         // The pool's segments are freed in the device's primary context, which the caller
         // need not have current (CUDA's trim needs no context).
-        super::driver::with_primary_current(d, dev, || trimmed(pool, dev, keep as u64, reserved));
+        crate::cuda::contexts::in_primary_context(d, dev, || {
+            trimmed(pool, dev, keep as u64, reserved)
+        });
     })
 }
 

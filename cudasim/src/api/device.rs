@@ -46,12 +46,15 @@ pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> c_int {
     })
 }
 
-/// `cudaDeviceSynchronize` and `cuCtxSynchronize`: waits for all work of the current device.
+/// `cudaDeviceSynchronize` and `cuCtxSynchronize`: waits for the current context's work, as
+/// CUDA does. A created context's synchronization does not wait for the primary context's
+/// streams, nor the primary's for a created one's.
 pub fn synchronize_device() -> CudaResult {
     let d = current::get();
+    let context = context::created_current();
     let deadline = with_state(|st| {
         st.use_device(d).counters.device_syncs += 1;
-        Ok(st.device_tail(d))
+        Ok(st.streams.context_tail(d, context))
     })?;
     synchronize(deadline, d)
 }

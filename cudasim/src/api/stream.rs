@@ -1,6 +1,7 @@
 //! Streams.
 
 use super::{CudaEvent, CudaGraph, CudaStream};
+use crate::context;
 use crate::current;
 use crate::errors::{
     CudaResult, ILLEGAL_STATE, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READY,
@@ -33,7 +34,7 @@ pub unsafe fn create(stream: *mut CudaStream, flags: c_uint) -> CudaResult {
         let d = current::get();
         st.use_device(d);
         let h = handles::create(STREAM_MAGIC);
-        st.streams.add(h, d, kind);
+        st.streams.add(h, d, kind, context::created_current());
         out.set(h as CudaStream);
         Ok(())
     })

@@ -26,8 +26,10 @@ use crate::pool::{
 
 mod contexts;
 
-pub(crate) use contexts::{context_device, forget_primary, with_primary_current};
-use contexts::{current_context, own_context, primary_context, primary_device};
+pub(crate) use crate::cuda::contexts::forget_primary;
+use crate::cuda::contexts::{in_primary_context, primary_context};
+pub(crate) use contexts::context_device;
+use contexts::{current_context, own_context, primary_device};
 
 /// The pool and the driver, when the pool is on and the driver is loaded.
 pub(super) fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
@@ -205,7 +207,7 @@ pub(super) fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
     let Some((_, device)) = current_context(d) else {
         return 0;
     };
-    with_primary_current(d, device, || {
+    in_primary_context(d, device, || {
         super::ready_thread_for_backend(pool, device);
         pool.empty_cache(device)
     })

@@ -1,0 +1,132 @@
+//! Contexts as the pool's own driver calls need them: which handle is each device's primary
+//! context, and a call run with that context current. The pool serves primary contexts only,
+//! and CUDA's context calls (`cuCtxSynchronize`, `cuMemGetInfo`) act on the current context
+//! alone, so a call about a device is made in its primary context, whatever the thread has.
+
+use std::ffi::{c_int, c_uint};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::driver::{CtxFn, CuContext, CuDevice, DeviceFn, Driver, CU_SUCCESS};
+use crate::pool::MAX_DEVICES;
+
+/// Each device's primary context, once seen (0: not yet).
+static PRIMARY: [AtomicUsize; MAX_DEVICES] = [const { AtomicUsize::new(0) }; MAX_DEVICES];
+
+/// The handle of `dev`'s primary context, when it is active. Found once by retaining it and
+/// releasing it again: only when it is active (a context the program made may be current while
+/// the primary one was never made, and retaining would make it).
+pub fn primary_context(d: &Driver, dev: u32) -> Option<usize> {
+    let slot = PRIMARY.get(dev as usize)?;
+    let known = slot.load(Ordering::Relaxed);
+    if known != 0 {
+        return Some(known);
+    }
+    // Given back at once: the handle outlives the retain, until a reset.
+    let ctx = retain_active(d, dev)?.ctx as usize;
+    slot.store(ctx, Ordering::Relaxed);
+    Some(ctx)
+}
+
+/// Forget the handle of `dev`'s primary context (a reset, through the runtime too).
+pub fn forget_primary(dev: u32) {
+    if let Some(slot) = PRIMARY.get(dev as usize) {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
+/// `dev`'s primary context, retained until the guard drops, when it is active: retaining one
+/// that is not would make it.
+fn retain_active(d: &Driver, dev: u32) -> Option<Retained> {
+    let dev = CuDevice::try_from(dev).ok()?;
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    // SAFETY: valid out-pointers and a device ordinal the pool serves.
+    let r = unsafe { (d.primary_ctx_get_state)(dev, &mut flags, &mut active) };
+    if r != CU_SUCCESS || active == 0 {
+        return None;
+    }
+    let mut ctx: CuContext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is active, so retaining it makes nothing.
+    if unsafe { (d.primary_ctx_retain)(&mut ctx, dev) } != CU_SUCCESS {
+        return None;
+    }
+    Some(Retained {
+        release: d.primary_ctx_release,
+        dev,
+        ctx,
+    })
+}
+
+/// The calling thread's current context, or null.
+fn current(d: &Driver) -> Option<CuContext> {
+    let mut ctx: CuContext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let r = unsafe { (d.ctx_get_current)(&mut ctx) };
+    (r == CU_SUCCESS).then_some(ctx)
+}
+
+/// Whether the calling thread has a current context. A thread's first runtime call binds one;
+/// before it, driver calls that need a context fail with `CUDA_ERROR_INVALID_CONTEXT`.
+pub fn has_current_context(d: &Driver) -> bool {
+    current(d).is_some_and(|ctx| !ctx.is_null())
+}
+
+/// `f` with `device`'s primary context current, then the thread's own context again (none, if
+/// it had none), after a panic in `f` too. `None`, and `f` not run, when that context is not
+/// active (retaining it would make one) or the driver cannot switch. The context is retained
+/// for the call, so a reset on another thread cannot destroy it under `f`.
+pub fn in_primary_context<T>(d: &Driver, device: u32, f: impl FnOnce() -> T) -> Option<T> {
+    let own = current(d)?;
+    if primary_context(d, device) == Some(own as usize) {
+        return Some(f());
+    }
+    // Released last, after the thread's own context is back.
+    let retained = retain_active(d, device)?;
+    let set = d.ctx_set_current?;
+    // SAFETY: the context just retained.
+    if unsafe { set(retained.ctx) } != CU_SUCCESS {
+        return None;
+    }
+    let _back = KeepContext { set, ctx: own };
+    Some(f())
+}
+
+/// The calling thread's current context, made current again exactly when dropped (after a
+/// panic too): a context the program made itself (`cuCtxCreate`) stays current across the
+/// pool's own calls, where `cudaSetDevice` would put back the device's primary context.
+pub struct KeepContext {
+    set: CtxFn,
+    ctx: CuContext,
+}
+
+impl KeepContext {
+    /// `None` when the thread has no current context, or the driver cannot set one.
+    pub fn save(d: &Driver) -> Option<KeepContext> {
+        let ctx = current(d).filter(|ctx| !ctx.is_null())?;
+        Some(KeepContext {
+            set: d.ctx_set_current?,
+            ctx,
+        })
+    }
+}
+
+impl Drop for KeepContext {
+    fn drop(&mut self) {
+        // SAFETY: a context that was current on this thread a moment ago (NULL: none, which
+        // unbinds the thread).
+        unsafe { (self.set)(self.ctx) };
+    }
+}
+
+/// A retain of `dev`'s primary context, `ctx`, released when dropped.
+struct Retained {
+    release: DeviceFn,
+    dev: CuDevice,
+    ctx: CuContext,
+}
+
+impl Drop for Retained {
+    fn drop(&mut self) {
+        // SAFETY: the retain this guard stands for, released once.
+        unsafe { (self.release)(self.dev) };
+    }
+}
