@@ -5,7 +5,7 @@
 //! fd 1 and fd 2 are written only while they are still the program's stdout and stderr: a
 //! daemon that closed fd 2 and opened a data file (which became fd 2) gets no line in its data.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 use crate::pool::cancel::uncancellable;
 
@@ -40,6 +40,49 @@ fn at_load(s: Stream) -> &'static AtLoad {
     &AT_LOAD[s as usize - 1]
 }
 
+/// The summary's own descriptor (`GPUPOOL_SUMMARY=/dev/fd/N`), -1 for none, and what it was
+/// when the library was loaded.
+static SUMMARY_FD: AtomicI32 = AtomicI32::new(-1);
+static SUMMARY_AT_LOAD: AtLoad = AtLoad {
+    state: AtomicU8::new(UNKNOWN),
+    dev: AtomicU64::new(0),
+    ino: AtomicU64::new(0),
+};
+
+impl AtLoad {
+    /// Note which file `fd` is now.
+    fn note(&self, fd: i32) {
+        match identity(fd) {
+            Some((dev, ino, _)) => {
+                self.dev.store(dev, Ordering::Relaxed);
+                self.ino.store(ino, Ordering::Relaxed);
+                self.state.store(OPEN, Ordering::Release);
+            }
+            None => self.state.store(CLOSED, Ordering::Release),
+        }
+    }
+
+    /// Whether `fd` is open on the file it was open on at load (any pipe, with `any_pipe`);
+    /// true where nothing was noted.
+    fn still(&self, fd: i32, any_pipe: bool) -> bool {
+        let Some((dev, ino, pipe)) = identity(fd) else {
+            return false;
+        };
+        match self.state.load(Ordering::Acquire) {
+            UNKNOWN => true,
+            OPEN => {
+                let same = (dev, ino)
+                    == (
+                        self.dev.load(Ordering::Relaxed),
+                        self.ino.load(Ordering::Relaxed),
+                    );
+                same || (any_pipe && pipe)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The file open at `fd`: (device, inode, is a pipe), or `None` when `fd` is closed.
 fn identity(fd: i32) -> Option<(u64, u64, bool)> {
     // SAFETY: fstat writes into the zeroed stat buffer on the stack.
@@ -58,16 +101,14 @@ fn identity(fd: i32) -> Option<(u64, u64, bool)> {
 /// it.
 pub fn note_streams_at_load() {
     for s in [Stream::Stdout, Stream::Stderr] {
-        let a = at_load(s);
-        match identity(s as i32) {
-            Some((dev, ino, _)) => {
-                a.dev.store(dev, Ordering::Relaxed);
-                a.ino.store(ino, Ordering::Relaxed);
-                a.state.store(OPEN, Ordering::Release);
-            }
-            None => a.state.store(CLOSED, Ordering::Release),
-        }
+        at_load(s).note(s as i32);
     }
+}
+
+/// At load, likewise: note which file `fd`, the summary's descriptor, is.
+pub fn note_summary_descriptor_at_load(fd: i32) {
+    SUMMARY_AT_LOAD.note(fd);
+    SUMMARY_FD.store(fd, Ordering::Release);
 }
 
 /// Whether `s`'s descriptor is still the program's stream: the same file as at load, or a pipe
@@ -75,17 +116,21 @@ pub fn note_streams_at_load() {
 /// is closed, was closed at load, or is now another file, socket or device: one the program
 /// opened itself after closing the descriptor.
 fn still_the_stream(s: Stream) -> bool {
-    let Some((dev, ino, pipe)) = identity(s as i32) else {
-        return false;
-    };
-    let a = at_load(s);
-    match a.state.load(Ordering::Acquire) {
-        UNKNOWN => true,
-        OPEN => {
-            pipe || (dev, ino) == (a.dev.load(Ordering::Relaxed), a.ino.load(Ordering::Relaxed))
-        }
-        _ => false,
+    at_load(s).still(s as i32, true)
+}
+
+/// Write the summary to descriptor `fd`, only while it is the file it was at load: a program
+/// that closed it may have opened a file of its own there since. A descriptor not noted at
+/// load (the variable was set later) is written as it is.
+pub fn write_summary_descriptor(fd: i32, bytes: &[u8]) -> std::io::Result<()> {
+    let noted = SUMMARY_FD.load(Ordering::Acquire) == fd;
+    let open = identity(fd).is_some();
+    if !open || (noted && !SUMMARY_AT_LOAD.still(fd, false)) {
+        return Err(std::io::Error::other(
+            "the descriptor is closed, or no longer the file it was when the program started",
+        ));
     }
+    write_all_fd(fd, bytes)
 }
 
 /// Write to the program's stdout or stderr, if `s` still is that stream; errors are dropped.

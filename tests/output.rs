@@ -357,6 +357,76 @@ fn the_paths_of_the_standard_streams_get_the_summary_on_the_streams() {
     }
 }
 
+/// `cmd` with `file` open, for writing, as its descriptor 3 (a shell's `3>file`).
+fn with_fd3(cmd: &mut Command, file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = file.as_raw_fd();
+    // SAFETY: between fork and exec the closure only calls dup2 and fcntl, which are
+    // async-signal-safe; `file` outlives the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 onto itself would leave close-on-exec set.
+            let r = match fd {
+                3 => libc::fcntl(3, libc::F_SETFD, 0),
+                _ => libc::dup2(fd, 3),
+            };
+            match r {
+                -1 => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            }
+        });
+    }
+}
+
+/// A descriptor the program was started with (`3>file`, or a shell's `>(command)`, which is
+/// `/dev/fd/63`) gets the summary written into it, with no warning. Renaming a file over
+/// `/dev/fd/3` cannot work: before, a warning and no summary.
+#[test]
+fn a_descriptor_the_program_was_started_with_gets_the_summary() {
+    let dir = scratch("output-fd3");
+    for value in ["/dev/fd/3", "/proc/self/fd/3", "always:/dev/fd/3"] {
+        let path = dir.join("fd3.txt");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut cmd = pooled(&writes(), &["exit", "0"], &[("GPUPOOL_SUMMARY", value)]);
+        with_fd3(&mut cmd, &file);
+        let out = output_within(&mut cmd, 60);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{value}: {stdout}{stderr}");
+        let got = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            got.matches(" gpupool summary   pid ").count(),
+            1,
+            "{value}: {got}"
+        );
+        assert!(!stderr.contains("gpupool: "), "{value}: {stderr}");
+        assert!(!stderr.contains("gpupool summary"), "{value}: {stderr}");
+    }
+}
+
+/// A program that closed its descriptor 3 and opened a data file there gets no summary in its
+/// data: the descriptor is not the file it was at the start. One warning says why.
+#[test]
+fn a_descriptor_the_program_reopened_gets_no_summary() {
+    let dir = scratch("output-fd3-reused");
+    let (at_start, data) = (dir.join("fd3.txt"), dir.join("data.txt"));
+    let file = std::fs::File::create(&at_start).unwrap();
+    let mut cmd = pooled(
+        &writes(),
+        &["reuse_fd3", data.to_str().unwrap()],
+        &[("GPUPOOL_SUMMARY", "/dev/fd/3")],
+    );
+    with_fd3(&mut cmd, &file);
+    let out = output_within(&mut cmd, 60);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(how(out.status), "exit 0", "{stdout}{stderr}");
+    assert_eq!(stdout, "data written\n");
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "data 1\ndata 2\n");
+    assert_eq!(std::fs::read_to_string(&at_start).unwrap(), "");
+    let warning = "cannot write the summary to /dev/fd/3: the descriptor is closed, or no longer";
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+}
+
 #[test]
 fn a_summary_longer_than_a_pipe_reaches_a_slow_reader_of_a_named_pipe_whole() {
     // A collector reading the JSON summary from a named pipe, slower than the program writes:

@@ -11,11 +11,11 @@ use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 
 pub(crate) use parse::parse_bool;
-use parse::{is_off_word, output_path, parse_bytes_or_none, trimmed, Output};
 pub use parse::{
-    parse_bytes, parse_device_bytes, parse_duration_ns, parse_slack_permille, parse_summary_dest,
-    strip_always,
+    descriptor_named_by, parse_bytes, parse_device_bytes, parse_duration_ns, parse_slack_permille,
+    parse_summary_dest, strip_always,
 };
+use parse::{is_off_word, output_path, parse_bytes_or_none, trimmed, Output};
 
 /// When a cached block may be handed out again after the program freed it (contract item 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +70,10 @@ pub enum SummaryDest {
     Off,
     Stderr,
     Stdout,
+    /// Another descriptor the program was started with, named by `/dev/fd/N`,
+    /// `/proc/self/fd/N` or `/dev/stdin` (a shell's `3>file`, or its `>(command)`, which is
+    /// `/dev/fd/63`): written to as it is, never renamed over.
+    Descriptor(i32),
     Path(Vec<u8>),
 }
 
@@ -553,8 +557,25 @@ mod tests {
             summary(b"always:/dev/stderr"),
             (SummaryDest::Stderr, true, vec![])
         );
-        // Only those: another descriptor, or a file beside them, is a path.
-        for p in ["/dev/fd/3", "/dev/stderr.json", "/tmp/dev/stderr"] {
+        for (p, fd) in [
+            ("/dev/fd/3", 3),
+            ("/proc/self/fd/63", 63),
+            ("/dev/stdin", 0),
+            ("/dev/fd/0", 0),
+        ] {
+            let want = (SummaryDest::Descriptor(fd), false, vec![]);
+            assert_eq!(summary(p.as_bytes()), want, "{p}");
+        }
+        // Only those: a file beside them, or a name that is no descriptor's, is a path.
+        for p in [
+            "/dev/stderr.json",
+            "/tmp/dev/stderr",
+            "/dev/fd/3x",
+            "/dev/fd/",
+            "/dev/fd/-1",
+            "/dev/fd/99999999999",
+            "/proc/1/fd/3",
+        ] {
             let want = (SummaryDest::Path(p.as_bytes().to_vec()), false, vec![]);
             assert_eq!(summary(p.as_bytes()), want, "{p}");
         }

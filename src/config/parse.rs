@@ -85,15 +85,33 @@ pub(super) fn is_off_word(w: &str) -> bool {
         .any(|k| w.eq_ignore_ascii_case(k))
 }
 
-/// The paths that name the process's own stderr and stdout: the streams, not files. A file's
-/// summary is renamed into place, which would replace `/dev/stderr` (a symbolic link to
-/// `/proc/self/fd/2`) with a regular file for every later process, as root.
+/// The paths that name the process's own descriptors: the streams and descriptors, not files.
+/// A file's summary is renamed into place, which would replace `/dev/stderr` (a symbolic link
+/// to `/proc/self/fd/2`) with a regular file for every later process, as root.
 fn stream_named_by(path: &[u8]) -> Option<SummaryDest> {
-    match path {
-        b"/dev/stderr" | b"/dev/fd/2" | b"/proc/self/fd/2" => Some(SummaryDest::Stderr),
-        b"/dev/stdout" | b"/dev/fd/1" | b"/proc/self/fd/1" => Some(SummaryDest::Stdout),
-        _ => None,
+    match descriptor_named_by(path)? {
+        1 => Some(SummaryDest::Stdout),
+        2 => Some(SummaryDest::Stderr),
+        fd => Some(SummaryDest::Descriptor(fd)),
     }
+}
+
+/// The descriptor `path` names: `/dev/stdin`, `/dev/stdout`, `/dev/stderr`, `/dev/fd/N` or
+/// `/proc/self/fd/N` (N in decimal digits). Used at load too: no allocation.
+pub fn descriptor_named_by(path: &[u8]) -> Option<i32> {
+    match path {
+        b"/dev/stdin" => return Some(0),
+        b"/dev/stdout" => return Some(1),
+        b"/dev/stderr" => return Some(2),
+        _ => {}
+    }
+    let digits = path
+        .strip_prefix(b"/dev/fd/")
+        .or_else(|| path.strip_prefix(b"/proc/self/fd/"))?;
+    if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0, |n, d| n * 10 + i32::from(d - b'0')))
 }
 
 /// `stderr` (or `1`, `/dev/stderr`), `stdout` (`/dev/stdout`), `off` (or `0`, `none`) in any

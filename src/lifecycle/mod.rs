@@ -54,11 +54,13 @@ fn at_load() {
     // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
     // of the program could change the environment.
     let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };
-    let always = !v.is_null() && {
-        // SAFETY: a non-NULL getenv result is a NUL-terminated string.
-        let value = unsafe { std::ffi::CStr::from_ptr(v) };
-        crate::config::strip_always(value.to_bytes()).is_some()
-    };
+    // SAFETY: a non-NULL getenv result is a NUL-terminated string.
+    let value = (!v.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes());
+    let always = value.is_some_and(|v| crate::config::strip_always(v).is_some());
+    let dest = value.map(|v| crate::config::strip_always(v).unwrap_or(v).trim_ascii());
+    if let Some(fd) = dest.and_then(crate::config::descriptor_named_by) {
+        log::note_summary_descriptor_at_load(fd);
+    }
     if always {
         // SAFETY: getpid has no preconditions.
         ALWAYS_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);

@@ -175,6 +175,17 @@ pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
             };
             log::write_stream(stream, bytes);
         }
+        SummaryDest::Descriptor(fd) => {
+            // SAFETY: fflush(NULL) flushes every open stdio stream: the descriptor may be the
+            // program's stdout's file too.
+            crate::pool::cancel::uncancellable(|| unsafe { libc::fflush(std::ptr::null_mut()) });
+            match log::write_summary_descriptor(*fd, bytes) {
+                Err(e) if e.raw_os_error() != Some(libc::EPIPE) => {
+                    log::warn(&format!("cannot write the summary to /dev/fd/{fd}: {e}"))
+                }
+                _ => {}
+            }
+        }
         SummaryDest::Path(template) => {
             let path = expand_path(template);
             match crate::pool::cancel::uncancellable(|| write_atomically(&path, bytes)) {

@@ -11,6 +11,8 @@
  *                   whose reader is closed: prints its result and errno's name.
  *   reuse_fd2 PATH  closes fd 2, opens PATH (which becomes fd 2), writes "data 1", frees a
  *                   block twice, writes "data 2", prints "data written"; PATH stays open.
+ *   reuse_fd3 PATH  closes fd 3, opens PATH (which becomes fd 3), writes "data 1", allocates
+ *                   and frees a block, writes "data 2", prints "data written".
  *   capture_fd2     puts a pipe on fd 2 (as Jupyter captures the output of C code), frees a
  *                   block twice, prints "captured: " and what the pipe got. */
 #define _GNU_SOURCE
@@ -113,6 +115,19 @@ int main(int argc, char **argv)
         printf("data written\n");
         return 0;
     }
+    if (strcmp(mode, "reuse_fd3") == 0 && argc > 2) {
+        int fd;
+        void *p = NULL;
+        close(3);
+        fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        EXPECT(fd == 3, "the data file is not fd 3");
+        EXPECT(write(fd, "data 1\n", 7) == 7, "write");
+        EXPECT(cudaMalloc(&p, 4096) == cudaSuccess, "cudaMalloc");
+        EXPECT(cudaFree(p) == cudaSuccess, "cudaFree");
+        EXPECT(write(fd, "data 2\n", 7) == 7, "write");
+        printf("data written\n");
+        return 0;
+    }
     if (strcmp(mode, "capture_fd2") == 0) {
         int fds[2];
         char got[4096];
@@ -128,6 +143,6 @@ int main(int argc, char **argv)
         return 0;
     }
     printf("usage: writes exit STATUS | double_free | oom | dump | api_summary | "
-           "reuse_fd2 PATH | capture_fd2\n");
+           "reuse_fd2 PATH | reuse_fd3 PATH | capture_fd2\n");
     return 2;
 }
