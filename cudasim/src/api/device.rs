@@ -3,7 +3,7 @@
 use crate::config;
 use crate::context;
 use crate::current;
-use crate::errors::CudaResult;
+use crate::errors::{CudaResult, STREAM_CAPTURE_UNSUPPORTED};
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::link;
@@ -47,9 +47,13 @@ pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> c_int {
 }
 
 /// `cudaDeviceSynchronize` and `cuCtxSynchronize`: waits for all work of the current device.
+/// Refused (900) while one of its streams is being captured, which invalidates the capture.
 pub fn synchronize_device() -> CudaResult {
     let d = current::get();
     let deadline = with_state(|st| {
+        if st.streams.refuse_device_sync(d) {
+            return Err(STREAM_CAPTURE_UNSUPPORTED);
+        }
         st.use_device(d).counters.device_syncs += 1;
         Ok(st.device_tail(d))
     })?;
