@@ -275,14 +275,40 @@ fn cuda_malloc_async_from_the_programs_own_memory_pool_goes_to_the_runtime() {
 #[test]
 fn another_threads_global_capture_does_not_refuse_the_pools_own_segment() {
     // The runtime alone refuses a cudaMalloc during another thread's capture in global mode
-    // (900); the pool's segment allocation runs in relaxed mode, as PyTorch's allocator's does,
-    // and the thread's own mode (global) is left as it was.
+    // (900), which invalidates the capture (901 at its end); the pool's segment allocation runs
+    // in relaxed mode, as PyTorch's allocator's does, and the thread's own mode (global) is left
+    // as it was.
     let exe = c_program("capture_other_thread");
     let (with, _) = ok(&mut pooled(&exe, &[], &[]));
     let (without, _) = ok(&mut unpooled(&exe, &[], &[]));
     assert!(with.contains("other_thread_malloc=0\n"), "{with}");
     assert!(without.contains("other_thread_malloc=900\n"), "{without}");
     assert!(with.contains("mode_after=0\n"), "{with}");
+    assert!(with.contains("end=0\n"), "{with}");
+    assert!(without.contains("end=901\n"), "{without}");
+}
+
+#[test]
+fn a_capture_cuda_lets_run_survives_the_pools_fences_and_barriers() {
+    // Freed blocks wait for a fence or a barrier; a request during a relaxed capture would
+    // take one. CUDA refuses a device synchronization during a capture, and a use of the legacy
+    // stream while a blocking stream is captured, and invalidates the capture (901 at its end).
+    // The pool takes neither while a capture is underway, so the program sees what it sees
+    // without the pool.
+    let exe = c_program("capture_fence");
+    let small = [("CUDASIM_MEM", "128MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+    for (args, env) in [(["100", "0"], &small[..]), (["1", "1"], &[][..])] {
+        let (without, _) = ok(&mut unpooled(&exe, &args, env));
+        for expected in ["malloc=0\n", "status=1\n", "end=0\n"] {
+            assert!(without.contains(expected), "{args:?}: {without}");
+        }
+        for mode in ["strict", "barrier", "relaxed"] {
+            let mut all = env.to_vec();
+            all.push(("GPUPOOL_REUSE", mode));
+            let (with, _) = ok(&mut pooled(&exe, &args, &all));
+            assert_eq!(with, without, "{mode} {args:?}");
+        }
+    }
 }
 
 #[test]

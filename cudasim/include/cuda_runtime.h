@@ -29,6 +29,8 @@ enum cudaError {
     cudaErrorPeerAccessNotEnabled = 705,
     cudaErrorNotSupported = 801,
     cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureImplicit = 906,
     cudaErrorUnknown = 999
 };
 typedef enum cudaError cudaError_t;

@@ -26,6 +26,8 @@ pub const PEER_ACCESS_ALREADY_ENABLED: Code = 704;
 pub const PEER_ACCESS_NOT_ENABLED: Code = 705;
 pub const NOT_SUPPORTED: Code = 801;
 pub const STREAM_CAPTURE_UNSUPPORTED: Code = 900;
+pub const STREAM_CAPTURE_INVALIDATED: Code = 901;
+pub const STREAM_CAPTURE_IMPLICIT: Code = 906;
 pub const UNKNOWN: Code = 999;
 
 /// Every code the simulator knows: (code, name, description).
@@ -97,6 +99,16 @@ const TABLE: &[(Code, &CStr, &CStr)] = &[
         STREAM_CAPTURE_UNSUPPORTED,
         c"cudaErrorStreamCaptureUnsupported",
         c"operation not permitted when stream is capturing",
+    ),
+    (
+        STREAM_CAPTURE_INVALIDATED,
+        c"cudaErrorStreamCaptureInvalidated",
+        c"operation failed due to a previous error during capture",
+    ),
+    (
+        STREAM_CAPTURE_IMPLICIT,
+        c"cudaErrorStreamCaptureImplicit",
+        c"operation would make the legacy stream depend on a capturing blocking stream",
     ),
     (UNKNOWN, c"cudaErrorUnknown", c"unknown error"),
 ];
@@ -209,6 +221,16 @@ const CU_TABLE: &[(Code, &CStr, &CStr)] = &[
         STREAM_CAPTURE_UNSUPPORTED,
         c"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
         c"operation not permitted when stream is capturing",
+    ),
+    (
+        STREAM_CAPTURE_INVALIDATED,
+        c"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+        c"operation failed due to a previous error during capture",
+    ),
+    (
+        STREAM_CAPTURE_IMPLICIT,
+        c"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+        c"operation would make the legacy stream depend on a capturing blocking stream",
     ),
     (UNKNOWN, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
 ];

@@ -62,6 +62,8 @@ pub struct Capture {
     pub mode: CaptureMode,
     /// The capturing thread (`current::thread_key`).
     pub thread: u64,
+    /// A call CUDA forbids during the capture was made: `cudaStreamEndCapture` then gives 901.
+    pub invalidated: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -167,20 +169,60 @@ impl Streams {
     /// Whether a capture forbids an unsafe call (`cudaMalloc`) on thread `thread`, whose own
     /// mode (`cudaThreadExchangeStreamCaptureMode`) is `mode`, as CUDA says: in global mode,
     /// a capture in global mode on any thread or a capture not in relaxed mode on this one; in
-    /// thread-local mode, only the latter; in relaxed mode, none.
-    pub fn forbids_unsafe_calls(&self, thread: u64, mode: CaptureMode) -> bool {
+    /// thread-local mode, only the latter; in relaxed mode, none. The captures that forbid it
+    /// are invalidated, as CUDA invalidates them.
+    pub fn refuse_unsafe_call(&mut self, thread: u64, mode: CaptureMode) -> bool {
+        self.invalidate(|_, c| {
+            let own = c.thread == thread && c.mode != CaptureMode::Relaxed;
+            match mode {
+                CaptureMode::Global => own || c.mode == CaptureMode::Global,
+                CaptureMode::ThreadLocal => own,
+                CaptureMode::Relaxed => false,
+            }
+        })
+    }
+
+    /// Whether a synchronization of device `d` is refused: CUDA forbids synchronizing a device
+    /// while one of its streams is being captured, and invalidates those captures.
+    pub fn refuse_device_sync(&mut self, d: usize) -> bool {
+        self.invalidate(|s, _| s.device == d)
+    }
+
+    /// Whether a use of stream `id` is refused as an implicit dependency on a capture: the
+    /// legacy stream of a device while one of its blocking streams is being captured (CUDA
+    /// gives `cudaErrorStreamCaptureImplicit` and invalidates those captures).
+    pub fn refuse_legacy_use(&mut self, id: StreamId) -> bool {
+        let StreamId::Legacy(d) = id else {
+            return false;
+        };
+        self.invalidate(|s, _| s.device == d && s.kind == Kind::Blocking)
+    }
+
+    /// Whether stream `id` is the legacy stream of a device with a blocking stream being
+    /// captured (the query does not invalidate).
+    pub fn legacy_implicitly_captured(&self, id: StreamId) -> bool {
+        let StreamId::Legacy(d) = id else {
+            return false;
+        };
         self.per_thread
             .values()
             .chain(self.user.values())
-            .filter_map(|s| s.capture)
-            .any(|c| {
-                let own = c.thread == thread && c.mode != CaptureMode::Relaxed;
-                match mode {
-                    CaptureMode::Global => own || c.mode == CaptureMode::Global,
-                    CaptureMode::ThreadLocal => own,
-                    CaptureMode::Relaxed => false,
+            .any(|s| s.device == d && s.kind == Kind::Blocking && s.capture.is_some())
+    }
+
+    /// Marks invalidated every capture whose stream and capture `hit` picks; whether any.
+    fn invalidate(&mut self, hit: impl Fn(&Stream, &Capture) -> bool) -> bool {
+        let mut any = false;
+        for s in self.per_thread.values_mut().chain(self.user.values_mut()) {
+            let stream = *s;
+            if let Some(c) = s.capture.as_mut() {
+                if hit(&stream, c) {
+                    c.invalidated = true;
+                    any = true;
                 }
-            })
+            }
+        }
+        any
     }
 
     fn get_mut(&mut self, id: StreamId) -> &mut Stream {

@@ -402,8 +402,9 @@ static int capture(void)
     OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     OK(cudaStreamIsCapturing(s, &cs));
     CHECK(cs == cudaStreamCaptureStatusActive, "status %d", cs);
-    OK(cudaStreamIsCapturing(0, &cs));
-    CHECK(cs == cudaStreamCaptureStatusNone, "legacy status %d", cs);
+    /* s is a blocking stream: the legacy stream cannot be asked, and the query invalidates
+     * nothing. */
+    EXPECT(cudaStreamIsCapturing(0, &cs), cudaErrorStreamCaptureImplicit);
     EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
 
     SECTION("a cudaMallocAsync during capture belongs to the graph and is counted");
@@ -418,11 +419,6 @@ static int capture(void)
     OK(cudasim_launch_fill(a, 4096, 0, 1, s));
     OK(cudaFreeAsync(a, s));
 
-    SECTION("global mode: cudaMalloc on any thread is refused");
-    EXPECT(cudaMalloc(&m, 512), cudaErrorStreamCaptureUnsupported);
-    EXPECT(malloc_on_other_thread(), cudaErrorStreamCaptureUnsupported);
-    CHECK(stats_of(0).malloc_failures == after.malloc_failures + 2, "failures");
-
     EXPECT(cudaStreamEndCapture(s, NULL), cudaErrorInvalidValue);
     OK(cudaStreamEndCapture(s, &g));
     CHECK(g != NULL, "graph NULL");
@@ -435,14 +431,50 @@ static int capture(void)
     EXPECT(cudaGraphDestroy(g), cudaErrorInvalidResourceHandle);
     EXPECT(cudaGraphDestroy(NULL), cudaErrorInvalidValue);
 
+    SECTION("global mode: cudaMalloc on any thread is refused and invalidates the capture");
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EXPECT(cudaMalloc(&m, 512), cudaErrorStreamCaptureUnsupported);
+    EXPECT(malloc_on_other_thread(), cudaErrorStreamCaptureUnsupported);
+    CHECK(stats_of(0).malloc_failures == after.malloc_failures + 2, "failures");
+    OK(cudaStreamIsCapturing(s, &cs));
+    CHECK(cs == cudaStreamCaptureStatusInvalidated, "status %d", cs);
+    g = (cudaGraph_t)0x1;
+    EXPECT(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    CHECK(g == NULL, "a graph from an invalidated capture");
+    EXPECT(cudaStreamEndCapture(s, &g), cudaErrorIllegalState);
+
+    SECTION("a device synchronization, and the legacy stream with a blocking stream captured");
+    cudaEvent_t e = NULL;
+    OK(cudaEventCreate(&e));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    EXPECT(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
+    EXPECT(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    EXPECT(cudaEventRecord(e, 0), cudaErrorStreamCaptureImplicit);
+    EXPECT(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    EXPECT(cudaStreamWaitEvent(0, e, 0), cudaErrorStreamCaptureImplicit);
+    EXPECT(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    /* A non-blocking stream's capture leaves the legacy stream usable. */
+    cudaStream_t nb = NULL;
+    OK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    OK(cudaStreamBeginCapture(nb, cudaStreamCaptureModeRelaxed));
+    OK(cudaEventRecord(e, 0));
+    OK(cudaStreamWaitEvent(0, e, 0));
+    OK(cudaStreamIsCapturing(0, &cs));
+    CHECK(cs == cudaStreamCaptureStatusNone, "legacy status %d", cs);
+    OK(cudaStreamEndCapture(nb, &g));
+    OK(cudaGraphDestroy(g));
+    OK(cudaStreamDestroy(nb));
+    OK(cudaEventDestroy(e));
+
     SECTION("thread-local mode: only the capturing thread; relaxed: none");
     OK(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
     OK(cudaStreamIsCapturing(cudaStreamPerThread, &cs));
     CHECK(cs == cudaStreamCaptureStatusActive, "per-thread status %d", cs);
     EXPECT(cudaMalloc(&m, 512), cudaErrorStreamCaptureUnsupported);
     OK(malloc_on_other_thread());
-    OK(cudaStreamEndCapture(cudaStreamPerThread, &g));
-    OK(cudaGraphDestroy(g));
+    EXPECT(cudaStreamEndCapture(cudaStreamPerThread, &g), cudaErrorStreamCaptureInvalidated);
     OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     OK(cudaMalloc(&m, 512));
     OK(cudaFree(m));

@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use super::captures;
 use super::contexts::{self, in_primary_context};
 use super::driver::{self, Driver};
 use super::runtime::Runtime;
@@ -245,6 +246,15 @@ fn relaxed_capture(rt: &Runtime, call: impl FnOnce() -> i32) -> i32 {
     status
 }
 
+/// An error while the program captures a stream into a graph: CUDA would refuse the fence or
+/// barrier and invalidate the capture (`captures`).
+fn refuse_during_capture() -> Result<(), CudaError> {
+    match RUNTIME.get() {
+        Some(rt) if captures::underway(rt) => Err(CudaError::STREAM_CAPTURE_UNSUPPORTED),
+        _ => Ok(()),
+    }
+}
+
 /// `cudaFree(NULL)`, the way CUDA programs initialise the runtime: it frees nothing, and makes
 /// the runtime's state for the calling thread and the context of its current device.
 fn init_runtime(rt: &Runtime) -> i32 {
@@ -435,6 +445,7 @@ impl Backend for CudaBackend {
     }
 
     fn fence(&self, device: u32) -> Result<(), CudaError> {
+        refuse_during_capture()?;
         let api = api()?;
         synchronize(&api, device)?;
         // Kernels of the devices that reach this one's memory may still use its blocks.
@@ -445,6 +456,7 @@ impl Backend for CudaBackend {
     }
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
+        refuse_during_capture()?;
         let api = api()?;
         let mut ordered = Err(CudaError::UNKNOWN);
         // The legacy stream and the event are the current device's: `device` is made current

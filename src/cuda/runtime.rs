@@ -8,7 +8,8 @@ use super::driver;
 pub use super::symbols::Lookup;
 use super::symbols::{optional, required};
 use super::types::{
-    CudaStatus, Dim3, Event, IpcMemHandle, MemPool, Stream, ERROR_INSUFFICIENT_DRIVER, SUCCESS,
+    CudaStatus, Dim3, Event, Graph, IpcMemHandle, MemPool, Stream, ERROR_INSUFFICIENT_DRIVER,
+    SUCCESS,
 };
 
 pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaStatus;
@@ -29,6 +30,8 @@ pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CudaStat
 pub type StreamGetFlagsFn = unsafe extern "C" fn(Stream, *mut u32) -> CudaStatus;
 pub type StreamGetIdFn = unsafe extern "C" fn(Stream, *mut u64) -> CudaStatus;
 pub type StreamIsCapturingFn = unsafe extern "C" fn(Stream, *mut i32) -> CudaStatus;
+pub type StreamBeginCaptureFn = unsafe extern "C" fn(Stream, i32) -> CudaStatus;
+pub type StreamEndCaptureFn = unsafe extern "C" fn(Stream, *mut Graph) -> CudaStatus;
 pub type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut Stream, u32) -> CudaStatus;
 pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, u32, i32) -> CudaStatus;
 pub type LaunchKernelFn =
@@ -75,6 +78,9 @@ pub struct Runtime {
     pub stream_get_id: Option<StreamGetIdFn>,
     /// `cudaStreamIsCapturing`: no stream id is asked of a stream being captured into a graph.
     pub stream_is_capturing: Option<StreamIsCapturingFn>,
+    /// `cudaStreamBeginCapture` and `cudaStreamEndCapture`: no fence or barrier during a capture.
+    pub stream_begin_capture: Option<StreamBeginCaptureFn>,
+    pub stream_end_capture: Option<StreamEndCaptureFn>,
     pub stream_create_with_flags: Option<StreamCreateWithFlagsFn>,
     pub stream_create_with_priority: Option<StreamCreateWithPriorityFn>,
     pub launch_kernel: Option<LaunchKernelFn>,
@@ -130,6 +136,8 @@ impl Runtime {
             stream_get_flags: optional!(lookup, "cudaStreamGetFlags"),
             stream_get_id: optional!(lookup, "cudaStreamGetId"),
             stream_is_capturing: optional!(lookup, "cudaStreamIsCapturing"),
+            stream_begin_capture: optional!(lookup, "cudaStreamBeginCapture"),
+            stream_end_capture: optional!(lookup, "cudaStreamEndCapture"),
             stream_create_with_flags: optional!(lookup, "cudaStreamCreateWithFlags"),
             stream_create_with_priority: optional!(lookup, "cudaStreamCreateWithPriority"),
             launch_kernel: optional!(lookup, "cudaLaunchKernel"),

@@ -8,6 +8,8 @@ use std::ffi::c_void;
 /// `cudaError_t`.
 pub type CudaStatus = i32;
 pub type Stream = *mut c_void;
+/// `cudaGraph_t`.
+pub type Graph = *mut c_void;
 pub type Event = *mut c_void;
 /// `cudaMemPool_t`.
 pub type MemPool = *mut c_void;

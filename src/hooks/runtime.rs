@@ -300,6 +300,26 @@ pub unsafe extern "C" fn cudaStreamCreateWithPriority(
     })
 }
 
+/// # Safety
+/// As `cudaStreamBeginCapture`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: i32) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::stream_begin_capture(stream, mode)
+    })
+}
+
+/// # Safety
+/// As `cudaStreamEndCapture`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut Graph) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::stream_end_capture(stream, graph)
+    })
+}
+
 /// An IPC handle names a whole driver allocation: refused for a pool block it cannot name
 /// (`dispatch::ipc`), rather than a handle that maps something else.
 ///

@@ -16,6 +16,8 @@ impl CudaError {
     pub const INVALID_DEVICE: CudaError = CudaError(101);
     /// `cudaErrorNotSupported`: a backend without virtual memory calls.
     pub const NOT_SUPPORTED: CudaError = CudaError(801);
+    /// `cudaErrorStreamCaptureUnsupported`: no fence or barrier during a graph capture.
+    pub const STREAM_CAPTURE_UNSUPPORTED: CudaError = CudaError(900);
     pub const UNKNOWN: CudaError = CudaError(999);
 }
 

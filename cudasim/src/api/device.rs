@@ -3,7 +3,7 @@
 use crate::config;
 use crate::context;
 use crate::current;
-use crate::errors::CudaResult;
+use crate::errors::{CudaResult, STREAM_CAPTURE_UNSUPPORTED};
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::link;
@@ -48,11 +48,15 @@ pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> c_int {
 
 /// `cudaDeviceSynchronize` and `cuCtxSynchronize`: waits for the current context's work, as
 /// CUDA does. A created context's synchronization does not wait for the primary context's
-/// streams, nor the primary's for a created one's.
+/// streams, nor the primary's for a created one's. Refused (900) while one of the device's
+/// streams is being captured, which invalidates the capture.
 pub fn synchronize_device() -> CudaResult {
     let d = current::get();
     let context = context::created_current();
     let deadline = with_state(|st| {
+        if st.streams.refuse_device_sync(d) {
+            return Err(STREAM_CAPTURE_UNSUPPORTED);
+        }
         st.use_device(d).counters.device_syncs += 1;
         Ok(st.streams.context_tail(d, context))
     })?;

@@ -2,7 +2,9 @@
 
 use super::{CudaEvent, CudaStream};
 use crate::current;
-use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READY};
+use crate::errors::{
+    CudaResult, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READY, STREAM_CAPTURE_IMPLICIT,
+};
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
 use crate::handles::{self, EVENT_MAGIC};
@@ -66,6 +68,9 @@ pub fn record(event: usize, stream: usize) -> CudaResult {
         // CUDA: the event and the stream must belong to the same device (context).
         if st.streams.get(id).device != event_device {
             return Err(INVALID_RESOURCE_HANDLE);
+        }
+        if st.streams.refuse_legacy_use(id) {
+            return Err(STREAM_CAPTURE_IMPLICIT);
         }
         let time = st.streams.enqueue(id, timeline::now(), 0, 0);
         if let Some(e) = st.events.get_mut(&event) {

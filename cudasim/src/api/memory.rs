@@ -144,7 +144,7 @@ fn allocate(out: CudaResult<Out<*mut c_void>>, size: usize, req: Request) -> Cud
         let result = target.and_then(|t| {
             let out = out?;
             let (thread, mode) = (current::thread_key(), super::stream::thread_capture_mode());
-            if req.latency && req.counted && st.streams.forbids_unsafe_calls(thread, mode) {
+            if req.latency && req.counted && st.streams.refuse_unsafe_call(thread, mode) {
                 return Err(STREAM_CAPTURE_UNSUPPORTED);
             }
             let pool = t.pool.filter(|_| !captured);

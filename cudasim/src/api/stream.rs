@@ -5,7 +5,7 @@ use crate::context;
 use crate::current;
 use crate::errors::{
     CudaResult, ILLEGAL_STATE, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READY,
-    STREAM_CAPTURE_UNSUPPORTED,
+    STREAM_CAPTURE_IMPLICIT, STREAM_CAPTURE_INVALIDATED, STREAM_CAPTURE_UNSUPPORTED,
 };
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
@@ -226,9 +226,23 @@ pub unsafe fn get_context(stream: usize, ctx: *mut *mut std::ffi::c_void) -> Cud
 ///
 /// # Safety
 /// `status` must be NULL or valid for writing an int.
+/// 0 none, 1 active, 2 invalidated; the legacy stream while a blocking stream of its device is
+/// being captured gives 906 (`cudaErrorStreamCaptureImplicit`), invalidating nothing.
 pub unsafe fn is_capturing(stream: usize, status: *mut c_int) -> CudaResult {
+    let implicit = with_state(|st| {
+        let id = st.stream(stream)?;
+        Ok(st.streams.legacy_implicitly_captured(id))
+    })?;
+    if implicit {
+        return Err(STREAM_CAPTURE_IMPLICIT);
+    }
     // SAFETY: forwarded from the caller.
-    unsafe { stream_property(stream, status, |s| c_int::from(s.capture.is_some())) }
+    unsafe {
+        stream_property(stream, status, |s| match s.capture {
+            None => 0,
+            Some(c) => 1 + c_int::from(c.invalidated),
+        })
+    }
 }
 
 /// `cudaStreamCaptureStatusActive` (1) between `cudaStreamBeginCapture` and
@@ -301,6 +315,7 @@ pub unsafe extern "C" fn cudaStreamBeginCapture(stream: CudaStream, mode: c_int)
             let capture = Capture {
                 mode,
                 thread: current::thread_key(),
+                invalidated: false,
             };
             st.streams.set_capture(id, Some(capture));
             Ok(())
@@ -316,10 +331,15 @@ pub unsafe extern "C" fn cudaStreamEndCapture(stream: CudaStream, graph: *mut Cu
         let out = unsafe { Out::new(graph)? };
         with_state(|st| {
             let id = st.stream(stream as usize)?;
-            if st.streams.get(id).capture.is_none() {
+            let Some(capture) = st.streams.get(id).capture else {
                 return Err(ILLEGAL_STATE);
-            }
+            };
             st.streams.set_capture(id, None);
+            if capture.invalidated {
+                // The capture ends, with no graph.
+                out.set(std::ptr::null_mut());
+                return Err(STREAM_CAPTURE_INVALIDATED);
+            }
             let h = handles::create(GRAPH_MAGIC);
             st.graphs.insert(h);
             out.set(h as CudaGraph);
@@ -354,6 +374,9 @@ pub fn wait_event(stream: usize, event: usize, flags: c_uint) -> CudaResult {
     }
     with_state(|st| {
         let id = st.stream(stream)?;
+        if st.streams.refuse_legacy_use(id) {
+            return Err(STREAM_CAPTURE_IMPLICIT);
+        }
         // An event never recorded is an empty set of work (CUDA's documentation of
         // cudaEventRecord): waiting on it is taken to order nothing, not even as an action on
         // the legacy stream. The documentation does not say either way; the stricter reading
