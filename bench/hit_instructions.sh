@@ -27,12 +27,6 @@ lib=$CARGO_TARGET_DIR/release/libgpupool.so
 PROFILE=release
 # shellcheck source=scripts/simlib.sh
 source scripts/simlib.sh
-# simlib.sh links against target/; a CARGO_TARGET_DIR elsewhere has the simulator there.
-if [ "$CARGO_TARGET_DIR" != "$root/target" ]; then
-    SIMLIB=$CARGO_TARGET_DIR/release/simlib
-    mkdir -p "$SIMLIB"
-    for name in libcudart.so libcudart.so.12 libcuda.so.1; do ln -sfn ../libcudasim.so "$SIMLIB/$name"; done
-fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 sim_cc "$work/hit_path" bench/hit_path.c -ldl

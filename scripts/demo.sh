@@ -18,8 +18,10 @@ layers=${2:-12}
 export CARGO_TERM_COLOR=never
 echo "== building libgpupool (cargo build --release)"
 cargo build --release --workspace --quiet
-lib=$PWD/target/release/libgpupool.so
-out=$PWD/target/demo
+# Where cargo built: CARGO_TARGET_DIR where set, as scripts/simlib.sh reads it too.
+target_dir=$(realpath -m "${CARGO_TARGET_DIR:-$PWD/target}")
+lib=$target_dir/release/libgpupool.so
+out=$target_dir/demo
 mkdir -p "$out"
 # LD_PRELOAD splits at spaces and colons, and a program's library search path (its rpath) at
 # colons: a checkout whose path holds one is reached through links in a plain temporary directory.

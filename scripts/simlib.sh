@@ -2,9 +2,11 @@
 # programs are built against. Expects PROFILE (debug|release), sets SIM_INCLUDE and SIMLIB.
 # The driver (libcuda.so.1) is a second name of the same library; libcuda.so is the link-time
 # stub (soname libcuda.so.1) that `-lcuda` needs, as in cudasim/tests/common/mod.rs.
+# Sets TARGET_DIR too: cargo's, `CARGO_TARGET_DIR` where set (a worktree's own), else ./target.
 # shellcheck shell=bash
+TARGET_DIR=$(realpath -m "${CARGO_TARGET_DIR:-$PWD/target}")
 SIM_INCLUDE="$PWD/cudasim/include"
-SIMLIB="$PWD/target/${PROFILE:-release}/simlib"
+SIMLIB="$TARGET_DIR/${PROFILE:-release}/simlib"
 mkdir -p "$SIMLIB"
 for name in libcudart.so libcudart.so.12 libcuda.so.1; do
     ln -sfn ../libcudasim.so "$SIMLIB/$name"

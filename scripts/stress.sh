@@ -14,8 +14,8 @@ cargo build --quiet --release -p gpupool --lib -p cudasim
 PROFILE=release
 # shellcheck source=scripts/simlib.sh
 source scripts/simlib.sh
-lib=$PWD/target/release/libgpupool.so
-exe=target/release/stress-churn
+lib=$TARGET_DIR/release/libgpupool.so
+exe=$TARGET_DIR/release/stress-churn
 sim_cc "$exe" tests/c/churn.c
 end=$((SECONDS + duration))
 seed=${STRESS_SEED:-$(date +%s)}

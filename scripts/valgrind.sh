@@ -16,8 +16,8 @@ cargo build --quiet -p gpupool --lib -p cudasim
 PROFILE=debug
 # shellcheck source=scripts/simlib.sh
 source scripts/simlib.sh
-lib=$PWD/target/debug/libgpupool.so
-out=target/debug/valgrind
+lib=$TARGET_DIR/debug/libgpupool.so
+out=$TARGET_DIR/debug/valgrind
 mkdir -p "$out"
 for p in churn hostile reset oom faults lifecycle; do
     sim_cc "$out/$p" "tests/c/$p.c" -I include
