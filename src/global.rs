@@ -1,7 +1,8 @@
 //! The process-wide state, made on the first CUDA call that reaches a hook (never at load time:
 //! a process that does not use CUDA pays nothing and prints nothing).
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
 
 use crate::config::{Config, ReuseMode};
@@ -43,13 +44,14 @@ static CHILD_PROCESS: OnceLock<Process> = OnceLock::new();
 static PROCESS_WITH_POOL: AtomicPtr<Process> = AtomicPtr::new(std::ptr::null_mut());
 
 static GLOBAL: OnceLock<Global> = OnceLock::new();
-/// Held while `GLOBAL` is being made. Holds the dynamic linker's count of loaded objects
-/// (`dl::objects_added`) at the last attempt that found no runtime: the runtime is looked for
-/// again only once the program has loaded something since. A failure is not final: a Python
-/// program may call `gpupool_*` (through `import gpupool`) before it imports the framework that
-/// loads its runtime, and that runtime must then serve the framework's calls.
-static MAKING: Mutex<Option<u64>> = Mutex::new(None);
-
+/// The dynamic linker's count of loaded objects (`dl::objects_added`) at the last attempt that
+/// found no runtime: the runtime is looked for again only once the program has loaded something
+/// since. A failure is not final: a Python program may call `gpupool_*` (through
+/// `import gpupool`) before it imports the framework that loads its runtime, and that runtime
+/// must then serve the framework's calls. Held only to read or write it, never while looking.
+static FAILED_AT: Mutex<Option<u64>> = Mutex::new(None);
+/// The one warning that no runtime was found.
+static WARNED_MISSING: AtomicBool = AtomicBool::new(false);
 /// Set in a child made by `fork()` from a process whose pool existed (or was being made): the
 /// child's copy of the pool is never used. Another thread of the parent may have held a device's
 /// lock, or been in the middle of making the pool, at the moment of the fork; in the child that
@@ -58,8 +60,8 @@ static MAKING: Mutex<Option<u64>> = Mutex::new(None);
 /// does not support a child using its parent's context either).
 static FORKED: AtomicBool = AtomicBool::new(false);
 /// The state of a forked child whose parent had not made `GLOBAL` when it forked (still making
-/// it, or found no runtime yet): `MAKING` may stay held forever in the child by a thread it does
-/// not have, so the child makes its own, pool off, without that lock.
+/// it, or found no runtime yet): `FAILED_AT` or `PROCESS`'s making may stay held forever in the
+/// child by a thread it does not have, so the child makes its own, pool off, without them.
 static CHILD_GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 
 /// The state once it exists with a pool, for the hit path (`with_pool`): one load instead of
@@ -82,57 +84,56 @@ pub fn get() -> Option<&'static Global> {
     Some(g)
 }
 
-/// The thread that holds `MAKING` (its `pthread_self`; 0 when none), and whether it has
-/// re-entered `make` already.
-static MAKER: AtomicUsize = AtomicUsize::new(0);
-static MAKER_REENTERED: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// How deep the calling thread is in `make` (no destructor: nothing registered at a
+    /// thread's first use).
+    static MAKING: Cell<u8> = const { Cell::new(0) };
+}
 
 /// Makes `GLOBAL`, unless the last attempt found no runtime and nothing was loaded since.
+///
+/// No lock is held while the runtime is looked for: the search calls `dlsym`, `dladdr` and
+/// `dlopen`, which take the dynamic linker's lock, and a thread inside `dlopen` holds that lock
+/// while its library's constructor calls CUDA and comes here (docs/design-notes.md, "Note: the
+/// loader lock"). Threads that come at once each look; the first state made is kept, the
+/// others' handles stay open (the runtime stays loaded anyway).
+///
+/// A runtime being opened calls CUDA by name from its constructor, and the dynamic linker sends
+/// that call to the pool's hook: the thread comes back here while it looks. The search runs once
+/// more inside it, and finds that runtime loaded by now, so the call is served; a further
+/// re-entry gets `None` (the hook's error).
 #[cold]
 fn make() -> Option<&'static Global> {
-    // SAFETY: no arguments; never fails.
-    let me = unsafe { libc::pthread_self() } as usize;
-    if MAKER.load(Ordering::Acquire) == me {
-        return make_reentered();
-    }
-    let mut failed_at = MAKING.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(g) = GLOBAL.get() {
-        return Some(g);
+    let depth = MAKING.with(|m| m.get());
+    if depth >= 2 {
+        return None;
     }
     // Read before looking: a runtime loaded while the search runs is looked for next time.
     let added = crate::cuda::dl::objects_added();
-    if *failed_at == Some(added) {
+    if depth == 0 && *failed_at() == Some(added) {
         return None;
     }
-    MAKER.store(me, Ordering::Release);
+    MAKING.with(|m| m.set(depth + 1));
     // Loading the runtime, reading files: cancellation points, on the program's thread.
-    let made = uncancellable(|| init(failed_at.is_none()));
-    MAKER.store(0, Ordering::Release);
-    MAKER_REENTERED.store(false, Ordering::Relaxed);
+    let made = uncancellable(|| init(depth == 0));
+    MAKING.with(|m| m.set(depth));
     match made {
-        Ok(g) => Some(GLOBAL.get_or_init(|| g)),
+        Ok(g) => {
+            let g = GLOBAL.get_or_init(|| g);
+            crate::cuda::backend::runtime_found(g.runtime);
+            Some(g)
+        }
         Err(_) => {
-            *failed_at = Some(added);
-            None
+            if depth == 0 {
+                *failed_at() = Some(added);
+            }
+            GLOBAL.get()
         }
     }
 }
 
-/// `make` called again by the thread making `GLOBAL`, whose lock it holds: a runtime being
-/// opened calls CUDA by name from its constructor, and the dynamic linker sends that call to
-/// the pool's hook. The search runs once more inside it, and finds that runtime loaded by now,
-/// so the call is served; a further re-entry gets `None` (the hook's error) and never waits
-/// on the lock this thread holds.
-#[cold]
-fn make_reentered() -> Option<&'static Global> {
-    if let Some(g) = GLOBAL.get() {
-        return Some(g);
-    }
-    if MAKER_REENTERED.swap(true, Ordering::Relaxed) {
-        return None;
-    }
-    let g = init(false).ok()?;
-    Some(GLOBAL.get_or_init(|| g))
+fn failed_at() -> std::sync::MutexGuard<'static, Option<u64>> {
+    FAILED_AT.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `get`, with `Global::pool`: the state and its pool when it is on.
@@ -204,7 +205,7 @@ pub fn existing_process() -> Option<&'static Process> {
 
 /// `get()` in a forked child: the parent's state if it was complete (its pool is then never
 /// used: see `Global::pool`), else a pass-through state of the child's own. Never takes the
-/// parent's `MAKING`.
+/// parent's `FAILED_AT`.
 fn forked_child() -> Option<&'static Global> {
     if let Some(g) = GLOBAL.get() {
         return Some(g);
@@ -284,10 +285,12 @@ fn init(warn: bool) -> Result<Global, String> {
     let process = process();
     let mut located = loader::locate().inspect_err(|why| {
         if warn {
-            log::warn(&format!(
-                "cannot find the CUDA runtime: {why}; CUDA calls fail with \
-                 cudaErrorInsufficientDriver"
-            ));
+            log::warn_once(&WARNED_MISSING, || {
+                format!(
+                    "cannot find the CUDA runtime: {why}; CUDA calls fail with \
+                     cudaErrorInsufficientDriver"
+                )
+            });
         }
     })?;
     let runtime = located.runtime;
@@ -295,7 +298,6 @@ fn init(warn: bool) -> Result<Global, String> {
     let runtime_path = std::mem::take(&mut located.path);
     // The library handle stays open for the life of the process.
     std::mem::forget(located);
-    crate::cuda::backend::runtime_found(runtime);
     Ok(Global {
         runtime,
         runtime_path,

@@ -171,3 +171,22 @@ fn dlopen_of_a_library_that_uses_cuda_while_new_threads_allocate() {
         assert!(stderr.contains("gpupool summary"), "{reuse}: {stderr}");
     }
 }
+
+#[test]
+fn the_first_cuda_call_while_another_thread_is_inside_dlopen_of_a_cuda_library() {
+    // Each round is a fresh process whose first CUDA call, on a new thread, makes the pool and
+    // looks for the runtime (`dlsym`, `dladdr`, `dlopen`: each takes the dynamic linker's lock)
+    // while the main thread, inside `dlopen`, holds that lock and allocates from the library's
+    // constructor: the constructor's call must not wait for a search that waits for the lock.
+    let program =
+        sim::Sim::get().compile(&root().join("tests/c/first_call_in_dlopen.c"), &["-ldl"]);
+    let lib = c_library("cuda_ctor");
+    let lib = lib.to_str().expect("utf-8 path");
+    let out = output_within(&mut pooled(&program, &[lib, "150"], &[]), 240);
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("150 rounds, 0 hung, 0 failed"),
+        "({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+}

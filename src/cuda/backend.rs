@@ -32,7 +32,7 @@ fn api() -> Result<Api, CudaError> {
     if let Some(rt) = RUNTIME.get() {
         return Ok(Api::Runtime(rt));
     }
-    match driver::loaded() {
+    match driver::found() {
         Some(d) => Ok(Api::Driver(&d.driver)),
         // Only a driver hook or a runtime hook calls the pool, and each found its library.
         None => Err(CudaError::UNKNOWN),
@@ -116,7 +116,13 @@ impl CudaBackend {
     /// asked for. A failure leaves no error behind (`check_internal`).
     pub fn prepare_thread(&self, device: u32) {
         let _ = match api() {
-            Ok(Api::Runtime(rt)) => check_internal(on_device(rt, device, || init_runtime(rt))),
+            Ok(Api::Runtime(rt)) => {
+                let r = check_internal(on_device(rt, device, || init_runtime(rt)));
+                // The driver the runtime loaded, looked for now: under a pool lock the pool's
+                // calls only read what was found (`driver::found`).
+                let _ = driver::loaded();
+                r
+            }
             Ok(Api::Driver(d)) => {
                 let mut ctx: *mut c_void = std::ptr::null_mut();
                 // SAFETY: a valid out-pointer.
@@ -263,16 +269,11 @@ fn init_runtime(rt: &Runtime) -> i32 {
 }
 
 /// The driver's virtual memory calls, when the process loaded a driver that has them: a runtime
-/// with no driver behind it keeps classic segments. Asked first at the device's first
-/// allocation, which may come before the runtime has loaded its driver: the runtime is then
-/// initialised as CUDA programs do it, `cudaFree(NULL)`, and the driver looked for again.
+/// with no driver behind it keeps classic segments. Asked under the device's lock, so only of
+/// the driver found already: `prepare_thread` looks for it after the runtime's initialisation,
+/// which loads it, before the thread's first pool lock.
 fn vmm() -> Option<&'static driver::Vmm> {
-    let found = driver::loaded().or_else(|| {
-        let rt = RUNTIME.get()?;
-        let _ = check_internal(init_runtime(rt));
-        driver::loaded()
-    })?;
-    found.driver.vmm.as_ref()
+    driver::found()?.driver.vmm.as_ref()
 }
 
 /// Pinned memory on `device`, no shareable handle: what expandable segments map. GPUDirect
@@ -365,7 +366,7 @@ fn synchronize(api: &Api, device: u32) -> Result<(), CudaError> {
 /// leaves every block waiting.
 fn with_device_current(api: &Api, device: u32, mut call: impl FnMut() -> i32) -> i32 {
     match *api {
-        Api::Runtime(rt) => match driver::loaded() {
+        Api::Runtime(rt) => match driver::found() {
             Some(found) if contexts::has_current_context(&found.driver) => {
                 in_primary_context(&found.driver, device, &mut call)
                     .unwrap_or_else(|| on_device(rt, device, call))
@@ -385,7 +386,7 @@ fn with_device_current(api: &Api, device: u32, mut call: impl FnMut() -> i32) ->
 /// thread's own as CUDA programs do it, `cudaFree(NULL)`: the thread allocates on `device`, and
 /// the runtime's own `cudaMalloc` would have made it.
 fn with_context(device: u32, mut call: impl FnMut() -> i32) -> i32 {
-    let Some(found) = driver::loaded() else {
+    let Some(found) = driver::found() else {
         return call();
     };
     let d = &found.driver;
@@ -480,7 +481,7 @@ impl Backend for CudaBackend {
         let mut r = ask(&mut granule);
         if r == driver::CU_ERROR_NOT_INITIALIZED {
             // Before the runtime initialised the driver: as it will, `cuInit(0)` (idempotent).
-            if let Some(init) = driver::loaded().and_then(|d| d.driver.init) {
+            if let Some(init) = driver::found().and_then(|d| d.driver.init) {
                 // SAFETY: flags 0, as CUDA requires.
                 unsafe { init(0) };
                 r = ask(&mut granule);
@@ -534,7 +535,7 @@ impl Backend for CudaBackend {
     }
 
     fn vmm_peers(&self, device: u32) -> Option<DeviceSet> {
-        let found = driver::loaded()?;
+        let found = driver::found()?;
         let count = found.driver.device_get_count?;
         let mut n: c_int = 0;
         // SAFETY: a valid out-pointer.

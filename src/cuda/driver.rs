@@ -271,12 +271,12 @@ unsafe impl Send for Located {}
 // SAFETY: as above.
 unsafe impl Sync for Located {}
 
-/// The driver the process loaded, if it loaded one (never loads it).
+/// The driver the process loaded, if it loaded one (never loads it). Looks among the loaded
+/// objects until it is found (`dlopen`, `dlsym`, `dladdr`: each takes the dynamic linker's
+/// lock), so never under a pool lock: there, `found`.
 pub fn loaded() -> Option<&'static Located> {
-    let p = DRIVER.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: `DRIVER` only ever holds a leaked `Box`, never freed.
-        return Some(unsafe { &*p });
+    if let Some(d) = found() {
+        return Some(d);
     }
     let found = Box::into_raw(Box::new(find()?));
     match DRIVER.compare_exchange(
@@ -296,6 +296,14 @@ pub fn loaded() -> Option<&'static Located> {
             Some(unsafe { &*other })
         }
     }
+}
+
+/// The driver once `loaded` found it; never looks (takes no lock of the dynamic linker's), for
+/// calls under a pool lock (docs/design-notes.md, "Note: the loader lock").
+pub fn found() -> Option<&'static Located> {
+    let p = DRIVER.load(Ordering::Acquire);
+    // SAFETY: `DRIVER` only ever holds a leaked `Box`, never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
 }
 
 /// The driver among the loaded objects: by its usual names, else the object that defines

@@ -190,7 +190,7 @@ impl Runtime {
             return Ok(f());
         }
         let set = self.set_device.ok_or(ERROR_INSUFFICIENT_DRIVER)?;
-        let context = driver::loaded().and_then(|d| KeepContext::save(&d.driver));
+        let context = driver::found().and_then(|d| KeepContext::save(&d.driver));
         // SAFETY: cudaSetDevice takes any integer and rejects bad ordinals itself.
         let r = unsafe { set(device) };
         if r != SUCCESS {
