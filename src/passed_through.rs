@@ -23,15 +23,18 @@ pub enum Reason {
     UnplacedStream,
     /// A driver allocation in a context the program made itself, not a device's primary one.
     OwnContext,
+    /// The pool ran out of memory, and CUDA's own try found room (memory freed in between).
+    AfterOutOfMemory,
 }
 
 impl Reason {
     /// Every reason, in the order the reports list them.
-    pub const ALL: [Reason; 4] = [
+    pub const ALL: [Reason; 5] = [
         Reason::OwnMemoryPool,
         Reason::GraphCapture,
         Reason::UnplacedStream,
         Reason::OwnContext,
+        Reason::AfterOutOfMemory,
     ];
 
     /// Its name in the JSON summary and the Prometheus label.
@@ -41,6 +44,7 @@ impl Reason {
             Reason::GraphCapture => "graph_capture",
             Reason::UnplacedStream => "unplaced_stream",
             Reason::OwnContext => "own_context",
+            Reason::AfterOutOfMemory => "after_out_of_memory",
         }
     }
 
@@ -51,6 +55,7 @@ impl Reason {
             Reason::GraphCapture => "captured into a CUDA graph",
             Reason::UnplacedStream => "on a stream the pool could not place on the current device",
             Reason::OwnContext => "in a CUDA context the program created",
+            Reason::AfterOutOfMemory => "served by CUDA after the pool ran out of memory",
         }
     }
 }

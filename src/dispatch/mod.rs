@@ -8,6 +8,7 @@
 //! program sees that runtime's own answer (`cudaFree(NULL)`, `cudaMalloc(&p, 0)`, a NULL
 //! out-pointer, pointers from other allocators).
 
+mod after_oom;
 mod capture;
 pub(crate) mod current_pool;
 pub mod default_pool;
@@ -200,10 +201,9 @@ pub(crate) unsafe fn malloc_with(
             } else {
                 refuse_over_limit(rt)
             };
-            if r == ERROR_MEMORY_ALLOCATION {
-                crate::report::oom::report(&g.report_source(), dev, size as u64);
-            }
-            r
+            after_oom::answer(pool, dev, size, r, |dev, size| {
+                crate::report::oom::report(&g.report_source(), dev, size)
+            })
         }
         Err(e) => e.0,
     }

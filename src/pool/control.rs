@@ -47,6 +47,18 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    /// A request `device` answered with out-of-memory, that CUDA then served on its own try
+    /// (memory was freed in between): recovered, not an out-of-memory the program saw.
+    pub fn recovered_by_cuda(&self, device: u32) {
+        if let Some(slot) = self.existing(device) {
+            let s = &mut Self::lock(slot).stats;
+            if s.ooms > 0 {
+                s.ooms -= 1;
+                s.oom_recovered += 1;
+            }
+        }
+    }
+
     /// Release every whole free segment of `device`. Returns the bytes released.
     pub fn empty_cache(&self, device: u32) -> u64 {
         self.trim_to(device, 0)

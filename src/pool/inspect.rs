@@ -3,6 +3,30 @@
 
 use super::*;
 
+/// `slot`'s thread caches for a report, waiting for their list as `patience` says.
+fn caches_for_report(
+    slot: &DeviceSlot,
+    patience: LockWait,
+) -> Option<Vec<Arc<tcache::ThreadCache>>> {
+    match patience {
+        LockWait::Unbounded => Some(slot.caches.caches()),
+        LockWait::Brief => slot.caches.caches_for_report(),
+    }
+}
+
+/// Cache `c`'s state for a report, waiting for its lock as `patience` says (`Pool::lock_for_report`).
+/// `None` when it stays busy: the report then leaves the whole device unread, since without the
+/// cache's figures and blocks it would not agree with itself.
+fn cache_for_report(
+    c: &tcache::ThreadCache,
+    patience: LockWait,
+) -> Option<impl std::ops::Deref<Target = tcache::CacheState> + '_> {
+    match patience {
+        LockWait::Unbounded => Some(c.state.lock()),
+        LockWait::Brief => c.state.try_lock_for(std::time::Duration::from_millis(200)),
+    }
+}
+
 /// A device's counters at one moment.
 #[derive(Clone, Debug)]
 pub struct DeviceSnapshot {
@@ -150,10 +174,8 @@ impl<B: Backend> Pool<B> {
         let mut largest_free = 0;
         let mut held = Vec::new();
         let mut blocks = if live { p.live_blocks() } else { Vec::new() };
-        for c in slot.caches.caches_for_report() {
-            let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
-                continue;
-            };
+        for c in caches_for_report(slot, patience)? {
+            let st = cache_for_report(&c, patience)?;
             if st.generation == p.generation {
                 tcache::merge_into(&mut stats, &st);
                 pending += st.waiting_bytes + st.transit.waiting_bytes;
@@ -208,10 +230,8 @@ impl<B: Backend> Pool<B> {
         };
         let p = Self::lock_for_report(slot, patience)?;
         let mut blocks = p.live_blocks();
-        for c in slot.caches.caches_for_report() {
-            let Some(st) = c.state.try_lock_for(std::time::Duration::from_millis(200)) else {
-                continue;
-            };
+        for c in caches_for_report(slot, patience)? {
+            let st = cache_for_report(&c, patience)?;
             if st.generation == p.generation {
                 blocks.extend(
                     st.out

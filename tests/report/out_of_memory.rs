@@ -216,3 +216,41 @@ fn every_out_of_memory_the_program_got_is_counted() {
     let v = read_json(&path);
     assert_eq!(u(&v, "/devices/0/out_of_memory/returned"), 7, "{v}");
 }
+
+/// The pool runs out of memory (the simulator refuses its three tries), and CUDA's own try then
+/// serves the request: the program got its memory, so the summary counts a recovery and an
+/// allocation CUDA served, and no out-of-memory returned to the program. Through each way in
+/// that can run out: `cudaMalloc`, `cudaMallocPitch`, `cudaMallocAsync`, `cuMemAlloc_v2`,
+/// `cuMemAllocAsync`.
+#[test]
+fn a_request_cuda_serves_after_the_pool_ran_out_is_no_out_of_memory_returned() {
+    let dir = scratch("report-oom-cuda-serves");
+    for mode in ["runtime", "pitch", "async", "driver", "driver_async"] {
+        let path = dir.join(format!("{mode}.json"));
+        let (_, out, err) = run_ok(
+            &c_program("oom_cuda_serves"),
+            &[mode],
+            &[
+                (
+                    "CUDASIM_FAIL",
+                    "cuMemAlloc_v2@1=2,cuMemAlloc_v2@2=2,cuMemAlloc_v2@3=2",
+                ),
+                ("GPUPOOL_EXPANDABLE", "0"),
+                ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
+            ],
+        );
+        assert!(out.ends_with("oom_cuda_serves ok\n"), "{mode}: {out}");
+        assert!(!err.contains("out of memory on device"), "{mode}: {err}");
+        let v = read_json(&path);
+        let d = &v["devices"][0];
+        let oom = (
+            u(d, "/out_of_memory/retries"),
+            u(d, "/out_of_memory/recovered"),
+            u(d, "/out_of_memory/returned"),
+        );
+        assert_eq!(oom, (1, 1, 0), "{mode}: {d}");
+        let after = "/passed_through/after_out_of_memory";
+        assert_eq!(u(&v, &format!("{after}/allocations")), 1, "{mode}: {v}");
+        assert!(u(&v, &format!("{after}/bytes")) >= MIB, "{mode}: {v}");
+    }
+}

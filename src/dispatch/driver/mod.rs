@@ -124,11 +124,9 @@ pub unsafe fn mem_alloc(
             } else {
                 cu::CU_ERROR_OUT_OF_MEMORY
             };
-            if r == cu::CU_ERROR_OUT_OF_MEMORY {
-                let source = global::process().report_source();
-                crate::report::oom::report(&source, dev, size as u64);
-            }
-            r
+            super::after_oom::answer(pool, dev, size, r, |dev, size| {
+                crate::report::oom::report(&global::process().report_source(), dev, size)
+            })
         }
         // Any other failure: the driver's own answer to the program's call.
         Err(_) => real(),

@@ -142,11 +142,11 @@ impl Registry {
     }
 
     /// The caches for a report, which may run at exit while another thread is stopped holding
-    /// the list's lock: none after a short wait.
-    pub fn caches_for_report(&self) -> Vec<Arc<ThreadCache>> {
+    /// the list's lock: `None` after a short wait.
+    pub fn caches_for_report(&self) -> Option<Vec<Arc<ThreadCache>>> {
         self.caches
             .try_lock_for(std::time::Duration::from_millis(200))
-            .map_or_else(Vec::new, |l| l.clone())
+            .map(|l| l.clone())
     }
 
     /// Under the device lock, after `forget_all`: the caches forget their blocks too.

@@ -58,6 +58,26 @@ fn the_largest_free_block_counts_blocks_in_thread_caches() {
     assert_eq!(snap.largest_free, 1_000_448);
 }
 
+/// A report that cannot read a thread cache (its lock stays busy: a thread stopped in the pool)
+/// leaves the device unread. Counted without that cache, it would not agree with itself: the
+/// cache's blocks missing from the live list, or its counts from the figures.
+#[test]
+fn a_report_that_cannot_read_a_thread_cache_leaves_the_device_unread() {
+    let p = pool_cache(80 << 30, 1 << 20);
+    let a = p.alloc(0, 4096).unwrap();
+    let slot = p.existing(0).unwrap();
+    let c = slot.caches.caches().pop().expect("this thread's cache");
+    {
+        let _stopped_holder = c.state.lock();
+        assert!(p.device_report(0, LockWait::Brief).is_none());
+        assert!(p.device_stats_with(0, LockWait::Brief).is_none());
+        assert!(p.live_blocks(0, LockWait::Brief).is_none());
+    }
+    let (snap, live) = p.device_report(0, LockWait::Brief).unwrap();
+    assert_eq!((live.len() as u64, snap.stats.blocks.current), (1, 1));
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+}
+
 /// Reports read while threads allocate and free through their caches: the current values are
 /// what the program holds at that moment, blocks on their way between a cache and the device
 /// included; counted as the program's, they once made 634 live blocks of at most 256, in 6
