@@ -509,13 +509,8 @@ pub unsafe fn device_synchronize() -> CudaStatus {
     let Some(_inside) = guard::enter() else {
         return pass();
     };
-    let seq = pool.seq_before_sync(dev);
-    let r = pass();
-    if r == SUCCESS {
-        // Every block freed before this call is now safe to reuse, but for peers' kernels.
-        peer::device_synchronized(pool, dev, seq);
-    }
-    r
+    // Every block freed before this call is then safe to reuse, but for peers' kernels.
+    peer::observed(pool, dev, pass, peer::device_synchronized)
 }
 
 /// After a program synchronization: the release threshold applies.
@@ -566,12 +561,7 @@ fn watch_launch(stream: Stream, launch: impl FnOnce(&Global) -> CudaStatus) -> C
     let (true, Some(pool), Some(dev)) = (watching, g.pool(), current_device(rt)) else {
         return launch(g);
     };
-    let seq = pool.seq_before_sync(dev);
-    let r = launch(g);
-    if r == SUCCESS {
-        peer::legacy_action(pool, dev, seq);
-    }
-    r
+    peer::observed(pool, dev, || launch(g), peer::legacy_action)
 }
 
 /// A kernel launch through `entry` (`cudaLaunchKernel`, or `__cudaLaunchKernel`, what

@@ -43,6 +43,23 @@ pub(crate) fn device_made_current<B: Backend>(pool: &Pool<B>, device: u32) {
     pool.note_device_in_use(device);
 }
 
+/// `call`, the program's synchronization of `device` or launch on its legacy stream (a status
+/// of either API: 0 is success in both), then, once it succeeded, `proved` of what it proves
+/// about the blocks freed before it (`device_synchronized`, `legacy_action`).
+pub(crate) fn observed(
+    pool: &Pool<CudaBackend>,
+    device: u32,
+    call: impl FnOnce() -> i32,
+    proved: fn(&Pool<CudaBackend>, u32, SyncSeq),
+) -> i32 {
+    let seq = pool.seq_before_sync(device);
+    let r = call();
+    if r == SUCCESS {
+        proved(pool, device, seq);
+    }
+    r
+}
+
 /// The program's own synchronization of `device` returned (`cudaDeviceSynchronize`,
 /// `cuCtxSynchronize`): a fence of what was freed before `at`, unless devices that reach its
 /// memory may still run kernels on those blocks (the pool's own fence waits for them too).

@@ -442,12 +442,7 @@ pub fn ctx_synchronize(real: impl Fn() -> CuResult) -> CuResult {
     let Some(dev) = context_device(d) else {
         return real();
     };
-    let seq = pool.seq_before_sync(dev);
-    let r = real();
-    if r == cu::CU_SUCCESS {
-        super::peer::device_synchronized(pool, dev, seq);
-    }
-    r
+    super::peer::observed(pool, dev, real, super::peer::device_synchronized)
 }
 
 /// After the program's `cuStreamSynchronize` or `cuEventSynchronize`: the release threshold
@@ -493,12 +488,7 @@ pub fn launch(stream: Stream, real: impl Fn() -> CuResult) -> CuResult {
     let Some(dev) = context_device(d) else {
         return real();
     };
-    let seq = pool.seq_before_sync(dev);
-    let r = real();
-    if r == cu::CU_SUCCESS {
-        super::peer::legacy_action(pool, dev, seq);
-    }
-    r
+    super::peer::observed(pool, dev, real, super::peer::legacy_action)
 }
 
 /// `cuDevicePrimaryCtxReset_v2`: the driver frees the device's memory but for virtual memory,
