@@ -123,9 +123,12 @@ fn still_the_stream(s: Stream) -> bool {
 /// that closed it may have opened a file of its own there since. A descriptor not noted at
 /// load (the variable was set later) is written as it is.
 pub fn write_summary_descriptor(fd: i32, bytes: &[u8]) -> std::io::Result<()> {
-    let noted = SUMMARY_FD.load(Ordering::Acquire) == fd;
-    let open = identity(fd).is_some();
-    if !open || (noted && !SUMMARY_AT_LOAD.still(fd, false)) {
+    let usable = if SUMMARY_FD.load(Ordering::Acquire) == fd {
+        SUMMARY_AT_LOAD.still(fd, false)
+    } else {
+        identity(fd).is_some()
+    };
+    if !usable {
         return Err(std::io::Error::other(
             "the descriptor is closed, or no longer the file it was when the program started",
         ));

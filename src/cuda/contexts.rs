@@ -56,8 +56,8 @@ fn retain_active(d: &Driver, dev: u32) -> Option<Retained> {
     })
 }
 
-/// The calling thread's current context, or null.
-fn current(d: &Driver) -> Option<CuContext> {
+/// The calling thread's current context, or null; `None` when the driver cannot say.
+pub fn current(d: &Driver) -> Option<CuContext> {
     let mut ctx: CuContext = std::ptr::null_mut();
     // SAFETY: a valid out-pointer.
     let r = unsafe { (d.ctx_get_current)(&mut ctx) };

@@ -56,8 +56,9 @@ fn at_load() {
     let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };
     // SAFETY: a non-NULL getenv result is a NUL-terminated string.
     let value = (!v.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes());
-    let always = value.is_some_and(|v| crate::config::strip_always(v).is_some());
-    let dest = value.map(|v| crate::config::strip_always(v).unwrap_or(v).trim_ascii());
+    let after_always = value.and_then(crate::config::strip_always);
+    let always = after_always.is_some();
+    let dest = after_always.or(value).map(<[u8]>::trim_ascii);
     if let Some(fd) = dest.and_then(crate::config::descriptor_named_by) {
         log::note_summary_descriptor_at_load(fd);
     }

@@ -163,40 +163,43 @@ fn written_since_start(path: &[u8]) -> bool {
 pub(crate) fn write_to(dest: &SummaryDest, bytes: &[u8]) {
     match dest {
         SummaryDest::Off => {}
-        SummaryDest::Stderr | SummaryDest::Stdout => {
-            // Let the program's buffered output go first: at exit, stdio is flushed only after
-            // the exit handlers ran, so with stdout a file or a pipe (also one shared with
-            // stderr: `> log 2>&1`) the summary came before the program's last lines.
-            // SAFETY: fflush(NULL) flushes every open stdio stream.
-            crate::pool::cancel::uncancellable(|| unsafe { libc::fflush(std::ptr::null_mut()) });
-            let stream = match dest {
-                SummaryDest::Stdout => log::Stream::Stdout,
-                _ => log::Stream::Stderr,
-            };
-            log::write_stream(stream, bytes);
+        SummaryDest::Stderr => {
+            flush_program_output();
+            log::write_stream(log::Stream::Stderr, bytes);
+        }
+        SummaryDest::Stdout => {
+            flush_program_output();
+            log::write_stream(log::Stream::Stdout, bytes);
         }
         SummaryDest::Descriptor(fd) => {
-            // SAFETY: fflush(NULL) flushes every open stdio stream: the descriptor may be the
-            // program's stdout's file too.
-            crate::pool::cancel::uncancellable(|| unsafe { libc::fflush(std::ptr::null_mut()) });
-            match log::write_summary_descriptor(*fd, bytes) {
-                Err(e) if e.raw_os_error() != Some(libc::EPIPE) => {
-                    log::warn(&format!("cannot write the summary to /dev/fd/{fd}: {e}"))
-                }
-                _ => {}
-            }
+            flush_program_output();
+            let written = log::write_summary_descriptor(*fd, bytes);
+            warn_unless_reader_left(written, || format!("/dev/fd/{fd}"));
         }
         SummaryDest::Path(template) => {
             let path = expand_path(template);
-            match crate::pool::cancel::uncancellable(|| write_atomically(&path, bytes)) {
-                // A reader that left a named pipe is not worth a line: it chose to stop reading.
-                Err(e) if e.raw_os_error() != Some(libc::EPIPE) => log::warn(&format!(
-                    "cannot write the summary to {}: {e}",
-                    String::from_utf8_lossy(&path)
-                )),
-                _ => {}
-            }
+            let written = crate::pool::cancel::uncancellable(|| write_atomically(&path, bytes));
+            warn_unless_reader_left(written, || String::from_utf8_lossy(&path).into_owned());
         }
+    }
+}
+
+/// Let the program's buffered output go first: at exit, stdio is flushed only after the exit
+/// handlers ran, so with stdout a file or a pipe (also one shared with stderr: `> log 2>&1`,
+/// or a descriptor on stdout's file) the summary came before the program's last lines.
+fn flush_program_output() {
+    // SAFETY: fflush(NULL) flushes every open stdio stream.
+    crate::pool::cancel::uncancellable(|| unsafe { libc::fflush(std::ptr::null_mut()) });
+}
+
+/// One warning for a summary not written to `name`. A reader that left a pipe is not worth a
+/// line: it chose to stop reading.
+fn warn_unless_reader_left(written: std::io::Result<()>, name: impl FnOnce() -> String) {
+    match written {
+        Err(e) if e.raw_os_error() != Some(libc::EPIPE) => {
+            log::warn(&format!("cannot write the summary to {}: {e}", name()))
+        }
+        _ => {}
     }
 }
 

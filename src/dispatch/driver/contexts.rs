@@ -4,7 +4,7 @@
 use std::ffi::c_int;
 
 use super::device_count;
-use crate::cuda::contexts::primary_context;
+use crate::cuda::contexts::{current, primary_context};
 use crate::cuda::driver::{self as cu, CuContext, Driver};
 use crate::passed_through::Reason;
 
@@ -25,11 +25,7 @@ pub(super) fn own_context(d: &Driver) -> Option<Reason> {
 
 /// The calling thread's current context and its device, when it has one the pool serves.
 pub(super) fn current_context(d: &Driver) -> Option<(CuContext, u32)> {
-    let mut ctx: CuContext = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer.
-    if unsafe { (d.ctx_get_current)(&mut ctx) } != cu::CU_SUCCESS || ctx.is_null() {
-        return None;
-    }
+    let ctx = current(d).filter(|ctx| !ctx.is_null())?;
     let mut dev: c_int = -1;
     // SAFETY: a valid out-pointer; the thread has a current context.
     if unsafe { (d.ctx_get_device)(&mut dev) } != cu::CU_SUCCESS {
