@@ -1,9 +1,11 @@
 //! The driver's contexts: whether `cuInit` was called, each device's primary context, and the
 //! calling thread's context stack.
 //!
-//! Memory, events and default streams belong to devices, not contexts: a context created by
-//! `cuCtxCreate_v2` shares its device's memory with the primary context, and destroying it
-//! frees nothing (CUDA frees the context's allocations; the simulator does not). The streams
+//! Events and default streams belong to devices, not contexts. A context created by
+//! `cuCtxCreate_v2` shares its device's capacity with the primary context; the device memory
+//! allocated while it is current (`cuMemAlloc`, and `cudaMalloc` through the runtime, which
+//! uses the current context) is its own, and `cuCtxDestroy_v2` frees it, as CUDA does. Virtual
+//! memory and memory pools' memory are the device's and stay. The streams
 //! it creates are its own: its synchronization waits for them and the default streams, and
 //! the primary context's does not wait for them. The current context's device is the runtime's current device: every change of the thread's stack moves
 //! `current`, and `cudaSetDevice` makes the device's primary context current, as CUDA 12 does.
@@ -169,12 +171,17 @@ pub fn create(d: usize) -> CudaResult<usize> {
     Ok(h)
 }
 
-/// `cuCtxDestroy_v2` of a created context (a primary one: `CUDA_ERROR_INVALID_CONTEXT`). It
+/// `cuCtxDestroy_v2` of a created context (a primary one: `CUDA_ERROR_INVALID_CONTEXT`), and
+/// the allocations made in it. It
 /// is popped if it is the calling thread's current context; other threads that still have it
 /// get `CUDA_ERROR_INVALID_CONTEXT`.
 pub fn destroy(handle: usize) -> CudaResult {
     with_state(|st| {
         st.contexts.remove(&handle).ok_or(CU_INVALID_CONTEXT)?;
+        // CUDA frees the context's allocations with it.
+        for base in st.allocs.of_context(handle) {
+            st.destroy_allocation(base);
+        }
         // SAFETY: a handle made by `handles::create`, now removed from its registry.
         unsafe { handles::destroy(handle) };
         Ok(())

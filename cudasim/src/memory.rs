@@ -44,6 +44,9 @@ pub struct Alloc {
     /// The memory pool it was taken from (`cudaMallocAsync`, `cudaMallocFromPoolAsync`
     /// outside a capture).
     pub pool: Option<PoolId>,
+    /// The created context (`cuCtxCreate_v2`) current when it was made: it dies with that
+    /// context. `None` for the primary context's and for memory pools', which are the device's.
+    pub context: Option<usize>,
 }
 
 impl Alloc {
@@ -94,6 +97,7 @@ impl Allocations {
                 kind,
                 state: State::Live,
                 pool,
+                context: None,
             },
         );
         Ok(base)
@@ -156,6 +160,22 @@ impl Allocations {
     }
 
     /// The base addresses of device `d`'s allocations, in any state.
+    /// The bases of the allocations made in created context `ctx`.
+    pub fn of_context(&self, ctx: usize) -> Vec<usize> {
+        self.map
+            .values()
+            .filter(|a| a.context == Some(ctx))
+            .map(|a| a.base)
+            .collect()
+    }
+
+    /// Records that the allocation at `base` belongs to created context `ctx`.
+    pub fn set_context(&mut self, base: usize, ctx: usize) {
+        if let Some(a) = self.map.get_mut(&base) {
+            a.context = Some(ctx);
+        }
+    }
+
     pub fn of_device(&self, d: usize) -> Vec<usize> {
         self.map
             .values()

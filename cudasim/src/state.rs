@@ -265,6 +265,13 @@ impl State {
                 .ok_or(crate::errors::MEMORY_ALLOCATION)?,
         };
         let base = self.allocs.create(size, accounted, d, kind, pool)?;
+        // Device memory a created context was current for is that context's (CUDA frees it with
+        // the context); a memory pool's is the device's.
+        if let (memory::Kind::Device | memory::Kind::Managed, None, Some(ctx)) =
+            (kind, pool, crate::context::created_current())
+        {
+            self.allocs.set_context(base, ctx);
+        }
         if kind != memory::Kind::Host {
             let dev = &mut self.devices[d];
             dev.live_allocations += 1;

@@ -51,6 +51,7 @@ pub type StreamGetFlagsFn = unsafe extern "C" fn(Stream, *mut c_uint) -> CuResul
 pub type CtxGetCurrentFn = unsafe extern "C" fn(*mut CuContext) -> CuResult;
 pub type CtxGetDeviceFn = unsafe extern "C" fn(*mut CuDevice) -> CuResult;
 pub type CtxFn = unsafe extern "C" fn(CuContext) -> CuResult;
+pub type CtxCreateFn = unsafe extern "C" fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
 pub type DeviceFn = unsafe extern "C" fn(CuDevice) -> CuResult;
 pub type PrimaryCtxRetainFn = unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult;
 pub type PrimaryCtxGetStateFn = unsafe extern "C" fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;

@@ -42,9 +42,10 @@ pub enum Hooked {
     MemPoolGetAttribute,
     MemPoolSetAttribute,
     MemAllocPitch,
+    CtxCreate,
 }
 
-pub const COUNT: usize = Hooked::MemAllocPitch as usize + 1;
+pub const COUNT: usize = Hooked::CtxCreate as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -78,6 +79,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuMemPoolGetAttribute",
     c"cuMemPoolSetAttribute",
     c"cuMemAllocPitch_v2",
+    c"cuCtxCreate_v2",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -164,6 +164,11 @@ pub(crate) unsafe fn malloc_with(
     let Some(inside) = guard::enter() else {
         return pass();
     };
+    // The runtime allocates in the current context: one the program made owns what it gets
+    // and frees it when destroyed, so no pool block goes there (docs/driver-api.md).
+    if let Some(d) = driver::runtime_in_own_context() {
+        return driver::runtime_unserved(pool, rt, d, size, pass);
+    }
     // Not `Option::or_else`, which stayed a call.
     let dev = match current.filter(|&d| (d as usize) < crate::pool::MAX_DEVICES) {
         Some(d) => d,

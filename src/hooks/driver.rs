@@ -64,6 +64,7 @@ fn hooks() -> [usize; COUNT] {
         cuMemPoolGetAttribute as *const () as usize,
         cuMemPoolSetAttribute as *const () as usize,
         cuMemAllocPitch_v2 as *const () as usize,
+        cuCtxCreate_v2 as *const () as usize,
     ]
 }
 
@@ -502,6 +503,19 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CuContext) -> CuResult {
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CuContext) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::ctx_made_current(ctx, || real!(CtxPushCurrent, CtxFn, |f| f(ctx)))
+    })
+}
+
+/// # Safety
+/// As `cuCtxCreate_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    ctx: *mut CuContext,
+    flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_created(|| real!(CtxCreate, CtxCreateFn, |f| f(ctx, flags, dev)))
     })
 }
 

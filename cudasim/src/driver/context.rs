@@ -219,7 +219,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     })
 }
 
-/// Only created contexts can be destroyed; nothing of their device is freed.
+/// Only created contexts can be destroyed; the memory allocated in one goes with it.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CuContext) -> CuResult {
     driver_call(Func::cuCtxDestroy_v2, || {

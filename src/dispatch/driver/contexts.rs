@@ -2,6 +2,7 @@
 //! (`cuda::contexts` knows their handles), and a context the program made goes to the driver.
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::device_count;
 use crate::cuda::contexts::{current, primary_context};
@@ -13,6 +14,40 @@ use crate::passed_through::Reason;
 pub(crate) fn context_device(d: &Driver) -> Option<u32> {
     let (ctx, dev) = current_context(d)?;
     (primary_context(d, dev)? == ctx as usize).then_some(dev)
+}
+
+/// Whether the program made a context of its own (`cuCtxCreate_v2`): until then no runtime
+/// allocation asks which context is current.
+static PROGRAM_MADE_ONE: AtomicBool = AtomicBool::new(false);
+
+/// `cuCtxCreate_v2`, `real`: once it succeeded, runtime allocations look at the current context.
+pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
+    let r = real();
+    if r == cu::CU_SUCCESS {
+        PROGRAM_MADE_ONE.store(true, Ordering::Release);
+    }
+    r
+}
+
+/// Whether the runtime would allocate in a context the program made, which owns what is
+/// allocated in it and frees it when destroyed (`cuCtxDestroy`): the pool's blocks, from
+/// segments of the primary context or of that context, must not be handed out there. One
+/// atomic load in a program that never made a context.
+/// The driver, to answer the allocation with, when it would.
+#[inline(always)]
+pub(crate) fn runtime_in_own_context() -> Option<&'static Driver> {
+    if PROGRAM_MADE_ONE.load(Ordering::Acquire) {
+        current_is_own()
+    } else {
+        None
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn current_is_own() -> Option<&'static Driver> {
+    let d = &crate::cuda::driver::loaded()?.driver;
+    own_context(d).map(|_| d)
 }
 
 /// `Reason::OwnContext` when the current context is one the program made on a device the pool

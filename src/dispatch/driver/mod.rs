@@ -26,6 +26,8 @@ use crate::pool::{
 
 mod contexts;
 
+pub(crate) use contexts::{ctx_created, runtime_in_own_context};
+
 pub(crate) use crate::cuda::contexts::forget_primary;
 use crate::cuda::contexts::{in_primary_context, primary_context};
 pub(crate) use contexts::context_device;
@@ -186,6 +188,26 @@ pub(super) fn unserved_context(
         Some(why) => note_passed_through(why, size, r),
         None => r,
     }
+}
+
+/// The runtime's answer to an allocation of `size` bytes with a context the program made
+/// current (`pass`, the runtime's own call), as `unserved_context`: the first refusal of a
+/// retry is not left as the program's last error.
+pub(crate) fn runtime_unserved(
+    pool: &Pool<CudaBackend>,
+    rt: &crate::cuda::runtime::Runtime,
+    d: &Driver,
+    size: usize,
+    pass: impl Fn() -> CuResult,
+) -> CuResult {
+    let first = std::cell::Cell::new(true);
+    unserved_context(pool, d, size, || {
+        if !first.replace(false) {
+            // SAFETY: no arguments.
+            unsafe { (rt.get_last_error)() };
+        }
+        pass()
+    })
 }
 
 /// The driver's answer to an allocation the pool does not serve (a context the program made, a

@@ -1,0 +1,178 @@
+/* Hostile uses of two devices. Every line it prints reads the same with and without the pool,
+ * but peer-release's: CUDA's own cudaFree does not wait for the peer's kernel. Modes:
+ *   two_devices_hostile reset-other   device 1 reset from another thread, blocks live on both
+ *   two_devices_hostile peer-release  device 0's kernel on device 1's block while it is freed
+ *   two_devices_hostile graph         cudaMallocAsync, cudaFreeAsync during a capture, its
+ *                                     allocation freed after it by cudaFree
+ *   two_devices_hostile own-context   cudaMalloc with a context of cuCtxCreate current, which
+ *                                     cuCtxDestroy then destroys with its memory */
+#include <pthread.h>
+
+#include "cuda.h"
+#include "check.h"
+
+#define MIB ((size_t)1 << 20)
+
+static void *reset_device_1(void *arg)
+{
+    (void)arg;
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaDeviceReset());
+    return NULL;
+}
+
+static void mode_reset_other(void)
+{
+    void *a[4], *b[4];
+    int i;
+    for (i = 0; i < 4; i++) {
+        CHECK_CUDA(cudaSetDevice(0));
+        CHECK_CUDA(cudaMalloc(&a[i], (size_t)(i + 1) * 3 * MIB));
+        tag_block(a[i], (size_t)(i + 1) * 3 * MIB, (unsigned char)(0x10 + i));
+        CHECK_CUDA(cudaSetDevice(1));
+        CHECK_CUDA(cudaMalloc(&b[i], (size_t)(i + 1) * 3 * MIB));
+        tag_block(b[i], (size_t)(i + 1) * 3 * MIB, (unsigned char)(0x20 + i));
+    }
+    /* Some cached on each device. */
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaFree(a[0]));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaFree(b[0]));
+    unsigned long long frees1 = sim_stats(1).free_calls;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, reset_device_1, NULL) == 0, "thread");
+    CHECK(pthread_join(t, NULL) == 0, "join");
+    printf("dev1_live_after_reset=%llu\n", sim_stats(1).live_bytes);
+    printf("dev1_frees_by_reset=%llu\n", sim_stats(1).free_calls - frees1);
+    /* Device 0's blocks are intact and free as ever, with device 1 current. */
+    for (i = 1; i < 4; i++)
+        check_tag(a[i], (size_t)(i + 1) * 3 * MIB, (unsigned char)(0x10 + i));
+    printf("dev0_free_other_current=%d\n", (int)cudaFree(a[1]));
+    /* Device 1's old blocks are gone: the runtime says so. */
+    printf("dev1_stale_free=%d\n", (int)cudaFree(b[2]));
+    (void)cudaGetLastError();
+    void *c;
+    CHECK_CUDA(cudaMalloc(&c, 7 * MIB));
+    tag_block(c, 7 * MIB, 0x33);
+    CHECK_CUDA(cudasim_launch_fill(c, 7 * MIB, 0, -1, 0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    check_tag(c, 7 * MIB, 0x33);
+    CHECK_CUDA(cudaFree(c));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(0));
+    for (i = 2; i < 4; i++)
+        check_tag(a[i], (size_t)(i + 1) * 3 * MIB, (unsigned char)(0x10 + i));
+    for (i = 2; i < 4; i++)
+        CHECK_CUDA(cudaFree(a[i]));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    size_t f1, t1;
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMemGetInfo(&f1, &t1));
+    printf("dev1_free_after=%zu\n", f1 >> 20);
+}
+
+static void mode_peer_release(void)
+{
+    void *p, *q;
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaDeviceEnablePeerAccess(1, 0));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&p, 8 * MIB));
+    tag_block(p, 8 * MIB, 0x44);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(0));
+    cudaStream_t s;
+    CHECK_CUDA(cudaStreamCreate(&s));
+    CHECK_CUDA(cudasim_launch_fill(p, 8 * MIB, 200000, 0x55, s));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaMalloc(&q, 8 * MIB));
+    tag_block(q, 8 * MIB, 0x66);
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(1));
+    check_tag(q, 8 * MIB, 0x66);
+    printf("unmapped_while_busy=%llu\n", sim_stats(1).unmapped_while_busy);
+    CHECK_CUDA(cudaFree(q));
+    /* Disabled, then enabled again: the same answers as the runtime's. */
+    CHECK_CUDA(cudaSetDevice(0));
+    printf("disable=%d\n", (int)cudaDeviceDisablePeerAccess(1));
+    printf("disable_again=%d\n", (int)cudaDeviceDisablePeerAccess(1));
+    (void)cudaGetLastError();
+    printf("enable_again=%d\n", (int)cudaDeviceEnablePeerAccess(1, 0));
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK_CUDA(cudaMalloc(&p, 8 * MIB));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudasim_launch_fill(p, 8 * MIB, 0, 0x77, s));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaSetDevice(1));
+    check_tag(p, 8 * MIB, 0x77);
+    printf("accessed_without_access=%llu\n", sim_stats(1).accessed_without_access);
+    CHECK_CUDA(cudaFree(p));
+}
+
+static void mode_graph(void)
+{
+    cudaStream_t s;
+    cudaGraph_t graph;
+    void *g1, *g2, *pooled;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaMalloc(&pooled, 3 * MIB));
+    unsigned long long frees0 = sim_stats(0).free_calls;
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHECK_CUDA(cudaMallocAsync(&g1, 5 * MIB, s));
+    CHECK_CUDA(cudaMallocAsync(&g2, 5 * MIB, s));
+    printf("free_async_in_capture=%d\n", (int)cudaFreeAsync(g1, s));
+    CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+    printf("captured_mallocs=%llu\n", sim_stats(0).captured_mallocs);
+    printf("graph_free_outside=%d\n", (int)cudaFree(g2));
+    printf("graph_frees_reaching_cuda=%llu\n", sim_stats(0).free_calls - frees0);
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK_CUDA(cudaFree(pooled));
+    CHECK_CUDA(cudaStreamDestroy(s));
+}
+
+/* The runtime allocates in the current context, here one the program made: its memory dies with
+ * it. What the program is then given in the primary context must be live memory. */
+static void mode_own_context(void)
+{
+    CUcontext ctx;
+    void *gone, *kept, *p;
+    CHECK(cuInit(0) == CUDA_SUCCESS, "cuInit");
+    CHECK_CUDA(cudaSetDevice(1));
+    CHECK(cuCtxCreate(&ctx, 0, 1) == CUDA_SUCCESS, "cuCtxCreate");
+    CHECK_CUDA(cudaMalloc(&gone, 8 * MIB));
+    tag_block(gone, 8 * MIB, 0x18);
+    CHECK_CUDA(cudaMalloc(&kept, 8 * MIB));
+    CHECK_CUDA(cudaFree(gone));
+    CHECK(cuCtxDestroy(ctx) == CUDA_SUCCESS, "cuCtxDestroy");
+    printf("own_context_live_after_destroy=%llu\n", sim_stats(1).live_bytes);
+    CHECK_CUDA(cudaSetDevice(1));
+    /* Died with the context: the runtime refuses its free. */
+    printf("own_context_stale_free=%d\n", (int)cudaFree(kept));
+    (void)cudaGetLastError();
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaMalloc(&p, 8 * MIB));
+    printf("own_context_next_block_set=%d\n", (int)cudaMemset(p, 0x28, 8 * MIB));
+    (void)cudaGetLastError();
+    check_tag(p, 8 * MIB, 0x28);
+    CHECK_CUDA(cudaFree(p));
+}
+
+int main(int argc, char **argv)
+{
+    CHECK(argc == 2, "usage: two_devices_hostile MODE");
+    if (strcmp(argv[1], "reset-other") == 0)
+        mode_reset_other();
+    else if (strcmp(argv[1], "peer-release") == 0)
+        mode_peer_release();
+    else if (strcmp(argv[1], "graph") == 0)
+        mode_graph();
+    else if (strcmp(argv[1], "own-context") == 0)
+        mode_own_context();
+    else
+        CHECK(0, "unknown mode %s", argv[1]);
+    printf("two devices hostile ok\n");
+    return 0;
+}

@@ -1,0 +1,109 @@
+//! Hostile uses of two devices, each compared with the same program without the pool: a
+//! runtime allocation in a context the program made, a reset of device 1 from another thread,
+//! graph allocations of a capture, and device 0's kernel on device 1's block while it is freed
+//! and given back. The program is `tests/c/two_devices_hostile.c`, on two 1 GiB devices.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use support::{ok, pooled, unpooled};
+
+/// `tests/c/two_devices_hostile.c`, linked with the runtime and `-lcuda`.
+fn program() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| support::c_program_with_driver("two_devices_hostile"))
+        .clone()
+}
+
+const DEVICES: [(&str, &str); 3] = [
+    ("CUDASIM_DEVICES", "2"),
+    ("CUDASIM_MEM", "1GiB"),
+    ("CUDASIM_CONTEXT_BYTES", "64MiB"),
+];
+
+/// Runs `mode`, with the pool or without, `env` added; (stdout, stderr).
+fn run(mode: &str, pool: bool, env: &[(&str, &str)]) -> (String, String) {
+    let all: Vec<(&str, &str)> = DEVICES.iter().chain(env).copied().collect();
+    let (out, err) = if pool {
+        ok(&mut pooled(&program(), &[mode], &all))
+    } else {
+        ok(&mut unpooled(&program(), &[mode], &all))
+    };
+    assert!(
+        out.ends_with("two devices hostile ok\n"),
+        "{mode} pool={pool}\n{out}\n{err}"
+    );
+    (out, err)
+}
+
+/// `mode` prints the same with the pool, in each reuse mode and both kinds of segments, as
+/// without it.
+fn reads_as_without_the_pool(mode: &str, extra: &[(&str, &str)]) {
+    let (alone, _) = run(mode, false, extra);
+    for reuse in ["strict", "barrier", "relaxed"] {
+        for expandable in ["0", "1"] {
+            let mut env = vec![("GPUPOOL_REUSE", reuse), ("GPUPOOL_EXPANDABLE", expandable)];
+            env.extend_from_slice(extra);
+            let (out, err) = run(mode, true, &env);
+            assert_eq!(out, alone, "{mode} {reuse} expandable={expandable}\n{err}");
+        }
+    }
+}
+
+#[test]
+fn a_runtime_allocation_in_a_context_the_program_made_is_left_to_cuda_and_dies_with_it() {
+    // Before: the pool served these from segments made in that context. cuCtxDestroy freed
+    // them, and the next 8 MiB block, in the primary context, was in the freed memory
+    // (cudaMemset answered 1 with classic segments); the free of a block that died with the
+    // context answered 0 instead of 1, and 16 MiB stayed mapped with expandable segments.
+    reads_as_without_the_pool("own-context", &[]);
+    let (_, err) = run("own-context", true, &[("GPUPOOL_SUMMARY", "stderr")]);
+    assert!(
+        err.contains("2 allocations (16.0 MiB) in a CUDA context the program created"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_reset_of_device_1_from_another_thread_keeps_device_0_and_reads_as_without_the_pool() {
+    // Device 0's blocks intact and freed with device 1 current, nothing freed twice, device 1's
+    // old blocks refused, its new ones served, and its free memory as without the pool.
+    reads_as_without_the_pool("reset-other", &[]);
+    reads_as_without_the_pool("reset-other", &[("GPUPOOL_RELEASE_THRESHOLD", "0")]);
+}
+
+#[test]
+fn a_captures_stream_ordered_allocations_and_their_frees_reach_cuda() {
+    reads_as_without_the_pool("graph", &[]);
+}
+
+#[test]
+fn a_peers_kernel_on_a_freed_block_given_back_at_once_is_never_unmapped_under_or_clobbered() {
+    // Without the pool CUDA's cudaFree on device 1 does not wait for device 0's kernel: only
+    // the pool's run is checked, with the cache given back at every release point. `relaxed`
+    // trusts stream order, which a peer's stream escapes.
+    for reuse in ["strict", "barrier"] {
+        for expandable in ["0", "1"] {
+            let env = [
+                ("GPUPOOL_REUSE", reuse),
+                ("GPUPOOL_EXPANDABLE", expandable),
+                ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+            ];
+            let (out, err) = run("peer-release", true, &env);
+            let case = format!("{reuse} expandable={expandable}\n{out}\n{err}");
+            for line in [
+                "unmapped_while_busy=0",
+                "disable=0",
+                "disable_again=705",
+                "enable_again=0",
+                "accessed_without_access=0",
+            ] {
+                assert!(out.lines().any(|l| l == line), "{line}: {case}");
+            }
+        }
+    }
+}
