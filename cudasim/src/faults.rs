@@ -108,6 +108,7 @@ functions!(
     cuCtxGetDevice,
     cuCtxSynchronize,
     cuCtxCreate_v2,
+    cuCtxCreate_v4,
     cuCtxDestroy_v2,
     cuCtxPushCurrent_v2,
     cuCtxPopCurrent_v2,

@@ -52,6 +52,9 @@ pub type CtxGetCurrentFn = unsafe extern "C" fn(*mut CuContext) -> CuResult;
 pub type CtxGetDeviceFn = unsafe extern "C" fn(*mut CuDevice) -> CuResult;
 pub type CtxFn = unsafe extern "C" fn(CuContext) -> CuResult;
 pub type CtxCreateFn = unsafe extern "C" fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
+/// `cuCtxCreate_v4` (CUDA 12.5; CUDA 13's `cuCtxCreate`): its parameters as the caller gave them.
+pub type CtxCreateV4Fn =
+    unsafe extern "C" fn(*mut CuContext, *mut c_void, c_uint, CuDevice) -> CuResult;
 pub type DeviceFn = unsafe extern "C" fn(CuDevice) -> CuResult;
 pub type PrimaryCtxRetainFn = unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult;
 pub type PrimaryCtxGetStateFn = unsafe extern "C" fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;

@@ -43,9 +43,10 @@ pub enum Hooked {
     MemPoolSetAttribute,
     MemAllocPitch,
     CtxCreate,
+    CtxCreateV4,
 }
 
-pub const COUNT: usize = Hooked::CtxCreate as usize + 1;
+pub const COUNT: usize = Hooked::CtxCreateV4 as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -80,6 +81,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuMemPoolSetAttribute",
     c"cuMemAllocPitch_v2",
     c"cuCtxCreate_v2",
+    c"cuCtxCreate_v4",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

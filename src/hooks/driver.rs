@@ -65,6 +65,7 @@ fn hooks() -> [usize; COUNT] {
         cuMemPoolSetAttribute as *const () as usize,
         cuMemAllocPitch_v2 as *const () as usize,
         cuCtxCreate_v2 as *const () as usize,
+        cuCtxCreate_v4 as *const () as usize,
     ]
 }
 
@@ -516,6 +517,20 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
 ) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::ctx_created(|| real!(CtxCreate, CtxCreateFn, |f| f(ctx, flags, dev)))
+    })
+}
+
+/// # Safety
+/// As `cuCtxCreate_v4`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    ctx: *mut CuContext,
+    params: *mut c_void,
+    flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_created(|| real!(CtxCreateV4, CtxCreateV4Fn, |f| f(ctx, params, flags, dev)))
     })
 }
 

@@ -5,7 +5,9 @@
  *   two_devices_hostile graph         cudaMallocAsync, cudaFreeAsync during a capture, its
  *                                     allocation freed after it by cudaFree
  *   two_devices_hostile own-context   cudaMalloc with a context of cuCtxCreate current, which
- *                                     cuCtxDestroy then destroys with its memory */
+ *                                     cuCtxDestroy then destroys with its memory
+ *   two_devices_hostile own-context-v4  the same, the context made by cuCtxCreate_v4 (CUDA 13's
+ *                                     cuCtxCreate) */
 #include <pthread.h>
 
 #include "cuda.h"
@@ -135,13 +137,18 @@ static void mode_graph(void)
 
 /* The runtime allocates in the current context, here one the program made: its memory dies with
  * it. What the program is then given in the primary context must be live memory. */
-static void mode_own_context(void)
+static void mode_own_context(int v4)
 {
     CUcontext ctx;
+    CUctxCreateParams params;
     void *gone, *kept, *p;
+    memset(&params, 0, sizeof params);
     CHECK(cuInit(0) == CUDA_SUCCESS, "cuInit");
     CHECK_CUDA(cudaSetDevice(1));
-    CHECK(cuCtxCreate(&ctx, 0, 1) == CUDA_SUCCESS, "cuCtxCreate");
+    if (v4)
+        CHECK(cuCtxCreate_v4(&ctx, &params, 0, 1) == CUDA_SUCCESS, "cuCtxCreate_v4");
+    else
+        CHECK(cuCtxCreate(&ctx, 0, 1) == CUDA_SUCCESS, "cuCtxCreate");
     CHECK_CUDA(cudaMalloc(&gone, 8 * MIB));
     tag_block(gone, 8 * MIB, 0x18);
     CHECK_CUDA(cudaMalloc(&kept, 8 * MIB));
@@ -170,7 +177,9 @@ int main(int argc, char **argv)
     else if (strcmp(argv[1], "graph") == 0)
         mode_graph();
     else if (strcmp(argv[1], "own-context") == 0)
-        mode_own_context();
+        mode_own_context(0);
+    else if (strcmp(argv[1], "own-context-v4") == 0)
+        mode_own_context(1);
     else
         CHECK(0, "unknown mode %s", argv[1]);
     printf("two devices hostile ok\n");

@@ -5,11 +5,13 @@ use crate::api::device::{reset, synchronize_device, VERSION};
 use crate::config;
 use crate::context::{self, primary};
 use crate::current;
-use crate::errors::{CudaResult, CU_INVALID_CONTEXT, INVALID_DEVICE};
+use crate::errors::{
+    CudaResult, CU_INVALID_CONTEXT, CU_NOT_SUPPORTED, INVALID_DEVICE, INVALID_VALUE,
+};
 use crate::faults::Func;
 use crate::ffi::Out;
 use crate::state::with_state;
-use std::ffi::{c_int, c_uint};
+use std::ffi::{c_int, c_uint, c_void};
 
 /// A device ordinal in range (`CUDA_ERROR_INVALID_DEVICE` otherwise).
 fn device(dev: CuDevice) -> CudaResult<usize> {
@@ -209,13 +211,53 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     _flags: c_uint,
     dev: CuDevice,
 ) -> CuResult {
-    driver_call(Func::cuCtxCreate_v2, || {
-        context::require_init()?;
-        // SAFETY: the caller passes NULL or a pointer valid for writing a CUcontext.
-        let out = unsafe { Out::new(ctx)? };
-        let h = context::create(device(dev)?)?;
-        out.set(h as CuContext);
-        Ok(())
+    // SAFETY: the caller's out-pointer, passed on.
+    driver_call(Func::cuCtxCreate_v2, || unsafe { create(ctx, dev) })
+}
+
+/// A created context of `dev`, pushed on the stack, into `*ctx`.
+///
+/// # Safety
+/// `ctx` is NULL or valid for writing a CUcontext.
+unsafe fn create(ctx: *mut CuContext, dev: CuDevice) -> CudaResult {
+    context::require_init()?;
+    // SAFETY: as the caller passes it.
+    let out = unsafe { Out::new(ctx)? };
+    let h = context::create(device(dev)?)?;
+    out.set(h as CuContext);
+    Ok(())
+}
+
+/// `CUctxCreateParams`.
+#[repr(C)]
+pub struct CtxCreateParams {
+    exec_affinity_params: *mut c_void,
+    num_exec_affinity_params: c_int,
+    cig_params: *mut c_void,
+}
+
+/// `cuCtxCreate_v2` with CUDA 12.5's parameters, the ABI CUDA 13's `cuCtxCreate` names. NULL
+/// parameters, or ones that name neither execution affinity (MPS) nor CIG (graphics interop),
+/// make a regular context; the simulator has neither of those (`CUDA_ERROR_NOT_SUPPORTED`).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    ctx: *mut CuContext,
+    params: *const CtxCreateParams,
+    _flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    driver_call(Func::cuCtxCreate_v4, || {
+        // SAFETY: the caller passes NULL or a pointer valid for reading the structure.
+        if let Some(p) = unsafe { params.as_ref() } {
+            if !p.exec_affinity_params.is_null() || !p.cig_params.is_null() {
+                return Err(CU_NOT_SUPPORTED);
+            }
+            if p.num_exec_affinity_params != 0 {
+                return Err(INVALID_VALUE);
+            }
+        }
+        // SAFETY: the caller's out-pointer, passed on.
+        unsafe { create(ctx, dev) }
     })
 }
 

@@ -27,9 +27,9 @@ const PER_THREAD_DEFAULT_STREAM: u64 = 2;
 type Version = (c_int, usize, Option<usize>);
 
 /// The ABIs of `name`, oldest first. The simulator has one ABI per name (the `_v2` where CUDA
-/// has several), except `cuGetProcAddress`; a version below the first is not sufficient.
-/// Newer ABIs it lacks (`cuCtxCreate_v3` at 11040, `_v4` at 12050) are not offered: their
-/// base names give the newest ABI the simulator has.
+/// has several), except `cuGetProcAddress` and `cuCtxCreate`; a version below the first is not
+/// sufficient. Newer ABIs it lacks (`cuCtxCreate_v3` at 11040) are not offered: their base
+/// names give the newest ABI the simulator has.
 fn versions(name: &[u8]) -> Vec<Version> {
     macro_rules! one {
         ($v:expr, $f:expr) => {
@@ -57,7 +57,10 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuCtxSetCurrent" => one!(4000, cuCtxSetCurrent),
         b"cuCtxGetDevice" => one!(2000, cuCtxGetDevice),
         b"cuCtxSynchronize" => one!(2000, cuCtxSynchronize),
-        b"cuCtxCreate" => one!(3020, cuCtxCreate_v2),
+        b"cuCtxCreate" => vec![
+            (3020, cuCtxCreate_v2 as *const () as usize, None),
+            (12050, cuCtxCreate_v4 as *const () as usize, None),
+        ],
         b"cuCtxDestroy" => one!(4000, cuCtxDestroy_v2),
         b"cuCtxPushCurrent" => one!(4000, cuCtxPushCurrent_v2),
         b"cuCtxPopCurrent" => one!(4000, cuCtxPopCurrent_v2),
@@ -260,33 +263,29 @@ mod tests {
 
     #[test]
     fn lookups_by_version_and_flags() {
-        assert_eq!(
-            find(b"cuMemAlloc", 3020, 0),
-            Ok(cuMemAlloc_v2 as *const () as usize)
-        );
         assert_eq!(find(b"cuMemAlloc", 3010, 0), Err(VERSION_NOT_SUFFICIENT));
         assert_eq!(find(b"cuMemAlloc_v2", 12080, 0), Err(SYMBOL_NOT_FOUND));
         assert_eq!(find(b"cuNope", 12080, 0), Err(SYMBOL_NOT_FOUND));
-        assert_eq!(
-            find(b"cuMemAllocAsync", 12080, 2),
-            Ok(cuMemAllocAsync_ptsz as *const () as usize)
-        );
-        assert_eq!(
-            find(b"cuMemAllocAsync", 12080, 1),
-            Ok(cuMemAllocAsync as *const () as usize)
-        );
-        assert_eq!(
-            find(b"cuMemAlloc", 12080, 2),
-            Ok(cuMemAlloc_v2 as *const () as usize)
-        );
-        assert_eq!(
-            find(b"cuGetProcAddress", 11080, 0),
-            Ok(cuGetProcAddress as *const () as usize)
-        );
-        assert_eq!(
-            find(b"cuGetProcAddress", 12000, 0),
-            Ok(cuGetProcAddress_v2 as *const () as usize)
-        );
+        // (name, version, flags, the function found). CUDA 13's cuCtxCreate is 12.5's ABI.
+        macro_rules! at {
+            ($f:expr) => {
+                $f as *const () as usize
+            };
+        }
+        let found: [(&[u8], c_int, u64, usize); 9] = [
+            (b"cuMemAlloc", 3020, 0, at!(cuMemAlloc_v2)),
+            (b"cuMemAllocAsync", 12080, 2, at!(cuMemAllocAsync_ptsz)),
+            (b"cuMemAllocAsync", 12080, 1, at!(cuMemAllocAsync)),
+            (b"cuMemAlloc", 12080, 2, at!(cuMemAlloc_v2)),
+            (b"cuGetProcAddress", 11080, 0, at!(cuGetProcAddress)),
+            (b"cuGetProcAddress", 12000, 0, at!(cuGetProcAddress_v2)),
+            (b"cuCtxCreate", 3020, 0, at!(cuCtxCreate_v2)),
+            (b"cuCtxCreate", 12040, 0, at!(cuCtxCreate_v2)),
+            (b"cuCtxCreate", 13000, 0, at!(cuCtxCreate_v4)),
+        ];
+        for (name, version, flags, f) in found {
+            assert_eq!(find(name, version, flags), Ok(f), "{name:?} at {version}");
+        }
     }
 
     /// Every driver function fault injection knows is reachable by its base name.
@@ -297,7 +296,8 @@ mod tests {
             let base = name
                 .strip_suffix("_ptsz")
                 .unwrap_or(name)
-                .trim_end_matches("_v2");
+                .trim_end_matches("_v2")
+                .trim_end_matches("_v4");
             let base = if name == "cuGetProcAddress_v2" {
                 "cuGetProcAddress"
             } else {
