@@ -1,7 +1,8 @@
 //! Hostile uses of two devices, each compared with the same program without the pool: a
 //! runtime allocation in a context the program made, a reset of device 1 from another thread,
-//! graph allocations of a capture, and device 0's kernel on device 1's block while it is freed
-//! and given back. The program is `tests/c/two_devices_hostile.c`, on two 1 GiB devices.
+//! graph allocations of a capture, device 0's kernel on device 1's block while it is freed and
+//! given back, and IPC handles the summary counts. The program is
+//! `tests/c/two_devices_hostile.c`, on two 1 GiB devices.
 
 #[path = "../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -108,5 +109,42 @@ fn a_peers_kernel_on_a_freed_block_given_back_at_once_is_never_unmapped_under_or
                 assert!(out.lines().any(|l| l == line), "{line}: {case}");
             }
         }
+    }
+}
+
+#[test]
+fn the_summary_counts_only_the_ipc_handles_cuda_would_have_given() {
+    // Before: a call with no handle to write (either API) and a handle asked of freed memory
+    // the pool caches were counted as refusals too, 6 where the program had 1, and with
+    // expandable segments a freed pointer was said to be a block in virtual memory.
+    let (alone, _) = run("ipc", false, &[]);
+    for expandable in ["0", "1"] {
+        let env = [
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_SUMMARY", "stderr"),
+        ];
+        let (out, err) = run("ipc", true, &env);
+        let case = format!("expandable={expandable}\n{out}\n{err}");
+        // The one handle refused is of a pointer inside a block that does not start a segment.
+        let differs: Vec<_> = alone
+            .lines()
+            .zip(out.lines())
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert_eq!(
+            differs,
+            [("ipc_second_inside=0", "ipc_second_inside=1")],
+            "{case}"
+        );
+        let ipc: Vec<_> = err.lines().filter(|l| l.starts_with(" ipc ")).collect();
+        assert_eq!(
+            ipc,
+            [" ipc        1 IPC handle refused on blocks inside a segment: run with GPUPOOL_DISABLE=1"],
+            "{case}"
+        );
+        assert!(
+            !err.contains("virtual memory (expandable segments)"),
+            "{case}"
+        );
     }
 }

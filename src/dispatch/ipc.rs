@@ -32,6 +32,8 @@ pub(crate) fn ipc_refused<B: Backend>(pool: &Pool<B>, addr: u64, what: &str) -> 
                  GPUPOOL_DISABLE=1) (reported once)"
             )
         }),
+        // CUDA refuses freed memory a handle too: nothing to say.
+        IpcRefusal::Freed => {}
         IpcRefusal::InsideSegment => log::warn_once(&INSIDE_SEGMENT, || {
             format!(
                 "{what}(0x{addr:x}): the pointer is sub-allocated inside a pool segment, and an \
@@ -52,7 +54,8 @@ pub unsafe fn ipc_get_mem_handle(handle: *mut IpcMemHandle, ptr: *mut c_void) ->
     };
     // SAFETY: the caller's arguments, passed on unchanged.
     let pass = || forward(g.runtime.ipc_get_mem_handle, |f| unsafe { f(handle, ptr) });
-    match g.pool() {
+    // No handle to write: the runtime's own refusal, the pool's memory or not.
+    match g.pool().filter(|_| !handle.is_null()) {
         Some(pool) if ipc_refused(pool, ptr as u64, "cudaIpcGetMemHandle") => {
             // The runtime's refusal would also be the program's last error: so is this one,
             // set by a call the runtime refuses with the same code and no other effect.

@@ -451,7 +451,7 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(
     ptr: CuDevicePtr,
 ) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ipc_get_mem_handle(ptr, || {
+        dispatch::ipc_get_mem_handle(ptr, handle.is_null(), || {
             real!(IpcGetMemHandle, IpcGetMemHandleFn, |f| f(handle, ptr))
         })
     })

@@ -35,6 +35,9 @@ pub enum IpcRefusal {
     Mapped,
     /// A block inside a classic segment, not at its start: the handle would name the segment.
     InsideSegment,
+    /// Freed memory the pool caches: no block of the program's, which CUDA refuses a handle
+    /// as the pool does. Neither counted nor reported.
+    Freed,
 }
 
 /// IPC handles refused on the pool's memory, by reason (for the summary).
@@ -149,21 +152,36 @@ impl<B: Backend> Pool<B> {
     /// Why an IPC handle of `addr` would not name the program's block, if it would not. `None`
     /// for memory that is not the pool's, and for a block that starts a classic segment.
     pub fn ipc_refusal(&self, addr: Addr) -> Option<IpcRefusal> {
+        let live = self.live_block(addr);
+        let held = live.is_some() || self.inside_held_block(addr);
         if self.mapped_run(addr).is_some() {
-            return Some(IpcRefusal::Mapped);
+            return Some(if held {
+                IpcRefusal::Mapped
+            } else {
+                IpcRefusal::Freed
+            });
         }
-        let inside = match self.live_block(addr) {
-            Some((_, b)) => b.addr != b.segment_addr,
-            None => self.owner_of(addr).is_some(),
-        };
-        inside.then_some(IpcRefusal::InsideSegment)
+        match live {
+            Some((_, b)) => (b.addr != b.segment_addr).then_some(IpcRefusal::InsideSegment),
+            None if held => Some(IpcRefusal::InsideSegment),
+            None => self.owner_of(addr).map(|_| IpcRefusal::Freed),
+        }
     }
 
-    /// An IPC handle was refused for `why`.
+    /// Whether `addr` lies past the start of a block of the program's on some device.
+    fn inside_held_block(&self, addr: Addr) -> bool {
+        (0..MAX_DEVICES as u32).any(|d| {
+            self.existing(d)
+                .is_some_and(|s| Self::lock(s).inside_held_block(addr))
+        })
+    }
+
+    /// An IPC handle was refused for `why`: counted for the summary, but for freed memory.
     pub fn note_ipc_refused(&self, why: IpcRefusal) {
         let n = match why {
             IpcRefusal::Mapped => &self.ipc.mapped,
             IpcRefusal::InsideSegment => &self.ipc.inside_segment,
+            IpcRefusal::Freed => return,
         };
         n.fetch_add(1, Ordering::Relaxed);
     }

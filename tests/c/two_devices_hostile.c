@@ -4,6 +4,7 @@
  *   two_devices_hostile peer-release  device 0's kernel on device 1's block while it is freed
  *   two_devices_hostile graph         cudaMallocAsync, cudaFreeAsync during a capture, its
  *                                     allocation freed after it by cudaFree
+ *   two_devices_hostile ipc           IPC handles asked of blocks, of no handle, of freed memory
  *   two_devices_hostile own-context   cudaMalloc with a context of cuCtxCreate current, which
  *                                     cuCtxDestroy then destroys with its memory
  *   two_devices_hostile own-context-v4  the same, the context made by cuCtxCreate_v4 (CUDA 13's
@@ -114,6 +115,30 @@ static void mode_peer_release(void)
     CHECK_CUDA(cudaFree(p));
 }
 
+/* The answers, and the summary's count of handles the pool refused, read after it. */
+static void mode_ipc(void)
+{
+    cudaIpcMemHandle_t h;
+    CUipcMemHandle ch;
+    void *big, *first, *second;
+    CHECK_CUDA(cudaMalloc(&big, 64 * MIB));
+    CHECK_CUDA(cudaMalloc(&first, MIB));
+    CHECK_CUDA(cudaMalloc(&second, MIB));
+    printf("ipc_second_inside=%d\n", (int)cudaIpcGetMemHandle(&h, (char *)second + 4096));
+    (void)cudaGetLastError();
+    printf("ipc_no_handle=%d\n", (int)cudaIpcGetMemHandle(NULL, second));
+    (void)cudaGetLastError();
+    printf("cu_ipc_no_handle=%d\n", (int)cuIpcGetMemHandle(NULL, (CUdeviceptr)second));
+    CHECK_CUDA(cudaFree(big));
+    CHECK_CUDA(cudaFree(second));
+    printf("ipc_freed=%d\n", (int)cudaIpcGetMemHandle(&h, big));
+    (void)cudaGetLastError();
+    printf("ipc_freed_inside=%d\n", (int)cudaIpcGetMemHandle(&h, (char *)second + 4096));
+    (void)cudaGetLastError();
+    printf("cu_ipc_freed=%d\n", (int)cuIpcGetMemHandle(&ch, (CUdeviceptr)second));
+    CHECK_CUDA(cudaFree(first));
+}
+
 static void mode_graph(void)
 {
     cudaStream_t s;
@@ -174,6 +199,8 @@ int main(int argc, char **argv)
         mode_reset_other();
     else if (strcmp(argv[1], "peer-release") == 0)
         mode_peer_release();
+    else if (strcmp(argv[1], "ipc") == 0)
+        mode_ipc();
     else if (strcmp(argv[1], "graph") == 0)
         mode_graph();
     else if (strcmp(argv[1], "own-context") == 0)

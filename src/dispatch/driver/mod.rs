@@ -550,8 +550,13 @@ pub fn primary_ctx_release(dev: c_int, real: impl Fn() -> CuResult) -> CuResult 
 }
 
 /// `cuIpcGetMemHandle`: refused for a block inside a pool segment, as `cudaIpcGetMemHandle` is.
-pub fn ipc_get_mem_handle(ptr: CuDevicePtr, real: impl Fn() -> CuResult) -> CuResult {
-    match global::process_pool() {
+/// With no handle to write (`no_handle`) the driver refuses the call itself.
+pub fn ipc_get_mem_handle(
+    ptr: CuDevicePtr,
+    no_handle: bool,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    match global::process_pool().filter(|_| !no_handle) {
         Some(pool) if super::ipc_refused(pool, ptr, "cuIpcGetMemHandle") => {
             cu::CU_ERROR_INVALID_VALUE
         }

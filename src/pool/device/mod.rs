@@ -521,6 +521,23 @@ impl DevicePool {
         }
     }
 
+    /// Whether `addr` lies past the start of a block the program may hold: a live one, or one
+    /// lent to a thread cache, which may have handed it out. (The start of a live block is
+    /// `live_block_at`'s; any other address of the pool's is freed memory.)
+    pub fn inside_held_block(&self, addr: Addr) -> bool {
+        let Some((_, &si)) = self.by_addr.range(..=addr).next_back() else {
+            return false;
+        };
+        let mut i = self.seg(si).first;
+        while let Some(b) = self.blocks.get(i as usize).filter(|_| i != NONE) {
+            if addr < b.addr + b.size {
+                return b.addr < addr && matches!(b.state, State::Live | State::Lent);
+            }
+            i = b.next;
+        }
+        false
+    }
+
     /// The live block at `addr`.
     pub fn live_block_at(&self, addr: Addr) -> Option<LiveBlock> {
         self.live_block(self.live.get(addr)?)
