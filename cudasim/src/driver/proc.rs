@@ -27,7 +27,8 @@ const PER_THREAD_DEFAULT_STREAM: u64 = 2;
 type Version = (c_int, usize, Option<usize>);
 
 /// The ABIs of `name`, oldest first. The simulator has one ABI per name (the `_v2` where CUDA
-/// has several), except `cuGetProcAddress`; a version below the first is not sufficient.
+/// has several), except `cuGetProcAddress` and `cuStreamBeginCapture` (10.0's has no mode); a
+/// version below the first is not sufficient.
 /// Newer ABIs it lacks (`cuCtxCreate_v3` at 11040, `_v4` at 12050) are not offered: their
 /// base names give the newest ABI the simulator has.
 fn versions(name: &[u8]) -> Vec<Version> {
@@ -99,6 +100,26 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuStreamGetId" => one!(12000, cuStreamGetId),
         b"cuStreamGetCtx" => one!(9020, cuStreamGetCtx),
         b"cuStreamIsCapturing" => one!(10000, cuStreamIsCapturing),
+        b"cuStreamBeginCapture" => vec![
+            (
+                10000,
+                cuStreamBeginCapture as *const () as usize,
+                Some(cuStreamBeginCapture_ptsz as *const () as usize),
+            ),
+            (
+                10010,
+                cuStreamBeginCapture_v2 as *const () as usize,
+                Some(cuStreamBeginCapture_v2_ptsz as *const () as usize),
+            ),
+        ],
+        b"cuStreamEndCapture" => one!(10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
+        b"cuStreamBeginCaptureToGraph" => one!(
+            12030,
+            cuStreamBeginCaptureToGraph,
+            cuStreamBeginCaptureToGraph_ptsz
+        ),
+        b"cuGraphCreate" => one!(10000, cuGraphCreate),
+        b"cuGraphDestroy" => one!(10000, cuGraphDestroy),
         b"cuStreamWaitEvent" => one!(3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
         b"cuEventCreate" => one!(2000, cuEventCreate),
         b"cuEventRecord" => one!(2000, cuEventRecord, cuEventRecord_ptsz),
@@ -278,6 +299,18 @@ mod tests {
         assert_eq!(
             find(b"cuMemAlloc", 12080, 2),
             Ok(cuMemAlloc_v2 as *const () as usize)
+        );
+        assert_eq!(
+            find(b"cuStreamBeginCapture", 10000, 2),
+            Ok(cuStreamBeginCapture_ptsz as *const () as usize)
+        );
+        assert_eq!(
+            find(b"cuStreamBeginCapture", 12080, 0),
+            Ok(cuStreamBeginCapture_v2 as *const () as usize)
+        );
+        assert_eq!(
+            find(b"cuStreamBeginCapture", 12080, 2),
+            Ok(cuStreamBeginCapture_v2_ptsz as *const () as usize)
         );
         assert_eq!(
             find(b"cuGetProcAddress", 11080, 0),
