@@ -297,7 +297,14 @@ fn a_capture_cuda_lets_run_survives_the_pools_fences_and_barriers() {
     // without the pool.
     let exe = c_program("capture_fence");
     let small = [("CUDASIM_MEM", "128MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
-    for (args, env) in [(["100", "0"], &small[..]), (["1", "1"], &[][..])] {
+    let cases = [
+        (["100", "0", "0"], &small[..]),
+        (["1", "1", "0"], &[][..]),
+        // Into the program's own graph (cudaStreamBeginCaptureToGraph, CUDA 12.3).
+        (["100", "0", "1"], &small[..]),
+        (["1", "1", "1"], &[][..]),
+    ];
+    for (args, env) in cases {
         let (without, _) = ok(&mut unpooled(&exe, &args, env));
         for expected in ["malloc=0\n", "status=1\n", "end=0\n"] {
             assert!(without.contains(expected), "{args:?}: {without}");

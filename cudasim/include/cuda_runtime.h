@@ -196,6 +196,14 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
 cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags);
+typedef struct CUgraphNode_st *cudaGraphNode_t;
+typedef struct cudaGraphEdgeData_st cudaGraphEdgeData;
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                          const cudaGraphNode_t *dependencies,
+                                          const cudaGraphEdgeData *dependencyData,
+                                          size_t numDependencies,
+                                          enum cudaStreamCaptureMode mode);
 
 /* Driver entry points through the runtime (CUDA 12.0; ByVersion 12.5). */
 enum cudaDriverEntryPointQueryResult {

@@ -87,7 +87,8 @@ pub struct State {
     /// The memory pools: each device's default one, those the program created, and which is
     /// each device's current one.
     pub pools: Pools,
-    /// The graphs `cudaStreamEndCapture` made and `cudaGraphDestroy` did not destroy yet.
+    /// The graphs `cudaGraphCreate` and `cudaStreamEndCapture` made and `cudaGraphDestroy` did
+    /// not destroy yet.
     pub graphs: HashSet<usize>,
     /// The contexts `cuCtxCreate_v2` made and `cuCtxDestroy_v2` did not destroy yet, with
     /// their devices.

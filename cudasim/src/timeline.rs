@@ -64,6 +64,9 @@ pub struct Capture {
     pub thread: u64,
     /// A call CUDA forbids during the capture was made: `cudaStreamEndCapture` then gives 901.
     pub invalidated: bool,
+    /// The program's graph it captures into (`cudaStreamBeginCaptureToGraph`), else none: the
+    /// end makes a new one.
+    pub into: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -253,12 +253,17 @@ fn relaxed_capture(rt: &Runtime, call: impl FnOnce() -> i32) -> i32 {
 }
 
 /// An error while the program captures a stream into a graph: CUDA would refuse the fence or
-/// barrier and invalidate the capture (`captures`).
+/// barrier and invalidate the capture (`captures`). The capture is asked of the API the pool's
+/// calls go to: a process without a runtime (XLA, the static runtime) asks the driver.
 fn refuse_during_capture() -> Result<(), CudaError> {
-    match RUNTIME.get() {
-        Some(rt) if captures::underway(rt) => Err(CudaError::STREAM_CAPTURE_UNSUPPORTED),
-        _ => Ok(()),
+    let is_capturing = match api()? {
+        Api::Runtime(rt) => rt.stream_is_capturing,
+        Api::Driver(d) => d.stream_is_capturing,
+    };
+    if captures::underway(is_capturing) {
+        return Err(CudaError::STREAM_CAPTURE_UNSUPPORTED);
     }
+    Ok(())
 }
 
 /// `cudaFree(NULL)`, the way CUDA programs initialise the runtime: it frees nothing, and makes

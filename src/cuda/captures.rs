@@ -1,60 +1,96 @@
-//! The streams the program began capturing into a CUDA graph through the runtime.
+//! The streams the program began capturing into a CUDA graph, through the runtime or the driver.
 //!
 //! CUDA refuses a device synchronization while one of the device's streams is being captured,
 //! and a use of the legacy stream while a blocking stream is: either invalidates the program's
 //! capture. So while a capture is underway the pool takes no fence and issues no barrier; its
 //! waiting blocks wait for the next one after the capture.
+//!
+//! One registry serves both APIs, keyed by stream: a capture begun through the runtime may end
+//! through the driver, and a runtime that reaches the driver through the pool's hooks shows the
+//! same capture to both. Noting a stream twice keeps one entry; one end removes it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::runtime::Runtime;
-use super::types::{Stream, STREAM_PER_THREAD, SUCCESS};
+use super::types::{Stream, STREAM_PER_THREAD};
 
-/// The streams seen to begin a capture and not seen to end it, by address.
-static STREAMS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// `cudaStreamIsCapturing` or `cuStreamIsCapturing`: the same signature and status values.
+pub type IsCapturingFn = unsafe extern "C" fn(Stream, *mut i32) -> i32;
+
+/// A stream being captured: its address, and for the per-thread default stream (one address,
+/// a stream per thread) the capturing thread; 0 for every other stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    stream: usize,
+    thread: u64,
+}
+
+impl Entry {
+    fn of(stream: Stream) -> Entry {
+        let stream = stream as usize;
+        let thread = if stream == STREAM_PER_THREAD {
+            this_thread()
+        } else {
+            0
+        };
+        Entry { stream, thread }
+    }
+}
+
+fn this_thread() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+/// The streams seen to begin a capture and not seen to end it.
+static STREAMS: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 /// Their number: the fence path reads only this while no capture was ever begun.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
-fn streams() -> std::sync::MutexGuard<'static, Vec<usize>> {
+fn streams() -> std::sync::MutexGuard<'static, Vec<Entry>> {
     STREAMS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `stream` began a capture.
+/// `stream` began a capture (noted once, whichever layers saw it).
 pub fn began(stream: Stream) {
+    let entry = Entry::of(stream);
     let mut s = streams();
-    s.push(stream as usize);
+    if !s.contains(&entry) {
+        s.push(entry);
+    }
     COUNT.store(s.len(), Ordering::Release);
 }
 
 /// `stream`'s capture ended (with a graph or invalidated).
 pub fn ended(stream: Stream) {
+    let entry = Entry::of(stream);
     let mut s = streams();
-    if let Some(i) = s.iter().position(|&x| x == stream as usize) {
-        s.swap_remove(i);
-    }
+    s.retain(|&e| e != entry);
     COUNT.store(s.len(), Ordering::Release);
 }
 
-/// Whether a capture is underway. A stream whose capture ended unseen (destroyed while
-/// capturing) is dropped once the runtime says it is not capturing.
-pub fn underway(rt: &Runtime) -> bool {
+/// Whether a capture is underway, asked of `is_capturing` (the runtime's where the pool's calls
+/// go to a runtime, else the driver's). A stream whose capture ended unseen (destroyed while
+/// capturing) is dropped once it is said not to be capturing. Without a query, every noted
+/// capture counts as underway.
+pub fn underway(is_capturing: Option<IsCapturingFn>) -> bool {
     if COUNT.load(Ordering::Acquire) == 0 {
         return false;
     }
-    let Some(is_capturing) = rt.stream_is_capturing else {
+    let Some(is_capturing) = is_capturing else {
         return true;
     };
+    let me = this_thread();
     let mut s = streams();
-    s.retain(|&stream| {
-        // Each thread's own: this thread cannot ask about the capturing thread's.
-        if stream == STREAM_PER_THREAD {
+    s.retain(|e| {
+        // Another thread's own: this thread cannot ask about it.
+        if e.stream == STREAM_PER_THREAD && e.thread != me {
             return true;
         }
         let mut status = 0;
         // SAFETY: a stream the program captured, and a valid out-pointer.
-        let r = unsafe { is_capturing(stream as Stream, &mut status) };
-        r == SUCCESS && status != 0
+        let r = unsafe { is_capturing(e.stream as Stream, &mut status) };
+        r == 0 && status != 0
     });
     COUNT.store(s.len(), Ordering::Release);
     !s.is_empty()

@@ -44,9 +44,17 @@ pub enum Hooked {
     MemAllocPitch,
     CtxCreate,
     CtxCreateV4,
+    StreamBeginCapture,
+    StreamBeginCapturePtsz,
+    StreamBeginCaptureV2,
+    StreamBeginCaptureV2Ptsz,
+    StreamEndCapture,
+    StreamEndCapturePtsz,
+    StreamBeginCaptureToGraph,
+    StreamBeginCaptureToGraphPtsz,
 }
 
-pub const COUNT: usize = Hooked::CtxCreateV4 as usize + 1;
+pub const COUNT: usize = Hooked::StreamBeginCaptureToGraphPtsz as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -82,6 +90,14 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuMemAllocPitch_v2",
     c"cuCtxCreate_v2",
     c"cuCtxCreate_v4",
+    c"cuStreamBeginCapture",
+    c"cuStreamBeginCapture_ptsz",
+    c"cuStreamBeginCapture_v2",
+    c"cuStreamBeginCapture_v2_ptsz",
+    c"cuStreamEndCapture",
+    c"cuStreamEndCapture_ptsz",
+    c"cuStreamBeginCaptureToGraph",
+    c"cuStreamBeginCaptureToGraph_ptsz",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

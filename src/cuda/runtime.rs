@@ -32,6 +32,10 @@ pub type StreamGetIdFn = unsafe extern "C" fn(Stream, *mut u64) -> CudaStatus;
 pub type StreamIsCapturingFn = unsafe extern "C" fn(Stream, *mut i32) -> CudaStatus;
 pub type StreamBeginCaptureFn = unsafe extern "C" fn(Stream, i32) -> CudaStatus;
 pub type StreamEndCaptureFn = unsafe extern "C" fn(Stream, *mut Graph) -> CudaStatus;
+/// `cudaStreamBeginCaptureToGraph` (CUDA 12.3): stream, graph, dependencies, their edge data,
+/// their number, mode.
+pub type StreamBeginCaptureToGraphFn =
+    unsafe extern "C" fn(Stream, Graph, *const c_void, *const c_void, usize, i32) -> CudaStatus;
 pub type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut Stream, u32) -> CudaStatus;
 pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, u32, i32) -> CudaStatus;
 pub type LaunchKernelFn =
@@ -81,6 +85,7 @@ pub struct Runtime {
     /// `cudaStreamBeginCapture` and `cudaStreamEndCapture`: no fence or barrier during a capture.
     pub stream_begin_capture: Option<StreamBeginCaptureFn>,
     pub stream_end_capture: Option<StreamEndCaptureFn>,
+    pub stream_begin_capture_to_graph: Option<StreamBeginCaptureToGraphFn>,
     pub stream_create_with_flags: Option<StreamCreateWithFlagsFn>,
     pub stream_create_with_priority: Option<StreamCreateWithPriorityFn>,
     pub launch_kernel: Option<LaunchKernelFn>,
@@ -138,6 +143,7 @@ impl Runtime {
             stream_is_capturing: optional!(lookup, "cudaStreamIsCapturing"),
             stream_begin_capture: optional!(lookup, "cudaStreamBeginCapture"),
             stream_end_capture: optional!(lookup, "cudaStreamEndCapture"),
+            stream_begin_capture_to_graph: optional!(lookup, "cudaStreamBeginCaptureToGraph"),
             stream_create_with_flags: optional!(lookup, "cudaStreamCreateWithFlags"),
             stream_create_with_priority: optional!(lookup, "cudaStreamCreateWithPriority"),
             launch_kernel: optional!(lookup, "cudaLaunchKernel"),

@@ -9,7 +9,7 @@
 //! out-pointer, pointers from other allocators).
 
 mod after_oom;
-mod capture;
+pub(crate) mod capture;
 pub(crate) mod current_pool;
 pub mod default_pool;
 pub mod driver;
@@ -31,7 +31,7 @@ use crate::guard;
 use crate::log;
 use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, NO_STREAM};
 
-pub use capture::{stream_begin_capture, stream_end_capture};
+pub use capture::{stream_begin_capture, stream_begin_capture_to_graph, stream_end_capture};
 pub use ipc::ipc_get_mem_handle;
 pub(crate) use ipc::ipc_refused;
 pub use pitch::{malloc_pitch, mem_alloc_pitch};

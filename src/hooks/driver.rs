@@ -8,28 +8,16 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::cuda::driver::*;
-use crate::cuda::hooked::{self, real_fn, Hooked, COUNT};
+use crate::cuda::hooked::{self, COUNT};
 use crate::cuda::types::{Event, Stream};
 use crate::dispatch::default_pool;
 use crate::dispatch::driver as dispatch;
 use crate::guard::boundary;
 use crate::pool::Origin;
 
+use super::driver_capture as capture;
 use super::origin::exported_with_origin;
 use super::per_thread;
-
-/// Calls the driver's own function behind `$hook` with `$call`, or answers
-/// `CUDA_ERROR_NOT_INITIALIZED` when no driver is loaded (the library never loads one).
-macro_rules! real {
-    ($hook:ident, $ty:ty, |$f:ident| $call:expr) => {{
-        // SAFETY: `$ty` is the C signature of the hooked function.
-        match unsafe { real_fn::<$ty>(Hooked::$hook) } {
-            // SAFETY: the driver's own function, called with the hook's arguments unchanged.
-            Some($f) => unsafe { $call },
-            None => CU_ERROR_NOT_INITIALIZED,
-        }
-    }};
-}
 
 /// The hooks' addresses, in `Hooked`'s order.
 fn hooks() -> [usize; COUNT] {
@@ -66,6 +54,14 @@ fn hooks() -> [usize; COUNT] {
         cuMemAllocPitch_v2 as *const () as usize,
         cuCtxCreate_v2 as *const () as usize,
         cuCtxCreate_v4 as *const () as usize,
+        capture::cuStreamBeginCapture as *const () as usize,
+        capture::cuStreamBeginCapture_ptsz as *const () as usize,
+        capture::cuStreamBeginCapture_v2 as *const () as usize,
+        capture::cuStreamBeginCapture_v2_ptsz as *const () as usize,
+        capture::cuStreamEndCapture as *const () as usize,
+        capture::cuStreamEndCapture_ptsz as *const () as usize,
+        capture::cuStreamBeginCaptureToGraph as *const () as usize,
+        capture::cuStreamBeginCaptureToGraph_ptsz as *const () as usize,
     ]
 }
 

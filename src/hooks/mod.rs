@@ -1,7 +1,22 @@
 //! The CUDA entry points this library exports: the runtime's (`runtime.rs`) and the driver's
-//! (`driver.rs`). Each is the panic boundary, then the one path in `dispatch`.
+//! (`driver.rs`, its graph captures in `driver_capture.rs`). Each is the panic boundary, then
+//! the one path in `dispatch`.
+
+/// Calls the driver's own function behind `$hook` with `$call`, or answers
+/// `CUDA_ERROR_NOT_INITIALIZED` when no driver is loaded (the library never loads one).
+macro_rules! real {
+    ($hook:ident, $ty:ty, |$f:ident| $call:expr) => {{
+        // SAFETY: `$ty` is the C signature of the hooked function.
+        match unsafe { $crate::cuda::hooked::real_fn::<$ty>($crate::cuda::hooked::Hooked::$hook) } {
+            // SAFETY: the driver's own function, called with the hook's arguments unchanged.
+            Some($f) => unsafe { $call },
+            None => $crate::cuda::driver::CU_ERROR_NOT_INITIALIZED,
+        }
+    }};
+}
 
 pub mod driver;
+mod driver_capture;
 mod origin;
 pub mod runtime;
 

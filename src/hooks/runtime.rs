@@ -311,6 +311,23 @@ pub unsafe extern "C" fn cudaStreamBeginCapture(stream: Stream, mode: i32) -> Cu
 }
 
 /// # Safety
+/// As `cudaStreamBeginCaptureToGraph` (CUDA 12.3).
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamBeginCaptureToGraph(
+    stream: Stream,
+    graph: Graph,
+    dependencies: *const c_void,
+    edge_data: *const c_void,
+    count: usize,
+    mode: i32,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::stream_begin_capture_to_graph(stream, graph, dependencies, edge_data, count, mode)
+    })
+}
+
+/// # Safety
 /// As `cudaStreamEndCapture`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut Graph) -> CudaStatus {

@@ -3,17 +3,19 @@
  * on a non-blocking stream, a request the waiting blocks would serve after a fence; on a
  * blocking stream, one a barrier would. CUDA refuses a device synchronization during a
  * capture, and a use of the legacy stream while a blocking stream is captured, and either
- * invalidates the capture. Usage: capture_fence MIB BLOCKING. Prints "malloc=CODE",
+ * invalidates the capture. Usage: capture_fence MIB BLOCKING [TO_GRAPH]: with TO_GRAPH 1, the
+ * capture goes into a graph the program made (cudaStreamBeginCaptureToGraph). Prints "malloc=CODE",
  * "status=STATUS" (cudaStreamIsCapturing before the end), "end=CODE" and "capture_fence ok". */
 #include "check.h"
 
 int main(int argc, char **argv)
 {
-    CHECK(argc == 3, "usage: capture_fence MIB BLOCKING");
+    CHECK(argc == 3 || argc == 4, "usage: capture_fence MIB BLOCKING [TO_GRAPH]");
+    int to_graph = argc == 4 && atoi(argv[3]);
     size_t request = (size_t)atoi(argv[1]) << 20;
     int blocking = atoi(argv[2]);
     cudaStream_t s;
-    cudaGraph_t graph = NULL;
+    cudaGraph_t graph = NULL, mine = NULL;
     void *held[64], *p = NULL;
     if (blocking)
         CHECK_CUDA(cudaStreamCreate(&s));
@@ -24,14 +26,23 @@ int main(int argc, char **argv)
     for (int i = 0; i < 64; i++)
         CHECK_CUDA(cudaFree(held[i]));
 
-    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    if (to_graph) {
+        CHECK_CUDA(cudaGraphCreate(&mine, 0));
+        CHECK_CUDA(cudaStreamBeginCaptureToGraph(s, mine, NULL, NULL, 0,
+                                                 cudaStreamCaptureModeRelaxed));
+    } else {
+        CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    }
     int malloc_result = (int)cudaMalloc(&p, request);
     if (malloc_result == 0)
         CHECK_CUDA(cudaFree(p));
     enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     CHECK_CUDA(cudaStreamIsCapturing(s, &status));
     int end = (int)cudaStreamEndCapture(s, &graph);
-    if (graph)
+    CHECK(!to_graph || graph == NULL || graph == mine, "another graph than the program's");
+    if (to_graph)
+        CHECK_CUDA(cudaGraphDestroy(mine));
+    else if (graph)
         CHECK_CUDA(cudaGraphDestroy(graph));
     (void)cudaGetLastError();
     CHECK_CUDA(cudaDeviceSynchronize());

@@ -11,10 +11,7 @@
  *                       threshold, see `default_pool_calls`.
  *   driver_pool MODE streams  instead: created streams where two devices are seen, see
  *                       `placed_streams`. */
-#include "check.h"
-#include "cuda.h"
-
-#include <dlfcn.h>
+#include "driver_proc.h"
 
 #define MiB (1024ull * 1024ull)
 
@@ -100,28 +97,11 @@ static void link_directly(void)
     cu.fill = cudasim_fill_kernel;
 }
 
-typedef CUresult (*get_proc_t)(const char *, void **, int, cuuint64_t,
-                               CUdriverProcAddressQueryResult *);
-
-static void *proc(get_proc_t get, const char *name, cuuint64_t flags)
-{
-    void *p = NULL;
-    CUdriverProcAddressQueryResult st;
-    CUresult r = get(name, &p, 12080, flags, &st);
-    CHECK(r == CUDA_SUCCESS && p != NULL, "cuGetProcAddress(%s, flags %llu): %d", name,
-          (unsigned long long)flags, (int)r);
-    return p;
-}
-
 /* As the static runtime: the driver opened by name, everything through cuGetProcAddress. */
 static void link_as_static_runtime(cuuint64_t flags)
 {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    get_proc_t first, get;
-    CHECK(h != NULL, "dlopen: %s", dlerror());
-    *(void **)&first = dlsym(h, "cuGetProcAddress_v2");
-    CHECK(first != NULL, "no cuGetProcAddress_v2");
-    *(void **)&get = proc(first, "cuGetProcAddress", 0);
+    void *h;
+    get_proc_t get = static_runtime_get_proc(&h);
     *(void **)&cu.init = proc(get, "cuInit", flags);
     *(void **)&cu.retain = proc(get, "cuDevicePrimaryCtxRetain", flags);
     *(void **)&cu.set_current = proc(get, "cuCtxSetCurrent", flags);

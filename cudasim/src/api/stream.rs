@@ -277,12 +277,7 @@ pub unsafe extern "C" fn cudaThreadExchangeStreamCaptureMode(mode: *mut c_int) -
             return Err(INVALID_VALUE);
         }
         // SAFETY: not NULL, and by the caller's contract valid for reading and writing an int.
-        let wanted = match unsafe { mode.read() } {
-            0 => CaptureMode::Global,
-            1 => CaptureMode::ThreadLocal,
-            2 => CaptureMode::Relaxed,
-            _ => return Err(INVALID_VALUE),
-        };
+        let wanted = capture_mode(unsafe { mode.read() })?;
         let old = THREAD_MODE
             .try_with(|m| m.replace(wanted))
             .map_err(|_| INVALID_VALUE)?;
@@ -292,78 +287,151 @@ pub unsafe extern "C" fn cudaThreadExchangeStreamCaptureMode(mode: *mut c_int) -
     })
 }
 
-/// Begins a capture (modes 0–2, else 1). The legacy stream cannot be captured (900); a stream
-/// already capturing gives 401. Work enqueued during the capture still runs as usual: the
-/// graph records nothing (see the README).
+/// A capture mode's number (0 global, 1 thread-local, 2 relaxed; else 1).
+fn capture_mode(mode: c_int) -> Result<CaptureMode, crate::errors::Code> {
+    match mode {
+        0 => Ok(CaptureMode::Global),
+        1 => Ok(CaptureMode::ThreadLocal),
+        2 => Ok(CaptureMode::Relaxed),
+        _ => Err(INVALID_VALUE),
+    }
+}
+
+/// Begins a capture on `stream`, the runtime's and the driver's alike, into the program's graph
+/// `into` (one `create_graph` made) or, at the end, a new one. The legacy stream cannot be
+/// captured (900); a stream already capturing gives 401; an unknown graph 1. Work enqueued
+/// during the capture still runs as usual: the graph records nothing (see the README).
+pub fn begin_capture(stream: usize, mode: c_int, into: Option<usize>) -> CudaResult {
+    let mode = capture_mode(mode)?;
+    with_state(|st| {
+        let id = st.stream(stream)?;
+        if into.is_some_and(|g| !st.graphs.contains(&g)) {
+            return Err(INVALID_VALUE);
+        }
+        if let StreamId::Legacy(_) = id {
+            return Err(STREAM_CAPTURE_UNSUPPORTED);
+        }
+        if st.streams.get(id).capture.is_some() {
+            return Err(ILLEGAL_STATE);
+        }
+        let capture = Capture {
+            mode,
+            thread: current::thread_key(),
+            invalidated: false,
+            into,
+        };
+        st.streams.set_capture(id, Some(capture));
+        Ok(())
+    })
+}
+
+/// Ends `stream`'s capture and gives its graph: the program's for a capture into one, else a new
+/// (empty) one; 401 if it is not capturing, 901 and a NULL graph if a call CUDA forbids
+/// invalidated it. The runtime's and the driver's alike.
+///
+/// # Safety
+/// `graph` must be NULL or valid for writing a graph handle.
+pub unsafe fn end_capture(stream: usize, graph: *mut CudaGraph) -> CudaResult {
+    // SAFETY: forwarded from the caller.
+    let out = unsafe { Out::new(graph)? };
+    with_state(|st| {
+        let id = st.stream(stream)?;
+        let Some(capture) = st.streams.get(id).capture else {
+            return Err(ILLEGAL_STATE);
+        };
+        st.streams.set_capture(id, None);
+        if capture.invalidated {
+            // The capture ends, with no graph.
+            out.set(std::ptr::null_mut());
+            return Err(STREAM_CAPTURE_INVALIDATED);
+        }
+        let h = capture.into.unwrap_or_else(|| new_graph(st));
+        out.set(h as CudaGraph);
+        Ok(())
+    })
+}
+
+fn new_graph(st: &mut crate::state::State) -> usize {
+    let h = handles::create(GRAPH_MAGIC);
+    st.graphs.insert(h);
+    h
+}
+
+/// `cudaGraphCreate` and `cuGraphCreate`: an empty graph (flags must be 0).
+///
+/// # Safety
+/// `graph` must be NULL or valid for writing a graph handle.
+pub unsafe fn create_graph(graph: *mut CudaGraph, flags: c_uint) -> CudaResult {
+    // SAFETY: forwarded from the caller.
+    let out = unsafe { Out::new(graph)? };
+    if flags != 0 {
+        return Err(INVALID_VALUE);
+    }
+    with_state(|st| {
+        out.set(new_graph(st) as CudaGraph);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaGraphCreate(graph: *mut CudaGraph, flags: c_uint) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaGraph_t.
+    runtime_call(Func::cudaGraphCreate, || unsafe {
+        create_graph(graph, flags)
+    })
+}
+
+/// `begin_capture` (modes 0–2, else 1).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamBeginCapture(stream: CudaStream, mode: c_int) -> c_int {
     runtime_call(Func::cudaStreamBeginCapture, || {
-        let mode = match mode {
-            0 => CaptureMode::Global,
-            1 => CaptureMode::ThreadLocal,
-            2 => CaptureMode::Relaxed,
-            _ => return Err(INVALID_VALUE),
-        };
-        with_state(|st| {
-            let id = st.stream(stream as usize)?;
-            if let StreamId::Legacy(_) = id {
-                return Err(STREAM_CAPTURE_UNSUPPORTED);
-            }
-            if st.streams.get(id).capture.is_some() {
-                return Err(ILLEGAL_STATE);
-            }
-            let capture = Capture {
-                mode,
-                thread: current::thread_key(),
-                invalidated: false,
-            };
-            st.streams.set_capture(id, Some(capture));
-            Ok(())
-        })
+        begin_capture(stream as usize, mode, None)
     })
 }
 
-/// Ends the stream's capture and gives a new (empty) graph; 401 if it is not capturing.
+/// `begin_capture` into the program's `graph` (CUDA 12.3). The dependencies are not modelled.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamBeginCaptureToGraph(
+    stream: CudaStream,
+    graph: CudaGraph,
+    _dependencies: *const std::ffi::c_void,
+    _edge_data: *const std::ffi::c_void,
+    _count: usize,
+    mode: c_int,
+) -> c_int {
+    runtime_call(Func::cudaStreamBeginCaptureToGraph, || {
+        begin_capture(stream as usize, mode, Some(graph as usize))
+    })
+}
+
+/// `end_capture`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamEndCapture(stream: CudaStream, graph: *mut CudaGraph) -> c_int {
-    runtime_call(Func::cudaStreamEndCapture, || {
-        // SAFETY: the caller passes NULL or a pointer valid for writing a cudaGraph_t.
-        let out = unsafe { Out::new(graph)? };
-        with_state(|st| {
-            let id = st.stream(stream as usize)?;
-            let Some(capture) = st.streams.get(id).capture else {
-                return Err(ILLEGAL_STATE);
-            };
-            st.streams.set_capture(id, None);
-            if capture.invalidated {
-                // The capture ends, with no graph.
-                out.set(std::ptr::null_mut());
-                return Err(STREAM_CAPTURE_INVALIDATED);
-            }
-            let h = handles::create(GRAPH_MAGIC);
-            st.graphs.insert(h);
-            out.set(h as CudaGraph);
-            Ok(())
-        })
+    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaGraph_t.
+    runtime_call(Func::cudaStreamEndCapture, || unsafe {
+        end_capture(stream as usize, graph)
     })
 }
 
-/// Destroys a graph of `cudaStreamEndCapture` (NULL: 1; any other unknown handle: 400).
+/// Destroys a graph of a capture's end (NULL: 1; any other unknown handle: 400), the runtime's
+/// and the driver's alike.
+pub fn destroy_graph(graph: usize) -> CudaResult {
+    if graph == 0 {
+        return Err(INVALID_VALUE);
+    }
+    with_state(|st| {
+        if !st.graphs.remove(&graph) {
+            return Err(INVALID_RESOURCE_HANDLE);
+        }
+        // SAFETY: a handle made by `handles::create`, now removed from its registry.
+        unsafe { handles::destroy(graph) };
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cudaGraphDestroy(graph: CudaGraph) -> c_int {
-    runtime_call(Func::cudaGraphDestroy, || {
-        if graph.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        with_state(|st| {
-            if !st.graphs.remove(&(graph as usize)) {
-                return Err(INVALID_RESOURCE_HANDLE);
-            }
-            // SAFETY: a handle made by `handles::create`, now removed from its registry.
-            unsafe { handles::destroy(graph as usize) };
-            Ok(())
-        })
-    })
+    runtime_call(Func::cudaGraphDestroy, || destroy_graph(graph as usize))
 }
 
 /// `cudaStreamWaitEvent` and `cuStreamWaitEvent`: `flags` must be `cudaEventWaitDefault` (0)

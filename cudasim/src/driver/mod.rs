@@ -27,6 +27,8 @@ pub type CuContext = *mut c_void;
 pub type CuStream = *mut c_void;
 pub type CuEvent = *mut c_void;
 pub type CuFunction = *mut c_void;
+/// `CUgraph`: a `cudaGraph_t`.
+pub type CuGraph = *mut c_void;
 
 /// Runs the body of the driver function `func`: counts the call for fault injection (an
 /// injected fault returns its error as is and skips the body), turns a panic into

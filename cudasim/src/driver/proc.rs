@@ -27,9 +27,10 @@ const PER_THREAD_DEFAULT_STREAM: u64 = 2;
 type Version = (c_int, usize, Option<usize>);
 
 /// The ABIs of `name`, oldest first. The simulator has one ABI per name (the `_v2` where CUDA
-/// has several), except `cuGetProcAddress` and `cuCtxCreate`; a version below the first is not
-/// sufficient. Newer ABIs it lacks (`cuCtxCreate_v3` at 11040) are not offered: their base
-/// names give the newest ABI the simulator has.
+/// has several), except `cuGetProcAddress`, `cuCtxCreate` and `cuStreamBeginCapture` (10.0's
+/// has no mode); a version below the first is not sufficient. Newer ABIs it lacks
+/// (`cuCtxCreate_v3` at 11040) are not offered: their base names give the newest ABI the
+/// simulator has.
 fn versions(name: &[u8]) -> Vec<Version> {
     macro_rules! one {
         ($v:expr, $f:expr) => {
@@ -102,6 +103,26 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuStreamGetId" => one!(12000, cuStreamGetId),
         b"cuStreamGetCtx" => one!(9020, cuStreamGetCtx),
         b"cuStreamIsCapturing" => one!(10000, cuStreamIsCapturing),
+        b"cuStreamBeginCapture" => vec![
+            (
+                10000,
+                cuStreamBeginCapture as *const () as usize,
+                Some(cuStreamBeginCapture_ptsz as *const () as usize),
+            ),
+            (
+                10010,
+                cuStreamBeginCapture_v2 as *const () as usize,
+                Some(cuStreamBeginCapture_v2_ptsz as *const () as usize),
+            ),
+        ],
+        b"cuStreamEndCapture" => one!(10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
+        b"cuStreamBeginCaptureToGraph" => one!(
+            12030,
+            cuStreamBeginCaptureToGraph,
+            cuStreamBeginCaptureToGraph_ptsz
+        ),
+        b"cuGraphCreate" => one!(10000, cuGraphCreate),
+        b"cuGraphDestroy" => one!(10000, cuGraphDestroy),
         b"cuStreamWaitEvent" => one!(3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
         b"cuEventCreate" => one!(2000, cuEventCreate),
         b"cuEventRecord" => one!(2000, cuEventRecord, cuEventRecord_ptsz),
@@ -272,11 +293,15 @@ mod tests {
                 $f as *const () as usize
             };
         }
-        let found: [(&[u8], c_int, u64, usize); 9] = [
+        let capture: &[u8] = b"cuStreamBeginCapture";
+        let found: [(&[u8], c_int, u64, usize); 12] = [
             (b"cuMemAlloc", 3020, 0, at!(cuMemAlloc_v2)),
             (b"cuMemAllocAsync", 12080, 2, at!(cuMemAllocAsync_ptsz)),
             (b"cuMemAllocAsync", 12080, 1, at!(cuMemAllocAsync)),
             (b"cuMemAlloc", 12080, 2, at!(cuMemAlloc_v2)),
+            (capture, 10000, 2, at!(cuStreamBeginCapture_ptsz)),
+            (capture, 12080, 0, at!(cuStreamBeginCapture_v2)),
+            (capture, 12080, 2, at!(cuStreamBeginCapture_v2_ptsz)),
             (b"cuGetProcAddress", 11080, 0, at!(cuGetProcAddress)),
             (b"cuGetProcAddress", 12000, 0, at!(cuGetProcAddress_v2)),
             (b"cuCtxCreate", 3020, 0, at!(cuCtxCreate_v2)),

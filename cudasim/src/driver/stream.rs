@@ -1,12 +1,15 @@
 //! Streams, events and launches: the runtime's, on the same handles (a `CUstream` is a
 //! `cudaStream_t`) and the same in-flight model.
 
-use super::{driver_call, with_ptsz, CuEvent, CuFunction, CuResult, CuStream};
+use super::{driver_call, with_ptsz, CuEvent, CuFunction, CuGraph, CuResult, CuStream};
 use crate::api::{event, kernel, stream};
 use crate::context;
 use crate::errors::INVALID_VALUE;
 use crate::faults::Func;
 use std::ffi::{c_int, c_uint, c_void};
+
+/// `CU_STREAM_CAPTURE_MODE_GLOBAL`: the mode of CUDA 10.0's `cuStreamBeginCapture`.
+const CU_STREAM_CAPTURE_MODE_GLOBAL: c_int = 0;
 
 /// `CU_STREAM_DEFAULT` (0) or `CU_STREAM_NON_BLOCKING` (1), as the runtime's flags.
 #[no_mangle]
@@ -93,6 +96,67 @@ pub unsafe extern "C" fn cuStreamIsCapturing(stream: CuStream, status: *mut c_in
         context::require_context()?;
         // SAFETY: the caller passes NULL or a pointer valid for writing the status enum.
         unsafe { stream::is_capturing(stream as usize, status) }
+    })
+}
+
+with_ptsz! {
+    /// CUDA 10.0's, with no mode: a capture in global mode.
+    fn cuStreamBeginCapture / cuStreamBeginCapture_ptsz (stream: CuStream; stream) {
+        context::require_context()?;
+        stream::begin_capture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL, None)
+    }
+}
+
+with_ptsz! {
+    /// As `cudaStreamBeginCapture` (CUDA 10.1): the modes have the runtime's values.
+    fn cuStreamBeginCapture_v2 / cuStreamBeginCapture_v2_ptsz (stream: CuStream, mode: c_int; stream) {
+        context::require_context()?;
+        stream::begin_capture(stream, mode, None)
+    }
+}
+
+with_ptsz! {
+    /// As `cudaStreamBeginCaptureToGraph` (CUDA 12.3).
+    fn cuStreamBeginCaptureToGraph / cuStreamBeginCaptureToGraph_ptsz (
+        stream: CuStream,
+        graph: CuGraph,
+        _dependencies: *const c_void,
+        _edge_data: *const c_void,
+        _count: usize,
+        mode: c_int;
+        stream
+    ) {
+        context::require_context()?;
+        stream::begin_capture(stream, mode, Some(graph as usize))
+    }
+}
+
+with_ptsz! {
+    /// As `cudaStreamEndCapture`: `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` (901) and a NULL
+    /// graph for a capture a refused call invalidated.
+    fn cuStreamEndCapture / cuStreamEndCapture_ptsz (stream: CuStream, graph: *mut CuGraph; stream) {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUgraph.
+        unsafe { stream::end_capture(stream, graph) }
+    }
+}
+
+/// As `cudaGraphCreate`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphCreate(graph: *mut CuGraph, flags: c_uint) -> CuResult {
+    driver_call(Func::cuGraphCreate, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUgraph.
+        unsafe { stream::create_graph(graph, flags) }
+    })
+}
+
+/// As `cudaGraphDestroy`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphDestroy(graph: CuGraph) -> CuResult {
+    driver_call(Func::cuGraphDestroy, || {
+        context::require_context()?;
+        stream::destroy_graph(graph as usize)
     })
 }
 

@@ -1,0 +1,98 @@
+//! Graph captures begun through the driver API, as XLA (JAX), TensorFlow and the static runtime
+//! begin them (`tests/c/driver_capture_fence.c`), and captures that the driver begins and the
+//! runtime ends, or the reverse (`tests/c/capture_both_layers.c`). CUDA refuses a device
+//! synchronization during a capture, and a use of the legacy stream while a blocking stream is
+//! captured, and invalidates the capture: the pool must take neither while one is underway, and
+//! take them again once it ended.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use sim::Sim;
+use support::{number, ok, pooled, unpooled};
+
+fn driver_only() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        Sim::get().compile_driver(&support::root().join("tests/c/driver_capture_fence.c"))
+    })
+    .clone()
+}
+
+/// The program's request in MiB, whether its stream is blocking and whether it captures into its
+/// own graph, with the simulator's settings.
+type Case = ([&'static str; 3], &'static [(&'static str, &'static str)]);
+
+/// 100 MiB on a 128 MiB device, non-blocking stream: the 64 MiB of waiting blocks would serve
+/// it after a fence. 1 MiB on a blocking stream: a barrier would. Each also into the program's
+/// own graph (`cuStreamBeginCaptureToGraph`, CUDA 12.3).
+const CASES: [Case; 4] = [
+    (["100", "0", "0"], SMALL),
+    (["1", "1", "0"], ZERO_CONTEXT),
+    (["100", "0", "1"], SMALL),
+    (["1", "1", "1"], ZERO_CONTEXT),
+];
+const SMALL: &[(&str, &str)] = &[("CUDASIM_MEM", "128MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+const ZERO_CONTEXT: &[(&str, &str)] = &[("CUDASIM_CONTEXT_BYTES", "0")];
+
+#[test]
+fn a_driver_capture_cuda_lets_run_survives_the_pools_fences_and_barriers() {
+    for mode in ["lcuda", "static", "static-ptsz"] {
+        for (case, env) in CASES {
+            let args = [mode, case[0], case[1], case[2]];
+            let (without, _) = ok(&mut unpooled(&driver_only(), &args, env));
+            for expected in ["malloc=0\n", "status=1\n", "end=0\n", "graph=1\n"] {
+                assert!(without.contains(expected), "{args:?}: {without}");
+            }
+            for reuse in ["strict", "barrier", "relaxed"] {
+                let mut all = env.to_vec();
+                all.push(("GPUPOOL_REUSE", reuse));
+                let (with, stderr) = ok(&mut pooled(&driver_only(), &args, &all));
+                for expected in ["malloc=0\n", "status=1\n", "end=0\n", "graph=1\n"] {
+                    assert!(
+                        with.contains(expected),
+                        "{reuse} {args:?}: {with}\n{stderr}"
+                    );
+                }
+                // After the end the pool fences again: the whole cache goes back to the driver.
+                assert!(
+                    number::<u64>(&with, "released=") > 0,
+                    "{reuse} {args:?}: {with}"
+                );
+                assert_eq!(
+                    number::<u64>(&with, "live_after="),
+                    0,
+                    "{reuse} {args:?}: {with}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_capture_seen_by_both_layers_is_noted_once_and_forgotten_at_its_end() {
+    let exe = support::c_program_with_driver("capture_both_layers");
+    let env = [("CUDASIM_MEM", "128MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+    let (without, _) = ok(&mut unpooled(&exe, &[], &env));
+    let mut strict = env.to_vec();
+    strict.push(("GPUPOOL_REUSE", "strict"));
+    let (with, stderr) = ok(&mut pooled(&exe, &[], &strict));
+    for out in [&with, &without] {
+        for expected in [
+            "malloc=0\n",
+            "first_end=0\n",
+            "second_end=0\n",
+            "graphs=2\n",
+        ] {
+            assert!(out.contains(expected), "{out}\n{stderr}");
+        }
+    }
+    // Both captures ended, each through the other layer: the pool's fence runs again, and the
+    // whole cache goes back to the driver.
+    assert!(number::<u64>(&with, "released=") > 0, "{with}");
+    assert_eq!(number::<u64>(&with, "live_after="), 0, "{with}");
+}
