@@ -69,10 +69,16 @@ pub fn ended(stream: Stream) {
     COUNT.store(s.len(), Ordering::Release);
 }
 
+/// Error 400 of both APIs: the stream no longer exists.
+const INVALID_HANDLE: i32 = 400;
+/// Error 709 of both APIs: the stream's context was destroyed with it.
+const CONTEXT_IS_DESTROYED: i32 = 709;
+
 /// Whether a capture is underway, asked of `is_capturing` (the runtime's where the pool's calls
-/// go to a runtime, else the driver's). A stream whose capture ended unseen (destroyed while
-/// capturing) is dropped once it is said not to be capturing. Without a query, every noted
-/// capture counts as underway.
+/// go to a runtime, else the driver's). A stream whose capture ended unseen is dropped once it
+/// is said not to be capturing, or to be gone (destroyed while capturing, or with its context).
+/// Any other error (this thread has no context) says nothing of the capture, which stays.
+/// Without a query, every noted capture counts as underway.
 pub fn underway(is_capturing: Option<IsCapturingFn>) -> bool {
     if COUNT.load(Ordering::Acquire) == 0 {
         return false;
@@ -90,8 +96,42 @@ pub fn underway(is_capturing: Option<IsCapturingFn>) -> bool {
         let mut status = 0;
         // SAFETY: a stream the program captured, and a valid out-pointer.
         let r = unsafe { is_capturing(e.stream as Stream, &mut status) };
-        r == 0 && status != 0
+        match r {
+            0 => status != 0,
+            INVALID_HANDLE | CONTEXT_IS_DESTROYED => false,
+            _ => true,
+        }
     });
     COUNT.store(s.len(), Ordering::Release);
     !s.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The capture's state, as a query from a thread with or without a context answers it.
+    unsafe extern "C" fn no_context(_: Stream, _: *mut i32) -> i32 {
+        201
+    }
+    unsafe extern "C" fn gone(_: Stream, _: *mut i32) -> i32 {
+        INVALID_HANDLE
+    }
+
+    // One test: the registry is the process's.
+    #[test]
+    fn a_capture_stays_underway_until_cuda_says_it_ended_or_its_stream_is_gone() {
+        let stream = 0x5eed0 as Stream;
+        began(stream);
+        began(stream);
+        assert!(
+            underway(Some(no_context)),
+            "a thread without a context cannot end it"
+        );
+        assert!(underway(None));
+        assert!(!underway(Some(gone)), "a destroyed stream captures nothing");
+        began(stream);
+        ended(stream);
+        assert!(!underway(None), "one end forgets a capture noted twice");
+    }
 }
