@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo build --workspace
+# --locked: a Cargo.lock that no longer matches a manifest fails here, not rewritten in the tree.
+cargo build --workspace --locked
 # tests/packaging.rs builds a program with pkg-config against an installed prefix.
 if ! command -v pkg-config >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq pkgconf >/dev/null
@@ -25,6 +26,6 @@ python3 tests/python_package_test.py
 # The C programs under valgrind's memcheck (installs valgrind if missing).
 scripts/valgrind.sh
 # The fuzz targets' corpus plus seeded mutations, on stable (cargo-fuzz itself needs nightly).
-cargo test --quiet --manifest-path fuzz/Cargo.toml
+cargo test --locked --quiet --manifest-path fuzz/Cargo.toml
 # The GPU check's CUDA programs still compile (nvcc 13.0 from PyPI; no GPU needed).
 scripts/cu-build-check.sh
