@@ -190,3 +190,54 @@ fn the_first_cuda_call_while_another_thread_is_inside_dlopen_of_a_cuda_library()
         out.status
     );
 }
+
+/// A program's `atexit` handler, registered after its first CUDA call, frees its blocks,
+/// allocates once more and empties the cache, after glibc ran the thread-locals' destructors
+/// (the pool's thread caches among them). Every call succeeds, the driver gets every byte back,
+/// and the summary counts each allocation and free once.
+#[test]
+fn an_atexit_handler_frees_its_blocks_and_empties_the_cache() {
+    let sim = sim::Sim::get();
+    let include = format!("-I{}", root().join("include").display());
+    let libs = support::gpupool_libs();
+    let libs: Vec<&str> = libs.iter().map(String::as_str).collect();
+    let program = sim.build(
+        &root().join("tests/c/at_exit.c"),
+        &sim::Build {
+            compiler: "cc",
+            flags: &["-std=c11", &include, "-pthread"],
+            libs: &libs,
+            cudart: true,
+        },
+    );
+    for expandable in ["0", "1"] {
+        let dir = scratch(&format!("at-exit-{expandable}"));
+        let summary = dir.join("summary.json");
+        let env = [
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_SUMMARY", summary.to_str().expect("utf-8 path")),
+        ];
+        let out = output_within(support::clean_command(&program).envs(env), 60);
+        let (stdout, stderr) = texts(&out);
+        assert!(
+            out.status.success() && stdout.contains("driver keeps 0 live bytes, 0 VMM bytes"),
+            "expandable {expandable} ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            out.status
+        );
+        let released: u64 = stdout
+            .split("released ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no release figure in {stdout}"));
+        let text = std::fs::read_to_string(&summary).expect("a summary");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON summary");
+        let d = &v["devices"][0];
+        // 8 on the other thread, 16 in main, 1 in the handler.
+        assert_eq!(d["allocations"], 25, "{text}");
+        assert_eq!(d["frees"], 25, "{text}");
+        assert_eq!(d["still_allocated"]["blocks"], 0, "{text}");
+        assert_eq!(d["reserved_bytes"]["current"], 0, "{text}");
+        assert_eq!(d["released"]["empty_cache_bytes"], released, "{text}");
+        assert!(released > 0, "{text}");
+    }
+}

@@ -18,6 +18,7 @@ enum cudaError {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInitializationError = 3,
+    cudaErrorCudartUnloading = 4,
     cudaErrorInsufficientDriver = 35,
     cudaErrorInvalidDeviceFunction = 98,
     cudaErrorNoDevice = 100,

@@ -12,10 +12,10 @@
 
 use crate::config::{self, MAX_DEVICES};
 use crate::current;
-use crate::errors::{CudaResult, CU_INVALID_CONTEXT, CU_NOT_INITIALIZED};
+use crate::errors::{CudaResult, CU_INVALID_CONTEXT, CU_NOT_INITIALIZED, MEMORY_ALLOCATION};
 use crate::handles::{self, CONTEXT_MAGIC};
 use crate::state::with_state;
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -51,9 +51,46 @@ fn primary_device(handle: usize) -> Option<usize> {
     (d < MAX_DEVICES).then_some(d)
 }
 
+/// How many contexts a thread's stack holds; a push beyond gives `CUDA_ERROR_OUT_OF_MEMORY`.
+pub const DEPTH: usize = 32;
+
+/// A thread's context stack, each context with its device; the top is current. Cells of plain
+/// numbers: the thread-local needs no destructor, so the stack outlives the thread's TLS
+/// destructors, which glibc runs at `exit` before the `atexit` handlers that may still call
+/// CUDA (NVIDIA's runtime serves them).
+struct Stack {
+    len: Cell<usize>,
+    entries: [Cell<(usize, usize)>; DEPTH],
+}
+
+impl Stack {
+    fn top(&self) -> Option<(usize, usize)> {
+        let len = self.len.get();
+        (len > 0).then(|| self.entries[len - 1].get())
+    }
+
+    fn pop(&self) -> Option<(usize, usize)> {
+        let top = self.top()?;
+        self.len.set(self.len.get() - 1);
+        Some(top)
+    }
+
+    fn push(&self, entry: (usize, usize)) -> CudaResult {
+        let len = self.len.get();
+        let slot = self.entries.get(len).ok_or(MEMORY_ALLOCATION)?;
+        slot.set(entry);
+        self.len.set(len + 1);
+        Ok(())
+    }
+}
+
 thread_local! {
-    /// The calling thread's context stack, with each context's device; the top is current.
-    static STACK: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+    static STACK: Stack = const {
+        Stack {
+            len: Cell::new(0),
+            entries: [const { Cell::new((0, 0)) }; DEPTH],
+        }
+    };
 }
 
 /// The device of a live context; `CUDA_ERROR_INVALID_CONTEXT` for anything else (a destroyed
@@ -72,10 +109,7 @@ pub fn device_of(handle: usize) -> CudaResult<usize> {
 
 /// The current context, if any.
 pub fn current_context() -> Option<usize> {
-    STACK
-        .try_with(|s| s.borrow().last().map(|&(h, _)| h))
-        .ok()
-        .flatten()
+    STACK.with(|s| s.top().map(|(h, _)| h))
 }
 
 /// The current context when it is a created one (`cuCtxCreate_v2`), not a primary one.
@@ -96,19 +130,15 @@ pub fn require_context() -> CudaResult {
 }
 
 /// Runs `f` on the thread's stack, then makes the new top's device current for the runtime.
-/// A thread being torn down has no stack: `f` is not run.
-fn with_stack<R: Default>(f: impl FnOnce(&mut Vec<(usize, usize)>) -> R) -> R {
-    STACK
-        .try_with(|s| {
-            let mut stack = s.borrow_mut();
-            let r = f(&mut stack);
-            if let Some(&(_, d)) = stack.last() {
-                // The device is in range: it belongs to a live context.
-                let _ = current::set(d as i32);
-            }
-            r
-        })
-        .unwrap_or_default()
+fn with_stack<R>(f: impl FnOnce(&Stack) -> R) -> R {
+    STACK.with(|stack| {
+        let r = f(stack);
+        if let Some((_, d)) = stack.top() {
+            // The device is in range: it belongs to a live context.
+            let _ = current::set(d as i32);
+        }
+        r
+    })
 }
 
 /// `cuCtxSetCurrent`: replaces the top of the stack (NULL: pops it).
@@ -119,16 +149,14 @@ pub fn set_current(handle: usize) -> CudaResult {
     };
     with_stack(|s| {
         s.pop();
-        s.extend(entry);
-    });
-    Ok(())
+        entry.map_or(Ok(()), |e| s.push(e))
+    })
 }
 
 /// `cuCtxPushCurrent_v2`.
 pub fn push(handle: usize) -> CudaResult {
     let d = device_of(handle)?;
-    with_stack(|s| s.push((handle, d)));
-    Ok(())
+    with_stack(|s| s.push((handle, d)))
 }
 
 /// `cuCtxPopCurrent_v2`: the context popped.
@@ -140,21 +168,21 @@ pub fn pop() -> CudaResult<usize> {
 
 /// `cudaSetDevice`: makes device `d`'s primary context current (lock-free: thread-locals only).
 pub fn set_device(d: usize) {
-    let _ = STACK.try_with(|s| {
-        let mut stack = s.borrow_mut();
-        stack.pop();
-        stack.push((primary(d), d));
+    STACK.with(|s| {
+        s.pop();
+        // Room for one: one was just popped, or the stack is empty.
+        let _ = s.push((primary(d), d));
     });
 }
 
 /// What the runtime does before it calls the driver: a thread with no current context gets
 /// its current device's primary context.
 pub fn bind_runtime() {
-    let _ = STACK.try_with(|s| {
-        let mut stack = s.borrow_mut();
-        if stack.is_empty() {
+    STACK.with(|s| {
+        if s.top().is_none() {
             let d = current::get();
-            stack.push((primary(d), d));
+            // An empty stack has room.
+            let _ = s.push((primary(d), d));
         }
     });
 }
@@ -167,7 +195,11 @@ pub fn create(d: usize) -> CudaResult<usize> {
         st.contexts.insert(h, d);
         Ok(h)
     })?;
-    with_stack(|s| s.push((h, d)));
+    if let Err(full) = with_stack(|s| s.push((h, d))) {
+        // A context the caller never gets a handle to is not kept.
+        destroy(h)?;
+        return Err(full);
+    }
     Ok(h)
 }
 
@@ -187,7 +219,7 @@ pub fn destroy(handle: usize) -> CudaResult {
         Ok(())
     })?;
     with_stack(|s| {
-        if s.last().is_some_and(|&(h, _)| h == handle) {
+        if s.top().is_some_and(|(h, _)| h == handle) {
             s.pop();
         }
     });

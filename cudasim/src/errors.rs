@@ -14,6 +14,7 @@ pub const SUCCESS: Code = 0;
 pub const INVALID_VALUE: Code = 1;
 pub const MEMORY_ALLOCATION: Code = 2;
 pub const INITIALIZATION_ERROR: Code = 3;
+pub const CUDART_UNLOADING: Code = 4;
 pub const INSUFFICIENT_DRIVER: Code = 35;
 pub const INVALID_DEVICE_FUNCTION: Code = 98;
 pub const NO_DEVICE: Code = 100;
@@ -48,6 +49,11 @@ const TABLE: &[(Code, &CStr, &CStr)] = &[
         INITIALIZATION_ERROR,
         c"cudaErrorInitializationError",
         c"initialization error",
+    ),
+    (
+        CUDART_UNLOADING,
+        c"cudaErrorCudartUnloading",
+        c"driver shutting down",
     ),
     (
         INSUFFICIENT_DRIVER,

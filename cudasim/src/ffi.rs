@@ -3,6 +3,7 @@
 use crate::config;
 use crate::errors::{self, Code, CudaResult, INVALID_VALUE, UNKNOWN};
 use crate::faults::{self, Func};
+use crate::teardown;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
@@ -11,14 +12,18 @@ pub fn boundary<T>(on_panic: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(on_panic)
 }
 
-/// Runs the body of the runtime function `func`: counts the call for fault injection (an
-/// injected fault returns its error and skips the body), turns a panic into
+/// Runs the body of the runtime function `func`: refuses it after the runtime's teardown at
+/// exit (`teardown`), counts the call for fault injection (an injected fault returns its error
+/// and skips the body), turns a panic into
 /// `cudaErrorUnknown`, and records a failure as the thread's last error.
 pub fn runtime_call(func: Func, body: impl FnOnce() -> CudaResult) -> Code {
     let code = boundary(UNKNOWN, || {
         // Reading the configuration arms `CUDASIM_FAIL` before the first call is counted;
         // a bad configuration is reported by the bodies that need it.
         let _ = config::get();
+        if let Err(unloading) = teardown::on_runtime_call() {
+            return unloading;
+        }
         match faults::on_call(func) {
             Some(injected) => injected,
             None => body().err().unwrap_or(errors::SUCCESS),

@@ -22,5 +22,6 @@ mod memory;
 mod mempool;
 mod pools;
 mod state;
+mod teardown;
 mod timeline;
 mod vmm;

@@ -264,3 +264,21 @@ fn fork_while_the_driver_is_being_linked() {
     let out = run_c("sim_fork.c", &[], &[("CUDASIM_LINK_DELAY_MS", "500")]);
     assert!(out.contains("sim_fork: all checks passed"));
 }
+
+#[test]
+fn calls_at_exit_follow_the_runtimes_teardown_order() {
+    let out = run_c("sim_exit.c", &[], &[("CUDASIM_MEM", "1GiB")]);
+    assert!(out.contains("sim_exit: main done"), "{out}");
+    // Registered after the first call: served (main's block freed, the new one left live).
+    // Registered before: refused, and nothing changes.
+    assert!(
+        out.contains("after: cudaMalloc 0, cudaFree 0, live 1048576"),
+        "{out}"
+    );
+    assert!(
+        out.contains("before: cudaMalloc 4, cudaFree 4, live 1048576"),
+        "{out}"
+    );
+    let after = out.find("after:").expect("after ran");
+    assert!(after < out.find("before:").expect("before ran"), "{out}");
+}

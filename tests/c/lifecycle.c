@@ -40,19 +40,34 @@ __attribute__((constructor)) static void early(void)
     tag_block(g_ctor_block, 4096, 0x5C);
 }
 
+/* A storm thread's call: the thread ends quietly once the runtime answers that it was torn
+ * down (the main thread is in exit, past the runtime's teardown), as it does with NVIDIA's. */
+#define STORM_CUDA(call)                                                                       \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ == cudaErrorCudartUnloading)                                                    \
+            return NULL;                                                                       \
+        CHECK(e_ == cudaSuccess, "%s returned %d", #call, (int)e_);                            \
+    } while (0)
+
 static void *storm(void *arg)
 {
     uint64_t rng = 0x1234567ull + (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull;
+    unsigned char seen[4096];
     while (!g_stop) {
         int dev = (int)(rng_next(&rng) % (uint64_t)g_devices);
         size_t n = (size_t)(rng_next(&rng) % (96u << 10)) + 1;
+        size_t k = n < sizeof seen ? n : sizeof seen;
         unsigned char tag = (unsigned char)(rng_next(&rng) % 255 + 1);
         void *p;
-        CHECK_CUDA(cudaSetDevice(dev));
-        CHECK_CUDA(cudaMalloc(&p, n));
-        tag_block(p, n < 4096 ? n : 4096, tag);
-        check_tag(p, n < 4096 ? n : 4096, tag);
-        CHECK_CUDA(cudaFree(p));
+        STORM_CUDA(cudaSetDevice(dev));
+        STORM_CUDA(cudaMalloc(&p, n));
+        STORM_CUDA(cudaMemset(p, tag, k));
+        STORM_CUDA(cudaMemcpy(seen, p, k, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < k; i++)
+            CHECK(seen[i] == tag, "block %p byte %zu is %u, expected %u (clobbered)", p, i,
+                  (unsigned)seen[i], (unsigned)tag);
+        STORM_CUDA(cudaFree(p));
     }
     return NULL;
 }
