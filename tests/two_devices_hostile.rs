@@ -61,8 +61,9 @@ fn a_runtime_allocation_in_a_context_the_program_made_is_left_to_cuda_and_dies_w
     // them, and the next 8 MiB block, in the primary context, was in the freed memory
     // (cudaMemset answered 1 with classic segments); the free of a block that died with the
     // context answered 0 instead of 1, and 16 MiB stayed mapped with expandable segments.
-    // The same with the context of cuCtxCreate_v4, CUDA 13's cuCtxCreate.
-    for mode in ["own-context", "own-context-v4"] {
+    // The same with the contexts of cuCtxCreate_v3, which a lookup of cuCtxCreate gives from
+    // CUDA 11.4 to 12.4, and of cuCtxCreate_v4, CUDA 13's cuCtxCreate.
+    for mode in ["own-context", "own-context-v3", "own-context-v4"] {
         reads_as_without_the_pool(mode, &[]);
         let (_, err) = run(mode, true, &[("GPUPOOL_SUMMARY", "stderr")]);
         assert!(

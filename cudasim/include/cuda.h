@@ -178,6 +178,10 @@ CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuCtxSynchronize(void);
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+/* CUDA 11.4's ABI, cuCtxCreate by lookup at 11.4 to 12.4: no execution affinity parameters make
+ * a regular context (some: CUDA_ERROR_NOT_SUPPORTED here). */
+CUresult cuCtxCreate_v3(CUcontext *pctx, void *paramsArray, int numParams, unsigned int flags,
+                        CUdevice dev);
 /* CUDA 12.5's ABI, which CUDA 13's cuCtxCreate names: params NULL, or naming neither execution
  * affinity nor CIG, make a regular context (those two: CUDA_ERROR_NOT_SUPPORTED here). */
 typedef struct CUctxCreateParams_st {

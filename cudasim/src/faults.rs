@@ -110,6 +110,7 @@ functions!(
     cuCtxGetDevice,
     cuCtxSynchronize,
     cuCtxCreate_v2,
+    cuCtxCreate_v3,
     cuCtxCreate_v4,
     cuCtxDestroy_v2,
     cuCtxPushCurrent_v2,

@@ -52,6 +52,10 @@ pub type CtxGetCurrentFn = unsafe extern "C" fn(*mut CuContext) -> CuResult;
 pub type CtxGetDeviceFn = unsafe extern "C" fn(*mut CuDevice) -> CuResult;
 pub type CtxFn = unsafe extern "C" fn(CuContext) -> CuResult;
 pub type CtxCreateFn = unsafe extern "C" fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
+/// `cuCtxCreate_v3` (CUDA 11.4 to 12.4's `cuCtxCreate` by lookup): the execution affinity
+/// parameters (MPS) and their count as the caller gave them.
+pub type CtxCreateV3Fn =
+    unsafe extern "C" fn(*mut CuContext, *mut c_void, c_int, c_uint, CuDevice) -> CuResult;
 /// `cuCtxCreate_v4` (CUDA 12.5; CUDA 13's `cuCtxCreate`): its parameters as the caller gave them.
 pub type CtxCreateV4Fn =
     unsafe extern "C" fn(*mut CuContext, *mut c_void, c_uint, CuDevice) -> CuResult;

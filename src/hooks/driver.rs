@@ -53,6 +53,7 @@ fn hooks() -> [usize; COUNT] {
         cuMemPoolSetAttribute as *const () as usize,
         cuMemAllocPitch_v2 as *const () as usize,
         cuCtxCreate_v2 as *const () as usize,
+        cuCtxCreate_v3 as *const () as usize,
         cuCtxCreate_v4 as *const () as usize,
         capture::cuStreamBeginCapture as *const () as usize,
         capture::cuStreamBeginCapture_ptsz as *const () as usize,
@@ -513,6 +514,25 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
 ) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::ctx_created(|| real!(CtxCreate, CtxCreateFn, |f| f(ctx, flags, dev)))
+    })
+}
+
+/// # Safety
+/// As `cuCtxCreate_v3`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    ctx: *mut CuContext,
+    affinity: *mut c_void,
+    affinities: c_int,
+    flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_created(|| {
+            real!(CtxCreateV3, CtxCreateV3Fn, |f| f(
+                ctx, affinity, affinities, flags, dev
+            ))
+        })
     })
 }
 

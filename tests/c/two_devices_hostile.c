@@ -7,6 +7,8 @@
  *   two_devices_hostile ipc           IPC handles asked of blocks, of no handle, of freed memory
  *   two_devices_hostile own-context   cudaMalloc with a context of cuCtxCreate current, which
  *                                     cuCtxDestroy then destroys with its memory
+ *   two_devices_hostile own-context-v3  the same, the context made by the cuCtxCreate that
+ *                                     cuGetProcAddress gives at CUDA 12.0 (cuCtxCreate_v3)
  *   two_devices_hostile own-context-v4  the same, the context made by cuCtxCreate_v4 (CUDA 13's
  *                                     cuCtxCreate) */
 #include <pthread.h>
@@ -162,18 +164,26 @@ static void mode_graph(void)
 
 /* The runtime allocates in the current context, here one the program made: its memory dies with
  * it. What the program is then given in the primary context must be live memory. */
-static void mode_own_context(int v4)
+static void mode_own_context(int abi)
 {
+    typedef CUresult (*create_v3)(CUcontext *, void *, int, unsigned int, CUdevice);
     CUcontext ctx;
     CUctxCreateParams params;
     void *gone, *kept, *p;
+    void *found = NULL;
     memset(&params, 0, sizeof params);
     CHECK(cuInit(0) == CUDA_SUCCESS, "cuInit");
     CHECK_CUDA(cudaSetDevice(1));
-    if (v4)
+    if (abi == 4) {
         CHECK(cuCtxCreate_v4(&ctx, &params, 0, 1) == CUDA_SUCCESS, "cuCtxCreate_v4");
-    else
+    } else if (abi == 3) {
+        /* As a program built with CUDA 12.0 that asks the driver for its cuCtxCreate. */
+        CHECK(cuGetProcAddress("cuCtxCreate", &found, 12000, 0) == CUDA_SUCCESS,
+              "cuGetProcAddress(cuCtxCreate)");
+        CHECK(((create_v3)found)(&ctx, NULL, 0, 0, 1) == CUDA_SUCCESS, "cuCtxCreate_v3");
+    } else {
         CHECK(cuCtxCreate(&ctx, 0, 1) == CUDA_SUCCESS, "cuCtxCreate");
+    }
     CHECK_CUDA(cudaMalloc(&gone, 8 * MIB));
     tag_block(gone, 8 * MIB, 0x18);
     CHECK_CUDA(cudaMalloc(&kept, 8 * MIB));
@@ -204,9 +214,11 @@ int main(int argc, char **argv)
     else if (strcmp(argv[1], "graph") == 0)
         mode_graph();
     else if (strcmp(argv[1], "own-context") == 0)
-        mode_own_context(0);
+        mode_own_context(2);
+    else if (strcmp(argv[1], "own-context-v3") == 0)
+        mode_own_context(3);
     else if (strcmp(argv[1], "own-context-v4") == 0)
-        mode_own_context(1);
+        mode_own_context(4);
     else
         CHECK(0, "unknown mode %s", argv[1]);
     printf("two devices hostile ok\n");

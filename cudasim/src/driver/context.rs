@@ -228,6 +228,28 @@ unsafe fn create(ctx: *mut CuContext, dev: CuDevice) -> CudaResult {
     Ok(())
 }
 
+/// `cuCtxCreate_v2` with execution affinity parameters (MPS), CUDA 11.4's ABI, which
+/// `cuGetProcAddress("cuCtxCreate")` gives for versions 11.4 to 12.4. No parameters make a
+/// regular context; the simulator has no execution affinity (`CUDA_ERROR_NOT_SUPPORTED`).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    ctx: *mut CuContext,
+    affinity: *mut c_void,
+    affinities: c_int,
+    _flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    driver_call(Func::cuCtxCreate_v3, || {
+        match affinities {
+            0 => {}
+            n if n < 0 || affinity.is_null() => return Err(INVALID_VALUE),
+            _ => return Err(CU_NOT_SUPPORTED),
+        }
+        // SAFETY: the caller's out-pointer, passed on.
+        unsafe { create(ctx, dev) }
+    })
+}
+
 /// `CUctxCreateParams`.
 #[repr(C)]
 pub struct CtxCreateParams {

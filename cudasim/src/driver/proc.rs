@@ -28,9 +28,7 @@ type Version = (c_int, usize, Option<usize>);
 
 /// The ABIs of `name`, oldest first. The simulator has one ABI per name (the `_v2` where CUDA
 /// has several), except `cuGetProcAddress`, `cuCtxCreate` and `cuStreamBeginCapture` (10.0's
-/// has no mode); a version below the first is not sufficient. Newer ABIs it lacks
-/// (`cuCtxCreate_v3` at 11040) are not offered: their base names give the newest ABI the
-/// simulator has.
+/// has no mode); a version below the first is not sufficient.
 fn versions(name: &[u8]) -> Vec<Version> {
     macro_rules! one {
         ($v:expr, $f:expr) => {
@@ -60,6 +58,7 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuCtxSynchronize" => one!(2000, cuCtxSynchronize),
         b"cuCtxCreate" => vec![
             (3020, cuCtxCreate_v2 as *const () as usize, None),
+            (11040, cuCtxCreate_v3 as *const () as usize, None),
             (12050, cuCtxCreate_v4 as *const () as usize, None),
         ],
         b"cuCtxDestroy" => one!(4000, cuCtxDestroy_v2),
@@ -294,7 +293,7 @@ mod tests {
             };
         }
         let capture: &[u8] = b"cuStreamBeginCapture";
-        let found: [(&[u8], c_int, u64, usize); 12] = [
+        let found: [(&[u8], c_int, u64, usize); 13] = [
             (b"cuMemAlloc", 3020, 0, at!(cuMemAlloc_v2)),
             (b"cuMemAllocAsync", 12080, 2, at!(cuMemAllocAsync_ptsz)),
             (b"cuMemAllocAsync", 12080, 1, at!(cuMemAllocAsync)),
@@ -305,7 +304,8 @@ mod tests {
             (b"cuGetProcAddress", 11080, 0, at!(cuGetProcAddress)),
             (b"cuGetProcAddress", 12000, 0, at!(cuGetProcAddress_v2)),
             (b"cuCtxCreate", 3020, 0, at!(cuCtxCreate_v2)),
-            (b"cuCtxCreate", 12040, 0, at!(cuCtxCreate_v2)),
+            (b"cuCtxCreate", 11030, 0, at!(cuCtxCreate_v2)),
+            (b"cuCtxCreate", 12040, 0, at!(cuCtxCreate_v3)),
             (b"cuCtxCreate", 13000, 0, at!(cuCtxCreate_v4)),
         ];
         for (name, version, flags, f) in found {
@@ -322,6 +322,7 @@ mod tests {
                 .strip_suffix("_ptsz")
                 .unwrap_or(name)
                 .trim_end_matches("_v2")
+                .trim_end_matches("_v3")
                 .trim_end_matches("_v4");
             let base = if name == "cuGetProcAddress_v2" {
                 "cuGetProcAddress"

@@ -16,11 +16,11 @@ pub(crate) fn context_device(d: &Driver) -> Option<u32> {
     (primary_context(d, dev)? == ctx as usize).then_some(dev)
 }
 
-/// Whether the program made a context of its own (`cuCtxCreate_v2`, `cuCtxCreate_v4`): until
+/// Whether the program made a context of its own (`cuCtxCreate_v2`, `_v3`, `_v4`): until
 /// then no runtime allocation asks which context is current.
 static PROGRAM_MADE_ONE: AtomicBool = AtomicBool::new(false);
 
-/// `cuCtxCreate_v2` or `_v4`, `real`: once it succeeded, runtime allocations look at the current context.
+/// `cuCtxCreate_v2`, `_v3` or `_v4`, `real`: once it succeeded, runtime allocations look at the current context.
 pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
     let r = real();
     if r == cu::CU_SUCCESS {
