@@ -69,6 +69,13 @@ static CHILD_GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 /// (the fork handler clears it).
 static WITH_POOL: AtomicPtr<Global> = AtomicPtr::new(std::ptr::null_mut());
 
+/// `WITH_POOL` for runtime allocations (`allocating`), until the program makes a context of
+/// its own (`cuCtxCreate`): from then on `OWN_CONTEXTS`, and each allocation asks which context
+/// is current, off the hit path.
+static ALLOCATING: AtomicPtr<Global> = AtomicPtr::new(std::ptr::null_mut());
+/// `ALLOCATING` once the program made a context: an address no state has.
+const OWN_CONTEXTS: *mut Global = std::ptr::dangling_mut();
+
 /// The runtime's state, made on first use; `None` when no runtime could be found.
 pub fn get() -> Option<&'static Global> {
     if FORKED.load(Ordering::Relaxed) {
@@ -79,7 +86,15 @@ pub fn get() -> Option<&'static Global> {
         None => make()?,
     };
     if g.process.pool.is_some() && WITH_POOL.load(Ordering::Relaxed).is_null() {
-        WITH_POOL.store(g as *const Global as *mut Global, Ordering::Release);
+        let g = g as *const Global as *mut Global;
+        WITH_POOL.store(g, Ordering::Release);
+        // Fails once the program made a context: that stays.
+        let _ = ALLOCATING.compare_exchange(
+            std::ptr::null_mut(),
+            g,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
     }
     Some(g)
 }
@@ -147,6 +162,25 @@ pub fn with_pool() -> Option<(&'static Global, Option<&'static Pool<CudaBackend>
     // nor moved once made.
     let g = unsafe { &*g };
     Some((g, g.hit_pool))
+}
+
+/// `with_pool` for a runtime allocation: `None` until the state is made, in a forked child,
+/// and once the program made a context of its own (`program_made_a_context`). The caller then
+/// takes `with_pool` and asks which context is current.
+#[inline(always)]
+pub fn allocating() -> Option<(&'static Global, Option<&'static Pool<CudaBackend>>)> {
+    let g = ALLOCATING.load(Ordering::Acquire);
+    if g as usize <= OWN_CONTEXTS as usize {
+        return None;
+    }
+    // SAFETY: `ALLOCATING` only ever points at the state inside `GLOBAL`, as `WITH_POOL`.
+    let g = unsafe { &*g };
+    Some((g, g.hit_pool))
+}
+
+/// The program made a context of its own: runtime allocations leave `allocating`'s way for good.
+pub fn program_made_a_context() {
+    ALLOCATING.store(OWN_CONTEXTS, Ordering::Release);
 }
 
 #[inline(never)]
@@ -232,6 +266,7 @@ fn forked_child() -> Option<&'static Global> {
 extern "C" fn after_fork_in_child() {
     FORKED.store(true, Ordering::Relaxed);
     WITH_POOL.store(std::ptr::null_mut(), Ordering::Relaxed);
+    ALLOCATING.store(std::ptr::null_mut(), Ordering::Relaxed);
     PROCESS_WITH_POOL.store(std::ptr::null_mut(), Ordering::Relaxed);
 }
 

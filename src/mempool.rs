@@ -89,7 +89,7 @@ unsafe fn malloc_async_created(
     stream: Stream,
     on: (&Runtime, &Pool<CudaBackend>, u32),
     origin: Origin,
-    pass: impl Fn(&Runtime) -> CudaStatus,
+    pass: impl Fn(&Runtime) -> CudaStatus + Copy,
 ) -> CudaStatus {
     let (rt, pool, dev) = on;
     let Some(key) = async_stream_key(rt, pool, stream) else {

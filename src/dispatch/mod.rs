@@ -124,7 +124,7 @@ pub unsafe fn malloc_on(
     let stream = stream.map(|s| OnStream::Ask(s, Promise::Pool));
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe {
-        malloc_with(dev_ptr, size, stream, current, origin, |rt| {
+        malloc_with(dev_ptr, size, stream, current, origin, move |rt| {
             (rt.malloc)(dev_ptr, size)
         })
     }
@@ -143,7 +143,7 @@ pub(crate) enum OnStream {
 /// not serve it (`cudaMalloc`, or `cudaMallocAsync` for `mempool::malloc_async`).
 ///
 /// # Safety
-/// As `malloc_on`; `pass` makes the runtime's call with the caller's arguments.
+/// As `malloc_on`; `call` makes the runtime's call with the caller's arguments.
 #[inline(always)]
 pub(crate) unsafe fn malloc_with(
     dev_ptr: *mut *mut c_void,
@@ -151,13 +151,60 @@ pub(crate) unsafe fn malloc_with(
     stream: Option<OnStream>,
     current: Option<u32>,
     origin: Origin,
-    pass: impl Fn(&Runtime) -> CudaStatus,
+    call: impl Fn(&Runtime) -> CudaStatus + Copy,
+) -> CudaStatus {
+    match global::allocating() {
+        // SAFETY: the caller's arguments and contract.
+        Some((g, pool)) => unsafe {
+            malloc_in(g, pool, false, dev_ptr, size, stream, current, origin, call)
+        },
+        // SAFETY: the caller's arguments and contract.
+        None => unsafe { malloc_checked(dev_ptr, size, stream, current, origin, call) },
+    }
+}
+
+/// `malloc_with` before the state was made, in a forked child, and once the program made a
+/// context of its own: each allocation then asks which context is current.
+///
+/// # Safety
+/// As `malloc_with`.
+#[cold]
+#[inline(never)]
+unsafe fn malloc_checked(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Option<OnStream>,
+    current: Option<u32>,
+    origin: Origin,
+    call: impl Fn(&Runtime) -> CudaStatus + Copy,
 ) -> CudaStatus {
     let Some((g, pool)) = global::with_pool() else {
         return global::missing_runtime();
     };
+    // SAFETY: the caller's arguments and contract.
+    unsafe { malloc_in(g, pool, true, dev_ptr, size, stream, current, origin, call) }
+}
+
+/// `malloc_with` with the state and its pool; `contexts`: whether the program may have made a
+/// context of its own.
+///
+/// # Safety
+/// As `malloc_with`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn malloc_in(
+    g: &'static Global,
+    pool: Option<&'static Pool<CudaBackend>>,
+    contexts: bool,
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    stream: Option<OnStream>,
+    current: Option<u32>,
+    origin: Origin,
+    call: impl Fn(&Runtime) -> CudaStatus + Copy,
+) -> CudaStatus {
     let rt = &g.runtime;
-    let pass = || pass(rt);
+    let pass = || call(rt);
     let (Some(pool), false, false) = (pool, dev_ptr.is_null(), size == 0) else {
         return pass();
     };
@@ -166,8 +213,10 @@ pub(crate) unsafe fn malloc_with(
     };
     // The runtime allocates in the current context: one the program made owns what it gets
     // and frees it when destroyed, so no pool block goes there (docs/driver-api.md).
-    if let Some(d) = driver::runtime_in_own_context() {
-        return driver::runtime_unserved(pool, rt, d, size, pass);
+    if contexts {
+        if let Some(d) = driver::runtime_in_own_context() {
+            return driver::runtime_unserved(pool, rt, d, size, pass);
+        }
     }
     // Not `Option::or_else`, which stayed a call.
     let dev = match current.filter(|&d| (d as usize) < crate::pool::MAX_DEVICES) {

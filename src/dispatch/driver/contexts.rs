@@ -25,6 +25,7 @@ pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
     let r = real();
     if r == cu::CU_SUCCESS {
         PROGRAM_MADE_ONE.store(true, Ordering::Release);
+        crate::global::program_made_a_context();
     }
     r
 }

@@ -192,7 +192,9 @@ pub(super) fn unserved_context(
 
 /// The runtime's answer to an allocation of `size` bytes with a context the program made
 /// current (`pass`, the runtime's own call), as `unserved_context`: the first refusal of a
-/// retry is not left as the program's last error.
+/// retry is not left as the program's last error. Out of line: the hit path only tests for it.
+#[cold]
+#[inline(never)]
 pub(crate) fn runtime_unserved(
     pool: &Pool<CudaBackend>,
     rt: &crate::cuda::runtime::Runtime,
