@@ -1,6 +1,7 @@
 //! `gpupool-trace perfetto` and `gpupool-trace plot` on a trace recorded from a C program under
 //! the preloaded pool (two simulated devices), and a replay of one recorded with expandable
-//! segments; hand-made odd traces and corrupt ones in `hostile.rs`.
+//! segments; hand-made odd traces and corrupt ones in `hostile.rs`; the comparison of a trace
+//! whose run failed out of memory in `recorded_failures.rs`.
 
 #[path = "../../cudasim/tests/common/mod.rs"]
 mod sim;
@@ -8,6 +9,7 @@ mod sim;
 mod support;
 
 mod hostile;
+mod recorded_failures;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -46,24 +48,36 @@ fn churn_trace() -> &'static Path {
 fn churn() -> &'static (PathBuf, String) {
     static TRACE: OnceLock<(PathBuf, String)> = OnceLock::new();
     TRACE.get_or_init(|| {
-        let dir = scratch("trace-tool");
-        let trace = dir.join("churn.trace");
-        let exe = Sim::get().compile(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/churn.c"),
-            &[],
+        let trace = scratch("trace-tool").join("churn.trace");
+        let stdout = record_trace(
+            "churn",
+            &["2", "800", "2"],
+            &[("CUDASIM_DEVICES", "2")],
+            &trace,
         );
-        let out = support::clean_command(&exe)
-            .args(["2", "800", "2"])
-            .env("LD_PRELOAD", library())
-            .env("CUDASIM_DEVICES", "2")
-            .env("GPUPOOL_TRACE", &trace)
-            .output()
-            .expect("run churn");
-        let (stdout, stderr) = support::texts(&out);
-        assert!(out.status.success(), "churn failed:\n{stdout}\n{stderr}");
-        assert!(trace.exists(), "no trace written");
         (trace, stdout)
     })
+}
+
+/// Runs `tests/c/PROGRAM.c` with `args` under the preloaded pool, with `env`, its trace going
+/// to `trace`. Asserts that it succeeded and wrote the trace; returns its stdout.
+fn record_trace(program: &str, args: &[&str], env: &[(&str, &str)], trace: &Path) -> String {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{program}.c"));
+    let exe = Sim::get().compile(&source, &[]);
+    let out = support::clean_command(&exe)
+        .args(args)
+        .env("LD_PRELOAD", library())
+        .envs(env.iter().copied())
+        .env("GPUPOOL_TRACE", trace)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    let (stdout, stderr) = support::texts(&out);
+    assert!(
+        out.status.success(),
+        "{program} failed:\n{stdout}\n{stderr}"
+    );
+    assert!(trace.exists(), "{program} wrote no trace");
+    stdout
 }
 
 /// A record of the binary trace, decoded here independently of the library.
@@ -432,20 +446,8 @@ fn plot_draws_one_panel_per_device_with_its_peaks() {
 fn a_trace_recorded_with_expandable_segments_replays_as_recorded_and_both_ways() {
     let dir = scratch("trace-tool-expandable");
     let trace = dir.join("churn.trace");
-    let exe = Sim::get().compile(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/churn.c"),
-        &[],
-    );
-    let out = support::clean_command(&exe)
-        .args(["1", "800", "1"])
-        .env("LD_PRELOAD", library())
-        .env("CUDASIM_DEVICES", "1")
-        .env("GPUPOOL_EXPANDABLE", "1")
-        .env("GPUPOOL_TRACE", &trace)
-        .output()
-        .expect("run churn");
-    let (stdout, stderr) = support::texts(&out);
-    assert!(out.status.success(), "churn failed:\n{stdout}\n{stderr}");
+    let env = [("CUDASIM_DEVICES", "1"), ("GPUPOOL_EXPANDABLE", "1")];
+    record_trace("churn", &["1", "800", "1"], &env, &trace);
     let t = trace.to_str().unwrap();
     let stats = String::from_utf8(tool_ok(&["stats", t])).unwrap();
     let mapped = before(&stats, " granules mapped");
@@ -485,20 +487,12 @@ fn oom() -> &'static (PathBuf, Value) {
         let dir = scratch("trace-tool-oom");
         let trace = dir.join("oom.trace");
         let json = dir.join("summary.json");
-        let exe = Sim::get().compile(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/oom.c"),
-            &[],
-        );
-        let out = support::clean_command(&exe)
-            .env("LD_PRELOAD", library())
-            .env("CUDASIM_MEM", "1GiB")
-            .env("CUDASIM_CONTEXT_BYTES", "0")
-            .env("GPUPOOL_TRACE", &trace)
-            .env("GPUPOOL_SUMMARY", &json)
-            .output()
-            .expect("run oom");
-        let (stdout, stderr) = support::texts(&out);
-        assert!(out.status.success(), "oom failed:\n{stdout}\n{stderr}");
+        let env = [
+            ("CUDASIM_MEM", "1GiB"),
+            ("CUDASIM_CONTEXT_BYTES", "0"),
+            ("GPUPOOL_SUMMARY", json.to_str().unwrap()),
+        ];
+        record_trace("oom", &[], &env, &trace);
         let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         (trace, v)
     })

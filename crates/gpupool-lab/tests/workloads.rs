@@ -6,7 +6,8 @@
 
 use gpupool::pool::replay::{replay, Overrides};
 use gpupool::pool::trace::parse;
-use gpupool_lab::policies::{lineup, run, run_checked};
+use gpupool::pool::ReuseWait;
+use gpupool_lab::policies::{lineup, run, run_checked, RecordedOoms};
 use gpupool_lab::workloads::{self, record, Kind, Op, Workload, MIB};
 
 /// Small versions of every workload, so the checked replays stay fast in debug builds.
@@ -89,6 +90,57 @@ fn no_cache_reserves_exactly_what_is_live_and_calls_the_driver_every_time() {
     );
 }
 
+/// A request the recorded run failed replays, under every policy and checked, as an
+/// allocation freed at once at its place: the same figures, uncapped and capped. It never
+/// counts as held. Made at the program's peak, for a tenth of it, every policy serves it
+/// uncapped and fails it under a cap 5% above the peak.
+#[test]
+fn a_recorded_failure_replays_as_a_request_freed_at_once() {
+    let base = Kind::Training { steps: 1 }.generate(3);
+    let peak = base.peak_requested();
+    let (at, _) = base
+        .requested_over_time()
+        .find(|&(_, held)| held == peak)
+        .unwrap();
+    let (at, size, slot) = (at + 1, peak / 10, base.slots);
+    let mut failed = base.clone();
+    failed.ops.insert(at, Op::RecordedOom { size });
+    let mut freed_at_once = base.clone();
+    freed_at_once.slots += 1;
+    let free = Op::Free {
+        slot,
+        need: ReuseWait::Nothing,
+        how: Default::default(),
+    };
+    freed_at_once
+        .ops
+        .splice(at..at, [Op::Alloc { slot, size }, free]);
+    assert_eq!(failed.peak_requested(), peak);
+    assert_eq!(failed.requests(), base.requests() + 1);
+    for capacity in [None, Some(peak + peak / 20)] {
+        let pairs = lineup(256 * MIB, capacity)
+            .into_iter()
+            .zip(lineup(256 * MIB, capacity));
+        for (mut p, mut q) in pairs {
+            let o = run_checked(p.as_mut(), &failed).unwrap_or_else(|e| panic!("{e}"));
+            let like = run_checked(q.as_mut(), &freed_at_once).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(o.counters, like.counters, "{} at {capacity:?}", o.policy);
+            assert_eq!(o.ooms + o.recorded_ooms.failed, like.ooms, "{}", o.policy);
+            let expected = match capacity {
+                None => RecordedOoms {
+                    served: 1,
+                    failed: 0,
+                },
+                Some(_) => RecordedOoms {
+                    served: 0,
+                    failed: 1,
+                },
+            };
+            assert_eq!(o.recorded_ooms, expected, "{}", o.policy);
+        }
+    }
+}
+
 #[test]
 fn generated_traces_read_back_as_the_same_requests_and_replay_exactly() {
     for w in small().into_iter().take(3) {
@@ -167,6 +219,8 @@ fn the_tool_generates_and_compares() {
         text.contains("gpupool peak reserved vs PyTorch rules"),
         "{text}"
     );
+    // No request failed in a generated workload: no word of recorded failures.
+    assert!(!text.contains("recorded OOMs"), "{text}");
     assert!(
         text.contains("| training:1 | ") && text.contains("expandable ÷ peak requested"),
         "{text}"

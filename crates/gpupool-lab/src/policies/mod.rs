@@ -15,7 +15,7 @@ pub mod simple;
 pub mod torch;
 
 pub use driver::{Counters, Driver};
-pub use run::{run, run_checked, series, Outcome};
+pub use run::{run, run_checked, series, Outcome, RecordedOoms};
 
 use crate::workloads::Op;
 use gpupool::pool::{Addr, ReuseWait};

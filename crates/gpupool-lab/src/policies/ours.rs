@@ -100,7 +100,7 @@ impl CachePolicy for Ours {
                 self.pool.promote(&self.clock);
             }
             Op::SyncPoint => self.pool.sync_point(&self.driver, &self.clock),
-            Op::Alloc { .. } | Op::Free { .. } => {}
+            Op::Alloc { .. } | Op::Free { .. } | Op::RecordedOom { .. } => {}
         }
     }
     fn driver(&self) -> &Driver {

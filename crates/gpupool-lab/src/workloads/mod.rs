@@ -13,8 +13,9 @@ pub mod training;
 
 use std::collections::HashMap;
 
+use gpupool::pool::size::usable_limit;
 use gpupool::pool::trace::{Kind as RecordKind, Record};
-use gpupool::pool::{Addr, ReuseWait};
+use gpupool::pool::{Addr, CudaError, ReuseWait};
 
 /// One step of the program, as the allocator sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +36,10 @@ pub enum Op {
     Observe { fenced: u64, barriered: u64 },
     /// A synchronization at which a release threshold applies (recorded traces only).
     SyncPoint,
+    /// A request of `size` bytes that failed out of memory in the recorded run (recorded traces
+    /// only). The program never held it: a policy that serves it frees it at once, so it
+    /// changes later requests only as serving and freeing it does.
+    RecordedOom { size: u64 },
 }
 
 /// How a recorded free was made, for a comparison in another reuse mode (`need_for`): the
@@ -54,20 +59,30 @@ pub struct Workload {
     pub ops: Vec<Op>,
     /// How many slots the stream uses (one more than the highest).
     pub slots: u32,
-    /// The device capacity the workload is defined with (RMM's 16 GiB), if any.
+    /// The device capacity the workload is defined with (RMM's 16 GiB), or the limit
+    /// (`GPUPOOL_LIMIT`) a recorded trace was made under, if any.
     pub capacity: Option<u64>,
 }
 
 impl Workload {
-    /// Allocation requests in the stream.
+    /// Allocation requests in the stream, those that failed in the recorded run included.
     pub fn requests(&self) -> u64 {
         self.ops
             .iter()
-            .filter(|o| matches!(o, Op::Alloc { .. }))
+            .filter(|o| matches!(o, Op::Alloc { .. } | Op::RecordedOom { .. }))
             .count() as u64
     }
 
-    /// The most bytes the program held at once, as requested (no rounding).
+    /// Requests that failed out of memory in the recorded run (`Op::RecordedOom`).
+    pub fn recorded_ooms(&self) -> u64 {
+        self.ops
+            .iter()
+            .filter(|o| matches!(o, Op::RecordedOom { .. }))
+            .count() as u64
+    }
+
+    /// The most bytes the program held at once, as requested (no rounding). Requests that
+    /// failed in the recorded run do not count: the program never held them.
     pub fn peak_requested(&self) -> u64 {
         self.requested_over_time()
             .map(|(_, bytes)| bytes)
@@ -244,14 +259,17 @@ impl Kind {
     }
 }
 
-/// The request streams of a recorded trace, one per device (in device order). Allocations the
-/// live run failed are left out (the program never held them); frees of unknown addresses are
-/// ignored; a device reset frees every live block.
+/// The request streams of a recorded trace, one per device (in device order). A request the
+/// live run failed out of memory becomes an `Op::RecordedOom` at its place; one refused with
+/// another error (no device, an injected fault) is left out, as no policy would change it.
+/// Frees of unknown addresses are ignored; a device reset frees every live block. A limit the
+/// trace recorded (`GPUPOOL_LIMIT`) is the workload's capacity.
 pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
     struct Dev {
         p: Program,
         live: HashMap<Addr, Block>,
         nonblocking_seen: bool,
+        limit: Option<u64>,
     }
     let mut devs: Vec<Option<Dev>> = (0..256).map(|_| None).collect();
     for r in records {
@@ -259,6 +277,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
             p: Program::new(),
             live: HashMap::new(),
             nonblocking_seen: false,
+            limit: None,
         });
         match r.kind {
             RecordKind::Alloc => {
@@ -267,6 +286,9 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
                     // An address handed out twice without a free between: a corrupt trace.
                     d.p.free(old);
                 }
+            }
+            RecordKind::AllocFailed if r.b == CudaError::MEMORY_ALLOCATION.0 as u64 => {
+                d.p.ops.push(Op::RecordedOom { size: r.a })
             }
             RecordKind::Free => {
                 if let Some(b) = d.live.remove(&r.a) {
@@ -283,6 +305,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
             }),
             RecordKind::SyncPoint => d.p.ops.push(Op::SyncPoint),
             RecordKind::NonBlockingStream => d.nonblocking_seen = true,
+            RecordKind::Limit => d.limit = Some(usable_limit(r.a)).filter(|&l| l != u64::MAX),
             RecordKind::Reset => {
                 let mut live: Vec<(Addr, Block)> = d.live.drain().collect();
                 live.sort_by_key(|e| e.0);
@@ -296,7 +319,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
         .filter_map(|(i, d)| {
             let d = d?;
             let dev = i as u8;
-            Some((dev, d.p.finish(format!("{name} (device {dev})"), None)))
+            Some((dev, d.p.finish(format!("{name} (device {dev})"), d.limit)))
         })
         .collect()
 }
@@ -351,6 +374,49 @@ mod tests {
                 (ReuseWait::Fence, how(0, true))
             ]
         );
+    }
+
+    /// A request the recorded run failed out of memory stays in the workload, at its place,
+    /// without counting as held; one refused with another error is left out; the limit the
+    /// trace recorded is the workload's capacity.
+    #[test]
+    fn recorded_out_of_memory_failures_are_kept_where_they_happened() {
+        let rec = |kind, a, b| Record {
+            t_ns: 0,
+            a,
+            b,
+            c: 0,
+            thread: 1,
+            kind,
+            device: 0,
+            aux: 0,
+        };
+        let no_device = 100;
+        let records = [
+            rec(RecordKind::Settings, u64::MAX, 256 << 20),
+            rec(RecordKind::Limit, GIB + 100, 0),
+            rec(RecordKind::Alloc, 600 * MIB, 0x1000),
+            rec(RecordKind::AllocFailed, 700 * MIB, 2),
+            rec(RecordKind::AllocFailed, MIB, no_device),
+            rec(RecordKind::Free, 0x1000, 0),
+        ];
+        let w = &from_records(&records, "t")[0].1;
+        assert_eq!(
+            &w.ops[..2],
+            [
+                Op::Alloc {
+                    slot: 0,
+                    size: 600 * MIB
+                },
+                Op::RecordedOom { size: 700 * MIB }
+            ]
+        );
+        assert!(matches!(w.ops[2], Op::Free { slot: 0, .. }), "{:?}", w.ops);
+        assert_eq!(w.ops.len(), 3);
+        assert_eq!((w.requests(), w.recorded_ooms()), (2, 1));
+        // The program held 600 MiB at most, never the 1.3 GiB it asked for.
+        assert_eq!(w.peak_requested(), 600 * MIB);
+        assert_eq!(w.capacity, Some(GIB));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use gpupool::pool::backend::Addr;
 use gpupool::pool::device::{DevicePool, Policy};
 use gpupool::pool::model_driver::ModelDriver;
 use gpupool::pool::trace::{TraceBuf, TraceSink, MAGIC, RECORD_SIZE};
-use gpupool::pool::{FreeKind, ReuseClock};
+use gpupool::pool::{FreeKind, ReuseClock, ReuseWait};
 
 /// Nanoseconds of synthetic time per operation.
 pub const NS_PER_OP: u64 = 1000;
@@ -59,6 +59,13 @@ pub fn to_trace(w: &Workload) -> Vec<u8> {
         out.extend_from_slice(&buf);
         buf.clear();
     };
+    let free = |pool: &mut DevicePool, addr, need| {
+        pool.free(addr, FreeKind::Sync, need, || {
+            let s = clock.freed.load(Ordering::Relaxed);
+            clock.freed.store(s + 1, Ordering::Relaxed);
+            s
+        });
+    };
     stamp(&mut pool, 0);
     for (i, op) in w.ops.iter().enumerate() {
         match *op {
@@ -67,11 +74,13 @@ pub fn to_trace(w: &Workload) -> Vec<u8> {
             }
             Op::Free { slot, need, .. } => {
                 if let Some(addr) = addrs[slot as usize].take() {
-                    pool.free(addr, FreeKind::Sync, need, || {
-                        let s = clock.freed.load(Ordering::Relaxed);
-                        clock.freed.store(s + 1, Ordering::Relaxed);
-                        s
-                    });
+                    free(&mut pool, addr, need);
+                }
+            }
+            Op::RecordedOom { size } => {
+                // The uncapped pool serves it, and the program lets it go at once.
+                if let Ok(addr) = pool.alloc(size, &backend, &clock, &policy) {
+                    free(&mut pool, addr, ReuseWait::Nothing);
                 }
             }
             Op::Observe { fenced, barriered } => {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use gpupool::config::ReuseMode;
 use gpupool::pool::{need_for, FreeKind, NO_STREAM};
 use gpupool::report::units::bytes;
-use gpupool_lab::policies::{lineup, run, series, Outcome, LINEUP};
+use gpupool_lab::policies::{lineup, run, series, Outcome, RecordedOoms, LINEUP};
 use gpupool_lab::workloads::{self, record, Kind, Op, Workload};
 
 use crate::chart::{self, Line};
@@ -74,8 +74,8 @@ pub fn load(source: &str, seed: u64) -> Result<Vec<(String, Workload)>, String> 
     let name = std::path::Path::new(source)
         .file_name()
         .map_or_else(|| source.to_string(), |n| n.to_string_lossy().into_owned());
-    // A device asked for nothing (its settings recorded, every request refused) has no figure
-    // to compare, and no peak to divide by.
+    // A device asked for nothing (its settings recorded, and no request but ones refused for
+    // another reason than memory) has no figure to compare.
     let ws: Vec<_> = workloads::from_records(&records, &name)
         .into_iter()
         .filter(|(_, w)| w.requests() > 0)
@@ -106,10 +106,22 @@ pub fn generate(args: &[String]) -> Result<(Vec<u8>, Option<String>), String> {
     Ok((record::to_trace(&kind.generate(seed)), out))
 }
 
-/// One workload's results.
+/// One policy's results on a workload: uncapped (peaks, calls, throughput) and under the cap
+/// (out-of-memory failures).
 pub struct Row {
     pub outcome: Outcome,
-    pub capped_ooms: u64,
+    pub capped: Outcome,
+}
+
+/// Where the cap of a comparison comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapOrigin {
+    /// `--capacity`.
+    Asked,
+    /// The workload's own: RMM's 16 GiB, or the limit a trace recorded.
+    Workload,
+    /// 1.1 × peak requested, for want of either.
+    PeakRequested,
 }
 
 pub struct Comparison {
@@ -118,6 +130,9 @@ pub struct Comparison {
     pub events: u64,
     pub peak_requested: u64,
     pub cap: u64,
+    pub cap_origin: CapOrigin,
+    /// Requests that failed out of memory in the recorded run (0 for a generated workload).
+    pub recorded_ooms: u64,
     pub rows: Vec<Row>,
 }
 
@@ -137,11 +152,16 @@ pub fn with_reuse(mut w: Workload, reuse: Option<ReuseMode>) -> Workload {
 /// then under the capacity (out-of-memory failures).
 pub fn compare(title: &str, w: &Workload, o: &Options) -> Comparison {
     let peak_requested = w.peak_requested();
-    let cap = o.capacity.or(w.capacity).unwrap_or_else(|| {
-        (peak_requested.saturating_add(peak_requested / 10))
-            .checked_next_multiple_of(1 << 20)
-            .unwrap_or(u64::MAX)
-    });
+    let (cap, cap_origin) = match (o.capacity, w.capacity) {
+        (Some(c), _) => (c, CapOrigin::Asked),
+        (None, Some(c)) => (c, CapOrigin::Workload),
+        (None, None) => (
+            (peak_requested.saturating_add(peak_requested / 10))
+                .checked_next_multiple_of(1 << 20)
+                .unwrap_or(u64::MAX),
+            CapOrigin::PeakRequested,
+        ),
+    };
     let mut rows = Vec::new();
     for i in 0..LINEUP {
         let fresh = || lineup(o.threshold, None).swap_remove(i);
@@ -160,11 +180,8 @@ pub fn compare(title: &str, w: &Workload, o: &Options) -> Comparison {
         let mut outcome = outcome.expect("ran at least once");
         outcome.seconds = times[times.len() / 2];
         let mut capped = lineup(o.threshold, Some(cap)).swap_remove(i);
-        let capped_ooms = run(capped.as_mut(), w).ooms;
-        rows.push(Row {
-            outcome,
-            capped_ooms,
-        });
+        let capped = run(capped.as_mut(), w);
+        rows.push(Row { outcome, capped });
     }
     Comparison {
         title: title.to_string(),
@@ -172,6 +189,8 @@ pub fn compare(title: &str, w: &Workload, o: &Options) -> Comparison {
         events: w.ops.len() as u64,
         peak_requested,
         cap,
+        cap_origin,
+        recorded_ooms: w.recorded_ooms(),
         rows,
     }
 }
@@ -206,7 +225,8 @@ pub fn ratio(a: u64, b: u64) -> String {
     }
 }
 
-/// The comparison as a Markdown section.
+/// The comparison as a Markdown section. A workload with requests that failed in the recorded
+/// run gets a paragraph on them and two columns: how many each policy served and failed.
 pub fn markdown(c: &Comparison) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "#### {}\n", c.title);
@@ -219,16 +239,31 @@ pub fn markdown(c: &Comparison) -> String {
         bytes(c.peak_requested),
         bytes(c.cap)
     );
-    let _ = writeln!(
+    let oom_columns = c.recorded_ooms > 0;
+    if oom_columns {
+        let _ = writeln!(s, "{}\n", recorded_ooms_paragraph(c));
+    }
+    let _ = write!(
         s,
         "| policy | peak reserved | ÷ peak requested | cudaMalloc per 1 000 requests | \
          cudaFree calls | OOMs at {} | replay events/s |",
         bytes(c.cap)
     );
-    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    if oom_columns {
+        let _ = write!(
+            s,
+            " recorded OOMs served / failed | recorded OOMs at {} served / failed |",
+            bytes(c.cap)
+        );
+    }
+    let more = if oom_columns { " ---: | ---: |" } else { "" };
+    let _ = writeln!(
+        s,
+        "\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |{more}"
+    );
     for r in &c.rows {
         let o = &r.outcome;
-        let _ = writeln!(
+        let _ = write!(
             s,
             "| {} | {} | {} | {:.2} | {} | {} | {} |",
             o.policy,
@@ -236,11 +271,42 @@ pub fn markdown(c: &Comparison) -> String {
             ratio(o.counters.peak_reserved, c.peak_requested),
             o.mallocs_per_1000(),
             grouped(o.counters.frees),
-            grouped(r.capped_ooms),
+            grouped(r.capped.ooms),
             rate(o.events_per_second())
         );
+        if oom_columns {
+            let served_failed = |o: &Outcome| {
+                let RecordedOoms { served, failed } = o.recorded_ooms;
+                format!("{} / {}", grouped(served), grouped(failed))
+            };
+            let _ = write!(s, " {} | {} |", served_failed(o), served_failed(&r.capped));
+        }
+        s.push('\n');
     }
     s
+}
+
+/// What the recorded OOM columns count, and under which cap.
+fn recorded_ooms_paragraph(c: &Comparison) -> String {
+    let origin = match c.cap_origin {
+        CapOrigin::Asked => "`--capacity`",
+        // Only a trace records failures, and its workload's cap is its limit.
+        CapOrigin::Workload => "the limit the trace recorded, `GPUPOOL_LIMIT`",
+        CapOrigin::PeakRequested => {
+            "1.1 × peak requested: the trace records no device memory, so give it with \
+             `--capacity`"
+        }
+    };
+    let (n, requests) = match c.recorded_ooms {
+        1 => ("1".to_string(), "request"),
+        n => (grouped(n), "requests"),
+    };
+    format!(
+        "{n} {requests} failed out of memory in the recorded run. The last two columns say how \
+         many of them each policy served and failed, uncapped and at {} ({origin}). The OOMs \
+         column counts the other requests.",
+        bytes(c.cap)
+    )
 }
 
 /// The row of `name` (`gpupool`, `PyTorch rules`).
