@@ -300,7 +300,8 @@ fn help_early_readers_and_new_plot_directories() {
 /// A ratio over nothing is not given: a device that was asked for nothing is left out of
 /// `compare`, and a trace of only such devices is refused as one without allocations; a
 /// request of 0 bytes (peak requested 0) gives no "÷ peak requested"; a replay that allocated
-/// nothing gives no "reserved/allocated".
+/// nothing gives no "reserved/allocated". A device whose one request failed out of memory is
+/// compared all the same: it held nothing, and that request is what its user asks about.
 #[test]
 fn ratios_over_nothing_are_not_given() {
     let dir = scratch("trace-tool-nothing");
@@ -373,6 +374,27 @@ fn ratios_over_nothing_are_not_given() {
         String::from_utf8_lossy(&tool_ok(&["replay", &failed, "--capacity", "1GiB"])).into_owned();
     assert!(out.contains("reserved/allocated n/a"), "{out}");
     assert!(!out.contains("reserved/allocated 0.000"), "{out}");
+    // `compare` keeps such a request, though the program held nothing: one of 2 GiB is served
+    // uncapped and fails at 1 GiB.
+    let mut t = b"GPTRACE1".to_vec();
+    settings(&mut t, 0);
+    record(&mut t, 1, 2, 0, 2 << 30, 2, 0, 0);
+    let failed = write("failed-2GiB.trace", &t);
+    let out = String::from_utf8_lossy(&tool_ok(&[
+        "compare",
+        &failed,
+        "--capacity",
+        "1GiB",
+        "--min-time",
+        "0",
+    ]))
+    .into_owned();
+    assert!(
+        out.contains("1 request, 1 operation; peak requested 0 B."),
+        "{out}"
+    );
+    let row = out.lines().find(|l| l.starts_with("| gpupool |")).unwrap();
+    assert!(row.ends_with(" | 1 / 0 | 0 / 1 |"), "{row}");
 }
 
 /// The usage asked for with `--help` or `help`, to a full disk or a reader already gone: one

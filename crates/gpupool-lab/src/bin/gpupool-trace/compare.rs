@@ -208,6 +208,14 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// `1 request`, `12 345 requests`.
+fn counted(n: u64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{} {noun}s", grouped(n)),
+    }
+}
+
 fn rate(v: f64) -> String {
     if v >= 1e6 {
         format!("{:.1} M", v / 1e6)
@@ -232,10 +240,10 @@ pub fn markdown(c: &Comparison) -> String {
     let _ = writeln!(s, "#### {}\n", c.title);
     let _ = writeln!(
         s,
-        "{} requests, {} operations; peak requested {}. OOMs: requests failed with every \
-         policy's driver capped at {}.\n",
-        grouped(c.requests),
-        grouped(c.events),
+        "{}, {}; peak requested {}. OOMs: requests failed with every policy's driver \
+         capped at {}.\n",
+        counted(c.requests, "request"),
+        counted(c.events, "operation"),
         bytes(c.peak_requested),
         bytes(c.cap)
     );
@@ -297,14 +305,11 @@ fn recorded_ooms_paragraph(c: &Comparison) -> String {
              `--capacity`"
         }
     };
-    let (n, requests) = match c.recorded_ooms {
-        1 => ("1".to_string(), "request"),
-        n => (grouped(n), "requests"),
-    };
     format!(
-        "{n} {requests} failed out of memory in the recorded run. The last two columns say how \
+        "{} failed out of memory in the recorded run. The last two columns say how \
          many of them each policy served and failed, uncapped and at {} ({origin}). The OOMs \
          column counts the other requests.",
+        counted(c.recorded_ooms, "request"),
         bytes(c.cap)
     )
 }
