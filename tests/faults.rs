@@ -119,3 +119,34 @@ fn every_runtime_failure_gives_the_runtimes_answer_and_leaves_the_pool_consisten
     });
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A segment request the pool makes on its own runs out of memory while the program has an
+/// error it has not read (`cudaGetDevice(NULL)`, `cudaSetDevice(99)`). The pool gives its cache
+/// back and serves the request through either API, or the driver refuses it: the program then
+/// reads the error it left, as without the pool. Before, the pool's recovery cleared it.
+#[test]
+fn an_error_the_program_has_not_read_outlives_the_pools_recovery_from_out_of_memory() {
+    let exe = support::c_program_with_driver("unread_error");
+    let env = [("CUDASIM_MEM", "1GiB"), ("GPUPOOL_EXPANDABLE", "0")];
+    let run = |cmd: &mut std::process::Command| {
+        let out = output_within(cmd, 60);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{}\n{stdout}{stderr}", out.status);
+        stdout
+    };
+    for args in [
+        &["runtime", "1"][..],
+        &["runtime", "101"],
+        &["driver", "1"],
+        &["driver", "101"],
+        &["refused"],
+    ] {
+        let without = run(&mut unpooled(&exe, args, &env));
+        let with = run(&mut pooled(&exe, args, &env));
+        assert_eq!(with, without, "unread_error {args:?}");
+        if args[0] != "refused" {
+            assert!(without.contains("allocation=0"), "{without}");
+            assert!(without.contains(&format!("last={}", args[1])), "{without}");
+        }
+    }
+}

@@ -14,7 +14,7 @@ The runs are listed in tools/bench_manifest.py. Targets are reported, never asse
 Writes bench/results/cpu.md and bench/results/policies.md, the same tables into the sections
 of BENCHMARKS.md between <!-- bench:begin --> / <!-- bench:end --> and <!-- policies:begin -->
 / <!-- policies:end -->, and the charts into bench/figures/; prints both reports. Raw program
-output: target/bench/bench.log.
+output: target/bench/bench.log (under CARGO_TARGET_DIR where it is set, as cargo builds there).
 
 usage: scripts/bench.sh
 """
@@ -58,6 +58,12 @@ def pinning():
     return ["taskset", "-c", cpu] if ok else []
 
 
+def target_dir():
+    """Where cargo builds: CARGO_TARGET_DIR where set (relative to the checkout, as
+    scripts/simlib.sh reads it), else ./target."""
+    return (ROOT / os.environ.get("CARGO_TARGET_DIR", "target")).resolve()
+
+
 def build(bench):
     """The library and the simulator, and the library once more without its hit-path counters
     (the `stats` feature), to price them; then the benchmark programs against the simulator."""
@@ -78,7 +84,7 @@ def build(bench):
             "--lib",
             "--no-default-features",
             "--target-dir",
-            str(ROOT / "target/bench-nostats"),
+            str(target_dir() / "bench-nostats"),
         ]
     )
     bench.mkdir(parents=True, exist_ok=True)
@@ -151,8 +157,8 @@ def cpu_model():
 def main():
     os.chdir(ROOT)
     clean_environment()
-    bench = ROOT / "target/bench"
-    rel = ROOT / "target/release"
+    bench = target_dir() / "bench"
+    rel = target_dir() / "release"
     figures = bench / "figures"
     scratch = {
         "trace_file": bench / "bench.trace",
@@ -172,7 +178,7 @@ def main():
             str(bench),
             str(rel),
             str(rel / "libgpupool.so"),
-            str(ROOT / "target/bench-nostats/release/libgpupool.so"),
+            str(target_dir() / "bench-nostats/release/libgpupool.so"),
             *(str(p) for p in scratch.values()),
             str(figures),
         )

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use super::captures;
 use super::contexts::{self, in_primary_context};
 use super::driver::{self, Driver};
+use super::last_error;
 use super::runtime::Runtime;
 use super::types::{Event, Stream, EVENT_DISABLE_TIMING, SUCCESS};
 use crate::log;
@@ -415,18 +416,19 @@ impl Backend for CudaBackend {
         match api()? {
             Api::Runtime(rt) => {
                 let mut p: *mut c_void = std::ptr::null_mut();
+                let unread = last_error::unread(rt);
                 // SAFETY: `p` is a valid out-pointer for the call.
                 let status = relaxed_capture(rt, || unsafe { (rt.malloc)(&mut p, bytes) });
                 if status == SUCCESS {
                     return Ok(p as Addr);
                 }
                 if status == CudaError::MEMORY_ALLOCATION.0 {
-                    // The pool may recover from this failure; the program must not find it
-                    // later in cudaGetLastError. When the pool gives up, the hook asks CUDA
-                    // once more, which sets the error again. Any other error goes back to the
-                    // program as the result of its allocation, as without the pool.
-                    // SAFETY: no arguments.
-                    unsafe { (rt.get_last_error)() };
+                    // The pool may recover from this failure; the program must find in
+                    // cudaGetLastError what it left there. When the pool gives up, the
+                    // runtime hook asks CUDA once more, which sets the error again; the
+                    // driver hook asks the driver, which sets none. Any other error goes back
+                    // to the program as the result of its allocation, as without the pool.
+                    last_error::restore(rt, unread);
                 }
                 Err(CudaError(status))
             }

@@ -7,6 +7,7 @@ pub mod contexts;
 pub mod dl;
 pub mod driver;
 pub mod hooked;
+pub mod last_error;
 pub mod loader;
 pub mod others;
 pub mod runtime;

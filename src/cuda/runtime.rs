@@ -65,6 +65,9 @@ pub struct Runtime {
     pub get_device: GetDeviceFn,
     pub device_synchronize: VoidFn,
     pub get_last_error: VoidFn,
+    /// `cudaPeekAtLastError`: what a failed call the pool makes on its own must leave in
+    /// place (`last_error.rs`).
+    pub peek_at_last_error: Option<VoidFn>,
     pub mem_get_info: MemGetInfoFn,
     pub event_record: EventRecordFn,
     pub stream_wait_event: StreamWaitEventFn,
@@ -130,6 +133,7 @@ impl Runtime {
             event_record: required!(lookup, "the runtime", "cudaEventRecord"),
             stream_wait_event: required!(lookup, "the runtime", "cudaStreamWaitEvent"),
             event_create_with_flags: required!(lookup, "the runtime", "cudaEventCreateWithFlags"),
+            peek_at_last_error: optional!(lookup, "cudaPeekAtLastError"),
             free_async: optional!(lookup, "cudaFreeAsync"),
             malloc_async: optional!(lookup, "cudaMallocAsync"),
             malloc_pitch: optional!(lookup, "cudaMallocPitch"),

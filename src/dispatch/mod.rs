@@ -23,6 +23,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::config::ReuseMode;
 use crate::cuda::backend::CudaBackend;
+use crate::cuda::last_error;
 use crate::cuda::others::{self, Entry};
 use crate::cuda::runtime::{LaunchKernelFn, Runtime};
 use crate::cuda::types::*;
@@ -93,10 +94,8 @@ pub(crate) fn refuse_inside_free(ptr: *mut c_void, what: &str) -> CudaStatus {
 
 fn refuse_invalid_free(rt: &Runtime, ptr: *mut c_void, what: &str) -> CudaStatus {
     // The runtime's own refusal is also the program's last error (`cudaGetLastError`): so is
-    // this one, set by a call the runtime refuses with the same code and no other effect (never
-    // `cudaFree` itself, which would free a whole segment).
-    // SAFETY: a NULL out-pointer, which the runtime refuses with cudaErrorInvalidValue.
-    unsafe { (rt.get_device)(std::ptr::null_mut()) };
+    // this one (never set by `cudaFree` itself, which would free a whole segment).
+    last_error::set(rt, ERROR_INVALID_VALUE);
     log::warn_once(&INVALID_FREE, || {
         format!(
             "{what}({ptr:p}): not the start of a live allocation (double or interior free); \
@@ -264,15 +263,9 @@ unsafe fn malloc_in(
 }
 
 /// Out of memory under the pool's limit: `cudaErrorMemoryAllocation`, also as the program's
-/// last error, set by a request the runtime refuses with that code and nothing else.
+/// last error.
 fn refuse_over_limit(rt: &Runtime) -> CudaStatus {
-    let mut p = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer; no device has `usize::MAX` bytes.
-    let r = unsafe { (rt.malloc)(&mut p, usize::MAX) };
-    if r == SUCCESS {
-        // SAFETY: the runtime's own allocation, just made.
-        unsafe { (rt.free)(p) };
-    }
+    last_error::set(rt, ERROR_MEMORY_ALLOCATION);
     ERROR_MEMORY_ALLOCATION
 }
 
