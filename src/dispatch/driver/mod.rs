@@ -487,7 +487,7 @@ pub fn after_sync(r: CuResult) -> CuResult {
 /// After `cuStreamCreate`/`WithPriority`: a non-blocking stream changes what a barrier covers.
 pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
     if r == cu::CU_SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
-        // As the runtime's (`dispatch::note_stream_flags`): inside the pool, not noted.
+        // As the runtime's (`dispatch::watched::note_stream_flags`): inside the pool, not noted.
         if let (Some(pool), Some(_inside)) = (global::process_pool(), guard::enter()) {
             // It may fence every device the pool uses, through the runtime: its state for this
             // thread is made first, about a device whose context exists.
