@@ -303,6 +303,24 @@ static void forget(int i)
     blocks[i].used = 0;
 }
 
+static const char *const free_name[] = {"cudaFree", "cuMemFree", "cudaFreeAsync",
+                                        "cuMemFreeAsync"};
+
+/* A free of `p` through `free_name[api]`; `s` is the stream of the stream-ordered two. */
+static int free_by(int api, char *p, cudaStream_t s)
+{
+    switch (api) {
+    case 0:
+        return (int)cudaFree(p);
+    case 1:
+        return (int)cuMemFree_v2((CUdeviceptr)p);
+    case 2:
+        return (int)cudaFreeAsync(p, s);
+    default:
+        return (int)cuMemFreeAsync((CUdeviceptr)p, (CUstream)s);
+    }
+}
+
 /* One free of a live block, by any API that may free it; sometimes a second one at once,
  * which CUDA refuses. */
 static void release(int i)
@@ -321,37 +339,22 @@ static void release(int i)
     if (api < 2) {
         if (ordered)
             settle(b);
-        rc = api == 0 ? (int)cudaFree(p) : (int)cuMemFree_v2((CUdeviceptr)p);
-        printf(" %s -> %d", api == 0 ? "cudaFree" : "cuMemFree", rc);
+        rc = free_by(api, p, NULL);
+        printf(" %s -> %d", free_name[api], rc);
     } else {
         s = b->pending >= 0 ? b->pending : b->home;
         /* The legacy and per-thread handles name the current device's stream. */
         if (s == 0 || s == 3)
             set_device(b->device);
-        rc = api == 2 ? (int)cudaFreeAsync(p, stream_of(b->device, s))
-                      : (int)cuMemFreeAsync((CUdeviceptr)p, (CUstream)stream_of(b->device, s));
-        printf(" %s @%d -> %d", api == 2 ? "cudaFreeAsync" : "cuMemFreeAsync", s, rc);
+        rc = free_by(api, p, stream_of(b->device, s));
+        printf(" %s @%d -> %d", free_name[api], s, rc);
     }
     if (rc == 0)
         forget(i);
     if (rc == 0 && below(8) == 0) {
         api = (int)below(4);
         s = (int)below(STREAMS);
-        switch (api) {
-        case 0:
-            rc = (int)cudaFree(p);
-            break;
-        case 1:
-            rc = (int)cuMemFree_v2((CUdeviceptr)p);
-            break;
-        case 2:
-            rc = (int)cudaFreeAsync(p, stream_of(b->device, s));
-            break;
-        default:
-            rc = (int)cuMemFreeAsync((CUdeviceptr)p, (CUstream)stream_of(b->device, s));
-            break;
-        }
-        printf(" again(%d) -> %d", api, rc);
+        printf(" again(%d) -> %d", api, free_by(api, p, stream_of(b->device, s)));
     }
     end_line();
 }
