@@ -19,13 +19,13 @@
 use std::ffi::c_void;
 
 use crate::cuda::backend::CudaBackend;
+use crate::cuda::last_error;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
 use crate::dispatch::current_pool;
 use crate::dispatch::default_pool::{self, Concerns, RESERVED_CURRENT};
 use crate::dispatch::{
-    async_stream_key, current_device, forward, malloc_with, one_device, own_query, runtime,
-    OnStream, Promise,
+    async_stream_key, current_device, forward, malloc_with, one_device, runtime, OnStream, Promise,
 };
 use crate::global;
 use crate::guard;
@@ -112,6 +112,7 @@ fn never_worse(
     dev: u32,
     pass: impl Fn(&Runtime) -> CudaStatus,
 ) -> CudaStatus {
+    let unread = last_error::unread(rt);
     let r = pass(rt);
     if r != ERROR_MEMORY_ALLOCATION {
         return r;
@@ -126,8 +127,8 @@ fn never_worse(
     if released == 0 {
         return r;
     }
-    // SAFETY: no arguments; the failed attempt's error is not the program's to see.
-    unsafe { (rt.get_last_error)() };
+    // The failed attempt's error is not the program's to see: it reads what it left there.
+    last_error::restore(rt, unread);
     pass(rt)
 }
 
@@ -152,7 +153,7 @@ fn mem_pool_of(
 ) -> Option<MemPool> {
     let mut p: MemPool = std::ptr::null_mut();
     // SAFETY: a valid out-pointer and a device the pool serves.
-    (own_query(rt, unsafe { get(&mut p, dev as i32) }) == SUCCESS).then_some(p)
+    (last_error::own_call(rt, || unsafe { get(&mut p, dev as i32) }) == SUCCESS).then_some(p)
 }
 
 /// `cudaDeviceSetMemPool`: after the runtime's own call succeeded, whether the pool set is the
@@ -210,7 +211,7 @@ fn on_device(rt: &Runtime, stream: Stream, dev: u32) -> bool {
     };
     let mut d = -1;
     // SAFETY: a stream handle the program passed, and a valid out-pointer.
-    own_query(rt, unsafe { get_device(stream, &mut d) }) == SUCCESS && d == dev as i32
+    last_error::own_call(rt, || unsafe { get_device(stream, &mut d) }) == SUCCESS && d == dev as i32
 }
 
 /// The devices the runtime sees (0 when it cannot say; no error is left behind).
@@ -220,7 +221,7 @@ fn device_count(rt: &Runtime) -> usize {
     };
     let mut n = 0;
     // SAFETY: a valid out-pointer.
-    match own_query(rt, unsafe { count(&mut n) }) {
+    match last_error::own_call(rt, || unsafe { count(&mut n) }) {
         SUCCESS => n.max(0) as usize,
         _ => 0,
     }
@@ -288,8 +289,10 @@ fn runtime_reserved(rt: &Runtime, mem_pool: MemPool) -> Option<u64> {
     let get = rt.mem_pool_get_attribute?;
     let mut v = 0u64;
     // SAFETY: a pool the runtime just accepted, and an out-pointer to the attribute's type.
-    let r = unsafe { get(mem_pool, RESERVED_CURRENT, (&mut v as *mut u64).cast()) };
-    (own_query(rt, r) == SUCCESS).then_some(v)
+    let r = last_error::own_call(rt, || unsafe {
+        get(mem_pool, RESERVED_CURRENT, (&mut v as *mut u64).cast())
+    });
+    (r == SUCCESS).then_some(v)
 }
 
 /// `cudaMemPoolGetAttribute`: for a default pool, the reserved and used bytes and their

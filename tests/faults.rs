@@ -123,7 +123,8 @@ fn every_runtime_failure_gives_the_runtimes_answer_and_leaves_the_pool_consisten
 /// A segment request the pool makes on its own runs out of memory while the program has an
 /// error it has not read (`cudaGetDevice(NULL)`, `cudaSetDevice(99)`). The pool gives its cache
 /// back and serves the request through either API, or the driver refuses it: the program then
-/// reads the error it left, as without the pool. Before, the pool's recovery cleared it.
+/// reads the error it left, as without the pool. So too with a context the program made
+/// current, where the runtime's own answer is asked again once the cache went back.
 #[test]
 fn an_error_the_program_has_not_read_outlives_the_pools_recovery_from_out_of_memory() {
     let exe = support::c_program_with_driver("unread_error");
@@ -139,6 +140,7 @@ fn an_error_the_program_has_not_read_outlives_the_pools_recovery_from_out_of_mem
         &["runtime", "101"],
         &["driver", "1"],
         &["driver", "101"],
+        &["own-context", "1"],
         &["refused"],
     ] {
         let without = run(&mut unpooled(&exe, args, &env));
@@ -149,4 +151,54 @@ fn an_error_the_program_has_not_read_outlives_the_pools_recovery_from_out_of_mem
             assert!(without.contains(&format!("last={}", args[1])), "{without}");
         }
     }
+}
+
+/// A call the pool makes on its own (a segment's release, a fence, a barrier, a memory sample)
+/// fails while the program has an error it has not read (`cudaGetDevice(NULL)`): the program
+/// then reads that error, as without the pool, where it would not have made the call.
+#[test]
+fn an_error_the_program_has_not_read_outlives_a_failed_call_of_the_pools_own() {
+    let exe = program();
+    // The calls the pool makes itself, but `cudaMalloc`, whose refusal is the program's answer;
+    // the last three are only watched.
+    let own: Vec<&str> = FUNCTIONS
+        .iter()
+        .copied()
+        .filter(|&f| {
+            !matches!(
+                f,
+                "cudaMalloc"
+                    | "cudaStreamSynchronize"
+                    | "cudaEventSynchronize"
+                    | "cudaLaunchKernel"
+            )
+        })
+        .collect();
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let runs: Vec<_> = own
+            .iter()
+            .map(|&function| {
+                let exe = &exe;
+                s.spawn(move || {
+                    let mut bad = Vec::new();
+                    for error in ["3", "999"] {
+                        let args = [function, error, "unread"];
+                        let out = output_within(&mut pooled(exe, &args, &env_for(function)), 60);
+                        let (stdout, stderr) = texts(&out);
+                        if !out.status.success() {
+                            bad.push(format!(
+                                "faults {function} {error} unread: {}\n{stdout}{stderr}",
+                                out.status
+                            ));
+                        }
+                    }
+                    bad
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .flat_map(|h| h.join().expect("runner thread"))
+            .collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -4,6 +4,7 @@ use std::ffi::c_int;
 
 use super::{GPUPOOL_ALL_DEVICES, GPUPOOL_ERROR_INVALID_DEVICE, GPUPOOL_ERROR_UNKNOWN};
 use crate::cuda::backend::CudaBackend;
+use crate::cuda::last_error;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::{CudaStatus, ERROR_INSUFFICIENT_DRIVER, SUCCESS};
 use crate::global::{self, Global};
@@ -66,7 +67,7 @@ pub fn ordinal(g: &Global, device: c_int) -> Result<u32, c_int> {
     if let Some(get_count) = g.runtime.get_device_count {
         let mut count = 0;
         // SAFETY: `count` is a valid out-pointer for the call.
-        let r = crate::dispatch::own_query(&g.runtime, unsafe { get_count(&mut count) });
+        let r = last_error::own_call(&g.runtime, || unsafe { get_count(&mut count) });
         if r != SUCCESS {
             // No ordinal is a device when the runtime cannot count them.
             return Err(if r == ERROR_INSUFFICIENT_DRIVER {

@@ -118,7 +118,7 @@ impl CudaBackend {
     pub fn prepare_thread(&self, device: u32) {
         let _ = match api() {
             Ok(Api::Runtime(rt)) => {
-                let r = check_internal(on_device(rt, device, || init_runtime(rt)));
+                let r = check_internal(|| on_device(rt, device, || init_runtime(rt)));
                 // The driver the runtime loaded, looked for now: under a pool lock the pool's
                 // calls only read what was found (`driver::found`).
                 let _ = driver::loaded();
@@ -146,8 +146,9 @@ impl CudaBackend {
             return Ok(e);
         }
         let mut e: Event = std::ptr::null_mut();
+        let api = api()?;
         // A driver event is a runtime event: either API makes it.
-        check_internal(match api()? {
+        check_internal(|| match api {
             // SAFETY: `e` is a valid out-pointer; `device` is current (`barrier`).
             Api::Runtime(rt) => unsafe {
                 (rt.event_create_with_flags)(&mut e, EVENT_DISABLE_TIMING)
@@ -167,7 +168,7 @@ impl CudaBackend {
         let e = self.barrier_event(device)?;
         let r = match *api {
             // SAFETY: an event of the current device, and the legacy stream (null).
-            Api::Runtime(rt) => check_internal(unsafe { (rt.event_record)(e, LEGACY) }),
+            Api::Runtime(rt) => check_internal(|| unsafe { (rt.event_record)(e, LEGACY) }),
             // SAFETY: as above, through the driver.
             Api::Driver(d) => check(unsafe { (d.event_record)(e, LEGACY) }),
         };
@@ -178,10 +179,12 @@ impl CudaBackend {
     /// alone, its primary context, if active).
     fn record_on_peer(&self, api: &Api, peer: u32) -> Result<Event, CudaError> {
         let mut recorded = Err(CudaError::UNKNOWN);
-        check_internal(with_device_current(api, peer, || {
-            recorded = self.record_on_legacy(api, peer);
-            SUCCESS
-        }))?;
+        check_internal(|| {
+            with_device_current(api, peer, || {
+                recorded = self.record_on_legacy(api, peer);
+                SUCCESS
+            })
+        })?;
         recorded
     }
 
@@ -203,7 +206,7 @@ impl CudaBackend {
         let r = match *api {
             // SAFETY: an event just recorded, and the legacy stream; CUDA lets a stream wait
             // for another device's event.
-            Api::Runtime(rt) => check_internal(unsafe { (rt.stream_wait_event)(LEGACY, e, 0) }),
+            Api::Runtime(rt) => check_internal(|| unsafe { (rt.stream_wait_event)(LEGACY, e, 0) }),
             // SAFETY: as above, through the driver.
             Api::Driver(d) => check(unsafe { (d.stream_wait_event)(LEGACY, e, 0) }),
         };
@@ -244,12 +247,12 @@ fn relaxed_capture(rt: &Runtime, call: impl FnOnce() -> i32) -> i32 {
     };
     let mut mode = RELAXED;
     // SAFETY: a valid in-out pointer.
-    if check_internal(unsafe { exchange(&mut mode) }).is_err() {
+    if check_internal(|| unsafe { exchange(&mut mode) }).is_err() {
         return call();
     }
     let status = call();
     // SAFETY: as above; `mode` holds the thread's own mode.
-    let _ = check_internal(unsafe { exchange(&mut mode) });
+    let _ = check_internal(|| unsafe { exchange(&mut mode) });
     status
 }
 
@@ -337,30 +340,29 @@ fn on_device(rt: &Runtime, device: u32, call: impl FnOnce() -> i32) -> i32 {
         .unwrap_or_else(|status| status)
 }
 
-/// `check` for a call the pool made on its own (a fence, a barrier, a segment's release, a
-/// memory sample): the program did not make it, so a failure must not stay behind in its
-/// `cudaGetLastError` (the driver keeps no last error). The pool carries on without what the
-/// call would have given it; a sticky error fails the program's next call anyway, with CUDA's
-/// own code.
-fn check_internal(status: i32) -> Result<(), CudaError> {
-    if status != SUCCESS {
-        if let Some(rt) = RUNTIME.get() {
-            // SAFETY: no arguments.
-            unsafe { (rt.get_last_error)() };
-        }
-    }
-    check(status)
+/// `check` for a call the pool makes on its own (a fence, a barrier, a segment's release, a
+/// memory sample): the program did not make it, so a failure leaves its `cudaGetLastError` as
+/// it was, the error it had not read yet or none (`last_error::own_call`; the driver keeps no
+/// last error). The pool carries on without what the call would have given it; a sticky error
+/// fails the program's next call anyway, with CUDA's own code.
+fn check_internal(call: impl FnOnce() -> i32) -> Result<(), CudaError> {
+    check(match RUNTIME.get() {
+        Some(rt) => last_error::own_call(rt, call),
+        None => call(),
+    })
 }
 
 /// Wait for all work of `device`'s primary context (`cudaDeviceSynchronize` or
 /// `cuCtxSynchronize` with it current), where the pool's blocks are used.
 fn synchronize(api: &Api, device: u32) -> Result<(), CudaError> {
-    check_internal(with_device_current(api, device, || match *api {
-        // SAFETY: no arguments; synchronizes the current context, `device`'s primary one.
-        Api::Runtime(rt) => unsafe { (rt.device_synchronize)() },
-        // SAFETY: as above, through the driver.
-        Api::Driver(d) => unsafe { (d.ctx_synchronize)() },
-    }))
+    check_internal(|| {
+        with_device_current(api, device, || match *api {
+            // SAFETY: no arguments; synchronizes the current context, `device`'s primary one.
+            Api::Runtime(rt) => unsafe { (rt.device_synchronize)() },
+            // SAFETY: as above, through the driver.
+            Api::Driver(d) => unsafe { (d.ctx_synchronize)() },
+        })
+    })
 }
 
 /// `call` with `device`'s primary context current, and the caller's device or context back
@@ -404,7 +406,7 @@ fn with_context(device: u32, mut call: impl FnMut() -> i32) -> i32 {
     }
     if let Some(rt) = RUNTIME.get() {
         if rt.current_device() == Ok(device as c_int) {
-            let _ = check_internal(init_runtime(rt));
+            let _ = check_internal(|| init_runtime(rt));
         }
     }
     call()
@@ -443,7 +445,8 @@ impl Backend for CudaBackend {
     }
 
     fn free_segment(&self, _device: u32, addr: Addr) -> Result<(), CudaError> {
-        check_internal(match api()? {
+        let api = api()?;
+        check_internal(|| match api {
             // SAFETY: `addr` is a segment the pool allocated and no longer uses; either API
             // frees a primary context's memory.
             Api::Runtime(rt) => unsafe { (rt.free)(addr as *mut c_void) },
@@ -469,10 +472,12 @@ impl Backend for CudaBackend {
         let mut ordered = Err(CudaError::UNKNOWN);
         // The legacy stream and the event are the current device's: `device` is made current
         // for both, as for the fence.
-        check_internal(with_device_current(&api, device, || {
-            ordered = self.barrier_here(&api, device);
-            SUCCESS
-        }))?;
+        check_internal(|| {
+            with_device_current(&api, device, || {
+                ordered = self.barrier_here(&api, device);
+                SUCCESS
+            })
+        })?;
         ordered
     }
 
@@ -629,7 +634,8 @@ impl Backend for CudaBackend {
 
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
         let (mut free, mut total) = (0usize, 0usize);
-        check_internal(match api()? {
+        let api = api()?;
+        check_internal(|| match api {
             Api::Runtime(rt) => on_device(rt, device, || {
                 // SAFETY: both out-pointers are valid for the call, about `device`.
                 unsafe { (rt.mem_get_info)(&mut free, &mut total) }

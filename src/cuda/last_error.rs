@@ -21,11 +21,27 @@ pub fn unread(rt: &Runtime) -> CudaStatus {
     }
 }
 
+/// `call`, one the pool makes on its own (a fence, a barrier, a query), with its status. When it
+/// fails, the program's last error is what it was before (`restore`): the program did not make
+/// the call, and would have read its own error without the pool.
+pub fn own_call(rt: &Runtime, call: impl FnOnce() -> CudaStatus) -> CudaStatus {
+    let before = unread(rt);
+    let status = call();
+    if status != SUCCESS {
+        restore(rt, before);
+    }
+    status
+}
+
 /// After a call the pool made on its own failed: the thread's last error is `before` again,
-/// what `unread` gave before that call. CUDA has no call that sets it, so an error is set by a
-/// call the runtime refuses with that code and nothing else; for a code no such call gives,
-/// the error is cleared, and one warning says so.
+/// what `unread` gave before that call. A failure that left it as it was (a driver call) needs
+/// nothing. CUDA has no call that sets it, so an error is set by a call the runtime refuses
+/// with that code and nothing else; for a code no such call gives, the error is cleared, and
+/// one warning says so.
 pub fn restore(rt: &Runtime, before: CudaStatus) {
+    if before != SUCCESS && unread(rt) == before {
+        return;
+    }
     // SAFETY: no arguments; this clears the pool's own error.
     unsafe { (rt.get_last_error)() };
     if before != SUCCESS && !set(rt, before) {

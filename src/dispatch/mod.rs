@@ -384,9 +384,12 @@ pub(crate) fn served_on(inside: &guard::Inside, device: u32) {
     }
 }
 
-/// The status of a query the pool made for itself: on failure the error must not stay behind
-/// in the program's `cudaGetLastError` (the pool carries on without the answer, on the safe
-/// side), as for the pool's other own calls (`CudaBackend::check_internal`).
+/// The status of a query the pool made for itself on a hot path (the current device, a
+/// stream's name): on failure the error must not stay behind in the program's
+/// `cudaGetLastError` (the pool carries on without the answer, on the safe side). It is
+/// cleared, not restored as the pool's other own calls restore it (`last_error::own_call`):
+/// a peek before each query would add a runtime call to every allocation and free that asks,
+/// for refusals that only a destroyed stream or a broken runtime give.
 pub(crate) fn own_query(rt: &Runtime, status: CudaStatus) -> CudaStatus {
     if status != SUCCESS {
         // SAFETY: no arguments.

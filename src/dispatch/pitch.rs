@@ -7,12 +7,13 @@ use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::cuda::driver::{CuDevicePtr, CuResult, CU_ERROR_OUT_OF_MEMORY, CU_SUCCESS};
+use crate::cuda::last_error;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
 use crate::pool::{Origin, MAX_DEVICES};
 use crate::{global, guard};
 
-use super::{current_device, driver, forward, malloc_with, own_query};
+use super::{current_device, driver, forward, malloc_with};
 
 /// Each device's row alignments, the pitch CUDA gives a one-byte row: the runtime's, then the
 /// driver's for elements of 4, 8 and 16 bytes (512 bytes on NVIDIA's GPUs so far, which also
@@ -173,11 +174,11 @@ fn runtime_row_alignment(rt: &Runtime) -> Result<usize, CudaStatus> {
     let f = rt.malloc_pitch.ok_or(ERROR_UNKNOWN)?;
     let (mut p, mut alignment) = (std::ptr::null_mut(), 0);
     // SAFETY: valid out-pointers for the duration of the call.
-    let r = own_query(rt, unsafe { f(&mut p, &mut alignment, 1, 1) });
+    let r = last_error::own_call(rt, || unsafe { f(&mut p, &mut alignment, 1, 1) });
     if r != SUCCESS {
         return Err(r);
     }
     // SAFETY: the runtime's own allocation, just made.
-    own_query(rt, unsafe { (rt.free)(p) });
+    last_error::own_call(rt, || unsafe { (rt.free)(p) });
     Ok(alignment)
 }

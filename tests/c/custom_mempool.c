@@ -126,9 +126,13 @@ int main(void)
     CHECK_CUDA(cudaStreamSynchronize(s));
     mine = create_pool(0, cudaMemHandleTypeNone);
     CHECK_CUDA(cudaDeviceSetMemPool(0, mine));
+    /* An error left unread outlives the retry, as it would without the pool. */
+    CHECK(cudaGetDevice(NULL) == cudaErrorInvalidValue, "cudaGetDevice(NULL)");
     CHECK_CUDA(cudaMallocAsync(&a, 600 * MIB, s));
     own_async++;
     own_bytes += 600 * MIB;
+    cudaError_t last = cudaGetLastError();
+    CHECK(last == cudaErrorInvalidValue, "after a retried request the last error is %d", last);
     CHECK(cudaGetLastError() == cudaSuccess, "a retried request left an error behind");
     CHECK_CUDA(cudaFreeAsync(a, s));
     CHECK_CUDA(cudaStreamSynchronize(s));

@@ -5,12 +5,13 @@
  * pool's figures must agree with the runtime's, blocks keep their contents, no block busy with
  * a kernel is handed out, and later calls work.
  *
- * usage: faults FUNCTION ERROR
+ * usage: faults FUNCTION ERROR [unread]
  * FUNCTION: cudaMalloc, cudaFree, cudaDeviceSynchronize, cudaEventCreateWithFlags,
  * cudaEventRecord, cudaStreamWaitEvent, cudaMemGetInfo (calls the pool makes itself), cudaStreamSynchronize,
  * cudaEventSynchronize, cudaLaunchKernel (calls the pool only watches: a failed one is no
  * synchronization and no barrier). Run with and without the pool (the program finds out which
- * with dlsym). */
+ * with dlsym). With `unread` (pooled only), the program leaves an error unread just before the
+ * pool's own call fails, and must read it afterwards, as it would without the pool. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
@@ -22,6 +23,14 @@
 typedef int (*stats_fn)(int, gpupool_stats *);
 static stats_fn g_stats;
 static cudaError_t g_err;
+/* The error the program left unread before the pool's own call failed (`unread`), or none. */
+static cudaError_t g_unread = cudaSuccess;
+
+static void leave_unread(void)
+{
+    if (g_unread != cudaSuccess)
+        CHECK(cudaGetDevice(NULL) == g_unread, "cudaGetDevice(NULL) refused");
+}
 
 /* With the pool: reserved = allocated + cached, and the runtime holds exactly the segments the
  * pool believes it holds (every allocation of this program goes through the pool). */
@@ -52,7 +61,8 @@ static void free_while_busy(size_t n, unsigned usec)
     CHECK_CUDA(cudaFree(p));
 }
 
-/* Allocations that must never be a block still in use by a kernel; tagged and checked. */
+/* Allocations that must never be a block still in use by a kernel; tagged and checked. The
+ * last error is then the one the program left unread, if any. */
 static void fresh_blocks(const char *where, size_t n, int count)
 {
     void *p[16];
@@ -66,7 +76,8 @@ static void fresh_blocks(const char *where, size_t n, int count)
         check_tag(p[i], n, (unsigned char)(0x10 + i));
         CHECK_CUDA(cudaFree(p[i]));
     }
-    CHECK(cudaGetLastError() == cudaSuccess, "%s: an error was left behind", where);
+    cudaError_t last = cudaGetLastError();
+    CHECK(last == g_unread, "%s: last error %d, expected %d", where, last, g_unread);
 }
 
 /* A cached 30 MiB segment (threshold 0, set in the environment: it goes back at the next
@@ -230,42 +241,54 @@ static void pool_call_fails(const char *func)
         unsigned long long before = sim_stats(0).live_bytes;
         CHECK(before >= 30 * MIB, "the segment is held");
         CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
+        leave_unread();
         CHECK_CUDA(cudaDeviceSynchronize());
-        CHECK(cudaGetLastError() == cudaSuccess, "the pool's failed cudaFree left an error");
+        CHECK(cudaGetLastError() == g_unread, "the pool's failed cudaFree changed the last error");
         CHECK(sim_stats(0).live_bytes == before, "a segment whose cudaFree failed was dropped");
         consistent("after a failed release");
         CHECK_CUDA(cudaDeviceSynchronize());
         CHECK(sim_stats(0).live_bytes + 30 * MIB <= before, "the segment was not released later");
     } else if (strcmp(func, "cudaDeviceSynchronize") == 0) {
-        /* Strict mode, 8 MiB fence budget (environment): 12 MiB of busy frees make the next
-         * miss fence; that fence fails: the pool grows instead and reuses nothing busy. */
-        for (int i = 0; i < 4; i++)
+        /* Strict mode, 8 MiB fence budget (environment): 9 MiB of busy frees make the next
+         * miss fence (the third one's miss saw 6 MiB waiting, and grew); that fence fails: the
+         * pool grows instead and reuses nothing busy. */
+        for (int i = 0; i < 3; i++)
             free_while_busy(3 * MIB, 100000);
+        unsigned long long syncs = sim_stats(0).device_syncs;
         CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
+        leave_unread();
         fresh_blocks("after the pool's fence failed", 3 * MIB, 4);
+        CHECK(sim_stats(0).device_syncs > syncs, "the pool's fence was not made here");
     } else if (strcmp(func, "cudaEventCreateWithFlags") == 0 ||
                strcmp(func, "cudaEventRecord") == 0 || strcmp(func, "cudaStreamWaitEvent") == 0) {
         /* Barrier mode (environment): the next miss issues a barrier, which fails. */
         free_while_busy(3 * MIB, 100000);
         CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
+        leave_unread();
         fresh_blocks("after the pool's barrier failed", 3 * MIB, 4);
     } else if (strcmp(func, "cudaMemGetInfo") == 0) {
         /* The pool samples the device's memory after each new segment. */
         CHECK(cudasimFailNext(func, 1, (int)e) == 0, "arm");
+        leave_unread();
         fresh_blocks("after the pool's memory sample failed", 33 * MIB, 1);
     }
+    g_unread = cudaSuccess;
     consistent("after the pool's failed call");
 }
 
 int main(int argc, char **argv)
 {
-    CHECK(argc == 3, "usage: faults FUNCTION ERROR");
+    CHECK(argc == 3 || (argc == 4 && strcmp(argv[3], "unread") == 0),
+          "usage: faults FUNCTION ERROR [unread]");
     g_err = (cudaError_t)atoi(argv[2]);
     g_stats = (stats_fn)dlsym(RTLD_DEFAULT, "gpupool_get_stats");
     CHECK_CUDA(cudaFree(NULL));
     program_call_fails(argv[1]);
-    if (g_stats)
+    if (g_stats) {
+        if (argc == 4)
+            g_unread = cudaErrorInvalidValue;
         pool_call_fails(argv[1]);
+    }
     /* Everything still works: a burst of mixed sizes, checked. */
     fresh_blocks("afterwards (small)", 1000, 16);
     fresh_blocks("afterwards (medium)", 5 * MIB, 4);

@@ -3,7 +3,9 @@
  * refuses it, which sets no runtime error: either way the program reads the error it left, as
  * without the pool.
  *
- * usage: unread_error runtime|driver 1|101   (a 1 GiB device, classic segments)
+ * usage: unread_error runtime|driver|own-context 1|101   (a 1 GiB device, classic segments;
+ *        own-context: cudaMalloc with a context of cuCtxCreate current, which the runtime
+ *        serves, and asks again once the pool's cache went back)
  *        unread_error refused                (a refused cudaMalloc, then a refused cuMemAlloc)
  * Prints key=value lines. Linked with the runtime and -lcuda. */
 #include "cuda.h"
@@ -28,7 +30,7 @@ int main(int argc, char **argv)
         printf("last=%d\n", (int)cudaGetLastError());
         return 0;
     }
-    CHECK(argc == 3, "usage: unread_error runtime|driver 1|101");
+    CHECK(argc == 3, "usage: unread_error runtime|driver|own-context 1|101");
     /* 630 MiB cached: the 700 MiB request below fits only once the cache goes back. */
     for (i = 0; i < 7; i++)
         CHECK_CUDA(cudaMalloc(&blocks[i], 90 * MiB));
@@ -39,7 +41,13 @@ int main(int argc, char **argv)
     else
         CHECK(cudaSetDevice(99) == cudaErrorInvalidDevice, "cudaSetDevice(99)");
     printf("unread=%d\n", (int)cudaPeekAtLastError());
-    if (strcmp(argv[1], "runtime") == 0)
+    if (strcmp(argv[1], "own-context") == 0) {
+        CUdevice dev;
+        CUcontext ctx;
+        CHECK(cuDeviceGet(&dev, 0) == CUDA_SUCCESS, "cuDeviceGet");
+        CHECK(cuCtxCreate(&ctx, 0, dev) == CUDA_SUCCESS, "cuCtxCreate");
+        printf("allocation=%d\n", (int)cudaMalloc(&p, 700 * MiB));
+    } else if (strcmp(argv[1], "runtime") == 0)
         printf("allocation=%d\n", (int)cudaMalloc(&p, 700 * MiB));
     else
         printf("allocation=%d\n", (int)cuMemAlloc_v2(&d, 700 * MiB));

@@ -192,7 +192,8 @@ pub(super) fn unserved_context(
 
 /// The runtime's answer to an allocation of `size` bytes with a context the program made
 /// current (`pass`, the runtime's own call), as `unserved_context`: the first refusal of a
-/// retry is not left as the program's last error. Out of line: the hit path only tests for it.
+/// retry is not left as the program's last error, which is then what the program left there.
+/// Out of line: the hit path only tests for it.
 #[cold]
 #[inline(never)]
 pub(crate) fn runtime_unserved(
@@ -202,11 +203,11 @@ pub(crate) fn runtime_unserved(
     size: usize,
     pass: impl Fn() -> CuResult,
 ) -> CuResult {
+    let unread = crate::cuda::last_error::unread(rt);
     let first = std::cell::Cell::new(true);
     unserved_context(pool, d, size, || {
         if !first.replace(false) {
-            // SAFETY: no arguments.
-            unsafe { (rt.get_last_error)() };
+            crate::cuda::last_error::restore(rt, unread);
         }
         pass()
     })
