@@ -201,6 +201,18 @@ class Launcher(unittest.TestCase):
         self.assertEqual(done.returncode, 127)
         self.assertIn("command not found", done.stderr)
 
+    def test_the_command_gets_the_environment_the_launcher_got(self) -> None:
+        # Without a locale (a container, cron), Python sets LC_CTYPE=C.UTF-8 for itself at
+        # start-up (PEP 538). The command must not inherit that: it would run in another
+        # locale than without the launcher. Only the launcher's own variables are added.
+        env = {k: v for k, v in clean_env().items()
+               if k not in ("LANG", "LANGUAGE") and not k.startswith("LC_")}
+        direct = run(["env"], env=env).stdout.splitlines()
+        launched = run([PYTHON, "-m", "gpupool", "--", "env"], env=env).stdout.splitlines()
+        added = run([PYTHON, "-m", "gpupool", "--dry-run", "--", "env"], env=env)
+        self.assertEqual(sorted(launched), sorted(direct + added.stdout.splitlines()[:-1]))
+        self.assertFalse([line for line in launched if line.startswith("LC_")], launched)
+
     def test_summary_status_and_pid_are_the_programs(self) -> None:
         cmd = [PYTHON, "-m", "gpupool", "--summary", "stderr", "--", LAUNCHED, "5", "exit", "3"]
         proc = subprocess.Popen([str(c) for c in cmd], env=clean_env(), text=True,

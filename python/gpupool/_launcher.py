@@ -158,6 +158,27 @@ def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
     return added
 
 
+def inherited() -> Dict[str, str]:
+    """The environment the launcher was started with, which a shell's `exec` would pass on.
+
+    Python changes its own at start-up: in the C or POSIX locale it sets LC_CTYPE=C.UTF-8
+    (PEP 538), and `os.environ` holds that. The command would then run in another locale than
+    without the launcher. /proc/self/environ still holds what the launcher was given.
+    """
+    try:
+        with open("/proc/self/environ", "rb") as file:
+            block = file.read()
+    except OSError:
+        return dict(os.environ)
+    env: Dict[str, str] = {}
+    for entry in block.split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        if equals and name:
+            # The first of two entries with one name wins, as in getenv(3) and os.environ.
+            env.setdefault(os.fsdecode(name), os.fsdecode(value))
+    return env
+
+
 #: Signals Python ignores at start-up (SIGPIPE, so that a write to a closed pipe raises instead;
 #: SIGXFSZ, so that a write past the file size limit does). An ignored signal stays ignored
 #: across `exec`, so the command would get EPIPE where it expects to die of SIGPIPE (`yes | head`
@@ -233,7 +254,8 @@ def main(argv: Sequence[str]) -> int:
         if options.help:
             _out(USAGE)
             return 0
-        added = environment(options, dict(os.environ))
+        env = inherited()
+        added = environment(options, env)
     except UsageError as error:
         _say(str(error))
         return 2
@@ -242,4 +264,4 @@ def main(argv: Sequence[str]) -> int:
              + shlex.join(options.command) + "\n")
         return 0
     _out("")
-    _run(options.command, {**os.environ, **added})
+    _run(options.command, {**env, **added})
