@@ -213,6 +213,34 @@ class Launcher(unittest.TestCase):
         self.assertEqual(sorted(launched), sorted(direct + added.stdout.splitlines()[:-1]))
         self.assertFalse([line for line in launched if line.startswith("LC_")], launched)
 
+    def test_the_library_to_preload_is_checked_and_a_link_is_kept(self) -> None:
+        where = TARGET / "debug" / "python-lib-checks"
+        spaced = where / "with space" / "libgpupool.so"
+        spaced.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PACKAGE_LIBRARY, spaced)
+        link = where / "libgpupool.so"
+        link.unlink(missing_ok=True)
+        link.symlink_to(spaced)
+        # A link from a path without spaces is the documented way round a library in a
+        # directory with them, through GPUPOOL_LIBRARY as through --lib.
+        self.assertIn(f"LD_PRELOAD={link}", dry_run("prog", GPUPOOL_LIBRARY=str(link)))
+        self.assertIn(f"LD_PRELOAD={link}", dry_run("--lib", str(link), "prog"))
+        # A file the dynamic linker would skip (it says one line, and the command runs
+        # without the pool) is refused before the command runs; so is a missing file named
+        # by GPUPOOL_LIBRARY, and the line names the variable.
+        text = where / "libgpupool.d"
+        text.write_text("target/debug/libgpupool.so: src/lib.rs\n")
+        for args, env, expected in (
+                (["--lib", str(text)], {}, f"{text}: not a shared library"),
+                ([], {"GPUPOOL_LIBRARY": str(text)}, "(named by GPUPOOL_LIBRARY)"),
+                ([], {"GPUPOOL_LIBRARY": "/nonexistent.so"}, "(named by GPUPOOL_LIBRARY)")):
+            with self.subTest(args=args, env=env):
+                done = run([PYTHON, "-m", "gpupool", *args, "--", "echo", "ran"],
+                           env=clean_env(**env), check=False)
+                self.assertEqual((done.returncode, done.stdout), (2, ""), done.stderr)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(expected, done.stderr)
+
     def test_summary_status_and_pid_are_the_programs(self) -> None:
         cmd = [PYTHON, "-m", "gpupool", "--summary", "stderr", "--", LAUNCHED, "5", "exit", "3"]
         proc = subprocess.Popen([str(c) for c in cmd], env=clean_env(), text=True,

@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
-from ._library import own_library
+from ._library import PACKAGE_LIBRARY
 
 USAGE = """\
 usage: python -m gpupool [options] [--] COMMAND [ARGS...]
@@ -122,15 +122,37 @@ def parse(argv: Sequence[str]) -> Options:
     return options
 
 
-def library(requested: Optional[str]) -> str:
-    """The absolute path to preload; LD_PRELOAD splits at spaces and colons, so those fail."""
-    path = os.path.abspath(requested) if requested else str(own_library())
+def library(requested: Optional[str], env: Dict[str, str]) -> str:
+    """The absolute path to preload; LD_PRELOAD splits at spaces and colons, so those fail.
+
+    `--lib` and `GPUPOOL_LIBRARY` keep a symbolic link as it is: a link from a path without
+    spaces is the way round a library in a directory with them.
+    """
+    chosen = requested or env.get("GPUPOOL_LIBRARY")
+    path = os.path.abspath(chosen) if chosen else str(PACKAGE_LIBRARY)
+    # An error names the variable when the path came from it: that is what to change.
+    named = " (named by GPUPOOL_LIBRARY)" if chosen and not requested else ""
+    if not chosen and not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file (the package lacks its library: "
+                         "`pip install .` builds it; or pass --lib)")
     if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
+        raise UsageError(f"{path}: no such file{named}")
+    if not _is_elf(path):
+        raise UsageError(f"{path}: not a shared library that can be read{named}")
     if any(c.isspace() or c == ":" for c in path):
         raise UsageError(f"{path}: LD_PRELOAD cannot hold a path with spaces or colons "
                          "(pass --lib a symbolic link to it from a path without them)")
     return path
+
+
+def _is_elf(path: str) -> bool:
+    """Whether `path` can be read and starts as an ELF file does. The dynamic linker skips a
+    preload it cannot load with one line, and the command would then run without the pool."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def preload(existing: str, lib: str) -> str:
@@ -149,7 +171,7 @@ def _truthy(value: str) -> bool:
 def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
     """The variables the launcher sets, in the order it prints them."""
     added = dict(options.variables)
-    added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), library(options.lib))
+    added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), library(options.lib, env))
     disabled = _truthy(added.get("GPUPOOL_DISABLE", env.get("GPUPOOL_DISABLE", "")))
     if not disabled and not any(name in env for name in PYTORCH_SETTINGS):
         added["PYTORCH_CUDA_ALLOC_CONF"] = PYTORCH_ASYNC
