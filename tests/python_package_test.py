@@ -201,6 +201,26 @@ class Launcher(unittest.TestCase):
         self.assertEqual(done.returncode, 127)
         self.assertIn("command not found", done.stderr)
 
+    def test_a_file_that_cannot_start_is_not_called_missing(self) -> None:
+        # A script whose #! interpreter is gone (a removed virtual environment): execve says
+        # ENOENT, but the file is there. The status is a shell's, 127; the line says what is
+        # missing. A directory is refused as one, with 126.
+        where = TARGET / "debug" / "python-cannot-start"
+        where.mkdir(parents=True, exist_ok=True)
+        script = where / "train.py"
+        script.write_text("#!/nonexistent/venv/bin/python\nprint('ran')\n")
+        script.chmod(0o755)
+        env = clean_env(PATH=f"{where}:{os.environ['PATH']}")
+        for name in (str(script), "train.py"):
+            with self.subTest(name):
+                done = run([PYTHON, "-m", "gpupool", "--", name], env=env, check=False)
+                self.assertEqual(done.returncode, 127, done.stderr)
+                self.assertIn("required file not found", done.stderr)
+                self.assertNotIn("command not found", done.stderr)
+        done = run([PYTHON, "-m", "gpupool", "--", where], check=False)
+        self.assertEqual((done.returncode, done.stderr),
+                         (126, f"gpupool: {where}: is a directory\n"))
+
     def test_the_command_gets_the_environment_the_launcher_got(self) -> None:
         # Without a locale (a container, cron), Python sets LC_CTYPE=C.UTF-8 for itself at
         # start-up (PEP 538). The command must not inherit that: it would run in another

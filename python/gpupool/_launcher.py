@@ -241,11 +241,17 @@ def _run_as_script(command: List[str], env: Dict[str, str]) -> None:
     """An executable file that is no binary and has no `#!` line is a shell script: execvp(3),
     env(1) and a shell's `exec` run it with /bin/sh, and so does the launcher. Raises OSError
     when it cannot."""
-    name = command[0]
-    path = name if "/" in name else shutil.which(name, path=env.get("PATH", os.defpath))
+    path = _found(command[0], env)
     if path is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
     os.execve("/bin/sh", ["/bin/sh", path, *command[1:]], env)
+
+
+def _found(name: str, env: Dict[str, str]) -> Optional[str]:
+    """The executable file `name` runs: itself when it holds a slash, else the first in PATH."""
+    if "/" in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return shutil.which(name, path=env.get("PATH", os.defpath))
 
 
 def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
@@ -263,9 +269,19 @@ def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
         for signo in _RESTORED:
             signal.signal(signo, signal.SIG_IGN)
         if isinstance(error, FileNotFoundError):
-            _say(f"{command[0]}: command not found")
+            # execve(2) also says ENOENT when the file is there but what it needs to start
+            # is not. Then "command not found" would send the user looking for the wrong file.
+            if _found(command[0], env) is not None:
+                _say(f"{command[0]}: cannot execute: required file not found (the "
+                     "interpreter its #! line names, or the loader of a binary)")
+            elif "/" in command[0]:
+                _say(f"{command[0]}: no such file")
+            else:
+                _say(f"{command[0]}: command not found")
             sys.exit(127)
-        _say(f"{command[0]}: {error.strerror}")
+        # execve(2) says EACCES for a directory too.
+        reason = "is a directory" if os.path.isdir(command[0]) else error.strerror
+        _say(f"{command[0]}: {reason}")
         sys.exit(126)
 
 
