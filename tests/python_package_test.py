@@ -588,6 +588,27 @@ class ImportWithoutPreload(unittest.TestCase):
         self.assertFalse(out["own_copy_mapped"])
 
 
+    def test_a_library_that_cannot_be_loaded_is_named_with_the_fix(self) -> None:
+        # The first call loads the library; when it cannot, the error says where the path
+        # came from, and what to change.
+        script = """
+            import gpupool
+            try:
+                gpupool.stats()
+            except OSError as error:
+                print(error)
+        """
+        text = TARGET / "debug" / "python-lib-checks" / "not-a-library.so"
+        text.parent.mkdir(parents=True, exist_ok=True)
+        text.write_text("not a library\n")
+        for path in ("/nonexistent.so", str(text)):
+            with self.subTest(path):
+                done = run([PYTHON, "-c", textwrap.dedent(script)],
+                           env=clean_env(GPUPOOL_LIBRARY=path))
+                self.assertIn(path, done.stdout)
+                self.assertIn("GPUPOOL_LIBRARY names it", done.stdout)
+
+
 # Drives gpupool.torch.use() with the stand-in for torch on sys.path.
 TORCH = """
     import ctypes, json, sys
