@@ -678,6 +678,39 @@ class Torch(unittest.TestCase):
         reserved_after, released = out["after_empty"]
         self.assertEqual((reserved_after, released), (0, out["reserved"]))
 
+    def test_the_memory_calls_read_the_device_they_are_given(self) -> None:
+        # 3 MiB on device 0, the current one. Device 1 has nothing; a CPU device and a
+        # negative ordinal are refused, as PyTorch refuses them, not read as another device
+        # (-1 would be every device to the pool, and reset all their peaks).
+        script = """
+            import json
+            import gpupool.torch, torch
+            gpupool.torch.use()
+            p = torch.cuda.memory.current.malloc(3 << 20, 0, None)
+
+            def outcome(call, device):
+                try:
+                    return ["ok", call(device)]
+                except Exception as error:
+                    return [type(error).__name__, str(error)]
+
+            out = {"cuda_device_1": outcome(torch.cuda.memory_allocated, torch.cuda.device(1)),
+                   "cuda:1": outcome(torch.cuda.memory_allocated, "cuda:1"),
+                   "cpu": outcome(torch.cuda.memory_allocated, torch.device("cpu")),
+                   "-1": outcome(torch.cuda.memory_stats, -1),
+                   "reset -1": outcome(torch.cuda.reset_peak_memory_stats, -1)}
+            torch.cuda.memory.current.free(p, 3 << 20, 0, None)
+            out["peak after"] = torch.cuda.max_memory_allocated(0)
+            print(json.dumps(out))
+        """
+        out = python(script, self.env())
+        self.assertEqual(out["cuda_device_1"], ["ok", 0], out)
+        self.assertEqual(out["cuda:1"], ["ok", 0], out)
+        self.assertEqual(out["cpu"], ["ValueError", "Expected a cuda device, but got: cpu"])
+        self.assertEqual(out["-1"][0], "RuntimeError", out)
+        self.assertEqual(out["reset -1"][0], "RuntimeError", out)
+        self.assertEqual(out["peak after"], 3 * MIB, out)
+
     def test_use_after_cuda_started_says_why_it_refuses(self) -> None:
         out = python(TORCH, self.env(FAKE_TORCH_INITIALIZED="1"))
         self.assertIn("before PyTorch initializes CUDA", out["refused"])
