@@ -201,6 +201,66 @@ class Launcher(unittest.TestCase):
         self.assertEqual(done.returncode, 127)
         self.assertIn("command not found", done.stderr)
 
+    def test_a_file_that_cannot_start_is_not_called_missing(self) -> None:
+        # A script whose #! interpreter is gone (a removed virtual environment): execve says
+        # ENOENT, but the file is there. The status is a shell's, 127; the line says what is
+        # missing. A directory is refused as one, with 126.
+        where = TARGET / "debug" / "python-cannot-start"
+        where.mkdir(parents=True, exist_ok=True)
+        script = where / "train.py"
+        script.write_text("#!/nonexistent/venv/bin/python\nprint('ran')\n")
+        script.chmod(0o755)
+        env = clean_env(PATH=f"{where}:{os.environ['PATH']}")
+        for name in (str(script), "train.py"):
+            with self.subTest(name):
+                done = run([PYTHON, "-m", "gpupool", "--", name], env=env, check=False)
+                self.assertEqual(done.returncode, 127, done.stderr)
+                self.assertIn("required file not found", done.stderr)
+                self.assertNotIn("command not found", done.stderr)
+        done = run([PYTHON, "-m", "gpupool", "--", where], check=False)
+        self.assertEqual((done.returncode, done.stderr),
+                         (126, f"gpupool: {where}: is a directory\n"))
+
+    def test_the_command_gets_the_environment_the_launcher_got(self) -> None:
+        # Without a locale (a container, cron), Python sets LC_CTYPE=C.UTF-8 for itself at
+        # start-up (PEP 538). The command must not inherit that: it would run in another
+        # locale than without the launcher. Only the launcher's own variables are added.
+        env = {k: v for k, v in clean_env().items()
+               if k not in ("LANG", "LANGUAGE") and not k.startswith("LC_")}
+        direct = run(["env"], env=env).stdout.splitlines()
+        launched = run([PYTHON, "-m", "gpupool", "--", "env"], env=env).stdout.splitlines()
+        added = run([PYTHON, "-m", "gpupool", "--dry-run", "--", "env"], env=env)
+        self.assertEqual(sorted(launched), sorted(direct + added.stdout.splitlines()[:-1]))
+        self.assertFalse([line for line in launched if line.startswith("LC_")], launched)
+
+    def test_the_library_to_preload_is_checked_and_a_link_is_kept(self) -> None:
+        where = TARGET / "debug" / "python-lib-checks"
+        spaced = where / "with space" / "libgpupool.so"
+        spaced.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PACKAGE_LIBRARY, spaced)
+        link = where / "libgpupool.so"
+        link.unlink(missing_ok=True)
+        link.symlink_to(spaced)
+        # A link from a path without spaces is the documented way round a library in a
+        # directory with them, through GPUPOOL_LIBRARY as through --lib.
+        self.assertIn(f"LD_PRELOAD={link}", dry_run("prog", GPUPOOL_LIBRARY=str(link)))
+        self.assertIn(f"LD_PRELOAD={link}", dry_run("--lib", str(link), "prog"))
+        # A file the dynamic linker would skip (it says one line, and the command runs
+        # without the pool) is refused before the command runs; so is a missing file named
+        # by GPUPOOL_LIBRARY, and the line names the variable.
+        text = where / "libgpupool.d"
+        text.write_text("target/debug/libgpupool.so: src/lib.rs\n")
+        for args, env, expected in (
+                (["--lib", str(text)], {}, f"{text}: not a shared library"),
+                ([], {"GPUPOOL_LIBRARY": str(text)}, "(named by GPUPOOL_LIBRARY)"),
+                ([], {"GPUPOOL_LIBRARY": "/nonexistent.so"}, "(named by GPUPOOL_LIBRARY)")):
+            with self.subTest(args=args, env=env):
+                done = run([PYTHON, "-m", "gpupool", *args, "--", "echo", "ran"],
+                           env=clean_env(**env), check=False)
+                self.assertEqual((done.returncode, done.stdout), (2, ""), done.stderr)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(expected, done.stderr)
+
     def test_summary_status_and_pid_are_the_programs(self) -> None:
         cmd = [PYTHON, "-m", "gpupool", "--summary", "stderr", "--", LAUNCHED, "5", "exit", "3"]
         proc = subprocess.Popen([str(c) for c in cmd], env=clean_env(), text=True,
@@ -528,6 +588,27 @@ class ImportWithoutPreload(unittest.TestCase):
         self.assertFalse(out["own_copy_mapped"])
 
 
+    def test_a_library_that_cannot_be_loaded_is_named_with_the_fix(self) -> None:
+        # The first call loads the library; when it cannot, the error says where the path
+        # came from, and what to change.
+        script = """
+            import gpupool
+            try:
+                gpupool.stats()
+            except OSError as error:
+                print(error)
+        """
+        text = TARGET / "debug" / "python-lib-checks" / "not-a-library.so"
+        text.parent.mkdir(parents=True, exist_ok=True)
+        text.write_text("not a library\n")
+        for path in ("/nonexistent.so", str(text)):
+            with self.subTest(path):
+                done = run([PYTHON, "-c", textwrap.dedent(script)],
+                           env=clean_env(GPUPOOL_LIBRARY=path))
+                self.assertIn(path, done.stdout)
+                self.assertIn("GPUPOOL_LIBRARY names it", done.stdout)
+
+
 # Drives gpupool.torch.use() with the stand-in for torch on sys.path.
 TORCH = """
     import ctypes, json, sys
@@ -596,6 +677,39 @@ class Torch(unittest.TestCase):
         self.assertEqual(out["max_after_reset"], out["allocated_after_free"])
         reserved_after, released = out["after_empty"]
         self.assertEqual((reserved_after, released), (0, out["reserved"]))
+
+    def test_the_memory_calls_read_the_device_they_are_given(self) -> None:
+        # 3 MiB on device 0, the current one. Device 1 has nothing; a CPU device and a
+        # negative ordinal are refused, as PyTorch refuses them, not read as another device
+        # (-1 would be every device to the pool, and reset all their peaks).
+        script = """
+            import json
+            import gpupool.torch, torch
+            gpupool.torch.use()
+            p = torch.cuda.memory.current.malloc(3 << 20, 0, None)
+
+            def outcome(call, device):
+                try:
+                    return ["ok", call(device)]
+                except Exception as error:
+                    return [type(error).__name__, str(error)]
+
+            out = {"cuda_device_1": outcome(torch.cuda.memory_allocated, torch.cuda.device(1)),
+                   "cuda:1": outcome(torch.cuda.memory_allocated, "cuda:1"),
+                   "cpu": outcome(torch.cuda.memory_allocated, torch.device("cpu")),
+                   "-1": outcome(torch.cuda.memory_stats, -1),
+                   "reset -1": outcome(torch.cuda.reset_peak_memory_stats, -1)}
+            torch.cuda.memory.current.free(p, 3 << 20, 0, None)
+            out["peak after"] = torch.cuda.max_memory_allocated(0)
+            print(json.dumps(out))
+        """
+        out = python(script, self.env())
+        self.assertEqual(out["cuda_device_1"], ["ok", 0], out)
+        self.assertEqual(out["cuda:1"], ["ok", 0], out)
+        self.assertEqual(out["cpu"], ["ValueError", "Expected a cuda device, but got: cpu"])
+        self.assertEqual(out["-1"][0], "RuntimeError", out)
+        self.assertEqual(out["reset -1"][0], "RuntimeError", out)
+        self.assertEqual(out["peak after"], 3 * MIB, out)
 
     def test_use_after_cuda_started_says_why_it_refuses(self) -> None:
         out = python(TORCH, self.env(FAKE_TORCH_INITIALIZED="1"))

@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
-from ._library import own_library
+from ._library import PACKAGE_LIBRARY
 
 USAGE = """\
 usage: python -m gpupool [options] [--] COMMAND [ARGS...]
@@ -122,15 +122,37 @@ def parse(argv: Sequence[str]) -> Options:
     return options
 
 
-def library(requested: Optional[str]) -> str:
-    """The absolute path to preload; LD_PRELOAD splits at spaces and colons, so those fail."""
-    path = os.path.abspath(requested) if requested else str(own_library())
+def library(requested: Optional[str], env: Dict[str, str]) -> str:
+    """The absolute path to preload; LD_PRELOAD splits at spaces and colons, so those fail.
+
+    `--lib` and `GPUPOOL_LIBRARY` keep a symbolic link as it is: a link from a path without
+    spaces is the way round a library in a directory with them.
+    """
+    chosen = requested or env.get("GPUPOOL_LIBRARY")
+    path = os.path.abspath(chosen) if chosen else str(PACKAGE_LIBRARY)
+    # An error names the variable when the path came from it: that is what to change.
+    named = " (named by GPUPOOL_LIBRARY)" if chosen and not requested else ""
+    if not chosen and not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file (the package lacks its library: "
+                         "`pip install .` builds it; or pass --lib)")
     if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
+        raise UsageError(f"{path}: no such file{named}")
+    if not _is_elf(path):
+        raise UsageError(f"{path}: not a shared library that can be read{named}")
     if any(c.isspace() or c == ":" for c in path):
         raise UsageError(f"{path}: LD_PRELOAD cannot hold a path with spaces or colons "
                          "(pass --lib a symbolic link to it from a path without them)")
     return path
+
+
+def _is_elf(path: str) -> bool:
+    """Whether `path` can be read and starts as an ELF file does. The dynamic linker skips a
+    preload it cannot load with one line, and the command would then run without the pool."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def preload(existing: str, lib: str) -> str:
@@ -149,13 +171,34 @@ def _truthy(value: str) -> bool:
 def environment(options: Options, env: Dict[str, str]) -> Dict[str, str]:
     """The variables the launcher sets, in the order it prints them."""
     added = dict(options.variables)
-    added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), library(options.lib))
+    added["LD_PRELOAD"] = preload(env.get("LD_PRELOAD", ""), library(options.lib, env))
     disabled = _truthy(added.get("GPUPOOL_DISABLE", env.get("GPUPOOL_DISABLE", "")))
     if not disabled and not any(name in env for name in PYTORCH_SETTINGS):
         added["PYTORCH_CUDA_ALLOC_CONF"] = PYTORCH_ASYNC
         # As the library's constructor marks it: the summary then says the pool chose it.
         added["GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF"] = "1"
     return added
+
+
+def inherited() -> Dict[str, str]:
+    """The environment the launcher was started with, which a shell's `exec` would pass on.
+
+    Python changes its own at start-up: in the C or POSIX locale it sets LC_CTYPE=C.UTF-8
+    (PEP 538), and `os.environ` holds that. The command would then run in another locale than
+    without the launcher. /proc/self/environ still holds what the launcher was given.
+    """
+    try:
+        with open("/proc/self/environ", "rb") as file:
+            block = file.read()
+    except OSError:
+        return dict(os.environ)
+    env: Dict[str, str] = {}
+    for entry in block.split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        if equals and name:
+            # The first of two entries with one name wins, as in getenv(3) and os.environ.
+            env.setdefault(os.fsdecode(name), os.fsdecode(value))
+    return env
 
 
 #: Signals Python ignores at start-up (SIGPIPE, so that a write to a closed pipe raises instead;
@@ -198,11 +241,17 @@ def _run_as_script(command: List[str], env: Dict[str, str]) -> None:
     """An executable file that is no binary and has no `#!` line is a shell script: execvp(3),
     env(1) and a shell's `exec` run it with /bin/sh, and so does the launcher. Raises OSError
     when it cannot."""
-    name = command[0]
-    path = name if "/" in name else shutil.which(name, path=env.get("PATH", os.defpath))
+    path = _found(command[0], env)
     if path is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
     os.execve("/bin/sh", ["/bin/sh", path, *command[1:]], env)
+
+
+def _found(name: str, env: Dict[str, str]) -> Optional[str]:
+    """The executable file `name` runs: itself when it holds a slash, else the first in PATH."""
+    if "/" in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return shutil.which(name, path=env.get("PATH", os.defpath))
 
 
 def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
@@ -220,9 +269,19 @@ def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
         for signo in _RESTORED:
             signal.signal(signo, signal.SIG_IGN)
         if isinstance(error, FileNotFoundError):
-            _say(f"{command[0]}: command not found")
+            # execve(2) also says ENOENT when the file is there but what it needs to start
+            # is not. Then "command not found" would send the user looking for the wrong file.
+            if _found(command[0], env) is not None:
+                _say(f"{command[0]}: cannot execute: required file not found (the "
+                     "interpreter its #! line names, or the loader of a binary)")
+            elif "/" in command[0]:
+                _say(f"{command[0]}: no such file")
+            else:
+                _say(f"{command[0]}: command not found")
             sys.exit(127)
-        _say(f"{command[0]}: {error.strerror}")
+        # execve(2) says EACCES for a directory too.
+        reason = "is a directory" if os.path.isdir(command[0]) else error.strerror
+        _say(f"{command[0]}: {reason}")
         sys.exit(126)
 
 
@@ -233,7 +292,8 @@ def main(argv: Sequence[str]) -> int:
         if options.help:
             _out(USAGE)
             return 0
-        added = environment(options, dict(os.environ))
+        env = inherited()
+        added = environment(options, env)
     except UsageError as error:
         _say(str(error))
         return 2
@@ -242,4 +302,4 @@ def main(argv: Sequence[str]) -> int:
              + shlex.join(options.command) + "\n")
         return 0
     _out("")
-    _run(options.command, {**os.environ, **added})
+    _run(options.command, {**env, **added})

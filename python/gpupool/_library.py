@@ -96,9 +96,23 @@ def _from_mappings() -> Optional[Tuple[ctypes.CDLL, str]]:
 
 
 def _own_copy() -> Tuple[ctypes.CDLL, str]:
-    """The package's library, loaded RTLD_LOCAL: its hooks then serve nobody else's calls."""
+    """The package's library, loaded RTLD_LOCAL: its hooks then serve nobody else's calls.
+
+    Raises OSError naming what to change when it cannot be loaded.
+    """
     path = str(own_library())
-    return ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW), path
+    try:
+        return ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW), path
+    except OSError as error:
+        if os.environ.get("GPUPOOL_LIBRARY"):
+            fix = "GPUPOOL_LIBRARY names it: point it at a libgpupool.so, or unset it"
+        elif not os.path.isfile(path):
+            fix = ("the package lacks its library: `pip install .` builds it; or set "
+                   "GPUPOOL_LIBRARY to a libgpupool.so")
+        else:
+            # A wheel built on a newer system than this one, for example.
+            fix = "set GPUPOOL_LIBRARY to a libgpupool.so built on this machine"
+        raise OSError(f"gpupool cannot load its library: {error} ({fix})") from None
 
 
 def find() -> Tuple[ctypes.CDLL, str]:

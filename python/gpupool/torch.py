@@ -98,15 +98,25 @@ def empty_cache() -> None:
 
 
 def _index(torch: Any, device: Any) -> int:
-    """A device ordinal from what PyTorch's calls accept: None, an int, a str, a torch.device."""
+    """A device ordinal from what PyTorch's calls accept: None, an int, a str, a
+    `torch.device`, a `torch.cuda.device`. What PyTorch refuses is refused: a device that is
+    not CUDA's ("cpu"), and a negative ordinal, which the pool would read as every device."""
     if device is None:
         return int(torch.cuda.current_device())
-    if isinstance(device, int):
-        return device
     if isinstance(device, str):
         device = torch.device(device)
-    index = getattr(device, "index", None)
-    return int(torch.cuda.current_device()) if index is None else int(index)
+    if isinstance(device, int):
+        index: Optional[int] = device
+    else:
+        if getattr(device, "type", "cuda") != "cuda":
+            raise ValueError(f"Expected a cuda device, but got: {device}")
+        # `torch.cuda.device(1)` holds its ordinal as `idx`, `torch.device` as `index`.
+        index = getattr(device, "idx", getattr(device, "index", None))
+        if index is None:
+            return int(torch.cuda.current_device())
+    if index < 0:
+        raise RuntimeError(f"Invalid device argument {index}")
+    return int(index)
 
 
 def _device(index: int) -> Dict[str, Any]:

@@ -15,3 +15,6 @@ class device:
         kind, _, index = spec.partition(":")
         self.type = kind
         self.index = int(index) if index else None
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
