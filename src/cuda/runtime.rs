@@ -229,9 +229,13 @@ impl Runtime {
             _ => {
                 let mut n = 0;
                 let one = self.get_device_count.is_some_and(|count| {
-                    // The pool's own query: a failure leaves the program's last error as it was.
                     // SAFETY: a valid out-pointer for the call.
-                    let r = super::last_error::own_call(self, || unsafe { count(&mut n) });
+                    let r = unsafe { count(&mut n) };
+                    if r != SUCCESS {
+                        // The pool's own query: its error must not stay for the program.
+                        // SAFETY: no arguments.
+                        unsafe { (self.get_last_error)() };
+                    }
                     r == SUCCESS && n == 1
                 });
                 COUNT.store(if one { ONE } else { OTHER }, Ordering::Relaxed);
