@@ -501,9 +501,12 @@ fn a_program_whose_argv0_names_a_fifo_looks_up_driver_names() {
 fn a_double_free_in_stream_order_under_capture_leaves_the_segment_alone() {
     // The block starts a pool segment: passed on, the driver's free would take the whole
     // segment, the other block in it too.
+    // Classic segments: a block in a range never starts the allocation the driver reports.
     let exe = support::c_program_with_driver("driver_capture");
     let done = "driver_capture: all checks passed";
-    let (with, stderr) = ok(&mut pooled(&exe, &[], ENV));
+    let mut classic = ENV.to_vec();
+    classic.push(("GPUPOOL_EXPANDABLE", "0"));
+    let (with, stderr) = ok(&mut pooled(&exe, &[], &classic));
     let (without, _) = ok(&mut unpooled(&exe, &[], ENV));
     assert!(with.contains(done), "{with}\n{stderr}");
     assert!(without.contains(done), "{without}");

@@ -37,6 +37,26 @@ const CASES: [Case; 4] = [
     (["1", "1", "1"], ZERO_CONTEXT),
 ];
 const SMALL: &[(&str, &str)] = &[("CUDASIM_MEM", "128MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+
+/// Each reuse mode, with classic and with expandable segments.
+fn settings() -> impl Iterator<Item = (&'static str, &'static str)> {
+    ["strict", "barrier", "relaxed"]
+        .into_iter()
+        .flat_map(|reuse| [(reuse, "0"), (reuse, "1")])
+}
+
+/// What the request of `mib` MiB during the capture gets. The 100 MiB one fits only once the
+/// 64 MiB of waiting blocks go back. A classic segment's `cudaFree` waits for their work, so it
+/// may run during a capture; an unmap waits for nothing and needs the fence the capture
+/// refuses, so with expandable segments their granules stay mapped until the capture ends, and
+/// the request is out of memory (docs/guarantees.md, "Stream capture").
+fn malloc_during_capture(mib: &str, expandable: &str) -> &'static str {
+    if mib == "100" && expandable == "1" {
+        "malloc=2\n"
+    } else {
+        "malloc=0\n"
+    }
+}
 const ZERO_CONTEXT: &[(&str, &str)] = &[("CUDASIM_CONTEXT_BYTES", "0")];
 
 #[test]
@@ -48,25 +68,26 @@ fn a_driver_capture_cuda_lets_run_survives_the_pools_fences_and_barriers() {
             for expected in ["malloc=0\n", "status=1\n", "end=0\n", "graph=1\n"] {
                 assert!(without.contains(expected), "{args:?}: {without}");
             }
-            for reuse in ["strict", "barrier", "relaxed"] {
+            for (reuse, expandable) in settings() {
                 let mut all = env.to_vec();
-                all.push(("GPUPOOL_REUSE", reuse));
+                all.extend([("GPUPOOL_REUSE", reuse), ("GPUPOOL_EXPANDABLE", expandable)]);
                 let (with, stderr) = ok(&mut pooled(&driver_only(), &args, &all));
-                for expected in ["malloc=0\n", "status=1\n", "end=0\n", "graph=1\n"] {
+                let malloc = malloc_during_capture(case[0], expandable);
+                for expected in [malloc, "status=1\n", "end=0\n", "graph=1\n"] {
                     assert!(
                         with.contains(expected),
-                        "{reuse} {args:?}: {with}\n{stderr}"
+                        "{reuse} {expandable} {args:?}: {with}\n{stderr}"
                     );
                 }
                 // After the end the pool fences again: the whole cache goes back to the driver.
                 assert!(
                     number::<u64>(&with, "released=") > 0,
-                    "{reuse} {args:?}: {with}"
+                    "{reuse} {expandable} {args:?}: {with}"
                 );
                 assert_eq!(
                     number::<u64>(&with, "live_after="),
                     0,
-                    "{reuse} {args:?}: {with}"
+                    "{reuse} {expandable} {args:?}: {with}"
                 );
             }
         }
@@ -78,21 +99,27 @@ fn a_capture_seen_by_both_layers_is_noted_once_and_forgotten_at_its_end() {
     let exe = support::c_program_with_driver("capture_both_layers");
     let env = [("CUDASIM_MEM", "128MiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
     let (without, _) = ok(&mut unpooled(&exe, &[], &env));
-    let mut strict = env.to_vec();
-    strict.push(("GPUPOOL_REUSE", "strict"));
-    let (with, stderr) = ok(&mut pooled(&exe, &[], &strict));
-    for out in [&with, &without] {
-        for expected in [
-            "malloc=0\n",
-            "first_end=0\n",
-            "second_end=0\n",
-            "graphs=2\n",
-        ] {
-            assert!(out.contains(expected), "{out}\n{stderr}");
+    assert!(without.contains("malloc=0\n"), "{without}");
+    for expandable in ["0", "1"] {
+        let mut strict = env.to_vec();
+        strict.extend([
+            ("GPUPOOL_REUSE", "strict"),
+            ("GPUPOOL_EXPANDABLE", expandable),
+        ]);
+        let (with, stderr) = ok(&mut pooled(&exe, &[], &strict));
+        // The first capture's request is of 100 MiB.
+        assert!(
+            with.contains(malloc_during_capture("100", expandable)),
+            "{with}\n{stderr}"
+        );
+        for out in [&with, &without] {
+            for expected in ["first_end=0\n", "second_end=0\n", "graphs=2\n"] {
+                assert!(out.contains(expected), "{out}\n{stderr}");
+            }
         }
+        // Both captures ended, each through the other layer: the pool's fence runs again, and
+        // the whole cache goes back to the driver.
+        assert!(number::<u64>(&with, "released=") > 0, "{with}");
+        assert_eq!(number::<u64>(&with, "live_after="), 0, "{with}");
     }
-    // Both captures ended, each through the other layer: the pool's fence runs again, and the
-    // whole cache goes back to the driver.
-    assert!(number::<u64>(&with, "released=") > 0, "{with}");
-    assert_eq!(number::<u64>(&with, "live_after="), 0, "{with}");
 }

@@ -251,7 +251,8 @@ fn a_cache_given_back_with_another_device_current_waits_for_its_own_device() {
                 0,
                 "{mode} {reuse}: {out}\n{err}"
             );
-            assert_eq!(n("other_mapped_after="), 0, "{mode} {reuse}: {out}");
+            // Only the granule of the small block still live.
+            assert_eq!(n("other_mapped_after="), 2 << 20, "{mode} {reuse}: {out}");
             assert_eq!(n("other_current="), 0, "{mode} {reuse}: {out}");
             if reuse == "strict" {
                 // `relaxed` reuses a block freed with `cudaFree` at once, by its contract.

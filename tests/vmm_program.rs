@@ -127,8 +127,8 @@ fn ipc_of_a_block_in_virtual_memory_is_refused_and_the_summary_says_what_to_set(
     // The driver's own answer for virtual memory: invalid value, from both APIs.
     assert_eq!(number::<i32>(&out, "ipc_runtime="), 1, "{out}");
     assert_eq!(number::<i32>(&out, "ipc_driver="), 1, "{out}");
-    // A small block starts its classic segment: it still shares.
-    assert_eq!(number::<i32>(&out, "ipc_small="), 0, "{out}");
+    // A small block lies in virtual memory too.
+    assert_eq!(number::<i32>(&out, "ipc_small="), 1, "{out}");
     assert_eq!(
         err.matches("which IPC handles cannot name").count(),
         1,
@@ -137,7 +137,7 @@ fn ipc_of_a_block_in_virtual_memory_is_refused_and_the_summary_says_what_to_set(
     assert!(err.contains("GPUPOOL_EXPANDABLE=0"), "{err}");
     assert!(
         err.contains(
-            " ipc        2 IPC handles refused on blocks in CUDA virtual memory: run with \
+            " ipc        3 IPC handles refused on blocks in CUDA virtual memory: run with \
              GPUPOOL_EXPANDABLE=0 (classic segments) or GPUPOOL_DISABLE=1"
         ),
         "{err}"

@@ -8,6 +8,10 @@
 //! shredded into slivers. `max_split_size` keeps big blocks of classic segments whole; an
 //! expandable segment's blocks are address space and split whatever it says.
 //!
+//! These are classic segments. With expandable segments (the default) every block comes from a
+//! reserved range instead, small ones from a range of their own (`device/expandable.rs`): the
+//! small segment's size then only says when a request is small.
+//!
 //! Small segments are 4 MiB, not PyTorch's 2: half the `cudaMalloc` calls for small requests
 //! (the generated inference trace: 42 calls instead of 62; random requests up to 1 MiB: half),
 //! with the same peak reserved memory or less on every workload of `gpupool-trace compare`, since

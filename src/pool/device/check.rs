@@ -46,7 +46,12 @@ impl DevicePool {
                             return Err(format!("adjacent free blocks at {:#x}", b.addr));
                         }
                         let indexed = match s.class {
-                            Class::Small => self.free_small.contains(idx, b.size),
+                            Class::Small if b.size <= SMALL_SEGMENT => {
+                                self.free_small.contains(idx, b.size)
+                            }
+                            Class::Small => {
+                                self.free_small_wide.get(&(b.size, b.addr)) == Some(&idx)
+                            }
                             Class::Large => self.free_large.get(&(b.size, b.addr)) == Some(&idx),
                         };
                         if !indexed {
@@ -101,7 +106,8 @@ impl DevicePool {
             return Err(format!("idle segments {idle} != {}", self.idle_bytes));
         }
         let st = &self.stats;
-        if free_count != self.free_small.len() + self.free_large.len() {
+        if free_count != self.free_small.len() + self.free_small_wide.len() + self.free_large.len()
+        {
             return Err("index holds blocks that are not free".into());
         }
         if reserved != st.reserved.current

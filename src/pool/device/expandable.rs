@@ -1,7 +1,7 @@
-//! Expandable segments (docs/design-notes.md, "Note: expandable segments"): large blocks come
-//! from one reserved address range per device, packed one after another, with physical memory
-//! mapped in granules as blocks need it and free granules unmapped again, once a fence proved
-//! the work that used them done.
+//! Expandable segments (docs/design-notes.md, "Note: expandable segments"): blocks come from
+//! reserved address ranges, one per device for small blocks and one for large ones, packed one
+//! after another, with physical memory mapped in granules as blocks need it and free granules
+//! unmapped again, once a fence proved the work that used them done.
 //!
 //! An expandable segment is a `Segment` with a bitmap of its mapped granules. Its blocks tile
 //! the whole range: the free block at its end is address space not yet used, mapped only where a
@@ -113,11 +113,10 @@ impl DevicePool {
         size: u64,
         backend: &dyn Backend,
     ) -> Option<u32> {
-        // Small blocks keep their 4 MiB segments: each strands less than a small request, goes
-        // back whole once idle, and the small free lists index blocks up to a segment's size.
-        // A request larger than a range, twice the device's memory, gets the classic
-        // segment's refusal.
-        if self.granule == 0 || class != Class::Large || size > self.range_bytes {
+        // Small blocks get a range of their own, apart from large ones, so that a long-lived
+        // small block pins one granule, not the large blocks' holes around it. A request
+        // larger than a range, twice the device's memory, gets the classic segment's refusal.
+        if self.granule == 0 || size > self.range_bytes {
             return None;
         }
         let bytes = self.range_bytes;
@@ -157,7 +156,11 @@ impl DevicePool {
         if !self.seg(self.blocks[idx as usize].seg).expandable {
             return Ok(idx);
         }
-        let idx = self.stay_within_slack(idx, rounded, backend, clock, policy);
+        // The slack moves large blocks' granules: a small request maps a granule at most.
+        let idx = match class_of(rounded) {
+            Class::Large => self.stay_within_slack(idx, rounded, backend, clock, policy),
+            Class::Small => idx,
+        };
         if !self.seg(self.blocks[idx as usize].seg).expandable {
             return Ok(idx);
         }
@@ -193,7 +196,7 @@ impl DevicePool {
                 self.stop_expandable(backend, e);
                 let seg_size = segment_size(rounded, self.grow_above(policy))
                     .ok_or(CudaError::MEMORY_ALLOCATION)?;
-                self.refill(Class::Large, rounded, seg_size, backend, clock, policy)
+                self.refill(class_of(rounded), rounded, seg_size, backend, clock, policy)
             }
             // Mapping worked before: the refusal is taken as the driver's lack of memory.
             _ => self.recover_mapping(rounded, backend, clock, policy),
@@ -264,7 +267,8 @@ impl DevicePool {
             if left.mapped == 0 {
                 let _ = backend.vmm_free_reservation(self.device, addr, size);
             } else {
-                self.kept_after_reset.push((addr, size, left));
+                let class = self.seg(si).class;
+                self.kept_after_reset.push((addr, size, class, left));
             }
         }
         true
@@ -274,9 +278,9 @@ impl DevicePool {
     /// over granules left mapped and unready (the driver holds them: counted, unmapped at the
     /// next release, mapped afresh before a block uses one).
     pub(super) fn take_back_kept_ranges(&mut self) {
-        for (addr, size, granules) in std::mem::take(&mut self.kept_after_reset) {
+        for (addr, size, class, granules) in std::mem::take(&mut self.kept_after_reset) {
             let mapped = granules.mapped;
-            self.add_segment(addr, size, Class::Large, Some(granules));
+            self.add_segment(addr, size, class, Some(granules));
             self.stats.reserved.add(mapped);
             self.stats.segments.add(1);
             self.unmap_due = true;
@@ -483,15 +487,16 @@ impl DevicePool {
         let fenced = self.pending_bytes() > 0 && self.fence(backend, clock).is_ok();
         let released = self.release_segments(backend, clock, 0, Release::OutOfMemory);
         self.limit_refused = false;
-        let fit = match self.fit_after_return(Class::Large, rounded, policy) {
-            Some(idx) => Some(idx),
-            None => match self.cheapest_room(rounded, policy) {
-                Some(idx) => Some(idx),
-                None => self
-                    .grow(Class::Large, rounded, &[rounded], backend, policy)
-                    .and_then(Result::ok),
-            },
-        };
+        let class = class_of(rounded);
+        let mut fit = self.fit_after_return(class, rounded, policy);
+        if fit.is_none() && class == Class::Large {
+            fit = self.cheapest_room(rounded, policy);
+        }
+        if fit.is_none() {
+            fit = self
+                .grow(class, rounded, &[rounded], backend, policy)
+                .and_then(Result::ok);
+        }
         if let Some(idx) = fit {
             let mapped = if self.seg(self.blocks[idx as usize].seg).expandable {
                 self.map_block(idx, rounded, backend, policy)
@@ -508,7 +513,7 @@ impl DevicePool {
         // limit takes no granule, yet a segment of the request's own size fits there, as it
         // would on a device of the limit's size.
         if self.limit_refused {
-            if let Ok(idx) = self.new_classic_segment(Class::Large, rounded, backend) {
+            if let Ok(idx) = self.new_classic_segment(class, rounded, backend) {
                 self.stats.misses += 1;
                 self.stats.oom_recovered += 1;
                 return Ok(idx);

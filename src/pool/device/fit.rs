@@ -7,7 +7,8 @@ impl DevicePool {
     /// The largest block that could be handed out now.
     pub fn largest_free(&self) -> u64 {
         let large = self.free_large.keys().next_back().map_or(0, |k| k.0);
-        self.largest_free_small().max(large)
+        let wide = self.free_small_wide.keys().next_back().map_or(0, |k| k.0);
+        self.largest_free_small().max(large).max(wide)
     }
 
     /// The largest free block of the small index and the bins.
@@ -130,11 +131,51 @@ impl DevicePool {
     /// which the ladder's cheaper steps come before (`refill`; `room_in_range`).
     pub(super) fn find_fit(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
         match class {
-            Class::Small => self.free_small.best_fit(rounded).map(|(_, idx)| idx),
+            Class::Small if self.granule == 0 => {
+                self.free_small.best_fit(rounded).map(|(_, idx)| idx)
+            }
+            Class::Small => self.best_fit_small_mapped(rounded, policy),
             Class::Large => self
                 .best_fit_large(rounded, policy)
                 .filter(|&idx| !self.needs_mapping(idx, rounded, policy)),
         }
+    }
+
+    /// The best fit for a small request where a small range may hold free blocks: the best fit
+    /// by size if it needs no mapping, else the smallest block wider than a small segment
+    /// whose granules for the request are mapped (a range's holes that merged past a
+    /// segment's size, which share one list of the index no longer ordered by size).
+    fn best_fit_small_mapped(&self, rounded: u64, policy: &Policy) -> Option<u32> {
+        let best = self.free_small.best_fit(rounded);
+        // Granules go back only wholly inside a free block, so one smaller than a granule lacks
+        // none: the common case answers without looking at the granules.
+        if let Some((size, idx)) = best.filter(|&(size, _)| size < self.granule) {
+            debug_assert!(!self.needs_mapping(idx, rounded, policy), "{size}");
+            return Some(idx);
+        }
+        let hole = best.filter(|&(_, idx)| !self.needs_mapping(idx, rounded, policy));
+        let wide = self
+            .free_small_wide
+            .values()
+            .map(|&idx| (self.mapped_from_start(idx), idx))
+            .filter(|&(mapped, _)| mapped >= rounded)
+            .min();
+        match (hole, wide) {
+            (Some(h), Some(w)) => Some(if w.0 < h.0 { w.1 } else { h.1 }),
+            (h, w) => h.or(w).map(|(_, idx)| idx),
+        }
+    }
+
+    /// The mapped bytes free block `idx` of a range starts with.
+    fn mapped_from_start(&self, idx: u32) -> u64 {
+        let b = &self.blocks[idx as usize];
+        let Some(granules) = self.range_granules(b.seg) else {
+            return b.size;
+        };
+        let (first, end) = self.granules_of(b.seg, b.addr, b.size);
+        let unmapped = granules.next_with(first, end, false);
+        let at = self.seg(b.seg).addr + unmapped * self.granule;
+        at.min(b.addr + b.size).saturating_sub(b.addr)
     }
 
     /// The best fit for a large request, mapped or not.
@@ -158,10 +199,25 @@ impl DevicePool {
     /// Room for `rounded` bytes in a range: the best fit, with the granules it lacks, which
     /// `serve` maps (`map_or_recover`). The ladder's first way to grow.
     pub(super) fn room_in_range(&self, class: Class, rounded: u64, policy: &Policy) -> Option<u32> {
-        if class == Class::Small || self.ranges.is_empty() {
+        if self.ranges.is_empty() {
             return None;
         }
-        self.best_fit_large(rounded, policy)
+        match class {
+            // Any free block of a small range serves a small request: the best fit by size,
+            // else the smallest wide one (a range's frontier is the widest).
+            Class::Small => self
+                .free_small
+                .best_fit(rounded)
+                .map(|(_, idx)| idx)
+                .filter(|&idx| self.in_range(idx))
+                .or_else(|| {
+                    self.free_small_wide
+                        .values()
+                        .copied()
+                        .find(|&idx| self.in_range(idx))
+                }),
+            Class::Large => self.best_fit_large(rounded, policy),
+        }
     }
 
     /// Whether serving `rounded` bytes from free block `idx` maps granules: a range's address
@@ -191,7 +247,9 @@ impl DevicePool {
     /// space costs nothing, a free block's whole granules are unmapped whatever its neighbours,
     /// and its last free block, larger than any cap, must serve every request.
     pub(super) fn split_cap(&self, idx: u32, policy: &Policy) -> u64 {
-        if self.in_range(idx) {
+        // Small blocks have none (`size::should_split`): their class answers before their
+        // segment is read.
+        if self.blocks[idx as usize].class == Class::Small || self.in_range(idx) {
             u64::MAX
         } else {
             policy.max_split_size
@@ -205,17 +263,19 @@ impl DevicePool {
         should_split(b.class, b.size, rounded, self.split_cap(idx, policy))
     }
 
-    /// Whether large block `idx` lies in an expandable segment. Small blocks never do.
+    /// Whether block `idx` lies in an expandable segment.
     pub(super) fn in_range(&self, idx: u32) -> bool {
-        let b = &self.blocks[idx as usize];
-        b.class == Class::Large && self.seg(b.seg).expandable
+        self.seg(self.blocks[idx as usize].seg).expandable
     }
 
     pub(super) fn index(&mut self, idx: u32) {
         let b = &self.blocks[idx as usize];
         let (size, addr) = (b.size, b.addr);
         match b.class {
-            Class::Small => self.free_small.insert(idx, size),
+            Class::Small if size <= SMALL_SEGMENT => self.free_small.insert(idx, size),
+            Class::Small => {
+                self.free_small_wide.insert((size, addr), idx);
+            }
             Class::Large => {
                 self.free_large.insert((size, addr), idx);
             }
@@ -226,7 +286,8 @@ impl DevicePool {
         let b = &self.blocks[idx as usize];
         let (size, addr) = (b.size, b.addr);
         let removed = match b.class {
-            Class::Small => self.free_small.remove(idx, size),
+            Class::Small if size <= SMALL_SEGMENT => self.free_small.remove(idx, size),
+            Class::Small => self.free_small_wide.remove(&(size, addr)) == Some(idx),
             Class::Large => self.free_large.remove(&(size, addr)) == Some(idx),
         };
         debug_assert!(removed, "free block {addr:#x} not indexed");

@@ -102,11 +102,17 @@ impl DevicePool {
                 false,
             ),
         };
-        let idx = if self.granule != 0 && class == Class::Large {
-            let idx = self.map_or_recover(idx, rounded, hit, backend, clock, policy)?;
-            self.place(idx, rounded, policy)
-        } else {
-            idx
+        let idx = match class {
+            _ if self.granule == 0 => idx,
+            Class::Large => {
+                let idx = self.map_or_recover(idx, rounded, hit, backend, clock, policy)?;
+                self.place(idx, rounded, policy)
+            }
+            // Granules go back only wholly inside a free block: a small block narrower than a
+            // granule lacks none (those of the bins, and most from the index). Small blocks are
+            // packed, never placed on a granule: none fills one.
+            Class::Small if self.blocks[idx as usize].size < self.granule => idx,
+            Class::Small => self.map_or_recover(idx, rounded, hit, backend, clock, policy)?,
         };
         let addr = self.take(idx, rounded, requested, policy);
         if live {

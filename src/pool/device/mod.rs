@@ -30,7 +30,7 @@ use super::held_sets::{HeldKey, HeldSets};
 use super::live_map::LiveMap;
 use super::size::{
     class_of, may_serve, round_request, segment_size, should_split, usable_limit, Class, ALIGN,
-    GROW_FROM, OUTGROWN_FROM, SMALL_LIMIT, THREAD_CACHED_LIMIT,
+    GROW_FROM, OUTGROWN_FROM, SMALL_LIMIT, SMALL_SEGMENT, THREAD_CACHED_LIMIT,
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};
@@ -266,6 +266,9 @@ pub struct DevicePool {
     /// Free small blocks by exact size (`free_lists.rs`); large ones by (size, address).
     free_small: FreeLists,
     free_large: BTreeMap<(u64, Addr), u32>,
+    /// Free small blocks larger than a small segment, by (size, address): only a small range
+    /// has them (its frontier, and holes that merged past a segment's size).
+    free_small_wide: BTreeMap<(u64, Addr), u32>,
     pending_fence: Fifo<(u32, u64)>,
     pending_barrier: Fifo<(u32, u64)>,
     pending_fence_bytes: u64,
@@ -329,7 +332,7 @@ pub struct DevicePool {
     unmap_due: bool,
     /// Ranges a reset could not give back whole (an unmap refused): their base, size and the
     /// granules left mapped, until `forget_all` takes them back.
-    kept_after_reset: Vec<(Addr, u64, granules::Granules)>,
+    kept_after_reset: Vec<(Addr, u64, Class, granules::Granules)>,
     /// The size of the last requests carved at a range's frontier, and how many in a row
     /// (`placement.rs`, `starts_on_granule`).
     frontier_run: (u64, u32),
@@ -390,6 +393,7 @@ impl DevicePool {
             by_addr: BTreeMap::new(),
             free_small: FreeLists::default(),
             free_large: BTreeMap::new(),
+            free_small_wide: BTreeMap::new(),
             pending_fence: Fifo::default(),
             pending_barrier: Fifo::default(),
             pending_fence_bytes: 0,

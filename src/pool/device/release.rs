@@ -247,6 +247,7 @@ impl DevicePool {
         self.by_addr.clear();
         self.free_small.clear();
         self.free_large.clear();
+        self.free_small_wide.clear();
         self.pending_fence.clear();
         self.pending_barrier.clear();
         self.pending_fence_bytes = 0;

@@ -82,6 +82,45 @@ fn a_device_filled_with_one_size_fits_what_it_would_without_the_pool() {
 }
 
 #[test]
+fn small_blocks_pack_across_granules_in_a_range_of_their_own() {
+    // Small classic segments of 4 MiB hold six 600 KiB blocks: 0.88 of the device. In a range a
+    // block may cross a granule, so only the range's last granule strands anything.
+    let size = 600 << 10;
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Unbounded, DEVICE);
+        let blocks = fill(&p, size);
+        let share = blocks.len() as f64 / fits_without_pool(size) as f64;
+        assert!(share >= 0.99, "{reuse:?}: {share}");
+        assert_eq!(p.backend().counts().mallocs, 0, "no classic segment");
+        assert_sound(&p);
+
+        // Free every other one: large requests come from a range of their own, never from the
+        // small blocks' holes (the structural check compares each block's class with its
+        // segment's).
+        for &a in blocks.iter().step_by(2) {
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        program_sync(&p);
+        let small = fill(&p, 300 << 10);
+        assert!(
+            small.len() >= blocks.len() / 2,
+            "{reuse:?}: {}",
+            small.len()
+        );
+        assert_sound(&p);
+
+        // Everything freed: every granule goes back.
+        for a in blocks.iter().skip(1).step_by(2).chain(&small) {
+            assert_eq!(p.free(*a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        p.empty_cache(0);
+        assert_eq!(p.backend().mapped_on(0), 0, "{reuse:?}");
+        assert_eq!(stats(&p, 0).reserved.current, 0, "{reuse:?}");
+        assert_sound(&p);
+    }
+}
+
+#[test]
 fn after_freeing_every_other_block_the_holes_serve_requests_twice_their_size() {
     // 7 MiB blocks packed from the range's start free 3 of their 3.5 granules; 5.1 MiB ones
     // packed would free 0.61 of theirs, started on granules 0.85.
@@ -364,11 +403,18 @@ fn without_virtual_memory_or_a_reservation_the_pool_keeps_classic_segments() {
     p.free(a, FreeKind::Sync, Some(0));
     p.check().unwrap();
 
-    // Small requests keep their small segments.
+    // Small requests get a range of their own, where the driver can map: one granule.
     let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    p.alloc(0, 4096).unwrap();
+    assert_eq!(p.backend().counts().mallocs, 0);
+    assert_eq!(p.backend().counts().maps, 1);
+    // Their reservation refused: a classic small segment, as without virtual memory.
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, DEVICE);
+    p.backend().fail_next(Call::Reserve, 2);
     p.alloc(0, 4096).unwrap();
     assert_eq!(p.backend().counts().mallocs, 1);
     assert_eq!(p.backend().counts().maps, 0);
+    p.check().unwrap();
 }
 
 #[test]
