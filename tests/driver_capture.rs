@@ -112,6 +112,18 @@ fn a_capture_seen_by_both_layers_is_noted_once_and_forgotten_at_its_end() {
             with.contains(malloc_during_capture("100", expandable)),
             "{with}\n{stderr}"
         );
+        // Its out-of-memory report says why and what helps; a reuse mode would not.
+        if expandable == "1" {
+            for part in [
+                "could not wait for the device's in-flight work (a graph capture was underway)",
+                "64.0 MiB of freed blocks await in-flight work, which the pool cannot wait for \
+                 during a graph capture: allocate before the capture begins, or run with \
+                 GPUPOOL_EXPANDABLE=0",
+            ] {
+                assert!(stderr.contains(part), "{part}\n{stderr}");
+            }
+            assert!(!stderr.contains("GPUPOOL_REUSE=barrier"), "{stderr}");
+        }
         for out in [&with, &without] {
             for expected in ["first_end=0\n", "second_end=0\n", "graphs=2\n"] {
                 assert!(out.contains(expected), "{out}\n{stderr}");

@@ -81,8 +81,10 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
         );
     }
     let f = &d.snap.figures;
-    // Large requests map granules of expandable segments: that is what failed.
-    let mapping = d.snap.expandable == Expandable::On && size > SMALL_LIMIT && f.ranges > 0;
+    // With expandable segments a request maps granules: that is what failed.
+    let mapping = oom.map_or(d.snap.expandable == Expandable::On && f.ranges > 0, |e| {
+        e.mapping
+    });
     if d.snap.expandable == Expandable::On {
         let _ = writeln!(
             o,
@@ -143,6 +145,8 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
             "  it tried   {}released {} of cached segments to the driver{retried}{}",
             if e.fenced {
                 "waited for the device's in-flight work, "
+            } else if e.capture {
+                "could not wait for the device's in-flight work (a graph capture was underway), "
             } else {
                 ""
             },
@@ -233,9 +237,25 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
             bytes(grown)
         ));
     }
+    // A capture refuses the pool's fences and barriers: what awaits in-flight work stays until
+    // it ends, whatever the reuse mode. A classic segment's `cudaFree` waits by itself.
+    let capture = oom.is_some_and(|e| e.capture);
+    if capture && d.snap.pending > 0 {
+        advice.push(format!(
+            "{} of freed blocks await in-flight work, which the pool cannot wait for during a \
+             graph capture: allocate before the capture begins{}",
+            bytes(d.snap.pending),
+            if d.snap.expandable == Expandable::On {
+                ", or run with GPUPOOL_EXPANDABLE=0, whose segments go back with a cudaFree that \
+                 waits for that work"
+            } else {
+                ""
+            }
+        ));
+    }
     // Only when freed blocks still await in-flight work after the retry: the fence taken at
     // out-of-memory (strict mode always takes one) says nothing about the reuse mode helping.
-    if d.snap.pending > 0 {
+    if d.snap.pending > 0 && !capture {
         advice.push("GPUPOOL_REUSE=barrier reuses freed blocks sooner when the program's work is on the default and blocking streams".to_string());
     }
     let _ = writeln!(o, "  you can    {}", advice.join(";\n             "));

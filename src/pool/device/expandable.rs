@@ -484,7 +484,7 @@ impl DevicePool {
                 l.reclaim(self, clock);
             }
         }
-        let fenced = self.pending_bytes() > 0 && self.fence(backend, clock).is_ok();
+        let (fenced, capture) = self.fence_at_oom(backend, clock);
         let released = self.release_segments(backend, clock, 0, Release::OutOfMemory);
         self.limit_refused = false;
         let class = class_of(rounded);
@@ -526,6 +526,8 @@ impl DevicePool {
             segment: rounded.next_multiple_of(self.granule),
             released,
             fenced,
+            capture,
+            mapping: true,
             limited: self.limit_refused,
             memory: self.memory,
         });

@@ -337,7 +337,7 @@ impl DevicePool {
                 }
             }
         }
-        let fenced = self.pending_bytes() > 0 && self.fence(backend, clock).is_ok();
+        let (fenced, capture) = self.fence_at_oom(backend, clock);
         if fenced {
             if let Some(idx) = self.fit_after_return(class, rounded, policy) {
                 self.stats.oom_recovered += 1;
@@ -365,6 +365,8 @@ impl DevicePool {
             segment: exact,
             released,
             fenced,
+            capture,
+            mapping: false,
             limited: self.limit_refused,
             memory: self.memory,
         });

@@ -223,6 +223,11 @@ pub struct OomEvent {
     pub released: u64,
     /// Whether it fenced to make pending blocks reusable first.
     pub fenced: bool,
+    /// A graph capture refused that fence: blocks awaiting in-flight work could neither serve
+    /// nor go back.
+    pub capture: bool,
+    /// The request mapped granules of an expandable segment (else it asked for a segment).
+    pub mapping: bool,
     /// The pool's limit (`GPUPOOL_LIMIT`) refused a segment the retry asked for: the driver
     /// may have had the memory.
     pub limited: bool,

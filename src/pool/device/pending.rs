@@ -287,6 +287,22 @@ impl DevicePool {
         }
     }
 
+    /// Out of memory, the fence that makes pending blocks reusable, if any wait: whether it was
+    /// taken, and whether a graph capture refused it.
+    pub(super) fn fence_at_oom(
+        &mut self,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+    ) -> (bool, bool) {
+        if self.pending_bytes() == 0 {
+            return (false, false);
+        }
+        match self.fence(backend, clock) {
+            Ok(()) => (true, false),
+            Err(e) => (false, e == CudaError::STREAM_CAPTURE_UNSUPPORTED),
+        }
+    }
+
     /// Wait for the whole device, then make every pending block reusable.
     pub fn fence(&mut self, backend: &dyn Backend, clock: &ReuseClock) -> Result<(), CudaError> {
         let at = clock.before_sync();
