@@ -148,10 +148,15 @@ fn a_trace_cut_short_by_a_failing_write_keeps_whole_records_and_warns_once() {
                             // The shell (preloaded too, and using no CUDA) sets the limit and runs the program.
     let script = format!("trap '' XFSZ; ulimit -f {limit_blocks} && exec \"$0\" \"$@\"");
     let churn = c_program("churn");
+    // Classic segments: the simulator backs mapped memory with memfds, which the file-size
+    // limit bounds too (a GPU's memory is not), so every mapping would fail.
     let mut cmd = pooled(
         Path::new("/bin/sh"),
         &["-c", &script, churn.to_str().unwrap(), "2", "3000", "1"],
-        &[("GPUPOOL_TRACE", trace.to_str().unwrap())],
+        &[
+            ("GPUPOOL_TRACE", trace.to_str().unwrap()),
+            ("GPUPOOL_EXPANDABLE", "0"),
+        ],
     );
     let (out, err) = ok(&mut cmd);
     assert!(out.contains("churn ok"), "{out}");
