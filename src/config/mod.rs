@@ -114,7 +114,7 @@ pub struct Config {
     pub summary_interval_ns: Option<u64>,
     /// `GPUPOOL_TRACE`: the allocation trace's path (`%p`, `%r`, `%h` expanded), if any.
     pub trace: Option<Vec<u8>>,
-    /// `GPUPOOL_EXPANDABLE`: large blocks from expandable segments on CUDA virtual memory,
+    /// `GPUPOOL_EXPANDABLE`: blocks from expandable segments on CUDA virtual memory,
     /// where the driver has it (classic segments otherwise).
     pub expandable: bool,
     /// `GPUPOOL_EXPANDABLE_SLACK`: how far above its peak allocated the pool may hold memory

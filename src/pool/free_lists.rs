@@ -13,7 +13,8 @@
 use super::size::{ALIGN, SMALL_SEGMENT};
 
 /// Sizes indexed one by one: `ALIGN`, 2 × `ALIGN`, ... up to a small segment; a larger block
-/// (none are: small segments are never larger) would share the last list.
+/// (a small range's frontier or wide holes; `DevicePool` keeps those apart) would share the last
+/// list.
 const CLASSES: usize = (SMALL_SEGMENT / ALIGN) as usize;
 const WORDS: usize = CLASSES / 64;
 const ABSENT: u32 = u32::MAX;
@@ -134,6 +135,23 @@ impl FreeLists {
         Some((size_of(c), idx))
     }
 
+    /// Every block of at least `size` bytes, as (its size, handle): the smallest size first,
+    /// and within a size in `best_fit`'s order. For the rare search past the best fit.
+    pub fn fits(&self, size: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let from = match size {
+            s if s > SMALL_SEGMENT => CLASSES,
+            s => class_of(s.max(1).div_ceil(ALIGN) * ALIGN),
+        };
+        (from..CLASSES)
+            .filter(|&c| self.bits[c / 64] & (1 << (c % 64)) != 0)
+            .flat_map(move |c| {
+                self.lists[c]
+                    .iter()
+                    .rev()
+                    .map(move |&idx| (size_of(c), idx))
+            })
+    }
+
     /// The largest indexed size.
     pub fn largest(&self) -> Option<u64> {
         if self.summary == 0 {
@@ -218,6 +236,29 @@ mod tests {
         assert_eq!(lists.best_fit(ALIGN), None);
         assert_eq!(lists.largest(), None);
         assert!(!lists.contains(0, ALIGN));
+    }
+
+    #[test]
+    fn fits_lists_every_block_large_enough_smallest_first() {
+        let mut lists = FreeLists::default();
+        for (idx, size) in [
+            (1, 8192),
+            (2, 4096),
+            (3, 8192),
+            (4, 1024),
+            (5, SMALL_SEGMENT),
+        ] {
+            lists.insert(idx, size);
+        }
+        let all: Vec<_> = lists.fits(4000).collect();
+        assert_eq!(
+            all,
+            [(4096, 2), (8192, 3), (8192, 1), (SMALL_SEGMENT, 5)],
+            "by size, the most recently freed of a size first"
+        );
+        assert_eq!(lists.fits(4000).next(), lists.best_fit(4000));
+        assert_eq!(lists.fits(1).count(), 5);
+        assert_eq!(lists.fits(SMALL_SEGMENT + 1).count(), 0);
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub struct DeviceSnapshot {
     /// The device's first memory sample (`DevicePool::memory_first`).
     pub memory_first: Option<MemorySample>,
     pub last_oom: Option<OomEvent>,
-    /// Whether large blocks come from expandable segments, and if not, why.
+    /// Whether blocks come from expandable segments, and if not, why.
     pub expandable: Expandable,
     /// Where the device's memory lies: address space, mapped, releasable and stranded bytes.
     pub figures: CacheFigures,

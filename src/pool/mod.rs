@@ -198,7 +198,7 @@ pub struct Settings {
     /// for it as `tcache::CONTENTION_WAIT_NS` says. Threads that take turns by phases gain
     /// nothing from caches there. 0: at once.
     pub cache_contention: u64,
-    /// Large blocks come from expandable segments on CUDA virtual memory where the backend
+    /// Blocks come from expandable segments on CUDA virtual memory where the backend
     /// supports it (`GPUPOOL_EXPANDABLE`; `device/expandable.rs`). Traced as any other
     /// decision: the trace records the setting, the ranges and every granule mapped and
     /// unmapped (`trace.rs`), and a replay maps where the live run did.

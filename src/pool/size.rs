@@ -27,7 +27,7 @@
 
 /// Every block is a multiple of this, and so 512-byte aligned (the runtime guarantees 256).
 pub const ALIGN: u64 = 512;
-/// Requests up to this size are "small" and come from small segments.
+/// Requests up to this size are "small": small segments, or a range of their own.
 pub const SMALL_LIMIT: u64 = 1 << 20;
 pub const SMALL_SEGMENT: u64 = 4 << 20;
 /// Requests above `SMALL_LIMIT` and up to this size share medium segments.

@@ -72,7 +72,7 @@ pub enum Kind {
     /// The pool's limit (`GPUPOOL_LIMIT`): `a` bytes it may reserve on the device. Recorded
     /// after `Settings` when a limit is in force.
     Limit = 15,
-    /// Large blocks come from expandable segments (`GPUPOOL_EXPANDABLE`, and the driver maps
+    /// Blocks come from expandable segments (`GPUPOOL_EXPANDABLE`, and the driver maps
     /// memory): `a` the granule, `b` the address space each range reserves. Recorded after
     /// `Settings`; a trace without it was recorded with classic segments only.
     Expandable = 16,

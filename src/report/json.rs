@@ -8,7 +8,7 @@ use crate::passed_through::{Counts as PassedThrough, Tally};
 use crate::pool::stats::Gauge;
 use crate::pool::Expandable;
 
-/// The `expandable` object: whether large blocks came from expandable segments (or why not),
+/// The `expandable` object: whether blocks came from expandable segments (or why not),
 /// their address space and mapped bytes, and the granules mapped and unmapped over the run.
 fn expandable(d: &DeviceReport) -> String {
     let (f, s) = (&d.snap.figures, &d.snap.stats);

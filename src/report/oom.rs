@@ -9,7 +9,6 @@ use std::sync::Mutex;
 use super::summary::{DeviceReport, Report};
 use super::units::bytes;
 use crate::log;
-use crate::pool::size::{SMALL_LIMIT, SMALL_SEGMENT};
 use crate::pool::stats::histogram_bucket;
 use crate::pool::Expandable;
 
@@ -104,7 +103,7 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
             let _ = writeln!(
                 o,
                 "  stranded   {} free beside the {} live blocks ({} in granules they share, {} in \
-                 small segments; largest piece {}): a granule or segment goes back to the \
+                 classic segments; largest piece {}): a granule or segment goes back to the \
                  driver only once no live block touches it",
                 bytes(stranded),
                 s.blocks.current,
@@ -264,33 +263,30 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
 
 /// The advice when the pool's own packing is the cause: `stranded` bytes free in pieces of
 /// segments (or granules) that still hold live blocks, `device_free` more on the device, and
-/// no piece fits the request. With expandable segments the pieces are granule edges and small
-/// segments, not 20 MiB segments; without them, `GPUPOOL_EXPANDABLE=1` packs large blocks
-/// without stranding, where the driver has virtual memory.
+/// no piece fits the request. With expandable segments the pieces are granule edges (and any
+/// classic segments a refused reservation left), not 20 MiB segments; without them,
+/// `GPUPOOL_EXPANDABLE=1` packs blocks without stranding, where the driver has virtual memory.
 fn packing_advice(d: &DeviceReport, stranded: u64, device_free: u64) -> String {
     let f = &d.snap.figures;
     let cause = "the pool's own packing is the cause, not the program's tensors";
     if d.snap.expandable == Expandable::On {
         return format!(
-            "{cause}: {} is free in pieces of granules and small segments that still hold live \
-             blocks ({} in {} granules, {} in {} segments of blocks up to {}; {} more on the \
-             device), and no piece fits. What helps now: free the live blocks beside those \
-             pieces, or request large sizes in whole {} granules (blocks then share none)",
+            "{cause}: {} is free in pieces of granules and segments that still hold live blocks \
+             ({} in {} granules, {} in classic segments; {} more on the device), and no piece \
+             fits. What helps now: free the live blocks beside those pieces, or request large \
+             sizes in whole {} granules (blocks then share none)",
             bytes(stranded),
             bytes(f.stranded_in_granules),
             bytes(f.granule),
             bytes(stranded.saturating_sub(f.stranded_in_granules)),
-            bytes(SMALL_SEGMENT),
-            bytes(SMALL_LIMIT),
             bytes(device_free),
             bytes(f.granule)
         );
     }
     let expandable = match d.snap.expandable {
         Expandable::Off => {
-            "run this job with GPUPOOL_EXPANDABLE=1 (the default: blocks above 1 MiB packed \
-             one after another in virtual memory, at most a 2 MiB granule stranded beside a live \
-             block), "
+            "run this job with GPUPOOL_EXPANDABLE=1 (the default: blocks packed one after \
+             another in virtual memory, at most a 2 MiB granule stranded beside a live block), "
         }
         Expandable::Unavailable
         | Expandable::NoPeerAccess

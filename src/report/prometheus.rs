@@ -95,7 +95,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
     (
         "gpupool_expandable_enabled",
         "gauge",
-        "1 if large blocks come from expandable segments (GPUPOOL_EXPANDABLE and the driver's virtual memory), else 0.",
+        "1 if blocks come from expandable segments (GPUPOOL_EXPANDABLE and the driver's virtual memory), else 0.",
         |d| (d.snap.expandable == Expandable::On) as u8 as f64,
     ),
     (

@@ -178,7 +178,7 @@ fn limit_text(limit: u64, s: &crate::pool::DeviceStats) -> String {
     )
 }
 
-/// Whether large blocks came from expandable segments (what they map and reserve, the
+/// Whether blocks came from expandable segments (what they map and reserve, the
 /// granules mapped and unmapped over the run) or why not, and where the cache lies: stranded
 /// beside live blocks, or free to go back to the driver.
 fn expandable_text(d: &DeviceReport) -> String {

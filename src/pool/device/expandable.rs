@@ -23,7 +23,7 @@ const RANGE_MAX: u64 = 4 << 40;
 /// From this many granules to map for one block, the device's free memory is asked first.
 const ASK_FREE_FROM: u64 = 32;
 
-/// Whether a device's large blocks come from expandable segments, and if not, why (for the
+/// Whether a device's blocks come from expandable segments, and if not, why (for the
 /// reports).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Expandable {
@@ -76,7 +76,7 @@ impl DevicePool {
         self.expandable_use = Expandable::On;
     }
 
-    /// Whether large blocks come from expandable segments, and if not, why.
+    /// Whether blocks come from expandable segments, and if not, why.
     pub fn expandable_use(&self) -> Expandable {
         match self.expandable_refused {
             Some(why) => Expandable::Refused(why),
@@ -84,7 +84,7 @@ impl DevicePool {
         }
     }
 
-    /// Whether large blocks come from expandable segments.
+    /// Whether blocks come from expandable segments.
     pub fn expandable(&self) -> bool {
         self.granule != 0
     }
@@ -116,7 +116,7 @@ impl DevicePool {
         // Small blocks get a range of their own, apart from large ones, so that a long-lived
         // small block pins one granule, not the large blocks' holes around it. A request
         // larger than a range, twice the device's memory, gets the classic segment's refusal.
-        if self.granule == 0 || size > self.range_bytes {
+        if self.granule == 0 || size > self.range_bytes || self.range_refused[class as usize] {
             return None;
         }
         let bytes = self.range_bytes;
@@ -125,10 +125,15 @@ impl DevicePool {
             Err(e) => {
                 self.record(Kind::RangeRefused, bytes, e.0 as u64, 0, 0);
                 self.stats.ranges_refused += 1;
-                // Not for lack of memory, and no range yet: the driver has no usable virtual
-                // memory, and asking again at every segment would only repeat the refusal.
-                if e != CudaError::MEMORY_ALLOCATION && self.ranges.is_empty() {
-                    self.stop_expandable(backend, e);
+                // Not for lack of memory: asking again at every segment would only repeat the
+                // refusal. With no range yet the driver has no usable virtual memory; else this
+                // class keeps classic segments beside the other's range.
+                if e != CudaError::MEMORY_ALLOCATION {
+                    if self.ranges.is_empty() {
+                        self.stop_expandable(backend, e);
+                    } else {
+                        self.range_refused[class as usize] = true;
+                    }
                 }
                 return None;
             }

@@ -76,7 +76,8 @@ impl DevicePool {
         let held_bytes: u64 = held.iter().map(|&i| self.blocks[i as usize].size).sum();
         f.stranded = (self.cached() + held_bytes).saturating_sub(f.releasable);
         // Classic free blocks: the small index and bins, and the largest large free block
-        // outside the expandable segments (theirs are address space, mostly unmapped).
+        // outside the expandable segments (the ranges' free blocks may lack granules: the walks
+        // above measured their mapped pieces).
         let classic_large = self
             .free_large
             .iter()
@@ -85,7 +86,7 @@ impl DevicePool {
             .map_or(0, |(&(size, _), _)| size);
         f.largest_free = f
             .largest_free
-            .max(self.largest_free_small())
+            .max(self.largest_free_small_classic())
             .max(classic_large);
         f
     }

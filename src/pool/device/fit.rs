@@ -13,7 +13,23 @@ impl DevicePool {
 
     /// The largest free block of the small index and the bins.
     pub(super) fn largest_free_small(&self) -> u64 {
-        let small = self.free_small.largest().unwrap_or(0);
+        self.largest_free_small_of(self.free_small.largest().unwrap_or(0))
+    }
+
+    /// `largest_free_small` outside the ranges, whose free blocks may lack granules given back
+    /// (`cache_figures` measures their mapped pieces): a walk over the small index.
+    pub(super) fn largest_free_small_classic(&self) -> u64 {
+        let classic = self
+            .free_small
+            .fits(ALIGN)
+            .filter(|&(_, idx)| !self.in_range(idx))
+            .map(|(size, _)| size)
+            .max();
+        self.largest_free_small_of(classic.unwrap_or(0))
+    }
+
+    /// The larger of `small` and the largest binned block (handed out before, so mapped).
+    fn largest_free_small_of(&self, small: u64) -> u64 {
         let binned = self
             .bins
             .iter()
@@ -146,14 +162,19 @@ impl DevicePool {
     /// whose granules for the request are mapped (a range's holes that merged past a
     /// segment's size, which share one list of the index no longer ordered by size).
     fn best_fit_small_mapped(&self, rounded: u64, policy: &Policy) -> Option<u32> {
-        let best = self.free_small.best_fit(rounded);
         // Granules go back only wholly inside a free block, so one smaller than a granule lacks
         // none: the common case answers without looking at the granules.
-        if let Some((size, idx)) = best.filter(|&(size, _)| size < self.granule) {
-            debug_assert!(!self.needs_mapping(idx, rounded, policy), "{size}");
-            return Some(idx);
+        if let Some((size, idx)) = self.free_small.best_fit(rounded) {
+            if size < self.granule {
+                debug_assert!(!self.needs_mapping(idx, rounded, policy), "{size}");
+                return Some(idx);
+            }
         }
-        let hole = best.filter(|&(_, idx)| !self.needs_mapping(idx, rounded, policy));
+        // The best fit lacks a granule given back: the next larger holes may not.
+        let hole = self
+            .free_small
+            .fits(rounded)
+            .find(|&(_, idx)| !self.needs_mapping(idx, rounded, policy));
         let wide = self
             .free_small_wide
             .values()

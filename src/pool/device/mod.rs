@@ -346,6 +346,9 @@ pub struct DevicePool {
     /// The driver's refusal that turned expandable segments off on this device (virtual memory
     /// missing or broken): classic segments serve since.
     pub expandable_refused: Option<CudaError>,
+    /// A class whose range the driver refused for another reason than memory while the other
+    /// class had one (by `Class as usize`): that class keeps classic segments, unasked again.
+    range_refused: [bool; 2],
     /// A block's granules were once all mapped with access: a later refusal is taken as the
     /// driver's lack of memory, not as virtual memory missing.
     mapping_worked: bool,
@@ -431,6 +434,7 @@ impl DevicePool {
             frontier_run: (0, 0),
             expandable_use: Expandable::Off,
             expandable_refused: None,
+            range_refused: [false; 2],
             mapping_worked: false,
             peers: Arc::default(),
             next_sample: 1,

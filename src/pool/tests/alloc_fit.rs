@@ -18,7 +18,7 @@ fn pointers_are_aligned_and_distinct() {
 
 #[test]
 fn small_requests_share_a_segment_and_count_one_malloc() {
-    let p = relaxed();
+    let p = classic_relaxed();
     let n = SMALL_SEGMENT / (512 * 1024);
     for _ in 0..n {
         p.alloc(0, 512 * 1024).unwrap();
@@ -57,7 +57,7 @@ fn best_fit_picks_the_smallest_block_that_fits() {
 
 #[test]
 fn small_blocks_come_back_from_exact_size_bins_and_merge_when_needed() {
-    let p = relaxed();
+    let p = classic_relaxed();
     // A whole small segment of 512 KiB blocks.
     let v: Vec<Addr> = (0..SMALL_SEGMENT / (512 << 10))
         .map(|_| p.alloc(0, 512 << 10).unwrap())
@@ -170,7 +170,7 @@ fn a_request_just_under_the_split_cap_reuses_its_own_segment() {
 #[test]
 fn small_requests_fill_a_small_segment_whatever_the_max_split_size() {
     for mss in [2 * MIB, 3 * MIB, 4 * MIB, 64 * MIB] {
-        let mut p = relaxed();
+        let mut p = classic_relaxed();
         p.settings.policy.max_split_size = mss;
         let v: Vec<Addr> = (0..SMALL_SEGMENT / MIB)
             .map(|_| p.alloc(0, MIB).unwrap())

@@ -46,7 +46,7 @@ fn accounting_identities_hold_under_churn() {
 /// cache of forty free 1 MB blocks reads as 100% fragmentation.
 #[test]
 fn the_largest_free_block_counts_blocks_in_thread_caches() {
-    let p = shared_relaxed(80 << 30);
+    let p = classic_shared_relaxed(80 << 30);
     on_thread(|| {
         let blocks: Vec<Addr> = (0..40).map(|_| p.alloc(0, 1_000_000).unwrap()).collect();
         for a in blocks {
@@ -188,7 +188,7 @@ fn check_allows_for_blocks_on_their_way_to_a_cache() {
 /// limit the device looks the limit's size.
 #[test]
 fn the_program_sees_whole_free_segments_as_free_memory() {
-    let p = shared_relaxed(1 << 30);
+    let p = classic_shared_relaxed(1 << 30);
     let driver = |p: &Pool<ModelDriver>| p.backend().memory_info(0).unwrap();
     // Another thread's cache, alive, holds the free blocks of a whole small segment.
     let fill = |p: &Pool<ModelDriver>| {

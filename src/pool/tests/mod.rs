@@ -16,6 +16,7 @@ mod peers;
 mod pending;
 mod release;
 mod slack;
+mod small_range;
 mod stream_hold;
 mod thread_caches;
 mod trace_replay;
@@ -140,11 +141,21 @@ fn pool_cache(capacity: u64, thread_cache: u64) -> Pool<ModelDriver> {
 /// `pool_cache` in `reuse` mode (thread caches start with the second thread: no contention
 /// needed, `cache_contention` 0).
 fn pool_cache_in(reuse: ReuseMode, capacity: u64, thread_cache: u64) -> Pool<ModelDriver> {
-    let mut s = pool_with(reuse, DeviceBytes::Unbounded, 1)
+    pool_cache_of(expandable_on(), reuse, capacity, thread_cache)
+}
+
+/// `pool_cache_in`, with expandable segments or without.
+fn pool_cache_of(
+    expandable: bool,
+    reuse: ReuseMode,
+    capacity: u64,
+    thread_cache: u64,
+) -> Pool<ModelDriver> {
+    let mut s = pool_of(expandable, reuse, DeviceBytes::Unbounded, 1)
         .settings()
         .clone();
     s.thread_cache = thread_cache;
-    let p = Pool::new(model(capacity), s);
+    let p = Pool::new(model_of(capacity, expandable), s);
     let a = p.alloc(0, 4096).unwrap();
     on_thread(|| {
         let b = p.alloc(0, 4096).unwrap();
@@ -157,6 +168,16 @@ fn pool_cache_in(reuse: ReuseMode, capacity: u64, thread_cache: u64) -> Pool<Mod
 /// A relaxed pool on which a second thread has allocated, so thread caches are on.
 fn shared_relaxed(capacity: u64) -> Pool<ModelDriver> {
     pool_cache(capacity, crate::config::DEFAULT_THREAD_CACHE)
+}
+
+/// `shared_relaxed` with classic segments, whatever `GPUPOOL_TEST_EXPANDABLE` says.
+fn classic_shared_relaxed(capacity: u64) -> Pool<ModelDriver> {
+    pool_cache_of(
+        false,
+        ReuseMode::Relaxed,
+        capacity,
+        crate::config::DEFAULT_THREAD_CACHE,
+    )
 }
 
 /// Run `f` on the main thread while a second thread holds its own cache, filled by `other`

@@ -65,7 +65,7 @@ fn exact_size_fallback_when_the_segment_would_not_fit() {
 
 #[test]
 fn other_errors_pass_through_without_retry() {
-    let p = relaxed();
+    let p = classic_relaxed();
     p.backend().fail_next(Call::Malloc, 35);
     assert_eq!(p.alloc(0, 512), Err(CudaError(35)));
     assert_eq!(stats(&p, 0).oom_retries, 0);

@@ -117,7 +117,7 @@ fn a_small_block_freed_on_a_stream_leaves_its_free_neighbours_to_everyone() {
     // would otherwise merge the rest of the 2 MiB segment into each freed block and split it off
     // again on the next allocation (most of the pair's cost), while other streams would need a
     // barrier for memory nobody used.
-    let p = relaxed();
+    let p = classic_relaxed();
     let a = p.alloc_on(0, 4096, Some(5)).unwrap();
     p.free(a, on(5, true), Some(0));
     let other = p.alloc_on(0, 64 << 10, Some(6)).unwrap();
