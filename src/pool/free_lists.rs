@@ -115,24 +115,31 @@ impl FreeLists {
         if size > SMALL_SEGMENT {
             return None;
         }
-        let from = class_of(size.max(1).div_ceil(ALIGN) * ALIGN);
-        let w = from / 64;
-        let here = self.bits[w] & (u64::MAX << (from % 64));
-        let c = if here != 0 {
-            w * 64 + here.trailing_zeros() as usize
-        } else {
-            let above = match w + 1 {
-                n if n < WORDS => self.summary & (u128::MAX << n),
-                _ => 0,
-            };
-            if above == 0 {
-                return None;
-            }
-            let w = above.trailing_zeros() as usize;
-            w * 64 + self.bits[w].trailing_zeros() as usize
-        };
+        let c = self.next_class(class_of(size.max(1).div_ceil(ALIGN) * ALIGN))?;
         let idx = *self.lists[c].last().expect("a set bit has a block");
         Some((size_of(c), idx))
+    }
+
+    /// The first class from `from` on whose list holds blocks: a few word operations.
+    #[inline(always)]
+    fn next_class(&self, from: usize) -> Option<usize> {
+        if from >= CLASSES {
+            return None;
+        }
+        let w = from / 64;
+        let here = self.bits[w] & (u64::MAX << (from % 64));
+        if here != 0 {
+            return Some(w * 64 + here.trailing_zeros() as usize);
+        }
+        let above = match w + 1 {
+            n if n < WORDS => self.summary & (u128::MAX << n),
+            _ => 0,
+        };
+        if above == 0 {
+            return None;
+        }
+        let w = above.trailing_zeros() as usize;
+        Some(w * 64 + self.bits[w].trailing_zeros() as usize)
     }
 
     /// Every block of at least `size` bytes, as (its size, handle): the smallest size first,
@@ -142,14 +149,14 @@ impl FreeLists {
             s if s > SMALL_SEGMENT => CLASSES,
             s => class_of(s.max(1).div_ceil(ALIGN) * ALIGN),
         };
-        (from..CLASSES)
-            .filter(|&c| self.bits[c / 64] & (1 << (c % 64)) != 0)
-            .flat_map(move |c| {
+        std::iter::successors(self.next_class(from), |&c| self.next_class(c + 1)).flat_map(
+            move |c| {
                 self.lists[c]
                     .iter()
                     .rev()
                     .map(move |&idx| (size_of(c), idx))
-            })
+            },
+        )
     }
 
     /// The largest indexed size.
