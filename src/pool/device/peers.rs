@@ -83,4 +83,25 @@ impl DevicePool {
             .then(|| self.mapped_run(si, addr))
             .flatten()
     }
+
+    /// The run of mapped granules around `addr` in expandable segment `si`, as (base, size):
+    /// what the driver reports as the allocation holding `addr`.
+    pub(super) fn mapped_run(&self, si: u32, addr: Addr) -> Option<(Addr, u64)> {
+        let s = self.seg(si);
+        let granules = self.range_granules(si)?;
+        let g = self.granule;
+        let k = (addr - s.addr) / g;
+        if !granules.is_mapped(k) {
+            return None;
+        }
+        let mut first = k;
+        while first > 0 && granules.is_mapped(first - 1) {
+            first -= 1;
+        }
+        let mut end = k + 1;
+        while end < s.size / g && granules.is_mapped(end) {
+            end += 1;
+        }
+        Some((s.addr + first * g, (end - first) * g))
+    }
 }
