@@ -45,16 +45,7 @@ impl DevicePool {
                         if prev_free {
                             return Err(format!("adjacent free blocks at {:#x}", b.addr));
                         }
-                        let indexed = match s.class {
-                            Class::Small if b.size <= SMALL_SEGMENT => {
-                                self.free_small.contains(idx, b.size)
-                            }
-                            Class::Small => {
-                                self.free_small_wide.get(&(b.size, b.addr)) == Some(&idx)
-                            }
-                            Class::Large => self.free_large.get(&(b.size, b.addr)) == Some(&idx),
-                        };
-                        if !indexed {
+                        if !self.indexed(idx) {
                             return Err(format!("free block {:#x} not indexed", b.addr));
                         }
                     }

@@ -147,20 +147,31 @@ impl DevicePool {
 
     /// The longest mapped stretch of free block `b` of expandable segment `si`.
     fn largest_mapped_piece(&self, si: u32, granules: &Granules, b: &Block) -> u64 {
-        let (s, g) = (self.seg(si), self.granule);
+        self.mapped_pieces(si, granules, b)
+            .map(|(lo, hi)| hi - lo)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The mapped pieces of free block `b` of expandable segment `si`, lowest first, as (start,
+    /// end): its runs of mapped granules, cut to the block.
+    pub(super) fn mapped_pieces<'a>(
+        &self,
+        si: u32,
+        granules: &'a Granules,
+        b: &Block,
+    ) -> impl Iterator<Item = (Addr, Addr)> + 'a {
+        let (base, g) = (self.seg(si).addr, self.granule);
         let (first, end) = self.granules_of(si, b.addr, b.size);
-        let (mut best, mut k) = (0, first);
-        while k < end {
+        let (start, stop) = (b.addr, b.addr + b.size);
+        let mut k = first;
+        std::iter::from_fn(move || {
             let from = granules.next_with(k, end, true);
             if from == end {
-                break;
+                return None;
             }
-            let to = granules.next_with(from, end, false);
-            let lo = (s.addr + from * g).max(b.addr);
-            let hi = (s.addr + to * g).min(b.addr + b.size);
-            best = best.max(hi - lo);
-            k = to;
-        }
-        best
+            k = granules.next_with(from, end, false);
+            Some(((base + from * g).max(start), (base + k * g).min(stop)))
+        })
     }
 }

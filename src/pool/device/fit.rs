@@ -157,10 +157,10 @@ impl DevicePool {
         }
     }
 
-    /// The best fit for a small request where a small range may hold free blocks: the best fit
-    /// by size if it needs no mapping, else the smallest block wider than a small segment
-    /// whose granules for the request are mapped (a range's holes that merged past a
-    /// segment's size, which share one list of the index no longer ordered by size).
+    /// The best fit for a small request where a small range may hold free blocks: the smallest
+    /// hole up to a small segment's size that needs no mapping, or the block wider than that (a
+    /// range's frontier, holes merged past a segment's size) whose mapped start is smaller and
+    /// holds the request, as PyTorch counts its tail block by what is mapped.
     fn best_fit_small_mapped(&self, rounded: u64, policy: &Policy) -> Option<u32> {
         // Granules go back only wholly inside a free block, so one smaller than a granule lacks
         // none: the common case answers without looking at the granules.
@@ -193,10 +193,10 @@ impl DevicePool {
         let Some(granules) = self.range_granules(b.seg) else {
             return b.size;
         };
-        let (first, end) = self.granules_of(b.seg, b.addr, b.size);
-        let unmapped = granules.next_with(first, end, false);
-        let at = self.seg(b.seg).addr + unmapped * self.granule;
-        at.min(b.addr + b.size).saturating_sub(b.addr)
+        self.mapped_pieces(b.seg, granules, b)
+            .next()
+            .filter(|&(lo, _)| lo == b.addr)
+            .map_or(0, |(lo, hi)| hi - lo)
     }
 
     /// The best fit for a large request, mapped or not.
@@ -225,18 +225,13 @@ impl DevicePool {
         }
         match class {
             // Any free block of a small range serves a small request: the best fit by size,
-            // else the smallest wide one (a range's frontier is the widest).
+            // else the smallest wide one (only a range has them; its frontier is the widest).
             Class::Small => self
                 .free_small
                 .best_fit(rounded)
                 .map(|(_, idx)| idx)
                 .filter(|&idx| self.in_range(idx))
-                .or_else(|| {
-                    self.free_small_wide
-                        .values()
-                        .copied()
-                        .find(|&idx| self.in_range(idx))
-                }),
+                .or_else(|| self.free_small_wide.values().next().copied()),
             Class::Large => self.best_fit_large(rounded, policy),
         }
     }
@@ -300,6 +295,16 @@ impl DevicePool {
             Class::Large => {
                 self.free_large.insert((size, addr), idx);
             }
+        }
+    }
+
+    /// Whether free block `idx` is in the index `index` puts it in (the structural check).
+    pub(super) fn indexed(&self, idx: u32) -> bool {
+        let b = &self.blocks[idx as usize];
+        match b.class {
+            Class::Small if b.size <= SMALL_SEGMENT => self.free_small.contains(idx, b.size),
+            Class::Small => self.free_small_wide.get(&(b.size, b.addr)) == Some(&idx),
+            Class::Large => self.free_large.get(&(b.size, b.addr)) == Some(&idx),
         }
     }
 
