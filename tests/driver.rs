@@ -241,6 +241,46 @@ fn one_pool_serves_both_apis_and_frees_cross() {
     }
 }
 
+/// `tests/c/driver_mixed.c` linked with the runtime first (`-lcudart -lcuda`): the simulator's
+/// one library is then loaded as `libcudart.so.12`, the runtime the pool names, as a real
+/// runtime apart from the driver would be.
+fn mixed_runtime_first() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let sim = Sim::get();
+        let simlib = sim.simlib.display().to_string();
+        let rpath = format!("-Wl,-rpath,{simlib}");
+        let build = Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-L", &simlib, "-lcudart", "-lcuda", &rpath],
+            cudart: false,
+        };
+        sim.build(&support::root().join("tests/c/driver_mixed.c"), &build)
+    })
+    .clone()
+}
+
+#[test]
+fn a_driver_allocations_out_of_memory_is_reported_as_the_drivers_where_the_runtime_is_loaded() {
+    // The report names the runtime's calls in this process; the program's call was
+    // cuMemAlloc, and CUDA's own try of it the driver's.
+    let (out, stderr) = ok(&mut pooled(&mixed_runtime_first(), &[], ENV));
+    assert!(
+        out.contains("driver_mixed: all checks passed"),
+        "{out}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("cuMemAlloc of 2.00 GiB (2147483648 bytes) failed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("and with the driver's own cuMemAlloc"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cudaMalloc of 2.00 GiB"), "{stderr}");
+}
+
 /// `tests/c/driver_hostile.c`, linked with `-lcuda` alone.
 fn hostile() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

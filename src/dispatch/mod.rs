@@ -258,7 +258,12 @@ unsafe fn malloc_in(
                 refuse_over_limit(rt)
             };
             after_oom::answer(pool, dev, size, r, |dev, size| {
-                crate::report::oom::report(&g.report_source(), dev, size)
+                crate::report::oom::report(
+                    &g.report_source(),
+                    dev,
+                    size,
+                    crate::report::oom::RequestApi::Runtime,
+                )
             })
         }
         Err(e) => e.0,

@@ -16,8 +16,37 @@ use crate::pool::Expandable;
 static REPORTED: Mutex<Vec<(u32, usize)>> = Mutex::new(Vec::new());
 const MAX_REPORTS: usize = 32;
 
-/// Report the out-of-memory of a `size`-byte request on `device`, if this situation is new.
-pub fn report(src: &super::Source, device: u32, size: u64) {
+/// The API a request that ran out of memory came through: the report names its call, and
+/// CUDA's own try of it, whichever API the pool's segments come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestApi {
+    /// `cudaMalloc` and its kin, retried with the runtime's own call.
+    Runtime,
+    /// `cuMemAlloc` and its kin, retried with the driver's own call.
+    Driver,
+}
+
+impl RequestApi {
+    /// The allocation call of this API.
+    fn malloc(self) -> &'static str {
+        match self {
+            RequestApi::Runtime => "cudaMalloc",
+            RequestApi::Driver => "cuMemAlloc",
+        }
+    }
+
+    /// CUDA's own try of the request, after the pool's.
+    fn own_try(self) -> &'static str {
+        match self {
+            RequestApi::Runtime => " and with the runtime's own cudaMalloc",
+            RequestApi::Driver => " and with the driver's own cuMemAlloc",
+        }
+    }
+}
+
+/// Report the out-of-memory of a `size`-byte request on `device` made through `api`, if this
+/// situation is new.
+pub fn report(src: &super::Source, device: u32, size: u64, api: RequestApi) {
     let key = (device, histogram_bucket(size));
     {
         let mut seen = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
@@ -31,16 +60,16 @@ pub fn report(src: &super::Source, device: u32, size: u64) {
     if let Some(d) = report.devices.iter().find(|d| d.snap.device == device) {
         log::write_stream(
             log::Stream::Stderr,
-            render(d, size, report.max_split_size, &report.runtime).as_bytes(),
+            render(d, size, report.max_split_size, api).as_bytes(),
         );
     }
 }
 
-/// The report of a `size`-byte request that failed on `d`'s device, with `max_split_size` the
-/// pool's setting and `runtime` the library its calls go to.
-pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -> String {
+/// The report of a `size`-byte request made through `api` that failed on `d`'s device, with
+/// `max_split_size` the pool's setting.
+pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, api: RequestApi) -> String {
     let s = &d.snap.stats;
-    let (malloc, _) = super::summary::segment_calls(runtime);
+    let malloc = api.malloc();
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -150,13 +179,7 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, runtime: &str) -
                 ""
             },
             bytes(e.released),
-            if limited {
-                String::new()
-            } else if malloc == "cuMemAlloc" {
-                " and with the driver's own cuMemAlloc".to_string()
-            } else {
-                " and with the runtime's own cudaMalloc".to_string()
-            }
+            if limited { "" } else { api.own_try() }
         );
     }
     let _ = writeln!(
@@ -336,7 +359,7 @@ mod tests {
         let d = &report.devices[0];
         assert_eq!(d.snap.expandable, Expandable::On);
         assert!(d.fragmentation() > 0.3 && d.cached_free() >= 40 * MIB);
-        let text = render(d, 40 * MIB, u64::MAX, "libcudart.so.12");
+        let text = render(d, 40 * MIB, u64::MAX, RequestApi::Runtime);
         assert!(text.contains("  expandable "), "{text}");
         assert!(!text.contains("GPUPOOL_MAX_SPLIT_SIZE"), "{text}");
     }

@@ -1,6 +1,7 @@
 /* The runtime and the driver in one process, linked with both (-lcudart -lcuda): one pool for
  * both paths. A block from cudaMalloc is freed by cuMemFree and the reverse; a double free
- * across the two is refused by the second; the calls reach the device's allocator rarely.
+ * across the two is refused by the second; the calls reach the device's allocator rarely; a
+ * cuMemAlloc larger than the device is the driver's out-of-memory (its report is the test's).
  * Prints key=value lines and "driver_mixed: all checks passed". */
 #include "check.h"
 #include "cuda.h"
@@ -58,6 +59,9 @@ int main(void)
         after = sim_stats(0);
         printf("entry_point_by_version_frees=%llu\n", after.free_calls - before.free_calls);
     }
+
+    /* Larger than the 1 GiB device, with the runtime loaded: the driver's own answer. */
+    CHECK(cuMemAlloc_v2(&d, 2048 * MiB) == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc of 2 GiB");
 
     printf("driver_mixed: all checks passed\n");
     return 0;

@@ -127,7 +127,12 @@ pub unsafe fn mem_alloc(
                 cu::CU_ERROR_OUT_OF_MEMORY
             };
             super::after_oom::answer(pool, dev, size, r, |dev, size| {
-                crate::report::oom::report(&global::process().report_source(), dev, size)
+                crate::report::oom::report(
+                    &global::process().report_source(),
+                    dev,
+                    size,
+                    crate::report::oom::RequestApi::Driver,
+                )
             })
         }
         // Any other failure: the driver's own answer to the program's call.
