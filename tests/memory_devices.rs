@@ -72,6 +72,38 @@ fn under_a_limit_of_any_size_the_free_bytes_reported_can_be_allocated() {
 }
 
 #[test]
+fn on_a_device_that_ends_inside_a_granule_the_free_bytes_reported_can_be_allocated() {
+    // A 65 MiB context leaves 959 MiB: the last MiB takes no 2 MiB granule, yet the driver
+    // alone serves a request there, and so does the pool, not CUDA after the pool's refusal.
+    let ctx = ("CUDASIM_CONTEXT_BYTES", "65MiB");
+    let (alone, _) = run(false, &["exact"], &[ctx]);
+    assert_eq!(
+        number::<u64>(&alone, "dev0_idle_free"),
+        959 * MIB,
+        "{alone}"
+    );
+    for expandable in ["0", "1"] {
+        let env = [
+            ctx,
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_SUMMARY", "stderr"),
+        ];
+        let (out, err) = run(true, &["exact"], &env);
+        let n = |key: &str| number::<u64>(&out, key);
+        for d in ["dev0", "dev1"] {
+            let case = format!("expandable={expandable} {d}\n{out}\n{err}");
+            assert_eq!(n(&format!("{d}_idle_free")), 959 * MIB, "{case}");
+            assert_eq!(n(&format!("{d}_live_rc")), 0, "{case}");
+            assert_eq!(n(&format!("{d}_idle_rc")), 0, "{case}");
+        }
+        assert!(
+            !err.contains("ran out of memory"),
+            "expandable={expandable}\n{err}"
+        );
+    }
+}
+
+#[test]
 fn a_synchronization_gives_back_the_cache_of_a_device_that_is_not_current() {
     // Without the pool the 512 MiB went back at each cudaFree.
     let (alone, _) = run(false, &["release", "env"], &[]);

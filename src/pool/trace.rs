@@ -46,7 +46,8 @@ pub enum Kind {
     Free = 3,
     /// A segment from the driver: `a` address, `b` size.
     SegmentAlloc = 4,
-    /// The driver refused a segment: `a` size, `b` error code.
+    /// The driver refused a segment: `a` size, `b` error code. With `aux`
+    /// `SEGMENT_BEYOND_MEMORY`, the pool did not ask: the device had less free.
     SegmentRefused = 5,
     /// A segment given back to the driver: `a` address, `b` size, `aux` why (0 threshold,
     /// 1 empty cache, 2 out of memory, 3 outgrown by a larger request).
@@ -95,6 +96,9 @@ pub enum Kind {
     MappedSlack = 22,
 }
 
+/// `SegmentRefused`'s `aux` when the pool refused the segment itself: the device had less
+/// free than it.
+pub const SEGMENT_BEYOND_MEMORY: u16 = 1;
 /// `MapRefused`'s `aux` when the pool refused the mapping itself, before any granule was
 /// mapped: what the block lacked was more than the device had free.
 pub const MAP_BEYOND_MEMORY: u16 = 1;

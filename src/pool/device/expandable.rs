@@ -11,7 +11,7 @@
 
 use super::granules::Granules;
 use super::*;
-use crate::pool::trace::{MAP_BEYOND_MEMORY, UNMAP_RESET, UNMAP_UNDONE};
+use crate::pool::trace::{MAP_BEYOND_MEMORY, SEGMENT_BEYOND_MEMORY, UNMAP_RESET, UNMAP_UNDONE};
 
 /// Address space reserved per range when the device's size is not known. More than any GPU
 /// holds today, and address space costs nothing until mapped.
@@ -514,10 +514,10 @@ impl DevicePool {
             }
             self.rejoin(idx);
         }
-        // Granules are whole: under a limit that is no multiple of one, the last part of the
-        // limit takes no granule, yet a segment of the request's own size fits there, as it
-        // would on a device of the limit's size.
-        if self.limit_refused {
+        // Granules are whole: the last part of a limit or of the device's free memory that is
+        // no multiple of one takes no granule, yet a segment of the request's own size fits
+        // there, as it would without the pool.
+        if self.limit_refused || self.device_may_hold(rounded, backend) {
             if let Ok(idx) = self.new_classic_segment(class, rounded, backend) {
                 self.stats.misses += 1;
                 self.stats.oom_recovered += 1;
@@ -537,6 +537,20 @@ impl DevicePool {
             memory: self.memory,
         });
         Err(CudaError::MEMORY_ALLOCATION)
+    }
+
+    /// Whether the device may have `bytes` free for a segment: asked now, and where it cannot
+    /// say, it may. Less free is the driver's refusal, recorded as made, since a replay cannot
+    /// know the free memory and asks.
+    fn device_may_hold(&mut self, bytes: u64, backend: &dyn Backend) -> bool {
+        match self.sample_memory(backend) {
+            Some(m) if m.free < bytes => {
+                let code = CudaError::MEMORY_ALLOCATION.0 as u64;
+                self.record(Kind::SegmentRefused, bytes, code, 0, SEGMENT_BEYOND_MEMORY);
+                false
+            }
+            _ => true,
+        }
     }
 
     /// Whether a fence that completed started after every free so far: then no work the

@@ -381,6 +381,43 @@ fn the_limit_counts_mapped_bytes_not_address_space() {
     p.check().unwrap();
 }
 
+/// A device's free memory is rarely a multiple of a granule (the context takes what it takes).
+/// Its last part takes no granule, yet the driver alone serves a request there: so does the
+/// pool, with a segment of the request's size, as under a limit that is no multiple of one.
+#[test]
+fn the_last_part_of_a_device_that_no_granule_fills_serves_as_without_the_pool() {
+    for capacity in [MIB, 5 * MIB, 9 * MIB + MIB / 2] {
+        let cases = [
+            (0, capacity),
+            (4 * MIB, capacity.saturating_sub(4 * MIB)),
+            (0, 4096),
+        ];
+        for (live, last) in cases.into_iter().filter(|&(_, last)| last > 0) {
+            let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, capacity);
+            let d = ModelDriver::new().with_capacity(capacity);
+            let held: Vec<Addr> = [live]
+                .into_iter()
+                .filter(|&s| s > 0)
+                .map(|s| {
+                    d.alloc_segment(0, s).unwrap();
+                    p.alloc(0, s).unwrap()
+                })
+                .collect();
+            let case = format!("{capacity} bytes, {live} live, {last} asked");
+            // What the program is told is free, and what the driver alone serves.
+            let (free, total) = p.backend().memory_info(0).unwrap();
+            assert_eq!(p.memory_for_program(0, free, total).0, capacity - live);
+            assert!(d.alloc_segment(0, last).is_ok(), "{case}");
+            let a = p.alloc(0, last).unwrap_or_else(|e| panic!("{case}: {e:?}"));
+            assert!(stats(&p, 0).reserved.current <= capacity, "{case}");
+            for x in held.into_iter().chain([a]) {
+                p.free(x, FreeKind::Sync, Some(0));
+            }
+            assert_sound(&p);
+        }
+    }
+}
+
 #[test]
 fn without_virtual_memory_or_a_reservation_the_pool_keeps_classic_segments() {
     // A backend that cannot map: the setting changes nothing.

@@ -364,6 +364,33 @@ fn a_trace_recorded_with_expandable_segments_replays_to_the_same_reserved_peak()
     }
 }
 
+/// A device that ends inside a granule serves its last part with segments of the requests'
+/// own size, and refuses them without asking once less is free: the trace records both, and
+/// the replay, which cannot know the free memory, takes the same decisions.
+#[test]
+fn segments_at_a_device_end_inside_a_granule_replay_as_recorded() {
+    let (p, sink) = traced_with(ReuseMode::Strict, 147 * 7 * MIB, true);
+    let (blocks, big) = half_free_then_twice_the_size(&p);
+    for &a in blocks.iter().skip(1).step_by(2).chain(&big) {
+        assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    }
+    p.flush_trace();
+    let live = stats(&p, 0);
+    let records = sink.records();
+    let kinds = |k| records.iter().filter(|r| r.kind == k).count();
+    assert!(kinds(trace::Kind::SegmentAlloc) > 0, "a segment at the end");
+    let not_asked = records
+        .iter()
+        .filter(|r| r.kind == trace::Kind::SegmentRefused && r.aux == trace::SEGMENT_BEYOND_MEMORY);
+    assert!(not_asked.count() > 0, "refused without asking");
+    let r = &replay::replay(&records, &replay::Overrides::default())[0];
+    assert!(!r.diverged);
+    assert_eq!(
+        (r.stats.reserved.peak_ever(), r.stats.ooms, r.failed),
+        (live.reserved.peak_ever(), live.ooms, 0)
+    );
+}
+
 /// The granules the summary counts mapped and unmapped are the driver's `cuMemMap` and
 /// `cuMemUnmap` calls that went through, as the trace records them: also the mappings undone
 /// when a later granule of the same block was refused, each a map and an unmap. The replay
