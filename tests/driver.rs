@@ -716,3 +716,18 @@ fn a_first_pitched_driver_allocation_on_a_device_full_of_cache_fits() {
         assert!(with.contains(" pitch 2560"), "{env:?}: {with}\n{err}");
     }
 }
+
+/// In a context the program made the pool serves nothing, so its limit is not that context's:
+/// `cudaMemGetInfo` there tells what `cuMemGetInfo` tells, the driver's memory, and the program
+/// gets more than the limit.
+#[test]
+fn in_a_context_the_program_made_mem_get_info_is_not_bounded_by_the_limit() {
+    let exe = support::c_program_with_driver("own_context_mem_info");
+    let (with, err) = ok(&mut pooled(&exe, &[], &[("GPUPOOL_LIMIT", "64MiB")]));
+    assert!(with.contains("own_context_mem_info ok"), "{with}\n{err}");
+    let n = |key: &str| number::<u64>(&with, key);
+    assert_eq!(n("malloc_rc="), 0, "{with}");
+    assert_eq!(n("rt_total="), n("drv_total="), "{with}");
+    assert_eq!(n("rt_free="), n("drv_free="), "{with}");
+    assert!(n("rt_free=") > 128 << 20, "{with}");
+}

@@ -298,7 +298,14 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CudaStatus {
     };
     // SAFETY: the runtime wrote both on success; the caller's pointers, non-NULL.
     let (f, t) = unsafe { (*free as u64, *total as u64) };
-    let (f, t) = pool.memory_for_program(dev, f, t);
+    let (f, t) = if driver::runtime_in_own_context().is_some() {
+        // A context the program made, as `cuMemGetInfo` tells it: the pool serves nothing
+        // there, so its limit is not that context's, and its cache comes back when the driver
+        // refuses (`driver::runtime_unserved`).
+        ((f + pool.releasable(dev)).min(t), t)
+    } else {
+        pool.memory_for_program(dev, f, t)
+    };
     // SAFETY: as above; the figures are at most the runtime's `total`, which fit.
     unsafe {
         *free = f as usize;
