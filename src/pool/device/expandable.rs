@@ -11,7 +11,7 @@
 
 use super::granules::Granules;
 use super::*;
-use crate::pool::trace::{MAP_BEYOND_MEMORY, SEGMENT_BEYOND_MEMORY, UNMAP_RESET, UNMAP_UNDONE};
+use crate::pool::trace::{MAP_BEYOND_MEMORY, UNMAP_RESET, UNMAP_UNDONE};
 
 /// Address space reserved per range when the device's size is not known. More than any GPU
 /// holds today, and address space costs nothing until mapped.
@@ -298,7 +298,7 @@ impl DevicePool {
     /// access) the granules mapped here are unmapped again, which is safe at once (nothing used
     /// them). A granule whose unmap is refused too stays mapped and counted but unready,
     /// perhaps without access: it is unmapped and mapped afresh here before a block uses it.
-    fn map_block(
+    pub(super) fn map_block(
         &mut self,
         idx: u32,
         rounded: u64,
@@ -468,89 +468,9 @@ impl DevicePool {
         self.range_granules(si).expect("an expandable segment")
     }
 
-    fn granules_mut(&mut self, si: u32) -> &mut Granules {
+    pub(super) fn granules_mut(&mut self, si: u32) -> &mut Granules {
         let r = self.ranges.iter_mut().find(|r| r.0 == si);
         &mut r.expect("an expandable segment").1
-    }
-
-    /// Mapping failed for lack of memory: take back what thread caches hold, fence so that
-    /// pending blocks become reusable (one of them may fit, mapped already), give back free
-    /// granules and idle classic segments, and fit and map again.
-    fn recover_mapping(
-        &mut self,
-        rounded: u64,
-        backend: &dyn Backend,
-        clock: &ReuseClock,
-        policy: &Policy,
-    ) -> Result<u32, CudaError> {
-        self.stats.oom_retries += 1;
-        if self.lent > 0 {
-            if let Some(l) = self.borrowers.clone() {
-                l.reclaim(self, clock);
-            }
-        }
-        let (fenced, capture) = self.fence_at_oom(backend, clock);
-        let released = self.release_segments(backend, clock, 0, Release::OutOfMemory);
-        self.limit_refused = false;
-        let class = class_of(rounded);
-        let mut fit = self.fit_after_return(class, rounded, policy);
-        if fit.is_none() && class == Class::Large {
-            fit = self.cheapest_room(rounded, policy);
-        }
-        if fit.is_none() {
-            fit = self
-                .grow(class, rounded, &[rounded], backend, policy)
-                .and_then(Result::ok);
-        }
-        if let Some(idx) = fit {
-            let mapped = if self.seg(self.blocks[idx as usize].seg).expandable {
-                self.map_block(idx, rounded, backend, policy)
-            } else {
-                Ok(())
-            };
-            if mapped.is_ok() {
-                self.stats.oom_recovered += 1;
-                return Ok(idx);
-            }
-            self.rejoin(idx);
-        }
-        // Granules are whole: the last part of a limit or of the device's free memory that is
-        // no multiple of one takes no granule, yet a segment of the request's own size fits
-        // there, as it would without the pool.
-        if self.limit_refused || self.device_may_hold(rounded, backend) {
-            if let Ok(idx) = self.new_classic_segment(class, rounded, backend) {
-                self.stats.misses += 1;
-                self.stats.oom_recovered += 1;
-                return Ok(idx);
-            }
-        }
-        self.stats.ooms += 1;
-        self.sample_memory(backend);
-        self.last_oom = Some(OomEvent {
-            requested: rounded,
-            segment: rounded.next_multiple_of(self.granule),
-            released,
-            fenced,
-            capture,
-            mapping: true,
-            limited: self.limit_refused,
-            memory: self.memory,
-        });
-        Err(CudaError::MEMORY_ALLOCATION)
-    }
-
-    /// Whether the device may have `bytes` free for a segment: asked now, and where it cannot
-    /// say, it may. Less free is the driver's refusal, recorded as made, since a replay cannot
-    /// know the free memory and asks.
-    fn device_may_hold(&mut self, bytes: u64, backend: &dyn Backend) -> bool {
-        match self.sample_memory(backend) {
-            Some(m) if m.free < bytes => {
-                let code = CudaError::MEMORY_ALLOCATION.0 as u64;
-                self.record(Kind::SegmentRefused, bytes, code, 0, SEGMENT_BEYOND_MEMORY);
-                false
-            }
-            _ => true,
-        }
     }
 
     /// Whether a fence that completed started after every free so far: then no work the
@@ -682,7 +602,7 @@ impl DevicePool {
 
     /// (segment, granule) of every mapped granule that lies wholly inside a free block: its
     /// neighbours are not free (free blocks merge), so no other block touches it.
-    fn free_granules(&self) -> Vec<(u32, u64)> {
+    pub(super) fn free_granules(&self) -> Vec<(u32, u64)> {
         let mut found = Vec::new();
         for (si, granules) in &self.ranges {
             let mut idx = self.seg(*si).first;

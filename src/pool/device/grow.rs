@@ -328,21 +328,11 @@ impl DevicePool {
         let exact = segment_size(rounded, u64::MAX).ok_or(CudaError::MEMORY_ALLOCATION)?;
         self.stats.oom_retries += 1;
         self.limit_refused = false;
-        if self.lent > 0 {
-            if let Some(l) = self.borrowers.clone() {
-                l.reclaim(self, clock);
-                if let Some(idx) = self.fit_after_return(class, rounded, policy) {
-                    self.stats.oom_recovered += 1;
-                    return Ok(idx);
-                }
-            }
-        }
-        let (fenced, capture) = self.fence_at_oom(backend, clock);
-        if fenced {
-            if let Some(idx) = self.fit_after_return(class, rounded, policy) {
-                self.stats.oom_recovered += 1;
-                return Ok(idx);
-            }
+        let (fit, fenced, capture) =
+            self.fit_after_reclaim_and_fence(class, rounded, backend, clock, policy);
+        if let Some(idx) = fit {
+            self.stats.oom_recovered += 1;
+            return Ok(idx);
         }
         let released = outgrown + self.release_segments(backend, clock, 0, Release::OutOfMemory);
         let sizes: &[u64] = if rounded != exact {
@@ -371,6 +361,35 @@ impl DevicePool {
             memory: self.memory,
         });
         Err(CudaError::MEMORY_ALLOCATION)
+    }
+
+    /// Out of memory, the steps that cost no memory: take back what thread caches hold, and
+    /// fence so that pending blocks become reusable, fitting after each (a block that fits is
+    /// mapped already). The fit, and whether the fence was taken and whether a graph capture
+    /// refused it.
+    pub(super) fn fit_after_reclaim_and_fence(
+        &mut self,
+        class: Class,
+        rounded: u64,
+        backend: &dyn Backend,
+        clock: &ReuseClock,
+        policy: &Policy,
+    ) -> (Option<u32>, bool, bool) {
+        if self.lent > 0 {
+            if let Some(l) = self.borrowers.clone() {
+                l.reclaim(self, clock);
+                if let Some(idx) = self.fit_after_return(class, rounded, policy) {
+                    return (Some(idx), false, false);
+                }
+            }
+        }
+        let (fenced, capture) = self.fence_at_oom(backend, clock);
+        let fit = if fenced {
+            self.fit_after_return(class, rounded, policy)
+        } else {
+            None
+        };
+        (fit, fenced, capture)
     }
 
     /// What the driver says of the device's memory now (during normal operation only); `None`,

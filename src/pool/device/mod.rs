@@ -45,6 +45,7 @@ mod granules;
 mod grow;
 mod hit;
 mod lend;
+mod mapping_oom;
 mod peers;
 mod pending;
 mod placement;

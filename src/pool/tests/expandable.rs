@@ -333,6 +333,54 @@ fn no_granule_is_unmapped_while_work_issued_before_its_free_may_run() {
     }
 }
 
+/// A device the program keeps full, its frees waiting on running kernels: each request then
+/// runs out of memory until the fence makes them free. The retry serves from a freed block
+/// that fits, mapped already, before it gives the cache back: 162 maps and 12 unmaps, 98.5% of
+/// requests served from cache. Giving the cache back first made it 1 134 maps and 992 unmaps,
+/// 84%.
+#[test]
+fn a_device_kept_full_serves_from_fenced_blocks_before_it_gives_its_cache_back() {
+    let sizes = [4096, MIB / 2, 3 * MIB, 12 * MIB];
+    let p = Pool::new(
+        InFlight::new(220 * MIB),
+        vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded),
+    );
+    let d = p.backend();
+    let mut live: Vec<(Addr, u64)> = Vec::new();
+    let mut rng = crate::rng::Rng::new(3);
+    let steps = 2000;
+    for step in 0..steps {
+        let n = sizes[rng.range(0, 3) as usize];
+        // The program holds up to 36 blocks, within 180 MiB of the 220.
+        while live.len() >= 36 || live.iter().map(|b| b.1).sum::<u64>() + n > 180 * MIB {
+            let (a, n) = live.swap_remove(rng.range(0, live.len() as u64 - 1) as usize);
+            d.launch(a, n);
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        match p.alloc(0, n) {
+            Ok(a) => live.push((a, n)),
+            Err(_) => panic!("out of memory at step {step}"),
+        }
+    }
+    let c = d.inner.counts();
+    let s = stats(&p, 0);
+    println!(
+        "{} maps, {} unmaps, {} hits, {} misses, {} out-of-memory retries",
+        c.maps, c.unmaps, s.hits, s.misses, s.oom_retries
+    );
+    assert!(s.oom_retries > 20, "the device never filled: {s:?}");
+    assert!(
+        c.maps + c.unmaps < 400,
+        "{} maps, {} unmaps",
+        c.maps,
+        c.unmaps
+    );
+    assert!(s.hits > 9 * steps / 10, "{} hits of {steps}", s.hits);
+    let bad = d.unmaps_under_work.lock().unwrap().clone();
+    assert!(bad.is_empty(), "unmapped under work: {bad:x?}");
+    assert_sound(&p);
+}
+
 /// A refused fence waited for nothing: a block freed under work keeps its granules mapped
 /// through `empty_cache`, the threshold and a fill to out of memory, and they go once a fence
 /// works.
