@@ -21,9 +21,10 @@ impl<B: Backend> Pool<B> {
         self.settings.reuse != ReuseMode::Strict || self.settings.trace.is_some()
     }
 
-    /// `alloc` for use on `stream` when there is one: in `relaxed` mode a block freed on that
-    /// stream serves it first, before a barrier or fence (`DevicePool::alloc_on`); such requests
-    /// go to the device, not to a thread cache (whose blocks are not held by stream).
+    /// `alloc` for use on `stream` when there is one: a block freed on that stream (in
+    /// `relaxed` mode, or by the runtime's `cudaFreeAsync` in any mode) serves it first, before
+    /// a barrier or fence (`DevicePool::alloc_on`); such requests go to the device, not to a
+    /// thread cache (whose blocks are not held by stream).
     #[inline(always)]
     pub fn alloc_on(
         &self,
@@ -59,8 +60,10 @@ impl<B: Backend> Pool<B> {
         origin: Origin,
     ) -> Result<Addr, CudaError> {
         let slot = self.slot(device).ok_or(CudaError::INVALID_VALUE)?;
-        let held_by_stream = stream.is_some() && self.settings.reuse == ReuseMode::Relaxed;
-        if !held_by_stream && slot.flags.enabled.load(Ordering::Relaxed) {
+        // A named stream may have blocks held for it: in `relaxed` mode, and in every mode for
+        // `cudaMallocAsync` (the only request that names one outside `relaxed` mode, but with a
+        // trace, which keeps thread caches off).
+        if stream.is_none() && slot.flags.enabled.load(Ordering::Relaxed) {
             if let Some(r) = self.alloc_cached(slot, device, size, origin) {
                 return r;
             }

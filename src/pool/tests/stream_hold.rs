@@ -343,3 +343,21 @@ fn held_blocks_served_by_the_hit_path_are_those_the_general_path_serves() {
         hit.check().unwrap();
     }
 }
+
+#[test]
+fn a_runtime_stream_ordered_free_serves_its_stream_at_once_with_thread_caches_on() {
+    // `cudaMallocAsync` names its stream in every mode, and its `cudaFreeAsync` promises stream
+    // order: the stream's next request takes the block back at once, as without thread caches.
+    // A thread cache holds no block for a stream: such requests go to the device.
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier] {
+        let p = pool_cache_in(reuse, 80 << 30, crate::config::DEFAULT_THREAD_CACHE);
+        for _ in 0..100 {
+            let a = p.alloc_on(0, 4096, Some(5)).unwrap();
+            p.free(a, FreeKind::Ordered { stream: 5 }, Some(0));
+            assert_eq!(p.alloc_on(0, 4096, Some(5)).unwrap(), a, "{reuse:?}");
+            p.free(a, FreeKind::Ordered { stream: 5 }, Some(0));
+        }
+        assert_eq!(syncs(&p), 0, "{reuse:?}");
+        p.check().unwrap();
+    }
+}
