@@ -456,3 +456,35 @@ fn a_threshold_on_an_unused_devices_default_pool_makes_no_context_there() {
         );
     }
 }
+
+/// PyTorch's backend allocates with `cudaMallocAsync`: the out-of-memory report names that
+/// call, and CUDA's own try of it, not the `cudaMalloc` the pool's segments come from.
+#[test]
+fn a_cuda_malloc_async_out_of_memory_is_reported_as_that_call() {
+    let exe = c_program("oom_async");
+    let env = [("CUDASIM_MEM", "1GiB")];
+    let (without, _) = ok(&mut unpooled(&exe, &[], &env));
+    let (with, err) = ok(&mut pooled(&exe, &[], &env));
+    assert!(with.contains("oom_async ok"), "{with}\n{err}");
+    assert_eq!(with, without);
+    assert_eq!(number::<i32>(&with, "status="), 2, "{with}");
+    assert!(
+        err.contains("cudaMallocAsync of 600 MiB (629145600 bytes) failed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("and with the runtime's own cudaMallocAsync"),
+        "{err}"
+    );
+    assert!(!err.contains("cudaMalloc of"), "{err}");
+    // The driver's stream-ordered call, the same.
+    assert_eq!(number::<i32>(&with, "driver_status="), 2, "{with}");
+    assert!(
+        err.contains("cuMemAllocAsync of 300 MiB (314572800 bytes) failed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("and with the driver's own cuMemAllocAsync"),
+        "{err}"
+    );
+}

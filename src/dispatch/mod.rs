@@ -31,6 +31,7 @@ use crate::global::{self, Global};
 use crate::guard;
 use crate::log;
 use crate::pool::{Backend, CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, NO_STREAM};
+use crate::report::oom::RequestApi;
 
 pub use capture::{stream_begin_capture, stream_begin_capture_to_graph, stream_end_capture};
 pub use ipc::ipc_get_mem_handle;
@@ -228,6 +229,11 @@ unsafe fn malloc_in(
             None => return pass(),
         },
     };
+    // The runtime's promise is `cudaMallocAsync`'s: the out-of-memory report names that call.
+    let api = match stream {
+        Some(OnStream::Named(_) | OnStream::Ask(_, Promise::Runtime)) => RequestApi::RuntimeAsync,
+        _ => RequestApi::Runtime,
+    };
     let stream = stream
         .map(|s| match s {
             OnStream::Ask(s, promise) => stream_key(rt, pool, s, promise),
@@ -258,12 +264,7 @@ unsafe fn malloc_in(
                 refuse_over_limit(rt)
             };
             after_oom::answer(pool, dev, size, r, |dev, size| {
-                crate::report::oom::report(
-                    &g.report_source(),
-                    dev,
-                    size,
-                    crate::report::oom::RequestApi::Runtime,
-                )
+                crate::report::oom::report(&g.report_source(), dev, size, api)
             })
         }
         Err(e) => e.0,

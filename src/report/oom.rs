@@ -22,8 +22,12 @@ const MAX_REPORTS: usize = 32;
 pub enum RequestApi {
     /// `cudaMalloc` and its kin, retried with the runtime's own call.
     Runtime,
+    /// `cudaMallocAsync` (PyTorch's backend under the preload), retried with the runtime's own.
+    RuntimeAsync,
     /// `cuMemAlloc` and its kin, retried with the driver's own call.
     Driver,
+    /// `cuMemAllocAsync`, retried with the driver's own.
+    DriverAsync,
 }
 
 impl RequestApi {
@@ -31,7 +35,9 @@ impl RequestApi {
     fn malloc(self) -> &'static str {
         match self {
             RequestApi::Runtime => "cudaMalloc",
+            RequestApi::RuntimeAsync => "cudaMallocAsync",
             RequestApi::Driver => "cuMemAlloc",
+            RequestApi::DriverAsync => "cuMemAllocAsync",
         }
     }
 
@@ -39,7 +45,9 @@ impl RequestApi {
     fn own_try(self) -> &'static str {
         match self {
             RequestApi::Runtime => " and with the runtime's own cudaMalloc",
+            RequestApi::RuntimeAsync => " and with the runtime's own cudaMallocAsync",
             RequestApi::Driver => " and with the driver's own cuMemAlloc",
+            RequestApi::DriverAsync => " and with the driver's own cuMemAllocAsync",
         }
     }
 }

@@ -131,7 +131,10 @@ pub unsafe fn mem_alloc(
                     &global::process().report_source(),
                     dev,
                     size,
-                    crate::report::oom::RequestApi::Driver,
+                    match stream {
+                        Some(_) => crate::report::oom::RequestApi::DriverAsync,
+                        None => crate::report::oom::RequestApi::Driver,
+                    },
                 )
             })
         }
