@@ -479,8 +479,8 @@ impl DevicePool {
         clock.fenced.load(Ordering::Acquire) >= clock.freed.load(Ordering::Acquire)
     }
 
-    /// Unmap mapped granules no block but a free one touches, until the cache holds at most
-    /// `keep` bytes, after a fence unless one already covers every free (`cuMemUnmap` waits
+    /// Unmap mapped granules no block but a free one touches, the highest first, until the cache
+    /// holds at most `keep` bytes, after a fence unless one already covers every free (`cuMemUnmap` waits
     /// for nothing, and an unmap under a running kernel is a fault, in every reuse mode).
     /// Empty-cache and out-of-memory fence first when blocks are pending, as a classic segment's
     /// `cudaFree` waits for them. Binned blocks must have been merged back. Returns the bytes
@@ -503,9 +503,13 @@ impl DevicePool {
         if !self.unmap_due {
             return 0;
         }
-        let Some(candidates) = self.fenced_free_granules(backend, clock) else {
+        let Some(mut candidates) = self.fenced_free_granules(backend, clock) else {
             return 0;
         };
+        // The highest first, when some are kept: a free block then keeps its mapped part at its
+        // start, where the next request it fits is placed, and the range's top goes back.
+        // Lowest first, under a threshold the lab's inference mapped 3 to 16 times as many.
+        candidates.reverse();
         let want = self.cached().saturating_sub(keep);
         let (released, all) = self.unmap_listed(candidates, want, backend, why as u16);
         for _ in 0..released / self.granule {

@@ -198,6 +198,43 @@ fn with_a_zero_threshold_free_granules_go_back_at_the_next_sync() {
     }
 }
 
+/// A threshold keeps part of the cache mapped, and the part kept is where the next requests
+/// are placed: a free block's start. So the highest granules go back first, and blocks of the
+/// same sizes allocated again map nothing. Lowest first, they mapped 32 granules while 64 MiB
+/// stayed mapped above them.
+#[test]
+fn a_threshold_keeps_mapped_the_granules_the_next_requests_take() {
+    for reuse in [ReuseMode::Strict, ReuseMode::Barrier, ReuseMode::Relaxed] {
+        let p = vmm_pool(reuse, DeviceBytes::Bytes(64 * MIB), DEVICE);
+        let step = |p: &Pool<ModelDriver>| {
+            let blocks: Vec<Addr> = (0..8).map(|_| p.alloc(0, 16 * MIB).unwrap()).collect();
+            for &a in &blocks {
+                p.free(a, FreeKind::Sync, Some(0));
+            }
+            program_sync(p);
+        };
+        step(&p);
+        assert_eq!(p.backend().mapped_on(0), 64 * MIB, "{reuse:?}");
+        let maps = p.backend().counts().maps;
+        let again: Vec<Addr> = (0..4).map(|_| p.alloc(0, 16 * MIB).unwrap()).collect();
+        assert_eq!(
+            p.backend().counts().maps,
+            maps,
+            "{reuse:?}: the kept granules serve"
+        );
+        for a in again {
+            p.free(a, FreeKind::Sync, Some(0));
+        }
+        step(&p);
+        assert_eq!(
+            p.backend().counts().maps,
+            maps + 32,
+            "{reuse:?}: only the top is mapped again"
+        );
+        assert_sound(&p);
+    }
+}
+
 #[test]
 fn above_the_threshold_blocks_awaiting_a_fence_go_back_at_a_stream_synchronization() {
     // `cudaStreamSynchronize` is a release point: a freed block still waiting for a fence or
