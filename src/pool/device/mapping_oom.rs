@@ -25,7 +25,7 @@ impl DevicePool {
         let class = class_of(rounded);
         let (fit, fenced, capture) =
             self.fit_after_reclaim_and_fence(class, rounded, backend, clock, policy);
-        if let Some(idx) = fit {
+        if let Some(idx) = fit.filter(|&idx| self.ready_to_serve(idx, rounded, backend, policy)) {
             self.stats.oom_recovered += 1;
             return Ok(idx);
         }
@@ -40,17 +40,9 @@ impl DevicePool {
                 .grow(class, rounded, &[rounded], backend, policy)
                 .and_then(Result::ok);
         }
-        if let Some(idx) = fit {
-            let mapped = if self.seg(self.blocks[idx as usize].seg).expandable {
-                self.map_block(idx, rounded, backend, policy)
-            } else {
-                Ok(())
-            };
-            if mapped.is_ok() {
-                self.stats.oom_recovered += 1;
-                return Ok(idx);
-            }
-            self.rejoin(idx);
+        if let Some(idx) = fit.filter(|&idx| self.ready_to_serve(idx, rounded, backend, policy)) {
+            self.stats.oom_recovered += 1;
+            return Ok(idx);
         }
         // Granules are whole: the last part of a limit or of the device's free memory that is
         // no multiple of one takes no granule, yet a segment of the request's own size fits
@@ -75,6 +67,26 @@ impl DevicePool {
             memory: self.memory,
         });
         Err(CudaError::MEMORY_ALLOCATION)
+    }
+
+    /// Whether block `idx` serves `rounded` bytes once what it lacks is mapped. A block that
+    /// fits without mapping may still lie over a granule a refused mapping left unready:
+    /// `map_block` maps it afresh, as on every other path. One that cannot serve joins its
+    /// free neighbour again.
+    fn ready_to_serve(
+        &mut self,
+        idx: u32,
+        rounded: u64,
+        backend: &dyn Backend,
+        policy: &Policy,
+    ) -> bool {
+        if !self.seg(self.blocks[idx as usize].seg).expandable
+            || self.map_block(idx, rounded, backend, policy).is_ok()
+        {
+            return true;
+        }
+        self.rejoin(idx);
+        false
     }
 
     /// Whether the device may have `bytes` free for a segment: asked now, and where it cannot

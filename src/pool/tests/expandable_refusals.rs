@@ -294,3 +294,29 @@ fn a_granule_whose_unmap_is_refused_after_a_reset_is_kept_and_given_back_later()
         assert_sound(&p);
     }
 }
+
+/// A refused mapping whose retry serves from a block the fence freed: that block may lie over
+/// a granule a refused mapping left unready (counted as mapped). It is mapped afresh before
+/// use, with the device's and its peers' access, as on every other path.
+#[test]
+fn a_block_the_fence_frees_at_out_of_memory_is_never_served_over_an_unready_granule() {
+    // Five granules' capacity.
+    let p = vmm_pool(ReuseMode::Strict, DeviceBytes::Unbounded, 10 * MIB);
+    let d = p.backend();
+    p.add_peer(0, 1).unwrap();
+    let a = p.alloc(0, 7 * MIB).unwrap();
+    // The fifth granule maps, the sixth is refused, and the unmap that would undo the fifth
+    // is refused, as are those of the recovery: the fifth stays mapped, unready.
+    d.fail_next_times(Call::Unmap, 999, 3);
+    assert_eq!(p.alloc(0, 9 * MIB), Err(CudaError::MEMORY_ALLOCATION));
+    // `a` waits for a fence. The next request finds the unready granule at the frontier and
+    // its unmap refused once more: the out-of-memory retry fences, and `a`'s block, merged
+    // with the frontier, holds the request over the granules already counted mapped.
+    p.free(a, FreeKind::Sync, Some(0));
+    d.fail_next(Call::Unmap, 999);
+    let b = p.alloc(0, 9 * MIB).unwrap();
+    assert!(usable(&p, b, 9 * MIB, DeviceSet::one(1)), "{b:#x}");
+    assert_eq!(stats(&p, 0).reserved.current, d.mapped_on(0));
+    p.free(b, FreeKind::Sync, Some(0));
+    assert_sound(&p);
+}
