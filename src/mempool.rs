@@ -32,6 +32,7 @@ use crate::guard;
 use crate::lifecycle::note_passed_through;
 use crate::passed_through::Reason;
 use crate::pool::{Origin, Pool};
+use crate::report::oom::RequestApi;
 
 /// `cudaMallocAsync`: served by the pool on the current device, in stream order.
 ///
@@ -73,7 +74,17 @@ pub unsafe fn malloc_async(
     // named without a question.
     let stream = Some(OnStream::Ask(stream, Promise::Runtime));
     // SAFETY: the caller's arguments; `dev` is current; `pass` makes the runtime's own call.
-    unsafe { malloc_with(dev_ptr, size, stream, Some(dev), origin, pass) }
+    unsafe {
+        malloc_with(
+            dev_ptr,
+            size,
+            stream,
+            Some(dev),
+            origin,
+            RequestApi::RuntimeAsync,
+            pass,
+        )
+    }
 }
 
 /// `malloc_async` on another stream than the legacy one: asked once whether it is being
@@ -100,7 +111,17 @@ unsafe fn malloc_async_created(
     }
     let stream = Some(OnStream::Named(key));
     // SAFETY: the caller's arguments and contract.
-    unsafe { malloc_with(dev_ptr, size, stream, Some(dev), origin, pass) }
+    unsafe {
+        malloc_with(
+            dev_ptr,
+            size,
+            stream,
+            Some(dev),
+            origin,
+            RequestApi::RuntimeAsync,
+            pass,
+        )
+    }
 }
 
 /// The runtime's answer to an allocation from the program's own memory pool. Never worse on

@@ -669,8 +669,18 @@ fn pitched_driver_allocations_are_pooled_with_the_drivers_pitch() {
     assert!(err.contains(" 200 mallocs, 200 frees"), "{err}");
 
     let (alone, _) = ok(&mut unpooled(&exe, &["hostile"], &[]));
-    let (with, _) = ok(&mut pooled(&exe, &["hostile"], &[]));
+    let (with, err) = ok(&mut pooled(&exe, &["hostile"], &[]));
     assert_eq!(with, alone);
+    // The out-of-memory report names the program's call, and CUDA's own try of it.
+    assert!(with.contains("code larger_than_the_device 2"), "{with}");
+    assert!(
+        err.contains("cuMemAllocPitch of 1.00 TiB (1099511627776 bytes) failed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("and with the driver's own cuMemAllocPitch"),
+        "{err}"
+    );
 }
 
 /// A block of device 0 freed in stream order on device 1's legacy stream, behind a kernel there

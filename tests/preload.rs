@@ -496,9 +496,19 @@ fn pitched_allocations_are_pooled_with_the_runtimes_pitch() {
     // One for the runtime's row alignment, one for the image's segment.
     assert!(figure(&pooled, "driver_mallocs") <= 2, "{pooled}");
 
-    let (pooled, _) = ok(&exe, &["hostile"], &[]);
+    let (pooled, err) = ok(&exe, &["hostile"], &[]);
     let (alone, _) = ok(&exe, &["hostile"], &runtime_alone);
     assert_eq!(pooled, alone);
+    // The out-of-memory report names the program's call, and CUDA's own try of it.
+    assert!(pooled.contains("code larger_than_the_device 2"), "{pooled}");
+    assert!(
+        err.contains("cudaMallocPitch of 1.00 TiB (1099511627776 bytes) failed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("and with the runtime's own cudaMallocPitch"),
+        "{err}"
+    );
 }
 
 /// A program's first `cudaMallocPitch` after it filled the device and freed it all: the memory

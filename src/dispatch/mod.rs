@@ -127,9 +127,15 @@ pub unsafe fn malloc_on(
     let stream = stream.map(|s| OnStream::Ask(s, Promise::Pool));
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe {
-        malloc_with(dev_ptr, size, stream, current, origin, move |rt| {
-            (rt.malloc)(dev_ptr, size)
-        })
+        malloc_with(
+            dev_ptr,
+            size,
+            stream,
+            current,
+            origin,
+            RequestApi::Runtime,
+            move |rt| (rt.malloc)(dev_ptr, size),
+        )
     }
 }
 
@@ -142,8 +148,9 @@ pub(crate) enum OnStream {
     Named(StreamKey),
 }
 
-/// `malloc_on`, where `pass` is the runtime's own call for the request, made when the pool does
-/// not serve it (`cudaMalloc`, or `cudaMallocAsync` for `mempool::malloc_async`).
+/// `malloc_on`, where `api` is the program's call and `call` the runtime's own, made when the
+/// pool does not serve the request (`cudaMalloc`, `cudaMallocPitch` for `pitch::malloc_pitch`,
+/// or `cudaMallocAsync` for `mempool::malloc_async`).
 ///
 /// # Safety
 /// As `malloc_on`; `call` makes the runtime's call with the caller's arguments.
@@ -154,15 +161,18 @@ pub(crate) unsafe fn malloc_with(
     stream: Option<OnStream>,
     current: Option<u32>,
     origin: Origin,
+    api: RequestApi,
     call: impl Fn(&Runtime) -> CudaStatus + Copy,
 ) -> CudaStatus {
     match global::allocating() {
         // SAFETY: the caller's arguments and contract.
         Some((g, pool)) => unsafe {
-            malloc_in(g, pool, false, dev_ptr, size, stream, current, origin, call)
+            malloc_in(
+                g, pool, false, dev_ptr, size, stream, current, origin, api, call,
+            )
         },
         // SAFETY: the caller's arguments and contract.
-        None => unsafe { malloc_checked(dev_ptr, size, stream, current, origin, call) },
+        None => unsafe { malloc_checked(dev_ptr, size, stream, current, origin, api, call) },
     }
 }
 
@@ -179,13 +189,18 @@ unsafe fn malloc_checked(
     stream: Option<OnStream>,
     current: Option<u32>,
     origin: Origin,
+    api: RequestApi,
     call: impl Fn(&Runtime) -> CudaStatus + Copy,
 ) -> CudaStatus {
     let Some((g, pool)) = global::with_pool() else {
         return global::missing_runtime();
     };
     // SAFETY: the caller's arguments and contract.
-    unsafe { malloc_in(g, pool, true, dev_ptr, size, stream, current, origin, call) }
+    unsafe {
+        malloc_in(
+            g, pool, true, dev_ptr, size, stream, current, origin, api, call,
+        )
+    }
 }
 
 /// `malloc_with` with the state and its pool; `contexts`: whether the program may have made a
@@ -204,6 +219,7 @@ unsafe fn malloc_in(
     stream: Option<OnStream>,
     current: Option<u32>,
     origin: Origin,
+    api: RequestApi,
     call: impl Fn(&Runtime) -> CudaStatus + Copy,
 ) -> CudaStatus {
     let rt = &g.runtime;
@@ -228,11 +244,6 @@ unsafe fn malloc_in(
             Some(d) => d,
             None => return pass(),
         },
-    };
-    // The runtime's promise is `cudaMallocAsync`'s: the out-of-memory report names that call.
-    let api = match stream {
-        Some(OnStream::Named(_) | OnStream::Ask(_, Promise::Runtime)) => RequestApi::RuntimeAsync,
-        _ => RequestApi::Runtime,
     };
     let stream = stream
         .map(|s| match s {

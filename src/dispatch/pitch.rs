@@ -14,6 +14,7 @@ use crate::pool::{Origin, MAX_DEVICES};
 use crate::{global, guard};
 
 use super::{current_device, driver, forward, malloc_with};
+use crate::report::oom::RequestApi;
 
 /// Each device's row alignments, the pitch CUDA gives a one-byte row: the runtime's, then the
 /// driver's for elements of 4, 8 and 16 bytes (512 bytes on NVIDIA's GPUs so far, which also
@@ -68,10 +69,18 @@ pub unsafe fn malloc_pitch(
     let passed = Cell::new(false);
     // SAFETY: `dev_ptr` as the caller's contract says; `pass` makes the runtime's own call.
     let r = unsafe {
-        malloc_with(dev_ptr, size, None, Some(dev), origin, |_| {
-            passed.set(true);
-            pass()
-        })
+        malloc_with(
+            dev_ptr,
+            size,
+            None,
+            Some(dev),
+            origin,
+            RequestApi::RuntimePitch,
+            |_| {
+                passed.set(true);
+                pass()
+            },
+        )
     };
     if r == SUCCESS && !passed.get() {
         // SAFETY: non-NULL, and writable by the caller's contract.
@@ -123,7 +132,7 @@ pub unsafe fn mem_alloc_pitch(
     let passed = Cell::new(false);
     // SAFETY: `dptr` as the caller's contract says; `real` makes the driver's own call.
     let r = unsafe {
-        driver::mem_alloc(dptr, size, None, origin, || {
+        driver::mem_alloc_as(dptr, size, None, origin, RequestApi::DriverPitch, || {
             passed.set(true);
             real()
         })

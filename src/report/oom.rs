@@ -24,10 +24,14 @@ pub enum RequestApi {
     Runtime,
     /// `cudaMallocAsync` (PyTorch's backend under the preload), retried with the runtime's own.
     RuntimeAsync,
+    /// `cudaMallocPitch`, of the image's padded size, retried with the runtime's own.
+    RuntimePitch,
     /// `cuMemAlloc` and its kin, retried with the driver's own call.
     Driver,
     /// `cuMemAllocAsync`, retried with the driver's own.
     DriverAsync,
+    /// `cuMemAllocPitch`, of the image's padded size, retried with the driver's own.
+    DriverPitch,
 }
 
 impl RequestApi {
@@ -36,8 +40,10 @@ impl RequestApi {
         match self {
             RequestApi::Runtime => "cudaMalloc",
             RequestApi::RuntimeAsync => "cudaMallocAsync",
+            RequestApi::RuntimePitch => "cudaMallocPitch",
             RequestApi::Driver => "cuMemAlloc",
             RequestApi::DriverAsync => "cuMemAllocAsync",
+            RequestApi::DriverPitch => "cuMemAllocPitch",
         }
     }
 
@@ -46,8 +52,10 @@ impl RequestApi {
         match self {
             RequestApi::Runtime => " and with the runtime's own cudaMalloc",
             RequestApi::RuntimeAsync => " and with the runtime's own cudaMallocAsync",
+            RequestApi::RuntimePitch => " and with the runtime's own cudaMallocPitch",
             RequestApi::Driver => " and with the driver's own cuMemAlloc",
             RequestApi::DriverAsync => " and with the driver's own cuMemAllocAsync",
+            RequestApi::DriverPitch => " and with the driver's own cuMemAllocPitch",
         }
     }
 }

@@ -5,7 +5,8 @@
  *   churn:   200 images of 640 x 480 x 4 bytes through cuGetProcAddress's function, each
  *            allocated and freed in turn; prints "driver_mallocs N" meanwhile.
  *   hostile: an element size of 3, an empty row or height, NULL out-pointers, a size past the
- *            address space; prints "code CASE N" with what the driver returned.
+ *            address space, an image larger than the device; prints "code CASE N" with what
+ *            the driver returned.
  *   full:    the device filled with 1 MiB blocks, all freed (a pool keeps them cached), then
  *            this process's first pitched image, which must fit in the memory freed. */
 #include <cuda.h>
@@ -100,6 +101,8 @@ static void hostile(void)
     printf("code null_pointer %d\n", (int)cuMemAllocPitch(NULL, &pitch, 100, 10, 4));
     printf("code past_the_address_space %d\n",
            (int)cuMemAllocPitch(&p, &pitch, SIZE_MAX / 2, 4, 4));
+    printf("code larger_than_the_device %d\n",
+           (int)cuMemAllocPitch(&p, &pitch, 1 << 20, (size_t)1 << 20, 4));
 }
 
 static void full(void)

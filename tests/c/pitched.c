@@ -3,8 +3,9 @@
  *            block is 512-byte aligned and that every row keeps its own bytes, then frees.
  *   churn:   200 images of 640 x 480 x 4 bytes, each allocated and freed in turn; prints
  *            "driver_mallocs N", the simulator's allocation calls meanwhile.
- *   hostile: NULL out-pointers, an empty row or height, a size past the address space;
- *            prints "code CASE N" with what cudaMallocPitch returned.
+ *   hostile: NULL out-pointers, an empty row or height, a size past the address space, an
+ *            image larger than the device; prints "code CASE N" with what cudaMallocPitch
+ *            returned.
  *   full:    the device filled with 1 MiB blocks, all freed (a pool keeps them cached), then
  *            this process's first pitched image, which must fit in the memory freed. */
 #include <stdint.h>
@@ -66,6 +67,9 @@ static void hostile(void)
     cudaGetLastError();
     printf("code past_the_address_space %d\n",
            (int)cudaMallocPitch(&p, &pitch, SIZE_MAX / 2, 4));
+    printf("last_error %d\n", (int)cudaGetLastError());
+    printf("code larger_than_the_device %d\n",
+           (int)cudaMallocPitch(&p, &pitch, 1 << 20, (size_t)1 << 20));
     printf("last_error %d\n", (int)cudaGetLastError());
 }
 

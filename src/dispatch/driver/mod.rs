@@ -23,6 +23,7 @@ use crate::passed_through::Reason;
 use crate::pool::{
     CudaError, FreeKind, FreeOutcome, Origin, Pool, StreamKey, LEGACY_STREAM, NO_STREAM,
 };
+use crate::report::oom::RequestApi;
 
 mod contexts;
 
@@ -80,6 +81,26 @@ pub unsafe fn mem_alloc(
     origin: Origin,
     real: impl Fn() -> CuResult,
 ) -> CuResult {
+    let api = match stream {
+        Some(_) => RequestApi::DriverAsync,
+        None => RequestApi::Driver,
+    };
+    // SAFETY: the caller's arguments and contract.
+    unsafe { mem_alloc_as(dptr, size, stream, origin, api, real) }
+}
+
+/// `mem_alloc` for the program's call `api` (`cuMemAllocPitch` of the padded image, too).
+///
+/// # Safety
+/// As `mem_alloc`.
+pub unsafe fn mem_alloc_as(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    stream: Option<Stream>,
+    origin: Origin,
+    api: RequestApi,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
     let Some((pool, d)) = serving() else {
         return real();
     };
@@ -127,15 +148,7 @@ pub unsafe fn mem_alloc(
                 cu::CU_ERROR_OUT_OF_MEMORY
             };
             super::after_oom::answer(pool, dev, size, r, |dev, size| {
-                crate::report::oom::report(
-                    &global::process().report_source(),
-                    dev,
-                    size,
-                    match stream {
-                        Some(_) => crate::report::oom::RequestApi::DriverAsync,
-                        None => crate::report::oom::RequestApi::Driver,
-                    },
-                )
+                crate::report::oom::report(&global::process().report_source(), dev, size, api)
             })
         }
         // Any other failure: the driver's own answer to the program's call.
