@@ -223,6 +223,24 @@ fn a_block_freed_before_the_first_non_blocking_stream_is_not_reused_under_its_ke
     stream_reuse_in("nb_after_free", &["strict", "barrier"]);
 }
 
+/// A cudaFree under a kernel that waits for the device's lock (another thread gets a segment
+/// from a slow driver) while the program creates its first non-blocking stream: the free read
+/// `barrier` mode's rule before the stream was seen and was stamped after it was checked for,
+/// so a barrier alone made the block reusable, for work on that stream.
+#[test]
+fn a_free_racing_the_first_non_blocking_stream_is_not_reused_under_its_kernel() {
+    let (out, _) = ok(
+        &c_program("nonblocking_race"),
+        &[],
+        &[
+            ("GPUPOOL_REUSE", "barrier"),
+            ("GPUPOOL_EXPANDABLE", "0"),
+            ("CUDASIM_MALLOC_US", "300000"),
+        ],
+    );
+    assert_eq!(figure(&out, "reused="), 1, "{out}");
+}
+
 /// The program's own cudaFreeAsync on a blocking stream, and cudaMallocAsync on a non-blocking
 /// one: CUDA orders the reuse in every mode, so must the pool.
 #[test]

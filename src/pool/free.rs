@@ -20,8 +20,13 @@ impl<B: Backend> Pool<B> {
                     {
                         return FreeOutcome::Freed;
                     }
-                } else if Self::lock(slot).free(addr, kind, need, || slot.clock.stamp_under_lock())
-                {
+                } else if Self::lock(slot).free(
+                    addr,
+                    kind,
+                    // Read once the lock is taken.
+                    self.need_under_lock(need),
+                    || slot.clock.stamp_under_lock(),
+                ) {
                     // The hit path: no thread caches on this device.
                     return FreeOutcome::Freed;
                 }
@@ -42,6 +47,7 @@ impl<B: Backend> Pool<B> {
         if slot.flags.any.load(Ordering::Relaxed) {
             slot.caches.sweep_orphans(&mut p, &slot.clock);
         }
+        let need = self.need_under_lock(need);
         p.free(addr, kind, need, || slot.clock.stamp_under_lock())
     }
 
@@ -128,6 +134,7 @@ impl<B: Backend> Pool<B> {
                 let Some(o) = st.take_out(addr) else {
                     return false;
                 };
+                let need = self.need_under_lock(need);
                 // Read under the cache's lock: a threshold set meanwhile reclaims after this.
                 let enabled = slot.flags.enabled.load(Ordering::Relaxed);
                 let mut held = Vec::new();
@@ -218,6 +225,7 @@ impl<B: Backend> Pool<B> {
                 let Some(o) = st.take_out(addr) else {
                     continue;
                 };
+                let need = self.need_under_lock(need);
                 let gen = st.generation;
                 // The device stamps it when it takes it back.
                 let held = [tcache::CachedBlock {
@@ -234,6 +242,19 @@ impl<B: Backend> Pool<B> {
             }
         }
         false
+    }
+
+    /// `need`, read before the free took the device's or its cache's lock, as it is under
+    /// that lock: a non-blocking stream noted meanwhile makes a barrier a fence. The note
+    /// takes the same locks after it is made (`note_nonblocking_stream`), so a free either
+    /// sees it here or is seen there.
+    #[inline(always)]
+    pub(super) fn need_under_lock(&self, need: ReuseWait) -> ReuseWait {
+        if need == ReuseWait::Barrier && self.nonblocking_seen.load(Ordering::Relaxed) {
+            ReuseWait::Fence
+        } else {
+            need
+        }
     }
 
     pub(super) fn need_for(&self, kind: FreeKind) -> ReuseWait {

@@ -15,10 +15,16 @@ impl<B: Backend> Pool<B> {
             return;
         }
         let barriers = self.settings.reuse != ReuseMode::Strict;
+        if !barriers && self.settings.trace.is_none() {
+            return;
+        }
         for d in 0..MAX_DEVICES as u32 {
             let Some(slot) = self.existing(d) else {
                 continue;
             };
+            // Under the lock, which frees read the mode's rule under too (`free`): a free that
+            // read it before the swap above is stamped, or in a cache, by the time this reads.
+            let mut p = Self::lock(slot);
             // Frees into thread caches take no device number: with caches, fence anyway.
             let unfenced = slot.clock.fenced.load(Ordering::Acquire)
                 < slot.clock.freed.load(Ordering::Acquire)
@@ -27,7 +33,6 @@ impl<B: Backend> Pool<B> {
             if !fence && self.settings.trace.is_none() {
                 continue;
             }
-            let mut p = Self::lock(slot);
             p.note_nonblocking_stream();
             if fence {
                 // What the caches hold waits in the device, for the fence.
