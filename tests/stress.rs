@@ -75,3 +75,25 @@ fn thread_caches_under_churn_keep_every_block_intact() {
         .sum();
     assert!(hits > 100, "thread caches served only {hits}: {json}");
 }
+
+/// Waves of threads on two devices, each block under a kernel on the legacy, a blocking or a
+/// non-blocking stream and freed while it runs, by its thread or another one (the exiting
+/// threads leave theirs), with device switches, synchronizations, empty-cache and thread caches
+/// started by a warm-up in turns (`tests/c/race.c`): no block handed out under a kernel or over
+/// a live one, no granule unmapped under a kernel, and the pool reserves what the driver holds
+/// once all is freed and the caches emptied.
+#[test]
+fn waves_of_threads_freeing_under_kernels_never_reuse_a_block_early() {
+    for mode in ["strict", "barrier"] {
+        let args = ["4", "2", "500", "2", "7", "edsmwf"];
+        let env = [("CUDASIM_DEVICES", "2"), ("GPUPOOL_REUSE", mode)];
+        let out = output_within(&mut pooled(&c_program("race"), &args, &env), 120);
+        let (stdout, stderr) = texts(&out);
+        assert!(
+            out.status.success(),
+            "race {} with {env:?} failed:\n{stdout}\n{stderr}",
+            args.join(" ")
+        );
+        assert!(stdout.contains("race ok"), "{stdout}");
+    }
+}
