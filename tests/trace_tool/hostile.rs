@@ -467,3 +467,21 @@ fn impossible_expandable_granules_are_corrupt() {
         }
     }
 }
+
+/// A trace whose live block is nearly `u64::MAX` bytes (a corrupt size), followed by a request
+/// that maps granules under the mapped slack: `replay --slack` and `compare` (whose lineup has
+/// a slack) finish. The slack's budget, the peak allocated plus its share, used to overflow.
+#[test]
+fn a_huge_live_block_leaves_the_slack_budget_finite() {
+    let dir = scratch("trace-tool-slack-budget");
+    let mut t = b"GPTRACE1".to_vec();
+    record(&mut t, 0, 0, 0, u64::MAX, 256 << 20, u64::MAX, 2);
+    record(&mut t, 0, 16, 0, 2 << 20, 160 << 30, 0, 0);
+    record(&mut t, 1, 1, 0, 0xfd00_0000_0002_8356, 1 << 40, 0, 0);
+    record(&mut t, 2, 1, 0, 4 << 20, 2 << 40, 4 << 20, 0);
+    let path = dir.join("huge-live.trace");
+    std::fs::write(&path, &t).unwrap();
+    let p = path.to_str().unwrap();
+    tool_ok(&["replay", p, "--slack", "4%"]);
+    tool_ok(&["compare", p, "--min-time", "0"]);
+}

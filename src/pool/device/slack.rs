@@ -25,8 +25,15 @@ impl DevicePool {
     /// `serving` more bytes.
     fn slack_budget(&self, permille: u32, serving: u64) -> u64 {
         let allocated = &self.stats.allocated;
-        let peak = allocated.peak_ever().max(allocated.current + serving);
-        peak + (peak / 1000 * u64::from(permille)).max(SLACK_FLOOR)
+        // Saturating: a replayed trace may hold sizes near `u64::MAX`.
+        let peak = allocated
+            .peak_ever()
+            .max(allocated.current.saturating_add(serving));
+        peak.saturating_add(
+            (peak / 1000)
+                .saturating_mul(u64::from(permille))
+                .max(SLACK_FLOOR),
+        )
     }
 
     /// Before free block `idx` maps what it lacks for `rounded` bytes: if that would take the
@@ -97,7 +104,11 @@ impl DevicePool {
             return None;
         }
         let serving = rounded.min(self.blocks[idx as usize].size);
-        let over = (self.stats.reserved.current + lacking)
+        let over = self
+            .stats
+            .reserved
+            .current
+            .saturating_add(lacking)
             .saturating_sub(self.slack_budget(permille, serving));
         let moved_so_far = self.stats.slack_unmapped_granules * g;
         let credit = (self.stats.allocated.total_in / MOVED_SHARE).saturating_sub(moved_so_far);
