@@ -19,7 +19,7 @@ use super::device::{DevicePool, Policy, ReuseWait};
 use super::model_driver::{ModelDriver, RecordedSegment, GUARD_GAP};
 use super::model_wrapper::ModelWrapper;
 use super::stats::DeviceStats;
-use super::trace::{Kind, Record};
+use super::trace::{Kind, Record, SEGMENT_BEYOND_MEMORY};
 use super::{need_for, reuse_from_code, FreeKind, ReuseClock, StreamKey, NO_STREAM};
 use crate::config::ReuseMode;
 
@@ -226,6 +226,10 @@ struct DeviceReplay {
     failed: u64,
     failed_as_recorded: u64,
     diverged: bool,
+    /// Segments the live pool refused itself, without a `cudaMalloc`
+    /// (`SEGMENT_BEYOND_MEMORY`), that the replay asks the driver for and is refused as
+    /// recorded: no driver call of the live run's.
+    refused_unasked: u64,
 }
 
 impl DeviceReplay {
@@ -319,6 +323,14 @@ impl DeviceReplay {
             failed: 0,
             failed_as_recorded: 0,
             diverged: false,
+            refused_unasked: if as_recorded {
+                records
+                    .iter()
+                    .filter(|r| r.kind == Kind::SegmentRefused && r.aux == SEGMENT_BEYOND_MEMORY)
+                    .count() as u64
+            } else {
+                0
+            },
         }
     }
 
@@ -445,9 +457,13 @@ pub fn replay(records: &[Record], overrides: &Overrides) -> Vec<DeviceResult> {
             }
             let diverged = d.diverged || d.backend.diverged();
             let (maps, unmaps) = d.backend.maps_and_unmaps();
+            let mut stats = d.pool.stats.clone();
+            if !diverged {
+                stats.real_mallocs = stats.real_mallocs.saturating_sub(d.refused_unasked);
+            }
             DeviceResult {
                 device,
-                stats: d.pool.stats.clone(),
+                stats,
                 expandable: d.pool.expandable(),
                 maps,
                 unmaps,
