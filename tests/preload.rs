@@ -117,6 +117,30 @@ fn device_reset_makes_the_pool_forget() {
 }
 
 #[test]
+fn a_reset_while_other_threads_allocate_loses_no_segment_of_the_new_context() {
+    // A request between CUDA's reset and the pool's forgetting took a segment of the new
+    // context that the pool then forgot (the driver kept it), or put a new segment beside the
+    // old context's dead ones in the pool's index.
+    let exe = c_program("reset_race");
+    for (expandable, cache, devices, how) in [
+        ("0", "64MiB", "1", ""),
+        ("0", "0", "2", ""),
+        ("1", "64MiB", "2", ""),
+        ("0", "64MiB", "1", "p"),
+        ("1", "0", "1", "p"),
+    ] {
+        let env = [
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_THREAD_CACHE", cache),
+            ("CUDASIM_DEVICES", devices),
+        ];
+        let (out, err) = ok(&exe, &["4", "40", devices, how], &env);
+        assert!(out.contains("reset_race ok"), "{out}");
+        assert!(!err.contains("internal error"), "with {env:?}: {err}");
+    }
+}
+
+#[test]
 fn out_of_memory_releases_the_cache_and_retries() {
     for mode in ["strict", "barrier", "relaxed"] {
         ok(

@@ -25,19 +25,34 @@ pub unsafe fn device_reset() -> CudaStatus {
         Err(e) => return e,
     };
     let rt = &g.runtime;
-    let before = current_device(rt);
     // SAFETY: no arguments.
-    let r = forward(rt.device_reset, |f| unsafe { f() });
+    let real = || forward(rt.device_reset, |f| unsafe { f() });
+    // A reset the pool's own call made (a runtime's reset through the driver's hook) is the
+    // outer call's to forget.
+    let Some(_inside) = guard::enter() else {
+        return real();
+    };
+    let mut r = ERROR_UNKNOWN;
+    let before = current_device(rt);
+    if let (Some(pool), Some(dev)) = (g.pool(), before) {
+        // Under the device's lock, so that no other thread's request comes between.
+        pool.reset_device(dev, || {
+            r = real();
+            r == SUCCESS
+        });
+    } else {
+        r = real();
+    }
     // Asked again if the runtime could not say before: a pool that did not forget the
     // reset device would hand out memory the driver freed.
     let dev = before.or_else(|| (r == SUCCESS).then(|| current_device(rt)).flatten());
     match (r, g.pool(), dev) {
         (SUCCESS, Some(pool), Some(dev)) => {
             // The driver freed every allocation of the device, and its events: forget, do
-            // not free. Mapped memory it keeps: given back now (the reset waited for the work
+            // not free. Mapped memory it keeps: given back (the reset waited for the work
             // and destroyed the context).
-            if !pool.release_mappings_after_reset(dev) {
-                pool.forget_device(dev);
+            if before.is_none() {
+                pool.reset_device(dev, || true);
             }
             pool.backend().forget_device(dev);
             driver::forget_primary(dev);

@@ -192,6 +192,25 @@ impl<B: Backend> Pool<B> {
         true
     }
 
+    /// The program resets `device`: `reset` makes CUDA's call and says whether it succeeded;
+    /// then, as `release_mappings_after_reset` and `forget_device` do, the pool gives back its
+    /// mappings and forgets the device. The device's lock is held across the reset: a request
+    /// made between CUDA's reset and the forgetting would take a segment of the new context
+    /// that the forgetting then loses, or index it beside the dead ones at an address the
+    /// driver gave again. A device without a pool yet is only reset.
+    pub fn reset_device(&self, device: u32, reset: impl FnOnce() -> bool) {
+        let Some(slot) = self.existing(device) else {
+            reset();
+            return;
+        };
+        let mut p = Self::lock(slot);
+        if reset() {
+            slot.caches.settle(&mut p, &slot.clock);
+            p.unmap_all_after_reset(&self.backend);
+            Self::forget_locked(slot, &mut p);
+        }
+    }
+
     /// `forget_device`, under the device lock.
     pub(super) fn forget_locked(slot: &DeviceSlot, p: &mut DevicePool) {
         // Settle the caches first, so that the device's totals account for their blocks.

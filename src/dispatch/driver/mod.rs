@@ -544,10 +544,19 @@ pub fn primary_ctx_reset(dev: c_int, real: impl Fn() -> CuResult) -> CuResult {
         (Some(pool), Ok(dev)) if (dev as usize) < crate::pool::MAX_DEVICES => Some((pool, dev)),
         _ => None,
     };
-    let r = real();
-    if let (cu::CU_SUCCESS, Some((pool, dev))) = (r, pooled) {
-        let forgot = pool.release_mappings_after_reset(dev);
-        forget_device(pool, dev, forgot);
+    // A reset made inside the pool (the runtime's reset through this hook) is the outer
+    // call's to forget.
+    let (Some((pool, dev)), Some(_inside)) = (pooled, guard::enter()) else {
+        return real();
+    };
+    // Under the device's lock, so that no other thread's request comes between.
+    let mut r = cu::CU_ERROR_UNKNOWN;
+    pool.reset_device(dev, || {
+        r = real();
+        r == cu::CU_SUCCESS
+    });
+    if r == cu::CU_SUCCESS {
+        forget_device(pool, dev, true);
     }
     r
 }
