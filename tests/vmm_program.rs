@@ -98,9 +98,9 @@ fn a_copy_with_another_device_in_use_current_works_without_peer_access() {
 #[test]
 fn a_device_made_current_through_the_driver_is_in_use() {
     // A driver-API program (a static runtime's too) makes a device current with
-    // cuCtxSetCurrent or cuCtxPushCurrent, never cudaSetDevice: that device then copies from and
-    // into another device's block, as on cudaMalloc memory.
-    for mode in ["driver-set", "driver-push"] {
+    // cuCtxSetCurrent, cuCtxPushCurrent or cuCtxCreate, never cudaSetDevice: that device then
+    // copies from and into another device's block, as on cudaMalloc memory.
+    for mode in ["driver-set", "driver-push", "driver-create"] {
         let mut no_context = Vec::new();
         for under in ALL {
             let (out, err) = run(mode, under, &[]);

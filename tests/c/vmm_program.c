@@ -7,9 +7,10 @@
  *     copied with device 1 current before device 1 allocated, then each block copied to the
  *     host and to the other device's block with the other device current, as cudaMalloc
  *     memory allows.
- *   driver-set, driver-push: two devices, driver calls only. Device 0's block (cuMemAlloc_v2)
- *     copied from and into with device 1 made current by cuCtxSetCurrent or
- *     cuCtxPushCurrent_v2 of its primary context, device 1 never allocated on.
+ *   driver-set, driver-push, driver-create: two devices, driver calls only. Device 0's block
+ *     (cuMemAlloc_v2) copied from and into with device 1 made current by cuCtxSetCurrent or
+ *     cuCtxPushCurrent_v2 of its primary context, or by cuCtxCreate of a context of its own,
+ *     device 1 never allocated on.
  *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
  *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
  *     block on each of two devices.
@@ -183,13 +184,14 @@ static void copy_current(void)
 }
 
 /* A driver-API program: a block of device 0 from cuMemAlloc, then device 1 made current only
- * through the driver (cuCtxSetCurrent of its primary context, or cuCtxPushCurrent_v2 with
- * `push`), never allocated on: a copy from the block and one into it, as cudaMalloc memory
- * allows. Then no context at all (a NULL context set or pushed). */
+ * through the driver (cuCtxSetCurrent of its primary context, cuCtxPushCurrent_v2 with `push`
+ * 1, or cuCtxCreate of a context of the program's with `push` 2), never allocated on: a copy
+ * from the block and one into it, as cudaMalloc memory allows. Then no context at all (a NULL
+ * context set or pushed). */
 static void driver_current(int push)
 {
     enum { BYTES = 7 * MiB };
-    CUcontext ctx[2] = {NULL, NULL}, now = NULL;
+    CUcontext ctx[2] = {NULL, NULL}, now = NULL, own = NULL;
     CUdeviceptr b = 0;
     unsigned char *h = (unsigned char *)malloc(BYTES);
     int d;
@@ -201,7 +203,10 @@ static void driver_current(int push)
     memset(h, 0x5a, BYTES);
     CHECK(cuMemcpyHtoD_v2(b, h, BYTES) == CUDA_SUCCESS, "fill on device 0");
     memset(h, 0, BYTES);
-    if (push)
+    if (push == 2) {
+        CHECK(cuCtxCreate(&own, 0, 1) == CUDA_SUCCESS, "create on device 1");
+        ctx[1] = own;
+    } else if (push)
         CHECK(cuCtxPushCurrent_v2(ctx[1]) == CUDA_SUCCESS, "push device 1");
     else
         CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "set device 1");
@@ -224,6 +229,8 @@ static void driver_current(int push)
     CHECK(cuMemcpyDtoH_v2(h, b, BYTES) == CUDA_SUCCESS, "read back on device 0");
     printf("written=%d\n", h[0] == 0x6b && h[BYTES - 1] == 0x6b);
     CHECK(cuMemFree_v2(b) == CUDA_SUCCESS, "cuMemFree_v2");
+    if (own)
+        CHECK(cuCtxDestroy(own) == CUDA_SUCCESS, "destroy the context made");
     free(h);
 }
 
@@ -381,6 +388,8 @@ int main(int argc, char **argv)
         driver_current(0);
     else if (strcmp(mode, "driver-push") == 0)
         driver_current(1);
+    else if (strcmp(mode, "driver-create") == 0)
+        driver_current(2);
     else if (strcmp(mode, "ipc") == 0)
         ipc();
     else if (strcmp(mode, "queries") == 0)

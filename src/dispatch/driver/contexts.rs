@@ -21,11 +21,18 @@ pub(crate) fn context_device(d: &Driver) -> Option<u32> {
 static PROGRAM_MADE_ONE: AtomicBool = AtomicBool::new(false);
 
 /// `cuCtxCreate_v2`, `_v3` or `_v4`, `real`: once it succeeded, runtime allocations look at the current context.
+/// The new context is current, so its device is in use, as after `cuCtxSetCurrent`: it copies
+/// from other devices' blocks as it would from `cudaMalloc` memory (`dispatch::peer`).
 pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
     let r = real();
     if r == cu::CU_SUCCESS {
         PROGRAM_MADE_ONE.store(true, Ordering::Release);
         crate::global::program_made_a_context();
+        if let (Some((pool, d)), Some(_inside)) = (super::pooled(), crate::guard::enter()) {
+            if let Some((_, device)) = current_context(d) {
+                crate::dispatch::peer::device_made_current(pool, device);
+            }
+        }
     }
     r
 }
