@@ -171,8 +171,10 @@ impl ReplayDriver {
         }
     }
 
+    /// Whether the outcomes stopped matching the calls, or the replay left some unasked.
     fn diverged(&self) -> bool {
-        self.model.diverged() || self.playback().diverged
+        let p = self.playback();
+        self.model.diverged() || p.diverged || p.recorded.as_ref().is_some_and(|q| !q.is_empty())
     }
 
     /// Granules mapped and unmapped: the maps the driver made (not those it refused, as the
@@ -226,6 +228,9 @@ struct DeviceReplay {
     failed: u64,
     failed_as_recorded: u64,
     diverged: bool,
+    /// The replay runs with the recorded settings: a request the live run served and the
+    /// replay could not is a decision the live run did not take.
+    as_recorded: bool,
     /// Segments the live pool refused itself, without a `cudaMalloc`
     /// (`SEGMENT_BEYOND_MEMORY`), that the replay asks the driver for and is refused as
     /// recorded: no driver call of the live run's.
@@ -323,6 +328,7 @@ impl DeviceReplay {
             failed: 0,
             failed_as_recorded: 0,
             diverged: false,
+            as_recorded,
             refused_unasked: if as_recorded {
                 records
                     .iter()
@@ -350,7 +356,10 @@ impl DeviceReplay {
                         // to the end (the program never freed what it did not get).
                         self.diverged = true;
                     }
-                    Err(_) if r.kind == Kind::Alloc => self.failed += 1,
+                    Err(_) if r.kind == Kind::Alloc => {
+                        self.failed += 1;
+                        self.diverged |= self.as_recorded;
+                    }
                     Err(_) => self.failed_as_recorded += 1,
                 }
             }

@@ -485,3 +485,46 @@ fn a_huge_live_block_leaves_the_slack_budget_finite() {
     tool_ok(&["replay", p, "--slack", "4%"]);
     tool_ok(&["compare", p, "--min-time", "0"]);
 }
+
+/// A trace the replay cannot follow to the end (as one recorded by threads racing for a device
+/// may be): the request that took the device's last granules left out, with its free. The
+/// replay maps fewer granules than recorded and so reaches a lower peak reserved; it must say
+/// that it diverged, not print the lower figures as the run's. Found by replaying traces of
+/// `race 8 2 300 2 1 ob` under `GPUPOOL_LIMIT=300MiB`.
+#[test]
+fn a_replay_that_leaves_recorded_mappings_unplayed_says_it_diverged() {
+    let dir = scratch("trace-tool-unplayed");
+    let good = std::fs::read(churn_trace()).unwrap();
+    let recs: Vec<&[u8]> = good[8..].chunks_exact(40).collect();
+    let kind = |r: &[u8]| r[36];
+    let device = |r: &[u8]| r[37];
+    let word = |r: &[u8], i: usize| u64::from_le_bytes(r[8 + 8 * i..][..8].try_into().unwrap());
+    let last_map = recs
+        .iter()
+        .rposition(|r| kind(r) == 19 && device(r) == 0)
+        .expect("device 0 mapped granules");
+    let alloc = (last_map..recs.len())
+        .find(|&i| kind(recs[i]) == 1 && device(recs[i]) == 0)
+        .unwrap();
+    let free = (alloc..recs.len())
+        .find(|&i| {
+            kind(recs[i]) == 3 && device(recs[i]) == 0 && word(recs[i], 0) == word(recs[alloc], 1)
+        })
+        .unwrap();
+    let mut t = b"GPTRACE1".to_vec();
+    for (i, r) in recs.iter().enumerate() {
+        if i != alloc && i != free {
+            t.extend_from_slice(r);
+        }
+    }
+    let path = dir.join("unplayed.trace");
+    std::fs::write(&path, &t).unwrap();
+    let recorded = stats(&path)[&0].peak_reserved;
+    let replay = String::from_utf8(tool_ok(&["replay", path.to_str().unwrap()])).unwrap();
+    let device0 = &replay[..replay.find("device 1:").unwrap()];
+    assert!(
+        device0.contains("diverged") || peak(device0, "peak reserved ").1 == recorded,
+        "recorded peak reserved {recorded}:\n{replay}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

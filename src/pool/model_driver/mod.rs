@@ -276,9 +276,10 @@ impl ModelDriver {
         s.counts.reserved -= bytes;
     }
 
-    /// Whether recorded outcomes stopped matching the requests.
+    /// Whether recorded outcomes stopped matching the requests, or some were never asked for.
     pub fn diverged(&self) -> bool {
-        self.lock().diverged
+        let s = self.lock();
+        s.diverged || s.recorded.as_ref().is_some_and(|q| !q.is_empty())
     }
 
     /// Calls a real driver would have refused, or that show a bug in the caller: a free of no
