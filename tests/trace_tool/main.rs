@@ -476,6 +476,34 @@ fn a_trace_recorded_with_expandable_segments_replays_as_recorded_and_both_ways()
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// One thread churning under `GPUPOOL_LIMIT` with expandable segments, emptying the cache now
+/// and then, so that granules are mapped again after the limit refused some: the replay takes
+/// the limit's refusals again itself and gives the run's figures without diverging. The pool
+/// used to record a refusal of the limit's as the driver's (`MapRefused`), which the replay
+/// then played back on the next mapping it made.
+#[test]
+fn a_trace_recorded_under_a_limit_with_expandable_segments_replays_exactly() {
+    let dir = scratch("trace-tool-limit-expandable");
+    let trace = dir.join("race.trace");
+    let env = [("GPUPOOL_LIMIT", "200MiB"), ("GPUPOOL_EXPANDABLE", "1")];
+    record_trace("race", &["1", "3", "600", "1", "2", "obe"], &env, &trace);
+    let t = trace.to_str().unwrap();
+    let stats = String::from_utf8(tool_ok(&["stats", t])).unwrap();
+    let replay = String::from_utf8(tool_ok(&["replay", t])).unwrap();
+    assert!(!replay.contains("diverged"), "{stats}\n{replay}");
+    assert_eq!(
+        peak(&replay, "peak reserved ").1,
+        peak(&stats, "peak reserved ").1,
+        "{stats}\n{replay}"
+    );
+    let mapped = before(&stats, " granules mapped");
+    assert!(
+        replay.contains(&format!("{mapped} granules mapped")),
+        "{stats}\n{replay}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// `tests/c/oom.c` on a 1 GiB device with no context, recorded once per test process: the
 /// trace, and the JSON summary of the same run. 900 MiB of small blocks cached (450 granules),
 /// then an 800 MiB block lacks more than the device has free; the pool gives its cache back

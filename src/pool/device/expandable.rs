@@ -308,14 +308,6 @@ impl DevicePool {
         let (si, first, end) = self.granules_to_serve(idx, rounded, policy);
         let (base, g) = (self.seg(si).addr, self.granule);
         if let Some(refused) = self.beyond_memory(si, first, end, backend) {
-            let k = self.granules(si).next_with(first, end, false);
-            self.record(
-                Kind::MapRefused,
-                base + k * g,
-                g,
-                refused.0 as u64,
-                MAP_BEYOND_MEMORY,
-            );
             return Err(refused);
         }
         let mut mapped_here = Vec::new();
@@ -412,9 +404,20 @@ impl DevicePool {
             return None;
         }
         // Only a sample taken now: an older one may be from when the device was full.
-        self.sample_memory(backend)
-            .is_some_and(|m| bytes > m.free)
-            .then_some(CudaError::MEMORY_ALLOCATION)
+        if self.sample_memory(backend).is_none_or(|m| bytes <= m.free) {
+            return None;
+        }
+        let refused = CudaError::MEMORY_ALLOCATION;
+        let k = self.granules(si).next_with(first, end, false);
+        let (base, g) = (self.seg(si).addr, self.granule);
+        self.record(
+            Kind::MapRefused,
+            base + k * g,
+            g,
+            refused.0 as u64,
+            MAP_BEYOND_MEMORY,
+        );
+        Some(refused)
     }
 
     /// Granule `k` of segment `si` stays mapped, not ready for a block: still counted, since
