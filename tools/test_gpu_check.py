@@ -51,8 +51,30 @@ class Manifest(unittest.TestCase):
     def test_every_step_runs_what_the_shell_version_ran(self):
         got = dry_run_lines(manifest.Counts())
         kept = [line for line in got if line.split(" ")[0] not in ADDED_SINCE_SHELL]
-        self.assertEqual(kept, SHELL_DRY_RUN)
+        # The same command lines; the order is the manifest's own (test_the_most_needed_first).
+        self.assertEqual(sorted(kept), sorted(SHELL_DRY_RUN))
         self.assertEqual(len(got), len(SHELL_DRY_RUN) + len(ADDED_SINCE_SHELL))
+
+    def test_the_most_needed_first(self):
+        """What issues 18-20 wait for runs before the variants and benchmarks an earlier GPU run
+        measured, so that a run cut short by its budget loses those, not these."""
+        names = [s.name for s in manifest.manifest("/b", "/s", "/l.so", "py", "/cs",
+                                                     manifest.Counts())]
+        at = {n: i for i, n in enumerate(names)}
+        needed = ("torch_headline_pool", "torch_native", "torch_headline_pool_classic",
+                  "torch_native_expandable", "churn_static_pool_strict",
+                  "hazard_static_pool_strict", "cublas_pool_strict", "fragment_pool_expandable",
+                  "vmm_cost_nopool", "sanitizer_memcheck_pool",
+                  "sanitizer_memcheck_static_pool")
+        later = ("torch_headline_pool_relaxed", "torch_headline_pool_slack",
+                 "torch_nocache_pool_barrier", "torch_pluggable_barrier", "torch_nocache",
+                 "overlap_nopool", "hit_raw", "torch_hit_native")
+        self.assertLess(max(at[n] for n in needed), min(at[n] for n in later))
+        # The headline command's reference runs right after it.
+        self.assertEqual(at["torch_native"], at["torch_headline_pool"] + 1)
+        # pitched's check reads the pitches its run without the pool recorded.
+        self.assertLess(at["pitched_nopool"], at["pitched_pool_strict"])
+        self.assertLess(at["pitched_nopool"], at["pitched_static_pool_strict"])
 
     def test_quick_counts(self):
         got = {line.split(" ")[0]: line.split(": ", 1)[1] for line in dry_run_lines(manifest.QUICK)}
