@@ -22,6 +22,20 @@ LABELS = {
     "wall_ms": "wall ms",
     "ideal_ms": "ideal ms",
     "serial_ms": "serial ms",
+    "pitches": "pitches",
+    "mismatched": "mismatched",
+    "unaligned": "unaligned",
+    "bytes_wrong": "bytes wrong",
+    "gemms": "gemms",
+    "max_error": "max error",
+    "blocks": "blocks",
+    "double_blocks": "double blocks",
+    "granule_bytes": "granule bytes",
+    "map_us": "map us",
+    "unmap_us": "unmap us",
+    "move_us": "move us",
+    "remap_us": "remap us",
+    "run_map_us": "run map us",
 }
 
 CHURN = (
@@ -49,7 +63,15 @@ STREAM_REUSE = (
     "stream_reuse_pool_barrier",
 )
 TORCH = (
+    "torch_headline_pool",
     "torch_native",
+    "torch_headline_pool_classic",
+    "torch_native_expandable",
+    "torch_async_native",
+    "torch_headline_pool_relaxed",
+    "torch_headline_pool_slack",
+    "torch_launcher_pool",
+    "torch_package_use",
     "torch_nocache",
     "torch_nocache_pool",
     "torch_nocache_pool_barrier",
@@ -57,6 +79,20 @@ TORCH = (
     "torch_pluggable_barrier",
     "torch_pluggable_relaxed",
 )
+# The static runtime, through the driver hooks (issue 19).
+STATIC_CHURN = ("churn_static_nopool", "churn_static_pool_strict", "churn_static_pool_relaxed")
+STATIC_HAZARD = (
+    "hazard_static_nopool",
+    "hazard_static_pool_strict",
+    "hazard_static_pool_barrier",
+    "hazard_static_hooks_off",
+)
+CUBLAS = ("cublas_nopool", "cublas_pool_strict")
+PITCHED = ("pitched_nopool", "pitched_pool_strict", "pitched_static_pool_strict")
+# Expandable segments (issue 20).
+FRAGMENT = ("fragment_nopool", "fragment_pool_classic", "fragment_pool_expandable")
+VMM = ("vmm_cost_nopool",)
+VMM_KEYS = ("map_us", "unmap_us", "move_us", "remap_us", "run_map_us")
 OVERLAP = (
     "overlap_nopool",
     "overlap_pool_strict",
@@ -206,19 +242,45 @@ def report(res, meta):
         "then see nothing; peak device used is total - free from cudaMemGetInfo).",
         "",
     ]
-    out += summary_section(res, "torch_nocache_pool")
+    out += summary_section(res, "torch_headline_pool", "Pool summary of torch_headline_pool:")
+    out += summary_section(res, "torch_nocache_pool", "Pool summary of torch_nocache_pool:")
 
     out += [
-        "## compute-sanitizer memcheck (churn under the pool)",
+        "## The static runtime through the driver hooks, cuBLAS, pitched images",
         "",
-        f"- result: {res.status('sanitizer_memcheck_pool')}",
+        step_table(res, STATIC_CHURN),
+        "",
+        step_table(res, STATIC_HAZARD),
+        "",
+        step_table(res, CUBLAS),
+        "",
+        step_table(res, PITCHED),
+        "",
     ]
-    san = res.read_log("sanitizer_memcheck_pool")
-    if san is not None:
-        line = next(
-            (l for l in san.splitlines() if "ERROR SUMMARY" in l or "not supported" in l), ""
-        )
-        out.append(f"- {line}")
+    out += summary_section(res, "cublas_pool_strict", "Pool summary of cublas_pool_strict:")
+
+    out += [
+        "## Expandable segments: fragment (7 MiB blocks, every other freed, then 14 MiB) and "
+        "the driver's cost per granule",
+        "",
+        step_table(res, FRAGMENT),
+        "",
+        step_table(res, VMM),
+        "",
+    ]
+    out += summary_section(
+        res, "fragment_pool_expandable", "Pool summary of fragment_pool_expandable:"
+    )
+
+    out += ["## compute-sanitizer memcheck (churn under the pool, shared and static runtime)", ""]
+    for name in ("sanitizer_memcheck_pool", "sanitizer_memcheck_static_pool"):
+        out.append(f"- {name}: {res.status(name)}")
+        san = res.read_log(name)
+        if san is not None:
+            line = next(
+                (l for l in san.splitlines() if "ERROR SUMMARY" in l or "not supported" in l), ""
+            )
+            out.append(f"  {line}")
     out.append("")
 
     out += [
@@ -317,6 +379,14 @@ def console(res, dry):
         f"{res.value('overlap_nopool', 'serial_ms')}): nopool {wall['overlap_nopool']} "
         f"strict {wall['overlap_pool_strict']} barrier {wall['overlap_pool_barrier']} "
         f"barrier_api {wall['overlap_pool_barrier_api']} relaxed {wall['overlap_pool_relaxed']}"
+    )
+    for n in FRAGMENT:
+        out.append(
+            f"{n}: blocks {res.value(n, 'blocks')}, double blocks {res.value(n, 'double_blocks')}"
+        )
+    out.append(
+        "vmm_cost us per granule: "
+        + " ".join(f"{k} {res.value('vmm_cost_nopool', k)}" for k in VMM_KEYS)
     )
     for n in TORCH:
         out.append(

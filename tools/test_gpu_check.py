@@ -384,7 +384,21 @@ class WholeRun(unittest.TestCase):
         self.assertIn("| overlap_nopool | 669.7 | 300.0 | 600.0 |", report)
         self.assertIn("| 512 | 90620 | 382 | 90620 | 382 |", report)
         self.assertIn("| 512 | 1500 | 1460 | 1500 | 1460 | 1500 | 1460 |", report)
-        self.assertIn("- ========= ERROR SUMMARY: 0 errors", report)
+        self.assertIn("- sanitizer_memcheck_pool: PASS\n  ========= ERROR SUMMARY: 0 errors",
+                      report)
+        self.assertIn("- sanitizer_memcheck_static_pool: PASS\n  ========= ERROR SUMMARY", report)
+        # What issues 18-20 wait for has its figures in the report, not only in the logs.
+        self.assertIn("| torch_headline_pool | PASS | 25.50 | 5870 | 6637 | 500 | 7.1234 | 5400 |",
+                      report)
+        self.assertIn("| torch_native_expandable | PASS | 25.50 |", report)
+        self.assertIn("| churn_static_pool_strict | PASS | 6231 | 812.5 |", report)
+        self.assertIn("| cublas_pool_strict | PASS | 20 | 80 | 0 |", report)
+        self.assertIn("| pitched_static_pool_strict | PASS | 52 | 0 | 0 | 0 |", report)
+        self.assertIn("| fragment_pool_expandable | PASS | 1587 | 0 |", report)
+        self.assertIn("| vmm_cost_nopool | PASS | 2097152 | 41.20 | 18.70 | 60.10 | 35.40 "
+                      "| 22.30 |", report)
+        self.assertIn("vmm_cost us per granule: map_us 41.20 unmap_us 18.70", r.stdout)
+        self.assertIn("torch_headline_pool: step 25.50 ms", r.stdout)
         self.assertIn(" calls      40 mallocs", report)
         self.assertIn("torch 2.11.0 cuda 13.0", report)
         self.assertIn(
