@@ -32,8 +32,8 @@ impl DevicePool {
         let released = self.release_segments(backend, clock, 0, Release::OutOfMemory);
         self.limit_refused = false;
         let mut fit = self.fit_after_return(class, rounded, policy);
-        if fit.is_none() && class == Class::Large {
-            fit = self.cheapest_room(rounded, policy);
+        if fit.is_none() {
+            fit = self.cheapest_room(class, rounded, policy);
         }
         if fit.is_none() {
             fit = self

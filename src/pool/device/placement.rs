@@ -91,20 +91,40 @@ impl DevicePool {
         }
     }
 
-    /// The room in a range for `rounded` bytes that maps the fewest granules, for a request
-    /// that mapping refused: the best fit by size may need more than another hole, and a
-    /// hole's start more than its end, where a live neighbour maps the granule they share; a
-    /// frontier's packed start may need less than its granule start (`placed_at`). The block
-    /// placed elsewhere than `place` would put it is split off here. `None` without such room.
-    pub(super) fn cheapest_room(&mut self, rounded: u64, policy: &Policy) -> Option<u32> {
+    /// The room in a range for `rounded` bytes of `class` that maps the fewest granules, for a
+    /// request that mapping refused: the best fit by size may need more than another hole, and
+    /// a hole's start more than its end, where a live neighbour maps the granule they share
+    /// (small holes too: a hole whose first granule went back keeps mapped memory only at its
+    /// end); a frontier's packed start may need less than its granule start (`placed_at`, large
+    /// blocks only: `serve` places no small one). The block placed elsewhere than at its start
+    /// or where `place` would put it is split off here. `None` without such room.
+    pub(super) fn cheapest_room(
+        &mut self,
+        class: Class,
+        rounded: u64,
+        policy: &Policy,
+    ) -> Option<u32> {
         let mut best: Option<(u64, u32, Addr)> = None;
-        for (_, &idx) in self.free_large.range((rounded, 0)..) {
+        let candidates: Box<dyn Iterator<Item = u32> + '_> = match class {
+            Class::Large => Box::new(self.free_large.range((rounded, 0)..).map(|(_, &i)| i)),
+            Class::Small => Box::new(
+                self.free_small
+                    .fits(rounded)
+                    .map(|(_, i)| i)
+                    .chain(self.free_small_wide.values().copied()),
+            ),
+        };
+        for idx in candidates {
             let b = &self.blocks[idx as usize];
             if !self.in_range(idx) || !may_serve(b.size, rounded, u64::MAX) {
                 continue;
             }
             let served = self.served_bytes(idx, rounded, policy);
-            let (placed, packed) = (self.placed_at(idx, rounded, policy), b.addr);
+            let packed = b.addr;
+            let placed = match class {
+                Class::Large => self.placed_at(idx, rounded, policy),
+                Class::Small => packed,
+            };
             for at in [placed, packed, b.addr + b.size - served] {
                 let bytes = if at == placed && at != packed {
                     rounded
@@ -124,8 +144,12 @@ impl DevicePool {
         }
         let b = &self.blocks[idx as usize];
         let (start, size) = (b.addr, b.size);
-        if at == self.placed_at(idx, rounded, policy) || !self.splits(idx, rounded, policy) {
-            // `place` puts it there.
+        let placed = match class {
+            Class::Large => self.placed_at(idx, rounded, policy),
+            Class::Small => start,
+        };
+        if at == placed || !self.splits(idx, rounded, policy) {
+            // Where `serve` puts it (`place`; a small block at its start).
             Some(idx)
         } else if at == start {
             // Packed at the frontier, where `place` would start it on a granule: its own block.

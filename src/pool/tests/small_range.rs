@@ -2,7 +2,7 @@
 //! blocks"): holes past the best fit, the reports' largest free block, a reset, both ranges
 //! giving memory to each other, a refused reservation, and random traffic with refusals.
 
-use super::expandable::{program_sync, vmm_pool, DEVICE};
+use super::expandable::{program_sync, vmm_model, vmm_pool, vmm_settings, DEVICE};
 use super::*;
 use crate::pool::model_driver::VMM_GRANULE;
 
@@ -38,6 +38,60 @@ fn a_small_request_at_a_full_device_takes_a_mapped_hole_past_the_best_fit() {
         "refused: {r:?}, with 3 MiB mapped and free in B2"
     );
     let _ = big;
+}
+
+/// A small-range hole whose first granule went back holds mapped memory only at its end, where
+/// a live block shares a granule with it: H = [2, 5.5) MiB, granule 1 ([2, 4) MiB) unmapped,
+/// [4, 5.5) MiB mapped and free. With the pool at its limit (or the device full) and nothing
+/// else free, a 1 MiB request fits H's mapped end as it would with the granule mapped again;
+/// packing it at H's start needs that granule, which the limit refuses. Seen in `race 6 3 600 1
+/// 4 edsmuwfbo` under `GPUPOOL_LIMIT=24MiB`.
+#[test]
+fn a_small_request_at_the_limit_takes_the_mapped_end_of_a_hole() {
+    const K: u64 = 512 << 10;
+    for limited in [true, false] {
+        let mut s = vmm_settings(ReuseMode::Strict, DeviceBytes::Unbounded);
+        let capacity = if limited {
+            s.limit = DeviceBytes::Bytes(4 * VMM_GRANULE);
+            DEVICE
+        } else {
+            4 * VMM_GRANULE
+        };
+        let p = Pool::new(vmm_model(capacity), s);
+        let blocks: Vec<Addr> = (0..16).map(|_| p.alloc(0, K).unwrap()).collect();
+        // H = blocks 4..11 ([2, 5.5) MiB); blocks 11..16 ([5.5, 8) MiB) stay live.
+        for &a in &blocks[4..11] {
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        program_sync(&p);
+        p.empty_cache(0);
+        assert_eq!(
+            p.backend().mapped_on(0),
+            3 * VMM_GRANULE,
+            "granule 1 went back"
+        );
+        // A large block takes the granule: the pool is at its limit, the device full.
+        let big = p.alloc(0, 2 * MIB).unwrap();
+        assert_eq!(p.backend().mapped_on(0), 4 * VMM_GRANULE);
+        p.check().unwrap();
+        let r = p.alloc(0, MIB);
+        p.check().unwrap();
+        let a = r.unwrap_or_else(|e| {
+            panic!("limited {limited}: refused ({e:?}) with 1.5 MiB mapped and free in H")
+        });
+        assert!(
+            a >= blocks[0] + 4 * MIB && a + MIB <= blocks[11],
+            "limited {limited}: served at {a:#x}, not in H's mapped end"
+        );
+        assert_eq!(p.backend().mapped_on(0), 4 * VMM_GRANULE);
+        for x in blocks[..4].iter().chain(&blocks[11..]).chain([&big, &a]) {
+            assert_eq!(p.free(*x, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        program_sync(&p);
+        p.empty_cache(0);
+        assert_eq!(p.backend().mapped_on(0), 0, "limited {limited}");
+        p.check().unwrap();
+    }
 }
 
 /// The reports' largest free block is "in an expandable segment, the largest mapped piece of a
