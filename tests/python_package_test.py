@@ -250,6 +250,20 @@ class Launcher(unittest.TestCase):
         # by GPUPOOL_LIBRARY, and the line names the variable.
         text = where / "libgpupool.d"
         text.write_text("target/debug/libgpupool.so: src/lib.rs\n")
+        # ELF files the dynamic linker skips too: an object file, an executable (a PIE, such
+        # as the package's gpupool-trace, and one that is not).
+        source = where / "f.c"
+        source.write_text("int f(void) { return 1; }\nint main(void) { return f(); }\n")
+        objfile, nopie = where / "libgpupool.o", where / "nopie"
+        run(["cc", "-c", source, "-o", objfile])
+        run(["cc", "-no-pie", source, "-o", nopie])
+        for path in (objfile, VENV / "bin" / "gpupool-trace", nopie):
+            with self.subTest(path=path):
+                done = run([PYTHON, "-m", "gpupool", "--lib", path, "--", "echo", "ran"],
+                           check=False)
+                self.assertEqual((done.returncode, done.stdout), (2, ""), done.stderr)
+                self.assertEqual(done.stderr, f"gpupool: {path}: not a shared library that "
+                                 "can be read\n")
         for args, env, expected in (
                 (["--lib", str(text)], {}, f"{text}: not a shared library"),
                 ([], {"GPUPOOL_LIBRARY": str(text)}, "(named by GPUPOOL_LIBRARY)"),

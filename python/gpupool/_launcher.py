@@ -11,6 +11,7 @@ import os
 import shlex
 import shutil
 import signal
+import struct
 import sys
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
@@ -137,7 +138,7 @@ def library(requested: Optional[str], env: Dict[str, str]) -> str:
                          "`pip install .` builds it; or pass --lib)")
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file{named}")
-    if not _is_elf(path):
+    if not _is_shared_library(path):
         raise UsageError(f"{path}: not a shared library that can be read{named}")
     if any(c.isspace() or c == ":" for c in path):
         raise UsageError(f"{path}: LD_PRELOAD cannot hold a path with spaces or colons "
@@ -145,13 +146,64 @@ def library(requested: Optional[str], env: Dict[str, str]) -> str:
     return path
 
 
-def _is_elf(path: str) -> bool:
-    """Whether `path` can be read and starts as an ELF file does. The dynamic linker skips a
-    preload it cannot load with one line, and the command would then run without the pool."""
+_ET_DYN = 3
+_PT_DYNAMIC = 2
+_DT_FLAGS_1 = 0x6FFFFFFB
+_DF_1_PIE = 0x08000000
+
+
+def _elf_kind(path: str) -> Optional[Tuple[int, int, int]]:
+    """(class, machine, type) of the ELF file `path`, or None when it is none."""
+    with open(path, "rb") as file:
+        head = file.read(20)
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] not in (1, 2):
+        return None
+    e_type, e_machine = struct.unpack_from("<HH" if head[5] == 1 else ">HH", head, 16)
+    return head[4], e_machine, e_type
+
+
+def _is_pie(path: str) -> bool:
+    """Whether the ELF object `path` is a position-independent executable (`DF_1_PIE` in its
+    dynamic section): an ET_DYN file, as a library is, that the dynamic linker will not load."""
+    with open(path, "rb") as file:
+        head = file.read(64)
+        wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+        # e_phoff, then e_phentsize and e_phnum; a program header's p_type, p_offset, p_filesz.
+        phoff, (phentsize, phnum) = (
+            struct.unpack_from(order + ("Q" if wide else "I"), head, 32 if wide else 28)[0],
+            struct.unpack_from(order + "HH", head, 54 if wide else 42))
+        header = struct.Struct(order + ("I4xQ16xQ" if wide else "II8xI"))
+        entry = struct.Struct(order + ("qQ" if wide else "iI"))
+        for i in range(min(phnum, 256)):
+            file.seek(phoff + i * phentsize)
+            p_type, offset, size = header.unpack(file.read(header.size))
+            if p_type != _PT_DYNAMIC:
+                continue
+            file.seek(offset)
+            data = file.read(min(size, 1 << 16))
+            for tag, value in entry.iter_unpack(data[:len(data) - len(data) % entry.size]):
+                if tag == _DT_FLAGS_1:
+                    return bool(value & _DF_1_PIE)
+    return False
+
+
+def _is_shared_library(path: str) -> bool:
+    """Whether `path` can be read and is an ELF shared library for this machine (the class
+    and machine of the running interpreter). The dynamic linker skips any other preload (an
+    object file, an executable, another architecture's library) with one line, and the
+    command would then run without the pool."""
     try:
-        with open(path, "rb") as file:
-            return file.read(4) == b"\x7fELF"
-    except OSError:
+        kind = _elf_kind(path)
+        if kind is None or kind[2] != _ET_DYN:
+            return False
+        try:
+            native = _elf_kind("/proc/self/exe")
+        except OSError:
+            native = None
+        if native is not None and kind[:2] != native[:2]:
+            return False
+        return not _is_pie(path)
+    except (OSError, struct.error, IndexError):
         return False
 
 
