@@ -200,6 +200,10 @@ class Launcher(unittest.TestCase):
         done = run([PYTHON, "-m", "gpupool", "--", "no-such-command-here"], check=False)
         self.assertEqual(done.returncode, 127)
         self.assertIn("command not found", done.stderr)
+        # An empty name (`-- "$PYTHON" train.py` with $PYTHON unset): a shell's 127 and one
+        # line, not a traceback.
+        done = run([PYTHON, "-m", "gpupool", "--", "", "train.py"], check=False)
+        self.assertEqual((done.returncode, done.stderr), (127, "gpupool: : command not found\n"))
 
     def test_a_file_that_cannot_start_is_not_called_missing(self) -> None:
         # A script whose #! interpreter is gone (a removed virtual environment): execve says

@@ -312,6 +312,10 @@ def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
         signal.signal(signo, signal.SIG_DFL)
     try:
         try:
+            if not command[0]:
+                # Nothing to look for (Python's execvpe would raise ValueError): not found, as
+                # in a shell.
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
             os.execvpe(command[0], command, env)
         except OSError as error:
             if error.errno != errno.ENOEXEC:
