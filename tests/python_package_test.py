@@ -541,6 +541,25 @@ class Arguments(unittest.TestCase):
         for threshold in ("-1", str(1 << 64)):
             self.assertEqual(out["thresholds"][threshold][0], "ValueError", threshold)
 
+    def test_an_error_in_a_worker_process_reaches_the_parent(self) -> None:
+        # multiprocessing and concurrent.futures send a worker's exception to the parent by
+        # pickle: a GpupoolError must arrive whole, not fail to unpickle (a TypeError for the
+        # missing `code`), which breaks the whole process pool.
+        script = """
+            import concurrent.futures, copy, json
+            import gpupool
+            if __name__ == "__main__":
+                with concurrent.futures.ProcessPoolExecutor(1) as pool:
+                    try:
+                        pool.submit(gpupool.empty_cache, 2**40).result(timeout=60)
+                    except Exception as error:
+                        print(json.dumps([type(error).__name__, getattr(error, "code", None),
+                                          str(error), str(copy.copy(error))]))
+        """
+        out = python(script, clean_env())
+        message = "gpupool_empty_cache failed with CUDA error 101 (invalid device)"
+        self.assertEqual(out, ["GpupoolError", 101, message, message])
+
 
 # Under the preload of a copy of the library that is removed while the program runs (a
 # reinstall of the package): `import gpupool` must still use the loaded copy, not load the

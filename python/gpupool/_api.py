@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes
 import json
 import operator
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from . import _library
 
@@ -33,6 +33,11 @@ class GpupoolError(RuntimeError):
         super().__init__(f"{function} failed with CUDA error {code} ({meaning})")
         self.function = function
         self.code = code
+
+    def __reduce__(self) -> Tuple[type, Tuple[str, int]]:
+        # Pickled (multiprocessing sends a worker's exception to its parent) and copied from
+        # what __init__ takes: the default would call it with the message alone.
+        return type(self), (self.function, self.code)
 
 
 _handle: Optional[ctypes.CDLL] = None
