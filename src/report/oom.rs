@@ -47,15 +47,11 @@ impl RequestApi {
         }
     }
 
-    /// CUDA's own try of the request, after the pool's.
-    fn own_try(self) -> &'static str {
+    /// The library whose own call tries the request after the pool: the runtime or the driver.
+    fn owner(self) -> &'static str {
         match self {
-            RequestApi::Runtime => " and with the runtime's own cudaMalloc",
-            RequestApi::RuntimeAsync => " and with the runtime's own cudaMallocAsync",
-            RequestApi::RuntimePitch => " and with the runtime's own cudaMallocPitch",
-            RequestApi::Driver => " and with the driver's own cuMemAlloc",
-            RequestApi::DriverAsync => " and with the driver's own cuMemAllocAsync",
-            RequestApi::DriverPitch => " and with the driver's own cuMemAllocPitch",
+            RequestApi::Runtime | RequestApi::RuntimeAsync | RequestApi::RuntimePitch => "runtime",
+            RequestApi::Driver | RequestApi::DriverAsync | RequestApi::DriverPitch => "driver",
         }
     }
 }
@@ -195,7 +191,11 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, api: RequestApi)
                 ""
             },
             bytes(e.released),
-            if limited { "" } else { api.own_try() }
+            if limited {
+                String::new()
+            } else {
+                format!(" and with the {}'s own {}", api.owner(), api.malloc())
+            }
         );
     }
     let _ = writeln!(
