@@ -342,20 +342,13 @@ fn init(warn: bool) -> Result<Global, String> {
     })
 }
 
-/// The trace file `GPUPOOL_TRACE` names, if it can be created (else one warning line).
+/// The trace file `GPUPOOL_TRACE` names, made at the pool's first chunk of records.
 fn open_trace(config: &Config) -> Option<std::sync::Arc<dyn crate::pool::TraceSink>> {
     let template = config.trace.as_ref()?;
     let path = report::expand_path(template);
-    match report::trace_file::TraceFile::create(&path) {
-        Ok(f) => Some(std::sync::Arc::new(f)),
-        Err(e) => {
-            log::warn(&format!(
-                "cannot write the trace to {}: {e}; tracing is off",
-                String::from_utf8_lossy(&path)
-            ));
-            None
-        }
-    }
+    Some(std::sync::Arc::new(report::trace_file::TraceFile::new(
+        &path,
+    )))
 }
 
 /// What a hook returns when there is no runtime to call.

@@ -14,8 +14,8 @@ mod support;
 use std::path::PathBuf;
 use support::{c_library, output_within, pooled, root, scratch, texts};
 
-/// `tests/c/lifecycle.c`, linked with `-rdynamic`: its `open64` wrapper must take the pool's
-/// own calls.
+/// `tests/c/lifecycle.c`, linked with `-rdynamic`: its `getenv` must take the pool's own
+/// calls.
 fn lifecycle() -> PathBuf {
     sim::Sim::get().compile(&root().join("tests/c/lifecycle.c"), &["-rdynamic"])
 }
@@ -103,10 +103,10 @@ fn dlopen_and_dlclose_of_a_library_that_uses_cuda() {
 
 #[test]
 fn fork_while_the_first_cuda_call_is_making_the_pool() {
-    // The pool opens its trace while it is being made; the program's `open64` wrapper holds that
-    // open for a second, and the main thread forks meanwhile.
+    // The pool reads its settings while it is being made; the program's `getenv` holds the
+    // lookup of GPUPOOL_TRACE for a second, and the main thread forks meanwhile.
     let dir = scratch("fork-init");
-    let trace = dir.join("lifecycle-slow.trace");
+    let trace = dir.join("lifecycle.trace");
     let trace = trace.to_str().expect("utf-8 path");
     for round in 0..3 {
         let (out, err) = run_ok(

@@ -6,15 +6,13 @@
  *        lifecycle exit-storm|_exit-storm
  *        lifecycle ctor
  *        lifecycle dlopen LIBRARY ROUNDS
- *        lifecycle fork-init        (run with GPUPOOL_TRACE naming a path with "lifecycle-slow")
+ *        lifecycle fork-init        (run with GPUPOOL_TRACE set)
  *        lifecycle cancel ROUNDS
  * Every wait has a deadline: a child that does not finish in time is killed and reported as a
  * deadlock. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -162,30 +160,29 @@ static int fork_rounds(const char *how, int rounds)
     return 0;
 }
 
-/* The C library's open64, wrapped: opening a path that contains "lifecycle-slow" (the trace file
- * the pool opens while it is being made, on the first CUDA call) says so and takes a second,
- * which holds the pool's start open long enough for another thread to fork in the middle of it.
- * The program is linked with -rdynamic so that the pool's own calls reach this definition. */
-int open64(const char *path, int flags, ...)
+/* The C library's getenv, replaced: the pool's first lookup of GPUPOOL_TRACE (made while the
+ * pool is being made, on the first CUDA call) once fork_during_init armed it says so and takes a
+ * second, which holds the pool's start open long enough for another thread to fork in the middle
+ * of it. The program is linked with -rdynamic so that the pool's own calls reach this
+ * definition. It reads `environ` itself: asking dlsym for the real getenv would ask the pool's
+ * dlsym, which reads the environment. */
+extern char **environ;
+static volatile int g_slow_armed;
+
+char *getenv(const char *name)
 {
-    typedef int (*open_fn)(const char *, int, ...);
-    static open_fn real;
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (real == NULL)
-        real = (open_fn)dlsym(RTLD_NEXT, "open64");
-    if (strstr(path, "lifecycle-slow") != NULL && getpid() == g_parent) {
+    if (g_slow_armed && strcmp(name, "GPUPOOL_TRACE") == 0 && getpid() == g_parent) {
+        g_slow_armed = 0;
         g_slow_until = now() + 1.0;
         g_in_init = 1;
         struct timespec ts = {1, 0};
         nanosleep(&ts, NULL);
     }
-    return real(path, flags, mode);
+    size_t n = strlen(name);
+    for (char **e = environ; e != NULL && *e != NULL; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
 }
 
 static void *first_cuda_call(void *arg)
@@ -211,10 +208,11 @@ static int fork_during_init(void)
 {
     pthread_t maker;
     void *block = NULL;
+    g_slow_armed = 1;
     CHECK(pthread_create(&maker, NULL, first_cuda_call, &block) == 0, "thread");
     double deadline = now() + 20;
     while (!g_in_init) {
-        CHECK(now() < deadline, "the pool never opened its trace (GPUPOOL_TRACE unset?)");
+        CHECK(now() < deadline, "the pool never read GPUPOOL_TRACE");
         struct timespec ts = {0, 1000 * 1000};
         nanosleep(&ts, NULL);
     }

@@ -101,6 +101,30 @@ fn always_reports_a_cuda_program_that_never_allocated_with_its_runtime() {
     }
 }
 
+/// A process that never allocated writes no trace: a file at the path (another process's trace,
+/// a worker's parent's) keeps every byte, and none is created. `sync` starts the pool.
+#[test]
+fn a_process_that_never_allocated_leaves_the_trace_path_alone() {
+    let dir = scratch("report-noalloc-trace");
+    let earlier = b"GPTRACE1 another process's records".to_vec();
+    for mode in ["count", "sync"] {
+        let held = dir.join(format!("{mode}-held.trace"));
+        std::fs::write(&held, &earlier).unwrap();
+        let absent = dir.join(format!("{mode}-absent.trace"));
+        for path in [&held, &absent] {
+            let (_, out, err) = run_ok(
+                &c_program("no_alloc"),
+                &[mode],
+                &[("GPUPOOL_TRACE", path.to_str().unwrap())],
+            );
+            assert_eq!(out, "devices 1\n");
+            assert!(err.is_empty(), "{mode}: {err}");
+        }
+        assert_eq!(std::fs::read(&held).unwrap(), earlier, "{mode}");
+        assert!(!absent.exists(), "{mode}: a trace was created");
+    }
+}
+
 /// A program whose every allocation went to CUDA (its own memory pool current, or a stream being
 /// captured) used CUDA: it writes its summary, at exit and periodically, and the summary names
 /// what passed through, in each form.
