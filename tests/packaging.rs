@@ -278,15 +278,19 @@ fn gpupool_run_needs_option_values_and_runs_any_command_name() {
         "--lib",
         "-s",
     ] {
-        let out = clean_command(&root().join("scripts/gpupool-run"))
-            .arg(option)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{option}");
-        assert!(
-            texts(&out).1.contains(&format!("{option} needs a value")),
-            "{option}"
-        );
+        // Alone, or followed by the `--` that starts the command: the value was forgotten.
+        for rest in [&[][..], &["--", "/bin/true"][..]] {
+            let out = clean_command(&root().join("scripts/gpupool-run"))
+                .arg(option)
+                .args(rest)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(2), "{option} {rest:?}");
+            assert!(
+                texts(&out).1.contains(&format!("{option} needs a value")),
+                "{option} {rest:?}"
+            );
+        }
     }
     let dir = scratch("gpupool-run-names");
     let odd = dir.join("run=1");

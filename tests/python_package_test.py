@@ -152,7 +152,7 @@ class Launcher(unittest.TestCase):
 
     def test_bad_command_lines_exit_2_with_one_line(self) -> None:
         for args in (["--reuse", "fast", "prog"], ["--threshold"], ["--frobnicate", "prog"],
-                     [], ["--lib", "/nonexistent.so", "prog"]):
+                     [], ["--lib", "/nonexistent.so", "prog"], ["--summary", "--", "prog"]):
             with self.subTest(args):
                 done = run([PYTHON, "-m", "gpupool", *args], check=False)
                 self.assertEqual(done.returncode, 2, done.stderr)

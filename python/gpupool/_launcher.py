@@ -85,7 +85,8 @@ def _split(arg: str) -> Tuple[str, Optional[str]]:
 
 
 def _set(options: Options, name: str, value: str) -> None:
-    if not value:
+    # `--summary -- prog`: the value was forgotten, and `--` is where the command starts.
+    if not value or value == "--":
         raise UsageError(f"{name} needs a value (see --help)")
     if name in ("-r", "--reuse") and value not in _REUSE_MODES:
         raise UsageError(f"--reuse is strict, barrier or relaxed (got '{value}')")
