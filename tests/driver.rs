@@ -328,6 +328,24 @@ fn a_primary_context_reset_makes_the_pool_forget_the_device() {
 }
 
 #[test]
+fn a_release_after_a_reset_is_not_counted_as_a_second_reset() {
+    // The reset destroyed the primary context; the release of the program's retain after it
+    // destroys nothing, and the summary counts the one reset the program made.
+    let exe = hostile();
+    let env: Vec<(&str, &str)> = ENV
+        .iter()
+        .copied()
+        .chain([("GPUPOOL_SUMMARY", "stderr")])
+        .collect();
+    let (out, stderr) = ok(&mut pooled(&exe, &["reset-release"], &env));
+    assert!(
+        out.contains("driver_hostile reset-release: all checks passed"),
+        "{out}\n{stderr}"
+    );
+    assert!(stderr.contains("; resets 1\n"), "{stderr}");
+}
+
+#[test]
 fn driver_names_looked_up_on_many_threads_while_others_allocate() {
     hostile_both("threads");
 }

@@ -1,6 +1,7 @@
 /* The driver API under the pool, as a hostile program uses it. Linked with -lcuda alone.
  *   driver_hostile fork         the pool used, then fork(): the child's calls reach the driver
  *   driver_hostile reset        cuDevicePrimaryCtxReset_v2 with blocks live and cached
+ *   driver_hostile reset-release  a reset, then the release of the program's retain
  *   driver_hostile created-oom  a context the program made runs out while the pool caches
  *   driver_hostile threads      dlsym of driver names on many threads while others allocate
  *   driver_hostile destroyed-stream  cuMemFreeAsync of a block on a stream already destroyed
@@ -119,6 +120,17 @@ static void mode_reset(void)
     CU_OK(cuMemFree_v2(after));
 }
 
+/* The program's cleanup: its primary context reset, then its retain released. The reset
+ * destroyed the context; the release after it destroys nothing. */
+static void mode_reset_release(void)
+{
+    CUdeviceptr p;
+    primary_current();
+    CU_OK(cuMemAlloc_v2(&p, 8 * MiB));
+    CU_OK(cuDevicePrimaryCtxReset_v2(0));
+    CU_OK(cuDevicePrimaryCtxRelease_v2(0));
+}
+
 static void mode_created_oom(void)
 {
     CUcontext created;
@@ -234,6 +246,8 @@ int main(int argc, char **argv)
         mode_fork();
     else if (strcmp(mode, "reset") == 0)
         mode_reset();
+    else if (strcmp(mode, "reset-release") == 0)
+        mode_reset_release();
     else if (strcmp(mode, "created-oom") == 0)
         mode_created_oom();
     else if (strcmp(mode, "threads") == 0)

@@ -562,24 +562,33 @@ pub fn primary_ctx_reset(dev: c_int, real: impl Fn() -> CuResult) -> CuResult {
 }
 
 /// `cuDevicePrimaryCtxRelease_v2`: the last release destroys the context and its memory, which
-/// the pool then forgets.
+/// the pool then forgets. Only a release that found the context active: after a reset, the
+/// program's release of its retain destroys nothing (the reset did, and was counted).
 pub fn primary_ctx_release(dev: c_int, real: impl Fn() -> CuResult) -> CuResult {
+    let served = pooled().zip(
+        u32::try_from(dev)
+            .ok()
+            .filter(|&d| (d as usize) < crate::pool::MAX_DEVICES),
+    );
+    let was_active = served.is_some_and(|((_, d), _)| primary_active(d, dev) == Some(true));
     let r = real();
-    let (cu::CU_SUCCESS, Some((pool, d)), Ok(device)) = (r, pooled(), u32::try_from(dev)) else {
+    let (cu::CU_SUCCESS, true, Some(((pool, d), device))) = (r, was_active, served) else {
         return r;
     };
-    if device as usize >= crate::pool::MAX_DEVICES {
-        return r;
-    }
-    let (mut flags, mut active): (c_uint, c_int) = (0, 1);
-    // SAFETY: valid out-pointers and the device the program named.
-    let asked = unsafe { (d.primary_ctx_get_state)(dev, &mut flags, &mut active) };
-    if asked == cu::CU_SUCCESS && active == 0 {
+    if primary_active(d, dev) == Some(false) {
         // The last release destroyed the context: its virtual memory stays until unmapped.
         let forgot = pool.release_mappings_after_reset(device);
         forget_device(pool, device, forgot);
     }
     r
+}
+
+/// Whether `dev`'s primary context is active, as the driver says (`None` when it cannot).
+fn primary_active(d: &Driver, dev: c_int) -> Option<bool> {
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    // SAFETY: valid out-pointers and the device the program named.
+    let asked = unsafe { (d.primary_ctx_get_state)(dev, &mut flags, &mut active) };
+    (asked == cu::CU_SUCCESS).then_some(active != 0)
 }
 
 /// `cuIpcGetMemHandle`: refused for a block inside a pool segment, as `cudaIpcGetMemHandle` is.
