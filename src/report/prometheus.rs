@@ -323,7 +323,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
     (
         "gpupool_resets_total",
         "counter",
-        "cudaDeviceReset calls on the device (the pool forgot its memory).",
+        "Resets of the device: cudaDeviceReset, cuDevicePrimaryCtxReset, the primary context's last release (the pool forgot its memory).",
         |d| d.snap.stats.resets as f64,
     ),
     (

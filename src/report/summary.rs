@@ -315,8 +315,8 @@ pub fn render_text(r: &Report) -> String {
             // Else, after a reset, "total freed" reads more than the program freed.
             let _ = writeln!(
                 o,
-                " total freed includes what {} cudaDeviceReset call{} dropped (the blocks and \
-                 segments the device held then)",
+                " total freed includes what {} device reset{} dropped (the blocks and segments \
+                 the device held then)",
                 s.resets,
                 if s.resets == 1 { "" } else { "s" }
             );

@@ -168,7 +168,7 @@ fn the_exit_summary_lists_what_the_program_never_freed() {
     assert!(err.contains(" calls      7 mallocs, 2 frees;"), "{err}");
     assert_eq!(text_row(&err, "allocations"), ["1", "5", "7", "6"], "{err}");
     assert!(
-        err.contains(" total freed includes what 1 cudaDeviceReset call dropped"),
+        err.contains(" total freed includes what 1 device reset dropped"),
         "{err}"
     );
     assert!(
