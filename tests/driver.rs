@@ -750,6 +750,26 @@ fn a_first_pitched_driver_allocation_on_a_device_full_of_cache_fits() {
     }
 }
 
+/// A pitched image in a context the program made is the driver's, and the summary counts what
+/// the driver took for it: its pitch times its height, as the runtime's path counts it.
+#[test]
+fn a_pitched_image_in_a_context_the_program_made_counts_its_pitch() {
+    let exe = support::c_program_with_driver("driver_pitched");
+    let path = scratch("driver-pitched-own").join("summary.json");
+    let (out, err) = ok(&mut pooled(
+        &exe,
+        &["own"],
+        &[("GPUPOOL_SUMMARY", path.to_str().unwrap())],
+    ));
+    let pitch: u64 = number(&out, "own pitch ");
+    assert!(pitch > 100, "{out}");
+    assert_eq!(
+        support::summary_passed_for(&path, "own_context"),
+        (1, 3 * pitch),
+        "{out}\n{err}"
+    );
+}
+
 /// In a context the program made the pool serves nothing, so its limit is not that context's:
 /// `cudaMemGetInfo` there tells what `cuMemGetInfo` tells, the driver's memory, and the program
 /// gets more than the limit.

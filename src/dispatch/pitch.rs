@@ -119,7 +119,10 @@ pub unsafe fn mem_alloc_pitch(
         return real();
     }
     let Some(dev) = driver::context_device(d) else {
-        return driver::unserved_context(pool, d, width.saturating_mul(height), real);
+        // What the driver took: its pitch, for each row.
+        // SAFETY: `pitch` is non-NULL, and the driver wrote it (read only after its success).
+        let taken = || unsafe { *pitch }.saturating_mul(height);
+        return driver::unserved_context(pool, d, taken, real);
     };
     let rows = row_pitch(&ROW_ALIGNMENT[dev as usize][element], width, || {
         ask_with_room(alignment, CU_ERROR_OUT_OF_MEMORY, || {

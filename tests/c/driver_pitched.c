@@ -8,7 +8,9 @@
  *            address space, an image larger than the device; prints "code CASE N" with what
  *            the driver returned.
  *   full:    the device filled with 1 MiB blocks, all freed (a pool keeps them cached), then
- *            this process's first pitched image, which must fit in the memory freed. */
+ *            this process's first pitched image, which must fit in the memory freed.
+ *   own:     an image of 100 x 3 bytes in a context the program made (cuCtxCreate), which the
+ *            driver serves; prints "own pitch PITCH". */
 #include <cuda.h>
 #include <stdint.h>
 
@@ -123,10 +125,23 @@ static void full(void)
     printf("full blocks %zu pitch %zu\n", n, pitch);
 }
 
+static void own(void)
+{
+    CUcontext mine;
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CU(cuCtxCreate(&mine, 0, 0));
+    CU(cuMemAllocPitch(&p, &pitch, 100, 3, 4));
+    CHECK(pitch >= 100, "pitch %zu", pitch);
+    CU(cuMemFree(p));
+    CU(cuCtxDestroy(mine));
+    printf("own pitch %zu\n", pitch);
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx;
-    CHECK(argc == 2, "usage: driver_pitched pitches|churn|hostile|full");
+    CHECK(argc == 2, "usage: driver_pitched pitches|churn|hostile|full|own");
     CU(cuInit(0));
     CU(cuDevicePrimaryCtxRetain(&ctx, 0));
     CU(cuCtxSetCurrent(ctx));
@@ -138,6 +153,8 @@ int main(int argc, char **argv)
         hostile();
     else if (strcmp(argv[1], "full") == 0)
         full();
+    else if (strcmp(argv[1], "own") == 0)
+        own();
     else
         CHECK(0, "unknown mode %s", argv[1]);
     printf("driver_pitched ok\n");

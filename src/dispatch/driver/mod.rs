@@ -111,7 +111,7 @@ pub unsafe fn mem_alloc_as(
         return real();
     };
     let Some(dev) = context_device(d) else {
-        return unserved_context(pool, d, size, real);
+        return unserved_context(pool, d, || size, real);
     };
     if stream.is_some() && !current_pool::is_default(dev, || current_is_default(d, dev)) {
         return note_passed_through(Reason::OwnMemoryPool, size, unserved(pool, d, real));
@@ -196,17 +196,18 @@ pub fn mem_pool_destroyed(r: CuResult) -> CuResult {
     r
 }
 
-/// The driver's answer to an allocation of `size` bytes in a context the pool does not serve:
-/// counted as passed through when the program made that context itself.
+/// The driver's answer to an allocation in a context the pool does not serve: counted as
+/// passed through when the program made that context itself, with the bytes `size` says once
+/// the driver answered (a pitched image's are its pitch's).
 pub(super) fn unserved_context(
     pool: &Pool<CudaBackend>,
     d: &Driver,
-    size: usize,
+    size: impl FnOnce() -> usize,
     real: impl Fn() -> CuResult,
 ) -> CuResult {
     let r = unserved(pool, d, real);
     match own_context(d) {
-        Some(why) => note_passed_through(why, size, r),
+        Some(why) => note_passed_through(why, if r == cu::CU_SUCCESS { size() } else { 0 }, r),
         None => r,
     }
 }
@@ -226,12 +227,17 @@ pub(crate) fn runtime_unserved(
 ) -> CuResult {
     let unread = crate::cuda::last_error::unread(rt);
     let first = std::cell::Cell::new(true);
-    unserved_context(pool, d, size, || {
-        if !first.replace(false) {
-            crate::cuda::last_error::restore(rt, unread);
-        }
-        pass()
-    })
+    unserved_context(
+        pool,
+        d,
+        || size,
+        || {
+            if !first.replace(false) {
+                crate::cuda::last_error::restore(rt, unread);
+            }
+            pass()
+        },
+    )
 }
 
 /// The driver's answer to an allocation the pool does not serve (a context the program made, a
