@@ -7,7 +7,8 @@
 //! `reset_peak_memory_stats()` resets their high-water marks, and `empty_cache()` is
 //! `cudaDeviceSynchronize` then `cudaMemPoolTrimTo(pool, 0)`. For a device's default pool each
 //! answer adds the pool's part to the runtime's own (what passed through, such as allocations
-//! made during graph capture): `dispatch::default_pool`, which the driver's calls share.
+//! made during graph capture), and the release threshold read is the pool's:
+//! `dispatch::default_pool`, which the driver's calls share.
 //!
 //! Passed through untouched: allocations while the device's current memory pool is one the
 //! program made current (`cudaDeviceSetMemPool`: it chose that pool's semantics;
@@ -317,7 +318,8 @@ fn runtime_reserved(rt: &Runtime, mem_pool: MemPool) -> Option<u64> {
 }
 
 /// `cudaMemPoolGetAttribute`: for a default pool, the reserved and used bytes and their
-/// high-water marks include the pool's (`default_pool::add_figure`).
+/// high-water marks include the pool's, and the release threshold is the pool's
+/// (`default_pool::answer_read`).
 ///
 /// # Safety
 /// As `cudaMemPoolGetAttribute`.
@@ -329,7 +331,7 @@ pub unsafe fn get_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) ->
         |f| unsafe { f(mem_pool, attr, value) },
         default_pool::read_concerns(attr, value),
         // SAFETY: the runtime just wrote the attribute's `cuuint64_t` at `value`, non-NULL.
-        |_, pool, dev| unsafe { default_pool::add_figure(pool, dev, attr, value) },
+        |_, pool, dev| unsafe { default_pool::answer_read(pool, dev, attr, value) },
     )
 }
 

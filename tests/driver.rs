@@ -431,13 +431,28 @@ fn the_default_memory_pools_figures_trim_and_threshold_include_the_pools_part() 
             0,
             "{mode}"
         );
-        // Unless GPUPOOL_RELEASE_THRESHOLD chose the pool's threshold.
+        // Before it, the pool keeps everything and the read says so (CUDA's own pool: 0).
+        assert_eq!(number::<u64>(&without, "threshold_initial="), 0, "{mode}");
+        assert_eq!(
+            number::<u64>(&with, "threshold_initial="),
+            u64::MAX,
+            "{mode}"
+        );
+        for out in [&without, &with] {
+            assert_eq!(number::<u64>(out, "threshold_read_back="), 0, "{mode}");
+        }
+        // Unless GPUPOOL_RELEASE_THRESHOLD chose the pool's threshold, which a read then gives.
         let mut chosen = ENV.to_vec();
         chosen.push(("GPUPOOL_RELEASE_THRESHOLD", "none"));
         let (kept, _) = ok(&mut pooled(&exe, &args, &chosen));
         assert!(
             number::<u64>(&kept, "held_under_zero_threshold=") >= 120 << 20,
             "{mode}: {kept}"
+        );
+        assert_eq!(
+            number::<u64>(&kept, "threshold_read_back="),
+            u64::MAX,
+            "{mode}"
         );
     }
 }

@@ -410,11 +410,33 @@ fn a_release_threshold_set_on_the_default_pool_is_the_pools_unless_the_user_chos
         let held = number::<u64>(&with, "held=");
         assert_eq!(held, number::<u64>(&without, "held="), "{threshold}");
         assert_eq!(held == 0, threshold == "zero", "{threshold}: {with}");
+        // What the program set reads back, as without the pool.
+        let set = if threshold == "zero" { 0 } else { u64::MAX };
+        assert_eq!(number::<u64>(&without, "read_back="), set, "{without}");
+        assert_eq!(number::<u64>(&with, "read_back="), set, "{with}");
     }
-    // GPUPOOL_RELEASE_THRESHOLD is the user's choice: the program's threshold leaves it alone.
-    let env = [("GPUPOOL_RELEASE_THRESHOLD", "none")];
-    let (kept, _) = ok(&mut pooled(&exe, &["zero"], &env));
-    assert!(number::<u64>(&kept, "held=") >= 120 << 20, "{kept}");
+    // GPUPOOL_RELEASE_THRESHOLD is the user's choice: the program's threshold leaves it alone,
+    // and a read says what the pool keeps.
+    for (chosen, read) in [("none", u64::MAX), ("64MiB", 64 << 20)] {
+        let env = [("GPUPOOL_RELEASE_THRESHOLD", chosen)];
+        let (kept, _) = ok(&mut pooled(&exe, &["zero"], &env));
+        assert!(number::<u64>(&kept, "held=") >= 60 << 20, "{kept}");
+        assert_eq!(number::<u64>(&kept, "initial="), read, "{chosen}: {kept}");
+        assert_eq!(number::<u64>(&kept, "read_back="), read, "{chosen}: {kept}");
+    }
+}
+
+/// Before the program sets one, CUDA's default pool reads a threshold of 0: the runtime gives
+/// its cache back at every synchronization. The pool keeps its cache: a read says so
+/// (`UINT64_MAX`) to a program deciding whether to trim.
+#[test]
+fn the_default_pools_release_threshold_reads_as_what_the_pool_keeps() {
+    let exe = c_program("default_pool_threshold");
+    let (without, _) = ok(&mut unpooled(&exe, &["max"], &[]));
+    assert_eq!(number::<u64>(&without, "initial="), 0, "{without}");
+    let (with, err) = ok(&mut pooled(&exe, &["max"], &[]));
+    assert!(with.contains("default_pool_threshold ok"), "{with}\n{err}");
+    assert_eq!(number::<u64>(&with, "initial="), u64::MAX, "{with}");
 }
 
 /// `gpupool_set_release_threshold` is the user's choice too: PyTorch's `UINT64_MAX` on the

