@@ -453,6 +453,39 @@ fn a_threshold_the_user_set_at_run_time_survives_the_programs_default_pool_thres
     }
 }
 
+/// `torch.cuda.reset_peak_memory_stats()` writes 0 to the default pool's high-water marks;
+/// `max_memory_allocated()` read right after is `memory_allocated()`, as without the pool. Other
+/// threads' caches then hold free blocks, which the device counts as allocated: the peak
+/// restarts without them. The same through `gpupool_reset_peak_stats`.
+#[test]
+fn a_peak_restarted_while_thread_caches_hold_free_blocks_reads_the_current_value() {
+    let exe = c_program("peak_reset_threads");
+    for how in ["cuda", "api"] {
+        for mode in ["strict", "relaxed"] {
+            let env = [("GPUPOOL_REUSE", mode), ("GPUPOOL_SUMMARY", "stderr")];
+            let (out, err) = ok(&mut pooled(&exe, &[how], &env));
+            assert!(out.contains("peak_reset_threads ok"), "{out}\n{err}");
+            // The threads' caches did serve: relaxed mode gives each thread one at once.
+            let cached = err
+                .split_once(" by thread caches")
+                .and_then(|(before, _)| before.rsplit(' ').next()?.parse::<u64>().ok());
+            if mode == "relaxed" {
+                assert!(cached.is_some_and(|n| n > 0), "{how}: {err}");
+            }
+            assert_eq!(
+                number::<u64>(&out, "used_high="),
+                number::<u64>(&out, "used="),
+                "{how} {mode}: {out}"
+            );
+            assert_eq!(
+                number::<u64>(&out, "reserved_high="),
+                number::<u64>(&out, "reserved="),
+                "{how} {mode}: {out}"
+            );
+        }
+    }
+}
+
 /// A threshold set on the default pool of a device the program never used becomes that
 /// device's, and makes no context there (one costs hundreds of MiB on a GPU), with the limit
 /// and expandable segments that make the pool ask the device about itself.

@@ -80,6 +80,7 @@ impl<B: Backend> Pool<B> {
     pub fn reset_peaks(&self, device: u32) {
         if let Some(slot) = self.existing(device) {
             let mut p = Self::lock(slot);
+            Self::settle_for_peaks(slot, &mut p);
             let s = &mut p.stats;
             for g in [
                 &mut s.requested,
@@ -98,11 +99,21 @@ impl<B: Backend> Pool<B> {
     pub fn reset_peak(&self, device: u32, reserved: bool) {
         if let Some(slot) = self.existing(device) {
             let mut p = Self::lock(slot);
+            Self::settle_for_peaks(slot, &mut p);
             match reserved {
                 true => p.stats.reserved.reset_peak(),
                 false => p.stats.allocated.reset_peak(),
             }
         }
+    }
+
+    /// Before a peak restarts from the current value: the free blocks thread caches hold come
+    /// back. The device counts them as allocated, so a peak restarted with them out would read
+    /// above the allocated bytes reported right after (which leave them out) until the program
+    /// allocated that much again.
+    fn settle_for_peaks(slot: &DeviceSlot, p: &mut DevicePool) {
+        slot.caches.sweep_orphans(p, &slot.clock);
+        slot.caches.reclaim(p, &slot.clock);
     }
 
     /// The user sets the release threshold of every device, now and for devices not yet used.
