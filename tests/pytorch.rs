@@ -426,6 +426,29 @@ fn a_release_threshold_set_on_the_default_pool_is_the_pools_unless_the_user_chos
     }
 }
 
+/// CUDA's threshold bounds the bytes its pool reserves, those in use included: with 30 MiB live
+/// and 64 MiB as threshold it keeps 34 MiB of cache past a synchronization. The pool keeps no
+/// more (whole segments: 30 MiB, or none, with classic ones).
+#[test]
+fn a_release_threshold_the_program_set_bounds_the_reserved_bytes_as_cudas_does() {
+    let exe = c_program("default_pool_threshold");
+    let (without, _) = ok(&mut unpooled(&exe, &["64MiB"], &[]));
+    let cuda = number::<u64>(&without, "held=");
+    assert_eq!(cuda, 64 << 20, "{without}");
+    for expandable in ["1", "0"] {
+        let env = [("GPUPOOL_EXPANDABLE", expandable)];
+        let (with, err) = ok(&mut pooled(&exe, &["64MiB"], &env));
+        assert!(with.contains("default_pool_threshold ok"), "{with}\n{err}");
+        let held = number::<u64>(&with, "held=");
+        assert!(held <= cuda, "expandable {expandable}: {held} > {cuda}");
+        assert!(held >= 60 << 20, "expandable {expandable}: {with}");
+    }
+    // GPUPOOL_RELEASE_THRESHOLD keeps its own meaning: cached bytes, beside those in use.
+    let env = [("GPUPOOL_RELEASE_THRESHOLD", "64MiB")];
+    let (with, _) = ok(&mut pooled(&exe, &["64MiB"], &env));
+    assert!(number::<u64>(&with, "held=") >= 90 << 20, "{with}");
+}
+
 /// Before the program sets one, CUDA's default pool reads a threshold of 0: the runtime gives
 /// its cache back at every synchronization. The pool keeps its cache: a read says so
 /// (`UINT64_MAX`) to a program deciding whether to trim.

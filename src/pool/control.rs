@@ -16,12 +16,21 @@ impl<B: Backend> Pool<B> {
             .or_else(|| decode_threshold(self.threshold_override.load(Ordering::SeqCst)))
     }
 
+    /// Whether `device`'s threshold is one the program set on CUDA's default memory pool,
+    /// which bounds the reserved bytes (`DevicePool::cache_allowance`).
+    pub(super) fn threshold_from_program(&self, device: u32) -> bool {
+        let own = self.device_threshold[device as usize].load(Ordering::SeqCst);
+        let bit = (self.program_threshold.load(Ordering::SeqCst) >> device) & 1;
+        decode_threshold(own).is_some() && bit == 1
+    }
+
     /// A slot just published: a threshold set at run time while it was being made applies.
     pub(super) fn settle_threshold(&self, device: u32, slot: &DeviceSlot) {
         if let Some(t) = self.threshold_set_for(device) {
+            let program = self.threshold_from_program(device);
             let mut p = Self::lock(slot);
-            if p.threshold != t {
-                p.set_threshold(t);
+            if p.threshold != t || p.threshold_bounds_reserved != program {
+                p.set_threshold(t, program);
                 self.update_caches(slot, &mut p);
             }
         }
@@ -119,6 +128,7 @@ impl<B: Backend> Pool<B> {
     /// The user sets the release threshold of every device, now and for devices not yet used.
     pub fn set_threshold(&self, bytes: u64) {
         self.user_threshold.store(u64::MAX, Ordering::SeqCst);
+        self.program_threshold.store(0, Ordering::SeqCst);
         // The latest call wins: one for every device replaces those for one.
         for t in &self.device_threshold {
             t.store(NO_OVERRIDE, Ordering::SeqCst);
@@ -126,7 +136,7 @@ impl<B: Backend> Pool<B> {
         self.threshold_override
             .store(encode_threshold(bytes), Ordering::SeqCst);
         for d in 0..MAX_DEVICES as u32 {
-            self.apply_threshold(d, bytes);
+            self.apply_threshold(d, bytes, false);
         }
     }
 
@@ -138,34 +148,37 @@ impl<B: Backend> Pool<B> {
             return false;
         };
         self.user_threshold.fetch_or(bit, Ordering::SeqCst);
-        self.store_device_threshold(device, bytes);
+        self.program_threshold.fetch_and(!bit, Ordering::SeqCst);
+        self.store_device_threshold(device, bytes, false);
         true
     }
 
     /// The program set `device`'s threshold through CUDA (its default memory pool's release
-    /// threshold): it becomes the pool's unless the user set one at run time. Returns whether it
-    /// did.
+    /// threshold): it becomes the pool's unless the user set one at run time, with CUDA's
+    /// meaning (the reserved bytes to keep). Returns whether it did.
     pub fn adopt_program_threshold(&self, device: u32, bytes: u64) -> bool {
         match device_bit(device) {
             Some(bit) if self.user_threshold.load(Ordering::SeqCst) & bit == 0 => {
-                self.store_device_threshold(device, bytes);
+                self.program_threshold.fetch_or(bit, Ordering::SeqCst);
+                self.store_device_threshold(device, bytes, true);
                 true
             }
             _ => false,
         }
     }
 
-    /// `device`'s own threshold, for now and for when its pool is made.
-    fn store_device_threshold(&self, device: u32, bytes: u64) {
+    /// `device`'s own threshold, for now and for when its pool is made; `program`: set by the
+    /// program, bounding the reserved bytes.
+    fn store_device_threshold(&self, device: u32, bytes: u64, program: bool) {
         self.device_threshold[device as usize].store(encode_threshold(bytes), Ordering::SeqCst);
-        self.apply_threshold(device, bytes);
+        self.apply_threshold(device, bytes, program);
     }
 
     /// `bytes` as the threshold of `device`'s pool, if it has one.
-    fn apply_threshold(&self, device: u32, bytes: u64) {
+    fn apply_threshold(&self, device: u32, bytes: u64, program: bool) {
         if let Some(slot) = self.existing(device) {
             let mut p = Self::lock(slot);
-            p.set_threshold(bytes);
+            p.set_threshold(bytes, program);
             self.update_caches(slot, &mut p);
         }
     }

@@ -252,6 +252,9 @@ pub struct Pool<B: Backend> {
     /// The devices whose threshold the user set at run time (the C API): a threshold the
     /// program sets on CUDA's default memory pool no longer replaces it.
     user_threshold: AtomicU64,
+    /// The devices whose own threshold (`device_threshold`) the program set on CUDA's default
+    /// memory pool: it bounds the reserved bytes, as CUDA's does, not the cached ones.
+    program_threshold: AtomicU64,
     /// Time zero of the trace.
     start: Instant,
     /// Per device, the devices given access to its mapped memory (`peers.rs`).
@@ -284,6 +287,7 @@ impl<B: Backend> Pool<B> {
             threshold_override: AtomicU64::new(NO_OVERRIDE),
             device_threshold: [const { AtomicU64::new(NO_OVERRIDE) }; MAX_DEVICES],
             user_threshold: AtomicU64::new(0),
+            program_threshold: AtomicU64::new(0),
             start: Instant::now(),
             peers: (0..MAX_DEVICES).map(|_| Arc::default()).collect(),
             ipc: peers::IpcCounts::default(),
@@ -330,6 +334,10 @@ impl<B: Backend> Pool<B> {
             if self.nonblocking_seen.load(Ordering::Relaxed) {
                 pool.note_nonblocking_stream();
             }
+        }
+        // After the trace's settings, so that a replay has the threshold's meaning too.
+        if self.threshold_from_program(device) {
+            pool.set_threshold(threshold, true);
         }
         if self.settings.expandable {
             pool.enable_expandable(&self.backend);

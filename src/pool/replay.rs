@@ -402,7 +402,7 @@ impl DeviceReplay {
             Kind::EmptyCache => {
                 self.pool.trim_to(&self.backend, &self.clock, r.a);
             }
-            Kind::Threshold if o.threshold.is_none() => self.pool.set_threshold(r.a),
+            Kind::Threshold if o.threshold.is_none() => self.pool.set_threshold(r.a, r.b != 0),
             Kind::Limit if o.limit.is_none() => self.pool.set_limit(r.a),
             Kind::NonBlockingStream => {
                 // As the live pool (`Pool::note_nonblocking_stream`; a trace has no caches).

@@ -93,7 +93,7 @@ impl<B: Backend> Pool<B> {
             let Some(mut p) = slot.pool.try_lock() else {
                 continue;
             };
-            if p.cached() > p.threshold {
+            if p.cached() > p.cache_allowance() {
                 slot.caches.sweep_orphans(&mut p, &slot.clock);
                 p.sync_point(&self.timed(slot), &slot.clock);
             }

@@ -62,7 +62,8 @@ pub enum Kind {
     SyncPoint = 10,
     /// An explicit empty-cache request, keeping at most `a` bytes reserved (0: all free).
     EmptyCache = 11,
-    /// The release threshold changed: `a` bytes.
+    /// The release threshold changed: `a` bytes; `b` 1 when they bound the reserved bytes (a
+    /// threshold the program set on CUDA's default memory pool), 0 the cached ones.
     Threshold = 12,
     /// `cudaDeviceReset`: the pool forgot the device.
     Reset = 13,

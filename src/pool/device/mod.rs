@@ -306,6 +306,10 @@ pub struct DevicePool {
     trace: Option<TraceBuf>,
     /// Cached bytes to keep; above it whole free segments go back to the driver.
     pub threshold: u64,
+    /// Whether `threshold` bounds the reserved bytes instead, as CUDA's
+    /// `cudaMemPoolAttrReleaseThreshold` does: a threshold the program set on a default memory
+    /// pool (`release.rs`, `cache_allowance`).
+    pub threshold_bounds_reserved: bool,
     /// The most bytes this pool may reserve (`GPUPOOL_LIMIT`; `u64::MAX`: none). A segment
     /// that would take it past is refused as the driver refuses one, so the out-of-memory
     /// ladder (release, retry smaller) runs as it does for the driver.
@@ -418,6 +422,7 @@ impl DevicePool {
             barriered_seen: 0,
             trace: None,
             threshold,
+            threshold_bounds_reserved: false,
             limit: u64::MAX,
             limit_refused: false,
             memory: None,

@@ -122,11 +122,26 @@ impl DevicePool {
         }
     }
 
+    /// The cached bytes the release threshold lets this pool keep now: the threshold, or for
+    /// one that bounds the reserved bytes, what it leaves beside the bytes in use (none once
+    /// they reach it). CUDA's pool releases until it reserves at most the threshold; a program
+    /// that set one there and reads the reserved bytes back expects that.
+    #[inline]
+    pub fn cache_allowance(&self) -> u64 {
+        match self.threshold_bounds_reserved {
+            true => self
+                .threshold
+                .saturating_sub(self.stats.reserved.current - self.cached()),
+            false => self.threshold,
+        }
+    }
+
     /// Release threshold check: the next pool operation or program synchronization calls it.
     #[inline]
     pub fn enforce_threshold(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
-        if self.cached() > self.threshold {
-            self.release_segments(backend, clock, self.threshold, Release::Threshold);
+        let keep = self.cache_allowance();
+        if self.cached() > keep {
+            self.release_segments(backend, clock, keep, Release::Threshold);
         }
     }
 
@@ -136,7 +151,7 @@ impl DevicePool {
     pub fn sync_point(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
         self.promote(clock);
         self.record(Kind::SyncPoint, 0, 0, 0, 0);
-        if self.cached() > self.threshold && self.pending_keep_granules() {
+        if self.cached() > self.cache_allowance() && self.pending_keep_granules() {
             // A failed fence leaves them pending; the threshold still takes what is free.
             let _ = self.fence(backend, clock);
         }
@@ -163,10 +178,12 @@ impl DevicePool {
         self.record(Kind::Limit, bytes, 0, 0, 0);
     }
 
-    /// Change the release threshold (applied at the next operation).
-    pub fn set_threshold(&mut self, bytes: u64) {
+    /// Change the release threshold (applied at the next operation): cached bytes to keep, or
+    /// with `bounds_reserved` reserved bytes (`cache_allowance`).
+    pub fn set_threshold(&mut self, bytes: u64, bounds_reserved: bool) {
         self.threshold = bytes;
-        self.record(Kind::Threshold, bytes, 0, 0, 0);
+        self.threshold_bounds_reserved = bounds_reserved;
+        self.record(Kind::Threshold, bytes, u64::from(bounds_reserved), 0, 0);
     }
 
     pub(super) fn release_segment(

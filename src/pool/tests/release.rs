@@ -135,6 +135,40 @@ fn a_threshold_for_an_unused_device_waits_for_it_and_the_users_outranks_the_prog
 }
 
 #[test]
+fn a_program_threshold_bounds_the_reserved_bytes_and_the_users_the_cached_ones() {
+    // Device 1's threshold is set before its first use: it starts with CUDA's meaning.
+    let p = classic_relaxed();
+    assert!(p.adopt_program_threshold(1, 128 * MIB));
+    for d in [0, 1] {
+        let v: Vec<Addr> = (0..4).map(|_| p.alloc(d, 64 * MIB).unwrap()).collect();
+        for &a in &v[1..] {
+            p.free(a, FreeKind::Sync, None);
+        }
+    }
+    assert!(p.adopt_program_threshold(0, 128 * MIB));
+    p.sync_point(0);
+    // 64 MiB in use: as CUDA's pool, each keeps 64 MiB of cache, 128 MiB reserved.
+    for d in [0, 1] {
+        assert_eq!(p.backend().reserved_on(d), 128 * MIB, "device {d}");
+    }
+    // The user's threshold counts the cache alone: 128 MiB of it beside the block in use.
+    let a = p.alloc(0, 64 * MIB).unwrap();
+    p.free(a, FreeKind::Sync, None);
+    assert!(p.set_device_threshold(0, 128 * MIB));
+    let b = p.alloc(0, 64 * MIB).unwrap();
+    let c = p.alloc(0, 64 * MIB).unwrap();
+    p.free(b, FreeKind::Sync, None);
+    p.free(c, FreeKind::Sync, None);
+    p.sync_point(0);
+    assert_eq!(p.backend().reserved_on(0), 192 * MIB);
+    // Live bytes past the program's threshold: no cache kept at all.
+    assert!(p.adopt_program_threshold(1, 32 * MIB));
+    p.sync_point(1);
+    assert_eq!(p.backend().reserved_on(1), 64 * MIB);
+    p.check().unwrap();
+}
+
+#[test]
 fn device_reset_forgets_without_freeing() {
     let p = relaxed();
     let a = p.alloc(0, MIB).unwrap();
