@@ -81,6 +81,16 @@ pub fn class_of(rounded: u64) -> Class {
     }
 }
 
+/// The largest request a free block of `class` and `size` bytes serves: a small block serves
+/// small requests only (a larger one is large and fits in the large pool), so at most
+/// `SMALL_LIMIT` of it counts. What the reports' "largest free block" means.
+pub fn served_by(class: Class, size: u64) -> u64 {
+    match class {
+        Class::Small => size.min(SMALL_LIMIT),
+        Class::Large => size,
+    }
+}
+
 /// The size of the segment to ask the driver for when no cached block fits; `largest` is the
 /// largest large segment the device has allocated so far (`u64::MAX`: never round up).
 pub fn segment_size(rounded: u64, largest: u64) -> Option<u64> {

@@ -29,7 +29,8 @@ pub struct CacheFigures {
     /// The part of `stranded` in expandable segments' granules.
     pub stranded_in_granules: u64,
     /// The largest free block that could be handed out without memory from the driver: in an
-    /// expandable segment, the largest mapped piece of a free block.
+    /// expandable segment, the largest mapped piece of a free block; of the small pool, at
+    /// most `SMALL_LIMIT`, the largest request it serves (`served_by`).
     pub largest_free: u64,
 }
 
@@ -133,9 +134,8 @@ impl DevicePool {
                     w.busy += b.size;
                 }
                 State::Free if largest => {
-                    w.largest_free = w
-                        .largest_free
-                        .max(self.largest_mapped_piece(si, granules, b));
+                    let piece = self.largest_mapped_piece(si, granules, b);
+                    w.largest_free = w.largest_free.max(served_by(b.class, piece));
                 }
                 _ => {}
             }

@@ -8,7 +8,9 @@ impl DevicePool {
     pub fn largest_free(&self) -> u64 {
         let large = self.free_large.keys().next_back().map_or(0, |k| k.0);
         let wide = self.free_small_wide.keys().next_back().map_or(0, |k| k.0);
-        self.largest_free_small().max(large).max(wide)
+        self.largest_free_small()
+            .max(large)
+            .max(served_by(Class::Small, wide))
     }
 
     /// The largest free block of the small index and the bins.
@@ -28,14 +30,15 @@ impl DevicePool {
         self.largest_free_small_of(classic.unwrap_or(0))
     }
 
-    /// The larger of `small` and the largest binned block (handed out before, so mapped).
+    /// The larger of `small` and the largest binned block (handed out before, so mapped), as
+    /// the largest request they serve (`served_by`).
     fn largest_free_small_of(&self, small: u64) -> u64 {
         let binned = self
             .bins
             .iter()
             .rposition(|b| !b.is_empty())
             .map_or(0, |k| (k as u64 + 1) * ALIGN);
-        small.max(binned)
+        served_by(Class::Small, small.max(binned))
     }
 
     /// The bin of blocks of exactly `rounded` bytes, for small sizes.

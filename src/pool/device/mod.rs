@@ -29,8 +29,8 @@ use super::free_lists::FreeLists;
 use super::held_sets::{HeldKey, HeldSets};
 use super::live_map::LiveMap;
 use super::size::{
-    class_of, may_serve, round_request, segment_size, should_split, usable_limit, Class, ALIGN,
-    GROW_FROM, OUTGROWN_FROM, SMALL_LIMIT, SMALL_SEGMENT, THREAD_CACHED_LIMIT,
+    class_of, may_serve, round_request, segment_size, served_by, should_split, usable_limit, Class,
+    ALIGN, GROW_FROM, OUTGROWN_FROM, SMALL_LIMIT, SMALL_SEGMENT, THREAD_CACHED_LIMIT,
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};

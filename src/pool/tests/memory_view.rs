@@ -221,3 +221,38 @@ fn the_program_sees_whole_free_segments_as_free_memory() {
     assert_eq!(program_memory(MIB, total, 0, 0, 64 * MIB), (MIB, 64 * MIB));
     assert_eq!(program_memory(MIB, total, 0, 0, u64::MAX - 1), (MIB, total));
 }
+
+/// The largest free block is the largest request the cache serves: a free block of the small
+/// pool serves requests up to `SMALL_LIMIT` only, so the 3.5 MiB left of a small segment (the
+/// 1.5 MiB left of a small range's granule) counts as 1 MiB. Counted whole, the report said
+/// 3.5 MiB was free in one block, and a request of 3.5 MiB then took a new segment (or mapped
+/// new granules).
+#[test]
+fn a_request_of_the_largest_free_block_needs_no_new_memory() {
+    for vmm in [false, true] {
+        let p = if vmm {
+            super::expandable::vmm_pool(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30)
+        } else {
+            classic_relaxed()
+        };
+        // One small block: the rest of its small segment (of its mapped granule) is free.
+        let live = p.alloc(0, 512 << 10).unwrap();
+        let before = p.device_stats(0).unwrap();
+        assert_eq!(
+            before.largest_free,
+            crate::pool::size::SMALL_LIMIT,
+            "vmm {vmm}"
+        );
+        let a = p.alloc(0, before.largest_free).unwrap();
+        let after = stats(&p, 0);
+        assert_eq!(
+            (after.reserved.current, after.misses),
+            (before.stats.reserved.current, before.stats.misses),
+            "vmm {vmm}: a request of the largest free block took new memory"
+        );
+        for a in [a, live] {
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        assert_sound(&p);
+    }
+}
