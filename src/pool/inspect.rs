@@ -196,7 +196,7 @@ impl<B: Backend> Pool<B> {
         }
         held.sort_unstable();
         blocks.sort_unstable_by_key(|b| b.addr);
-        let figures = p.cache_figures(&held);
+        let figures = p.cache_figures(&held, &self.settings.policy);
         largest_free = largest_free.max(figures.largest_free);
         let snap = DeviceSnapshot {
             device,

@@ -150,7 +150,7 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, api: RequestApi)
                 s.blocks.current,
                 bytes(f.stranded_in_granules),
                 bytes(stranded.saturating_sub(f.stranded_in_granules)),
-                bytes(d.snap.largest_free)
+                bytes(f.largest_piece)
             );
         } else {
             let _ = writeln!(
@@ -161,7 +161,7 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, api: RequestApi)
                 bytes(stranded),
                 s.segments.current,
                 s.blocks.current,
-                bytes(d.snap.largest_free)
+                bytes(f.largest_piece)
             );
         }
     }

@@ -19,7 +19,7 @@ impl DevicePool {
     }
 
     /// `largest_free_small` outside the ranges, whose free blocks may lack granules given back
-    /// (`cache_figures` measures their mapped pieces): a walk over the small index.
+    /// (`largest_served` tries the mapped bytes they start with): a walk over the small index.
     pub(super) fn largest_free_small_classic(&self) -> u64 {
         let classic = self
             .free_small
@@ -191,7 +191,7 @@ impl DevicePool {
     }
 
     /// The mapped bytes free block `idx` of a range starts with.
-    fn mapped_from_start(&self, idx: u32) -> u64 {
+    pub(super) fn mapped_from_start(&self, idx: u32) -> u64 {
         let b = &self.blocks[idx as usize];
         let Some(granules) = self.range_granules(b.seg) else {
             return b.size;

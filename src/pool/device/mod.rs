@@ -30,7 +30,8 @@ use super::held_sets::{HeldKey, HeldSets};
 use super::live_map::LiveMap;
 use super::size::{
     class_of, may_serve, round_request, segment_size, served_by, should_split, usable_limit, Class,
-    ALIGN, GROW_FROM, OUTGROWN_FROM, SMALL_LIMIT, SMALL_SEGMENT, THREAD_CACHED_LIMIT,
+    ALIGN, GROW_FROM, LARGE_SPLIT_REMAINDER, OUTGROWN_FROM, SMALL_LIMIT, SMALL_SEGMENT,
+    THREAD_CACHED_LIMIT,
 };
 use super::stats::{counted, DeviceStats};
 use super::trace::{Kind, TraceBuf};

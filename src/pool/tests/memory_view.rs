@@ -256,3 +256,61 @@ fn a_request_of_the_largest_free_block_needs_no_new_memory() {
         assert_sound(&p);
     }
 }
+
+/// Whatever the churn, a request of the largest free block the pool reports is served from
+/// the cache: no new segment, no granule mapped. With expandable segments the mapped piece
+/// that counts is the one a request is placed on, at a free block's start, and only where
+/// that block is the fit a request of its size gets: a larger mapped piece elsewhere in a
+/// block, or in a block a smaller one comes before, maps new granules.
+#[test]
+fn the_largest_free_block_is_served_without_new_memory_after_churn() {
+    for vmm in [false, true] {
+        let p = if vmm {
+            super::expandable::vmm_pool(ReuseMode::Relaxed, DeviceBytes::Unbounded, 80 << 30)
+        } else {
+            classic_relaxed()
+        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut live: Vec<Addr> = Vec::new();
+        for step in 0..3000 {
+            let r = next();
+            if r % 100 < 55 || live.is_empty() {
+                let size = match r % 5 {
+                    0 => next() % 4096 + 1,
+                    1 => next() % MIB + 1,
+                    2 => next() % (10 * MIB) + 1,
+                    _ => next() % (40 * MIB) + 1,
+                };
+                live.push(p.alloc(0, size).unwrap());
+            } else {
+                let a = live.swap_remove((next() % live.len() as u64) as usize);
+                assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+            }
+            if step % 100 != 99 {
+                continue;
+            }
+            if step % 300 == 299 {
+                p.empty_cache(0);
+            }
+            let before = p.device_stats(0).unwrap();
+            if before.largest_free == 0 {
+                continue;
+            }
+            let a = p.alloc(0, before.largest_free).unwrap();
+            let after = stats(&p, 0);
+            assert_eq!(
+                (after.reserved.current, after.misses, after.granules_mapped),
+                (
+                    before.stats.reserved.current,
+                    before.stats.misses,
+                    before.stats.granules_mapped
+                ),
+                "vmm {vmm}, step {step}: a request of the largest free block ({} bytes) took new \
+                 memory",
+                before.largest_free
+            );
+            assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+        }
+        assert_sound(&p);
+    }
+}
