@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::summary::{bucket_bound, DeviceReport, Report};
-use crate::passed_through::Tally;
+use crate::passed_through::{Reason, Tally};
 use crate::pool::stats::HISTOGRAM_BUCKETS;
 use crate::pool::Expandable;
 
@@ -371,10 +371,19 @@ type TallyGetter = fn(&Tally) -> u64;
 /// The allocations left to CUDA and their requested bytes, one sample per reason, labelled
 /// with the rank and the pid (they belong to no device of the pool's).
 fn passed_through(o: &mut String, r: &Report) {
+    // The reasons' own words: a list written here missed the reason added last.
+    let reasons: Vec<String> = Reason::ALL
+        .iter()
+        .map(|why| format!("{} ({})", why.name(), why.text()))
+        .collect();
+    let allocations = format!(
+        "Allocations left to CUDA, by reason: {}.",
+        reasons.join(", ")
+    );
     let families: [(&str, &str, TallyGetter); 2] = [
         (
             "gpupool_passed_through_allocations_total",
-            "Allocations left to CUDA: served by the program's own memory pool, captured into a CUDA graph, on a stream not placed on the current device, or in a context the program created.",
+            &allocations,
             |t| t.allocations,
         ),
         (
@@ -445,4 +454,40 @@ pub fn render_prometheus(r: &Report) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_of_the_passed_through_allocations_names_every_reason() {
+        let r = Report {
+            pid: 1,
+            rank: "0".into(),
+            host: "h".into(),
+            runtime: "libcudart.so.12".into(),
+            reuse: "strict",
+            max_split_size: u64::MAX,
+            devices: Vec::new(),
+            unread: Vec::new(),
+            at_exit: true,
+            frameworks: Vec::new(),
+            ipc: Default::default(),
+            passed_through: Default::default(),
+        };
+        let text = render_prometheus(&r);
+        let help = text
+            .lines()
+            .find(|l| l.starts_with("# HELP gpupool_passed_through_allocations_total "))
+            .unwrap_or_else(|| panic!("{text}"));
+        for why in Reason::ALL {
+            assert!(help.contains(why.name()), "{} in {help}", why.name());
+            let samples = format!(
+                "gpupool_passed_through_allocations_total{{reason=\"{}\"",
+                why.name()
+            );
+            assert!(text.contains(&samples), "{samples} in {text}");
+        }
+    }
 }
