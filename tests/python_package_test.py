@@ -120,6 +120,27 @@ class Wheel(unittest.TestCase):
         self.assertTrue(any(f.endswith("bin/gpupool-trace") for f in files), files)
         self.assertIn("replay", run([VENV / "bin" / "gpupool-trace", "--help"]).stdout)
 
+    def test_an_editable_install_finds_its_library(self) -> None:
+        # `pip install -e .` builds the library in place, in python/gpupool, under the name
+        # setuptools-rust gives an extension outside a wheel: this interpreter's suffix
+        # (libgpupool.cpython-311-x86_64-linux-gnu.so), not `.abi3.so`. The same layout here,
+        # beside the sources, without touching them.
+        package = TARGET / "debug" / "python-editable" / "gpupool"
+        shutil.rmtree(package.parent, ignore_errors=True)
+        shutil.copytree(ROOT / "python" / "gpupool", package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        suffix = run([PYTHON, "-c", "import sysconfig; print(sysconfig.get_config_var("
+                      "'EXT_SUFFIX'))"]).stdout.strip()
+        library = package / f"libgpupool{suffix}"
+        shutil.copy(PACKAGE_LIBRARY, library)
+        env = clean_env(PYTHONPATH=str(package.parent))
+        done = run([PYTHON, "-c", "import gpupool; print(gpupool.library_path()); "
+                    "print(gpupool.stats()['intercepted'])"], env=env, check=False)
+        self.assertEqual((done.returncode, done.stdout), (0, f"{library}\nFalse\n"), done.stderr)
+        done = run([PYTHON, "-m", "gpupool", "--dry-run", "--", "prog"], env=env, check=False)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"LD_PRELOAD={library}", done.stdout.splitlines())
+
 
 class Launcher(unittest.TestCase):
     def test_dry_run_sets_the_variables_and_appends_the_preload(self) -> None:

@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import ctypes
 import os
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
+
+def _package_library() -> Path:
+    """The library file in this package's directory. A wheel names it `libgpupool.abi3.so`; an
+    editable install (`pip install -e .`) builds it in place under this interpreter's suffix,
+    such as `libgpupool.cpython-311-x86_64-linux-gnu.so`. The wheel's name when there is none."""
+    here = Path(__file__).resolve().parent
+    names = ["libgpupool.abi3.so", *(f"libgpupool{suffix}" for suffix in EXTENSION_SUFFIXES)]
+    return next((here / name for name in names if (here / name).is_file()), here / names[0])
+
+
 #: The library file shipped in this package (LD_PRELOAD takes this path as it is).
-PACKAGE_LIBRARY = Path(__file__).resolve().with_name("libgpupool.abi3.so")
+PACKAGE_LIBRARY = _package_library()
 
 _PROBE = "gpupool_version"
 #: What /proc/self/maps appends to the path of a mapped file that was removed since.
