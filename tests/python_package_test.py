@@ -226,6 +226,24 @@ class Launcher(unittest.TestCase):
         done = run([PYTHON, "-m", "gpupool", "--", "", "train.py"], check=False)
         self.assertEqual((done.returncode, done.stderr), (127, "gpupool: : command not found\n"))
 
+    def test_a_python_script_given_as_the_command_gets_a_hint(self) -> None:
+        # `python -m gpupool -- train.py`, as torchrun and `python -m cProfile` take a script: a
+        # shell's status (127 not found, 126 not executable), and the line says how to run it.
+        where = TARGET / "debug" / "python-script-command"
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "train.py").write_text("print('ran')\n")
+        (where / "train.py").chmod(0o644)
+        for command, status, line in (
+                (["train.py"], 127, "train.py: command not found"),
+                (["./train.py", "--lr", "0.1"], 126, "./train.py: Permission denied")):
+            with self.subTest(command):
+                done = subprocess.run([str(PYTHON), "-m", "gpupool", "--", *command],
+                                      env=clean_env(), cwd=where, capture_output=True,
+                                      text=True, timeout=60)
+                self.assertEqual((done.returncode, done.stdout), (status, ""), done.stderr)
+                self.assertEqual(done.stderr, f"gpupool: {line} (to run a Python script: "
+                                 f"python -m gpupool -- python {' '.join(command)})\n")
+
     def test_a_file_that_cannot_start_is_not_called_missing(self) -> None:
         # A script whose #! interpreter is gone (a removed virtual environment): execve says
         # ENOENT, but the file is there. The status is a shell's, 127; the line says what is

@@ -307,6 +307,14 @@ def _found(name: str, env: Dict[str, str]) -> Optional[str]:
     return shutil.which(name, path=env.get("PATH", os.defpath))
 
 
+def _script_hint(command: List[str]) -> str:
+    """For a Python script that did not run as a command (`python -m gpupool train.py`, as
+    torchrun and `python -m cProfile` take one): how to run it, to end the line with."""
+    if not (command[0].endswith(".py") and os.path.isfile(command[0])):
+        return ""
+    return f" (to run a Python script: python -m gpupool -- python {shlex.join(command)})"
+
+
 def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
     """Becomes `command`; exits 127 or 126 as a shell does when it cannot."""
     for signo in _RESTORED:
@@ -334,11 +342,11 @@ def _run(command: List[str], env: Dict[str, str]) -> NoReturn:
             elif "/" in command[0]:
                 _say(f"{command[0]}: no such file")
             else:
-                _say(f"{command[0]}: command not found")
+                _say(f"{command[0]}: command not found{_script_hint(command)}")
             sys.exit(127)
         # execve(2) says EACCES for a directory too.
         reason = "is a directory" if os.path.isdir(command[0]) else error.strerror
-        _say(f"{command[0]}: {reason}")
+        _say(f"{command[0]}: {reason}{_script_hint(command)}")
         sys.exit(126)
 
 
