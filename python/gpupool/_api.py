@@ -130,10 +130,12 @@ def summary() -> str:
 
 
 def stats() -> Dict[str, Any]:
-    """The JSON summary as a dict, with its field names: one entry of "devices" per device.
+    """The JSON summary as a dict, with its field names: one entry of "devices" per device the
+    pool has used, in order, its ordinal in "device" (not its index in the list).
 
     Sizes are in bytes and times in nanoseconds. A gauge such as `allocated_bytes` is a dict
-    of `current`, `peak`, `total_in` and `total_out` (docs/reports.md explains each figure).
+    of `current`, `peak`, `peak_since_reset`, `total_in` and `total_out` (docs/reports.md
+    explains each figure).
     """
     return json.loads(_summary_bytes(_FORMAT_JSON))
 
