@@ -1,25 +1,12 @@
 //! Fitting a request: the exact-size bins of small blocks, the best-fit index of free blocks,
-//! and the largest free block.
+//! and the largest classic free block of the small pool.
 
 use super::*;
 
 impl DevicePool {
-    /// The largest block that could be handed out now.
-    pub fn largest_free(&self) -> u64 {
-        let large = self.free_large.keys().next_back().map_or(0, |k| k.0);
-        let wide = self.free_small_wide.keys().next_back().map_or(0, |k| k.0);
-        self.largest_free_small()
-            .max(large)
-            .max(served_by(Class::Small, wide))
-    }
-
-    /// The largest free block of the small index and the bins.
-    pub(super) fn largest_free_small(&self) -> u64 {
-        self.largest_free_small_of(self.free_small.largest().unwrap_or(0))
-    }
-
-    /// `largest_free_small` outside the ranges, whose free blocks may lack granules given back
-    /// (`largest_served` tries the mapped bytes they start with): a walk over the small index.
+    /// The largest free block of the small index and the bins outside the ranges, whose free
+    /// blocks may lack granules given back (`largest_served` tries the mapped bytes they start
+    /// with): a walk over the small index.
     pub(super) fn largest_free_small_classic(&self) -> u64 {
         let classic = self
             .free_small
