@@ -1,7 +1,8 @@
 //! Hostile uses of two devices, each compared with the same program without the pool: a
 //! runtime allocation in a context the program made, a reset of device 1 from another thread,
 //! graph allocations of a capture, device 0's kernel on device 1's block while it is freed and
-//! given back, and IPC handles the summary counts. The program is
+//! given back, IPC handles the summary counts, and driver calls after a thread's first runtime
+//! call. The program is
 //! `tests/c/two_devices_hostile.c`, on two 1 GiB devices.
 
 #[path = "../cudasim/tests/common/mod.rs"]
@@ -79,6 +80,25 @@ fn a_reset_of_device_1_from_another_thread_keeps_device_0_and_reads_as_without_t
     // old blocks refused, its new ones served, and its free memory as without the pool.
     reads_as_without_the_pool("reset-other", &[]);
     reads_as_without_the_pool("reset-other", &[("GPUPOOL_RELEASE_THRESHOLD", "0")]);
+}
+
+#[test]
+fn a_threads_first_runtime_call_served_by_the_pool_gives_it_the_context_cuda_would() {
+    // Before: a thread whose first CUDA call the pool served (a cached cudaMalloc, a cudaFree
+    // of device 1's block with device 0 current, cudaFreeAsync, cudaMallocAsync) made no runtime
+    // call, so the runtime never made device 0's primary context the thread's. Its next driver
+    // calls, cuMemcpyHtoD and cuMemAlloc, failed with CUDA_ERROR_INVALID_CONTEXT (201) where
+    // without the pool they succeed.
+    let (alone, _) = run("fresh-thread", false, &[]);
+    assert_eq!(
+        alone
+            .lines()
+            .filter(|l| l.ends_with("context=1 copy=0 driver_alloc=0"))
+            .count(),
+        4,
+        "{alone}"
+    );
+    reads_as_without_the_pool("fresh-thread", &[]);
 }
 
 #[test]

@@ -390,9 +390,10 @@ fn with_device_current(api: &Api, device: u32, mut call: impl FnMut() -> i32) ->
 /// `call`, driver calls of virtual memory, with a context current: they need one (CUDA error 201
 /// without). A thread whose first CUDA call is an allocation has none yet when the pool maps
 /// for it. The device's primary context is then current for the call, as for a fence, and the
-/// thread has none again after. Where no thread made that context yet, the runtime makes the
-/// thread's own as CUDA programs do it, `cudaFree(NULL)`: the thread allocates on `device`, and
-/// the runtime's own `cudaMalloc` would have made it.
+/// thread has none again after (the hook then asks the runtime for the one its own call would
+/// have left: `dispatch::bind_context`). Where no thread made that context yet, the runtime
+/// makes the thread's own as CUDA programs do it, `cudaFree(NULL)`: the thread allocates on
+/// `device`, and the runtime's own `cudaMalloc` would have made it.
 fn with_context(device: u32, mut call: impl FnMut() -> i32) -> i32 {
     let Some(found) = driver::found() else {
         return call();

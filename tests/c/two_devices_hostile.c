@@ -10,7 +10,10 @@
  *   two_devices_hostile own-context-v3  the same, the context made by the cuCtxCreate that
  *                                     cuGetProcAddress gives at CUDA 12.0 (cuCtxCreate_v3)
  *   two_devices_hostile own-context-v4  the same, the context made by cuCtxCreate_v4 (CUDA 13's
- *                                     cuCtxCreate) */
+ *                                     cuCtxCreate)
+ *   two_devices_hostile fresh-thread  threads whose first CUDA call is cudaMalloc, cudaFree of
+ *                                     device 1's block, cudaFreeAsync or cudaMallocAsync, then
+ *                                     driver calls, which need the context the runtime binds */
 #include <pthread.h>
 
 #include "cuda.h"
@@ -202,6 +205,71 @@ static void mode_own_context(int abi)
     CHECK_CUDA(cudaFree(p));
 }
 
+/* A thread's first CUDA call, one of the runtime's, makes the current device's primary context
+ * the thread's: a driver call after it has a context to act in. */
+static const char *fresh_case;
+static void *fresh_block;
+static void *fresh_live;
+
+static void *fresh_thread(void *arg)
+{
+    void *p = NULL;
+    CUcontext ctx = NULL;
+    CUdeviceptr q = 0;
+    unsigned char byte = 0x5b;
+    int r;
+    (void)arg;
+    if (strcmp(fresh_case, "malloc") == 0)
+        r = (int)cudaMalloc(&p, MIB);
+    else if (strcmp(fresh_case, "malloc-async") == 0)
+        r = (int)cudaMallocAsync(&p, MIB, 0);
+    else if (strcmp(fresh_case, "free-async") == 0)
+        r = (int)cudaFreeAsync(fresh_block, 0);
+    else
+        r = (int)cudaFree(fresh_block);
+    CHECK(cuCtxGetCurrent(&ctx) == CUDA_SUCCESS, "cuCtxGetCurrent");
+    CUresult copied = cuMemcpyHtoD((CUdeviceptr)(p != NULL ? p : fresh_live), &byte, 1);
+    CUresult allocated = cuMemAlloc(&q, 4096);
+    printf("fresh_%s=%d context=%d copy=%d driver_alloc=%d\n", fresh_case, r, ctx != NULL,
+           (int)copied, (int)allocated);
+    if (allocated == CUDA_SUCCESS)
+        CHECK(cuMemFree(q) == CUDA_SUCCESS, "cuMemFree");
+    if (p != NULL)
+        CHECK_CUDA(cudaFree(p));
+    return NULL;
+}
+
+static void mode_fresh_thread(void)
+{
+    static const char *cases[] = {"malloc", "free-other", "free-async", "malloc-async"};
+    CHECK(cuInit(0) == CUDA_SUCCESS, "cuInit");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        void *cached, *other, *mine;
+        pthread_t t;
+        /* A block of device 1 for the thread to free; two of device 0, one to free and one it
+         * copies into; and a freed one of device 0 that its allocation is served from. */
+        CHECK_CUDA(cudaSetDevice(1));
+        CHECK_CUDA(cudaMalloc(&other, 4 * MIB));
+        CHECK_CUDA(cudaSetDevice(0));
+        CHECK_CUDA(cudaMalloc(&mine, 4 * MIB));
+        CHECK_CUDA(cudaMalloc(&fresh_live, 4 * MIB));
+        CHECK_CUDA(cudaMalloc(&cached, MIB));
+        CHECK_CUDA(cudaFree(cached));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        fresh_case = cases[i];
+        fresh_block = strcmp(cases[i], "free-async") == 0 ? mine : other;
+        CHECK(pthread_create(&t, NULL, fresh_thread, NULL) == 0, "thread");
+        CHECK(pthread_join(t, NULL) == 0, "join");
+        if (fresh_block != other) {
+            CHECK_CUDA(cudaFree(other));
+        } else {
+            CHECK_CUDA(cudaFree(mine));
+        }
+        CHECK_CUDA(cudaFree(fresh_live));
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc == 2, "usage: two_devices_hostile MODE");
@@ -219,6 +287,8 @@ int main(int argc, char **argv)
         mode_own_context(3);
     else if (strcmp(argv[1], "own-context-v4") == 0)
         mode_own_context(4);
+    else if (strcmp(argv[1], "fresh-thread") == 0)
+        mode_fresh_thread();
     else
         CHECK(0, "unknown mode %s", argv[1]);
     printf("two devices hostile ok\n");

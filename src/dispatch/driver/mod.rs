@@ -137,7 +137,8 @@ pub unsafe fn mem_alloc_as(
         Ok(addr) => {
             // SAFETY: `dptr` is non-NULL and, by the caller's contract, writable.
             unsafe { *dptr = addr };
-            super::served_on(&inside, dev);
+            // The thread has a context: the driver's, in which the request was made.
+            super::served_on(&inside, dev, None);
             cu::CU_SUCCESS
         }
         // The pool gave back what it could: the driver's own answer, unless a limit refused.
