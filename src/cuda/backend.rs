@@ -633,6 +633,25 @@ impl Backend for CudaBackend {
         }))
     }
 
+    fn allocation_starts_at(&self, addr: Addr) -> Option<bool> {
+        /// `CUDA_ERROR_NOT_FOUND`: no allocation holds the address.
+        const NOT_FOUND: driver::CuResult = 500;
+        // SAFETY: `MemGetAddressRangeFn` is `cuMemGetAddressRange_v2`'s C signature.
+        let range = unsafe {
+            super::hooked::real_fn::<driver::MemGetAddressRangeFn>(
+                super::hooked::Hooked::MemGetAddressRange,
+            )
+        }?;
+        let (mut base, mut size) = (0, 0usize);
+        // SAFETY: both out-pointers are valid for the call; the driver's own function, in the
+        // calling thread's context (the program's free is made in one).
+        match unsafe { range(&mut base, &mut size, addr) } {
+            driver::CU_SUCCESS => Some(base == addr),
+            driver::CU_ERROR_INVALID_VALUE | NOT_FOUND => Some(false),
+            _ => None,
+        }
+    }
+
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
         let (mut free, mut total) = (0usize, 0usize);
         let api = api()?;

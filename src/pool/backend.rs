@@ -85,6 +85,11 @@ pub trait Backend: Send + Sync {
     /// Free and total memory of `device`, the current device (`cudaMemGetInfo`). Asked when the
     /// threshold is a percentage, after each new segment and at out-of-memory: never at exit.
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError>;
+    /// Whether an allocation of the driver starts at `addr` (`cuMemGetAddressRange`), asked of
+    /// a program's free of memory a reset took back; `None` where the driver cannot say.
+    fn allocation_starts_at(&self, _addr: Addr) -> Option<bool> {
+        None
+    }
 
     // CUDA virtual memory, for expandable segments (`device/expandable.rs`). The default bodies
     // mean "not supported": the pool then keeps classic segments.

@@ -196,7 +196,7 @@ impl<B: Backend> Pool<B> {
         let Some(slot) = self.existing(device) else {
             return;
         };
-        Self::forget_locked(slot, &mut Self::lock(slot));
+        self.forget_locked(slot, &mut Self::lock(slot));
     }
 
     /// The program reset `device`, or released its primary context for the last time. The
@@ -212,7 +212,7 @@ impl<B: Backend> Pool<B> {
         if !p.unmap_all_after_reset(&self.backend) {
             return false;
         }
-        Self::forget_locked(slot, &mut p);
+        self.forget_locked(slot, &mut p);
         true
     }
 
@@ -231,14 +231,15 @@ impl<B: Backend> Pool<B> {
         if reset() {
             slot.caches.settle(&mut p, &slot.clock);
             p.unmap_all_after_reset(&self.backend);
-            Self::forget_locked(slot, &mut p);
+            self.forget_locked(slot, &mut p);
         }
     }
 
-    /// `forget_device`, under the device lock.
-    pub(super) fn forget_locked(slot: &DeviceSlot, p: &mut DevicePool) {
+    /// `forget_device`, under the device lock: the driver took the device's memory back.
+    pub(super) fn forget_locked(&self, slot: &DeviceSlot, p: &mut DevicePool) {
         // Settle the caches first, so that the device's totals account for their blocks.
         slot.caches.settle(p, &slot.clock);
+        self.reset_freed.add(p.segment_spans());
         p.forget_all();
         slot.caches.forget(p.generation);
     }

@@ -107,14 +107,32 @@ impl<B: Backend> Pool<B> {
             return FreeOutcome::Freed;
         }
         match self.owner_of(addr) {
-            Some(device) => {
-                if let Some(slot) = self.existing(device) {
-                    Self::lock(slot).stats.invalid_frees += 1;
+            Some(device) => self.refused_in(device),
+            None if self.reset_freed.contains(addr) => {
+                // A reset took this memory back. The driver first, then the pool again: a
+                // segment the pool got at this address since its first look is seen here (its
+                // device's lock is taken after the driver gave it), and nothing the driver
+                // holds there now goes to CUDA's free unless it is no segment of the pool.
+                match self.backend.allocation_starts_at(addr) {
+                    // Nothing starts there: CUDA's own free would refuse it as well.
+                    Some(false) => FreeOutcome::Invalid,
+                    _ if (0..MAX_DEVICES as u32).any(free_on) => FreeOutcome::Freed,
+                    _ => match self.owner_of(addr) {
+                        Some(device) => self.refused_in(device),
+                        None => FreeOutcome::NotOurs,
+                    },
                 }
-                FreeOutcome::Invalid
             }
             None => FreeOutcome::NotOurs,
         }
+    }
+
+    /// A free of pool memory on `device` that is no live block's start: counted, refused.
+    fn refused_in(&self, device: u32) -> FreeOutcome {
+        if let Some(slot) = self.existing(device) {
+            Self::lock(slot).stats.invalid_frees += 1;
+        }
+        FreeOutcome::Invalid
     }
 
     /// A free of a block the calling thread's cache handed out: kept there when reusable at

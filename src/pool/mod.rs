@@ -43,6 +43,7 @@ mod hit;
 mod inspect;
 mod origins;
 mod peers;
+mod reset_freed;
 mod reuse_clock;
 mod sync;
 
@@ -265,6 +266,8 @@ pub struct Pool<B: Backend> {
     in_use: AtomicU64,
     /// Held while a device is noted in use.
     noting: Mutex<()>,
+    /// The segments resets took back (`reset_freed.rs`).
+    reset_freed: reset_freed::ResetFreed,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX - 1;
@@ -293,6 +296,7 @@ impl<B: Backend> Pool<B> {
             ipc: peers::IpcCounts::default(),
             in_use: AtomicU64::new(0),
             noting: Mutex::new(()),
+            reset_freed: reset_freed::ResetFreed::default(),
         }
     }
 

@@ -25,6 +25,9 @@ pub trait ModelWrapper: AsRef<ModelDriver> + Send + Sync {
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
         self.as_ref().memory_info(device)
     }
+    fn allocation_starts_at(&self, addr: Addr) -> Option<bool> {
+        self.as_ref().allocation_starts_at(addr)
+    }
     fn vmm_granularity(&self, device: u32) -> Option<u64> {
         self.as_ref().vmm_granularity(device)
     }
@@ -78,6 +81,9 @@ impl<W: ModelWrapper> Backend for W {
     }
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {
         ModelWrapper::memory_info(self, device)
+    }
+    fn allocation_starts_at(&self, addr: Addr) -> Option<bool> {
+        ModelWrapper::allocation_starts_at(self, addr)
     }
     fn vmm_granularity(&self, device: u32) -> Option<u64> {
         ModelWrapper::vmm_granularity(self, device)

@@ -231,6 +231,15 @@ impl DevicePool {
     }
 
     /// `cudaDeviceReset` freed everything: forget it all (the driver already took it back).
+    /// Where each segment lies: address and size.
+    pub fn segment_spans(&self) -> Vec<(Addr, u64)> {
+        self.segments
+            .iter()
+            .flatten()
+            .map(|s| (s.addr, s.size))
+            .collect()
+    }
+
     pub fn forget_all(&mut self) {
         self.record(Kind::Reset, 0, 0, 0, 0);
         // Blocks still lent once the caches are settled are on their way back from a thread's

@@ -432,6 +432,10 @@ impl Backend for ModelDriver {
         Ok((s.capacity.saturating_sub(s.reserved(device)), s.capacity))
     }
 
+    fn allocation_starts_at(&self, addr: Addr) -> Option<bool> {
+        Some(self.lock().segments.contains_key(&addr))
+    }
+
     fn vmm_granularity(&self, _device: u32) -> Option<u64> {
         self.lock().vmm.then_some(VMM_GRANULE)
     }

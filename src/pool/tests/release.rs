@@ -186,6 +186,47 @@ fn device_reset_forgets_without_freeing() {
     p.check().unwrap();
 }
 
+/// A free of memory a reset took back asks the driver what starts there now. Nothing: the free
+/// is refused, as CUDA refuses it (passed on, it would free what the driver gives there next:
+/// the pool's next segment, whose blocks other threads then hold, and which the driver gives
+/// again). An allocation of another allocator: CUDA's to free.
+#[test]
+fn a_free_of_memory_a_reset_took_back_never_reaches_what_the_driver_put_there_since() {
+    let p = relaxed();
+    let a = p.alloc(0, 25 * MIB).unwrap();
+    let b = p.alloc(0, 25 * MIB).unwrap();
+    p.reset_device(0, || {
+        p.backend().forget_device(0);
+        true
+    });
+    assert_eq!(p.free(a, FreeKind::Sync, Some(0)), FreeOutcome::Invalid);
+    assert_eq!(p.backend().counts().frees, 0);
+    // The driver says an allocation starts there: another allocator's, CUDA's to free.
+    struct Taken(ModelDriver);
+    impl AsRef<ModelDriver> for Taken {
+        fn as_ref(&self) -> &ModelDriver {
+            &self.0
+        }
+    }
+    impl ModelWrapper for Taken {
+        fn allocation_starts_at(&self, _addr: Addr) -> Option<bool> {
+            Some(true)
+        }
+    }
+    let q = Pool::new(
+        Taken(model_of(80 << 30, expandable_on())),
+        Settings::for_tests(ReuseMode::Relaxed, DeviceBytes::Unbounded, expandable_on()),
+    );
+    let c = q.alloc(0, 25 * MIB).unwrap();
+    q.forget_device(0);
+    assert_eq!(q.free(c, FreeKind::Sync, Some(0)), FreeOutcome::NotOurs);
+    // After the reset the pool's blocks are its own again; another dead one stays refused.
+    let d = p.alloc(0, 25 * MIB).unwrap();
+    assert_eq!(p.free(d, FreeKind::Sync, Some(0)), FreeOutcome::Freed);
+    assert_eq!(p.free(b, FreeKind::Sync, Some(0)), FreeOutcome::Invalid);
+    p.check().unwrap();
+}
+
 #[test]
 fn empty_cache_takes_back_what_a_live_threads_cache_holds() {
     let p = shared_relaxed(80 << 30);
@@ -298,7 +339,7 @@ fn reset_during_a_cache_give_back(
         {
             std::thread::yield_now();
         }
-        Pool::<ModelDriver>::forget_locked(slot, &mut dev);
+        p.forget_locked(slot, &mut dev);
         drop(dev);
         b.join().unwrap();
     });
