@@ -207,6 +207,15 @@ typedef struct gpupool_stats {
      */
     uint64_t releasable_bytes;
     uint64_t stranded_bytes;
+    /**
+     * The peaks since the last `gpupool_reset_peak_stats` (added after `stranded_bytes`), as
+     * PyTorch's `max_memory_allocated()` reads them; the `_peak` fields above are the run's.
+     */
+    uint64_t requested_bytes_peak_since_reset;
+    uint64_t allocated_bytes_peak_since_reset;
+    uint64_t reserved_bytes_peak_since_reset;
+    uint64_t active_allocations_peak_since_reset;
+    uint64_t segments_peak_since_reset;
 } gpupool_stats;
 
 #ifdef __cplusplus

@@ -407,7 +407,8 @@ UNDER_PRELOAD = """
     assert process.cudaFree(blocks[0]) == 0
     import gpupool
     out = {"path": gpupool.library_path(), "version": gpupool.version(),
-           "enabled": gpupool.enabled(), "live": gpupool.stats()}
+           "enabled": gpupool.enabled(), "live": gpupool.stats(),
+           "counters": gpupool.counters(0), "counters_all": gpupool.counters()}
     for p in blocks[1:]:
         assert process.cudaFree(p) == 0
     out["before_empty"] = gpupool.stats()
@@ -424,6 +425,20 @@ UNDER_PRELOAD = """
 """
 
 
+class CounterNames(unittest.TestCase):
+    def test_the_package_reads_gpupool_stats_as_the_header_declares_it(self) -> None:
+        # The ctypes mirror of the struct (its order is its layout) against include/gpupool.h:
+        # every field after `size_t struct_size` a uint64_t, by name and in order.
+        header = (ROOT / "include" / "gpupool.h").read_text()
+        body = header.split("typedef struct gpupool_stats {", 1)[1].split("} gpupool_stats;")[0]
+        fields = [line.strip().rstrip(";").split()
+                  for line in body.splitlines() if line.strip().endswith(";")]
+        self.assertEqual(fields[0], ["size_t", "struct_size"])
+        self.assertTrue(all(kind == "uint64_t" for kind, _ in fields[1:]), fields)
+        found = run([PYTHON, "-c", "import gpupool._api as a; print(' '.join(a._STATS_FIELDS))"])
+        self.assertEqual(found.stdout.split(), [name for _, name in fields[1:]])
+
+
 class ImportUnderPreload(unittest.TestCase):
     def test_stats_are_what_the_process_did(self) -> None:
         out = python(UNDER_PRELOAD, clean_env(), SIMLIB / "libcudart.so.12", launcher=[])
@@ -435,6 +450,18 @@ class ImportUnderPreload(unittest.TestCase):
         self.assertEqual(live["requested_bytes"]["current"], 8 * MIB)
         self.assertEqual(live["requested_bytes"]["total_in"], 9 * MIB)
         self.assertEqual(live["live_blocks"]["current"], 2)
+        # counters(): gpupool_get_stats, the same figures by the C struct's names.
+        counters = out["counters"]
+        self.assertEqual(out["counters_all"], counters)
+        self.assertEqual((counters["alloc_calls"], counters["free_calls"]), (3, 1))
+        for gauge, name in (("requested_bytes", "requested_bytes"),
+                            ("allocated_bytes", "allocated_bytes"),
+                            ("reserved_bytes", "reserved_bytes"),
+                            ("live_blocks", "active_allocations")):
+            self.assertEqual(counters[name], live[gauge]["current"], gauge)
+            self.assertEqual(counters[f"{name}_peak"], live[gauge]["peak"], gauge)
+            self.assertEqual(counters[f"{name}_peak_since_reset"],
+                             live[gauge]["peak_since_reset"], gauge)
         before = out["before_empty"]["devices"][0]
         self.assertEqual(before["requested_bytes"]["current"], 0)
         self.assertGreater(before["reserved_bytes"]["current"], 0)
@@ -786,6 +813,29 @@ class Torch(unittest.TestCase):
         self.assertEqual(out["-1"][0], "RuntimeError", out)
         self.assertEqual(out["reset -1"][0], "RuntimeError", out)
         self.assertEqual(out["peak after"], 3 * MIB, out)
+
+    def test_the_per_step_memory_calls_write_no_summary(self) -> None:
+        # memory_allocated() and its kin are logged at every step: they read gpupool_get_stats,
+        # not the JSON summary, whose cost grows with the live blocks.
+        script = """
+            import json
+            import gpupool._api, gpupool.torch, torch
+            gpupool.torch.use()
+            p = torch.cuda.memory.current.malloc(3 << 20, 0, None)
+
+            def summary_written(*args):
+                raise AssertionError("the JSON summary was written")
+
+            gpupool._api.stats = summary_written
+            out = [torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated(0),
+                   torch.cuda.memory_reserved("cuda:0"), torch.cuda.max_memory_reserved()]
+            torch.cuda.memory.current.free(p, 3 << 20, 0, None)
+            print(json.dumps(out))
+        """
+        allocated, peak, reserved, peak_reserved = python(script, self.env())
+        self.assertEqual((allocated, peak), (3 * MIB, 3 * MIB))
+        self.assertGreaterEqual(reserved, 3 * MIB)
+        self.assertEqual(peak_reserved, reserved)
 
     def test_use_after_cuda_started_says_why_it_refuses(self) -> None:
         out = python(TORCH, self.env(FAKE_TORCH_INITIALIZED="1"))

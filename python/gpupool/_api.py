@@ -66,9 +66,32 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.gpupool_get_summary.argtypes = [
         ctypes.c_int, ctypes.c_char_p, size, ctypes.POINTER(size)]
     lib.gpupool_reset_peak_stats.argtypes = [ctypes.c_int]
+    lib.gpupool_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
     for function in (lib.gpupool_empty_cache, lib.gpupool_set_release_threshold,
-                     lib.gpupool_get_summary, lib.gpupool_reset_peak_stats):
+                     lib.gpupool_get_summary, lib.gpupool_reset_peak_stats,
+                     lib.gpupool_get_stats):
         function.restype = ctypes.c_int
+
+
+#: The counters of `gpupool_stats` (include/gpupool.h), in its order, after `size_t
+#: struct_size`: each a uint64_t. New fields only ever come at the end.
+_STATS_FIELDS = (
+    "requested_bytes", "requested_bytes_peak", "allocated_bytes", "allocated_bytes_peak",
+    "allocated_bytes_total", "reserved_bytes", "reserved_bytes_peak", "cached_bytes",
+    "pending_bytes", "largest_free_block", "active_allocations", "active_allocations_peak",
+    "segments", "segments_peak", "alloc_calls", "free_calls", "cache_hits", "cache_misses",
+    "driver_mallocs", "driver_frees", "threshold_released_bytes",
+    "empty_cache_released_bytes", "oom_released_bytes", "fences", "barriers", "oom_retries",
+    "oom_recovered", "ooms", "invalid_frees", "resets", "outgrown_released_bytes",
+    "stream_hits", "mapped_bytes", "address_space_bytes", "releasable_bytes",
+    "stranded_bytes", "requested_bytes_peak_since_reset", "allocated_bytes_peak_since_reset",
+    "reserved_bytes_peak_since_reset", "active_allocations_peak_since_reset",
+    "segments_peak_since_reset",
+)
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_uint64) for n in _STATS_FIELDS]
 
 
 def _check(function: str, code: int) -> None:
@@ -138,6 +161,21 @@ def stats() -> Dict[str, Any]:
     explains each figure).
     """
     return json.loads(_summary_bytes(_FORMAT_JSON))
+
+
+def counters(device: int = ALL_DEVICES) -> Dict[str, int]:
+    """The counters of `gpupool_get_stats` for `device` (-1: sums over every device), by the
+    field names of include/gpupool.h's `gpupool_stats`.
+
+    Cheaper than `stats()`, which writes and parses the whole JSON summary (its live blocks and
+    their holders included): for a figure read at every step. A library older than this
+    package fills fewer fields; those it left out are absent.
+    """
+    index = _device("gpupool_get_stats", device)
+    out = _Stats(struct_size=ctypes.sizeof(_Stats))
+    _check("gpupool_get_stats", _lib().gpupool_get_stats(index, ctypes.byref(out)))
+    return {name: getattr(out, name) for name in _STATS_FIELDS
+            if getattr(_Stats, name).offset + 8 <= out.struct_size}
 
 
 def empty_cache(device: int = ALL_DEVICES) -> int:

@@ -128,10 +128,21 @@ def _device(index: int) -> Dict[str, Any]:
 
 
 def _reader(torch: Any, name: str, field: str) -> Callable[..., int]:
-    """A `torch.cuda.memory_*(device=None)` call reading one field of one gauge of the pool."""
+    """A `torch.cuda.memory_*(device=None)` call reading one field of one gauge of the pool:
+    from `gpupool_get_stats` (a program may log it at every step: the JSON summary costs
+    milliseconds with thousands of live blocks), or from the summary where that call cannot
+    say (a device it does not know, a library without the field)."""
+    counter = name if field == "current" else f"{name}_{field}"
 
     def read(device: Any = None) -> int:
-        return int(_device(_index(torch, device)).get(name, {}).get(field, 0))
+        index = _index(torch, device)
+        try:
+            value = _api.counters(index).get(counter)
+        except _api.GpupoolError:
+            value = None
+        if value is None:
+            value = _device(index).get(name, {}).get(field, 0)
+        return int(value)
 
     return read
 

@@ -87,6 +87,13 @@ pub struct gpupool_stats {
     /// also hold live blocks). Computed when asked: a walk over the segments' blocks.
     pub releasable_bytes: u64,
     pub stranded_bytes: u64,
+    /// The peaks since the last `gpupool_reset_peak_stats` (added after `stranded_bytes`), as
+    /// PyTorch's `max_memory_allocated()` reads them; the `_peak` fields above are the run's.
+    pub requested_bytes_peak_since_reset: u64,
+    pub allocated_bytes_peak_since_reset: u64,
+    pub reserved_bytes_peak_since_reset: u64,
+    pub active_allocations_peak_since_reset: u64,
+    pub segments_peak_since_reset: u64,
 }
 
 // The layout is a `size_t` then `uint64_t` fields with no padding: `copy_out` relies on it.
@@ -135,6 +142,11 @@ impl gpupool_stats {
         self.address_space_bytes += f.range_bytes;
         self.releasable_bytes += f.releasable;
         self.stranded_bytes += f.stranded;
+        self.requested_bytes_peak_since_reset += s.requested.peak;
+        self.allocated_bytes_peak_since_reset += s.allocated.peak;
+        self.reserved_bytes_peak_since_reset += s.reserved.peak;
+        self.active_allocations_peak_since_reset += s.blocks.peak;
+        self.segments_peak_since_reset += s.segments.peak;
     }
 }
 
@@ -217,7 +229,7 @@ mod tests {
             requested_bytes: 11,
             requested_bytes_peak: 22,
             outgrown_released_bytes: 97,
-            stranded_bytes: 99,
+            segments_peak_since_reset: 99,
             ..Default::default()
         }
     }

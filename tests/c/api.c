@@ -60,6 +60,29 @@ static void summary_into_buffers(gpupool_stats st)
              (unsigned long long)st.requested_bytes_peak, (unsigned long long)st.requested_bytes);
     CHECK(strstr(json, want), "JSON lacks %s: %.300s", want, json);
     free(json);
+    /* The struct's peaks since the reset say the same; its `_peak` fields stay the run's. */
+    gpupool_stats now = pool_stats(0);
+    CHECK(now.requested_bytes_peak_since_reset == now.requested_bytes &&
+              now.allocated_bytes_peak_since_reset == now.allocated_bytes &&
+              now.reserved_bytes_peak_since_reset == now.reserved_bytes &&
+              now.active_allocations_peak_since_reset == now.active_allocations &&
+              now.segments_peak_since_reset == now.segments,
+          "peaks since the reset: requested %llu (now %llu), allocated %llu (%llu), reserved "
+          "%llu (%llu), blocks %llu (%llu), segments %llu (%llu)",
+          (unsigned long long)now.requested_bytes_peak_since_reset,
+          (unsigned long long)now.requested_bytes,
+          (unsigned long long)now.allocated_bytes_peak_since_reset,
+          (unsigned long long)now.allocated_bytes,
+          (unsigned long long)now.reserved_bytes_peak_since_reset,
+          (unsigned long long)now.reserved_bytes,
+          (unsigned long long)now.active_allocations_peak_since_reset,
+          (unsigned long long)now.active_allocations,
+          (unsigned long long)now.segments_peak_since_reset, (unsigned long long)now.segments);
+    CHECK(now.requested_bytes_peak == st.requested_bytes_peak &&
+              now.requested_bytes_peak > now.requested_bytes_peak_since_reset,
+          "the run's peak %llu, since the reset %llu",
+          (unsigned long long)now.requested_bytes_peak,
+          (unsigned long long)now.requested_bytes_peak_since_reset);
 
     CHECK(gpupool_get_summary(3, NULL, 0, &len) == GPUPOOL_ERROR_INVALID_VALUE, "format 3");
     CHECK(gpupool_get_summary(0, NULL, 8, &len) == GPUPOOL_ERROR_INVALID_VALUE, "NULL buffer");
