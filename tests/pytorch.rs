@@ -303,6 +303,11 @@ fn a_capture_cuda_lets_run_survives_the_pools_fences_and_barriers() {
         // Into the program's own graph (cudaStreamBeginCaptureToGraph, CUDA 12.3).
         (["100", "0", "1"], &small[..]),
         (["1", "1", "1"], &[][..]),
+        // Of the per-thread default stream, through the `_ptsz` forms that `nvcc
+        // --default-stream per-thread` compiles the plain names to.
+        (["100", "0", "2"], &small[..]),
+        (["1", "1", "2"], &[][..]),
+        (["1", "1", "3"], &[][..]),
     ];
     for (args, env) in cases {
         let (without, _) = ok(&mut unpooled(&exe, &args, env));

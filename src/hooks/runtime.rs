@@ -337,6 +337,58 @@ pub unsafe extern "C" fn cudaStreamEndCapture(stream: Stream, graph: *mut Graph)
     })
 }
 
+/// The per-thread-default-stream forms of the three above, which `nvcc --default-stream
+/// per-thread` compiles the plain names to: a capture the pool did not see would be
+/// invalidated by its next fence or barrier. The runtime's plain form takes the stream they
+/// mean (`per_thread`), as for `cudaMallocAsync_ptsz`.
+///
+/// # Safety
+/// As `cudaStreamBeginCapture`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamBeginCapture_ptsz(stream: Stream, mode: i32) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::stream_begin_capture(per_thread(stream), mode)
+    })
+}
+
+/// # Safety
+/// As `cudaStreamBeginCaptureToGraph`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamBeginCaptureToGraph_ptsz(
+    stream: Stream,
+    graph: Graph,
+    dependencies: *const c_void,
+    edge_data: *const c_void,
+    count: usize,
+    mode: i32,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::stream_begin_capture_to_graph(
+            per_thread(stream),
+            graph,
+            dependencies,
+            edge_data,
+            count,
+            mode,
+        )
+    })
+}
+
+/// # Safety
+/// As `cudaStreamEndCapture`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamEndCapture_ptsz(
+    stream: Stream,
+    graph: *mut Graph,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::stream_end_capture(per_thread(stream), graph)
+    })
+}
+
 /// An IPC handle names a whole driver allocation: refused for a pool block it cannot name
 /// (`dispatch::ipc`), rather than a handle that maps something else.
 ///

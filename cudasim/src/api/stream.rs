@@ -413,6 +413,63 @@ pub unsafe extern "C" fn cudaStreamEndCapture(stream: CudaStream, graph: *mut Cu
     })
 }
 
+/// The stream a runtime `_ptsz` form means (`nvcc --default-stream per-thread` compiles the
+/// plain names to them): NULL is the calling thread's per-thread default stream
+/// (`cudaStreamPerThread`), not the legacy one.
+fn per_thread(stream: CudaStream) -> usize {
+    match stream as usize {
+        0 => 2,
+        s => s,
+    }
+}
+
+/// `cudaStreamBeginCapture` with a NULL stream meaning the per-thread default stream.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamBeginCapture_ptsz(stream: CudaStream, mode: c_int) -> c_int {
+    runtime_call(Func::cudaStreamBeginCapture_ptsz, || {
+        begin_capture(per_thread(stream), mode, None)
+    })
+}
+
+/// `cudaStreamBeginCaptureToGraph` with a NULL stream meaning the per-thread default stream.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamBeginCaptureToGraph_ptsz(
+    stream: CudaStream,
+    graph: CudaGraph,
+    _dependencies: *const std::ffi::c_void,
+    _edge_data: *const std::ffi::c_void,
+    _count: usize,
+    mode: c_int,
+) -> c_int {
+    runtime_call(Func::cudaStreamBeginCaptureToGraph_ptsz, || {
+        begin_capture(per_thread(stream), mode, Some(graph as usize))
+    })
+}
+
+/// `cudaStreamEndCapture` with a NULL stream meaning the per-thread default stream.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamEndCapture_ptsz(
+    stream: CudaStream,
+    graph: *mut CudaGraph,
+) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing a cudaGraph_t.
+    runtime_call(Func::cudaStreamEndCapture_ptsz, || unsafe {
+        end_capture(per_thread(stream), graph)
+    })
+}
+
+/// `cudaStreamIsCapturing` with a NULL stream meaning the per-thread default stream.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamIsCapturing_ptsz(
+    stream: CudaStream,
+    status: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller passes NULL or a pointer valid for writing the status enum (an int).
+    runtime_call(Func::cudaStreamIsCapturing_ptsz, || unsafe {
+        is_capturing(per_thread(stream), status)
+    })
+}
+
 /// Destroys a graph of a capture's end (NULL: 1; any other unknown handle: 400), the runtime's
 /// and the driver's alike.
 pub fn destroy_graph(graph: usize) -> CudaResult {
