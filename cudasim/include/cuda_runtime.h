@@ -32,6 +32,7 @@ enum cudaError {
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
     cudaErrorStreamCaptureImplicit = 906,
+    cudaErrorStreamCaptureWrongThread = 908,
     cudaErrorUnknown = 999
 };
 typedef enum cudaError cudaError_t;

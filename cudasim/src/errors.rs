@@ -29,6 +29,7 @@ pub const NOT_SUPPORTED: Code = 801;
 pub const STREAM_CAPTURE_UNSUPPORTED: Code = 900;
 pub const STREAM_CAPTURE_INVALIDATED: Code = 901;
 pub const STREAM_CAPTURE_IMPLICIT: Code = 906;
+pub const STREAM_CAPTURE_WRONG_THREAD: Code = 908;
 pub const UNKNOWN: Code = 999;
 
 /// Every code the simulator knows: (code, name, description).
@@ -115,6 +116,11 @@ const TABLE: &[(Code, &CStr, &CStr)] = &[
         STREAM_CAPTURE_IMPLICIT,
         c"cudaErrorStreamCaptureImplicit",
         c"operation would make the legacy stream depend on a capturing blocking stream",
+    ),
+    (
+        STREAM_CAPTURE_WRONG_THREAD,
+        c"cudaErrorStreamCaptureWrongThread",
+        c"attempt to terminate a thread-local capture sequence from another thread",
     ),
     (UNKNOWN, c"cudaErrorUnknown", c"unknown error"),
 ];
@@ -237,6 +243,11 @@ const CU_TABLE: &[(Code, &CStr, &CStr)] = &[
         STREAM_CAPTURE_IMPLICIT,
         c"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
         c"operation would make the legacy stream depend on a capturing blocking stream",
+    ),
+    (
+        STREAM_CAPTURE_WRONG_THREAD,
+        c"CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+        c"attempt to terminate a thread-local capture sequence from another thread",
     ),
     (UNKNOWN, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
 ];

@@ -7,9 +7,9 @@ use crate::cuda::types::*;
 
 use super::{forward, runtime};
 
-/// Error 401, `cudaErrorIllegalState` and `CUDA_ERROR_ILLEGAL_STATE`: the stream was not
-/// capturing, nothing ended.
-const ERROR_ILLEGAL_STATE: i32 = 401;
+/// Error 901, `cudaErrorStreamCaptureInvalidated` and `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`:
+/// the capture ended, with no graph.
+const ERROR_STREAM_CAPTURE_INVALIDATED: i32 = 901;
 
 /// A begin that answered `r` on `stream`: a capture from now on if it succeeded.
 pub fn after_begin(r: i32, stream: Stream) -> i32 {
@@ -19,10 +19,13 @@ pub fn after_begin(r: i32, stream: Stream) -> i32 {
     r
 }
 
-/// An end that answered `r` on `stream`. Success and an invalidated capture (901) both end it;
-/// a NULL graph pointer or a stream not capturing end nothing.
+/// An end that answered `r` on `stream`. Success and an invalidated capture (901) end it. Any
+/// other refusal is not taken for an end: one from another thread than the capture's, which CUDA
+/// refuses (908) outside relaxed mode, leaves the capture running, and the pool's next fence
+/// would invalidate it. A capture kept noted that did end is dropped when CUDA says so
+/// (`captures::underway` asks before each fence).
 pub fn after_end(r: i32, stream: Stream) -> i32 {
-    if r != ERROR_INVALID_VALUE && r != ERROR_ILLEGAL_STATE {
+    if r == SUCCESS || r == ERROR_STREAM_CAPTURE_INVALIDATED {
         captures::ended(stream);
     }
     r

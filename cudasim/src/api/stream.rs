@@ -6,6 +6,7 @@ use crate::current;
 use crate::errors::{
     CudaResult, ILLEGAL_STATE, INVALID_RESOURCE_HANDLE, INVALID_VALUE, NOT_READY,
     STREAM_CAPTURE_IMPLICIT, STREAM_CAPTURE_INVALIDATED, STREAM_CAPTURE_UNSUPPORTED,
+    STREAM_CAPTURE_WRONG_THREAD,
 };
 use crate::faults::Func;
 use crate::ffi::{runtime_call, Out};
@@ -327,7 +328,9 @@ pub fn begin_capture(stream: usize, mode: c_int, into: Option<usize>) -> CudaRes
 
 /// Ends `stream`'s capture and gives its graph: the program's for a capture into one, else a new
 /// (empty) one; 401 if it is not capturing, 901 and a NULL graph if a call CUDA forbids
-/// invalidated it. The runtime's and the driver's alike.
+/// invalidated it. A capture not begun in relaxed mode must end on the thread that began it, as
+/// CUDA documents: another thread gets 908 (`cudaErrorStreamCaptureWrongThread`) and the
+/// capture goes on. The runtime's and the driver's alike.
 ///
 /// # Safety
 /// `graph` must be NULL or valid for writing a graph handle.
@@ -339,6 +342,9 @@ pub unsafe fn end_capture(stream: usize, graph: *mut CudaGraph) -> CudaResult {
         let Some(capture) = st.streams.get(id).capture else {
             return Err(ILLEGAL_STATE);
         };
+        if capture.mode != CaptureMode::Relaxed && capture.thread != current::thread_key() {
+            return Err(STREAM_CAPTURE_WRONG_THREAD);
+        }
         st.streams.set_capture(id, None);
         if capture.invalidated {
             // The capture ends, with no graph.
