@@ -8,17 +8,23 @@ impl<B: Backend> Pool<B> {
         self.alloc_on(device, size, None)
     }
 
+    /// Whether a trace records the pool's decisions: it turns thread caches off, and makes frees
+    /// carry what a replay in another mode needs. Off again once its file takes no more records.
+    pub(super) fn tracing(&self) -> bool {
+        self.settings.trace.as_ref().is_some_and(|t| t.on())
+    }
+
     /// Whether frees and allocations should name their streams (`StreamKey`): for stream-ordered
     /// reuse (`relaxed`), or for the trace, so that replays in `relaxed` mode can reuse so too.
     pub fn names_streams(&self) -> bool {
-        self.settings.reuse == ReuseMode::Relaxed || self.settings.trace.is_some()
+        self.settings.reuse == ReuseMode::Relaxed || self.tracing()
     }
 
     /// Whether a free in stream order needs to say if its stream is blocking: not in `strict`
     /// mode, where every such free waits for a fence, unless a trace records it (a replay in
     /// another mode reads it).
     pub fn tells_blocking(&self) -> bool {
-        self.settings.reuse != ReuseMode::Strict || self.settings.trace.is_some()
+        self.settings.reuse != ReuseMode::Strict || self.tracing()
     }
 
     /// `alloc` for use on `stream` when there is one: a block freed on that stream (in
@@ -103,7 +109,10 @@ impl<B: Backend> Pool<B> {
         let n = p.next_sample;
         p.next_sample = if n < 1024 { n + 1 } else { (n / 64 + 1) * 64 };
         p.until_sample = p.next_sample - n;
-        if slot.flags.second_thread_arrived() || self.caches_due(slot, p) {
+        if slot.flags.second_thread_arrived()
+            || std::mem::take(&mut p.trace_dropped)
+            || self.caches_due(slot, p)
+        {
             self.update_caches(slot, p);
         }
         // Contention is a rate: the count starts over every 65 536 allocations under the lock, so
@@ -135,7 +144,7 @@ impl<B: Backend> Pool<B> {
                     slot.backend_ns.load(Ordering::Relaxed),
                 ))
             && self.settings.thread_cache > 0
-            && self.settings.trace.is_none()
+            && !self.tracing()
             && p.threshold == u64::MAX;
         slot.flags.enabled.store(on, Ordering::Relaxed);
         if !on {

@@ -15,7 +15,7 @@ impl<B: Backend> Pool<B> {
             return;
         }
         let barriers = self.settings.reuse != ReuseMode::Strict;
-        if !barriers && self.settings.trace.is_none() {
+        if !barriers && !self.tracing() {
             return;
         }
         for d in 0..MAX_DEVICES as u32 {
@@ -30,7 +30,7 @@ impl<B: Backend> Pool<B> {
                 < slot.clock.freed.load(Ordering::Acquire)
                 || slot.flags.any.load(Ordering::Acquire);
             let fence = barriers && unfenced;
-            if !fence && self.settings.trace.is_none() {
+            if !fence && !self.tracing() {
                 continue;
             }
             p.note_nonblocking_stream();

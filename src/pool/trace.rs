@@ -241,6 +241,11 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Record>, String> {
 /// Where full buffers go (a file, in the library).
 pub trait TraceSink: Send + Sync {
     fn write(&self, bytes: &[u8]);
+    /// Whether records still go anywhere: a file that could not be made, or whose write failed,
+    /// takes none, and the pool then stops recording and runs as without a trace.
+    fn on(&self) -> bool {
+        true
+    }
 }
 
 /// A small per-thread number for records (stable for the thread's life, no system call).
@@ -276,7 +281,8 @@ impl TraceBuf {
         }
     }
 
-    pub fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {
+    /// Record one event; `false` once the sink takes no more (`TraceSink::on`).
+    pub fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) -> bool {
         Record {
             t_ns: self.start.elapsed().as_nanos() as u64,
             a,
@@ -289,15 +295,23 @@ impl TraceBuf {
         }
         .encode(&mut self.buf);
         if self.buf.len() >= FLUSH_BYTES {
-            self.flush();
+            return self.flush();
         }
+        self.on()
     }
 
-    pub fn flush(&mut self) {
+    /// Whether the sink still takes records (`TraceSink::on`).
+    pub fn on(&self) -> bool {
+        self.sink.on()
+    }
+
+    /// Hand the buffered records to the sink; `false` once it takes no more.
+    pub fn flush(&mut self) -> bool {
         if !self.buf.is_empty() {
             self.sink.write(&self.buf);
             self.buf.clear();
         }
+        self.on()
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -17,6 +18,8 @@ pub struct TraceFile {
     path: Vec<u8>,
     /// Serializes the devices' chunks; the file once the first chunk opened it.
     state: Mutex<State>,
+    /// `state` is `Off`: read without the lock by the pool (`TraceSink::on`).
+    off: AtomicBool,
 }
 
 enum State {
@@ -33,6 +36,7 @@ impl TraceFile {
         TraceFile {
             path: path.to_vec(),
             state: Mutex::new(State::Unopened),
+            off: AtomicBool::new(false),
         }
     }
 
@@ -95,6 +99,7 @@ impl TraceSink for TraceFile {
                             "cannot write the trace to {}: {e}; tracing is off",
                             self.shown_path()
                         ));
+                        self.off.store(true, Ordering::Relaxed);
                         State::Off
                     }
                 };
@@ -116,8 +121,13 @@ impl TraceSink for TraceFile {
                  records written before)",
                 self.shown_path()
             ));
+            self.off.store(true, Ordering::Relaxed);
             *state = State::Off;
         })
+    }
+
+    fn on(&self) -> bool {
+        !self.off.load(Ordering::Relaxed)
     }
 }
 

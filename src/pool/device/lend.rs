@@ -17,7 +17,11 @@ impl DevicePool {
         extra: usize,
         extras: &mut Extras,
     ) -> Result<(Addr, u32, u64), CudaError> {
-        debug_assert!(self.trace.is_none(), "thread caches are off while tracing");
+        // A trace whose file took no more records is dropped at its next record.
+        debug_assert!(
+            self.trace.as_ref().is_none_or(|t| !t.on()),
+            "thread caches are off while tracing"
+        );
         let r = self.serve(requested, backend, clock, policy, false);
         self.enforce_threshold(backend, clock);
         let (_, idx) = r?;

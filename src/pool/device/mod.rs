@@ -305,6 +305,9 @@ pub struct DevicePool {
     barriered_seen: u64,
     /// The allocation trace, when `GPUPOOL_TRACE` is on.
     trace: Option<TraceBuf>,
+    /// The trace's file took no more records and `trace` went: thread caches, which a trace
+    /// keeps off, are due a new look (`Pool::sample_allocation`).
+    pub trace_dropped: bool,
     /// Cached bytes to keep; above it whole free segments go back to the driver.
     pub threshold: u64,
     /// Whether `threshold` bounds the reserved bytes instead, as CUDA's
@@ -422,6 +425,7 @@ impl DevicePool {
             fenced_seen: 0,
             barriered_seen: 0,
             trace: None,
+            trace_dropped: false,
             threshold,
             threshold_bounds_reserved: false,
             limit: u64::MAX,
@@ -482,14 +486,20 @@ impl DevicePool {
     #[inline]
     fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {
         if let Some(t) = self.trace.as_mut() {
-            t.record(kind, a, b, c, aux);
+            if !t.record(kind, a, b, c, aux) {
+                self.trace = None;
+                self.trace_dropped = true;
+            }
         }
     }
 
     /// Hand buffered trace records to the sink.
     pub fn flush_trace(&mut self) {
         if let Some(t) = self.trace.as_mut() {
-            t.flush();
+            if !t.flush() {
+                self.trace = None;
+                self.trace_dropped = true;
+            }
         }
     }
 

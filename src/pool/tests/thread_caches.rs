@@ -50,6 +50,46 @@ fn thread_caches_are_off_while_tracing() {
     assert_eq!(stats(&p, 0).thread_cache_borrowed, 0);
 }
 
+/// A trace whose file takes no records (it could not be made, or a write failed) stops
+/// costing: the pool records nothing more, and thread caches start as without a trace.
+#[test]
+fn a_trace_that_takes_no_more_records_stops_and_thread_caches_start() {
+    #[derive(Default)]
+    struct Refuses {
+        chunks: std::sync::atomic::AtomicU32,
+    }
+    // A file that failed at its first chunk.
+    impl TraceSink for Refuses {
+        fn write(&self, _: &[u8]) {
+            self.chunks.fetch_add(1, Ordering::Relaxed);
+        }
+        fn on(&self) -> bool {
+            self.chunks.load(Ordering::Relaxed) == 0
+        }
+    }
+    let sink = Arc::new(Refuses::default());
+    let mut settings = pool_with(ReuseMode::Relaxed, DeviceBytes::Unbounded, 1)
+        .settings()
+        .clone();
+    settings.trace = Some(Arc::clone(&sink) as Arc<dyn TraceSink>);
+    let p = Pool::new(model(80 << 30), settings);
+    on_thread(|| p.alloc(0, 4096).unwrap());
+    // Enough requests to fill a chunk (the file's first write) and reach a sampled allocation.
+    for _ in 0..4000 {
+        let a = p.alloc(0, 4096).unwrap();
+        p.free(a, FreeKind::Sync, Some(0));
+    }
+    assert_eq!(
+        sink.chunks.load(Ordering::Relaxed),
+        1,
+        "one chunk, then no more records"
+    );
+    assert!(
+        stats(&p, 0).thread_cache_borrowed > 0,
+        "thread caches started"
+    );
+}
+
 #[test]
 fn in_strict_mode_thread_caches_wait_for_contention() {
     // Two threads that take turns (PyTorch's forward and backward threads do): no caches in
