@@ -44,7 +44,7 @@ impl DevicePool {
             }
             Err(e) => self.record(Kind::AllocFailed, requested, e.0 as u64, 0, 0),
         }
-        self.enforce_threshold(backend, clock);
+        self.enforce_threshold_after_alloc(backend, clock);
         r.map(|(addr, _)| addr)
     }
 

@@ -23,7 +23,7 @@ impl DevicePool {
             "thread caches are off while tracing"
         );
         let r = self.serve(requested, backend, clock, policy, false);
-        self.enforce_threshold(backend, clock);
+        self.enforce_threshold_after_alloc(backend, clock);
         let (_, idx) = r?;
         let b = &mut self.blocks[idx as usize];
         let (addr, size, req) = (b.addr, b.size, b.requested);

@@ -129,9 +129,7 @@ impl DevicePool {
     #[inline]
     pub fn cache_allowance(&self) -> u64 {
         match self.threshold_bounds_reserved {
-            true => self
-                .threshold
-                .saturating_sub(self.stats.reserved.current - self.cached()),
+            true => self.threshold.saturating_sub(self.stats.allocated.current),
             false => self.threshold,
         }
     }
@@ -142,6 +140,17 @@ impl DevicePool {
         let keep = self.cache_allowance();
         if self.cached() > keep {
             self.release_segments(backend, clock, keep, Release::Threshold);
+        }
+    }
+
+    /// `enforce_threshold` after an allocation, for `GPUPOOL_RELEASE_THRESHOLD`'s cached bytes. A
+    /// threshold the program set on CUDA's pool waits for a synchronization, as CUDA's does: its
+    /// allowance shrinks as the bytes in use grow, and enforced here it would give segments back
+    /// (a `cudaFree` that waits for the device) inside the program's allocations.
+    #[inline]
+    pub fn enforce_threshold_after_alloc(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
+        if !self.threshold_bounds_reserved {
+            self.enforce_threshold(backend, clock);
         }
     }
 

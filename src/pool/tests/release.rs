@@ -168,6 +168,29 @@ fn a_program_threshold_bounds_the_reserved_bytes_and_the_users_the_cached_ones()
     p.check().unwrap();
 }
 
+/// A threshold the program set waits for a synchronization, as CUDA's pool does: allocations
+/// that take the bytes in use past it give nothing back in between (each segment given back
+/// is a `cudaFree` that waits for the device, inside the program's allocation).
+#[test]
+fn a_program_threshold_gives_back_at_synchronizations_only() {
+    let p = classic_relaxed();
+    assert!(p.adopt_program_threshold(0, 128 * MIB));
+    let v: Vec<Addr> = (0..4).map(|_| p.alloc(0, 64 * MIB).unwrap()).collect();
+    p.free(v[0], FreeKind::Sync, None);
+    p.free(v[1], FreeKind::Sync, None);
+    let frees = p.backend().counts().frees;
+    let w = p.alloc(0, MIB).unwrap();
+    assert_eq!(
+        p.backend().counts().frees,
+        frees,
+        "a segment went back inside an allocation"
+    );
+    p.sync_point(0);
+    assert!(p.backend().counts().frees > frees);
+    p.free(w, FreeKind::Sync, None);
+    p.check().unwrap();
+}
+
 #[test]
 fn device_reset_forgets_without_freeing() {
     let p = relaxed();
