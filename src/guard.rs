@@ -9,14 +9,13 @@ use std::sync::atomic::AtomicBool;
 use crate::log;
 
 /// What the pool keeps per thread: whether the thread is inside the pool (`Where`), whether its
-/// backend's per-thread state is made (`Inside::backend_ready`), whether the runtime was asked
-/// for the thread's context (`Inside::context_asked`), and the device of its last allocation
-/// from the pool (where its next `cudaFree` looks first). One thread-local, so a hook reaches
-/// all with one access: in a preloaded library each access is a call to `__tls_get_addr`.
+/// backend's per-thread state is made (`Inside::backend_ready`), and the device of its last
+/// allocation from the pool (where its next `cudaFree` looks first). One thread-local, so a
+/// hook reaches all with one access: in a preloaded library each access is a call to
+/// `__tls_get_addr`.
 pub struct Thread {
     place: Cell<Where>,
     backend_ready: Cell<bool>,
-    context_asked: Cell<bool>,
     last_device: Cell<u32>,
 }
 
@@ -40,7 +39,6 @@ thread_local! {
         Thread {
             place: Cell::new(Where::New),
             backend_ready: Cell::new(false),
-            context_asked: Cell::new(false),
             last_device: Cell::new(NO_DEVICE),
         }
     };
@@ -72,13 +70,6 @@ impl Inside {
     /// This thread made the backend's per-thread state.
     pub fn set_backend_ready(&self) {
         self.thread().backend_ready.set(true);
-    }
-
-    /// Whether the runtime was asked to give this thread the context its own calls give it
-    /// (`dispatch::bind_context`); marks it asked.
-    #[inline(always)]
-    pub fn context_asked(&self) -> bool {
-        self.thread().context_asked.replace(true)
     }
 
     #[inline(always)]

@@ -642,14 +642,27 @@ impl Backend for CudaBackend {
                 super::hooked::Hooked::MemGetAddressRange,
             )
         }?;
-        let (mut base, mut size) = (0, 0usize);
-        // SAFETY: both out-pointers are valid for the call; the driver's own function, in the
-        // calling thread's context (the program's free is made in one).
-        match unsafe { range(&mut base, &mut size, addr) } {
-            driver::CU_SUCCESS => Some(base == addr),
-            driver::CU_ERROR_INVALID_VALUE | NOT_FOUND => Some(false),
-            _ => None,
-        }
+        let ask = || {
+            let (mut base, mut size) = (0, 0usize);
+            // SAFETY: both out-pointers are valid for the call; the driver's own function.
+            match unsafe { range(&mut base, &mut size, addr) } {
+                driver::CU_SUCCESS => Some(Some(base == addr)),
+                driver::CU_ERROR_INVALID_VALUE | NOT_FOUND => Some(Some(false)),
+                driver::CU_ERROR_INVALID_CONTEXT => None,
+                _ => Some(None),
+            }
+        };
+        // A thread whose first CUDA call this free is has no context yet: the runtime makes it
+        // one as its own free would (`init_runtime`), and the driver is asked again.
+        ask()
+            .or_else(|| match api() {
+                Ok(Api::Runtime(rt)) => {
+                    let _ = check_internal(|| init_runtime(rt));
+                    ask()
+                }
+                _ => None,
+            })
+            .flatten()
     }
 
     fn memory_info(&self, device: u32) -> Result<(u64, u64), CudaError> {

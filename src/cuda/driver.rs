@@ -24,6 +24,7 @@ pub const CU_SUCCESS: CuResult = 0;
 pub const CU_ERROR_INVALID_VALUE: CuResult = 1;
 pub const CU_ERROR_OUT_OF_MEMORY: CuResult = 2;
 pub const CU_ERROR_NOT_INITIALIZED: CuResult = 3;
+pub const CU_ERROR_INVALID_CONTEXT: CuResult = 201;
 pub const CU_ERROR_INVALID_HANDLE: CuResult = 400;
 pub const CU_ERROR_PEER_ACCESS_ALREADY_ENABLED: CuResult = 704;
 pub const CU_ERROR_UNKNOWN: CuResult = 999;

@@ -254,7 +254,7 @@ unsafe fn malloc_in(
     let served = |addr: u64| {
         // SAFETY: `dev_ptr` is non-NULL and, by the caller's contract, writable.
         unsafe { *dev_ptr = addr as *mut c_void };
-        served_on(&inside, dev, Some(rt));
+        served_on(&inside, dev, Some(pool));
         SUCCESS
     };
     // The hit apart, with its own return: its result needs no merging with the general way's.
@@ -355,7 +355,7 @@ pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
 }
 
 /// `free` on a thread that never allocated from the pool: no device to look in first, and
-/// perhaps no context yet (`answered_for_runtime`).
+/// perhaps no context yet (`bind_context`).
 #[cold]
 #[inline(never)]
 fn free_first(
@@ -365,9 +365,13 @@ fn free_first(
     ptr: *mut c_void,
     pass: impl FnOnce() -> CudaStatus,
 ) -> CudaStatus {
-    let first = current_device(&g.runtime).unwrap_or(guard::NO_DEVICE);
-    let outcome = pool.free(ptr as u64, FreeKind::Sync, Some(first));
-    answered_for_runtime(inside, &g.runtime, outcome);
+    let current = current_device(&g.runtime);
+    let outcome = pool.free(
+        ptr as u64,
+        FreeKind::Sync,
+        current.or(Some(guard::NO_DEVICE)),
+    );
+    bind_context(inside, pool, current, outcome);
     answer_free(outcome, &g.runtime, ptr, "cudaFree", pass)
 }
 
@@ -418,53 +422,43 @@ pub(crate) fn ready_thread_for_backend(pool: &Pool<CudaBackend>, device: u32) {
 /// After an allocation the pool served on `device`: this thread's next free looks there
 /// first, and the thread's first allocation tells the lifecycle (the process's first, which is
 /// some thread's first, arms the exit summary), one test of the thread-local already reached.
-/// `rt` when the program asked through the runtime: its first allocation also gets the thread
-/// the context the runtime's own would have given it (`bind_context`).
+/// `runtime`, the pool, when the program asked through the runtime: its first allocation also
+/// gets the thread the context the runtime's own would have given it (`bind_context`).
 #[inline(always)]
-pub(crate) fn served_on(inside: &guard::Inside, device: u32, rt: Option<&Runtime>) {
+pub(crate) fn served_on(inside: &guard::Inside, device: u32, runtime: Option<&Pool<CudaBackend>>) {
     if inside.replace_last_device(device) == guard::NO_DEVICE {
-        first_served(inside, rt);
+        first_served(inside, device, runtime);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn first_served(inside: &guard::Inside, rt: Option<&Runtime>) {
+fn first_served(inside: &guard::Inside, device: u32, runtime: Option<&Pool<CudaBackend>>) {
     crate::lifecycle::note_allocation();
-    if let Some(rt) = rt {
-        bind_context(inside, rt);
+    if let Some(pool) = runtime {
+        bind_context(inside, pool, Some(device), FreeOutcome::Freed);
     }
 }
 
 /// The runtime makes the current device's primary context the calling thread's at each of its
 /// calls that needs a context, if the thread has none: a thread's first `cudaMalloc` or
 /// `cudaFree` leaves it current, and the driver calls the program makes next
-/// (`cuMemcpyHtoD`, `cuLaunchKernel`) act in it. A call the pool serves makes no runtime call,
-/// and they would fail with CUDA_ERROR_INVALID_CONTEXT. So at this thread's first call the pool
-/// served through the runtime's entry points, the runtime is asked with its own idiom,
-/// `cudaFree(NULL)`: after the pool's work, outside its locks (a thread's first runtime call
-/// may take the dynamic linker's lock). Once per thread; a failure leaves no error behind.
+/// (`cuMemcpyHtoD`, `cuLaunchKernel`) act in it. A call the pool answered (`outcome`, a free's;
+/// an allocation's is `Freed`) made no runtime call, and they would fail with
+/// CUDA_ERROR_INVALID_CONTEXT. So the thread's backend state is made now if it was not
+/// (`ready_for_backend`: the runtime's own idiom, `cudaFree(NULL)`, about `device`), after the
+/// pool's work, outside its locks. A free the pool passed to the runtime is a runtime call, which
+/// binds the context itself.
 #[inline(always)]
-pub(crate) fn bind_context(inside: &guard::Inside, rt: &Runtime) {
-    if !inside.context_asked() {
-        ask_runtime_for_context(rt);
+fn bind_context(
+    inside: &guard::Inside,
+    pool: &Pool<CudaBackend>,
+    device: Option<u32>,
+    outcome: FreeOutcome,
+) {
+    if let (Some(device), false) = (device, outcome == FreeOutcome::NotOurs) {
+        ready_for_backend(inside, pool, device);
     }
-}
-
-/// `bind_context` after a free the pool answered itself (`outcome`): one it passes to the
-/// runtime is a runtime call, which binds the context on its own.
-#[inline(always)]
-fn answered_for_runtime(inside: &guard::Inside, rt: &Runtime, outcome: FreeOutcome) {
-    if outcome != FreeOutcome::NotOurs {
-        bind_context(inside, rt);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn ask_runtime_for_context(rt: &Runtime) {
-    // SAFETY: NULL, which the runtime's `cudaFree` takes as "nothing to free".
-    last_error::own_call(rt, || unsafe { (rt.free)(std::ptr::null_mut()) });
 }
 
 /// The status of a query the pool made for itself on a hot path (the current device, a
@@ -531,7 +525,7 @@ pub fn malloc_hit_on(
         Some(stream).filter(|&k| k != NO_STREAM),
         origin,
     )?;
-    served_on(&inside, device, Some(&g.runtime));
+    served_on(&inside, device, Some(pool));
     Some(addr as *mut c_void)
 }
 
@@ -589,7 +583,8 @@ pub unsafe fn free_on(
             stream: stream_key,
         }
     };
-    let outcome = pool.free(ptr as u64, kind, device.or_else(|| current_device(rt)));
-    answered_for_runtime(&inside, rt, outcome);
+    let device = device.or_else(|| current_device(rt));
+    let outcome = pool.free(ptr as u64, kind, device);
+    bind_context(&inside, pool, device, outcome);
     answer_free(outcome, rt, ptr, "cudaFreeAsync", pass)
 }
