@@ -129,7 +129,9 @@ typedef struct gpupool_stats {
      */
     uint64_t pending_bytes;
     /**
-     * The largest block that could be handed out now without asking the driver.
+     * The largest request the cache serves now without asking the driver (a small-pool block
+     * serves 1 MiB at most; in an expandable segment only the mapped start of a free block
+     * counts).
      */
     uint64_t largest_free_block;
     /**

@@ -36,7 +36,9 @@ pub struct gpupool_stats {
     pub cached_bytes: u64,
     /// Of `cached_bytes`, those still waiting for GPU work issued before their free.
     pub pending_bytes: u64,
-    /// The largest block that could be handed out now without asking the driver.
+    /// The largest request the cache serves now without asking the driver (a small-pool block
+    /// serves 1 MiB at most; in an expandable segment only the mapped start of a free block
+    /// counts).
     pub largest_free_block: u64,
     /// Live allocations, and driver segments held.
     pub active_allocations: u64,

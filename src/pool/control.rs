@@ -20,8 +20,8 @@ impl<B: Backend> Pool<B> {
     /// which bounds the reserved bytes (`DevicePool::cache_allowance`).
     pub(super) fn threshold_from_program(&self, device: u32) -> bool {
         let own = self.device_threshold[device as usize].load(Ordering::SeqCst);
-        let bit = (self.program_threshold.load(Ordering::SeqCst) >> device) & 1;
-        decode_threshold(own).is_some() && bit == 1
+        let program = self.program_threshold.load(Ordering::SeqCst);
+        decode_threshold(own).is_some() && device_bit(device).is_some_and(|bit| program & bit != 0)
     }
 
     /// A slot just published: a threshold set at run time while it was being made applies.
@@ -80,8 +80,7 @@ impl<B: Backend> Pool<B> {
             return 0;
         };
         let mut p = Self::lock(slot);
-        slot.caches.sweep_orphans(&mut p, &slot.clock);
-        slot.caches.reclaim(&mut p, &slot.clock);
+        Self::take_back_cached_blocks(slot, &mut p);
         p.trim_to(&self.timed(slot), &slot.clock, keep)
     }
 
@@ -89,7 +88,7 @@ impl<B: Backend> Pool<B> {
     pub fn reset_peaks(&self, device: u32) {
         if let Some(slot) = self.existing(device) {
             let mut p = Self::lock(slot);
-            Self::settle_for_peaks(slot, &mut p);
+            Self::take_back_cached_blocks(slot, &mut p);
             let s = &mut p.stats;
             for g in [
                 &mut s.requested,
@@ -108,7 +107,7 @@ impl<B: Backend> Pool<B> {
     pub fn reset_peak(&self, device: u32, reserved: bool) {
         if let Some(slot) = self.existing(device) {
             let mut p = Self::lock(slot);
-            Self::settle_for_peaks(slot, &mut p);
+            Self::take_back_cached_blocks(slot, &mut p);
             match reserved {
                 true => p.stats.reserved.reset_peak(),
                 false => p.stats.allocated.reset_peak(),
@@ -116,11 +115,11 @@ impl<B: Backend> Pool<B> {
         }
     }
 
-    /// Before a peak restarts from the current value: the free blocks thread caches hold come
-    /// back. The device counts them as allocated, so a peak restarted with them out would read
-    /// above the allocated bytes reported right after (which leave them out) until the program
-    /// allocated that much again.
-    fn settle_for_peaks(slot: &DeviceSlot, p: &mut DevicePool) {
+    /// The free blocks thread caches hold, exited threads' too, back in the device: before a
+    /// trim, a figure of what could be given back, or a peak restarted from the current value
+    /// (the device counts them as allocated, so a peak restarted with them out would read above
+    /// the allocated bytes reported right after, which leave them out).
+    pub(super) fn take_back_cached_blocks(slot: &DeviceSlot, p: &mut DevicePool) {
         slot.caches.sweep_orphans(p, &slot.clock);
         slot.caches.reclaim(p, &slot.clock);
     }

@@ -78,8 +78,7 @@ impl<B: Backend> Pool<B> {
         let (reserved, releasable, limit) = match self.existing(device) {
             Some(slot) => {
                 let mut p = Self::lock(slot);
-                slot.caches.sweep_orphans(&mut p, &slot.clock);
-                slot.caches.reclaim(&mut p, &slot.clock);
+                Self::take_back_cached_blocks(slot, &mut p);
                 (p.stats.reserved.current, p.releasable(), p.limit)
             }
             None => (0, 0, usable_limit(self.settings.limit.resolve(total))),
@@ -94,8 +93,7 @@ impl<B: Backend> Pool<B> {
     pub fn releasable(&self, device: u32) -> u64 {
         self.existing(device).map_or(0, |slot| {
             let mut p = Self::lock(slot);
-            slot.caches.sweep_orphans(&mut p, &slot.clock);
-            slot.caches.reclaim(&mut p, &slot.clock);
+            Self::take_back_cached_blocks(slot, &mut p);
             p.releasable()
         })
     }

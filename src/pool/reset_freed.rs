@@ -6,6 +6,7 @@
 //! there (`Pool::free`).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -19,6 +20,9 @@ const MOST: usize = 1 << 16;
 pub struct ResetFreed {
     /// Start to end of each range, none overlapping.
     ranges: Mutex<BTreeMap<Addr, Addr>>,
+    /// `ranges` holds one: read without the lock, so that a process that never reset pays a
+    /// load on each free the pool passes on.
+    any: AtomicBool,
 }
 
 impl ResetFreed {
@@ -42,10 +46,14 @@ impl ResetFreed {
                 kept.insert(addr, end);
             }
         }
+        self.any.store(!kept.is_empty(), Ordering::Release);
     }
 
     /// Whether a reset took back the memory at `addr`.
     pub fn contains(&self, addr: Addr) -> bool {
+        if !self.any.load(Ordering::Acquire) {
+            return false;
+        }
         let kept = self.ranges.lock();
         kept.range(..=addr)
             .next_back()

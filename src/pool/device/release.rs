@@ -239,7 +239,6 @@ impl DevicePool {
         Ok(())
     }
 
-    /// `cudaDeviceReset` freed everything: forget it all (the driver already took it back).
     /// Where each segment lies: address and size.
     pub fn segment_spans(&self) -> Vec<(Addr, u64)> {
         self.segments
@@ -249,6 +248,7 @@ impl DevicePool {
             .collect()
     }
 
+    /// `cudaDeviceReset` freed everything: forget it all (the driver already took it back).
     pub fn forget_all(&mut self) {
         self.record(Kind::Reset, 0, 0, 0, 0);
         // Blocks still lent once the caches are settled are on their way back from a thread's
