@@ -110,10 +110,9 @@ pub(crate) unsafe fn answer_read(
         unsafe { value.cast::<u64>().write_unaligned(pool.threshold(dev)) };
         return;
     }
-    let Some(snap) = pool.device_stats(dev) else {
+    let Some(s) = pool.device_counters(dev) else {
         return;
     };
-    let s = &snap.stats;
     let ours = match attr {
         RESERVED_CURRENT => s.reserved.current,
         RESERVED_HIGH => s.reserved.peak,

@@ -143,8 +143,16 @@ impl<B: Backend> Pool<B> {
 
     /// `device_stats`; with `LockWait::Brief`, `None` also when the lock stays busy.
     pub fn device_stats_with(&self, device: u32, patience: LockWait) -> Option<DeviceSnapshot> {
-        self.read_device(device, patience, false)
+        self.read_device(device, patience, Detail::Figures)
             .map(|(snap, _)| snap)
+    }
+
+    /// The counters of `device`, the thread caches' merged in, without the walk over its
+    /// segments that the figures of `device_stats` take: for what is read often (CUDA's memory
+    /// pool attributes, which PyTorch reads at each `memory_allocated()`).
+    pub fn device_counters(&self, device: u32) -> Option<DeviceStats> {
+        self.read_device(device, LockWait::Unbounded, Detail::Counters)
+            .map(|(snap, _)| snap.stats)
     }
 
     /// `device_stats_with` and `live_blocks` at one moment, for a report: under one hold of
@@ -155,7 +163,7 @@ impl<B: Backend> Pool<B> {
         device: u32,
         patience: LockWait,
     ) -> Option<(DeviceSnapshot, Vec<LiveBlock>)> {
-        self.read_device(device, patience, true)
+        self.read_device(device, patience, Detail::Live)
     }
 
     /// The device's snapshot and, if `live`, its live blocks (sorted by address).
@@ -163,8 +171,9 @@ impl<B: Backend> Pool<B> {
         &self,
         device: u32,
         patience: LockWait,
-        live: bool,
+        detail: Detail,
     ) -> Option<(DeviceSnapshot, Vec<LiveBlock>)> {
+        let live = detail == Detail::Live;
         let slot = self.existing(device)?;
         let p = Self::lock_for_report(slot, patience)?;
         let mut stats = p.stats.clone();
@@ -194,7 +203,10 @@ impl<B: Backend> Pool<B> {
         }
         held.sort_unstable();
         blocks.sort_unstable_by_key(|b| b.addr);
-        let figures = p.cache_figures(&held, &self.settings.policy);
+        let figures = match detail {
+            Detail::Counters => CacheFigures::default(),
+            Detail::Figures | Detail::Live => p.cache_figures(&held, &self.settings.policy),
+        };
         largest_free = largest_free.max(figures.largest_free);
         let snap = DeviceSnapshot {
             device,
@@ -298,4 +310,15 @@ impl<B: Backend> Pool<B> {
         }
         Ok(())
     }
+}
+
+/// What `read_device` reads beside the counters.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// Nothing more: the figures stay empty.
+    Counters,
+    /// Where the memory lies (`CacheFigures`), a walk over the segments.
+    Figures,
+    /// The figures and the live blocks.
+    Live,
 }
