@@ -461,6 +461,14 @@ fn bind_context(
     }
 }
 
+/// `bind_context` after a stream-ordered free the pool answered, on a thread that never
+/// allocated from it, about its current device.
+#[cold]
+#[inline(never)]
+fn bind_after_first_free(inside: &guard::Inside, pool: &Pool<CudaBackend>, rt: &Runtime) {
+    bind_context(inside, pool, current_device(rt), FreeOutcome::Freed);
+}
+
 /// The status of a query the pool made for itself on a hot path (the current device, a
 /// stream's name): on failure the error must not stay behind in the program's
 /// `cudaGetLastError` (the pool carries on without the answer, on the safe side). It is
@@ -583,8 +591,11 @@ pub unsafe fn free_on(
             stream: stream_key,
         }
     };
-    let device = device.or_else(|| current_device(rt));
-    let outcome = pool.free(ptr as u64, kind, device);
-    bind_context(&inside, pool, device, outcome);
+    let outcome = pool.free(ptr as u64, kind, device.or_else(|| current_device(rt)));
+    // A thread that allocated has its context (`first_served`): only one that never did may
+    // lack it, a test of what the guard holds.
+    if inside.last_device() == guard::NO_DEVICE && outcome != FreeOutcome::NotOurs {
+        bind_after_first_free(&inside, pool, rt);
+    }
     answer_free(outcome, rt, ptr, "cudaFreeAsync", pass)
 }

@@ -10,6 +10,7 @@ impl<B: Backend> Pool<B> {
 
     /// Whether a trace records the pool's decisions: it turns thread caches off, and makes frees
     /// carry what a replay in another mode needs. Off again once its file takes no more records.
+    #[inline(always)]
     pub(super) fn tracing(&self) -> bool {
         self.settings.trace.as_ref().is_some_and(|t| t.on())
     }

@@ -482,13 +482,13 @@ impl DevicePool {
         self.record(Kind::NonBlockingStream, 0, 0, 0, 0);
     }
 
-    /// One trace record, when tracing.
-    #[inline]
+    /// One trace record, when tracing. Inline, with the drop of a trace that stopped out of
+    /// line: the hit path records each allocation and free, and pays a test for it.
+    #[inline(always)]
     fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {
         if let Some(t) = self.trace.as_mut() {
             if !t.record(kind, a, b, c, aux) {
-                self.trace = None;
-                self.trace_dropped = true;
+                self.drop_trace();
             }
         }
     }
@@ -497,10 +497,18 @@ impl DevicePool {
     pub fn flush_trace(&mut self) {
         if let Some(t) = self.trace.as_mut() {
             if !t.flush() {
-                self.trace = None;
-                self.trace_dropped = true;
+                self.drop_trace();
             }
         }
+    }
+
+    /// The trace's file takes no more records: the device records nothing more, and thread
+    /// caches are due a new look (`trace_dropped`).
+    #[cold]
+    #[inline(never)]
+    fn drop_trace(&mut self) {
+        self.trace = None;
+        self.trace_dropped = true;
     }
 
     /// Cached bytes: reserved from the driver but not handed out (free or pending).
