@@ -42,14 +42,16 @@ impl Gauge {
     #[inline(always)]
     pub fn add(&mut self, n: u64) {
         self.current += n;
-        self.total_in += n;
+        // Saturating: the requests of a replayed trace may add up past `u64::MAX` (no live
+        // run's do); `current` cannot, being at most what the driver gave.
+        self.total_in = self.total_in.saturating_add(n);
         if self.current > self.peak {
             self.peak = self.current;
         }
     }
     pub fn sub(&mut self, n: u64) {
         self.current -= n;
-        self.total_out += n;
+        self.total_out = self.total_out.saturating_add(n);
     }
     /// Held by a thread cache: counted now, but not as the program's own traffic (the thread
     /// cache counts that).

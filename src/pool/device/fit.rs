@@ -88,7 +88,8 @@ impl DevicePool {
         clock: &ReuseClock,
         policy: &Policy,
     ) -> Result<Option<u32>, CudaError> {
-        if class == Class::Small || self.blocks[idx as usize].size <= 2 * rounded {
+        // Saturating: a replayed trace may ask for more than half of `u64::MAX`.
+        if class == Class::Small || self.blocks[idx as usize].size <= rounded.saturating_mul(2) {
             return Ok(Some(idx));
         }
         // A failed barrier or fence leaves the waiting blocks waiting; `idx` still fits.
