@@ -338,6 +338,31 @@ fn a_capture_cuda_lets_run_survives_the_pools_fences_and_barriers() {
 }
 
 #[test]
+fn a_capture_begun_while_the_pool_fences_waits_for_the_fence_and_survives() {
+    // Another thread's request makes the pool fence (strict) or issue a barrier; the simulator
+    // holds that synchronization 400 ms before it looks at the captures, and the program begins
+    // a global capture of a blocking stream 100 ms into it. The pool looked before the begin,
+    // so its synchronization invalidated the capture (901 at its end). Now a begin waits for the
+    // pool's fence or barrier to end.
+    let exe = c_program("capture_race");
+    let env = [
+        ("CUDASIM_MEM", "128MiB"),
+        ("CUDASIM_CONTEXT_BYTES", "0"),
+        ("CUDASIM_SYNC_DELAY_MS", "400"),
+    ];
+    let (without, _) = ok(&mut unpooled(&exe, &["100", "100"], &env));
+    for expected in ["malloc=0\n", "begin=0\n", "end=0\n"] {
+        assert!(without.contains(expected), "{without}");
+    }
+    for mode in ["strict", "barrier"] {
+        let mut all = env.to_vec();
+        all.push(("GPUPOOL_REUSE", mode));
+        let (with, _) = ok(&mut pooled(&exe, &["100", "100"], &all));
+        assert_eq!(with, without, "{mode}");
+    }
+}
+
+#[test]
 fn a_child_that_inherits_the_pools_setting_says_it_was_the_pools() {
     // A wrapper between the preload and PyTorch: the shell sets the variable, its child reads
     // it (as torchrun's workers do).

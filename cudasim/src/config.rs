@@ -28,6 +28,9 @@ pub struct Config {
     /// `CUDASIM_LINK_DELAY_MS`: how long the runtime takes to link the driver at its first call
     /// that needs it, milliseconds (for tests that fork meanwhile).
     pub link_delay_ms: u64,
+    /// `CUDASIM_SYNC_DELAY_MS`: how long a device synchronization waits before it looks at the
+    /// device's captures, milliseconds (for tests of what begins meanwhile).
+    pub sync_delay_ms: u64,
     /// `CUDASIM_VMM_RDMA=0`: the devices do not support GPUDirect RDMA on virtual memory
     /// (`CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED` is 0, and `cuMemCreate`
     /// refuses the flag).
@@ -82,6 +85,7 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         no_driver: value("CUDASIM_NO_DRIVER", "0", flag)? == 1,
         vmm_rdma: value("CUDASIM_VMM_RDMA", "1", flag)? == 1,
         link_delay_ms: value("CUDASIM_LINK_DELAY_MS", "0", |s| s.parse().ok())?,
+        sync_delay_ms: value("CUDASIM_SYNC_DELAY_MS", "0", |s| s.parse().ok())?,
     })
 }
 

@@ -257,17 +257,15 @@ fn relaxed_capture(rt: &Runtime, call: impl FnOnce() -> i32) -> i32 {
 }
 
 /// An error while the program captures a stream into a graph: CUDA would refuse the fence or
-/// barrier and invalidate the capture (`captures`). The capture is asked of the API the pool's
-/// calls go to: a process without a runtime (XLA, the static runtime) asks the driver.
-fn refuse_during_capture() -> Result<(), CudaError> {
+/// barrier and invalidate the capture (`captures`). Otherwise what keeps captures from beginning
+/// until the fence or barrier ends. The capture is asked of the API the pool's calls go to: a
+/// process without a runtime (XLA, the static runtime) asks the driver.
+fn refuse_during_capture() -> Result<captures::Quiet, CudaError> {
     let is_capturing = match api()? {
         Api::Runtime(rt) => rt.stream_is_capturing,
         Api::Driver(d) => d.stream_is_capturing,
     };
-    if captures::underway(is_capturing) {
-        return Err(CudaError::STREAM_CAPTURE_UNSUPPORTED);
-    }
-    Ok(())
+    captures::quiet(is_capturing).ok_or(CudaError::STREAM_CAPTURE_UNSUPPORTED)
 }
 
 /// `cudaFree(NULL)`, the way CUDA programs initialise the runtime: it frees nothing, and makes
@@ -457,7 +455,7 @@ impl Backend for CudaBackend {
     }
 
     fn fence(&self, device: u32) -> Result<(), CudaError> {
-        refuse_during_capture()?;
+        let _quiet = refuse_during_capture()?;
         let api = api()?;
         synchronize(&api, device)?;
         // Kernels of the devices that reach this one's memory may still use its blocks.
@@ -468,7 +466,7 @@ impl Backend for CudaBackend {
     }
 
     fn barrier(&self, device: u32) -> Result<(), CudaError> {
-        refuse_during_capture()?;
+        let _quiet = refuse_during_capture()?;
         let api = api()?;
         let mut ordered = Err(CudaError::UNKNOWN);
         // The legacy stream and the event are the current device's: `device` is made current

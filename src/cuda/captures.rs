@@ -8,9 +8,14 @@
 //! One registry serves both APIs, keyed by stream: a capture begun through the runtime may end
 //! through the driver, and a runtime that reaches the driver through the pool's hooks shows the
 //! same capture to both. Noting a stream twice keeps one entry; one end removes it.
+//!
+//! A gate orders the two: a fence or barrier holds it shared from its look at the registry to
+//! its end (`quiet`), a begin holds it alone from its call to its note (`begin`). Without it a
+//! capture another thread began between the look and the synchronization was invalidated.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use super::types::{Stream, STREAM_PER_THREAD};
 
@@ -51,8 +56,62 @@ fn streams() -> std::sync::MutexGuard<'static, Vec<Entry>> {
     STREAMS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Held shared by the pool's fences and barriers, alone by the program's capture begins.
+static GATE: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    // Whether this thread is in a begin that holds the gate: the runtime's begin reaches the
+    // driver's through the pool's hooks, which must not wait for the gate a second time.
+    static BEGINNING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Clears `BEGINNING` when the begin returns, or unwinds to the panic boundary.
+struct Beginning;
+
+impl Drop for Beginning {
+    fn drop(&mut self) {
+        BEGINNING.set(false);
+    }
+}
+
+/// A capture's begin on `stream` (`call`, which answers as CUDA does, 0 for success): made
+/// while no fence or barrier of the pool runs, and noted if it succeeded.
+pub fn begin(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
+    if BEGINNING.get() {
+        return noted(stream, call());
+    }
+    let _alone = GATE.write().unwrap_or_else(|e| e.into_inner());
+    BEGINNING.set(true);
+    let _beginning = Beginning;
+    noted(stream, call())
+}
+
+fn noted(stream: Stream, r: i32) -> i32 {
+    if r == 0 {
+        began(stream);
+    }
+    r
+}
+
+/// No capture underway, and none can begin while it is held: what a fence or a barrier of the
+/// pool holds for its whole length.
+pub struct Quiet {
+    _shared: Option<RwLockReadGuard<'static, ()>>,
+}
+
+/// `Quiet`, or `None` while a capture is underway (`underway`).
+pub fn quiet(is_capturing: Option<IsCapturingFn>) -> Option<Quiet> {
+    // A begin's own thread holds the gate already (the pool takes no fence there).
+    let shared = if BEGINNING.get() {
+        None
+    } else {
+        Some(GATE.read().unwrap_or_else(|e| e.into_inner()))
+    };
+    (!underway(is_capturing)).then_some(Quiet { _shared: shared })
+}
+
 /// `stream` began a capture (noted once, whichever layers saw it).
-pub fn began(stream: Stream) {
+fn began(stream: Stream) {
     let entry = Entry::of(stream);
     let mut s = streams();
     if !s.contains(&entry) {
@@ -79,7 +138,7 @@ const CONTEXT_IS_DESTROYED: i32 = 709;
 /// is said not to be capturing, or to be gone (destroyed while capturing, or with its context).
 /// Any other error (this thread has no context) says nothing of the capture, which stays.
 /// Without a query, every noted capture counts as underway.
-pub fn underway(is_capturing: Option<IsCapturingFn>) -> bool {
+fn underway(is_capturing: Option<IsCapturingFn>) -> bool {
     if COUNT.load(Ordering::Acquire) == 0 {
         return false;
     }

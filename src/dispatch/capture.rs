@@ -11,12 +11,10 @@ use super::{forward, runtime};
 /// the capture ended, with no graph.
 const ERROR_STREAM_CAPTURE_INVALIDATED: i32 = 901;
 
-/// A begin that answered `r` on `stream`: a capture from now on if it succeeded.
-pub fn after_begin(r: i32, stream: Stream) -> i32 {
-    if r == SUCCESS {
-        captures::began(stream);
-    }
-    r
+/// A begin on `stream` (`call`, its answer): made while no fence or barrier of the pool runs,
+/// and a capture from then on if it succeeded (`captures::begin`).
+pub fn begin(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
+    captures::begin(stream, call)
 }
 
 /// An end that answered `r` on `stream`. Success and an invalidated capture (901) end it. Any
@@ -38,11 +36,12 @@ pub unsafe fn stream_begin_capture(stream: Stream, mode: i32) -> CudaStatus {
         Ok(g) => g,
         Err(e) => return e,
     };
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = forward(g.runtime.stream_begin_capture, |f| unsafe {
-        f(stream, mode)
-    });
-    after_begin(r, stream)
+    begin(stream, || {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        forward(g.runtime.stream_begin_capture, |f| unsafe {
+            f(stream, mode)
+        })
+    })
 }
 
 /// # Safety
@@ -59,11 +58,12 @@ pub unsafe fn stream_begin_capture_to_graph(
         Ok(g) => g,
         Err(e) => return e,
     };
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = forward(g.runtime.stream_begin_capture_to_graph, |f| unsafe {
-        f(stream, graph, dependencies, edge_data, count, mode)
-    });
-    after_begin(r, stream)
+    begin(stream, || {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        forward(g.runtime.stream_begin_capture_to_graph, |f| unsafe {
+            f(stream, graph, dependencies, edge_data, count, mode)
+        })
+    })
 }
 
 /// # Safety

@@ -11,7 +11,7 @@ use std::ffi::{c_int, c_void};
 use crate::cuda::driver::*;
 use crate::cuda::hooked::{real_fn, Hooked};
 use crate::cuda::types::{Graph, Stream};
-use crate::dispatch::capture::{after_begin, after_end};
+use crate::dispatch::capture::{after_end, begin};
 use crate::guard::boundary;
 
 use super::per_thread;
@@ -32,8 +32,7 @@ type EndFn = unsafe extern "C" fn(Stream, *mut Graph) -> CuResult;
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture(stream: Stream) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
-        let r = real!(StreamBeginCapture, BeginFn, |f| f(stream));
-        after_begin(r, stream)
+        begin(stream, || real!(StreamBeginCapture, BeginFn, |f| f(stream)))
     })
 }
 
@@ -42,8 +41,9 @@ pub unsafe extern "C" fn cuStreamBeginCapture(stream: Stream) -> CuResult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture_ptsz(stream: Stream) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
-        let r = real!(StreamBeginCapturePtsz, BeginFn, |f| f(stream));
-        after_begin(r, per_thread(stream))
+        begin(per_thread(stream), || {
+            real!(StreamBeginCapturePtsz, BeginFn, |f| f(stream))
+        })
     })
 }
 
@@ -52,8 +52,9 @@ pub unsafe extern "C" fn cuStreamBeginCapture_ptsz(stream: Stream) -> CuResult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: Stream, mode: c_int) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
-        let r = real!(StreamBeginCaptureV2, BeginV2Fn, |f| f(stream, mode));
-        after_begin(r, stream)
+        begin(stream, || {
+            real!(StreamBeginCaptureV2, BeginV2Fn, |f| f(stream, mode))
+        })
     })
 }
 
@@ -62,8 +63,9 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: Stream, mode: c_int) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(stream: Stream, mode: c_int) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
-        let r = real!(StreamBeginCaptureV2Ptsz, BeginV2Fn, |f| f(stream, mode));
-        after_begin(r, per_thread(stream))
+        begin(per_thread(stream), || {
+            real!(StreamBeginCaptureV2Ptsz, BeginV2Fn, |f| f(stream, mode))
+        })
     })
 }
 
@@ -108,12 +110,11 @@ type ToGraphArgs = (Stream, Graph, *const c_void, *const c_void, usize, c_int);
 fn begin_to_graph(h: Hooked, stream: Stream, (s, g, d, e, n, m): ToGraphArgs) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         // SAFETY: `BeginToGraphFn` is the C signature of both forms.
-        let r = match unsafe { real_fn::<BeginToGraphFn>(h) } {
+        begin(stream, || match unsafe { real_fn::<BeginToGraphFn>(h) } {
             // SAFETY: the driver's own function, called with the hook's arguments unchanged.
             Some(f) => unsafe { f(s, g, d, e, n, m) },
             None => CU_ERROR_NOT_INITIALIZED,
-        };
-        after_begin(r, stream)
+        })
     })
 }
 

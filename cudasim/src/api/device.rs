@@ -51,6 +51,10 @@ pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> c_int {
 /// streams, nor the primary's for a created one's. Refused (900) while one of the device's
 /// streams is being captured, which invalidates the capture.
 pub fn synchronize_device() -> CudaResult {
+    let delay = config::get()?.sync_delay_ms;
+    if delay > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+    }
     let d = current::get();
     let context = context::created_current();
     let deadline = with_state(|st| {
