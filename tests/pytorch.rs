@@ -360,6 +360,14 @@ fn a_capture_begun_while_the_pool_fences_waits_for_the_fence_and_survives() {
         let (with, _) = ok(&mut pooled(&exe, &["100", "100"], &all));
         assert_eq!(with, without, "{mode}");
     }
+    // A child forked while the parent fences has no pool: its begin does not wait for a fence
+    // of a thread the child does not have.
+    let mut all = env.to_vec();
+    all.push(("GPUPOOL_REUSE", "strict"));
+    let (with, _) = ok(&mut pooled(&exe, &["100", "100", "fork"], &all));
+    let (without, _) = ok(&mut unpooled(&exe, &["100", "100", "fork"], &env));
+    assert!(without.contains("child_begin="), "{without}");
+    assert_eq!(with, without);
 }
 
 #[test]

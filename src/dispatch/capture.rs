@@ -12,8 +12,12 @@ use super::{forward, runtime};
 const ERROR_STREAM_CAPTURE_INVALIDATED: i32 = 901;
 
 /// A begin on `stream` (`call`, its answer): made while no fence or barrier of the pool runs,
-/// and a capture from then on if it succeeded (`captures::begin`).
+/// and a capture from then on if it succeeded (`captures::begin`). A forked child has no pool
+/// to fence, and the gate may have been held by a thread of the parent at the fork.
 pub fn begin(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
+    if crate::global::is_forked_child() {
+        return call();
+    }
     captures::begin(stream, call)
 }
 
@@ -23,7 +27,8 @@ pub fn begin(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
 /// would invalidate it. A capture kept noted that did end is dropped when CUDA says so
 /// (`captures::underway` asks before each fence).
 pub fn after_end(r: i32, stream: Stream) -> i32 {
-    if r == SUCCESS || r == ERROR_STREAM_CAPTURE_INVALIDATED {
+    let ended = r == SUCCESS || r == ERROR_STREAM_CAPTURE_INVALIDATED;
+    if ended && !crate::global::is_forked_child() {
         captures::ended(stream);
     }
     r

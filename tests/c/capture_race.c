@@ -5,11 +5,15 @@
  * device: the pool fences. The simulator's CUDASIM_SYNC_DELAY_MS holds that synchronization
  * before it looks at the captures. Meanwhile, WAIT_MS after the request began, the main thread
  * begins a capture in global mode on a blocking stream; it ends it once the request is served.
- * Usage: capture_race MIB WAIT_MS. Prints "malloc=CODE", "begin=CODE", "end=CODE" and
+ * With "fork", the main thread forks first, and the child begins a capture: a forked child has
+ * no pool, and the parent's fence in progress must not hold it ("child_begin=CODE").
+ * Usage: capture_race MIB WAIT_MS [fork]. Prints "malloc=CODE", "begin=CODE", "end=CODE" and
  * "capture_race ok". */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <pthread.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -40,7 +44,8 @@ static void *allocate(void *arg)
 
 int main(int argc, char **argv)
 {
-    CHECK(argc == 3, "usage: capture_race MIB WAIT_MS");
+    CHECK(argc == 3 || (argc == 4 && strcmp(argv[3], "fork") == 0),
+          "usage: capture_race MIB WAIT_MS [fork]");
     request = (size_t)atoi(argv[1]) << 20;
     long wait_ms = atol(argv[2]);
     cudaStream_t s;
@@ -54,6 +59,18 @@ int main(int argc, char **argv)
     pthread_mutex_unlock(&lock);
     struct timespec pause = {wait_ms / 1000, (wait_ms % 1000) * 1000000L};
     nanosleep(&pause, NULL);
+    if (argc == 4) {
+        fflush(stdout);
+        pid_t child = fork();
+        CHECK(child >= 0, "fork");
+        if (child == 0) {
+            printf("child_begin=%d\n", (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+            fflush(stdout);
+            _exit(0);
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status), "the child");
+    }
     int begin = (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
     CHECK(pthread_join(t, NULL) == 0, "pthread_join");
     int end = begin == 0 ? (int)cudaStreamEndCapture(s, &graph) : -1;
