@@ -1,22 +1,25 @@
 //! libgpupool: a GPU memory caching pool for CUDA programs.
 //!
-//! Module map (dependencies point down; `tests/layering.rs` keeps them so; the whole map with
-//! one line per file is docs/architecture.md):
-//! - `hooks`: the exported CUDA runtime symbols (the panic boundary, then `dispatch`).
+//! Module map, callers above what they call (the whole map with one line per file is
+//! docs/architecture.md; `tests/layering.rs` keeps the files free of dependency cycles and the
+//! pool free of CUDA):
+//! - `interpose`: the exported `dlsym` and `dlclose`.
+//! - `hooks`: the exported CUDA runtime and driver symbols (the panic boundary, then `dispatch`).
 //! - `api`: the `gpupool_*` C API (`include/gpupool.h`) and the PyTorch allocator entry points.
-//! - `lifecycle`: load, first allocation, exit; the live-dump thread.
-//! - `dispatch`: the one path from every entry point to the pool or the runtime.
 //! - `mempool`: `cudaMallocAsync` and the default memory pool's calls, answered from the pool.
+//! - `dispatch`: the one path from every entry point to the pool or CUDA.
+//! - `lifecycle`: load, first allocation, exit; the live-dump thread.
 //! - `global`: the process-wide state, made on the first CUDA call.
 //! - `report`: the summary, the out-of-memory report, the trace file.
-//! - `cuda`: finding the application's runtime, its entry points, the pool backend on them.
+//! - `frameworks`: PyTorch's allocator chosen at load; caches of frameworks above the pool.
+//! - `cuda`: finding the application's runtime and driver, their entry points, the pool backend
+//!   on them.
+//! - `guard`, `log`: panic boundary and reentrancy guard; stderr lines and descriptor writes.
 //! - `pool`: the caching algorithm, free of FFI.
 //! - `config`: every `GPUPOOL_*` variable.
 //! - `passed_through`: the allocations left to CUDA (the program's own memory pool, graph
 //!   capture), counted for the summary.
-//! - `frameworks`: PyTorch's allocator chosen at load; caches of frameworks above the pool.
-//! - `guard`, `log`, `load_time`, `rng`: panic boundary and reentrancy guard, stderr lines and
-//!   descriptor writes, the load time, a seeded generator for tests and the lab.
+//! - `load_time`, `rng`: the load time, a seeded generator for tests and the lab.
 //!
 //! The offline lab (workloads, policies, `gpupool-trace`, benchmarks) is the `gpupool-lab`
 //! crate (`crates/gpupool-lab`): it uses this library and does not ship in it.
