@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use support::{
-    c_library, c_program, number, ok, pooled, scratch, summary_allocations, summary_passed_for,
-    summary_passed_through, unpooled,
+    c_library, c_program, number, ok, output_within, pooled, scratch, summary_allocations,
+    summary_passed_for, summary_passed_through, texts, unpooled,
 };
 
 /// The stand-in, under the name the pool recognises PyTorch by.
@@ -368,6 +368,41 @@ fn a_capture_begun_while_the_pool_fences_waits_for_the_fence_and_survives() {
     let (without, _) = ok(&mut unpooled(&exe, &["100", "100", "fork"], &env));
     assert!(without.contains("child_begin="), "{without}");
     assert_eq!(with, without);
+}
+
+#[test]
+fn a_signal_handler_that_begins_a_capture_inside_the_pools_fence_does_not_deadlock() {
+    // The pool fences for another thread's request, the simulator holding the synchronization
+    // 400 ms; 100 ms into it a signal lands on that thread, and its handler begins a capture.
+    // The thread holds the capture gate shared for the fence: a begin that waited for it
+    // there would wait for itself (docs/guarantees.md, "Signal handlers"). It passes instead,
+    // as before the gate: the fence in progress may then invalidate the capture.
+    let exe = c_program("capture_signal");
+    let env = [
+        ("CUDASIM_MEM", "128MiB"),
+        ("CUDASIM_CONTEXT_BYTES", "0"),
+        ("CUDASIM_SYNC_DELAY_MS", "400"),
+        ("GPUPOOL_REUSE", "strict"),
+    ];
+    let out = output_within(&mut pooled(&exe, &["100", "100", "fence"], &env), 20);
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("handler_begin=0\n"),
+        "({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    // A handler on the thread whose begin waits for the fence: its allocation goes to the
+    // runtime, as from any pool call, and never waits for the gate its own thread waits for.
+    let out = output_within(&mut pooled(&exe, &["100", "100", "begin"], &env), 20);
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success() && stdout.contains("handler_malloc=0\n"),
+        "({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    for expected in ["malloc=0\n", "begin=0\n", "end=0\n"] {
+        assert!(stdout.contains(expected), "{stdout}");
+    }
 }
 
 #[test]

@@ -86,6 +86,15 @@ pub fn begin(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
     noted(stream, call())
 }
 
+/// A begin on `stream` made from inside the pool: a signal handler that interrupted a pool
+/// call on this thread, maybe a fence or barrier that holds the gate shared, which a wait for
+/// it alone would wait for forever (docs/guarantees.md, "Signal handlers"); or the runtime's
+/// begin, which holds the gate, reaching the driver's hook. Made without the gate, as before
+/// it: a fence in progress may invalidate the capture. Noted if it succeeded.
+pub fn begin_inside(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
+    noted(stream, call())
+}
+
 fn noted(stream: Stream, r: i32) -> i32 {
     if r == 0 {
         began(stream);

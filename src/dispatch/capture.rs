@@ -4,6 +4,7 @@
 
 use crate::cuda::captures;
 use crate::cuda::types::*;
+use crate::guard;
 
 use super::{forward, runtime};
 
@@ -14,11 +15,18 @@ const ERROR_STREAM_CAPTURE_INVALIDATED: i32 = 901;
 /// A begin on `stream` (`call`, its answer): made while no fence or barrier of the pool runs,
 /// and a capture from then on if it succeeded (`captures::begin`). A forked child has no pool
 /// to fence, and the gate may have been held by a thread of the parent at the fork.
+/// The begin is a call into the pool (`guard`): a signal handler that interrupts it, while it
+/// waits for the gate or holds it, reaches CUDA alone, never a pool lock that a thread waiting
+/// for the gate may hold. A begin from inside the pool waits for no gate
+/// (`captures::begin_inside`).
 pub fn begin(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
     if crate::global::is_forked_child() {
         return call();
     }
-    captures::begin(stream, call)
+    match guard::enter() {
+        Some(_inside) => captures::begin(stream, call),
+        None => captures::begin_inside(stream, call),
+    }
 }
 
 /// An end that answered `r` on `stream`. Success and an invalidated capture (901) end it. Any
