@@ -270,9 +270,9 @@ extern "C" fn after_fork_in_child() {
     PROCESS_WITH_POOL.store(std::ptr::null_mut(), Ordering::Relaxed);
 }
 
-/// Register the fork handler, once, when the pool starts being made (not at load time: a
-/// process that never calls CUDA registers nothing).
-fn watch_forks() {
+/// Register the fork handler, once, when the pool starts being made or a capture begins (not
+/// at load time: a process that never calls CUDA registers nothing).
+pub(crate) fn watch_forks() {
     static REGISTERED: Once = Once::new();
     REGISTERED.call_once(|| {
         // SAFETY: registering a plain extern "C" function that only stores an atomic.

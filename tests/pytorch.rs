@@ -368,6 +368,18 @@ fn a_capture_begun_while_the_pool_fences_waits_for_the_fence_and_survives() {
     let (without, _) = ok(&mut unpooled(&exe, &["100", "100", "fork"], &env));
     assert!(without.contains("child_begin="), "{without}");
     assert_eq!(with, without);
+    // A fence whose synchronization waits 3 s for a kernel holds a begin back a second at most:
+    // CUDA looked for captures when the synchronization started, and a longer wait would hang
+    // a program whose fence needs the waiting thread to go on.
+    let (with, _) = ok(&mut pooled(&exe, &["100", "100", "long"], &all));
+    for expected in [
+        "malloc=0\n",
+        "begin=0\n",
+        "end=0\n",
+        "begun_during_fence=1\n",
+    ] {
+        assert!(with.contains(expected), "{with}");
+    }
 }
 
 #[test]

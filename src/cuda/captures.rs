@@ -9,14 +9,15 @@
 //! through the driver, and a runtime that reaches the driver through the pool's hooks shows the
 //! same capture to both. Noting a stream twice keeps one entry; one end removes it.
 //!
-//! A gate orders the two: a fence or barrier holds it shared from its look at the registry to
-//! its end (`quiet`), a begin holds it alone from its call to its note (`begin`). Without it a
-//! capture another thread began between the look and the synchronization was invalidated.
+//! A gate orders the two (`capture_gate`): a fence or barrier is in from its look at the
+//! registry to its end (`quiet`), and a begin waits for it, from its call to its note
+//! (`begin`). Without it a capture another thread began between the look and the
+//! synchronization was invalidated.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::sync::Mutex;
 
+use super::capture_gate::{self, Fencing};
 use super::types::{Stream, STREAM_PER_THREAD};
 
 /// `cudaStreamIsCapturing` or `cuStreamIsCapturing`: the same signature and status values.
@@ -56,41 +57,18 @@ fn streams() -> std::sync::MutexGuard<'static, Vec<Entry>> {
     STREAMS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Held shared by the pool's fences and barriers, alone by the program's capture begins.
-static GATE: RwLock<()> = RwLock::new(());
-
-thread_local! {
-    // Whether this thread is in a begin that holds the gate: the runtime's begin reaches the
-    // driver's through the pool's hooks, which must not wait for the gate a second time.
-    static BEGINNING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Clears `BEGINNING` when the begin returns, or unwinds to the panic boundary.
-struct Beginning;
-
-impl Drop for Beginning {
-    fn drop(&mut self) {
-        BEGINNING.set(false);
-    }
-}
-
 /// A capture's begin on `stream` (`call`, which answers as CUDA does, 0 for success): made
-/// while no fence or barrier of the pool runs, and noted if it succeeded.
+/// once the pool's fences in progress end (`capture_gate`), and noted if it succeeded.
 pub fn begin(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
-    if BEGINNING.get() {
-        return noted(stream, call());
-    }
-    let _alone = GATE.write().unwrap_or_else(|e| e.into_inner());
-    BEGINNING.set(true);
-    let _beginning = Beginning;
+    let _beginning = capture_gate::enter_begin();
     noted(stream, call())
 }
 
 /// A begin on `stream` made from inside the pool: a signal handler that interrupted a pool
-/// call on this thread, maybe a fence or barrier that holds the gate shared, which a wait for
-/// it alone would wait for forever (docs/guarantees.md, "Signal handlers"); or the runtime's
-/// begin, which holds the gate, reaching the driver's hook. Made without the gate, as before
-/// it: a fence in progress may invalidate the capture. Noted if it succeeded.
+/// call on this thread, maybe a fence or barrier that is in, which it would wait for
+/// (docs/guarantees.md, "Signal handlers"); or the runtime's begin, past the gate already,
+/// reaching the driver's hook. Made without the gate: a fence in progress may invalidate the
+/// capture. Noted if it succeeded.
 pub fn begin_inside(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
     noted(stream, call())
 }
@@ -102,21 +80,16 @@ fn noted(stream: Stream, r: i32) -> i32 {
     r
 }
 
-/// No capture underway, and none can begin while it is held: what a fence or a barrier of the
-/// pool holds for its whole length.
+/// No capture underway, and none begins while it is held (`capture_gate`): what a fence or a
+/// barrier of the pool holds for its whole length.
 pub struct Quiet {
-    _shared: Option<RwLockReadGuard<'static, ()>>,
+    _fencing: Fencing,
 }
 
 /// `Quiet`, or `None` while a capture is underway (`underway`).
 pub fn quiet(is_capturing: Option<IsCapturingFn>) -> Option<Quiet> {
-    // A begin's own thread holds the gate already (the pool takes no fence there).
-    let shared = if BEGINNING.get() {
-        None
-    } else {
-        Some(GATE.read().unwrap_or_else(|e| e.into_inner()))
-    };
-    (!underway(is_capturing)).then_some(Quiet { _shared: shared })
+    let fencing = capture_gate::enter_fence();
+    (!underway(is_capturing)).then_some(Quiet { _fencing: fencing })
 }
 
 /// `stream` began a capture (noted once, whichever layers saw it).

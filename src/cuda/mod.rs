@@ -2,6 +2,7 @@
 //! entry points, and the pool backend built on them.
 
 pub mod backend;
+pub mod capture_gate;
 pub mod captures;
 pub mod contexts;
 pub mod dl;

@@ -12,14 +12,17 @@ use super::{forward, runtime};
 /// the capture ended, with no graph.
 const ERROR_STREAM_CAPTURE_INVALIDATED: i32 = 901;
 
-/// A begin on `stream` (`call`, its answer): made while no fence or barrier of the pool runs,
-/// and a capture from then on if it succeeded (`captures::begin`). A forked child has no pool
-/// to fence, and the gate may have been held by a thread of the parent at the fork.
-/// The begin is a call into the pool (`guard`): a signal handler that interrupts it, while it
-/// waits for the gate or holds it, reaches CUDA alone, never a pool lock that a thread waiting
-/// for the gate may hold. A begin from inside the pool waits for no gate
-/// (`captures::begin_inside`).
+/// A begin on `stream` (`call`, its answer): made once the pool's fences and barriers in
+/// progress end (`cuda::capture_gate`, a second at most), and a capture from then on if it
+/// succeeded (`captures::begin`). A forked child has no pool to fence, and the gate may have
+/// been in use by a thread of the parent at the fork. The begin is a call into the pool
+/// (`guard`): a signal handler that interrupts it, while it waits at the gate or is past it,
+/// reaches CUDA alone, never a pool lock that a thread at the gate may hold. A begin from
+/// inside the pool waits for no gate (`captures::begin_inside`).
 pub fn begin(stream: Stream, call: impl FnOnce() -> i32) -> i32 {
+    // A child must know it is one even where no pool was made before the fork (a driver-only
+    // process whose first pool call was a begin).
+    crate::global::watch_forks();
     if crate::global::is_forked_child() {
         return call();
     }
