@@ -53,9 +53,10 @@ pub enum Hooked {
     StreamEndCapturePtsz,
     StreamBeginCaptureToGraph,
     StreamBeginCaptureToGraphPtsz,
+    MemCreate,
 }
 
-pub const COUNT: usize = Hooked::StreamBeginCaptureToGraphPtsz as usize + 1;
+pub const COUNT: usize = Hooked::MemCreate as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -100,6 +101,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuStreamEndCapture_ptsz",
     c"cuStreamBeginCaptureToGraph",
     c"cuStreamBeginCaptureToGraph_ptsz",
+    c"cuMemCreate",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -63,6 +63,7 @@ fn hooks() -> [usize; COUNT] {
         capture::cuStreamEndCapture_ptsz as *const () as usize,
         capture::cuStreamBeginCaptureToGraph as *const () as usize,
         capture::cuStreamBeginCaptureToGraph_ptsz as *const () as usize,
+        cuMemCreate as *const () as usize,
     ]
 }
 
@@ -437,6 +438,22 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CuDevice) -> CuResult {
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CuDevice) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::primary_ctx_release(dev, || real!(PrimaryCtxRelease, DeviceFn, |f| f(dev)))
+    })
+}
+
+/// # Safety
+/// As `cuMemCreate`: `handle` writable, `prop` readable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut u64,
+    size: usize,
+    prop: *const MemAllocationProp,
+    flags: u64,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemCreate, MemCreateFn, |f| f(handle, size, prop, flags));
+        // SAFETY: the caller's contract.
+        unsafe { dispatch::mem_create(prop, real) }
     })
 }
 

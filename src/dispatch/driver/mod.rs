@@ -253,6 +253,45 @@ fn unserved(pool: &Pool<CudaBackend>, d: &Driver, real: impl Fn() -> CuResult) -
     r
 }
 
+/// `cuMemCreate`, `real` the driver's own call: the program's own physical memory, which the
+/// pool does not serve. Never worse on memory: when the driver is out of memory on `prop`'s
+/// device, the pool's cache there (free mapped granules, idle segments) goes back to it and
+/// the driver is asked again, as for an allocation in a context the program made. PyTorch's
+/// expandable segments and NCCL's buffers make their memory this way beside the pool.
+///
+/// # Safety
+/// `prop` NULL or readable as a `CUmemAllocationProp`.
+pub unsafe fn mem_create(
+    prop: *const cu::MemAllocationProp,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    let r = real();
+    if r != cu::CU_ERROR_OUT_OF_MEMORY || prop.is_null() {
+        return r;
+    }
+    let Some((pool, d)) = serving() else {
+        return r;
+    };
+    // SAFETY: non-NULL, and readable by the caller's contract (the driver just read it).
+    let (kind, id) = unsafe { ((*prop).location_type, (*prop).location_id) };
+    let device = u32::try_from(id).ok().filter(|&dev| {
+        kind == cu::MEM_LOCATION_TYPE_DEVICE && (dev as usize) < crate::pool::MAX_DEVICES
+    });
+    let (Some(dev), Some(_inside)) = (device, guard::enter()) else {
+        return r;
+    };
+    // The pool's unmaps and its fence are made in the device's primary context, whichever
+    // context the program has current.
+    let released = in_primary_context(d, dev, || {
+        super::ready_thread_for_backend(pool, dev);
+        pool.empty_cache(dev)
+    });
+    match released {
+        Some(bytes) if bytes > 0 => real(),
+        _ => r,
+    }
+}
+
 /// Releases the pool's cache on the current context's device. Returns the bytes released.
 pub(super) fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
     let Some((_, device)) = current_context(d) else {

@@ -1,0 +1,107 @@
+//! Expandable segments against hostile programs (`tests/c/expandable_hostile.c`, linked with
+//! the runtime and `-lcuda`): the program's own virtual memory beside the pool's, the cache
+//! given back under a kernel still running, peers given access to small blocks, and
+//! `cudaMemGetInfo` while freed blocks wait for their kernels.
+
+#[path = "../cudasim/tests/common/mod.rs"]
+mod sim;
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use support::{number, ok, pooled, unpooled};
+
+const GIB: u64 = 1 << 30;
+const DEVICE: [(&str, &str); 2] = [("CUDASIM_MEM", "1GiB"), ("CUDASIM_CONTEXT_BYTES", "0")];
+
+fn program() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| support::c_program_with_driver("expandable_hostile"))
+        .clone()
+}
+
+/// Runs `mode arg` with the pool (`GPUPOOL_EXPANDABLE` at `expandable`) or without it
+/// (`None`), `env` added; its stdout.
+fn run(expandable: Option<&str>, mode: &str, arg: &str, env: &[(&str, &str)]) -> String {
+    let mut all: Vec<(&str, &str)> = DEVICE.iter().chain(env).copied().collect();
+    let (out, err) = match expandable {
+        Some(e) => {
+            all.push(("GPUPOOL_EXPANDABLE", e));
+            ok(&mut pooled(&program(), &[mode, arg], &all))
+        }
+        None => ok(&mut unpooled(&program(), &[mode, arg], &all)),
+    };
+    assert!(
+        out.ends_with(&format!("expandable_hostile {mode} ok\n")),
+        "{out}\n{err}"
+    );
+    out
+}
+
+#[test]
+fn the_programs_own_cumemcreate_gets_the_memory_the_pool_caches() {
+    // 700 MiB freed into the pool's cache on a 1 GiB device, then the program's own 800 MiB
+    // of physical memory (PyTorch's expandable segments, NCCL's buffers): without the pool the
+    // freed memory is the driver's again. The pool gives its cache back and the driver is asked
+    // again, by symbol and through cuGetProcAddress, with and without a mapping of the
+    // program's own beside, in expandable and classic segments.
+    for mode in ["own-vmm", "own-vmm-map"] {
+        for arg in ["symbol", "lookup"] {
+            let out = run(None, mode, arg, &[]);
+            assert_eq!(number::<i32>(&out, "own_create="), 0, "{out}");
+            for expandable in ["1", "0"] {
+                let out = run(Some(expandable), mode, arg, &[]);
+                assert_eq!(
+                    number::<i32>(&out, "own_create="),
+                    0,
+                    "{mode} {arg} expandable={expandable}: out of memory: {out}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_cache_given_back_while_a_freed_blocks_kernel_runs_waits_for_it() {
+    // A 64 MiB block freed under a 200 ms kernel on a non-blocking stream, its granules then
+    // given back four ways: `cuMemUnmap` waits for nothing, so the pool fences first, in every
+    // reuse mode (`relaxed` reuses the block at once, but unmaps it only after a fence).
+    for how in ["sync", "trim", "empty", "oom"] {
+        for reuse in ["strict", "barrier", "relaxed"] {
+            let env = [("GPUPOOL_REUSE", reuse), ("GPUPOOL_RELEASE_THRESHOLD", "0")];
+            let out = run(Some("1"), "trim-busy", how, &env);
+            let n = |key: &str| number::<u64>(&out, key);
+            // What stays mapped is the 1000 MiB block the request that needed them got.
+            let kept = if how == "oom" { 1000 << 20 } else { 0 };
+            assert_eq!(n("mapped_after="), kept, "{how} {reuse}: {out}");
+            assert_eq!(n("unmapped_while_busy="), 0, "{how} {reuse}: {out}");
+        }
+    }
+}
+
+#[test]
+fn a_peer_reaches_small_and_large_blocks_mapped_before_and_after_it_was_enabled() {
+    // Small blocks come from a range of their own: device 1 gets access to it too.
+    for when in ["before", "after"] {
+        let out = run(Some("1"), "peer-small", when, &[("CUDASIM_DEVICES", "2")]);
+        let n = |key: &str| number::<u64>(&out, key);
+        assert_eq!(n("fill_small="), 0, "{when}: {out}");
+        assert_eq!(n("fill_big="), 0, "{when}: {out}");
+        assert_eq!(n("denied="), 0, "{when}: {out}");
+    }
+}
+
+#[test]
+fn memory_freed_under_a_running_kernel_counts_as_free_and_can_be_had() {
+    // Without the pool `cudaFree` waits for the kernel and the memory is free; with it, the
+    // block waits for a fence, which the request that needs it takes.
+    for reuse in ["strict", "relaxed"] {
+        let env = [("GPUPOOL_REUSE", reuse)];
+        let out = run(Some("1"), "info-busy", "", &env);
+        let n = |key: &str| number::<u64>(&out, key);
+        assert_eq!(n("info_free="), GIB, "{reuse}: {out}");
+        assert_eq!(n("info_all="), 0, "{reuse}: {out}");
+        assert_eq!(n("unmapped_while_busy="), 0, "{reuse}: {out}");
+    }
+}
