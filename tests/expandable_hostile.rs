@@ -105,3 +105,37 @@ fn memory_freed_under_a_running_kernel_counts_as_free_and_can_be_had() {
         assert_eq!(n("unmapped_while_busy="), 0, "{reuse}: {out}");
     }
 }
+
+#[test]
+fn a_fence_waits_for_the_kernels_of_a_context_the_program_made() {
+    // A pool block used by a 300 ms kernel on a non-blocking stream of the program's own
+    // context on the device, freed with the primary context current. Without the pool,
+    // `cudaFree` waits for all the device's work; `strict` promises the same of its fence, in
+    // classic and expandable segments. CUDA's synchronizations wait for one context alone: the
+    // pool's fence synchronizes the program's contexts too, and the program's own
+    // `cudaDeviceSynchronize` of the primary context proves nothing about them.
+    for expandable in ["1", "0"] {
+        for how in ["empty", "trim"] {
+            let out = run(Some(expandable), "own-context", how, &[]);
+            let n = |key: &str| number::<u64>(&out, key);
+            assert_eq!(n("ctx_busy_now="), 0, "{expandable} {how}: {out}");
+            assert_eq!(
+                n("ctx_unmapped_while_busy_end="),
+                0,
+                "{expandable} {how}: {out}"
+            );
+        }
+        for (how, budget) in [("reuse", "0"), ("sync-reuse", "256MiB")] {
+            let env = [("GPUPOOL_FENCE_BYTES", budget)];
+            let out = run(Some(expandable), "own-context", how, &env);
+            // 0x55, the new owner's set, not the old kernel's 0x44 landing after it.
+            assert_eq!(
+                number::<u64>(&out, "ctx_reused_first="),
+                0x55,
+                "{expandable} {how}: handed out under the kernel: {out}"
+            );
+        }
+    }
+    let out = run(None, "own-context", "reuse", &[]);
+    assert_eq!(number::<u64>(&out, "ctx_reused_first="), 0x55, "{out}");
+}

@@ -459,8 +459,16 @@ impl Backend for CudaBackend {
         let api = api()?;
         synchronize(&api, device)?;
         // Kernels of the devices that reach this one's memory may still use its blocks.
-        for peer in self.accessors_of(device).iter() {
+        let peers = self.accessors_of(device);
+        for peer in peers.iter() {
             synchronize(&api, peer)?;
+        }
+        // And kernels in contexts the program made there: each context's synchronization
+        // waits for its own work alone. Only the driver makes such contexts.
+        if let Some(found) = driver::found() {
+            for dev in std::iter::once(device).chain(peers.iter()) {
+                check_internal(|| contexts::synchronize_own(&found.driver, dev))?;
+            }
         }
         Ok(())
     }

@@ -130,3 +130,64 @@ impl Drop for Retained {
         unsafe { (self.release)(self.dev) };
     }
 }
+
+/// The contexts the program made itself (`cuCtxCreate`) and has not destroyed, with their
+/// devices. CUDA's synchronizations wait for one context's work, and a kernel in such a context
+/// may use a pool block (memory of its device, which every context of the device reaches): a
+/// fence of the device must wait for these contexts too.
+static OWN: parking_lot::Mutex<Vec<(usize, u32)>> = parking_lot::Mutex::new(Vec::new());
+
+/// Whether the program made a context on `device` that it has not destroyed.
+pub fn own_contexts_on(device: u32) -> bool {
+    OWN.lock().iter().any(|&(_, dev)| dev == device)
+}
+
+/// The program made context `ctx` on `device`.
+pub fn note_own_created(ctx: CuContext, device: u32) {
+    OWN.lock().push((ctx as usize, device));
+}
+
+/// `destroy`, the driver's `cuCtxDestroy` of `ctx`: the context leaves the set first, once no
+/// fence is synchronizing it (a fence holds the set while it does), and comes back if the
+/// driver refused.
+pub fn own_destroyed(ctx: CuContext, destroy: impl FnOnce() -> i32) -> i32 {
+    let removed = {
+        let mut own = OWN.lock();
+        let at = own.iter().position(|&(c, _)| c == ctx as usize);
+        at.map(|i| own.swap_remove(i))
+    };
+    let r = destroy();
+    if let (Some(entry), false) = (removed, r == CU_SUCCESS) {
+        OWN.lock().push(entry);
+    }
+    r
+}
+
+/// Synchronize every context the program made on `device`, each made current for its
+/// `cuCtxSynchronize`, then the thread's own context (or none) again. The first failure's code,
+/// or `CU_SUCCESS`.
+pub fn synchronize_own(d: &Driver, device: u32) -> i32 {
+    let own = OWN.lock();
+    let mut contexts = own.iter().filter(|&&(_, dev)| dev == device).peekable();
+    if contexts.peek().is_none() {
+        return CU_SUCCESS;
+    }
+    let (Some(set), Some(mine)) = (d.ctx_set_current, current(d)) else {
+        return super::driver::CU_ERROR_INVALID_CONTEXT;
+    };
+    let _back = KeepContext { set, ctx: mine };
+    for &(ctx, _) in contexts {
+        // SAFETY: a context the program made and has not destroyed: its destroy waits for this
+        // lock. Then no arguments: synchronizes that context.
+        let r = unsafe {
+            match set(ctx as CuContext) {
+                CU_SUCCESS => (d.ctx_synchronize)(),
+                e => e,
+            }
+        };
+        if r != CU_SUCCESS {
+            return r;
+        }
+    }
+    CU_SUCCESS
+}

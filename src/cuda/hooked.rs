@@ -54,9 +54,10 @@ pub enum Hooked {
     StreamBeginCaptureToGraph,
     StreamBeginCaptureToGraphPtsz,
     MemCreate,
+    CtxDestroy,
 }
 
-pub const COUNT: usize = Hooked::MemCreate as usize + 1;
+pub const COUNT: usize = Hooked::CtxDestroy as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -102,6 +103,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuStreamBeginCaptureToGraph",
     c"cuStreamBeginCaptureToGraph_ptsz",
     c"cuMemCreate",
+    c"cuCtxDestroy_v2",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 
 use super::{current_device, forward, runtime};
 use crate::cuda::backend::CudaBackend;
+use crate::cuda::contexts::own_contexts_on;
 use crate::cuda::types::*;
 use crate::guard;
 use crate::log;
@@ -62,10 +63,11 @@ pub(crate) fn observed(
 
 /// The program's own synchronization of `device` returned (`cudaDeviceSynchronize`,
 /// `cuCtxSynchronize`): a fence of what was freed before `at`, unless devices that reach its
-/// memory may still run kernels on those blocks (the pool's own fence waits for them too).
-/// A release point either way.
+/// memory, or contexts the program made on it, may still run kernels on those blocks (the
+/// pool's own fence waits for them too): it synchronized one context. A release point either
+/// way.
 pub(crate) fn device_synchronized(pool: &Pool<CudaBackend>, device: u32, at: SyncSeq) {
-    if pool.backend().accessors_of(device).is_empty() {
+    if pool.backend().accessors_of(device).is_empty() && !own_contexts_on(device) {
         pool.observe_fence(device, at);
     } else {
         pool.sync_point(device);

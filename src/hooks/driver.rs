@@ -64,6 +64,7 @@ fn hooks() -> [usize; COUNT] {
         capture::cuStreamBeginCaptureToGraph as *const () as usize,
         capture::cuStreamBeginCaptureToGraph_ptsz as *const () as usize,
         cuMemCreate as *const () as usize,
+        cuCtxDestroy_v2 as *const () as usize,
     ]
 }
 
@@ -438,6 +439,15 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CuDevice) -> CuResult {
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CuDevice) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::primary_ctx_release(dev, || real!(PrimaryCtxRelease, DeviceFn, |f| f(dev)))
+    })
+}
+
+/// # Safety
+/// As `cuCtxDestroy_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CuContext) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_destroyed(ctx, || real!(CtxDestroy, CtxFn, |f| f(ctx)))
     })
 }
 

@@ -14,9 +14,13 @@
  *     fill both.
  *   info-busy: a 600 MiB block freed under a 300 ms kernel; cudaMemGetInfo's free, and a
  *     request of all of it.
+ *   own-context: a pool block used by a kernel in a context the program made (own_context_kernel).
+ *   small-then-large, large-then-small, small-info, mixed-info: another thread's freed blocks
+ *     kept while the main thread asks for the device's memory (other_thread).
  * Prints "key=value" lines and "expandable_hostile MODE ok". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include "cuda.h"
 #include "check.h"
@@ -169,6 +173,143 @@ static void info_busy(void)
     printf("unmapped_while_busy=%llu\n", sim_stats(0).unmapped_while_busy);
 }
 
+/* A second thread's blocks: `count` of `bytes` allocated and freed on device 0 while the main
+ * thread has allocated too (so thread caches start), then the thread waits, alive, with what
+ * its cache kept, until `release` is set. */
+struct holder {
+    int count;
+    size_t bytes;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done, release;
+};
+
+static void *hold(void *arg)
+{
+    struct holder *h = (struct holder *)arg;
+    void **p = (void **)calloc((size_t)h->count, sizeof *p);
+    CHECK(p != NULL, "calloc");
+    CHECK_CUDA(cudaSetDevice(0));
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < h->count; i++) {
+            CHECK_CUDA(cudaMalloc(&p[i], h->bytes));
+            CHECK_CUDA(cudaMemset(p[i], 3, h->bytes));
+        }
+        for (int i = 0; i < h->count; i++)
+            CHECK_CUDA(cudaFree(p[i]));
+    }
+    free(p);
+    pthread_mutex_lock(&h->lock);
+    h->done = 1;
+    pthread_cond_broadcast(&h->cond);
+    while (!h->release)
+        pthread_cond_wait(&h->cond, &h->lock);
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+/* A thread that allocated and freed `count` blocks of `bytes` waits alive; then the main thread
+ * asks cudaMemGetInfo, and for `want` bytes in blocks of `piece` (all the free memory with
+ * `want` 0). */
+static void other_thread(int count, size_t bytes, size_t want, size_t piece)
+{
+    struct holder h;
+    pthread_t t;
+    void *mine = NULL, **got;
+    size_t free_b = 0, total = 0, n;
+    memset(&h, 0, sizeof h);
+    h.count = count;
+    h.bytes = bytes;
+    pthread_mutex_init(&h.lock, NULL);
+    pthread_cond_init(&h.cond, NULL);
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&mine, 4096));
+    CHECK(pthread_create(&t, NULL, hold, &h) == 0, "pthread_create");
+    pthread_mutex_lock(&h.lock);
+    while (!h.done)
+        pthread_cond_wait(&h.cond, &h.lock);
+    pthread_mutex_unlock(&h.lock);
+    CHECK_CUDA(cudaFree(mine));
+    CHECK_CUDA(cudaMemGetInfo(&free_b, &total));
+    printf("other_free=%zu\n", free_b);
+    if (want == 0)
+        want = free_b / piece * piece;
+    n = want / piece;
+    got = (void **)calloc(n, sizeof *got);
+    CHECK(got != NULL, "calloc");
+    size_t i = 0;
+    cudaError_t r = cudaSuccess;
+    for (; i < n; i++) {
+        r = cudaMalloc(&got[i], piece);
+        if (r != cudaSuccess)
+            break;
+    }
+    (void)cudaGetLastError();
+    printf("other_got=%zu\n", i * piece);
+    printf("other_error=%d\n", (int)r);
+    for (size_t j = 0; j < i; j++)
+        CHECK_CUDA(cudaFree(got[j]));
+    free(got);
+    pthread_mutex_lock(&h.lock);
+    h.release = 1;
+    pthread_cond_broadcast(&h.cond);
+    pthread_mutex_unlock(&h.lock);
+    pthread_join(t, NULL);
+}
+
+/* A pool block used by a 300 ms kernel on a non-blocking stream of a context the program made
+ * on device 0, then freed with the primary context current; then the cache given back (`how`
+ * "empty": gpupool_empty_cache; "trim": cudaMemPoolTrimTo) or, with "reuse", the same size
+ * asked for again ("sync-reuse": after the program's cudaDeviceSynchronize, of the primary
+ * context) and set, and its first byte read once the kernel is done. */
+static void own_context_kernel(const char *how)
+{
+    void *p = NULL, *q = NULL;
+    CUcontext mine = NULL, primary = NULL;
+    CUstream s = NULL;
+    unsigned char first = 0;
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
+    CHECK_CUDA(cudaMemset(p, 0, 64 * MiB));
+    CHECK_CU(cuCtxGetCurrent(&primary));
+    CHECK_CU(cuCtxCreate(&mine, 0, 0));
+    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(cudasim_cu_launch_fill((CUdeviceptr)p, 64 * MiB, 300000, 0x44, s));
+    CHECK_CU(cuCtxPopCurrent(&mine));
+    CHECK_CU(cuCtxSetCurrent(primary));
+    CHECK_CUDA(cudaFree(p));
+    if (strcmp(how, "empty") == 0) {
+        typedef int (*empty_fn)(int, size_t *);
+        empty_fn f = (empty_fn)dlsym(RTLD_DEFAULT, "gpupool_empty_cache");
+        if (f != NULL)
+            CHECK(f(0, NULL) == 0, "gpupool_empty_cache");
+    } else if (strcmp(how, "trim") == 0) {
+        cudaMemPool_t pool;
+        CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+        CHECK_CUDA(cudaMemPoolTrimTo(pool, 0));
+    } else {
+        if (strcmp(how, "sync-reuse") == 0)
+            CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
+        printf("ctx_reused_same=%d\n", q == p);
+        CHECK_CUDA(cudaMemset(q, 0x55, 64 * MiB));
+    }
+    printf("ctx_busy_now=%zu\n", cudasimRangeBusy(p, 64 * MiB));
+    printf("ctx_unmapped_while_busy=%llu\n", sim_stats(0).unmapped_while_busy);
+    CHECK_CU(cuCtxPushCurrent(mine));
+    CHECK_CU(cuStreamSynchronize(s));
+    CHECK_CU(cuStreamDestroy(s));
+    CHECK_CU(cuCtxPopCurrent(&mine));
+    CHECK_CU(cuCtxSetCurrent(primary));
+    if (q != NULL) {
+        CHECK_CUDA(cudaMemcpy(&first, q, 1, cudaMemcpyDeviceToHost));
+        printf("ctx_reused_first=%u\n", (unsigned)first);
+        CHECK_CUDA(cudaFree(q));
+    }
+    printf("ctx_unmapped_while_busy_end=%llu\n", sim_stats(0).unmapped_while_busy);
+    CHECK_CU(cuCtxDestroy(mine));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -184,6 +325,16 @@ int main(int argc, char **argv)
         peer_small(strcmp(arg, "before") == 0);
     else if (strcmp(mode, "info-busy") == 0)
         info_busy();
+    else if (strcmp(mode, "own-context") == 0)
+        own_context_kernel(arg);
+    else if (strcmp(mode, "small-then-large") == 0)
+        other_thread(800, MiB, 900 * MiB, 900 * MiB);
+    else if (strcmp(mode, "large-then-small") == 0)
+        other_thread(1, 900 * MiB, 900 * MiB, MiB);
+    else if (strcmp(mode, "small-info") == 0)
+        other_thread(400, 256 * 1024, 0, 256 * 1024);
+    else if (strcmp(mode, "mixed-info") == 0)
+        other_thread(100, 5 * MiB, 0, 3 * MiB);
     else
         CHECK(0, "unknown mode %s", mode);
     printf("expandable_hostile %s ok\n", mode);

@@ -29,12 +29,20 @@ pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
         PROGRAM_MADE_ONE.store(true, Ordering::Release);
         crate::global::program_made_a_context();
         if let (Some((pool, d)), Some(_inside)) = (super::pooled(), crate::guard::enter()) {
-            if let Some((_, device)) = current_context(d) {
+            if let Some((ctx, device)) = current_context(d) {
+                // The pool's fences of the device wait for its work too.
+                crate::cuda::contexts::note_own_created(ctx, device);
                 crate::dispatch::peer::device_made_current(pool, device);
             }
         }
     }
     r
+}
+
+/// `cuCtxDestroy_v2` of `ctx`, `real`: a context the program made leaves the ones the pool's
+/// fences wait for.
+pub(crate) fn ctx_destroyed(ctx: CuContext, real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
+    crate::cuda::contexts::own_destroyed(ctx, real)
 }
 
 /// Whether the runtime would allocate in a context the program made, which owns what is

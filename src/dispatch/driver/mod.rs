@@ -27,7 +27,7 @@ use crate::report::oom::RequestApi;
 
 mod contexts;
 
-pub(crate) use contexts::{ctx_created, runtime_in_own_context};
+pub(crate) use contexts::{ctx_created, ctx_destroyed, runtime_in_own_context};
 
 pub(crate) use crate::cuda::contexts::forget_primary;
 use crate::cuda::contexts::{in_primary_context, primary_context};
