@@ -139,3 +139,25 @@ fn a_fence_waits_for_the_kernels_of_a_context_the_program_made() {
     let out = run(None, "own-context", "reuse", &[]);
     assert_eq!(number::<u64>(&out, "ctx_reused_first="), 0x55, "{out}");
 }
+
+#[test]
+fn another_threads_freed_blocks_go_back_for_a_request_that_needs_their_memory() {
+    // A live thread allocated and freed 800 small blocks (their own range, some in its cache),
+    // or one 900 MiB block; the main thread then asks for 900 MiB in the other range's sizes,
+    // and, after 100 freed 5 MiB blocks, for all that cudaMemGetInfo says is free, in 3 MiB
+    // blocks: served as without the pool, the cached granules unmapped for it.
+    for mode in ["small-then-large", "large-then-small", "mixed-info"] {
+        let without = run(None, mode, "", &[]);
+        for reuse in ["strict", "relaxed"] {
+            let out = run(Some("1"), mode, "", &[("GPUPOOL_REUSE", reuse)]);
+            let n = |text: &str, key: &str| number::<u64>(text, key);
+            assert_eq!(n(&out, "other_free="), GIB, "{mode} {reuse}: {out}");
+            assert_eq!(n(&out, "other_error="), 0, "{mode} {reuse}: {out}");
+            assert_eq!(
+                n(&out, "other_got="),
+                n(&without, "other_got="),
+                "{mode} {reuse}: {out}"
+            );
+        }
+    }
+}

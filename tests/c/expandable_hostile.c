@@ -15,8 +15,8 @@
  *   info-busy: a 600 MiB block freed under a 300 ms kernel; cudaMemGetInfo's free, and a
  *     request of all of it.
  *   own-context: a pool block used by a kernel in a context the program made (own_context_kernel).
- *   small-then-large, large-then-small, small-info, mixed-info: another thread's freed blocks
- *     kept while the main thread asks for the device's memory (other_thread).
+ *   small-then-large, large-then-small, mixed-info: another thread's freed blocks kept while
+ *     the main thread asks for the device's memory (other_thread).
  * Prints "key=value" lines and "expandable_hostile MODE ok". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -331,8 +331,6 @@ int main(int argc, char **argv)
         other_thread(800, MiB, 900 * MiB, 900 * MiB);
     else if (strcmp(mode, "large-then-small") == 0)
         other_thread(1, 900 * MiB, 900 * MiB, MiB);
-    else if (strcmp(mode, "small-info") == 0)
-        other_thread(400, 256 * 1024, 0, 256 * 1024);
     else if (strcmp(mode, "mixed-info") == 0)
         other_thread(100, 5 * MiB, 0, 3 * MiB);
     else
