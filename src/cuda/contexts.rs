@@ -165,29 +165,31 @@ pub fn own_destroyed(ctx: CuContext, destroy: impl FnOnce() -> i32) -> i32 {
 
 /// Synchronize every context the program made on `device`, each made current for its
 /// `cuCtxSynchronize`, then the thread's own context (or none) again. The first failure's code,
-/// or `CU_SUCCESS`.
+/// or `CU_SUCCESS`. A context the driver no longer lets be made current was destroyed where the
+/// hooks could not see it (through a pointer to the driver's own destroy taken before this
+/// library loaded): none of its work runs, and it is forgotten rather than failing every fence.
 pub fn synchronize_own(d: &Driver, device: u32) -> i32 {
-    let own = OWN.lock();
-    let mut contexts = own.iter().filter(|&&(_, dev)| dev == device).peekable();
-    if contexts.peek().is_none() {
+    let mut own = OWN.lock();
+    if !own.iter().any(|&(_, dev)| dev == device) {
         return CU_SUCCESS;
     }
     let (Some(set), Some(mine)) = (d.ctx_set_current, current(d)) else {
         return super::driver::CU_ERROR_INVALID_CONTEXT;
     };
     let _back = KeepContext { set, ctx: mine };
-    for &(ctx, _) in contexts {
-        // SAFETY: a context the program made and has not destroyed: its destroy waits for this
-        // lock. Then no arguments: synchronizes that context.
-        let r = unsafe {
-            match set(ctx as CuContext) {
-                CU_SUCCESS => (d.ctx_synchronize)(),
-                e => e,
-            }
-        };
-        if r != CU_SUCCESS {
-            return r;
+    let mut first_failure = CU_SUCCESS;
+    own.retain(|&(ctx, dev)| {
+        if dev != device || first_failure != CU_SUCCESS {
+            return true;
         }
-    }
-    CU_SUCCESS
+        // SAFETY: a context the program made; a destroy the hooks see waits for this lock, and
+        // the driver refuses a handle it destroyed otherwise.
+        if unsafe { set(ctx as CuContext) } != CU_SUCCESS {
+            return false;
+        }
+        // SAFETY: no arguments: synchronizes the context just made current.
+        first_failure = unsafe { (d.ctx_synchronize)() };
+        true
+    });
+    first_failure
 }
