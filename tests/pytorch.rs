@@ -54,6 +54,27 @@ fn train(pool: bool, env: &[(&str, &str)]) -> (Vec<(String, String)>, String) {
     (kv, err)
 }
 
+/// Runs one scenario of `tests/torch_standin_cases.py`; returns its key=value lines and the
+/// stderr.
+fn case(pool: bool, name: &str, env: &[(&str, &str)]) -> (Vec<(String, String)>, String) {
+    let lib = standin();
+    let script = support::root().join("tests/torch_standin_cases.py");
+    let args = [script.to_str().unwrap(), lib.to_str().unwrap(), name];
+    let py = PathBuf::from(python());
+    let mut cmd = if pool {
+        pooled(&py, &args, env)
+    } else {
+        unpooled(&py, &args, env)
+    };
+    let (out, err) = ok(&mut cmd);
+    let kv = out
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (kv, err)
+}
+
 fn get<'a>(kv: &'a [(String, String)], key: &str) -> &'a str {
     kv.iter()
         .find(|(k, _)| k == key)
@@ -68,6 +89,7 @@ fn num(kv: &[(String, String)], key: &str) -> u64 {
 }
 
 const ASYNC: &str = "2";
+const POOLED: &str = "backend:cudaMallocAsync";
 
 #[test]
 fn the_headline_command_pools_every_tensor_and_pytorchs_figures_are_the_pools() {
@@ -113,6 +135,43 @@ fn the_headline_command_pools_every_tensor_and_pytorchs_figures_are_the_pools() 
             && err.contains("set by the pool"),
         "{err}"
     );
+}
+
+/// `Tensor.record_stream` under the async backend: PyTorch frees the tensor in a side stream
+/// of its own that waits, through events, for the allocation's stream and each recorded one.
+/// The next tensor of the default stream must not get memory a side stream's kernel still
+/// writes, in any reuse mode.
+#[test]
+fn a_tensor_recorded_on_a_side_stream_is_not_reused_under_its_kernel() {
+    for mode in ["strict", "barrier", "relaxed"] {
+        let (kv, err) = case(true, "record_stream", &[("GPUPOOL_REUSE", mode)]);
+        assert_eq!(get(&kv, "backend"), ASYNC, "{mode}: {err}");
+        assert_eq!(num(&kv, "intact"), 3, "{mode}: {kv:?}\n{err}");
+    }
+    let (kv, _) = case(
+        false,
+        "record_stream",
+        &[("PYTORCH_CUDA_ALLOC_CONF", POOLED)],
+    );
+    assert_eq!(num(&kv, "intact"), 3, "without the pool: {kv:?}");
+}
+
+/// Tensors on the second device only, as a rank of a job on one node: its figures are the
+/// pool's there, the first device (never set up) reads 0, and `empty_cache` empties the
+/// devices set up.
+#[test]
+fn the_figures_and_empty_cache_follow_the_device_pytorch_set_up() {
+    let env = [("CUDASIM_DEVICES", "2"), ("GPUPOOL_SUMMARY", "stderr")];
+    let (kv, err) = case(true, "two_devices", &env);
+    assert_eq!(get(&kv, "backend"), ASYNC, "{err}");
+    let kept = (3u64 << 20) + (5 << 20);
+    assert_eq!(num(&kv, "dev1_allocated"), kept, "{kv:?}");
+    assert!(num(&kv, "dev1_reserved") >= kept + (7 << 20), "{kv:?}");
+    assert_eq!(num(&kv, "dev0_reserved"), 0, "{kv:?}");
+    let after = num(&kv, "dev1_reserved_after_empty");
+    assert!(after >= kept && after < num(&kv, "dev1_reserved"), "{kv:?}");
+    assert_eq!(num(&kv, "dev1_reserved_at_end"), 0, "{kv:?}\n{err}");
+    assert_eq!(num(&kv, "dev1_allocated_at_end"), 0, "{kv:?}");
 }
 
 #[test]
