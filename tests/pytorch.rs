@@ -174,6 +174,21 @@ fn the_figures_and_empty_cache_follow_the_device_pytorch_set_up() {
     assert_eq!(num(&kv, "dev1_allocated_at_end"), 0, "{kv:?}");
 }
 
+/// cuDNN's workspace guess under the async backend (`cacheInfo`) probes with `cudaMallocAsync`
+/// from `cudaMemGetInfo`'s free bytes down. The probe is served, and kept cached as CUDA's own
+/// pool keeps it under PyTorch's threshold.
+#[test]
+fn cudnns_workspace_probe_is_served_and_kept_as_cudas_pool_keeps_it() {
+    let env = [("CUDASIM_MEM", "8GiB"), ("GPUPOOL_SUMMARY", "stderr")];
+    let (kv, err) = case(true, "cache_info", &env);
+    let guess = num(&kv, "guess");
+    assert!(guess > 7 << 30, "{kv:?}\n{err}");
+    assert!(num(&kv, "reserved_after") >= guess, "{kv:?}");
+    let theirs = [("CUDASIM_MEM", "8GiB"), ("PYTORCH_CUDA_ALLOC_CONF", POOLED)];
+    let (kv, _) = case(false, "cache_info", &theirs);
+    assert!(num(&kv, "reserved_after") >= num(&kv, "guess"), "{kv:?}");
+}
+
 #[test]
 fn pytorchs_variables_set_by_the_user_are_kept_and_the_summary_says_what_they_mean() {
     // Their own caching allocator, chosen explicitly: it sits above the pool.

@@ -8,7 +8,8 @@ record_stream  a tensor of the default stream, used by a slow kernel on a side s
                on the default stream is written at once, and must not be clobbered when that
                kernel completes.
 two_devices    tensors on device 1 only: its figures, device 0's (never set up: 0), and
-               empty_cache over the devices set up."""
+               empty_cache over the devices set up.
+cache_info     cuDNN's workspace guess (cacheInfo) after tensors were freed into the cache."""
 import ctypes
 import os
 import sys
@@ -82,6 +83,15 @@ def main() -> None:
         check("empty_cache", lib.standin_empty_cache())
         print(f"dev1_reserved_at_end={lib.standin_reserved()}")
         print(f"dev1_allocated_at_end={lib.standin_allocated()}")
+    elif case == "cache_info":
+        lib.standin_cache_info.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+        for size in (64 * MIB, 24 * MIB, 3 * MIB):
+            check("free", lib.standin_free(alloc(size)))
+        print(f"reserved_before={lib.standin_reserved()}")
+        guess = ctypes.c_size_t()
+        check("cache_info", lib.standin_cache_info(ctypes.byref(guess)))
+        print(f"guess={guess.value}")
+        print(f"reserved_after={lib.standin_reserved()}")
     else:
         sys.exit(f"unknown case {case}")
     print("done=1")
