@@ -220,7 +220,7 @@ fn pytorchs_variables_set_by_the_user_are_kept_and_the_summary_says_what_they_me
     assert_eq!(num(&kv, "pool_allocations"), num(&kv, "allocations"));
     assert!(err.contains("pooled uncached"), "{err}");
 
-    // PYTORCH_ALLOC_CONF is read first, as PyTorch reads it.
+    // PYTORCH_ALLOC_CONF is read first, as PyTorch 2.9 to 2.11 read it (docs/pytorch.md).
     let (kv, _) = train(
         true,
         &[

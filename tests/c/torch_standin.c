@@ -41,7 +41,8 @@ enum backend { NATIVE = 0, UNCACHED = 1, ASYNC = 2 };
 
 static enum backend chosen = NATIVE;
 
-/* PyTorch reads PYTORCH_ALLOC_CONF, or PYTORCH_CUDA_ALLOC_CONF only when that is unset. */
+/* PyTorch 2.9 to 2.11 read PYTORCH_ALLOC_CONF, or PYTORCH_CUDA_ALLOC_CONF only when that is
+ * unset (main reads PYTORCH_CUDA_ALLOC_CONF first; before 2.9 only it: docs/pytorch.md). */
 static int conf_says_async(const char *conf)
 {
     if (!conf)
