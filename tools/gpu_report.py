@@ -78,6 +78,7 @@ TORCH = (
     "torch_pluggable",
     "torch_pluggable_barrier",
     "torch_pluggable_relaxed",
+    "torch_headline_cudnn",
 )
 # The static runtime, through the driver hooks (issue 19).
 STATIC_CHURN = ("churn_static_nopool", "churn_static_pool_strict", "churn_static_pool_relaxed")

@@ -100,6 +100,20 @@ class Line:
         return f"a line matching '{self.regex}'"
 
 
+@dataclass(frozen=True)
+class Absent:
+    """No line of the log matches the extended regex: for what must not be printed (the
+    pool's out-of-memory report in a run that never ran out)."""
+
+    regex: str
+
+    def holds(self, recs, lines):
+        return not Line(self.regex).holds(recs, lines)
+
+    def __str__(self):
+        return f"no line matching '{self.regex}'"
+
+
 def _number(v):
     try:
         return float(v)

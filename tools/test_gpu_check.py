@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gpu_manifest as manifest
 import steps
-from steps import Is, Line, Positive
+from steps import Absent, Is, Line, Positive
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,9 @@ ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torc
                      # The mapped slack's cost (issue 20).
                      "torch_headline_pool_slack", "vmm_cost_nopool",
                      # Pitched images, with CUDA's pitch.
-                     "pitched_nopool", "pitched_pool_strict", "pitched_static_pool_strict"}
+                     "pitched_nopool", "pitched_pool_strict", "pitched_static_pool_strict",
+                     # cuDNN's workspace probes under the headline command.
+                     "torch_headline_cudnn"}
 
 
 def dry_run_lines(counts):
@@ -182,6 +184,9 @@ class Judge(unittest.TestCase):
         self.assertFalse(Positive("b").holds(recs, []))
         self.assertFalse(Positive("c").holds(recs, []))
         self.assertTrue(Line("calls +[1-9][0-9]* mallocs").holds([], [" calls      12 mallocs"]))
+        oom = "gpupool: out of memory on device 0: cudaMallocAsync of 79.1 GiB failed"
+        self.assertFalse(Absent("gpupool: out of memory").holds([], ["x", oom]))
+        self.assertTrue(Absent("gpupool: out of memory").holds([], ["x"]))
 
 
 # Stand-ins, written into a copy of the tools: nvcc "builds" a program by writing a script that

@@ -34,9 +34,12 @@ def mib(n):
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, d_model, layers, heads):
+    def __init__(self, vocab, d_model, layers, heads, conv=False):
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model)
+        # A convolution over the sequence: cuDNN's kernels, whose benchmark mode probes the
+        # allocator for its workspace.
+        self.conv = nn.Conv1d(d_model, d_model, 3, padding=1) if conv else None
         layer = nn.TransformerEncoderLayer(
             d_model,
             heads,
@@ -49,7 +52,10 @@ class Model(nn.Module):
         self.head = nn.Linear(d_model, vocab)
 
     def forward(self, tokens):
-        return self.head(self.encoder(self.embed(tokens)))
+        x = self.embed(tokens)
+        if self.conv is not None:
+            x = self.conv(x.transpose(1, 2)).transpose(1, 2)
+        return self.head(self.encoder(x))
 
 
 def main():
@@ -64,6 +70,11 @@ def main():
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--conv",
+        action="store_true",
+        help="add a convolution, with cuDNN's benchmark mode on (it probes for its workspace)",
+    )
     ap.add_argument(
         "--pluggable",
         metavar="LIB",
@@ -105,7 +116,9 @@ def main():
     free, total = torch.cuda.mem_get_info(dev)
     base_used = total - free
 
-    model = Model(args.vocab, args.d_model, args.layers, args.heads).to(dev)
+    if args.conv:
+        torch.backends.cudnn.benchmark = True
+    model = Model(args.vocab, args.d_model, args.layers, args.heads, args.conv).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     loss_fn = nn.CrossEntropyLoss()
     gen = torch.Generator(device=dev)
