@@ -189,6 +189,34 @@ fn cudnns_workspace_probe_is_served_and_kept_as_cudas_pool_keeps_it() {
     assert!(num(&kv, "reserved_after") >= num(&kv, "guess"), "{kv:?}");
 }
 
+/// A probe of exactly the free memory that does not fit is refused (here: free memory that is
+/// no whole number of granules, with expandable segments, and CUDA's own try after the pool's,
+/// which the simulator would grant to the byte, refused as a GPU's driver may), and the next,
+/// half as large, is served. The refusal is the program's business: the pool
+/// prints no out-of-memory report for it, where it printed one before, in a run that never ran
+/// out. The summary still counts it.
+#[test]
+fn a_refused_probe_of_all_the_free_memory_prints_no_out_of_memory_report() {
+    let env = [
+        ("CUDASIM_MEM", "8GiB"),
+        ("CUDASIM_CONTEXT_BYTES", "314576896"),
+        ("CUDASIM_FAIL", "cuMemAlloc_v2@1=2,cudaMallocAsync@1=2"),
+        ("GPUPOOL_SUMMARY", "stderr"),
+    ];
+    let (kv, err) = case(true, "cache_info", &env);
+    let guess = num(&kv, "guess");
+    assert!(
+        guess > 3 << 30 && guess < 4 << 30,
+        "the second probe: {kv:?}\n{err}"
+    );
+    assert!(!err.contains("gpupool: out of memory"), "{err}");
+    // Any other request that fails is reported as before.
+    let env = [("CUDASIM_MEM", "4GiB")];
+    let exe = c_program("doomed_request");
+    let (_, err) = ok(&mut pooled(&exe, &[], &env));
+    assert!(err.contains("gpupool: out of memory"), "{err}");
+}
+
 #[test]
 fn pytorchs_variables_set_by_the_user_are_kept_and_the_summary_says_what_they_mean() {
     // Their own caching allocator, chosen explicitly: it sits above the pool.

@@ -318,6 +318,7 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CudaStatus {
     } else {
         pool.memory_for_program(dev, f, t)
     };
+    after_oom::told_free(dev, f);
     // SAFETY: as above; the figures are at most the runtime's `total`, which fit.
     unsafe {
         *free = f as usize;

@@ -515,6 +515,7 @@ pub unsafe fn mem_get_info(
         // driver refuses it (`unserved`), so they count as free; the pool's limit is not its.
         ((f + pool.releasable(dev)).min(t), t)
     };
+    super::after_oom::told_free(dev, f);
     // SAFETY: as above; the figures are at most the driver's `total`, which fit.
     unsafe {
         *free = f as usize;
