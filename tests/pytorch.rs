@@ -37,29 +37,26 @@ fn script() -> PathBuf {
 
 /// Runs the loop; returns its key=value lines as (key, value) and the stderr.
 fn train(pool: bool, env: &[(&str, &str)]) -> (Vec<(String, String)>, String) {
-    let (lib, script) = (standin(), script());
-    let args = [script.to_str().unwrap(), lib.to_str().unwrap(), "20"];
-    let py = PathBuf::from(python());
-    let mut cmd = if pool {
-        pooled(&py, &args, env)
-    } else {
-        unpooled(&py, &args, env)
-    };
-    let (out, err) = ok(&mut cmd);
-    let kv = out
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    (kv, err)
+    run_script(pool, &script(), "20", env)
 }
 
 /// Runs one scenario of `tests/torch_standin_cases.py`; returns its key=value lines and the
 /// stderr.
 fn case(pool: bool, name: &str, env: &[(&str, &str)]) -> (Vec<(String, String)>, String) {
-    let lib = standin();
     let script = support::root().join("tests/torch_standin_cases.py");
-    let args = [script.to_str().unwrap(), lib.to_str().unwrap(), name];
+    run_script(pool, &script, name, env)
+}
+
+/// `script` run with the stand-in and `arg`, under the pool or not: its key=value lines and the
+/// stderr.
+fn run_script(
+    pool: bool,
+    script: &std::path::Path,
+    arg: &str,
+    env: &[(&str, &str)],
+) -> (Vec<(String, String)>, String) {
+    let lib = standin();
+    let args = [script.to_str().unwrap(), lib.to_str().unwrap(), arg];
     let py = PathBuf::from(python());
     let mut cmd = if pool {
         pooled(&py, &args, env)
