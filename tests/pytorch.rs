@@ -207,6 +207,10 @@ fn a_refused_probe_of_all_the_free_memory_prints_no_out_of_memory_report() {
         "the second probe: {kv:?}\n{err}"
     );
     assert!(!err.contains("gpupool: out of memory"), "{err}");
+    assert!(
+        err.contains("1 returned to the program (1 a probe of all the free memory)"),
+        "{err}"
+    );
     // Any other request that fails is reported as before.
     let env = [("CUDASIM_MEM", "4GiB")];
     let exe = c_program("doomed_request");

@@ -51,7 +51,9 @@ pub(crate) fn answer(
             note_passed_through(Reason::AfterOutOfMemory, size, r)
         }
         OUT_OF_MEMORY => {
-            if !probe(dev, size) {
+            if probe(dev, size) {
+                pool.refused_probe(dev);
+            } else {
                 report(dev, size as u64);
             }
             r

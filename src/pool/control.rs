@@ -68,6 +68,14 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    /// An out-of-memory returned to the program on `device` was a probe of all the free memory
+    /// (`dispatch::after_oom`).
+    pub fn refused_probe(&self, device: u32) {
+        if let Some(slot) = self.existing(device) {
+            Self::lock(slot).stats.oom_probes += 1;
+        }
+    }
+
     /// Release every whole free segment of `device`. Returns the bytes released.
     pub fn empty_cache(&self, device: u32) -> u64 {
         self.trim_to(device, 0)

@@ -114,6 +114,9 @@ pub struct DeviceStats {
     pub oom_retries: u64,
     pub oom_recovered: u64,
     pub ooms: u64,
+    /// Of `ooms`, requests of all the free memory the program was told of: probes, whose
+    /// refusal the program expected (no out-of-memory report was printed).
+    pub oom_probes: u64,
     /// Bytes released to make room when the driver said out-of-memory.
     pub oom_released_bytes: u64,
     /// Segments the pool's limit (`GPUPOOL_LIMIT`) refused before asking the driver.
@@ -170,6 +173,7 @@ impl Default for DeviceStats {
             oom_retries: 0,
             oom_recovered: 0,
             ooms: 0,
+            oom_probes: 0,
             oom_released_bytes: 0,
             limit_refusals: 0,
             fences: 0,

@@ -407,9 +407,14 @@ pub fn render_text(r: &Report) -> String {
                 released.join(", ")
             }
         );
+        let probes = if s.oom_probes > 0 {
+            format!(" ({} a probe of all the free memory)", s.oom_probes)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             o,
-            " out of mem {} retries, {} recovered, {} returned to the program; invalid frees {}; resets {}",
+            " out of mem {} retries, {} recovered, {} returned to the program{probes}; invalid frees {}; resets {}",
             s.oom_retries, s.oom_recovered, s.ooms, s.invalid_frees, s.resets
         );
         let hist = d.histogram();
