@@ -131,65 +131,144 @@ impl Drop for Retained {
     }
 }
 
-/// The contexts the program made itself (`cuCtxCreate`) and has not destroyed, with their
-/// devices. CUDA's synchronizations wait for one context's work, and a kernel in such a context
-/// may use a pool block (memory of its device, which every context of the device reaches): a
-/// fence of the device must wait for these contexts too.
-static OWN: parking_lot::Mutex<Vec<(usize, u32)>> = parking_lot::Mutex::new(Vec::new());
+/// A context the program made itself (`cuCtxCreate`) and has not destroyed, with its device.
+struct Own {
+    ctx: usize,
+    dev: u32,
+    /// Fences synchronizing it now: its destroy waits for them.
+    syncing: u32,
+    /// Its destroy is underway: fences of its device wait for it to end.
+    dying: bool,
+}
+
+/// The contexts the program made and has not destroyed. CUDA's synchronizations wait for one
+/// context's work, and a kernel in such a context may use a pool block (memory of its device,
+/// which every context of the device reaches): a fence of the device must wait for these
+/// contexts too. The lock is held for moments, never across a CUDA call: a fence marks the
+/// contexts it synchronizes and lets go, so a fence of one device, a synchronization or a
+/// context made or destroyed elsewhere never waits for another device's kernels, and a destroy
+/// waits only for the fences of its own context.
+static OWN: parking_lot::Mutex<Vec<Own>> = parking_lot::Mutex::new(Vec::new());
+/// Signalled when a fence's marks go or a destroy ends.
+static CHANGED: parking_lot::Condvar = parking_lot::Condvar::new();
 
 /// Whether the program made a context on `device` that it has not destroyed.
 pub fn own_contexts_on(device: u32) -> bool {
-    OWN.lock().iter().any(|&(_, dev)| dev == device)
+    OWN.lock().iter().any(|o| o.dev == device)
 }
 
-/// The program made context `ctx` on `device`.
+/// The program made context `ctx` on `device`. A handle the list still holds was destroyed
+/// unseen, and the driver gave it out again: the entry now names this context.
 pub fn note_own_created(ctx: CuContext, device: u32) {
-    OWN.lock().push((ctx as usize, device));
+    let ctx = ctx as usize;
+    let mut own = OWN.lock();
+    match own.iter_mut().find(|o| o.ctx == ctx) {
+        Some(o) => o.dev = device,
+        None => own.push(Own {
+            ctx,
+            dev: device,
+            syncing: 0,
+            dying: false,
+        }),
+    }
 }
 
-/// `destroy`, the driver's `cuCtxDestroy` of `ctx`: the context leaves the set first, once no
-/// fence is synchronizing it (a fence holds the set while it does), and comes back if the
-/// driver refused.
+/// `destroy`, the driver's `cuCtxDestroy` of `ctx`: once no fence synchronizes the context, it
+/// is marked dying (the fences of its device wait for the destroy to end, where the driver may
+/// still be tearing its work down), and it leaves the list when the driver destroyed it.
 pub fn own_destroyed(ctx: CuContext, destroy: impl FnOnce() -> i32) -> i32 {
-    let removed = {
-        let mut own = OWN.lock();
-        let at = own.iter().position(|&(c, _)| c == ctx as usize);
-        at.map(|i| own.swap_remove(i))
-    };
-    let r = destroy();
-    if let (Some(entry), false) = (removed, r == CU_SUCCESS) {
-        OWN.lock().push(entry);
+    let ctx = ctx as usize;
+    let mut own = OWN.lock();
+    loop {
+        match own.iter_mut().find(|o| o.ctx == ctx) {
+            None => {
+                drop(own);
+                return destroy();
+            }
+            Some(o) if o.syncing > 0 || o.dying => CHANGED.wait(&mut own),
+            Some(o) => {
+                o.dying = true;
+                break;
+            }
+        }
     }
+    drop(own);
+    let r = destroy();
+    let mut own = OWN.lock();
+    if r == CU_SUCCESS {
+        own.retain(|o| o.ctx != ctx);
+    } else if let Some(o) = own.iter_mut().find(|o| o.ctx == ctx) {
+        o.dying = false;
+    }
+    drop(own);
+    CHANGED.notify_all();
     r
+}
+
+/// The contexts a fence synchronizes, marked so that their destroys wait; unmarked when
+/// dropped (after a panic too), and those the driver no longer took (`forget`) leave the list.
+struct Marked {
+    ctxs: Vec<usize>,
+    forget: Vec<usize>,
+}
+
+impl Drop for Marked {
+    fn drop(&mut self) {
+        let mut own = OWN.lock();
+        for o in own.iter_mut().filter(|o| self.ctxs.contains(&o.ctx)) {
+            o.syncing -= 1;
+        }
+        own.retain(|o| o.syncing > 0 || o.dying || !self.forget.contains(&o.ctx));
+        drop(own);
+        CHANGED.notify_all();
+    }
 }
 
 /// Synchronize every context the program made on `device`, each made current for its
 /// `cuCtxSynchronize`, then the thread's own context (or none) again. The first failure's code,
-/// or `CU_SUCCESS`. A context the driver no longer lets be made current was destroyed where the
-/// hooks could not see it (through a pointer to the driver's own destroy taken before this
-/// library loaded): none of its work runs, and it is forgotten rather than failing every fence.
+/// or `CU_SUCCESS`. A destroy of one of them underway is waited for first. A context the driver
+/// no longer lets be made current was destroyed where the hooks could not see it (through a
+/// pointer to the driver's own destroy taken before this library loaded): none of its work
+/// runs, and it is forgotten rather than failing every fence.
 pub fn synchronize_own(d: &Driver, device: u32) -> i32 {
     let mut own = OWN.lock();
-    if !own.iter().any(|&(_, dev)| dev == device) {
+    while own.iter().any(|o| o.dev == device && o.dying) {
+        CHANGED.wait(&mut own);
+    }
+    if !own.iter().any(|o| o.dev == device) {
         return CU_SUCCESS;
     }
+    let ctxs: Vec<usize> = own
+        .iter_mut()
+        .filter(|o| o.dev == device)
+        .map(|o| {
+            o.syncing += 1;
+            o.ctx
+        })
+        .collect();
+    drop(own);
+    let mut marked = Marked {
+        ctxs,
+        forget: Vec::new(),
+    };
     let (Some(set), Some(mine)) = (d.ctx_set_current, current(d)) else {
         return super::driver::CU_ERROR_INVALID_CONTEXT;
     };
+    // Dropped before `marked`: the thread's context is back before a destroy may go ahead.
     let _back = KeepContext { set, ctx: mine };
-    let mut first_failure = CU_SUCCESS;
-    own.retain(|&(ctx, dev)| {
-        if dev != device || first_failure != CU_SUCCESS {
-            return true;
-        }
-        // SAFETY: a context the program made; a destroy the hooks see waits for this lock, and
+    for i in 0..marked.ctxs.len() {
+        let ctx = marked.ctxs[i];
+        // SAFETY: a context the program made; a destroy the hooks see waits for the mark, and
         // the driver refuses a handle it destroyed otherwise.
         if unsafe { set(ctx as CuContext) } != CU_SUCCESS {
-            return false;
+            marked.forget.push(ctx);
+            continue;
         }
         // SAFETY: no arguments: synchronizes the context just made current.
-        first_failure = unsafe { (d.ctx_synchronize)() };
-        true
-    });
-    first_failure
+        let r = unsafe { (d.ctx_synchronize)() };
+        if r != CU_SUCCESS {
+            return r;
+        }
+    }
+    CU_SUCCESS
 }

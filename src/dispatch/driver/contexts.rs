@@ -40,8 +40,11 @@ pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
 }
 
 /// `cuCtxDestroy_v2` of `ctx`, `real`: a context the program made leaves the ones the pool's
-/// fences wait for.
+/// fences wait for. Inside the pool meanwhile, as the other hooks are: a signal handler that
+/// allocates while the destroy is underway, which the fences of the device wait for, is passed
+/// to CUDA rather than fencing on this very thread.
 pub(crate) fn ctx_destroyed(ctx: CuContext, real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
+    let _inside = crate::guard::enter();
     crate::cuda::contexts::own_destroyed(ctx, real)
 }
 
