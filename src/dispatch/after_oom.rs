@@ -25,11 +25,15 @@ pub(crate) fn told_free(dev: u32, free: u64) {
 /// Whether a request of `size` bytes on `dev` asks for exactly the free memory the program was
 /// last told of: a probe for the largest allocation that fits, whose refusal the program expects
 /// and answers with a smaller request. PyTorch sizes cuDNN's workspace so (`cacheInfo`: from
-/// the free bytes down by halves), as frameworks size a preallocation.
+/// the free bytes down by halves), as frameworks size a preallocation. One figure told makes
+/// one probe: a later request of the same size is reported.
 fn probe(dev: u32, size: usize) -> bool {
-    FREE_TOLD
-        .get(dev as usize)
-        .is_some_and(|told| size != 0 && told.load(Ordering::Relaxed) == size as u64)
+    FREE_TOLD.get(dev as usize).is_some_and(|told| {
+        size != 0
+            && told
+                .compare_exchange(size as u64, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    })
 }
 
 /// CUDA's answer `r` to a request of `size` bytes that the pool on `dev` ran out of memory
