@@ -42,16 +42,17 @@ impl Gauge {
     #[inline(always)]
     pub fn add(&mut self, n: u64) {
         self.current += n;
-        // Saturating: the requests of a replayed trace may add up past `u64::MAX` (no live
-        // run's do); `current` cannot, being at most what the driver gave.
-        self.total_in = self.total_in.saturating_add(n);
+        // Wrapping: the requests of a corrupt replayed trace may add up past `u64::MAX` (no live
+        // run's do), and a saturating add costs the hit path instructions. `current` cannot,
+        // being at most what the driver gave.
+        self.total_in = self.total_in.wrapping_add(n);
         if self.current > self.peak {
             self.peak = self.current;
         }
     }
     pub fn sub(&mut self, n: u64) {
         self.current -= n;
-        self.total_out = self.total_out.saturating_add(n);
+        self.total_out = self.total_out.wrapping_add(n);
     }
     /// Held by a thread cache: counted now, but not as the program's own traffic (the thread
     /// cache counts that).
