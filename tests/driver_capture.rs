@@ -135,3 +135,39 @@ fn a_capture_seen_by_both_layers_is_noted_once_and_forgotten_at_its_end() {
         assert_eq!(number::<u64>(&with, "live_after="), 0, "{with}");
     }
 }
+
+#[test]
+fn captures_of_every_form_on_many_threads_survive_the_pools_fences_and_barriers() {
+    // Twelve threads begin and end captures (the runtime's and the driver's forms, `_ptsz`, each
+    // mode, into new graphs and the program's own) on two devices, while four threads allocate
+    // and free in relaxed mode on small devices, so the pool fences and issues barriers between
+    // the captures: no begin or end fails, as none does without the pool, and nothing hangs
+    // (the capture gate). The simulator's held synchronization widens the pool's window from
+    // its look at the captures to its synchronization.
+    let exe = support::c_program_with_driver("capture_storm");
+    let args = ["12", "4", "300", "200"];
+    let env = [
+        ("CUDASIM_DEVICES", "2"),
+        ("CUDASIM_MEM", "64MiB"),
+        ("CUDASIM_CONTEXT_BYTES", "0"),
+    ];
+    let (without, _) = ok(&mut unpooled(&exe, &args, &env));
+    for expected in ["begin_fail=0\n", "end_fail=0\n", "malloc_fail=0\n"] {
+        assert!(without.contains(expected), "{without}");
+    }
+    for mode in ["strict", "barrier"] {
+        for delay in ["0", "2"] {
+            let mut all = env.to_vec();
+            all.extend([("GPUPOOL_REUSE", mode), ("CUDASIM_SYNC_DELAY_MS", delay)]);
+            let out = support::output_within(&mut pooled(&exe, &args, &all), 20);
+            let (with, stderr) = support::texts(&out);
+            assert!(
+                out.status.success()
+                    && with.contains("begin_fail=0\n")
+                    && with.contains("end_fail=0\n"),
+                "{mode}, {delay} ms ({}):\n--- stdout\n{with}\n--- stderr\n{stderr}",
+                out.status
+            );
+        }
+    }
+}

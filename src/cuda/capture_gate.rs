@@ -133,5 +133,35 @@ mod tests {
         drop((stuck, second, begin));
         let s = state();
         assert_eq!((s.fences, s.waiting_begins, s.begins), (0, 0, 0));
+        drop(s);
+        // Many threads at both sides at once: each gets in, and the counters come back to zero.
+        let threads: Vec<_> = (0..8u64)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let mut x = i * 2654435761 + 1;
+                    for _ in 0..3000 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        if x % 2 == 0 {
+                            let _fence = enter_fence();
+                            if x % 7 == 0 {
+                                std::thread::sleep(Duration::from_micros(x % 300));
+                            }
+                        } else {
+                            let _begin = enter_begin();
+                            if x % 5 == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = state();
+        assert_eq!((s.fences, s.waiting_begins, s.begins), (0, 0, 0));
     }
 }
