@@ -239,12 +239,6 @@ static void give_turn(int t)
     pthread_mutex_unlock(&turn_lock);
 }
 
-#define CHECK_CU(call)                                                                         \
-    do {                                                                                       \
-        CUresult r_ = (call);                                                                  \
-        CHECK(r_ == CUDA_SUCCESS, "%s returned %d", #call, (int)r_);                           \
-    } while (0)
-
 static void *cu_ptsz_freer(void *arg)
 {
     (void)arg;

@@ -27,6 +27,13 @@
         CHECK(e_ == cudaSuccess, "%s returned %d", #call, (int)e_);                            \
     } while (0)
 
+/* The same for a driver call (a CUresult; CUDA_SUCCESS is 0), in programs that include cuda.h. */
+#define CHECK_CU(call)                                                                         \
+    do {                                                                                       \
+        int e_ = (int)(call);                                                                  \
+        CHECK(e_ == 0, "%s returned %d", #call, e_);                                           \
+    } while (0)
+
 static inline uint64_t rng_next(uint64_t *s)
 {
     uint64_t x = *s;

@@ -27,12 +27,6 @@
 
 #define MiB (1024ull * 1024ull)
 
-#define CHECK_CU(call)                                                                         \
-    do {                                                                                       \
-        CUresult e_ = (call);                                                                  \
-        CHECK(e_ == CUDA_SUCCESS, "%s returned %d", #call, (int)e_);                           \
-    } while (0)
-
 static CUmemAllocationProp prop_of(int device)
 {
     CUmemAllocationProp prop;

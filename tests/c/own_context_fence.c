@@ -22,12 +22,6 @@
 
 #define MiB (1024ull * 1024ull)
 
-#define CHECK_CU(call)                                                                         \
-    do {                                                                                       \
-        CUresult e_ = (call);                                                                  \
-        CHECK(e_ == CUDA_SUCCESS, "%s returned %d", #call, (int)e_);                           \
-    } while (0)
-
 static double now_ms(void)
 {
     struct timespec t;
