@@ -50,6 +50,21 @@ static int driver_mode(void)
     CU_OK_PLAIN(cuDevicePrimaryCtxRetain(&primary, 0));
     CHECK(ctx == primary && ctx != NULL, "current %p, primary %p", (void *)ctx, (void *)primary);
 
+    SECTION("each runtime call binds the primary context again when the thread has none");
+    OK(cudaMalloc(&p, 64));
+    CU_OK_PLAIN(cuCtxPopCurrent(&ctx));
+    CU_OK_PLAIN(cuCtxGetCurrent(&ctx));
+    CHECK(ctx == NULL, "still current after the pop: %p", (void *)ctx);
+    CHECK(cuMemcpyHtoD((CUdeviceptr)p, &ctx, 1) == CUDA_ERROR_INVALID_CONTEXT, "no context");
+    OK(cudaFree(p));
+    CU_OK_PLAIN(cuCtxGetCurrent(&ctx));
+    CHECK(ctx == primary, "cudaFree bound %p, primary %p", (void *)ctx, (void *)primary);
+    CU_OK_PLAIN(cuCtxSetCurrent(NULL));
+    OK(cudaMalloc(&p, 64));
+    CU_OK_PLAIN(cuCtxGetCurrent(&ctx));
+    CHECK(ctx == primary, "cudaMalloc bound %p, primary %p", (void *)ctx, (void *)primary);
+    OK(cudaFree(p));
+
     SECTION("a driver failure is the runtime's error; a driver call sets no last error");
     OK(cudasimFailNext("cuMemAlloc_v2", 1, CUDA_ERROR_OUT_OF_MEMORY));
     EXPECT(cudaMalloc(&p, 64), cudaErrorMemoryAllocation);
