@@ -13,6 +13,10 @@ use crate::log;
 /// allocation from the pool (where its next `cudaFree` looks first). One thread-local, so a
 /// hook reaches all with one access: in a preloaded library each access is a call to
 /// `__tls_get_addr`.
+///
+/// The last two also say whether the thread has the context its first pooled call gave it
+/// (`dispatch::bind_context`): a thread that lost it has both set back as they were before
+/// that call (`Inside::forget_context`), so that the hit path needs no test of its own.
 pub struct Thread {
     place: Cell<Where>,
     backend_ready: Cell<bool>,
@@ -29,7 +33,8 @@ enum Where {
     Inside,
 }
 
-/// `Thread::last_device` before the thread's first allocation from the pool.
+/// `Thread::last_device` before the thread's first allocation from the pool, and again once it
+/// lost its context (`Inside::forget_context`).
 pub const NO_DEVICE: u32 = u32::MAX;
 
 thread_local! {
@@ -70,6 +75,22 @@ impl Inside {
     /// This thread made the backend's per-thread state.
     pub fn set_backend_ready(&self) {
         self.thread().backend_ready.set(true);
+    }
+
+    /// Whether the pool counts this thread as having been given its context: it served the
+    /// thread, or made its backend state, which binds the context too.
+    pub fn gave_context(&self) -> bool {
+        let t = self.thread();
+        t.last_device.get() != NO_DEVICE || t.backend_ready.get()
+    }
+
+    /// This thread has no current context any more. Its next call the pool serves binds one
+    /// again, as its first did, since CUDA's own call would have (`dispatch::bind_context`).
+    /// Its next free then looks for the block on the current device first.
+    pub fn forget_context(&self) {
+        let t = self.thread();
+        t.last_device.set(NO_DEVICE);
+        t.backend_ready.set(false);
     }
 
     #[inline(always)]

@@ -102,6 +102,24 @@ fn a_threads_first_runtime_call_served_by_the_pool_gives_it_the_context_cuda_wou
 }
 
 #[test]
+fn a_thread_that_lost_its_context_gets_it_back_from_its_next_runtime_call_the_pool_serves() {
+    // A thread with pool memory drops its context (cuCtxSetCurrent(NULL), cuCtxPopCurrent, or
+    // cuCtxDestroy of a context it had made current), then calls cudaMalloc, cudaFree,
+    // cudaMallocAsync or cudaFreeAsync, then cuMemcpyHtoD. CUDA's runtime call binds the
+    // primary context again and the copy succeeds; with no runtime call between, it fails with
+    // CUDA_ERROR_INVALID_CONTEXT (201), and the pool must not bind one there either.
+    let (alone, _) = run("lost-context", false, &[]);
+    let lines = |text: &str, end: &str| text.lines().filter(|l| l.ends_with(end)).count();
+    assert_eq!(lines(&alone, "=0 context=1 copy=0"), 12, "{alone}");
+    assert_eq!(lines(&alone, "_none=0 context=0 copy=201"), 3, "{alone}");
+    reads_as_without_the_pool("lost-context", &[]);
+    // The pool answered each of those calls from its cache, with no runtime call of its own
+    // making the thread's context.
+    let (_, err) = run("lost-context", true, &[]);
+    assert_eq!(lines(&err, "runtime_calls=0"), 15, "{err}");
+}
+
+#[test]
 fn a_captures_stream_ordered_allocations_and_their_frees_reach_cuda() {
     reads_as_without_the_pool("graph", &[]);
 }

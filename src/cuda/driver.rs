@@ -50,6 +50,8 @@ pub type StreamGetCtxFn = unsafe extern "C" fn(Stream, *mut CuContext) -> CuResu
 pub type StreamIsCapturingFn = unsafe extern "C" fn(Stream, *mut c_int) -> CuResult;
 pub type StreamGetFlagsFn = unsafe extern "C" fn(Stream, *mut c_uint) -> CuResult;
 pub type CtxGetCurrentFn = unsafe extern "C" fn(*mut CuContext) -> CuResult;
+/// `cuCtxPopCurrent_v2`: the context popped goes to the pointer, when it is not NULL.
+pub type CtxPopCurrentFn = unsafe extern "C" fn(*mut CuContext) -> CuResult;
 pub type CtxGetDeviceFn = unsafe extern "C" fn(*mut CuDevice) -> CuResult;
 pub type CtxFn = unsafe extern "C" fn(CuContext) -> CuResult;
 pub type CtxCreateFn = unsafe extern "C" fn(*mut CuContext, c_uint, CuDevice) -> CuResult;

@@ -55,9 +55,10 @@ pub enum Hooked {
     StreamBeginCaptureToGraphPtsz,
     MemCreate,
     CtxDestroy,
+    CtxPopCurrent,
 }
 
-pub const COUNT: usize = Hooked::CtxDestroy as usize + 1;
+pub const COUNT: usize = Hooked::CtxPopCurrent as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -104,6 +105,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuStreamBeginCaptureToGraph_ptsz",
     c"cuMemCreate",
     c"cuCtxDestroy_v2",
+    c"cuCtxPopCurrent_v2",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -355,8 +355,9 @@ pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
     answer_free(outcome, &g.runtime, ptr, "cudaFree", pass)
 }
 
-/// `free` on a thread that never allocated from the pool: no device to look in first, and
-/// perhaps no context yet (`bind_context`).
+/// `free` on a thread that never allocated from the pool, or lost its context since
+/// (`guard::Inside::forget_context`): no device to look in first, and perhaps no context
+/// (`bind_context`).
 #[cold]
 #[inline(never)]
 fn free_first(
@@ -397,7 +398,8 @@ fn answer_free(
 /// the cache, a trim, a synchronization seen through the driver): the calling thread's
 /// per-thread state of the backend's API is made first, outside the locks
 /// (`CudaBackend::prepare_thread`; docs/design-notes.md, "Note: the loader lock"). Once per
-/// thread, on a flag the guard keeps: no thread-local access of its own.
+/// thread, and again after it lost its context, on a flag the guard keeps: no thread-local
+/// access of its own.
 #[inline(always)]
 pub(crate) fn ready_for_backend(inside: &guard::Inside, pool: &Pool<CudaBackend>, device: u32) {
     if !inside.backend_ready() {
@@ -423,8 +425,9 @@ pub(crate) fn ready_thread_for_backend(pool: &Pool<CudaBackend>, device: u32) {
 /// After an allocation the pool served on `device`: this thread's next free looks there
 /// first, and the thread's first allocation tells the lifecycle (the process's first, which is
 /// some thread's first, arms the exit summary), one test of the thread-local already reached.
-/// `runtime`, the pool, when the program asked through the runtime: its first allocation also
-/// gets the thread the context the runtime's own would have given it (`bind_context`).
+/// `runtime`, the pool, when the program asked through the runtime: its first allocation, and
+/// its first after it lost its context, also gets the thread the context the runtime's own
+/// would have given it (`bind_context`).
 #[inline(always)]
 pub(crate) fn served_on(inside: &guard::Inside, device: u32, runtime: Option<&Pool<CudaBackend>>) {
     if inside.replace_last_device(device) == guard::NO_DEVICE {
@@ -443,7 +446,8 @@ fn first_served(inside: &guard::Inside, device: u32, runtime: Option<&Pool<CudaB
 
 /// The runtime makes the current device's primary context the calling thread's at each of its
 /// calls that needs a context, if the thread has none: a thread's first `cudaMalloc` or
-/// `cudaFree` leaves it current, and the driver calls the program makes next
+/// `cudaFree`, and its first after it lost its context (`guard::Inside::forget_context`),
+/// leaves it current, and the driver calls the program makes next
 /// (`cuMemcpyHtoD`, `cuLaunchKernel`) act in it. A call the pool answered (`outcome`, a free's;
 /// an allocation's is `Freed`) made no runtime call, and they would fail with
 /// CUDA_ERROR_INVALID_CONTEXT. So the thread's backend state is made now if it was not
@@ -463,7 +467,7 @@ fn bind_context(
 }
 
 /// `bind_context` after a stream-ordered free the pool answered, on a thread that never
-/// allocated from it, about its current device.
+/// allocated from it or lost its context since, about its current device.
 #[cold]
 #[inline(never)]
 fn bind_after_first_free(inside: &guard::Inside, pool: &Pool<CudaBackend>, rt: &Runtime) {
@@ -593,8 +597,8 @@ pub unsafe fn free_on(
         }
     };
     let outcome = pool.free(ptr as u64, kind, device.or_else(|| current_device(rt)));
-    // A thread that allocated has its context (`first_served`): only one that never did may
-    // lack it, a test of what the guard holds.
+    // A thread that allocated has its context (`first_served`): only one that never did, or
+    // lost it since, may lack it, a test of what the guard holds.
     if inside.last_device() == guard::NO_DEVICE && outcome != FreeOutcome::NotOurs {
         bind_after_first_free(&inside, pool, rt);
     }

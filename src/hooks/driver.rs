@@ -65,6 +65,7 @@ fn hooks() -> [usize; COUNT] {
         capture::cuStreamBeginCaptureToGraph_ptsz as *const () as usize,
         cuMemCreate as *const () as usize,
         cuCtxDestroy_v2 as *const () as usize,
+        cuCtxPopCurrent_v2 as *const () as usize,
     ]
 }
 
@@ -528,6 +529,15 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CuContext) -> CuResult {
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CuContext) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::ctx_made_current(ctx, || real!(CtxPushCurrent, CtxFn, |f| f(ctx)))
+    })
+}
+
+/// # Safety
+/// As `cuCtxPopCurrent_v2`: `ctx` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(ctx: *mut CuContext) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_popped(|| real!(CtxPopCurrent, CtxPopCurrentFn, |f| f(ctx)))
     })
 }
 

@@ -13,7 +13,11 @@
  *                                     cuCtxCreate)
  *   two_devices_hostile fresh-thread  threads whose first CUDA call is cudaMalloc, cudaFree of
  *                                     device 1's block, cudaFreeAsync or cudaMallocAsync, then
- *                                     driver calls, which need the context the runtime binds */
+ *                                     driver calls, which need the context the runtime binds
+ *   two_devices_hostile lost-context  threads that lose their context (cuCtxSetCurrent(NULL),
+ *                                     cuCtxPopCurrent, cuCtxDestroy), then call cudaMalloc,
+ *                                     cudaFree, cudaMallocAsync, cudaFreeAsync or nothing, then
+ *                                     a driver call */
 #include <pthread.h>
 
 #include "cuda.h"
@@ -270,6 +274,95 @@ static void mode_fresh_thread(void)
     }
 }
 
+/* A thread that loses its context gets it back from its next runtime call that needs one, as
+ * its first call gave it one; with no such call between, its driver call has none. */
+static const char *lost_way;
+static const char *lost_call;
+static CUcontext lost_own;
+
+static void drop_context(void)
+{
+    CUcontext popped = NULL;
+    if (strcmp(lost_way, "set-null") == 0) {
+        CHECK_CU(cuCtxSetCurrent(NULL));
+    } else if (strcmp(lost_way, "pop") == 0) {
+        CHECK_CU(cuCtxPopCurrent(&popped));
+    } else {
+        /* A context of its own in place of the primary one, destroyed: the driver pops it. */
+        CHECK_CU(cuCtxSetCurrent(lost_own));
+        CHECK_CU(cuCtxDestroy(lost_own));
+    }
+}
+
+static void *lost_thread(void *arg)
+{
+    void *live = NULL, *p = NULL, *q = NULL;
+    CUcontext ctx = NULL;
+    unsigned char byte = 0x5c;
+    int r = 0;
+    int allocates = strncmp(lost_call, "malloc", 6) == 0;
+    (void)arg;
+    CHECK_CUDA(cudaMalloc(&live, MIB));
+    CHECK_CUDA(cudaMalloc(&p, MIB));
+    if (allocates) {
+        /* Cached and reusable: the allocation below is a hit. */
+        CHECK_CUDA(cudaFree(p));
+        p = NULL;
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    drop_context();
+    cudasimStats before = sim_stats(0);
+    if (strcmp(lost_call, "malloc") == 0)
+        r = (int)cudaMalloc(&q, MIB);
+    else if (strcmp(lost_call, "malloc-async") == 0)
+        r = (int)cudaMallocAsync(&q, MIB, 0);
+    else if (strcmp(lost_call, "free") == 0)
+        r = (int)cudaFree(p);
+    else if (strcmp(lost_call, "free-async") == 0)
+        r = (int)cudaFreeAsync(p, 0);
+    cudasimStats after = sim_stats(0);
+    /* What reached CUDA's allocator: nothing where the pool answered. */
+    fprintf(stderr, "lost_%s_%s runtime_calls=%llu\n", lost_way, lost_call,
+            after.malloc_calls + after.free_calls - before.malloc_calls - before.free_calls);
+    CHECK_CU(cuCtxGetCurrent(&ctx));
+    CUresult copied = cuMemcpyHtoD((CUdeviceptr)live, &byte, 1);
+    printf("lost_%s_%s=%d context=%d copy=%d\n", lost_way, lost_call, r, ctx != NULL,
+           (int)copied);
+    if (strncmp(lost_call, "free", 4) == 0)
+        p = NULL;
+    if (q != NULL)
+        CHECK_CUDA(cudaFree(q));
+    if (p != NULL)
+        CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudaFree(live));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    return NULL;
+}
+
+static void mode_lost_context(void)
+{
+    /* The destroys last: once the program made a context, the pool asks which is current. */
+    static const char *ways[] = {"set-null", "pop", "destroy"};
+    static const char *calls[] = {"malloc", "free", "malloc-async", "free-async", "none"};
+    CUcontext popped = NULL;
+    CHECK_CU(cuInit(0));
+    CHECK_CUDA(cudaSetDevice(0));
+    for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+        for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
+            pthread_t t;
+            lost_way = ways[w];
+            lost_call = calls[c];
+            if (strcmp(lost_way, "destroy") == 0) {
+                CHECK_CU(cuCtxCreate(&lost_own, 0, 0));
+                CHECK_CU(cuCtxPopCurrent(&popped));
+                CHECK(popped == lost_own, "popped %p, made %p", (void *)popped, (void *)lost_own);
+            }
+            CHECK(pthread_create(&t, NULL, lost_thread, NULL) == 0, "thread");
+            CHECK(pthread_join(t, NULL) == 0, "join");
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc == 2, "usage: two_devices_hostile MODE");
@@ -289,6 +382,8 @@ int main(int argc, char **argv)
         mode_own_context(4);
     else if (strcmp(argv[1], "fresh-thread") == 0)
         mode_fresh_thread();
+    else if (strcmp(argv[1], "lost-context") == 0)
+        mode_lost_context();
     else
         CHECK(0, "unknown mode %s", argv[1]);
     printf("two devices hostile ok\n");

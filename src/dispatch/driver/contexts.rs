@@ -5,7 +5,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::device_count;
-use crate::cuda::contexts::{current, primary_context};
+use crate::cuda::contexts::{current, has_current_context, primary_context};
 use crate::cuda::driver::{self as cu, CuContext, Driver};
 use crate::passed_through::Reason;
 
@@ -42,10 +42,45 @@ pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
 /// `cuCtxDestroy_v2` of `ctx`, `real`: a context the program made leaves the ones the pool's
 /// fences wait for. Inside the pool meanwhile, as the other hooks are: a signal handler that
 /// allocates while the destroy is underway, which the fences of the device wait for, is passed
-/// to CUDA rather than fencing on this very thread.
+/// to CUDA rather than fencing on this very thread. The driver pops the context if it was the
+/// thread's current one, which may leave the thread with none (`after_pop`).
 pub(crate) fn ctx_destroyed(ctx: CuContext, real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
-    let _inside = crate::guard::enter();
-    crate::cuda::contexts::own_destroyed(ctx, real)
+    let inside = crate::guard::enter();
+    let r = crate::cuda::contexts::own_destroyed(ctx, real);
+    if let Some(inside) = &inside {
+        after_pop(inside, r);
+    }
+    r
+}
+
+/// `cuCtxPopCurrent_v2`, or `cuCtxSetCurrent(NULL)`, which pops the top of the thread's stack:
+/// `real`, which may leave the thread with no current context (`after_pop`).
+pub(crate) fn ctx_popped(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
+    let Some(inside) = crate::guard::enter() else {
+        return real();
+    };
+    let r = real();
+    after_pop(&inside, r);
+    r
+}
+
+/// After the driver's answer `r` to a call that pops the thread's current context: a thread it
+/// left with none gets the primary context again from its next runtime call, which the pool
+/// may answer with no runtime call. The pool binds it then, as for the thread's first call
+/// (`guard::Inside::forget_context`). Nothing now: a driver call before that one has no
+/// context, as without the pool. A driver that cannot say counts as none: the bind then costs
+/// one runtime call and changes no context the thread has. The pool's own context switches
+/// never come here: they call the driver's functions, not the hooks, and a runtime call the
+/// pool makes finds the thread inside it.
+fn after_pop(inside: &crate::guard::Inside, r: cu::CuResult) {
+    if r != cu::CU_SUCCESS || !inside.gave_context() {
+        return;
+    }
+    if let Some((_, d)) = super::pooled() {
+        if !has_current_context(d) {
+            inside.forget_context();
+        }
+    }
 }
 
 /// Whether the runtime would allocate in a context the program made, which owns what is

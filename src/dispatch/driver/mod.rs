@@ -28,7 +28,7 @@ use crate::report::oom::RequestApi;
 mod contexts;
 mod vmm;
 
-pub(crate) use contexts::{ctx_created, ctx_destroyed, runtime_in_own_context};
+pub(crate) use contexts::{ctx_created, ctx_destroyed, ctx_popped, runtime_in_own_context};
 pub use vmm::{mem_create, mem_get_address_range};
 
 pub(crate) use crate::cuda::contexts::forget_primary;
@@ -639,9 +639,13 @@ pub fn ctx_enable_peer_access(peer: CuContext, real: impl Fn() -> CuResult) -> C
 /// `cuCtxSetCurrent`, `cuCtxPushCurrent_v2`: the context's device is in use, as after
 /// `cudaSetDevice` (`dispatch::peer`). A program that makes devices current only through the
 /// driver (a static runtime's does) copies there from other devices' blocks all the same. A
-/// NULL context makes no device current.
+/// NULL context makes no device current: `cuCtxSetCurrent(NULL)` pops the thread's context
+/// (`ctx_popped`), and the driver refuses to push one.
 pub fn ctx_made_current(ctx: CuContext, real: impl Fn() -> CuResult) -> CuResult {
-    let Some((pool, d)) = pooled().filter(|_| !ctx.is_null()) else {
+    if ctx.is_null() {
+        return ctx_popped(real);
+    }
+    let Some((pool, d)) = pooled() else {
         return real();
     };
     let Some(_inside) = guard::enter() else {
