@@ -1,14 +1,16 @@
 //! The driver's contexts: whether `cuInit` was called, each device's primary context, and the
 //! calling thread's context stack.
 //!
-//! Events and default streams belong to devices, not contexts. A context created by
-//! `cuCtxCreate_v2` shares its device's capacity with the primary context; the device memory
-//! allocated while it is current (`cuMemAlloc`, and `cudaMalloc` through the runtime, which
-//! uses the current context) is its own, and `cuCtxDestroy_v2` frees it, as CUDA does. Virtual
-//! memory and memory pools' memory are the device's and stay. The streams
-//! it creates are its own: its synchronization waits for them and the default streams, and
-//! the primary context's does not wait for them. The current context's device is the runtime's current device: every change of the thread's stack moves
-//! `current`, and `cudaSetDevice` makes the device's primary context current, as CUDA 12 does.
+//! Events belong to devices, not contexts. A context created by `cuCtxCreate_v2` shares its
+//! device's capacity with the primary context; the device memory allocated while it is current
+//! (`cuMemAlloc`, and `cudaMalloc` through the runtime, which uses the current context) is its
+//! own, and `cuCtxDestroy_v2` frees it, as CUDA does. Virtual memory and memory pools' memory
+//! are the device's and stay. Its streams are its own, as in CUDA: the ones it creates, and its
+//! default streams (the NULL stream with it current is its own legacy stream, which orders
+//! itself against its blocking streams alone). Its synchronization waits for them, and the
+//! primary context's does not. The current context's device is the runtime's current device:
+//! every change of the thread's stack moves `current`, and `cudaSetDevice` makes the device's
+//! primary context current, as CUDA 12 does.
 
 use crate::config::{self, MAX_DEVICES};
 use crate::current;
@@ -193,6 +195,7 @@ pub fn create(d: usize) -> CudaResult<usize> {
         st.use_device(d);
         let h = handles::create(CONTEXT_MAGIC);
         st.contexts.insert(h, d);
+        st.streams.add_context(h, d);
         Ok(h)
     })?;
     if let Err(full) = with_stack(|s| s.push((h, d))) {
@@ -210,6 +213,7 @@ pub fn create(d: usize) -> CudaResult<usize> {
 pub fn destroy(handle: usize) -> CudaResult {
     with_state(|st| {
         st.contexts.remove(&handle).ok_or(CU_INVALID_CONTEXT)?;
+        st.streams.remove_context(handle);
         // CUDA frees the context's allocations with it.
         for base in st.allocs.of_context(handle) {
             st.destroy_allocation(base);

@@ -3,7 +3,7 @@
 
 use crate::config::{self, Config};
 use crate::current;
-use crate::errors::{CudaResult, INVALID_RESOURCE_HANDLE};
+use crate::errors::{CudaResult, CU_INVALID_CONTEXT, INVALID_RESOURCE_HANDLE};
 use crate::handles::{self, EVENT_MAGIC, STREAM_MAGIC};
 use crate::link;
 use crate::memory::{self, Allocations};
@@ -326,16 +326,34 @@ impl State {
     }
 
     /// Resolves a `cudaStream_t`: `0`/`cudaStreamLegacy` and `cudaStreamPerThread` are the
-    /// calling thread's current device's; others must be live created streams.
+    /// calling thread's current context's; others must be live created streams.
     pub fn stream(&self, raw: usize) -> CudaResult<StreamId> {
         match raw {
-            0 | 1 => Ok(StreamId::Legacy(current::get())),
-            2 => Ok(StreamId::PerThread(current::get(), current::thread_key())),
+            0 | 1 => self.legacy_stream(),
+            2 => Ok(StreamId::PerThread(
+                current::get(),
+                self.current_context()?,
+                current::thread_key(),
+            )),
             // SAFETY: the handle is in the registry, so it is a live handle made by `create`.
             h if self.streams.contains(h) && unsafe { handles::has_magic(h, STREAM_MAGIC) } => {
                 Ok(StreamId::User(h))
             }
             _ => Err(INVALID_RESOURCE_HANDLE),
+        }
+    }
+
+    /// The legacy default stream of the calling thread's current context.
+    pub fn legacy_stream(&self) -> CudaResult<StreamId> {
+        Ok(StreamId::Legacy(current::get(), self.current_context()?))
+    }
+
+    /// The calling thread's current context as streams name it: `None` for a primary context.
+    /// A created context another thread destroyed is refused, as CUDA refuses it.
+    fn current_context(&self) -> CudaResult<Option<usize>> {
+        match crate::context::created_current() {
+            Some(c) if !self.contexts.contains_key(&c) => Err(CU_INVALID_CONTEXT),
+            context => Ok(context),
         }
     }
 

@@ -79,13 +79,14 @@ pub struct Stream {
     pub tail: Nanos,
     /// The capture in progress on it, if any (never on the legacy stream).
     pub capture: Option<Capture>,
-    /// The created context (`cuCtxCreate_v2`) current when it was made; `None`: the device's
-    /// primary context, and every default stream.
+    /// The created context (`cuCtxCreate_v2`) it belongs to: the one current when it was made,
+    /// or, for a default stream, whose default stream it is. `None`: the device's primary
+    /// context.
     pub context: Option<usize>,
 }
 
 impl Stream {
-    fn new(device: usize, kind: Kind) -> Stream {
+    fn new(device: usize, kind: Kind, context: Option<usize>) -> Stream {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Stream {
             device,
@@ -93,7 +94,7 @@ impl Stream {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tail: 0,
             capture: None,
-            context: None,
+            context,
         }
     }
 }
@@ -101,45 +102,68 @@ impl Stream {
 /// A stream, resolved from a `cudaStream_t`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamId {
-    /// `0` or `cudaStreamLegacy` of that device.
-    Legacy(usize),
-    /// `cudaStreamPerThread` of that device for one thread (`current::thread_key`): as in CUDA,
-    /// each thread has its own, a blocking stream.
-    PerThread(usize, u64),
+    /// `0` or `cudaStreamLegacy` of a device's context: its primary one (`None`), or a created
+    /// one. As in CUDA, each context has its own.
+    Legacy(usize, Option<usize>),
+    /// `cudaStreamPerThread` of a device's context for one thread (`current::thread_key`): as
+    /// in CUDA, each thread has its own, a blocking stream of that context.
+    PerThread(usize, Option<usize>, u64),
     /// A created stream: the address of its handle.
     User(usize),
 }
 
+/// A context's legacy default stream.
+#[derive(Clone, Copy, Debug)]
+struct Legacy {
+    stream: Stream,
+    /// When the work of the context's destroyed blocking streams ends: the legacy stream still
+    /// waits for it.
+    retired_blocking: Nanos,
+}
+
+impl Legacy {
+    fn new(device: usize, context: Option<usize>) -> Legacy {
+        Legacy {
+            stream: Stream::new(device, Kind::Legacy, context),
+            retired_blocking: 0,
+        }
+    }
+}
+
 /// Every stream of every device.
+///
+/// A blocking stream orders itself against the legacy stream of its own context, and that
+/// legacy stream against the context's blocking streams alone: a created context's work is
+/// not ordered against the primary context's legacy stream, nor the reverse.
 pub struct Streams {
-    legacy: Vec<Stream>,
-    /// The per-thread default streams used so far, by (device, thread).
-    per_thread: HashMap<(usize, u64), Stream>,
+    /// Each device's primary context's legacy stream.
+    legacy: Vec<Legacy>,
+    /// Each live created context's legacy stream, by context.
+    created: HashMap<usize, Legacy>,
+    /// The per-thread default streams used so far, by (device, context, thread).
+    per_thread: HashMap<(usize, Option<usize>, u64), Stream>,
     user: HashMap<usize, Stream>,
-    /// Per device, when the work of its destroyed streams ends (all of them, and the blocking
-    /// ones): a destroyed stream's work still runs, and a device synchronization (or, for a
-    /// blocking stream's, the legacy stream) still waits for it.
-    retired: Vec<(Nanos, Nanos)>,
+    /// Per device, when the work of its destroyed streams (and destroyed contexts' default
+    /// streams) ends: a destroyed stream's work still runs, and a device synchronization still
+    /// waits for it.
+    retired: Vec<Nanos>,
 }
 
 impl Streams {
     pub fn new(devices: usize) -> Streams {
         Streams {
-            legacy: (0..devices).map(|d| Stream::new(d, Kind::Legacy)).collect(),
+            legacy: (0..devices).map(|d| Legacy::new(d, None)).collect(),
+            created: HashMap::new(),
             per_thread: HashMap::new(),
             user: HashMap::new(),
-            retired: vec![(0, 0); devices],
+            retired: vec![0; devices],
         }
     }
 
     /// Registers a created stream under its handle's address, made in `context` (`None`: the
     /// device's primary context).
     pub fn add(&mut self, handle: usize, device: usize, kind: Kind, context: Option<usize>) {
-        let stream = Stream {
-            context,
-            ..Stream::new(device, kind)
-        };
-        self.user.insert(handle, stream);
+        self.user.insert(handle, Stream::new(device, kind, context));
     }
 
     /// Unregisters a created stream; false if there is none at that address.
@@ -147,16 +171,41 @@ impl Streams {
         let Some(s) = self.user.remove(&handle) else {
             return false;
         };
-        let (all, blocking) = &mut self.retired[s.device];
+        let all = &mut self.retired[s.device];
         *all = (*all).max(s.tail);
         if s.kind == Kind::Blocking {
-            *blocking = (*blocking).max(s.tail);
+            if let Some(l) = self.legacy_mut(s.device, s.context) {
+                l.retired_blocking = l.retired_blocking.max(s.tail);
+            }
         }
         true
     }
 
     pub fn contains(&self, handle: usize) -> bool {
         self.user.contains_key(&handle)
+    }
+
+    /// A context created on device `d` (`cuCtxCreate_v2`): its legacy stream.
+    pub fn add_context(&mut self, context: usize, d: usize) {
+        self.created.insert(context, Legacy::new(d, Some(context)));
+    }
+
+    /// A created context destroyed: its default streams go, their work still runs (a device
+    /// synchronization waits for it). Its created streams stay, as before.
+    pub fn remove_context(&mut self, context: usize) {
+        let Some(l) = self.created.remove(&context) else {
+            return;
+        };
+        let d = l.stream.device;
+        let mut end = l.stream.tail.max(l.retired_blocking);
+        self.per_thread.retain(|&(_, c, _), s| {
+            let keep = c != Some(context);
+            if !keep {
+                end = end.max(s.tail);
+            }
+            keep
+        });
+        self.retired[d] = self.retired[d].max(end);
     }
 
     /// The stream `id` (a per-thread default stream not used yet is made by its first use).
@@ -192,25 +241,24 @@ impl Streams {
     }
 
     /// Whether a use of stream `id` is refused as an implicit dependency on a capture: the
-    /// legacy stream of a device while one of its blocking streams is being captured (CUDA
+    /// legacy stream of a context while one of its blocking streams is being captured (CUDA
     /// gives `cudaErrorStreamCaptureImplicit` and invalidates those captures).
     pub fn refuse_legacy_use(&mut self, id: StreamId) -> bool {
-        let StreamId::Legacy(d) = id else {
+        let StreamId::Legacy(d, context) = id else {
             return false;
         };
-        self.invalidate(|s, _| s.device == d && s.kind == Kind::Blocking)
+        self.invalidate(|s, _| s.device == d && s.context == context && s.kind == Kind::Blocking)
     }
 
-    /// Whether stream `id` is the legacy stream of a device with a blocking stream being
+    /// Whether stream `id` is the legacy stream of a context with a blocking stream being
     /// captured (the query does not invalidate).
     pub fn legacy_implicitly_captured(&self, id: StreamId) -> bool {
-        let StreamId::Legacy(d) = id else {
+        let StreamId::Legacy(d, context) = id else {
             return false;
         };
-        self.per_thread
-            .values()
-            .chain(self.user.values())
-            .any(|s| s.device == d && s.kind == Kind::Blocking && s.capture.is_some())
+        self.per_thread.values().chain(self.user.values()).any(|s| {
+            s.device == d && s.context == context && s.kind == Kind::Blocking && s.capture.is_some()
+        })
     }
 
     /// Marks invalidated every capture whose stream and capture `hit` picks; whether any.
@@ -228,23 +276,49 @@ impl Streams {
         any
     }
 
+    /// The legacy stream of `context` on device `d`, if that context lives.
+    fn legacy_of(&self, d: usize, context: Option<usize>) -> Option<&Legacy> {
+        match context {
+            None => self.legacy.get(d),
+            Some(c) => self.created.get(&c),
+        }
+    }
+
+    fn legacy_mut(&mut self, d: usize, context: Option<usize>) -> Option<&mut Legacy> {
+        match context {
+            None => self.legacy.get_mut(d),
+            Some(c) => self.created.get_mut(&c),
+        }
+    }
+
     fn get_mut(&mut self, id: StreamId) -> &mut Stream {
         match id {
-            StreamId::Legacy(d) => &mut self.legacy[d],
-            StreamId::PerThread(d, t) => self
+            StreamId::Legacy(d, context) => {
+                &mut self
+                    .legacy_mut(d, context)
+                    .expect("context checked by the caller")
+                    .stream
+            }
+            StreamId::PerThread(d, context, t) => self
                 .per_thread
-                .entry((d, t))
-                .or_insert_with(|| Stream::new(d, Kind::Blocking)),
+                .entry((d, context, t))
+                .or_insert_with(|| Stream::new(d, Kind::Blocking, context)),
             StreamId::User(h) => self.user.get_mut(&h).expect("stream checked by the caller"),
         }
     }
 
-    /// The streams of device `d`.
+    /// Every stream of device `d`, of all its contexts.
     fn of_device(&self, d: usize) -> impl Iterator<Item = &Stream> {
-        std::iter::once(&self.legacy[d])
+        std::iter::once(&self.legacy[d].stream)
+            .chain(self.created.values().map(|l| &l.stream))
             .chain(self.per_thread.values())
             .chain(self.user.values())
             .filter(move |s| s.device == d)
+    }
+
+    /// The streams of one context of device `d` (`None`: the primary one).
+    fn of_context(&self, d: usize, context: Option<usize>) -> impl Iterator<Item = &Stream> {
+        self.of_device(d).filter(move |s| s.context == context)
     }
 
     /// Enqueues an operation of `duration` on stream `id`, after `dep` (an event's time, or 0):
@@ -252,15 +326,18 @@ impl Streams {
     /// Returns the operation's end.
     pub fn enqueue(&mut self, id: StreamId, now: Nanos, duration: Nanos, dep: Nanos) -> Nanos {
         let stream = *self.get_mut(id);
+        let (d, context) = (stream.device, stream.context);
+        let legacy = self.legacy_of(d, context);
         let waits_for = match stream.kind {
             Kind::Legacy => self
-                .of_device(stream.device)
+                .of_context(d, context)
                 .filter(|s| s.kind == Kind::Blocking)
                 .map(|s| s.tail)
                 .max()
                 .unwrap_or(0)
-                .max(self.retired[stream.device].1),
-            Kind::Blocking => self.legacy[stream.device].tail,
+                .max(legacy.map_or(0, |l| l.retired_blocking)),
+            // A stream of a destroyed context waits for no legacy stream.
+            Kind::Blocking => legacy.map_or(0, |l| l.stream.tail),
             Kind::NonBlocking => 0,
         };
         let start = now.max(stream.tail).max(dep).max(waits_for);
@@ -269,36 +346,38 @@ impl Streams {
         end
     }
 
-    /// When all work of device `d` is done.
+    /// When all work of device `d` is done, in every context.
     pub fn device_tail(&self, d: usize) -> Nanos {
         let live = self.of_device(d).map(|s| s.tail).max().unwrap_or(0);
-        live.max(self.retired[d].0)
+        live.max(self.retired[d])
     }
 
     /// When the work a context's synchronization waits for is done (`cuCtxSynchronize`): its
-    /// created streams and the device's default streams. Only the primary context's waits for
-    /// destroyed streams too. The default streams are the device's, not each context's, here.
+    /// own streams, default and created. Only the primary context's waits for destroyed
+    /// streams too.
     pub fn context_tail(&self, d: usize, context: Option<usize>) -> Nanos {
-        let defaults = std::iter::once(&self.legacy[d]).chain(self.per_thread.values());
-        let created = self.user.values().filter(|s| s.context == context);
-        let tail = defaults
-            .chain(created)
-            .filter(|s| s.device == d)
+        let tail = self
+            .of_context(d, context)
             .map(|s| s.tail)
             .max()
             .unwrap_or(0);
         match context {
-            None => tail.max(self.retired[d].0),
+            None => tail.max(self.retired[d]),
             Some(_) => tail,
         }
     }
 
-    /// Forgets device `d`'s work and created streams (`cudaDeviceReset`); returns the handles
-    /// of the streams removed.
+    /// Forgets device `d`'s work, in every context, and its created streams
+    /// (`cudaDeviceReset`); returns the handles of the streams removed. Created contexts stay,
+    /// with their legacy streams.
     pub fn reset_device(&mut self, d: usize) -> Vec<usize> {
-        self.legacy[d].tail = 0;
-        self.per_thread.retain(|&(device, _), _| device != d);
-        self.retired[d] = (0, 0);
+        let legacies = std::iter::once(&mut self.legacy[d]).chain(self.created.values_mut());
+        for l in legacies.filter(|l| l.stream.device == d) {
+            l.stream.tail = 0;
+            l.retired_blocking = 0;
+        }
+        self.per_thread.retain(|&(device, _, _), _| device != d);
+        self.retired[d] = 0;
         let gone: Vec<usize> = self
             .user
             .iter()
@@ -400,10 +479,10 @@ mod tests {
         assert_eq!(s.enqueue(StreamId::User(0x100), 10, 100, 0), 110);
         assert_eq!(s.enqueue(StreamId::User(0x200), 10, 500, 0), 510);
         // The legacy stream waits for the blocking stream, not for the non-blocking one.
-        assert_eq!(s.enqueue(StreamId::Legacy(0), 20, 0, 0), 110);
-        assert_eq!(s.enqueue(StreamId::Legacy(0), 20, 50, 0), 160);
+        assert_eq!(s.enqueue(StreamId::Legacy(0, None), 20, 0, 0), 110);
+        assert_eq!(s.enqueue(StreamId::Legacy(0, None), 20, 50, 0), 160);
         // A blocking stream waits for the legacy stream.
-        assert_eq!(s.enqueue(StreamId::PerThread(0, 1), 30, 0, 0), 160);
+        assert_eq!(s.enqueue(StreamId::PerThread(0, None, 1), 30, 0, 0), 160);
         // A dependency (an event) delays the start.
         assert_eq!(s.enqueue(StreamId::User(0x200), 30, 0, 600), 600);
         assert_eq!(s.device_tail(0), 600);
@@ -412,17 +491,81 @@ mod tests {
     }
 
     #[test]
-    fn a_context_waits_for_its_own_streams_and_the_default_ones() {
+    fn a_context_waits_for_its_own_streams_alone() {
+        const MINE: usize = 0x999;
         let mut s = Streams::new(1);
+        s.add_context(MINE, 0);
         s.add(0x100, 0, Kind::NonBlocking, None);
-        s.add(0x200, 0, Kind::NonBlocking, Some(0x999));
+        s.add(0x200, 0, Kind::NonBlocking, Some(MINE));
         assert_eq!(s.enqueue(StreamId::User(0x100), 0, 500, 0), 500);
         assert_eq!(s.enqueue(StreamId::User(0x200), 0, 300, 0), 300);
-        assert_eq!(s.context_tail(0, Some(0x999)), 300);
+        assert_eq!(s.context_tail(0, Some(MINE)), 300);
         assert_eq!(s.context_tail(0, None), 500);
-        assert_eq!(s.enqueue(StreamId::Legacy(0), 0, 800, 0), 800);
-        assert_eq!(s.context_tail(0, Some(0x999)), 800);
-        assert_eq!(s.device_tail(0), 800);
+        // The primary context's legacy stream is not the created context's.
+        assert_eq!(s.enqueue(StreamId::Legacy(0, None), 0, 800, 0), 800);
+        assert_eq!(s.context_tail(0, Some(MINE)), 300);
+        assert_eq!(s.enqueue(StreamId::Legacy(0, Some(MINE)), 0, 900, 0), 900);
+        assert_eq!(s.context_tail(0, Some(MINE)), 900);
+        assert_eq!(s.context_tail(0, None), 800);
+        assert_eq!(s.device_tail(0), 900);
+    }
+
+    #[test]
+    fn a_created_contexts_blocking_stream_orders_against_its_own_legacy_stream_alone() {
+        const MINE: usize = 0x999;
+        let mut s = Streams::new(1);
+        s.add_context(MINE, 0);
+        s.add(0x100, 0, Kind::Blocking, Some(MINE));
+        s.add(0x200, 0, Kind::Blocking, None);
+        // A kernel on the created context's blocking stream: the primary's legacy stream does
+        // not wait for it, its own context's does.
+        assert_eq!(s.enqueue(StreamId::User(0x100), 0, 1_000, 0), 1_000);
+        assert_eq!(s.enqueue(StreamId::Legacy(0, None), 10, 0, 0), 10);
+        assert_eq!(s.enqueue(StreamId::Legacy(0, Some(MINE)), 10, 0, 0), 1_000);
+        // Nor does the primary's blocking stream wait for the created context's legacy stream,
+        // which its own blocking streams, default ones too, do.
+        assert_eq!(
+            s.enqueue(StreamId::Legacy(0, Some(MINE)), 20, 500, 0),
+            1_500
+        );
+        assert_eq!(s.enqueue(StreamId::User(0x200), 30, 0, 0), 30);
+        assert_eq!(s.enqueue(StreamId::PerThread(0, None, 1), 30, 0, 0), 30);
+        assert_eq!(
+            s.enqueue(StreamId::PerThread(0, Some(MINE), 1), 30, 0, 0),
+            1_500
+        );
+        assert_eq!(s.enqueue(StreamId::User(0x100), 40, 0, 0), 1_500);
+        // And the primary's legacy stream orders nothing of the created context's.
+        assert_eq!(s.enqueue(StreamId::Legacy(0, None), 50, 200, 0), 250);
+        assert_eq!(s.enqueue(StreamId::User(0x100), 60, 0, 0), 1_500);
+        assert_eq!(
+            s.enqueue(StreamId::PerThread(0, Some(MINE), 1), 60, 0, 0),
+            1_500
+        );
+        assert_eq!(s.enqueue(StreamId::Legacy(0, Some(MINE)), 70, 0, 0), 1_500);
+    }
+
+    #[test]
+    fn a_destroyed_contexts_work_still_counts_for_the_device() {
+        const MINE: usize = 0x999;
+        let mut s = Streams::new(1);
+        s.add_context(MINE, 0);
+        s.add(0x100, 0, Kind::Blocking, Some(MINE));
+        assert_eq!(s.enqueue(StreamId::Legacy(0, Some(MINE)), 0, 700, 0), 700);
+        assert_eq!(
+            s.enqueue(StreamId::PerThread(0, Some(MINE), 1), 0, 100, 0),
+            800
+        );
+        // A destroyed blocking stream's work: its context's legacy stream still waits for it.
+        assert_eq!(s.enqueue(StreamId::User(0x100), 0, 400, 0), 1_100);
+        assert!(s.remove(0x100));
+        assert_eq!(s.enqueue(StreamId::Legacy(0, Some(MINE)), 0, 0, 0), 1_100);
+        s.remove_context(MINE);
+        assert_eq!(s.device_tail(0), 1_100);
+        assert_eq!(s.context_tail(0, None), 1_100);
+        assert_eq!(s.enqueue(StreamId::Legacy(0, None), 0, 0, 0), 0);
+        assert_eq!(s.reset_device(0).len(), 0);
+        assert_eq!(s.device_tail(0), 0);
     }
 
     #[test]

@@ -155,7 +155,7 @@ fn driver_linked_alone() {
     let env = [
         ("CUDASIM_MEM", "1GiB"),
         ("CUDASIM_CONTEXT_BYTES", "0"),
-        ("CUDASIM_FAIL", "cuMemAlloc_v2@9=CUDA_ERROR_OUT_OF_MEMORY"),
+        ("CUDASIM_FAIL", "cuMemAlloc_v2@10=CUDA_ERROR_OUT_OF_MEMORY"),
     ];
     let out = sim.run_ok(&exe, &[], &env);
     print!("{out}");

@@ -140,6 +140,44 @@ int main(void)
     CU_EXPECT(cuCtxPushCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
     CU_EXPECT(cuCtxDestroy(primary), CUDA_ERROR_INVALID_CONTEXT);
 
+    SECTION("a created context's default stream is its own, ordered with its blocking streams");
+    {
+        CUstream mine = NULL;
+        CUevent done = NULL;
+        CU_OK(cuCtxCreate(&created, 0, 0));
+        CU_OK(cuMemAlloc(&p, 4096));
+        CU_OK(cuStreamCreate(&mine, CU_STREAM_DEFAULT));
+        CU_OK(cuEventCreate(&done, 0));
+        CU_OK(cudasim_cu_launch_fill(p, 4096, 200000, 0x11, mine));
+        /* The primary context's NULL stream waits for none of the created context's streams. */
+        CU_OK(cuCtxPopCurrent(&ctx));
+        CU_OK(cuEventRecord(done, NULL));
+        CU_OK(cuEventSynchronize(done));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 1, "the primary's NULL stream waited");
+        /* The created context's NULL stream waits for its blocking stream. */
+        CU_OK(cuCtxPushCurrent(created));
+        CU_OK(cuEventRecord(done, NULL));
+        CU_OK(cuEventSynchronize(done));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 0, "its own NULL stream did not wait");
+        /* The reverse: a kernel on the created context's NULL stream; the primary's blocking
+         * stream does not wait for it, the created context's does. */
+        CU_OK(cudasim_cu_launch_fill(p, 4096, 200000, 0x22, NULL));
+        CU_OK(cuCtxPopCurrent(&ctx));
+        CU_OK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+        CU_OK(cuEventRecord(done, s));
+        CU_OK(cuEventSynchronize(done));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 1, "the primary's blocking stream waited");
+        CU_OK(cuStreamDestroy(s));
+        CU_OK(cuCtxPushCurrent(created));
+        CU_OK(cuEventRecord(done, mine));
+        CU_OK(cuEventSynchronize(done));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 0, "its blocking stream did not wait");
+        CU_OK(cuEventDestroy(done));
+        CU_OK(cuStreamDestroy(mine));
+        CU_OK(cuMemFree(p));
+        CU_OK(cuCtxDestroy(created));
+    }
+
     SECTION("memory pools: created, made current, served cuMemAllocAsync, destroyed");
     {
         CUmemoryPool def = NULL, mine = NULL, cur = NULL;
@@ -206,7 +244,7 @@ int main(void)
     CU_EXPECT(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
     CU_OK(cuDevicePrimaryCtxReset(0));
 
-    SECTION("fault injection by driver name (CUDASIM_FAIL=cuMemAlloc_v2@9=2 in the test)");
+    SECTION("fault injection by driver name (CUDASIM_FAIL=cuMemAlloc_v2@10=2 in the test)");
     CU_OK(cuMemAlloc(&p, 64));
     CU_EXPECT(cuMemAlloc(&q, 64), CUDA_ERROR_OUT_OF_MEMORY);
     CU_OK(cuMemFree(p));

@@ -430,7 +430,7 @@ pub unsafe extern "C" fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> 
 }
 
 /// Runs a copy or a set as an operation of duration 0: synchronous ones (`stream` `None`) on
-/// the legacy stream of the current device, the bytes moving once the host has waited for it;
+/// the legacy stream of the current context, the bytes moving once the host has waited for it;
 /// asynchronous ones on their stream, the bytes moving at once. `valid` checks the device
 /// ranges for the device doing the operation (again after the wait); `apply` moves the bytes,
 /// under the lock.
@@ -445,9 +445,8 @@ fn byte_op(
             let deadline = with_state(|st| {
                 valid(st, d)?;
                 st.use_device(d);
-                Ok(st
-                    .streams
-                    .enqueue(StreamId::Legacy(d), timeline::now(), 0, 0))
+                let legacy = st.legacy_stream()?;
+                Ok(st.streams.enqueue(legacy, timeline::now(), 0, 0))
             })?;
             wait_until(deadline)?;
             with_state(|st| {

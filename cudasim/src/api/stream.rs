@@ -95,7 +95,7 @@ pub fn destroy(stream: usize) -> CudaResult {
             unsafe { handles::destroy(h) };
             Ok(())
         }
-        StreamId::Legacy(_) | StreamId::PerThread(..) => Err(INVALID_RESOURCE_HANDLE),
+        StreamId::Legacy(..) | StreamId::PerThread(..) => Err(INVALID_RESOURCE_HANDLE),
     })
 }
 
@@ -190,7 +190,7 @@ pub unsafe extern "C" fn cudaStreamGetFlags(stream: CudaStream, flags: *mut c_ui
 
 /// The stream's unique id (`cudaStreamGetId`, CUDA 12): never reused, also after the stream is
 /// destroyed and its handle's address is given to a new stream. The legacy default stream has
-/// one per device, and each thread's per-thread default stream one per device it used.
+/// one per context, and each thread's per-thread default stream one per context it used.
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamGetId(stream: CudaStream, id: *mut u64) -> c_int {
     // SAFETY: the caller passes NULL or a pointer valid for writing an unsigned long long.
@@ -208,9 +208,9 @@ pub unsafe fn get_id(stream: usize, id: *mut u64) -> CudaResult {
     unsafe { stream_property(stream, id, |s| s.id) }
 }
 
-/// The context of `stream` (`cuStreamGetCtx`): its device's primary one. The simulator keeps
-/// streams by device, not by context, so a stream made while a created context was current
-/// answers the primary one too; the default streams answer the current device's.
+/// The context of `stream` (`cuStreamGetCtx`): its device's primary one. A stream made while a
+/// created context was current answers the primary one too (the simulator orders it in its
+/// own context, but does not say so here); the default streams answer the current device's.
 ///
 /// # Safety
 /// `ctx` must be NULL or valid for writing a `CUcontext`.
@@ -309,7 +309,7 @@ pub fn begin_capture(stream: usize, mode: c_int, into: Option<usize>) -> CudaRes
         if into.is_some_and(|g| !st.graphs.contains(&g)) {
             return Err(INVALID_VALUE);
         }
-        if let StreamId::Legacy(_) = id {
+        if let StreamId::Legacy(..) = id {
             return Err(STREAM_CAPTURE_UNSUPPORTED);
         }
         if st.streams.get(id).capture.is_some() {

@@ -203,8 +203,8 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CuResult {
 }
 
 /// A context distinct from the primary one, of device `dev`, pushed on the thread's stack.
-/// It shares its device's memory, streams and events (see `context.rs`). The flags are
-/// accepted and ignored.
+/// It shares its device's memory and events, and has streams of its own, a legacy default
+/// stream too (see `context.rs`). The flags are accepted and ignored.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(
     ctx: *mut CuContext,
