@@ -140,6 +140,53 @@ fn a_fence_waits_for_the_kernels_of_a_context_the_program_made() {
     assert_eq!(number::<u64>(&out, "ctx_reused_first="), 0x55, "{out}");
 }
 
+/// Runs `mode arg` in `reuse` mode, in expandable and classic segments, and without the pool:
+/// the first byte the block's new owner set reads 0x55 each time, not the old kernel's 0x44
+/// landing after it.
+fn assert_new_owner_keeps_its_bytes(mode: &str, arg: &str, reuse: &str) {
+    let env = [("GPUPOOL_REUSE", reuse)];
+    for expandable in [Some("1"), Some("0"), None] {
+        let out = run(expandable, mode, arg, &env);
+        assert_eq!(
+            number::<u64>(&out, "new_owner_first="),
+            0x55,
+            "{expandable:?} {reuse} {arg}: the old kernel wrote over the new owner's bytes: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_barrier_waits_for_the_kernels_of_a_context_the_program_made() {
+    // A pool block used by a 300 ms kernel on a blocking stream, or the NULL stream, of the
+    // program's own context, freed with the primary context current; then the same size asked
+    // for again, after the program's launch on the primary's legacy stream or with the pool's
+    // own barrier, and set. Without the pool, `cudaFree` waits for all the device's work. In
+    // CUDA each context has its own legacy stream: no barrier of the primary context orders
+    // that kernel, so `barrier` mode must not hand the block out after one.
+    for how in ["blocking", "null", "blocking-launch", "null-launch"] {
+        assert_new_owner_keeps_its_bytes("own-context-ordered", how, "barrier");
+    }
+}
+
+#[test]
+fn a_block_a_barrier_made_reusable_waits_for_its_kernel_once_the_program_makes_a_context() {
+    // A block freed under a 300 ms kernel on a blocking stream, reusable after the program's
+    // launch on the legacy stream; then the program makes a context and uses the block again
+    // there, where no barrier orders its work. Without the pool, `cudaFree` waited for the
+    // kernel. The context's creation takes the fence the barrier stood in for.
+    assert_new_owner_keeps_its_bytes("own-context-later", "", "barrier");
+}
+
+#[test]
+fn in_relaxed_mode_a_stream_ordered_free_waits_for_a_fence_while_the_program_has_a_context() {
+    // A block freed with `cudaFreeAsync` on the primary context's legacy stream, after the
+    // kernel there that uses it, while a context the program made lives. A plain `cudaMalloc`
+    // gets it after a barrier in `relaxed` mode; the new owner fills it in the program's
+    // context, whose work that barrier does not order. Without the pool the free happens at the
+    // kernel's end and the request gets other memory.
+    assert_new_owner_keeps_its_bytes("own-context-async", "", "relaxed");
+}
+
 #[test]
 fn another_threads_freed_blocks_go_back_for_a_request_that_needs_their_memory() {
     // A live thread allocated and freed 800 small blocks (their own range, some in its cache),

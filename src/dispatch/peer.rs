@@ -76,7 +76,9 @@ pub(crate) fn device_synchronized(pool: &Pool<CudaBackend>, device: u32, at: Syn
 
 /// The program put an action on `device`'s legacy stream after `at` (`barrier` and `relaxed`
 /// modes): a barrier for what was freed before, unless devices that reach its memory may still
-/// run kernels on those blocks, which it does not order (the pool's own barrier does).
+/// run kernels on those blocks, which it does not order (the pool's own barrier does). Nor does
+/// it order a context the program made, but once one is made no free waits for a barrier
+/// (`Pool::note_work_beyond_barriers`), so this action makes nothing reusable then.
 pub(crate) fn legacy_action(pool: &Pool<CudaBackend>, device: u32, at: SyncSeq) {
     if pool.backend().accessors_of(device).is_empty() {
         pool.observe_barrier(device, at);

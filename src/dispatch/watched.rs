@@ -193,7 +193,7 @@ fn note_stream_flags(g: &Global, r: CudaStatus, flags: u32) -> CudaStatus {
         // The first one may fence every device (the runtime's calls, made inside the pool).
         // Inside it already (a signal handler), the device locks may be held: not noted.
         if let (Some(pool), Some(_inside)) = (g.pool(), guard::enter()) {
-            pool.note_nonblocking_stream();
+            pool.note_work_beyond_barriers();
         }
     }
     r

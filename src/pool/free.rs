@@ -264,11 +264,11 @@ impl<B: Backend> Pool<B> {
 
     /// `need`, read before the free took the device's or its cache's lock, as it is under
     /// that lock: a non-blocking stream noted meanwhile makes a barrier a fence. The note
-    /// takes the same locks after it is made (`note_nonblocking_stream`), so a free either
+    /// takes the same locks after it is made (`note_work_beyond_barriers`), so a free either
     /// sees it here or is seen there.
     #[inline(always)]
     pub(super) fn need_under_lock(&self, need: ReuseWait) -> ReuseWait {
-        if need == ReuseWait::Barrier && self.nonblocking_seen.load(Ordering::Relaxed) {
+        if need == ReuseWait::Barrier && self.beyond_barriers.load(Ordering::Relaxed) {
             ReuseWait::Fence
         } else {
             need
@@ -283,7 +283,7 @@ impl<B: Backend> Pool<B> {
         need_for(
             self.settings.reuse,
             kind,
-            self.nonblocking_seen.load(Ordering::Relaxed),
+            self.beyond_barriers.load(Ordering::Relaxed),
         )
     }
 }

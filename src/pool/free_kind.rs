@@ -73,7 +73,7 @@ pub enum FreeOutcome {
 }
 
 /// What a free must wait for before its block is reused, by reuse mode and how it was freed.
-pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> ReuseWait {
+pub fn need_for(reuse: ReuseMode, kind: FreeKind, beyond_barriers: bool) -> ReuseWait {
     match (reuse, kind) {
         (ReuseMode::Strict, _) | (_, FreeKind::Ordered { .. }) => ReuseWait::Fence,
         (
@@ -82,10 +82,11 @@ pub fn need_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Reu
                 blocking: false, ..
             },
         ) => ReuseWait::Fence,
-        // A barrier orders nothing of a non-blocking stream's work, and the block's next owner
-        // may use one: a stream-ordered free in `relaxed` mode falls back too.
+        // A barrier orders nothing of a non-blocking stream's work, nor of a context the program
+        // made, and the block's next owner may use one: a stream-ordered free in `relaxed` mode
+        // falls back too.
         (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. })
-            if nonblocking_seen =>
+            if beyond_barriers =>
         {
             ReuseWait::Fence
         }

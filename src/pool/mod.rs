@@ -243,8 +243,9 @@ pub struct Pool<B: Backend> {
     devices: Box<[OnceLock<DeviceSlot>; MAX_DEVICES]>,
     /// Each device's slot in `devices` once made (null before): the hit path's lookup, one load.
     made: [AtomicPtr<DeviceSlot>; MAX_DEVICES],
-    /// The program created a non-blocking stream: barriers no longer cover all its work.
-    nonblocking_seen: AtomicBool,
+    /// The program made work no barrier orders (a non-blocking stream, a context of its own):
+    /// barriers no longer cover all its work (`Pool::note_work_beyond_barriers`).
+    beyond_barriers: AtomicBool,
     /// Runtime override of the threshold (bytes), `u64::MAX - 1` meaning "not set".
     threshold_override: AtomicU64,
     /// Per device, a threshold set at run time for it alone (encoded as `threshold_override`):
@@ -286,7 +287,7 @@ impl<B: Backend> Pool<B> {
                 .ok()
                 .expect("MAX_DEVICES slots"),
             made: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES],
-            nonblocking_seen: AtomicBool::new(false),
+            beyond_barriers: AtomicBool::new(false),
             threshold_override: AtomicU64::new(NO_OVERRIDE),
             device_threshold: [const { AtomicU64::new(NO_OVERRIDE) }; MAX_DEVICES],
             user_threshold: AtomicU64::new(0),
@@ -335,8 +336,8 @@ impl<B: Backend> Pool<B> {
         if let Some(sink) = &self.settings.trace {
             let buf = trace::TraceBuf::new(Arc::clone(sink), self.start, device);
             pool.set_trace(buf, &self.settings.policy, reuse_code(self.settings.reuse));
-            if self.nonblocking_seen.load(Ordering::Relaxed) {
-                pool.note_nonblocking_stream();
+            if self.beyond_barriers.load(Ordering::Relaxed) {
+                pool.note_work_beyond_barriers();
             }
         }
         // After the trace's settings, so that a replay has the threshold's meaning too.

@@ -221,8 +221,8 @@ struct DeviceReplay {
     policy: Policy,
     reuse: ReuseMode,
     recorded_reuse: ReuseMode,
-    /// The trace said the program created a non-blocking stream (`barrier` mode fences after).
-    nonblocking_seen: bool,
+    /// The trace said the program made work no barrier orders (`barrier` mode fences after).
+    beyond_barriers: bool,
     /// Live-run address → replay address of each live block.
     addrs: HashMap<Addr, Addr>,
     failed: u64,
@@ -323,7 +323,7 @@ impl DeviceReplay {
             policy,
             reuse: o.reuse.unwrap_or(recorded_reuse),
             recorded_reuse,
-            nonblocking_seen: false,
+            beyond_barriers: false,
             addrs: HashMap::new(),
             failed: 0,
             failed_as_recorded: 0,
@@ -384,7 +384,7 @@ impl DeviceReplay {
                 let need = if self.reuse == self.recorded_reuse && o.route == Route::Recorded {
                     ReuseWait::from_code(r.b)
                 } else {
-                    need_for(self.reuse, how, self.nonblocking_seen)
+                    need_for(self.reuse, how, self.beyond_barriers)
                 };
                 let clock = &self.clock;
                 self.pool.free(addr, how, need, || {
@@ -404,15 +404,15 @@ impl DeviceReplay {
             }
             Kind::Threshold if o.threshold.is_none() => self.pool.set_threshold(r.a, r.b != 0),
             Kind::Limit if o.limit.is_none() => self.pool.set_limit(r.a),
-            Kind::NonBlockingStream => {
-                // As the live pool (`Pool::note_nonblocking_stream`; a trace has no caches).
+            Kind::BeyondBarriers => {
+                // As the live pool (`Pool::note_work_beyond_barriers`; a trace has no caches).
                 let unfenced = self.clock.fenced.load(Ordering::Relaxed)
                     < self.clock.freed.load(Ordering::Relaxed);
-                if !self.nonblocking_seen && self.reuse != ReuseMode::Strict && unfenced {
+                if !self.beyond_barriers && self.reuse != ReuseMode::Strict && unfenced {
                     self.pool
-                        .fence_for_nonblocking_stream(&self.backend, &self.clock);
+                        .fence_for_work_beyond_barriers(&self.backend, &self.clock);
                 }
-                self.nonblocking_seen = true;
+                self.beyond_barriers = true;
             }
             Kind::Reset => {
                 // As the live pool after a reset: every granule given back, then all forgotten.

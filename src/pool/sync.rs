@@ -3,15 +3,17 @@
 use super::*;
 
 impl<B: Backend> Pool<B> {
-    /// The program created a non-blocking stream: barriers order nothing of its work, so from
-    /// now on frees in `barrier` mode, and stream-ordered ones in `relaxed` mode, wait for a
-    /// fence (`need_for`). The first time, each device whose frees no fence has covered yet takes
-    /// one: a block freed before waited only for a barrier (or was reusable after one already)
-    /// while its kernel may still run, and the new stream's work would not wait for that kernel.
+    /// The program made work that no barrier orders: a non-blocking stream, or a context of its
+    /// own (whose streams order themselves against that context's legacy stream alone, not the
+    /// primary context's where barriers are). From now on frees in `barrier` mode, and
+    /// stream-ordered ones in `relaxed` mode, wait for a fence (`need_for`). The first time,
+    /// each device whose frees no fence has covered yet takes one: a block freed before waited
+    /// only for a barrier (or was reusable after one already) while its kernel may still run,
+    /// and the new work would not wait for that kernel.
     /// Every device's trace records it too (a device made meanwhile may miss it: only a
     /// replay's fidelity depends on it).
-    pub fn note_nonblocking_stream(&self) {
-        if self.nonblocking_seen.swap(true, Ordering::SeqCst) {
+    pub fn note_work_beyond_barriers(&self) {
+        if self.beyond_barriers.swap(true, Ordering::SeqCst) {
             return;
         }
         let barriers = self.settings.reuse != ReuseMode::Strict;
@@ -33,13 +35,13 @@ impl<B: Backend> Pool<B> {
             if !fence && !self.tracing() {
                 continue;
             }
-            p.note_nonblocking_stream();
+            p.note_work_beyond_barriers();
             if fence {
                 // What the caches hold waits in the device, for the fence.
                 if slot.flags.any.load(Ordering::Relaxed) {
                     slot.caches.reclaim(&mut p, &slot.clock);
                 }
-                p.fence_for_nonblocking_stream(&self.timed(slot), &slot.clock);
+                p.fence_for_work_beyond_barriers(&self.timed(slot), &slot.clock);
             }
         }
     }

@@ -67,10 +67,11 @@ pub enum Kind {
     Threshold = 12,
     /// `cudaDeviceReset`: the pool forgot the device.
     Reset = 13,
-    /// The program created a non-blocking stream (recorded once per device, when it first
-    /// happens or after `Settings` for a device used later): from here on, `barrier` mode makes
-    /// every free wait for a fence, as `need_for` says.
-    NonBlockingStream = 14,
+    /// The program made work no barrier orders: a non-blocking stream, or a context of its own
+    /// (recorded once per device, when it first happens or after `Settings` for a device used
+    /// later). From here on, `barrier` mode makes every free wait for a fence, as `need_for`
+    /// says. Older traces record only non-blocking streams here; a replay reads both alike.
+    BeyondBarriers = 14,
     /// The pool's limit (`GPUPOOL_LIMIT`): `a` bytes it may reserve on the device. Recorded
     /// after `Settings` when a limit is in force.
     Limit = 15,
@@ -130,7 +131,7 @@ impl Kind {
             11 => EmptyCache,
             12 => Threshold,
             13 => Reset,
-            14 => NonBlockingStream,
+            14 => BeyondBarriers,
             15 => Limit,
             16 => Expandable,
             17 => RangeReserved,

@@ -15,6 +15,12 @@
  *   info-busy: a 600 MiB block freed under a 300 ms kernel; cudaMemGetInfo's free, and a
  *     request of all of it.
  *   own-context: a pool block used by a kernel in a context the program made (own_context_kernel).
+ *   own-context-ordered: the same on a stream a barrier would order in the primary context
+ *     (own_context_ordered).
+ *   own-context-later: a block reusable after a barrier, then a context made and the block used
+ *     there (own_context_later).
+ *   own-context-async: relaxed mode, a block freed with cudaFreeAsync on the primary context's
+ *     legacy stream, then used in a context the program made (own_context_async).
  *   small-then-large, large-then-small, mixed-info: another thread's freed blocks kept while
  *     the main thread asks for the device's memory (other_thread).
  * Prints "key=value" lines and "expandable_hostile MODE ok". */
@@ -251,6 +257,26 @@ static void other_thread(int count, size_t bytes, size_t want, size_t piece)
     pthread_join(t, NULL);
 }
 
+/* A 64 MiB pool block of device 0 under a 300 ms kernel (filling 0x44) in a context the program
+ * made (`*mine`), on a stream made there with `flags` (-1: that context's NULL stream), with the
+ * primary context (`*primary`) current again after. */
+static void *busy_in_own_context(int flags, CUcontext *mine, CUcontext *primary, CUstream *s)
+{
+    void *p = NULL;
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
+    CHECK_CUDA(cudaMemset(p, 0, 64 * MiB));
+    CHECK_CU(cuCtxGetCurrent(primary));
+    CHECK_CU(cuCtxCreate(mine, 0, 0));
+    *s = NULL;
+    if (flags >= 0)
+        CHECK_CU(cuStreamCreate(s, (unsigned)flags));
+    CHECK_CU(cudasim_cu_launch_fill((CUdeviceptr)p, 64 * MiB, 300000, 0x44, *s));
+    CHECK_CU(cuCtxPopCurrent(mine));
+    CHECK_CU(cuCtxSetCurrent(*primary));
+    return p;
+}
+
 /* A pool block used by a 300 ms kernel on a non-blocking stream of a context the program made
  * on device 0, then freed with the primary context current; then the cache given back (`how`
  * "empty": gpupool_empty_cache; "trim": cudaMemPoolTrimTo) or, with "reuse", the same size
@@ -258,19 +284,11 @@ static void other_thread(int count, size_t bytes, size_t want, size_t piece)
  * context) and set, and its first byte read once the kernel is done. */
 static void own_context_kernel(const char *how)
 {
-    void *p = NULL, *q = NULL;
+    void *q = NULL;
     CUcontext mine = NULL, primary = NULL;
     CUstream s = NULL;
     unsigned char first = 0;
-    CHECK_CUDA(cudaSetDevice(0));
-    CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
-    CHECK_CUDA(cudaMemset(p, 0, 64 * MiB));
-    CHECK_CU(cuCtxGetCurrent(&primary));
-    CHECK_CU(cuCtxCreate(&mine, 0, 0));
-    CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CHECK_CU(cudasim_cu_launch_fill((CUdeviceptr)p, 64 * MiB, 300000, 0x44, s));
-    CHECK_CU(cuCtxPopCurrent(&mine));
-    CHECK_CU(cuCtxSetCurrent(primary));
+    void *p = busy_in_own_context(CU_STREAM_NON_BLOCKING, &mine, &primary, &s);
     CHECK_CUDA(cudaFree(p));
     if (strcmp(how, "empty") == 0) {
         typedef int (*empty_fn)(int, size_t *);
@@ -304,6 +322,113 @@ static void own_context_kernel(const char *how)
     CHECK_CU(cuCtxDestroy(mine));
 }
 
+/* Once the work of `mine` is done, the first byte of `q` (its new owner's) printed, then `q`
+ * freed and `mine` destroyed. The read, on the primary context's legacy stream, comes after
+ * that context's kernels too. */
+static void read_new_owner(void *q, CUcontext mine, CUcontext primary)
+{
+    unsigned char first = 0;
+    CHECK_CU(cuCtxPushCurrent(mine));
+    CHECK_CU(cuCtxSynchronize());
+    CHECK_CU(cuCtxPopCurrent(&mine));
+    CHECK_CU(cuCtxSetCurrent(primary));
+    CHECK_CUDA(cudaMemcpy(&first, q, 1, cudaMemcpyDeviceToHost));
+    printf("new_owner_first=%u\n", (unsigned)first);
+    CHECK_CUDA(cudaFree(q));
+    CHECK_CU(cuCtxDestroy(mine));
+}
+
+/* A pool block used by a 300 ms kernel in a context the program made on device 0, on a blocking
+ * stream (argv[2] "blocking...") or that context's NULL stream ("null..."), then freed with the
+ * primary context current. With "...-launch", the program then launches a kernel on the primary
+ * context's legacy stream (a barrier in `barrier` mode); either way the same size is asked for
+ * again and set to 0x55, and its first byte read once the kernel is done. In CUDA each context
+ * has its own legacy stream: neither the launch nor the pool's barrier orders that kernel. */
+static void own_context_ordered(const char *how)
+{
+    void *q = NULL;
+    CUcontext mine = NULL, primary = NULL;
+    CUstream s = NULL;
+    int flags = strncmp(how, "blocking", 8) == 0 ? CU_STREAM_DEFAULT : -1;
+    void *p = busy_in_own_context(flags, &mine, &primary, &s);
+    CHECK_CUDA(cudaFree(p));
+    if (strstr(how, "-launch") != NULL)
+        CHECK_CUDA(cudasim_launch_fill(NULL, 0, 0, -1, 0));
+    CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
+    printf("ordered_reused_same=%d\n", q == p);
+    CHECK_CUDA(cudaMemset(q, 0x55, 64 * MiB));
+    if (s != NULL) {
+        /* Its kernel still runs to its end. */
+        CHECK_CU(cuCtxPushCurrent(mine));
+        CHECK_CU(cuStreamDestroy(s));
+        CHECK_CU(cuCtxPopCurrent(&mine));
+        CHECK_CU(cuCtxSetCurrent(primary));
+    }
+    read_new_owner(q, mine, primary);
+}
+
+/* `q` filled with 0x55 by a kernel on the NULL stream of `mine`, with `primary` current again
+ * after. */
+static void fill_in_own_context(void *q, CUcontext mine, CUcontext primary)
+{
+    CHECK_CU(cuCtxPushCurrent(mine));
+    CHECK_CU(cudasim_cu_launch_fill((CUdeviceptr)q, 64 * MiB, 0, 0x55, NULL));
+    CHECK_CU(cuCtxPopCurrent(&mine));
+    CHECK_CU(cuCtxSetCurrent(primary));
+}
+
+/* A pool block used by a 300 ms kernel (filling 0x44) on a blocking stream of the primary
+ * context, freed, then the program's launch on the legacy stream (a barrier in `barrier` mode:
+ * the block is reusable, and every later blocking stream of the primary context waits for the
+ * kernel). Then the program makes a context, asks for the same size with the primary context
+ * current, and fills it with 0x55 in its own context, which waits for no barrier. The first
+ * byte is read once the kernel is done. */
+static void own_context_later(void)
+{
+    void *p = NULL, *q = NULL;
+    CUcontext mine = NULL, primary = NULL;
+    cudaStream_t s = NULL;
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaStreamCreate(&s));
+    CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
+    CHECK_CUDA(cudasim_launch_fill(p, 64 * MiB, 300000, 0x44, s));
+    CHECK_CUDA(cudaFree(p));
+    CHECK_CUDA(cudasim_launch_fill(NULL, 0, 0, -1, 0));
+    CHECK_CU(cuCtxGetCurrent(&primary));
+    CHECK_CU(cuCtxCreate(&mine, 0, 0));
+    CHECK_CU(cuCtxPopCurrent(&mine));
+    CHECK_CU(cuCtxSetCurrent(primary));
+    CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
+    printf("later_reused_same=%d\n", q == p);
+    fill_in_own_context(q, mine, primary);
+    /* Its kernel still runs to its end; the read waits for it. */
+    CHECK_CUDA(cudaStreamDestroy(s));
+    read_new_owner(q, mine, primary);
+}
+
+/* Relaxed mode: a pool block used by a 300 ms kernel (filling 0x44) on the primary context's
+ * legacy stream and freed there in stream order, while a context the program made lives. The
+ * same size asked for with cudaMalloc (another stream: it waits for a barrier in relaxed mode)
+ * is filled with 0x55 in that context, whose work no barrier orders; its first byte is read
+ * once the kernel is done. */
+static void own_context_async(void)
+{
+    void *p = NULL, *q = NULL;
+    CUcontext mine = NULL, primary = NULL;
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
+    CHECK_CU(cuCtxGetCurrent(&primary));
+    CHECK_CU(cuCtxCreate(&mine, 0, 0));
+    CHECK_CU(cuCtxPopCurrent(&mine));
+    CHECK_CU(cuCtxSetCurrent(primary));
+    CHECK_CUDA(cudasim_launch_fill(p, 64 * MiB, 300000, 0x44, 0));
+    CHECK_CUDA(cudaFreeAsync(p, 0));
+    CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
+    printf("async_reused_same=%d\n", q == p);
+    fill_in_own_context(q, mine, primary);
+    read_new_owner(q, mine, primary);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -321,6 +446,12 @@ int main(int argc, char **argv)
         info_busy();
     else if (strcmp(mode, "own-context") == 0)
         own_context_kernel(arg);
+    else if (strcmp(mode, "own-context-ordered") == 0)
+        own_context_ordered(arg);
+    else if (strcmp(mode, "own-context-later") == 0)
+        own_context_later();
+    else if (strcmp(mode, "own-context-async") == 0)
+        own_context_async();
     else if (strcmp(mode, "small-then-large") == 0)
         other_thread(800, MiB, 900 * MiB, 900 * MiB);
     else if (strcmp(mode, "large-then-small") == 0)

@@ -121,7 +121,7 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(), String> {
         live: BTreeMap::new(),
         dirty: Vec::new(),
         freed: Vec::new(),
-        nonblocking_seen: false,
+        beyond_barriers: false,
         begun: [None; DEVICES as usize],
     };
     for (step, op) in ops.iter().enumerate() {

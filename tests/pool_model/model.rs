@@ -11,7 +11,7 @@ pub(crate) enum Wait {
     Fence,
 }
 
-pub(crate) fn wait_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool) -> Wait {
+pub(crate) fn wait_for(reuse: ReuseMode, kind: FreeKind, beyond_barriers: bool) -> Wait {
     match (reuse, kind) {
         (ReuseMode::Strict, _)
         | (_, FreeKind::Ordered { .. })
@@ -22,7 +22,7 @@ pub(crate) fn wait_for(reuse: ReuseMode, kind: FreeKind, nonblocking_seen: bool)
             },
         ) => Wait::Fence,
         (ReuseMode::Barrier, _) | (ReuseMode::Relaxed, FreeKind::Async { .. })
-            if nonblocking_seen =>
+            if beyond_barriers =>
         {
             Wait::Fence
         }
@@ -55,7 +55,7 @@ pub(crate) struct Reference {
     pub(crate) dirty: Vec<Dirty>,
     /// Addresses freed and not handed out since (for double frees).
     pub(crate) freed: Vec<Addr>,
-    pub(crate) nonblocking_seen: bool,
+    pub(crate) beyond_barriers: bool,
     /// A barrier begun per device: (its sequence, the step it began).
     pub(crate) begun: [Option<(gpupool::pool::SyncSeq, u64)>; DEVICES as usize],
 }
@@ -209,7 +209,7 @@ pub(crate) fn apply(
                 s.unfenced_frees.push((dev, addr, len, clock));
             });
             m.freed.push(addr);
-            let wait = wait_for(m.setup.reuse, kind, m.nonblocking_seen);
+            let wait = wait_for(m.setup.reuse, kind, m.beyond_barriers);
             if wait != Wait::Nothing {
                 m.dirty.push(Dirty {
                     dev,
@@ -316,9 +316,9 @@ pub(crate) fn apply(
         Op::NonBlockingStream => {
             let barrier = driver.with(|s| s.last_barrier);
             let injected = driver.model.delivered().len();
-            pool.note_nonblocking_stream();
+            pool.note_work_beyond_barriers();
             let failed = driver.model.delivered().len() > injected;
-            m.nonblocking_seen = true;
+            m.beyond_barriers = true;
             // A barrier orders nothing of the new stream's work: blocks freed before it wait
             // for a fence. Those a barrier made reusable already are safe once the pool's fence
             // here succeeded; if it failed, they are a documented limit.

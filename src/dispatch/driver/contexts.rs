@@ -23,6 +23,9 @@ static PROGRAM_MADE_ONE: AtomicBool = AtomicBool::new(false);
 /// `cuCtxCreate_v2`, `_v3` or `_v4`, `real`: once it succeeded, runtime allocations look at the current context.
 /// The new context is current, so its device is in use, as after `cuCtxSetCurrent`: it copies
 /// from other devices' blocks as it would from `cudaMalloc` memory (`dispatch::peer`).
+/// Its work is beyond the pool's barriers: each context has its own legacy stream, and its
+/// blocking streams order themselves against that one alone, not the primary context's where
+/// a barrier is. So `barrier` mode falls back to fences as for a non-blocking stream.
 pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
     let r = real();
     if r == cu::CU_SUCCESS {
@@ -34,6 +37,7 @@ pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
                 crate::cuda::contexts::note_own_created(ctx, device);
                 crate::dispatch::peer::device_made_current(pool, device);
             }
+            super::note_work_beyond_barriers(pool);
         }
     }
     r

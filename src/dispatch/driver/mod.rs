@@ -521,15 +521,20 @@ pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
     if r == cu::CU_SUCCESS && flags & STREAM_NON_BLOCKING != 0 {
         // As the runtime's (`dispatch::watched::note_stream_flags`): inside the pool, not noted.
         if let (Some(pool), Some(_inside)) = (global::process_pool(), guard::enter()) {
-            // It may fence every device the pool uses, through the runtime: its state for this
-            // thread is made first, about a device whose context exists.
-            if let Some(&dev) = pool.used_devices().first() {
-                super::ready_thread_for_backend(pool, dev);
-            }
-            pool.note_nonblocking_stream();
+            note_work_beyond_barriers(pool);
         }
     }
     r
+}
+
+/// The program made work no barrier orders (`Pool::note_work_beyond_barriers`), seen on the
+/// driver's path. The first time, it may fence every device the pool uses, through the runtime:
+/// its state for this thread is made first, about a device whose context exists.
+fn note_work_beyond_barriers(pool: &Pool<CudaBackend>) {
+    if let Some(&dev) = pool.used_devices().first() {
+        super::ready_thread_for_backend(pool, dev);
+    }
+    pool.note_work_beyond_barriers();
 }
 
 /// A `cuLaunchKernel` on `stream` (the legacy one for a NULL stream of the non-`_ptsz` form):

@@ -476,10 +476,10 @@ impl DevicePool {
         }
     }
 
-    /// The program created a non-blocking stream (for the trace: a replay in `barrier` mode
-    /// fences from here on, as the live pool does).
-    pub fn note_nonblocking_stream(&mut self) {
-        self.record(Kind::NonBlockingStream, 0, 0, 0, 0);
+    /// The program made work no barrier orders, a non-blocking stream or a context of its own
+    /// (for the trace: a replay in `barrier` mode fences from here on, as the live pool does).
+    pub fn note_work_beyond_barriers(&mut self) {
+        self.record(Kind::BeyondBarriers, 0, 0, 0, 0);
     }
 
     /// One trace record, when tracing. Inline, with the drop of a trace that stopped out of

@@ -258,12 +258,13 @@ impl DevicePool {
         }
     }
 
-    /// The program created its first non-blocking stream, in a mode that uses barriers, and
-    /// frees no fence covered yet may hold blocks its work would not wait for
-    /// (`Pool::note_nonblocking_stream`): those waiting for a barrier wait for a fence, and one
+    /// The program first made work no barrier orders (a non-blocking stream, a context of its
+    /// own), in a mode that uses barriers, and frees no fence covered yet may hold blocks that
+    /// work would not wait for
+    /// (`Pool::note_work_beyond_barriers`): those waiting for a barrier wait for a fence, and one
     /// is taken for those a barrier made reusable already. A failed fence leaves the blocks
     /// pending; those reusable already stay so (docs/guarantees.md, limits).
-    pub fn fence_for_nonblocking_stream(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
+    pub fn fence_for_work_beyond_barriers(&mut self, backend: &dyn Backend, clock: &ReuseClock) {
         self.barrier_waits_become_fences();
         let _ = self.fence(backend, clock);
     }

@@ -72,7 +72,7 @@ fn barrier_mode_issues_one_barrier_for_many_blocks() {
 #[test]
 fn barrier_mode_falls_back_to_fences_after_a_nonblocking_stream() {
     let p = pool_with(ReuseMode::Barrier, DeviceBytes::Unbounded, 80 << 30);
-    p.note_nonblocking_stream();
+    p.note_work_beyond_barriers();
     let a = p.alloc(0, 4096).unwrap();
     p.free(a, FreeKind::Sync, None);
     assert_ne!(p.alloc(0, 4096).unwrap(), a);

@@ -195,7 +195,7 @@ fn a_barrier_replay_fences_once_the_trace_says_a_non_blocking_stream_was_made() 
             }
         };
         churn(20);
-        p.note_nonblocking_stream();
+        p.note_work_beyond_barriers();
         churn(20);
         p.flush_trace();
         (stats(&p, 0), sink.records())
@@ -205,7 +205,7 @@ fn a_barrier_replay_fences_once_the_trace_says_a_non_blocking_stream_was_made() 
     let marks = |records: &[trace::Record]| {
         records
             .iter()
-            .filter(|r| r.kind == trace::Kind::NonBlockingStream)
+            .filter(|r| r.kind == trace::Kind::BeyondBarriers)
             .count()
     };
     assert_eq!(marks(&live_records), 1);
@@ -228,7 +228,7 @@ fn a_barrier_replay_fences_once_the_trace_says_a_non_blocking_stream_was_made() 
     // Without the record, the replay takes barriers only.
     let unmarked: Vec<trace::Record> = strict_records
         .into_iter()
-        .filter(|r| r.kind != trace::Kind::NonBlockingStream)
+        .filter(|r| r.kind != trace::Kind::BeyondBarriers)
         .collect();
     assert_eq!(replay::replay(&unmarked, &barrier)[0].stats.fences, 0);
 }

@@ -44,12 +44,12 @@ pub enum Op {
 
 /// How a recorded free was made, for a comparison in another reuse mode (`need_for`): the
 /// trace's code (0 `cudaFree`, 1 `cudaFreeAsync` on a blocking stream, 2 on a non-blocking
-/// one) and whether the program had created a non-blocking stream by then. Generated workloads:
-/// the default (`cudaFree`, none).
+/// one) and whether the program had made work no barrier orders by then (a non-blocking stream,
+/// a context of its own: trace kind 14). Generated workloads: the default (`cudaFree`, none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FreeHow {
     pub code: u8,
-    pub nonblocking_seen: bool,
+    pub beyond_barriers: bool,
 }
 
 /// A request stream and what comes with it.
@@ -268,7 +268,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
     struct Dev {
         p: Program,
         live: HashMap<Addr, Block>,
-        nonblocking_seen: bool,
+        beyond_barriers: bool,
         limit: Option<u64>,
     }
     let mut devs: Vec<Option<Dev>> = (0..256).map(|_| None).collect();
@@ -276,7 +276,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
         let d = devs[usize::from(r.device)].get_or_insert_with(|| Dev {
             p: Program::new(),
             live: HashMap::new(),
-            nonblocking_seen: false,
+            beyond_barriers: false,
             limit: None,
         });
         match r.kind {
@@ -294,7 +294,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
                 if let Some(b) = d.live.remove(&r.a) {
                     let how = FreeHow {
                         code: (r.aux & 3) as u8,
-                        nonblocking_seen: d.nonblocking_seen,
+                        beyond_barriers: d.beyond_barriers,
                     };
                     d.p.free_recorded(b, ReuseWait::from_code(r.b), how);
                 }
@@ -304,7 +304,7 @@ pub fn from_records(records: &[Record], name: &str) -> Vec<(u8, Workload)> {
                 barriered: r.b,
             }),
             RecordKind::SyncPoint => d.p.ops.push(Op::SyncPoint),
-            RecordKind::NonBlockingStream => d.nonblocking_seen = true,
+            RecordKind::BeyondBarriers => d.beyond_barriers = true,
             RecordKind::Limit => d.limit = Some(usable_limit(r.a)).filter(|&l| l != u64::MAX),
             RecordKind::Reset => {
                 let mut live: Vec<(Addr, Block)> = d.live.drain().collect();
@@ -351,7 +351,7 @@ mod tests {
             rec(RecordKind::Alloc, 512, 0x1000, 512, 0),
             rec(RecordKind::Alloc, 512, 0x2000, 512, 0),
             rec(RecordKind::Free, 0x1000, 1, 512, 1 | 3 << 2),
-            rec(RecordKind::NonBlockingStream, 0, 0, 0, 0),
+            rec(RecordKind::BeyondBarriers, 0, 0, 0, 0),
             rec(RecordKind::Free, 0x2000, 2, 512, 0),
         ];
         let w = &from_records(&records, "t")[0].1;
@@ -363,9 +363,9 @@ mod tests {
                 _ => None,
             })
             .collect();
-        let how = |code, nonblocking_seen| FreeHow {
+        let how = |code, beyond_barriers| FreeHow {
             code,
-            nonblocking_seen,
+            beyond_barriers,
         };
         assert_eq!(
             frees,

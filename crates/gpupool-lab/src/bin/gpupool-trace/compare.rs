@@ -141,7 +141,7 @@ pub fn with_reuse(mut w: Workload, reuse: Option<ReuseMode>) -> Workload {
         for op in w.ops.iter_mut() {
             if let Op::Free { need, how, .. } = op {
                 let kind = FreeKind::from_code(u16::from(how.code), NO_STREAM);
-                *need = need_for(mode, kind, how.nonblocking_seen);
+                *need = need_for(mode, kind, how.beyond_barriers);
             }
         }
     }

@@ -249,7 +249,12 @@ fn instant(ev: &mut Events, r: &Record, t_ns: u64) -> io::Result<()> {
             &[("bytes", Num(r.a)), ("limit", Str(&size_or_none(r.a)))],
         ),
         Kind::Reset => ev.instant(r, t_ns, "device reset", &[]),
-        Kind::NonBlockingStream => ev.instant(r, t_ns, "non-blocking stream created", &[]),
+        Kind::BeyondBarriers => ev.instant(
+            r,
+            t_ns,
+            "work no barrier orders (a non-blocking stream or context)",
+            &[],
+        ),
         Kind::Expandable => ev.instant(
             r,
             t_ns,
