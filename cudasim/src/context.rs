@@ -11,11 +11,17 @@
 //! primary context's does not. The current context's device is the runtime's current device:
 //! every change of the thread's stack moves `current`, and `cudaSetDevice` makes the device's
 //! primary context current, as CUDA 12 does.
+//!
+//! A green context (`cuGreenCtxCreate`) has a context handle too (`cuCtxFromGreenCtx`), which a
+//! thread may make current, and streams of its own ordered as a created context's are. Unlike
+//! a created context, its memory is the primary context's (it owns no allocation), and the
+//! primary context's synchronization waits for its streams, as CUDA documents for
+//! `cuCtxSynchronize`.
 
 use crate::config::{self, MAX_DEVICES};
 use crate::current;
 use crate::errors::{CudaResult, CU_INVALID_CONTEXT, CU_NOT_INITIALIZED, MEMORY_ALLOCATION};
-use crate::handles::{self, CONTEXT_MAGIC};
+use crate::handles::{self, CONTEXT_MAGIC, GREEN_MAGIC};
 use crate::state::with_state;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -195,7 +201,7 @@ pub fn create(d: usize) -> CudaResult<usize> {
         st.use_device(d);
         let h = handles::create(CONTEXT_MAGIC);
         st.contexts.insert(h, d);
-        st.streams.add_context(h, d);
+        st.streams.add_context(h, d, false);
         Ok(h)
     })?;
     if let Err(full) = with_stack(|s| s.push((h, d))) {
@@ -212,6 +218,10 @@ pub fn create(d: usize) -> CudaResult<usize> {
 /// get `CUDA_ERROR_INVALID_CONTEXT`.
 pub fn destroy(handle: usize) -> CudaResult {
     with_state(|st| {
+        // A green context's handle goes with the green context (`cuGreenCtxDestroy`).
+        if st.green_of(handle).is_some() {
+            return Err(CU_INVALID_CONTEXT);
+        }
         st.contexts.remove(&handle).ok_or(CU_INVALID_CONTEXT)?;
         st.streams.remove_context(handle);
         // CUDA frees the context's allocations with it.
@@ -224,6 +234,48 @@ pub fn destroy(handle: usize) -> CudaResult {
     })?;
     with_stack(|s| {
         if s.top().is_some_and(|(h, _)| h == handle) {
+            s.pop();
+        }
+    });
+    Ok(())
+}
+
+/// `cuGreenCtxCreate`: a green context of device `d`, not made current. Its handle, and its
+/// context handle (`cuCtxFromGreenCtx`), whose streams are the green context's.
+pub fn create_green(d: usize) -> CudaResult<(usize, usize)> {
+    with_state(|st| {
+        st.use_device(d);
+        let ctx = handles::create(CONTEXT_MAGIC);
+        let green = handles::create(GREEN_MAGIC);
+        st.contexts.insert(ctx, d);
+        st.green.insert(green, ctx);
+        st.streams.add_context(ctx, d, true);
+        Ok((green, ctx))
+    })
+}
+
+/// The context handle of a live green context (`CUDA_ERROR_INVALID_CONTEXT` for anything else).
+pub fn of_green(green: usize) -> CudaResult<usize> {
+    with_state(|st| st.green.get(&green).copied().ok_or(CU_INVALID_CONTEXT))
+}
+
+/// `cuGreenCtxDestroy`: the green context and its context handle go; its work still runs, and
+/// the primary context's synchronization waits for it. It is popped if it is the calling
+/// thread's current context; other threads that still have it get `CUDA_ERROR_INVALID_CONTEXT`.
+pub fn destroy_green(green: usize) -> CudaResult {
+    let ctx = with_state(|st| {
+        let ctx = st.green.remove(&green).ok_or(CU_INVALID_CONTEXT)?;
+        st.contexts.remove(&ctx);
+        st.streams.remove_context(ctx);
+        // SAFETY: handles made by `handles::create`, now removed from their registries.
+        unsafe {
+            handles::destroy(ctx);
+            handles::destroy(green);
+        }
+        Ok(ctx)
+    })?;
+    with_stack(|s| {
+        if s.top().is_some_and(|(h, _)| h == ctx) {
             s.pop();
         }
     });

@@ -93,6 +93,12 @@ pub struct State {
     /// The contexts `cuCtxCreate_v2` made and `cuCtxDestroy_v2` did not destroy yet, with
     /// their devices.
     pub contexts: HashMap<usize, usize>,
+    /// The green contexts `cuGreenCtxCreate` made and `cuGreenCtxDestroy` did not destroy yet,
+    /// with their context handles (also in `contexts`).
+    pub green: HashMap<usize, usize>,
+    /// The resource descriptors `cuDevResourceGenerateDesc` made, with their SM counts. CUDA 12
+    /// has no call that destroys one: they stay.
+    pub resource_descs: HashMap<usize, u32>,
     /// How many times each device's primary context is retained.
     pub primary_retains: Vec<u32>,
     /// (accessor, owner): peer access the program enabled (`api/peer.rs`).
@@ -187,6 +193,8 @@ impl State {
             pools: Pools::new(cfg.devices),
             graphs: HashSet::new(),
             contexts: HashMap::new(),
+            green: HashMap::new(),
+            resource_descs: HashMap::new(),
             primary_retains: vec![0; cfg.devices],
             peer_access: HashSet::new(),
         }
@@ -267,9 +275,9 @@ impl State {
         };
         let base = self.allocs.create(size, accounted, d, kind, pool)?;
         // Device memory a created context was current for is that context's (CUDA frees it with
-        // the context); a memory pool's is the device's.
-        if let (memory::Kind::Device | memory::Kind::Managed, None, Some(ctx)) =
-            (kind, pool, crate::context::created_current())
+        // the context); a memory pool's is the device's, and a green context's the primary's.
+        let owner = crate::context::created_current().filter(|&c| self.green_of(c).is_none());
+        if let (memory::Kind::Device | memory::Kind::Managed, None, Some(ctx)) = (kind, pool, owner)
         {
             self.allocs.set_context(base, ctx);
         }
@@ -355,6 +363,11 @@ impl State {
             Some(c) if !self.contexts.contains_key(&c) => Err(CU_INVALID_CONTEXT),
             context => Ok(context),
         }
+    }
+
+    /// The green context whose context handle `ctx` is, if any.
+    pub fn green_of(&self, ctx: usize) -> Option<usize> {
+        self.green.iter().find(|(_, &c)| c == ctx).map(|(&g, _)| g)
     }
 
     /// Resolves a `cudaEvent_t`.

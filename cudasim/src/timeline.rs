@@ -119,13 +119,17 @@ struct Legacy {
     /// When the work of the context's destroyed blocking streams ends: the legacy stream still
     /// waits for it.
     retired_blocking: Nanos,
+    /// The context is a green context's (`cuGreenCtxCreate`): the primary context's
+    /// synchronization waits for its streams too, as CUDA documents for `cuCtxSynchronize`.
+    green: bool,
 }
 
 impl Legacy {
-    fn new(device: usize, context: Option<usize>) -> Legacy {
+    fn new(device: usize, context: Option<usize>, green: bool) -> Legacy {
         Legacy {
             stream: Stream::new(device, Kind::Legacy, context),
             retired_blocking: 0,
+            green,
         }
     }
 }
@@ -152,7 +156,7 @@ pub struct Streams {
 impl Streams {
     pub fn new(devices: usize) -> Streams {
         Streams {
-            legacy: (0..devices).map(|d| Legacy::new(d, None)).collect(),
+            legacy: (0..devices).map(|d| Legacy::new(d, None, false)).collect(),
             created: HashMap::new(),
             per_thread: HashMap::new(),
             user: HashMap::new(),
@@ -185,19 +189,27 @@ impl Streams {
         self.user.contains_key(&handle)
     }
 
-    /// A context created on device `d` (`cuCtxCreate_v2`): its legacy stream.
-    pub fn add_context(&mut self, context: usize, d: usize) {
-        self.created.insert(context, Legacy::new(d, Some(context)));
+    /// A context created on device `d` (`cuCtxCreate_v2`; `green`: a green context's,
+    /// `cuGreenCtxCreate`): its legacy stream. A green context's streams order themselves as a
+    /// created context's do; only the primary context's synchronization differs.
+    pub fn add_context(&mut self, context: usize, d: usize, green: bool) {
+        self.created
+            .insert(context, Legacy::new(d, Some(context), green));
     }
 
     /// A created context destroyed: its default streams go, their work still runs (a device
-    /// synchronization waits for it). Its created streams stay, as before.
+    /// synchronization waits for it). Its created streams stay, as before. A green context's
+    /// work, its created streams' too, still counts for the primary context's synchronization.
     pub fn remove_context(&mut self, context: usize) {
         let Some(l) = self.created.remove(&context) else {
             return;
         };
         let d = l.stream.device;
         let mut end = l.stream.tail.max(l.retired_blocking);
+        if l.green {
+            let own = self.user.values().filter(|s| s.context == Some(context));
+            end = own.map(|s| s.tail).fold(end, Nanos::max);
+        }
         self.per_thread.retain(|&(_, c, _), s| {
             let keep = c != Some(context);
             if !keep {
@@ -354,16 +366,16 @@ impl Streams {
 
     /// When the work a context's synchronization waits for is done (`cuCtxSynchronize`): its
     /// own streams, default and created. Only the primary context's waits for destroyed
-    /// streams too.
+    /// streams too, and for the streams of the device's green contexts.
     pub fn context_tail(&self, d: usize, context: Option<usize>) -> Nanos {
-        let tail = self
-            .of_context(d, context)
-            .map(|s| s.tail)
-            .max()
-            .unwrap_or(0);
+        let tail = |c: Option<usize>| self.of_context(d, c).map(|s| s.tail).max().unwrap_or(0);
         match context {
-            None => tail.max(self.retired[d]),
-            Some(_) => tail,
+            None => {
+                let green = self.created.iter().filter(|(_, l)| l.green);
+                let greens = green.map(|(&c, _)| tail(Some(c))).max().unwrap_or(0);
+                tail(None).max(greens).max(self.retired[d])
+            }
+            Some(_) => tail(context),
         }
     }
 
@@ -494,7 +506,7 @@ mod tests {
     fn a_context_waits_for_its_own_streams_alone() {
         const MINE: usize = 0x999;
         let mut s = Streams::new(1);
-        s.add_context(MINE, 0);
+        s.add_context(MINE, 0, false);
         s.add(0x100, 0, Kind::NonBlocking, None);
         s.add(0x200, 0, Kind::NonBlocking, Some(MINE));
         assert_eq!(s.enqueue(StreamId::User(0x100), 0, 500, 0), 500);
@@ -514,7 +526,7 @@ mod tests {
     fn a_created_contexts_blocking_stream_orders_against_its_own_legacy_stream_alone() {
         const MINE: usize = 0x999;
         let mut s = Streams::new(1);
-        s.add_context(MINE, 0);
+        s.add_context(MINE, 0, false);
         s.add(0x100, 0, Kind::Blocking, Some(MINE));
         s.add(0x200, 0, Kind::Blocking, None);
         // A kernel on the created context's blocking stream: the primary's legacy stream does
@@ -549,7 +561,7 @@ mod tests {
     fn a_destroyed_contexts_work_still_counts_for_the_device() {
         const MINE: usize = 0x999;
         let mut s = Streams::new(1);
-        s.add_context(MINE, 0);
+        s.add_context(MINE, 0, false);
         s.add(0x100, 0, Kind::Blocking, Some(MINE));
         assert_eq!(s.enqueue(StreamId::Legacy(0, Some(MINE)), 0, 700, 0), 700);
         assert_eq!(
@@ -566,6 +578,30 @@ mod tests {
         assert_eq!(s.enqueue(StreamId::Legacy(0, None), 0, 0, 0), 0);
         assert_eq!(s.reset_device(0).len(), 0);
         assert_eq!(s.device_tail(0), 0);
+    }
+
+    #[test]
+    fn the_primary_contexts_synchronization_waits_for_green_contexts_alone() {
+        const GREEN: usize = 0x777;
+        const MINE: usize = 0x999;
+        let mut s = Streams::new(1);
+        s.add_context(GREEN, 0, true);
+        s.add_context(MINE, 0, false);
+        s.add(0x100, 0, Kind::NonBlocking, Some(GREEN));
+        s.add(0x200, 0, Kind::NonBlocking, Some(MINE));
+        assert_eq!(s.enqueue(StreamId::User(0x100), 0, 500, 0), 500);
+        assert_eq!(s.enqueue(StreamId::User(0x200), 0, 900, 0), 900);
+        // The primary's synchronization waits for the green context's work, not for a created
+        // context's; the green context's waits for its own alone.
+        assert_eq!(s.context_tail(0, None), 500);
+        assert_eq!(s.context_tail(0, Some(GREEN)), 500);
+        // Its legacy stream orders nothing of the primary's, as a created context's.
+        assert_eq!(s.enqueue(StreamId::Legacy(0, None), 0, 0, 0), 0);
+        assert_eq!(s.enqueue(StreamId::Legacy(0, Some(GREEN)), 0, 100, 0), 100);
+        assert_eq!(s.context_tail(0, None), 500);
+        // Destroyed, its work still counts for the primary context.
+        s.remove_context(GREEN);
+        assert_eq!(s.context_tail(0, None), 500);
     }
 
     #[test]

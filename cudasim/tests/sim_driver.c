@@ -1,6 +1,7 @@
 /* cudasim's driver face for a program linked with -lcuda alone (no runtime): initialization,
  * the primary and created contexts, allocation and its errors, streams, events, the async pair
- * and a launch on the in-flight model, memory pools the program creates and makes current. */
+ * and a launch on the in-flight model, memory pools the program creates and makes current, and a
+ * green context. */
 #include "cuda.h"
 #include "check.h"
 
@@ -248,6 +249,53 @@ int main(void)
     CU_OK(cuMemAlloc(&p, 64));
     CU_EXPECT(cuMemAlloc(&q, 64), CUDA_ERROR_OUT_OF_MEMORY);
     CU_OK(cuMemFree(p));
+
+    SECTION("a green context: its streams are its own, the primary's synchronization waits for them");
+    {
+        CUdevResource all, part[2], rest;
+        CUdevResourceDesc desc = NULL;
+        CUgreenCtx green = NULL;
+        CUcontext mine = NULL;
+        CUstream gs = NULL;
+        CUevent done = NULL;
+        unsigned int groups = 2;
+        CU_OK(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM));
+        CHECK(all.type == CU_DEV_RESOURCE_TYPE_SM && all.sm.smCount >= 16, "SMs %u",
+              all.sm.smCount);
+        CU_OK(cuDevSmResourceSplitByCount(part, &groups, &all, &rest, 0, 8));
+        CHECK(groups == 2 && part[1].sm.smCount == 8 && rest.sm.smCount == all.sm.smCount - 16,
+              "split: %u groups, %u left", groups, rest.sm.smCount);
+        CU_OK(cuDevResourceGenerateDesc(&desc, part, 1));
+        CU_EXPECT(cuGreenCtxCreate(&green, desc, 0, 2), CUDA_ERROR_INVALID_VALUE);
+        CU_OK(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM));
+        CU_OK(cuCtxFromGreenCtx(&mine, green));
+        CU_EXPECT(cuGreenCtxStreamCreate(&gs, green, CU_STREAM_DEFAULT, 0),
+                  CUDA_ERROR_INVALID_VALUE);
+        CU_OK(cuGreenCtxStreamCreate(&gs, green, CU_STREAM_NON_BLOCKING, 0));
+        CU_OK(cuMemAlloc(&p, 4096));
+        CU_OK(cuEventCreate(&done, 0));
+        CU_OK(cudasim_cu_launch_fill(p, 4096, 200000, 0x33, gs));
+        /* The primary context's NULL stream waits not for it; its synchronization does. */
+        CU_OK(cuEventRecord(done, NULL));
+        CU_OK(cuEventSynchronize(done));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 1, "the primary's NULL stream waited");
+        CU_OK(cuCtxSynchronize());
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 0, "the primary's synchronization did not wait");
+        /* Its context handle made current: its synchronization waits for its own streams, and
+         * only cuGreenCtxDestroy destroys it. */
+        CU_OK(cudasim_cu_launch_fill(p, 4096, 200000, 0x44, gs));
+        CU_OK(cuCtxPushCurrent(mine));
+        CU_EXPECT(cuCtxDestroy(mine), CUDA_ERROR_INVALID_CONTEXT);
+        CU_OK(cuCtxSynchronize());
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 0, "its synchronization did not wait");
+        CU_OK(cuCtxPopCurrent(&ctx));
+        CHECK(ctx == mine, "popped another context");
+        CU_OK(cuStreamDestroy(gs));
+        CU_OK(cuGreenCtxDestroy(green));
+        CU_EXPECT(cuCtxFromGreenCtx(&mine, green), CUDA_ERROR_INVALID_CONTEXT);
+        CU_OK(cuEventDestroy(done));
+        CU_OK(cuMemFree(p));
+    }
     printf("sim_driver: all checks passed\n");
     return 0;
 }

@@ -14,7 +14,7 @@ use crate::state::with_state;
 use std::ffi::{c_int, c_uint, c_void};
 
 /// A device ordinal in range (`CUDA_ERROR_INVALID_DEVICE` otherwise).
-fn device(dev: CuDevice) -> CudaResult<usize> {
+pub(super) fn device(dev: CuDevice) -> CudaResult<usize> {
     let d = usize::try_from(dev).map_err(|_| INVALID_DEVICE)?;
     if d < config::get()?.devices {
         Ok(d)

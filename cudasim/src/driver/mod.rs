@@ -3,6 +3,7 @@
 //! [`driver_call`]; none touches the runtime's last error (the driver has none).
 
 mod context;
+mod green;
 mod memory;
 mod mempool;
 pub(crate) mod proc;

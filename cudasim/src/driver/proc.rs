@@ -2,6 +2,7 @@
 //! strings, and `cuGetExportTable` (the private tables are never emulated).
 
 use super::context::*;
+use super::green::*;
 use super::memory::*;
 use super::mempool::*;
 use super::stream::*;
@@ -67,6 +68,13 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuDeviceCanAccessPeer" => one!(4000, cuDeviceCanAccessPeer),
         b"cuCtxEnablePeerAccess" => one!(4000, cuCtxEnablePeerAccess),
         b"cuCtxDisablePeerAccess" => one!(4000, cuCtxDisablePeerAccess),
+        b"cuDeviceGetDevResource" => one!(12040, cuDeviceGetDevResource),
+        b"cuDevSmResourceSplitByCount" => one!(12040, cuDevSmResourceSplitByCount),
+        b"cuDevResourceGenerateDesc" => one!(12040, cuDevResourceGenerateDesc),
+        b"cuGreenCtxCreate" => one!(12040, cuGreenCtxCreate),
+        b"cuGreenCtxDestroy" => one!(12040, cuGreenCtxDestroy),
+        b"cuCtxFromGreenCtx" => one!(12040, cuCtxFromGreenCtx),
+        b"cuGreenCtxStreamCreate" => one!(12050, cuGreenCtxStreamCreate),
         b"cuMemAlloc" => one!(3020, cuMemAlloc_v2),
         b"cuMemAllocPitch" => one!(3020, cuMemAllocPitch_v2),
         b"cuMemFree" => one!(3020, cuMemFree_v2),
