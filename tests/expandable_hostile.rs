@@ -144,15 +144,29 @@ fn a_fence_waits_for_the_kernels_of_a_context_the_program_made() {
 /// the first byte the block's new owner set reads 0x55 each time, not the old kernel's 0x44
 /// landing after it.
 fn assert_new_owner_keeps_its_bytes(mode: &str, arg: &str, reuse: &str) {
-    let env = [("GPUPOOL_REUSE", reuse)];
+    assert_new_owner_keeps_its_bytes_with(mode, arg, &[("GPUPOOL_REUSE", reuse)]);
+}
+
+/// `assert_new_owner_keeps_its_bytes` with `env` for the pool (its reuse mode among them).
+/// The outputs with the pool, expandable then classic.
+fn assert_new_owner_keeps_its_bytes_with(
+    mode: &str,
+    arg: &str,
+    env: &[(&str, &str)],
+) -> Vec<String> {
+    let mut pooled = Vec::new();
     for expandable in [Some("1"), Some("0"), None] {
-        let out = run(expandable, mode, arg, &env);
+        let out = run(expandable, mode, arg, env);
         assert_eq!(
             number::<u64>(&out, "new_owner_first="),
             0x55,
-            "{expandable:?} {reuse} {arg}: the old kernel wrote over the new owner's bytes: {out}"
+            "{expandable:?} {env:?} {arg}: the old kernel wrote over the new owner's bytes: {out}"
         );
+        if expandable.is_some() {
+            pooled.push(out);
+        }
     }
+    pooled
 }
 
 #[test]
@@ -185,6 +199,30 @@ fn in_relaxed_mode_a_stream_ordered_free_waits_for_a_fence_while_the_program_has
     // context, whose work that barrier does not order. Without the pool the free happens at the
     // kernel's end and the request gets other memory.
     assert_new_owner_keeps_its_bytes("own-context-async", "", "relaxed");
+}
+
+#[test]
+fn a_barrier_waits_for_the_kernels_of_a_green_context() {
+    // A pool block used by a 300 ms kernel on a stream of a green context (`cuGreenCtxCreate`,
+    // `cuGreenCtxStreamCreate`), freed with the primary context current; then the same size
+    // asked for again, with the pool's own barrier or after the program's launch on the
+    // primary's legacy stream, and set. Without the pool, `cudaFree` waits for all the device's
+    // work. A green context's streams are its own: no barrier of the primary context orders
+    // that kernel, so `barrier` mode must not hand the block out after one.
+    for how in ["", "launch"] {
+        assert_new_owner_keeps_its_bytes("green-context", how, "barrier");
+    }
+}
+
+#[test]
+fn a_fence_waits_for_the_kernels_of_a_green_context() {
+    // The same block asked for again in `strict` mode, where a request takes a fence at once
+    // (`GPUPOOL_FENCE_BYTES=0`) and gets the block back. The fence synchronizes the primary
+    // context, which CUDA documents to synchronize the device's green contexts too.
+    let env = [("GPUPOOL_REUSE", "strict"), ("GPUPOOL_FENCE_BYTES", "0")];
+    for out in assert_new_owner_keeps_its_bytes_with("green-context", "", &env) {
+        assert_eq!(number::<u64>(&out, "green_reused_same="), 1, "{out}");
+    }
 }
 
 #[test]

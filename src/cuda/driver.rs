@@ -62,6 +62,10 @@ pub type CtxCreateV3Fn =
 /// `cuCtxCreate_v4` (CUDA 12.5; CUDA 13's `cuCtxCreate`): its parameters as the caller gave them.
 pub type CtxCreateV4Fn =
     unsafe extern "C" fn(*mut CuContext, *mut c_void, c_uint, CuDevice) -> CuResult;
+/// `cuGreenCtxCreate` (CUDA 12.4): the green context out, the resource descriptor, the device
+/// and the flags, as the caller gave them.
+pub type GreenCtxCreateFn =
+    unsafe extern "C" fn(*mut *mut c_void, *mut c_void, CuDevice, c_uint) -> CuResult;
 pub type DeviceFn = unsafe extern "C" fn(CuDevice) -> CuResult;
 pub type PrimaryCtxRetainFn = unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult;
 pub type PrimaryCtxGetStateFn = unsafe extern "C" fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;

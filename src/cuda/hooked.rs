@@ -56,9 +56,10 @@ pub enum Hooked {
     MemCreate,
     CtxDestroy,
     CtxPopCurrent,
+    GreenCtxCreate,
 }
 
-pub const COUNT: usize = Hooked::CtxPopCurrent as usize + 1;
+pub const COUNT: usize = Hooked::GreenCtxCreate as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -106,6 +107,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuMemCreate",
     c"cuCtxDestroy_v2",
     c"cuCtxPopCurrent_v2",
+    c"cuGreenCtxCreate",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -66,6 +66,7 @@ fn hooks() -> [usize; COUNT] {
         cuMemCreate as *const () as usize,
         cuCtxDestroy_v2 as *const () as usize,
         cuCtxPopCurrent_v2 as *const () as usize,
+        cuGreenCtxCreate as *const () as usize,
     ]
 }
 
@@ -584,6 +585,24 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
 ) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::ctx_created(|| real!(CtxCreateV4, CtxCreateV4Fn, |f| f(ctx, params, flags, dev)))
+    })
+}
+
+/// # Safety
+/// As `cuGreenCtxCreate` (CUDA 12.4; one ABI, no versioned name).
+#[no_mangle]
+pub unsafe extern "C" fn cuGreenCtxCreate(
+    green: *mut *mut c_void,
+    desc: *mut c_void,
+    dev: CuDevice,
+    flags: c_uint,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::green_ctx_created(|| {
+            real!(GreenCtxCreate, GreenCtxCreateFn, |f| f(
+                green, desc, dev, flags
+            ))
+        })
     })
 }
 

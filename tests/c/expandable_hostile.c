@@ -21,6 +21,8 @@
  *     there (own_context_later).
  *   own-context-async: relaxed mode, a block freed with cudaFreeAsync on the primary context's
  *     legacy stream, then used in a context the program made (own_context_async).
+ *   green-context: a pool block used by a kernel on a stream of a green context, freed with the
+ *     primary context current, then asked for again (green_context).
  *   small-then-large, large-then-small, mixed-info: another thread's freed blocks kept while
  *     the main thread asks for the device's memory (other_thread).
  * Prints "key=value" lines and "expandable_hostile MODE ok". */
@@ -257,23 +259,39 @@ static void other_thread(int count, size_t bytes, size_t want, size_t piece)
     pthread_join(t, NULL);
 }
 
-/* A 64 MiB pool block of device 0 under a 300 ms kernel (filling 0x44) in a context the program
- * made (`*mine`), on a stream made there with `flags` (-1: that context's NULL stream), with the
- * primary context (`*primary`) current again after. */
-static void *busy_in_own_context(int flags, CUcontext *mine, CUcontext *primary, CUstream *s)
+/* A 64 MiB pool block of device 0, zeroed, with the primary context (`*primary`) current. */
+static void *pool_block(CUcontext *primary)
 {
     void *p = NULL;
     CHECK_CUDA(cudaSetDevice(0));
     CHECK_CUDA(cudaMalloc(&p, 64 * MiB));
     CHECK_CUDA(cudaMemset(p, 0, 64 * MiB));
     CHECK_CU(cuCtxGetCurrent(primary));
+    return p;
+}
+
+/* `p` (64 MiB) under a 300 ms kernel filling 0x44, launched with `ctx` current on its stream `s`
+ * (NULL: its NULL stream), with `primary` current again after. */
+static void busy_on(void *p, CUcontext ctx, CUstream s, CUcontext primary)
+{
+    CHECK_CU(cuCtxPushCurrent(ctx));
+    CHECK_CU(cudasim_cu_launch_fill((CUdeviceptr)p, 64 * MiB, 300000, 0x44, s));
+    CHECK_CU(cuCtxPopCurrent(&ctx));
+    CHECK_CU(cuCtxSetCurrent(primary));
+}
+
+/* A 64 MiB pool block of device 0 under a 300 ms kernel (filling 0x44) in a context the program
+ * made (`*mine`), on a stream made there with `flags` (-1: that context's NULL stream), with the
+ * primary context (`*primary`) current again after. */
+static void *busy_in_own_context(int flags, CUcontext *mine, CUcontext *primary, CUstream *s)
+{
+    void *p = pool_block(primary);
     CHECK_CU(cuCtxCreate(mine, 0, 0));
     *s = NULL;
     if (flags >= 0)
         CHECK_CU(cuStreamCreate(s, (unsigned)flags));
-    CHECK_CU(cudasim_cu_launch_fill((CUdeviceptr)p, 64 * MiB, 300000, 0x44, *s));
     CHECK_CU(cuCtxPopCurrent(mine));
-    CHECK_CU(cuCtxSetCurrent(*primary));
+    busy_on(p, *mine, *s, *primary);
     return p;
 }
 
@@ -322,19 +340,25 @@ static void own_context_kernel(const char *how)
     CHECK_CU(cuCtxDestroy(mine));
 }
 
-/* Once the work of `mine` is done, the first byte of `q` (its new owner's) printed, then `q`
- * freed and `mine` destroyed. The read, on the primary context's legacy stream, comes after
- * that context's kernels too. */
-static void read_new_owner(void *q, CUcontext mine, CUcontext primary)
+/* Once the work of context `ctx` is done, the first byte of `q` (its new owner's) printed, then
+ * `q` freed. The read, on the primary context's legacy stream, comes after that context's
+ * kernels too. */
+static void read_after(void *q, CUcontext ctx, CUcontext primary)
 {
     unsigned char first = 0;
-    CHECK_CU(cuCtxPushCurrent(mine));
+    CHECK_CU(cuCtxPushCurrent(ctx));
     CHECK_CU(cuCtxSynchronize());
-    CHECK_CU(cuCtxPopCurrent(&mine));
+    CHECK_CU(cuCtxPopCurrent(&ctx));
     CHECK_CU(cuCtxSetCurrent(primary));
     CHECK_CUDA(cudaMemcpy(&first, q, 1, cudaMemcpyDeviceToHost));
     printf("new_owner_first=%u\n", (unsigned)first);
     CHECK_CUDA(cudaFree(q));
+}
+
+/* `read_after`, then the context the program made, `mine`, destroyed. */
+static void read_new_owner(void *q, CUcontext mine, CUcontext primary)
+{
+    read_after(q, mine, primary);
     CHECK_CU(cuCtxDestroy(mine));
 }
 
@@ -429,6 +453,45 @@ static void own_context_async(void)
     read_new_owner(q, mine, primary);
 }
 
+/* A green context on all of device 0's SMs, with a default stream, and its context handle. */
+static CUgreenCtx make_green(CUcontext *ctx)
+{
+    CUdevResource all;
+    CUdevResourceDesc desc = NULL;
+    CUgreenCtx green = NULL;
+    CHECK_CU(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM));
+    CHECK_CU(cuDevResourceGenerateDesc(&desc, &all, 1));
+    CHECK_CU(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM));
+    CHECK_CU(cuCtxFromGreenCtx(ctx, green));
+    return green;
+}
+
+/* A pool block used by a 300 ms kernel (filling 0x44) on a stream of a green context of device
+ * 0, then freed with the primary context current. With argv[2] "launch", the program then
+ * launches a kernel on the primary context's legacy stream (a barrier in `barrier` mode);
+ * either way the same size is asked for again and set to 0x55, and its first byte read once
+ * the kernel is done. A green context's streams are its own: no action on the primary
+ * context's legacy stream orders them. */
+static void green_context(const char *how)
+{
+    void *q = NULL;
+    CUcontext primary = NULL, mine = NULL;
+    CUstream s = NULL;
+    void *p = pool_block(&primary);
+    CUgreenCtx green = make_green(&mine);
+    CHECK_CU(cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0));
+    busy_on(p, mine, s, primary);
+    CHECK_CUDA(cudaFree(p));
+    if (strcmp(how, "launch") == 0)
+        CHECK_CUDA(cudasim_launch_fill(NULL, 0, 0, -1, 0));
+    CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
+    printf("green_reused_same=%d\n", q == p);
+    CHECK_CUDA(cudaMemset(q, 0x55, 64 * MiB));
+    read_after(q, mine, primary);
+    CHECK_CU(cuStreamDestroy(s));
+    CHECK_CU(cuGreenCtxDestroy(green));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -452,6 +515,8 @@ int main(int argc, char **argv)
         own_context_later();
     else if (strcmp(mode, "own-context-async") == 0)
         own_context_async();
+    else if (strcmp(mode, "green-context") == 0)
+        green_context(arg);
     else if (strcmp(mode, "small-then-large") == 0)
         other_thread(800, MiB, 900 * MiB, 900 * MiB);
     else if (strcmp(mode, "large-then-small") == 0)

@@ -43,6 +43,25 @@ pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
     r
 }
 
+/// `cuGreenCtxCreate`, `real` (the runtime's `cudaGreenCtxCreate` reaches it through
+/// `cuGetProcAddress`). A green context's streams are its own: those `cuGreenCtxStreamCreate`
+/// makes are non-blocking, and those made with its context current order themselves against
+/// its own legacy stream, never the primary context's where a barrier is. So, as for
+/// `cuCtxCreate`, `barrier` mode falls back to fences. Its creation is the one point every such
+/// stream comes after, so the stream calls need no hook of their own. A fence needs nothing
+/// more: synchronizing the primary context synchronizes the green contexts of the device
+/// (`cuCtxSynchronize`'s documentation), so no list of them is kept. Not current after the
+/// call, and its memory is the primary context's: the pool's view of the thread is unchanged.
+pub(crate) fn green_ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
+    let r = real();
+    if r == cu::CU_SUCCESS {
+        if let (Some((pool, _)), Some(_inside)) = (super::pooled(), crate::guard::enter()) {
+            super::note_work_beyond_barriers(pool);
+        }
+    }
+    r
+}
+
 /// `cuCtxDestroy_v2` of `ctx`, `real`: a context the program made leaves the ones the pool's
 /// fences wait for. Inside the pool meanwhile, as the other hooks are: a signal handler that
 /// allocates while the destroy is underway, which the fences of the device wait for, is passed

@@ -28,7 +28,9 @@ use crate::report::oom::RequestApi;
 mod contexts;
 mod vmm;
 
-pub(crate) use contexts::{ctx_created, ctx_destroyed, ctx_popped, runtime_in_own_context};
+pub(crate) use contexts::{
+    ctx_created, ctx_destroyed, ctx_popped, green_ctx_created, runtime_in_own_context,
+};
 pub use vmm::{mem_create, mem_get_address_range};
 
 pub(crate) use crate::cuda::contexts::forget_primary;
