@@ -8,7 +8,7 @@ mod support;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use support::{number, ok, pooled};
+use support::{number, ok, pooled, unpooled};
 
 const DEVICES: [(&str, &str); 3] = [
     ("CUDASIM_DEVICES", "2"),
@@ -57,4 +57,34 @@ fn a_context_destroyed_while_a_fence_synchronizes_it() {
     let out = run("destroy-during-fence", "");
     assert_eq!(number::<u64>(&out, "destroyed="), 1, "{out}");
     assert_eq!(number::<u64>(&out, "busy_after_fence="), 0, "{out}");
+}
+
+#[test]
+fn a_context_made_on_a_device_whose_primary_context_is_unused_leaves_it_unused() {
+    // A thread that made no CUDA call yet makes a context of its own on device 1, whose
+    // primary context nothing used, while the pool serves device 0. Without the pool that
+    // primary context stays inactive; the pool must not make it (on a GPU it takes memory).
+    // In `barrier` mode the creation ends barriers (a fence of device 0), which must not
+    // make it either, and the new context stays the thread's.
+    let (out, err) = ok(&mut unpooled(&program(), &["create-unused"], &DEVICES));
+    assert_eq!(number::<i32>(&out, "primary1_after="), 0, "{out}\n{err}");
+    for reuse in ["strict", "barrier", "relaxed"] {
+        let env: Vec<(&str, &str)> = DEVICES
+            .iter()
+            .copied()
+            .chain([("GPUPOOL_REUSE", reuse)])
+            .collect();
+        let (out, err) = ok(&mut pooled(&program(), &["create-unused"], &env));
+        assert!(
+            out.ends_with("own_context_fence create-unused ok\n"),
+            "{out}\n{err}"
+        );
+        assert_eq!(number::<i32>(&out, "primary1_before="), 0, "{reuse}: {out}");
+        assert_eq!(
+            number::<i32>(&out, "primary1_after="),
+            0,
+            "{reuse}: the pool made device 1's primary context: {out}\n{err}"
+        );
+        assert_eq!(number::<i32>(&out, "own_current="), 1, "{reuse}: {out}");
+    }
 }

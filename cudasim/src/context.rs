@@ -198,7 +198,8 @@ pub fn bind_runtime() {
 /// `cuCtxCreate_v2`: a new context of device `d`, pushed on the stack.
 pub fn create(d: usize) -> CudaResult<usize> {
     let h = with_state(|st| {
-        st.use_device(d);
+        // Its bytes are the device's context's here; its device's primary context stays as it was.
+        st.devices[d].context = true;
         let h = handles::create(CONTEXT_MAGIC);
         st.contexts.insert(h, d);
         st.streams.add_context(h, d, false);

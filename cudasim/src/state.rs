@@ -54,8 +54,13 @@ pub struct Counters {
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Device {
-    /// Whether the context exists (it takes `CUDASIM_CONTEXT_BYTES` of the capacity).
+    /// Whether the context exists (it takes `CUDASIM_CONTEXT_BYTES` of the capacity): the
+    /// primary one, or one the program created, which shares those bytes here.
     pub context: bool,
+    /// Whether the primary context is active (`cuDevicePrimaryCtxGetState`): retained, made
+    /// current by `cudaSetDevice`, or used by a runtime call. A context the program created
+    /// does not make it so, as in CUDA.
+    pub primary_active: bool,
     pub live_allocations: u64,
     pub live_bytes: u64,
     pub peak_live_bytes: u64,
@@ -230,10 +235,21 @@ impl State {
         }
     }
 
-    /// Device `d`, whose context now exists.
+    /// Device `d`, whose context now exists: its primary one, unless the calling thread's
+    /// current context is one the program created.
     pub fn use_device(&mut self, d: usize) -> &mut Device {
+        let primary = crate::context::created_current().is_none();
         let dev = &mut self.devices[d];
         dev.context = true;
+        dev.primary_active |= primary;
+        dev
+    }
+
+    /// Device `d`, whose primary context is now active.
+    pub fn activate_primary(&mut self, d: usize) -> &mut Device {
+        let dev = &mut self.devices[d];
+        dev.context = true;
+        dev.primary_active = true;
         dev
     }
 
@@ -412,6 +428,7 @@ impl State {
         }
         let dev = &mut self.devices[d];
         dev.context = false;
+        dev.primary_active = false;
         dev.live_allocations = self.vmm.handles_of(d);
         dev.live_bytes = dev.vmm_created_bytes;
         // The context's pools go with it; the next default pool has the same handle.

@@ -3,6 +3,12 @@
 use super::*;
 
 impl<B: Backend> Pool<B> {
+    /// Whether frees may still wait for barriers: a mode that uses them, and no work beyond them
+    /// noted yet (`note_work_beyond_barriers` may then fence).
+    pub fn barriers_in_use(&self) -> bool {
+        self.settings.reuse != ReuseMode::Strict && !self.beyond_barriers.load(Ordering::Acquire)
+    }
+
     /// The program made work that no barrier orders: a non-blocking stream, or a context of its
     /// own (whose streams order themselves against that context's legacy stream alone, not the
     /// primary context's where barriers are). From now on frees in `barrier` mode, and

@@ -10,6 +10,10 @@
  *   destroy-during-fence: as other-device, but the second thread destroys the context the fence
  *     synchronizes (it must wait for it), then makes and destroys another on device 0, while a
  *     third thread fences device 0 again. Prints destroyed=1.
+ *   create-unused: the main thread allocates and frees on device 0; then a thread that made no
+ *     CUDA call yet makes a context of its own on device 1, whose primary context nothing
+ *     used. Prints primary1_before and primary1_after (cuDevicePrimaryCtxGetState's active
+ *     flag for device 1) and own_current=1 when the new context is still the thread's.
  * Prints "key=value" lines and "own_context_fence MODE ok". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -135,6 +139,33 @@ static void fence_under(void *(*thread)(void *), int with_second)
         pthread_join(t2, NULL);
 }
 
+static void *create_on_unused(void *arg)
+{
+    CUcontext mine = NULL, now = NULL;
+    unsigned int flags = 0;
+    int before = -1, after = -1;
+    (void)arg;
+    CHECK_CU(cuDevicePrimaryCtxGetState(1, &flags, &before));
+    CHECK_CU(cuCtxCreate(&mine, 0, 1));
+    CHECK_CU(cuCtxGetCurrent(&now));
+    CHECK_CU(cuDevicePrimaryCtxGetState(1, &flags, &after));
+    printf("primary1_before=%d\nprimary1_after=%d\nown_current=%d\n", before, after, now == mine);
+    CHECK_CU(cuCtxDestroy(mine));
+    return NULL;
+}
+
+/* create-unused (above). */
+static void create_unused(void)
+{
+    void *p = NULL;
+    pthread_t t;
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaMalloc(&p, MiB));
+    CHECK_CUDA(cudaFree(p));
+    CHECK(pthread_create(&t, NULL, create_on_unused, NULL) == 0, "pthread_create");
+    CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -143,6 +174,8 @@ int main(int argc, char **argv)
         fence_under(on_device_1, 0);
     else if (strcmp(mode, "destroy-during-fence") == 0)
         fence_under(destroyer, 1);
+    else if (strcmp(mode, "create-unused") == 0)
+        create_unused();
     else
         CHECK(0, "unknown mode %s", mode);
     printf("own_context_fence %s ok\n", mode);

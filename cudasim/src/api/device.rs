@@ -31,8 +31,13 @@ pub unsafe extern "C" fn cudaGetDevice(device: *mut c_int) -> c_int {
 pub unsafe extern "C" fn cudaSetDevice(device: c_int) -> c_int {
     runtime_call(Func::cudaSetDevice, || {
         current::set(device)?;
-        context::set_device(current::get());
-        Ok(())
+        let d = current::get();
+        context::set_device(d);
+        // CUDA 12 makes the primary context here; its bytes are taken at the device's first use.
+        with_state(|st| {
+            st.devices[d].primary_active = true;
+            Ok(())
+        })
     })
 }
 

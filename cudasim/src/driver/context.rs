@@ -105,7 +105,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut CuContext, dev: CuDe
         let out = unsafe { Out::new(ctx)? };
         let d = device(dev)?;
         with_state(|st| {
-            st.use_device(d);
+            st.activate_primary(d);
             st.primary_retains[d] += 1;
             Ok(())
         })?;
@@ -143,7 +143,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
         let d = device(dev)?;
         // SAFETY: the caller passes NULL or pointers valid for writing an unsigned int and an int.
         let (flags, active) = unsafe { (Out::new(flags)?, Out::new(active)?) };
-        let on = with_state(|st| Ok(st.devices[d].context))?;
+        let on = with_state(|st| Ok(st.devices[d].primary_active))?;
         flags.set(0);
         active.set(c_int::from(on));
         Ok(())

@@ -530,11 +530,15 @@ pub fn stream_created(r: CuResult, flags: c_uint) -> CuResult {
 }
 
 /// The program made work no barrier orders (`Pool::note_work_beyond_barriers`), seen on the
-/// driver's path. The first time, it may fence every device the pool uses, through the runtime:
-/// its state for this thread is made first, about a device whose context exists.
+/// driver's path. The first time, in a mode with barriers, it may fence every device the pool
+/// uses, through the runtime: its state for this thread is made first, about a device whose
+/// context exists. Otherwise the thread is left as it is: a runtime call made for nothing
+/// would switch it to that device meanwhile.
 fn note_work_beyond_barriers(pool: &Pool<CudaBackend>) {
-    if let Some(&dev) = pool.used_devices().first() {
-        super::ready_thread_for_backend(pool, dev);
+    if pool.barriers_in_use() {
+        if let Some(&dev) = pool.used_devices().first() {
+            super::ready_thread_for_backend(pool, dev);
+        }
     }
     pool.note_work_beyond_barriers();
 }
