@@ -378,7 +378,7 @@ impl Process {
         if let Some(g) = existing() {
             return &g.runtime_path;
         }
-        crate::cuda::driver::loaded().map_or("no CUDA library", |d| d.path.as_str())
+        crate::cuda::driver::loaded_here().map_or("no CUDA library", |d| d.path.as_str())
     }
 
     /// What a report reads of this state.

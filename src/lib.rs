@@ -15,6 +15,7 @@
 //! - `cuda`: finding the application's runtime and driver, their entry points, the pool backend
 //!   on them.
 //! - `guard`, `log`: panic boundary and reentrancy guard; stderr lines and descriptor writes.
+//! - `plain_thread`: the library's own threads, started without `dlsym`.
 //! - `pool`: the caching algorithm, free of FFI.
 //! - `config`: every `GPUPOOL_*` variable.
 //! - `passed_through`: the allocations left to CUDA (the program's own memory pool, graph
@@ -54,6 +55,8 @@ pub mod log;
 pub mod mempool;
 /// cbindgen:ignore
 pub mod passed_through;
+/// cbindgen:ignore
+pub mod plain_thread;
 /// cbindgen:ignore
 pub mod pool;
 /// cbindgen:ignore

@@ -227,7 +227,7 @@ fn on_device(rt: &Runtime, stream: Stream, dev: u32) -> bool {
         return true;
     }
     let Some(get_device) = rt.stream_get_device else {
-        return crate::cuda::driver::loaded().is_some_and(|l| {
+        return crate::cuda::driver::loaded_here().is_some_and(|l| {
             crate::dispatch::driver::in_current_context(&l.driver, stream) == Some(true)
         });
     };

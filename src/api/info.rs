@@ -66,7 +66,7 @@ pub extern "C" fn gpupool_enabled() -> c_int {
 
 /// Where a call goes with the pool off: the CUDA library found, or before any, the runtime.
 fn calls_go_to(process: &crate::global::Process) -> &str {
-    if crate::global::existing().is_none() && crate::cuda::driver::loaded().is_none() {
+    if crate::global::existing().is_none() && crate::cuda::driver::loaded_here().is_none() {
         return "the CUDA runtime";
     }
     process.cuda_path()

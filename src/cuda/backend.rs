@@ -121,7 +121,7 @@ impl CudaBackend {
                 let r = check_internal(|| on_device(rt, device, || init_runtime(rt)));
                 // The driver the runtime loaded, looked for now: under a pool lock the pool's
                 // calls only read what was found (`driver::found`).
-                let _ = driver::loaded();
+                let _ = driver::loaded_here();
                 r
             }
             Ok(Api::Driver(d)) => {

@@ -5,7 +5,7 @@
 //! driver into a process that did not load it.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use super::dl;
 use super::symbols::{optional, required, Lookup};
@@ -288,28 +288,66 @@ unsafe impl Sync for Located {}
 
 /// The driver the process loaded, if it loaded one (never loads it). Looks among the loaded
 /// objects until it is found (`dlopen`, `dlsym`, `dladdr`: each takes the dynamic linker's
-/// lock), so never under a pool lock: there, `found`.
+/// lock), so never under a pool lock: there, `found`. The looking is done on a thread of its
+/// own (`plain_thread::run_aside`), since it clears the calling thread's `dlerror()`, which may
+/// hold an error the program has yet to read: this is called from the driver hooks.
 pub fn loaded() -> Option<&'static Located> {
     if let Some(d) = found() {
         return Some(d);
     }
-    let found = Box::into_raw(Box::new(find()?));
-    match DRIVER.compare_exchange(
-        std::ptr::null_mut(),
-        found,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        // SAFETY: just leaked, never freed.
-        Ok(_) => Some(unsafe { &*found }),
-        Err(other) => {
-            // Another thread found it first; its copy stays, ours goes (the handle's extra
-            // reference on an object that stays loaded is harmless).
-            // SAFETY: `found` is ours, never published.
-            drop(unsafe { Box::from_raw(found) });
-            // SAFETY: as above: a leaked `Box` in `DRIVER`.
-            Some(unsafe { &*other })
-        }
+    if !worth_looking() {
+        return None;
+    }
+    if !crate::plain_thread::run_aside(c"gpupool-lookup", look) {
+        look();
+    }
+    found()
+}
+
+/// `loaded`, looking on the calling thread: for callers inside a `dl*` call of the program's
+/// (the exported `dlsym`), whose own error state glibc sets when it returns, and for the
+/// runtime's path, whose first call looked up the runtime there already.
+pub fn loaded_here() -> Option<&'static Located> {
+    if let Some(d) = found() {
+        return Some(d);
+    }
+    if worth_looking() {
+        look();
+    }
+    found()
+}
+
+/// `objects_added` when the last look found no driver; `u64::MAX` before any.
+static MISSED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Whether a look could find what the last one missed: something was loaded since. Counting
+/// the loaded objects calls no `dl*` function that touches `dlerror()`.
+fn worth_looking() -> bool {
+    MISSED_AT.load(Ordering::Acquire) != dl::objects_added()
+}
+
+/// Looks for the driver once and publishes it in `DRIVER`, or notes the miss.
+fn look() {
+    // Read before looking: a driver loaded while the search runs is looked for next time.
+    let added = dl::objects_added();
+    let Some(located) = find() else {
+        MISSED_AT.store(added, Ordering::Release);
+        return;
+    };
+    let found = Box::into_raw(Box::new(located));
+    if DRIVER
+        .compare_exchange(
+            std::ptr::null_mut(),
+            found,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        // Another thread found it first; its copy stays, ours goes (the handle's extra
+        // reference on an object that stays loaded is harmless).
+        // SAFETY: `found` is ours, never published.
+        drop(unsafe { Box::from_raw(found) });
     }
 }
 

@@ -4,7 +4,7 @@
 //! library).
 
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::{dl, driver};
 
@@ -128,14 +128,36 @@ pub fn swapping() -> bool {
 
 static REALS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
 static RESOLVED: AtomicBool = AtomicBool::new(false);
+/// `objects_added` at the last resolution that found no driver; `u64::MAX` before any.
+static MISSED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// The driver's own functions behind the hooks, in `Hooked`'s order (0: the driver has none).
-/// Looked up on first use; again later while no driver was found (it may be loaded later).
+/// Looked up on first use, on a thread of its own (`plain_thread::run_aside`): a hook's first
+/// call must not clear an error the program has yet to read with `dlerror()`, and every
+/// `dlsym` clears the calling thread's. Again later while no driver was found, once something
+/// was loaded since (it may be the driver).
 pub fn reals() -> &'static [AtomicUsize; COUNT] {
-    if !RESOLVED.load(Ordering::Acquire) {
+    if !RESOLVED.load(Ordering::Acquire)
+        && worth_resolving()
+        && !crate::plain_thread::run_aside(c"gpupool-lookup", resolve)
+    {
         resolve();
     }
     &REALS
+}
+
+/// `reals`, looked up on the calling thread: for the exported `dlsym`, inside the program's own
+/// lookup, whose error state glibc sets when it returns. Taken before its answer is swapped, so
+/// that the first call of the hook it hands out finds the function already.
+pub fn resolve_here() {
+    if !RESOLVED.load(Ordering::Acquire) && worth_resolving() {
+        resolve();
+    }
+}
+
+/// Whether a resolution could find what the last one missed: something was loaded since.
+fn worth_resolving() -> bool {
+    MISSED_AT.load(Ordering::Acquire) != dl::objects_added()
 }
 
 /// The real function behind `h`, or 0.
@@ -148,7 +170,8 @@ fn resolve() {
     // No lock (this runs inside `dlsym`, maybe under the dynamic linker's own lock in another
     // thread's `dlopen`): threads may resolve at once, and a function found is never replaced
     // by a miss, so a lookup made while no driver was found cannot undo one that found it.
-    let located = driver::loaded();
+    let added = dl::objects_added();
+    let located = driver::loaded_here();
     let mut missed = false;
     for (name, slot) in NAMES.iter().zip(&REALS) {
         let p = match located {
@@ -166,6 +189,8 @@ fn resolve() {
     }
     if located.is_some() {
         RESOLVED.store(true, Ordering::Release);
+    } else {
+        MISSED_AT.store(added, Ordering::Release);
     }
 }
 

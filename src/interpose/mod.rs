@@ -94,6 +94,8 @@ extern "C" fn dlsym_decide(
             Some((base, path)) if !is_runtime_library(base, path) => {}
             _ => return std::ptr::null_mut(),
         }
+        // The functions behind the hooks, looked up here, inside the program's own lookup.
+        hooked::resolve_here();
         // SAFETY: the caller's arguments; `real_dlsym` is glibc's.
         let found = unsafe { dl::real_dlsym(handle, name) };
         let swapped = swap(found);

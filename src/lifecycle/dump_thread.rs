@@ -55,35 +55,7 @@ pub fn start(g: &'static Process) {
         return;
     }
     let read_fd = fds[0];
-    // The thread must take none of the program's signals: a program that blocks SIGTERM in its
-    // threads to `sigwait` for it would lose it to this one (and die of it). It starts with
-    // every signal blocked but the faults it could raise itself; SIGUSR1's handler runs on a
-    // program thread and writes to the pipe.
-    // SAFETY: signal sets on the stack, valid for the calls.
-    let saved = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        // Faults the thread itself would raise stay deliverable (to the program's handlers).
-        for sig in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
-            libc::sigdelset(&mut all, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        old
-    };
-    let spawned = std::thread::Builder::new()
-        .name("gpupool-dump".into())
-        .spawn(move || run(g, read_fd, interval));
-    // SAFETY: the calling thread's own mask, saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
-    if spawned.is_err() {
+    if !crate::plain_thread::spawn(c"gpupool-dump", move || run(g, read_fd, interval)) {
         log::warn("cannot start the live-dump thread; SIGUSR1 and periodic dumps are off");
     }
 }

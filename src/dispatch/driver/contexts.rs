@@ -123,7 +123,7 @@ pub(crate) fn runtime_in_own_context() -> Option<&'static Driver> {
 #[cold]
 #[inline(never)]
 fn current_is_own() -> Option<&'static Driver> {
-    let d = &crate::cuda::driver::loaded()?.driver;
+    let d = &crate::cuda::driver::loaded_here()?.driver;
     own_context(d).map(|_| d)
 }
 

@@ -1,0 +1,86 @@
+//! Threads the library starts with `pthread_create` itself, not `std::thread`: Rust's spawn
+//! looks up `__pthread_get_minstack` with `dlsym` on the spawning thread at its first use,
+//! which would throw away an error the program has yet to read with `dlerror()` (glibc starts
+//! every `dl*` call by clearing the calling thread's error). Also `run_aside`: work that calls
+//! `dlopen` or `dlsym` done on a thread of its own, whose error state is its own.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Starts `f` on a detached thread named `name` (at most 15 bytes) that takes none of the
+/// program's signals but the faults it could raise itself: a program that blocks a signal in
+/// its threads to `sigwait` for it must not lose it to this one. Returns whether it started.
+pub fn spawn(name: &'static std::ffi::CStr, f: impl FnOnce() + Send + 'static) -> bool {
+    extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: `arg` is the `Box<Job>` leaked by `spawn` for this thread alone.
+        let job = unsafe { Box::from_raw(arg as *mut Job) };
+        crate::guard::boundary((), job);
+        std::ptr::null_mut()
+    }
+    let job: *mut Job = Box::into_raw(Box::new(Box::new(f)));
+    // SAFETY: signal sets on the stack, valid for the calls; the mask is the calling thread's
+    // own, restored below.
+    let saved = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        for sig in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut all, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    };
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: `start` takes the job's ownership; default attributes (the new thread inherits
+    // the mask just set).
+    let r = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), start, job.cast()) };
+    // SAFETY: the calling thread's own mask, saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
+    if r != 0 {
+        // SAFETY: no thread took the job.
+        drop(unsafe { Box::from_raw(job) });
+        return false;
+    }
+    // SAFETY: a thread just created, named and detached once; a failed naming is harmless.
+    unsafe {
+        libc::pthread_setname_np(thread, name.as_ptr());
+        libc::pthread_detach(thread);
+    }
+    true
+}
+
+/// How long `run_aside` waits. The thread needs the dynamic linker's lock, which the calling
+/// thread holds inside a library's constructor during `dlopen`: there it never finishes first.
+const ASIDE_WAIT: Duration = Duration::from_millis(200);
+
+/// Runs `f` on a thread of its own and waits for it. Returns false when no thread could start
+/// or it did not finish within `ASIDE_WAIT` (it then finishes later, alone): the caller does
+/// the work itself. `f` must tolerate running twice at once.
+pub fn run_aside(name: &'static std::ffi::CStr, f: fn()) -> bool {
+    let done = Arc::new((Mutex::new(false), Condvar::new()));
+    let theirs = Arc::clone(&done);
+    let started = spawn(name, move || {
+        crate::guard::boundary((), f);
+        let (finished, woken) = &*theirs;
+        *finished.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        woken.notify_one();
+    });
+    if !started {
+        return false;
+    }
+    let (finished, woken) = &*done;
+    let guard = finished.lock().unwrap_or_else(|e| e.into_inner());
+    let (guard, _) = woken
+        .wait_timeout_while(guard, ASIDE_WAIT, |finished| !*finished)
+        .unwrap_or_else(|e| e.into_inner());
+    *guard
+}
