@@ -226,6 +226,23 @@ fn a_fence_waits_for_the_kernels_of_a_green_context() {
 }
 
 #[test]
+fn a_synchronization_in_a_green_context_is_no_fence() {
+    // A pool block used by a 300 ms kernel on a non-blocking stream of the primary context,
+    // freed; then the program synchronizes with a green context current (`cudaDeviceSynchronize`
+    // or `cuCtxSynchronize`), which waits for that green context's work alone; then the same
+    // size is asked for with the primary context current and set on the legacy stream. In
+    // `strict` mode (the fence budget not reached: no fence of the pool's own), and in
+    // `barrier` mode, where frees wait for fences once a green context is made, that
+    // synchronization must not make the block reusable. (`relaxed` reuses a `cudaFree`d block
+    // at once, trusting stream order.)
+    for reuse in ["strict", "barrier"] {
+        for how in ["runtime", "driver"] {
+            assert_new_owner_keeps_its_bytes("green-sync", how, reuse);
+        }
+    }
+}
+
+#[test]
 fn another_threads_freed_blocks_go_back_for_a_request_that_needs_their_memory() {
     // A live thread allocated and freed 800 small blocks (their own range, some in its cache),
     // or one 900 MiB block; the main thread then asks for 900 MiB in the other range's sizes,

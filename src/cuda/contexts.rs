@@ -64,6 +64,23 @@ pub fn current(d: &Driver) -> Option<CuContext> {
     (r == CU_SUCCESS).then_some(ctx)
 }
 
+/// Whether the calling thread's current context is `device`'s primary context, so that a
+/// synchronization it just made (`cudaDeviceSynchronize`, `cuCtxSynchronize`) waited for all of
+/// the primary context's work. Both act on the current context alone: a context the program
+/// made, or a green context's handle (`cuCtxFromGreenCtx`), waits for its own work, and only
+/// the primary context's synchronization waits for the device's green contexts too. With no
+/// driver loaded, only a primary context can be current.
+pub fn primary_is_current(device: u32) -> bool {
+    let Some(found) = super::driver::loaded() else {
+        return true;
+    };
+    let d = &found.driver;
+    match current(d) {
+        Some(ctx) if !ctx.is_null() => primary_context(d, device) == Some(ctx as usize),
+        _ => false,
+    }
+}
+
 /// Whether the calling thread has a current context. A thread's first runtime call binds one;
 /// before it, driver calls that need a context fail with `CUDA_ERROR_INVALID_CONTEXT`.
 pub fn has_current_context(d: &Driver) -> bool {

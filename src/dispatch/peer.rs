@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 
 use super::{current_device, forward, runtime};
 use crate::cuda::backend::CudaBackend;
-use crate::cuda::contexts::own_contexts_on;
+use crate::cuda::contexts::{own_contexts_on, primary_is_current};
 use crate::cuda::types::*;
 use crate::guard;
 use crate::log;
@@ -64,10 +64,14 @@ pub(crate) fn observed(
 /// The program's own synchronization of `device` returned (`cudaDeviceSynchronize`,
 /// `cuCtxSynchronize`): a fence of what was freed before `at`, unless devices that reach its
 /// memory, or contexts the program made on it, may still run kernels on those blocks (the
-/// pool's own fence waits for them too): it synchronized one context. A release point either
-/// way.
+/// pool's own fence waits for them too): it synchronized one context. Nor is it one unless
+/// that context was the primary one: made with a green context current (or a context the
+/// program made), it waited for that context's work alone. A release point either way.
 pub(crate) fn device_synchronized(pool: &Pool<CudaBackend>, device: u32, at: SyncSeq) {
-    if pool.backend().accessors_of(device).is_empty() && !own_contexts_on(device) {
+    if pool.backend().accessors_of(device).is_empty()
+        && !own_contexts_on(device)
+        && primary_is_current(device)
+    {
         pool.observe_fence(device, at);
     } else {
         pool.sync_point(device);

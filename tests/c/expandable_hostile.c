@@ -23,6 +23,8 @@
  *     legacy stream, then used in a context the program made (own_context_async).
  *   green-context: a pool block used by a kernel on a stream of a green context, freed with the
  *     primary context current, then asked for again (green_context).
+ *   green-sync: a pool block used by a kernel on a non-blocking stream of the primary context,
+ *     freed, then a synchronization with a green context current (green_sync).
  *   small-then-large, large-then-small, mixed-info: another thread's freed blocks kept while
  *     the main thread asks for the device's memory (other_thread).
  * Prints "key=value" lines and "expandable_hostile MODE ok". */
@@ -492,6 +494,39 @@ static void green_context(const char *how)
     CHECK_CU(cuGreenCtxDestroy(green));
 }
 
+/* A pool block used by a 300 ms kernel (filling 0x44) on a non-blocking stream of the primary
+ * context, freed; then the program synchronizes with a green context's handle current, through
+ * the runtime (argv[2] "runtime": cudaDeviceSynchronize) or the driver ("driver":
+ * cuCtxSynchronize). Either waits for the green context's work alone (CUDA documents that only
+ * the primary context's synchronization waits for green contexts too). The same size is then
+ * asked for with the primary context current and set to 0x55 on the legacy stream, which does
+ * not wait for the non-blocking stream; its first byte is read once all work is done. */
+static void green_sync(const char *how)
+{
+    void *q = NULL;
+    CUcontext primary = NULL, mine = NULL;
+    cudaStream_t s = NULL;
+    void *p = pool_block(&primary);
+    CUgreenCtx green = make_green(&mine);
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudasim_launch_fill(p, 64 * MiB, 300000, 0x44, s));
+    CHECK_CUDA(cudaFree(p));
+    CHECK_CU(cuCtxPushCurrent(mine));
+    if (strcmp(how, "driver") == 0)
+        CHECK_CU(cuCtxSynchronize());
+    else
+        CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CU(cuCtxPopCurrent(&mine));
+    CHECK_CU(cuCtxSetCurrent(primary));
+    CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
+    printf("green_sync_reused_same=%d\n", q == p);
+    CHECK_CUDA(cudaMemset(q, 0x55, 64 * MiB));
+    /* The primary context's synchronization waits for every stream of it, the kernel's too. */
+    read_after(q, primary, primary);
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_CU(cuGreenCtxDestroy(green));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -517,6 +552,8 @@ int main(int argc, char **argv)
         own_context_async();
     else if (strcmp(mode, "green-context") == 0)
         green_context(arg);
+    else if (strcmp(mode, "green-sync") == 0)
+        green_sync(arg);
     else if (strcmp(mode, "small-then-large") == 0)
         other_thread(800, MiB, 900 * MiB, 900 * MiB);
     else if (strcmp(mode, "large-then-small") == 0)
