@@ -242,10 +242,11 @@ pub fn destroy(handle: usize) -> CudaResult {
 }
 
 /// `cuGreenCtxCreate`: a green context of device `d`, not made current. Its handle, and its
-/// context handle (`cuCtxFromGreenCtx`), whose streams are the green context's.
+/// context handle (`cuCtxFromGreenCtx`), whose streams are the green context's. CUDA retains
+/// the device's primary context for it, whatever context is current: the primary is active.
 pub fn create_green(d: usize) -> CudaResult<(usize, usize)> {
     with_state(|st| {
-        st.use_device(d);
+        st.activate_primary(d);
         let ctx = handles::create(CONTEXT_MAGIC);
         let green = handles::create(GREEN_MAGIC);
         st.contexts.insert(ctx, d);

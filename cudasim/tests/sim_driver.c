@@ -267,7 +267,21 @@ int main(void)
               "split: %u groups, %u left", groups, rest.sm.smCount);
         CU_OK(cuDevResourceGenerateDesc(&desc, part, 1));
         CU_EXPECT(cuGreenCtxCreate(&green, desc, 0, 2), CUDA_ERROR_INVALID_VALUE);
-        CU_OK(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM));
+        /* It retains the device's primary context, whatever context is current: here one the
+         * program made, after the primary context's reset. */
+        {
+            CUcontext own = NULL;
+            unsigned int flags = 0;
+            int active = 1;
+            CU_OK(cuDevicePrimaryCtxReset(0));
+            CU_OK(cuCtxCreate(&own, 0, 0));
+            CU_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+            CHECK(active == 0, "the primary context is active after its reset");
+            CU_OK(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM));
+            CU_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+            CHECK(active == 1, "a green context left its primary context inactive");
+            CU_OK(cuCtxDestroy(own));
+        }
         CU_OK(cuCtxFromGreenCtx(&mine, green));
         CU_EXPECT(cuGreenCtxStreamCreate(&gs, green, CU_STREAM_DEFAULT, 0),
                   CUDA_ERROR_INVALID_VALUE);
