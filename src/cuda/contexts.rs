@@ -69,9 +69,10 @@ pub fn current(d: &Driver) -> Option<CuContext> {
 /// the primary context's work. Both act on the current context alone: a context the program
 /// made, or a green context's handle (`cuCtxFromGreenCtx`), waits for its own work, and only
 /// the primary context's synchronization waits for the device's green contexts too. With no
-/// driver loaded, only a primary context can be current.
+/// driver loaded, only a primary context can be current. Called after the runtime's
+/// synchronization too, so it looks for the driver on the calling thread, as that path does.
 pub fn primary_is_current(device: u32) -> bool {
-    let Some(found) = super::driver::loaded() else {
+    let Some(found) = super::driver::loaded_here() else {
         return true;
     };
     let d = &found.driver;
