@@ -268,6 +268,7 @@ extern "C" fn after_fork_in_child() {
     WITH_POOL.store(std::ptr::null_mut(), Ordering::Relaxed);
     ALLOCATING.store(std::ptr::null_mut(), Ordering::Relaxed);
     PROCESS_WITH_POOL.store(std::ptr::null_mut(), Ordering::Relaxed);
+    crate::plain_thread::forget_abandoned();
 }
 
 /// Register the fork handler, once, when the pool starts being made or a capture begins (not

@@ -4,6 +4,7 @@
 //! every `dl*` call by clearing the calling thread's error). Also `run_aside`: work that calls
 //! `dlopen` or `dlsym` done on a thread of its own, whose error state is its own.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -62,25 +63,58 @@ pub fn spawn(name: &'static std::ffi::CStr, f: impl FnOnce() + Send + 'static) -
 /// thread holds inside a library's constructor during `dlopen`: there it never finishes first.
 const ASIDE_WAIT: Duration = Duration::from_millis(200);
 
-/// Runs `f` on a thread of its own and waits for it. Returns false when no thread could start
-/// or it did not finish within `ASIDE_WAIT` (it then finishes later, alone): the caller does
-/// the work itself. `f` must tolerate running twice at once.
+/// Threads `run_aside` stopped waiting for that have not finished. While one is left, the next
+/// `run_aside` does not start another: it would wait the same 200 ms for the same lock (a
+/// constructor's driver calls look up the driver, then the functions behind the hooks).
+static ABANDONED: AtomicUsize = AtomicUsize::new(0);
+
+/// In a forked child (an atomic store, async-signal-safe): the parent's abandoned threads are
+/// not in it.
+pub fn forget_abandoned() {
+    ABANDONED.store(0, Ordering::Relaxed);
+}
+
+/// Where a `run_aside` thread stands, as its caller and the thread see it.
+#[derive(PartialEq)]
+enum Aside {
+    Running,
+    Finished,
+    /// The caller stopped waiting; counted in `ABANDONED` until the thread finishes.
+    Abandoned,
+}
+
+/// Runs `f` on a thread of its own and waits for it. Returns false when no thread could start,
+/// it did not finish within `ASIDE_WAIT` (it then finishes later, alone), or an earlier one has
+/// yet to finish: the caller does the work itself. `f` must tolerate running twice at once.
 pub fn run_aside(name: &'static std::ffi::CStr, f: fn()) -> bool {
-    let done = Arc::new((Mutex::new(false), Condvar::new()));
-    let theirs = Arc::clone(&done);
+    if ABANDONED.load(Ordering::Acquire) != 0 {
+        return false;
+    }
+    let state = Arc::new((Mutex::new(Aside::Running), Condvar::new()));
+    let theirs = Arc::clone(&state);
     let started = spawn(name, move || {
         crate::guard::boundary((), f);
-        let (finished, woken) = &*theirs;
-        *finished.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        let (state, woken) = &*theirs;
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        if *state == Aside::Abandoned {
+            ABANDONED.fetch_sub(1, Ordering::AcqRel);
+        }
+        *state = Aside::Finished;
         woken.notify_one();
     });
     if !started {
         return false;
     }
-    let (finished, woken) = &*done;
-    let guard = finished.lock().unwrap_or_else(|e| e.into_inner());
-    let (guard, _) = woken
-        .wait_timeout_while(guard, ASIDE_WAIT, |finished| !*finished)
+    let (state, woken) = &*state;
+    let guard = state.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut guard, _) = woken
+        .wait_timeout_while(guard, ASIDE_WAIT, |s| *s == Aside::Running)
         .unwrap_or_else(|e| e.into_inner());
-    *guard
+    if *guard == Aside::Running {
+        // Under the state's lock, so the thread's decrement comes after this increment.
+        ABANDONED.fetch_add(1, Ordering::AcqRel);
+        *guard = Aside::Abandoned;
+        return false;
+    }
+    true
 }

@@ -74,3 +74,76 @@ fn an_unread_dlerror_survives_the_first_calls_through_cu_get_proc_address() {
 fn an_unread_dlerror_survives_the_first_calls_through_dlsym() {
     unread_error_survives("dlsym");
 }
+
+/// `tests/c/driver_lookup_thread.c`, linked with `-lcuda`.
+fn lookup_program() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        Sim::get().compile_driver(&support::root().join("tests/c/driver_lookup_thread.c"))
+    })
+    .clone()
+}
+
+/// `tests/c/driver_lookup_ctor.c` as a shared library, with no runtime: its constructor's
+/// driver calls bind to the program's `-lcuda` (and the pool's hooks ahead of it).
+fn ctor_library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        Sim::get().build(
+            &support::root().join("tests/c/driver_lookup_ctor.c"),
+            &sim::Build {
+                compiler: "cc",
+                flags: &["-std=c11", "-shared", "-fPIC"],
+                libs: &[],
+                cudart: false,
+            },
+        )
+    })
+    .clone()
+}
+
+/// A number the program printed as `key=N`.
+fn printed(out: &str, key: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in:\n{out}"))
+}
+
+/// The program's output under the pool with `env` added.
+fn lookup_run(args: &[&str], env: &[(&str, &str)]) -> String {
+    let env: Vec<_> = ENV.iter().chain(env).copied().collect();
+    let (out, stderr) = ok(&mut pooled(&lookup_program(), args, &env));
+    assert!(out.contains(": done"), "{out}\n{stderr}");
+    out
+}
+
+#[test]
+fn first_driver_calls_in_a_constructor_in_dlopen_wait_for_the_lookup_thread_once() {
+    let lib = ctor_library();
+    let out = lookup_run(&["ctor", lib.to_str().unwrap()], &[]);
+    // One wait of 200 ms for a lookup thread that needs the linker's lock the constructor holds;
+    // not one per lookup (the driver, then the functions behind the hooks).
+    let ms = printed(&out, "elapsed_ms");
+    assert!(
+        ms < 350.0,
+        "the constructor's first driver calls took {ms} ms:\n{out}"
+    );
+}
+
+#[test]
+fn with_the_driver_hooks_off_the_first_driver_calls_start_no_thread_and_do_not_wait() {
+    let lib = ctor_library();
+    let mut wrong = Vec::new();
+    for off in [("GPUPOOL_DISABLE", "1"), ("GPUPOOL_DRIVER_HOOKS", "0")] {
+        let calls = lookup_run(&["calls"], &[off]);
+        if printed(&calls, "threads_created") != 0.0 {
+            wrong.push(format!("{off:?}, calls:\n{calls}"));
+        }
+        let ctor = lookup_run(&["ctor", lib.to_str().unwrap()], &[off]);
+        if printed(&ctor, "threads_created") != 0.0 || printed(&ctor, "elapsed_ms") > 100.0 {
+            wrong.push(format!("{off:?}, in a constructor:\n{ctor}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -298,7 +298,9 @@ pub fn loaded() -> Option<&'static Located> {
     if !worth_looking() {
         return None;
     }
-    if !crate::plain_thread::run_aside(c"gpupool-lookup", look) {
+    // With the hooks off (`GPUPOOL_DRIVER_HOOKS=0`, `GPUPOOL_DISABLE=1`) the pool starts no
+    // thread: it looks here, as before it kept `dlerror()`.
+    if !super::hooked::swapping() || !crate::plain_thread::run_aside(c"gpupool-lookup", look) {
         look();
     }
     found()

@@ -134,12 +134,13 @@ static MISSED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The driver's own functions behind the hooks, in `Hooked`'s order (0: the driver has none).
 /// Looked up on first use, on a thread of its own (`plain_thread::run_aside`): a hook's first
 /// call must not clear an error the program has yet to read with `dlerror()`, and every
-/// `dlsym` clears the calling thread's. Again later while no driver was found, once something
+/// `dlsym` clears the calling thread's. With the hooks off (`swapping`), on the calling
+/// thread: the pool then starts no thread. Again later while no driver was found, once something
 /// was loaded since (it may be the driver).
 pub fn reals() -> &'static [AtomicUsize; COUNT] {
     if !RESOLVED.load(Ordering::Acquire)
         && worth_resolving()
-        && !crate::plain_thread::run_aside(c"gpupool-lookup", resolve)
+        && (!swapping() || !crate::plain_thread::run_aside(c"gpupool-lookup", resolve))
     {
         resolve();
     }
