@@ -122,12 +122,14 @@ fn lookup_run(args: &[&str], env: &[(&str, &str)]) -> String {
 fn first_driver_calls_in_a_constructor_in_dlopen_wait_for_the_lookup_thread_once() {
     let lib = ctor_library();
     let out = lookup_run(&["ctor", lib.to_str().unwrap()], &[]);
-    // One wait of 200 ms for a lookup thread that needs the linker's lock the constructor holds;
-    // not one per lookup (the driver, then the functions behind the hooks).
-    let ms = printed(&out, "elapsed_ms");
-    assert!(
-        ms < 350.0,
-        "the constructor's first driver calls took {ms} ms:\n{out}"
+    // One lookup thread, which needs the linker's lock the constructor holds, so its caller
+    // waits for it once (200 ms); not one per lookup (the driver, then the functions behind
+    // the hooks), each waited for in turn. Threads are counted, not milliseconds: the wait's
+    // length is the machine's.
+    let threads = printed(&out, "threads_created");
+    assert_eq!(
+        threads, 1.0,
+        "lookup threads started in the constructor:\n{out}"
     );
 }
 
@@ -141,7 +143,8 @@ fn with_the_driver_hooks_off_the_first_driver_calls_start_no_thread_and_do_not_w
             wrong.push(format!("{off:?}, calls:\n{calls}"));
         }
         let ctor = lookup_run(&["ctor", lib.to_str().unwrap()], &[off]);
-        if printed(&ctor, "threads_created") != 0.0 || printed(&ctor, "elapsed_ms") > 100.0 {
+        // No thread, so nothing to wait for.
+        if printed(&ctor, "threads_created") != 0.0 {
             wrong.push(format!("{off:?}, in a constructor:\n{ctor}"));
         }
     }
