@@ -178,6 +178,12 @@ cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);
 cudaError_t cudaStreamCreate(cudaStream_t *pStream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority);
+/* Execution contexts (CUDA 13.1): the primary one of each device; green ones are not simulated. */
+typedef struct cudaExecutionContext_st *cudaExecutionContext_t;
+cudaError_t cudaDeviceGetExecutionCtx(cudaExecutionContext_t *ctx, int device);
+cudaError_t cudaExecutionCtxGetDevice(int *device, cudaExecutionContext_t ctx);
+cudaError_t cudaExecutionCtxStreamCreate(cudaStream_t *phStream, cudaExecutionContext_t ctx,
+                                         unsigned int flags, int priority);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);

@@ -37,7 +37,7 @@ const HANDLE_POSIX_FD: c_int = 1;
 const HANDLE_OTHERS: [c_int; 3] = [2, 4, 8];
 
 /// Device `device`, checked against the configuration (`cudaErrorInvalidDevice`).
-fn device_index(device: c_int) -> CudaResult<usize> {
+pub(super) fn device_index(device: c_int) -> CudaResult<usize> {
     let d = usize::try_from(device).map_err(|_| INVALID_DEVICE)?;
     if d >= config::get()?.devices {
         return Err(INVALID_DEVICE);

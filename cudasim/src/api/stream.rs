@@ -85,6 +85,80 @@ pub unsafe extern "C" fn cudaStreamCreateWithPriority(
     })
 }
 
+/// `cudaExecutionContext_t` (CUDA 13.1): an opaque pointer.
+pub type CudaExecutionContext = *mut std::ffi::c_void;
+
+/// `cudaDeviceGetExecutionCtx` (CUDA 13.1): the device's primary context, as CUDA documents.
+/// Its handle is the driver's primary context handle.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceGetExecutionCtx(
+    ctx: *mut CudaExecutionContext,
+    device: c_int,
+) -> c_int {
+    runtime_call(Func::cudaDeviceGetExecutionCtx, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a cudaExecutionContext_t.
+        let out = unsafe { Out::new(ctx)? };
+        let d = super::mempool::device_index(device)?;
+        out.set(context::primary(d) as CudaExecutionContext);
+        Ok(())
+    })
+}
+
+/// `cudaExecutionCtxGetDevice` (CUDA 13.1): the device of a primary execution context. Green
+/// execution contexts are not simulated: anything else is `cudaErrorInvalidValue`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaExecutionCtxGetDevice(
+    device: *mut c_int,
+    ctx: CudaExecutionContext,
+) -> c_int {
+    runtime_call(Func::cudaExecutionCtxGetDevice, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing an int.
+        let out = unsafe { Out::new(device)? };
+        let d = primary_of(ctx)?;
+        out.set(d as c_int);
+        Ok(())
+    })
+}
+
+/// The device whose primary execution context `ctx` is, or `cudaErrorInvalidValue`.
+fn primary_of(ctx: CudaExecutionContext) -> CudaResult<usize> {
+    let devices = crate::config::get()?.devices;
+    (0..devices)
+        .find(|&d| context::primary(d) == ctx as usize)
+        .ok_or(INVALID_VALUE)
+}
+
+/// `cudaExecutionCtxStreamCreate` (CUDA 13.1) in a device's primary execution context,
+/// whatever context is current: blocking for `cudaStreamDefault`, non-blocking with
+/// `cudaStreamNonBlocking`. Made here, not through a driver call: nothing says NVIDIA's runtime
+/// makes it through one that a library could see. The priority is accepted and ignored.
+#[no_mangle]
+pub unsafe extern "C" fn cudaExecutionCtxStreamCreate(
+    stream: *mut CudaStream,
+    ctx: CudaExecutionContext,
+    flags: c_uint,
+    _priority: c_int,
+) -> c_int {
+    runtime_call(Func::cudaExecutionCtxStreamCreate, || {
+        // SAFETY: the caller passes NULL or a pointer valid for writing a cudaStream_t.
+        let out = unsafe { Out::new(stream)? };
+        let d = primary_of(ctx)?;
+        let kind = match flags {
+            0 => Kind::Blocking,
+            NON_BLOCKING => Kind::NonBlocking,
+            _ => return Err(INVALID_VALUE),
+        };
+        with_state(|st| {
+            // The stream's context is the primary one, which it keeps active.
+            st.activate_primary(d);
+            let h = handles::create(STREAM_MAGIC);
+            st.streams.add(h, d, kind, None);
+            out.set(h as CudaStream);
+            Ok(())
+        })
+    })
+}
+
 /// `cudaStreamDestroy` and `cuStreamDestroy_v2`.
 pub fn destroy(stream: usize) -> CudaResult {
     with_state(|st| match st.stream(stream)? {
