@@ -215,6 +215,43 @@ fn a_barrier_waits_for_the_kernels_of_a_green_context() {
 }
 
 #[test]
+fn a_barrier_waits_for_a_green_contexts_stream_when_the_pool_missed_the_context() {
+    // As above, but the green context is made through a pointer the pool did not swap
+    // (`cuGetProcAddress` under `GPUPOOL_DRIVER_HOOKS=0`): only `cuGreenCtxStreamCreate`, which
+    // the program calls by symbol (`-lcuda`), tells the pool of work beyond its barriers.
+    let env = [("GPUPOOL_REUSE", "barrier"), ("GPUPOOL_DRIVER_HOOKS", "0")];
+    for how in ["unswapped", "unswapped-launch"] {
+        assert_new_owner_keeps_its_bytes_with("green-context", how, &env);
+    }
+}
+
+#[test]
+fn a_barrier_waits_for_a_non_blocking_stream_of_an_execution_context() {
+    // A pool block used by a 300 ms kernel on a stream from `cudaExecutionCtxStreamCreate(...,
+    // cudaStreamNonBlocking, 0)` in the primary execution context (CUDA 13.1), freed, asked for
+    // again (after the pool's barrier or the program's launch on the legacy stream) and set.
+    // Without the pool, `cudaFree` waits for the kernel; no barrier orders that stream.
+    for how in ["", "launch"] {
+        assert_new_owner_keeps_its_bytes("execution-ctx", how, "barrier");
+    }
+}
+
+#[test]
+fn a_barrier_orders_the_per_thread_default_stream() {
+    // A pool block used by a 300 ms kernel on `cudaStreamPerThread`, freed, asked for again and
+    // filled by a kernel on a blocking stream of the program's. The per-thread default stream is blocking:
+    // the pool's barrier on the legacy stream orders it, so the block is reused at once
+    // (`per_thread_reused_same=1`) and the new owner's bytes survive. A later launch on the
+    // per-thread stream ("ptsz-launch") is no barrier: it orders nothing of other streams.
+    for how in ["", "ptsz-launch"] {
+        let env = [("GPUPOOL_REUSE", "barrier")];
+        for out in assert_new_owner_keeps_its_bytes_with("per-thread", how, &env) {
+            assert_eq!(number::<u64>(&out, "per_thread_reused_same="), 1, "{out}");
+        }
+    }
+}
+
+#[test]
 fn a_fence_waits_for_the_kernels_of_a_green_context() {
     // The same block asked for again in `strict` mode, where a request takes a fence at once
     // (`GPUPOOL_FENCE_BYTES=0`) and gets the block back. The fence synchronizes the primary

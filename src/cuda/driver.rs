@@ -66,6 +66,10 @@ pub type CtxCreateV4Fn =
 /// and the flags, as the caller gave them.
 pub type GreenCtxCreateFn =
     unsafe extern "C" fn(*mut *mut c_void, *mut c_void, CuDevice, c_uint) -> CuResult;
+/// `cuGreenCtxStreamCreate` (CUDA 12.5): the stream out, the green context, the flags and the
+/// priority, as the caller gave them.
+pub type GreenCtxStreamCreateFn =
+    unsafe extern "C" fn(*mut Stream, *mut c_void, c_uint, c_int) -> CuResult;
 pub type DeviceFn = unsafe extern "C" fn(CuDevice) -> CuResult;
 pub type PrimaryCtxRetainFn = unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult;
 pub type PrimaryCtxGetStateFn = unsafe extern "C" fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;

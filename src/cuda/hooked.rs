@@ -57,9 +57,10 @@ pub enum Hooked {
     CtxDestroy,
     CtxPopCurrent,
     GreenCtxCreate,
+    GreenCtxStreamCreate,
 }
 
-pub const COUNT: usize = Hooked::GreenCtxCreate as usize + 1;
+pub const COUNT: usize = Hooked::GreenCtxStreamCreate as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -108,6 +109,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuCtxDestroy_v2",
     c"cuCtxPopCurrent_v2",
     c"cuGreenCtxCreate",
+    c"cuGreenCtxStreamCreate",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),

@@ -38,6 +38,15 @@ pub type StreamBeginCaptureToGraphFn =
     unsafe extern "C" fn(Stream, Graph, *const c_void, *const c_void, usize, i32) -> CudaStatus;
 pub type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut Stream, u32) -> CudaStatus;
 pub type StreamCreateWithPriorityFn = unsafe extern "C" fn(*mut Stream, u32, i32) -> CudaStatus;
+/// `cudaExecutionContext_t` (CUDA 13.1): an opaque pointer.
+pub type ExecutionCtx = *mut c_void;
+/// `cudaExecutionCtxStreamCreate`: the stream out, the execution context, flags, priority.
+pub type ExecutionCtxStreamCreateFn =
+    unsafe extern "C" fn(*mut Stream, ExecutionCtx, u32, i32) -> CudaStatus;
+/// `cudaExecutionCtxGetDevice`: the device out, the execution context.
+pub type ExecutionCtxGetDeviceFn = unsafe extern "C" fn(*mut i32, ExecutionCtx) -> CudaStatus;
+/// `cudaDeviceGetExecutionCtx`: the execution context out, the device.
+pub type DeviceGetExecutionCtxFn = unsafe extern "C" fn(*mut ExecutionCtx, i32) -> CudaStatus;
 pub type LaunchKernelFn =
     unsafe extern "C" fn(*const c_void, Dim3, Dim3, *mut *mut c_void, usize, Stream) -> CudaStatus;
 pub type IpcGetMemHandleFn = unsafe extern "C" fn(*mut IpcMemHandle, *mut c_void) -> CudaStatus;
@@ -91,6 +100,11 @@ pub struct Runtime {
     pub stream_begin_capture_to_graph: Option<StreamBeginCaptureToGraphFn>,
     pub stream_create_with_flags: Option<StreamCreateWithFlagsFn>,
     pub stream_create_with_priority: Option<StreamCreateWithPriorityFn>,
+    /// `cudaExecutionCtxStreamCreate` and what tells a device's primary execution context
+    /// (CUDA 13.1): a stream made in another may escape the barriers.
+    pub execution_ctx_stream_create: Option<ExecutionCtxStreamCreateFn>,
+    pub execution_ctx_get_device: Option<ExecutionCtxGetDeviceFn>,
+    pub device_get_execution_ctx: Option<DeviceGetExecutionCtxFn>,
     pub launch_kernel: Option<LaunchKernelFn>,
     /// `__cudaLaunchKernel`, the target of `<<<...>>>` since CUDA 13.
     pub launch_kernel_internal: Option<LaunchKernelFn>,
@@ -150,6 +164,9 @@ impl Runtime {
             stream_begin_capture_to_graph: optional!(lookup, "cudaStreamBeginCaptureToGraph"),
             stream_create_with_flags: optional!(lookup, "cudaStreamCreateWithFlags"),
             stream_create_with_priority: optional!(lookup, "cudaStreamCreateWithPriority"),
+            execution_ctx_stream_create: optional!(lookup, "cudaExecutionCtxStreamCreate"),
+            execution_ctx_get_device: optional!(lookup, "cudaExecutionCtxGetDevice"),
+            device_get_execution_ctx: optional!(lookup, "cudaDeviceGetExecutionCtx"),
             launch_kernel: optional!(lookup, "cudaLaunchKernel"),
             launch_kernel_internal: optional!(lookup, "__cudaLaunchKernel"),
             ipc_get_mem_handle: optional!(lookup, "cudaIpcGetMemHandle"),

@@ -41,8 +41,8 @@ pub(crate) use stream_names::async_stream_key;
 pub use stream_names::Promise;
 use stream_names::{stream_is_blocking, stream_key, stream_key_asked, stream_key_known};
 pub use watched::{
-    device_reset, device_synchronize, event_synchronize, launch_kernel, stream_create_with_flags,
-    stream_create_with_priority, stream_synchronize,
+    device_reset, device_synchronize, event_synchronize, execution_ctx_stream_create,
+    launch_kernel, stream_create_with_flags, stream_create_with_priority, stream_synchronize,
 };
 
 /// The runtime, or the status to return when there is none.

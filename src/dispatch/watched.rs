@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use super::{current_device, current_pool, driver, forward, peer, runtime};
 use crate::config::ReuseMode;
 use crate::cuda::others::{self, Entry};
-use crate::cuda::runtime::LaunchKernelFn;
+use crate::cuda::runtime::{ExecutionCtx, LaunchKernelFn};
 use crate::cuda::types::*;
 use crate::global::Global;
 use crate::guard;
@@ -197,6 +197,52 @@ fn note_stream_flags(g: &Global, r: CudaStatus, flags: u32) -> CudaStatus {
         }
     }
     r
+}
+
+/// # Safety
+/// As `cudaExecutionCtxStreamCreate` (CUDA 13.1).
+pub unsafe fn execution_ctx_stream_create(
+    stream: *mut Stream,
+    ctx: ExecutionCtx,
+    flags: u32,
+    priority: i32,
+) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = forward(g.runtime.execution_ctx_stream_create, |f| unsafe {
+        f(stream, ctx, flags, priority)
+    });
+    // A green execution context's streams are non-blocking whatever the flags say.
+    let escapes = if r != SUCCESS || flags & STREAM_NON_BLOCKING != 0 || is_primary(g, ctx) {
+        flags
+    } else {
+        STREAM_NON_BLOCKING
+    };
+    note_stream_flags(g, r, escapes)
+}
+
+/// Whether `ctx` is its device's primary execution context, whose blocking streams the legacy
+/// stream orders. Asked of the runtime (`cudaExecutionCtxGetDevice`, then
+/// `cudaDeviceGetExecutionCtx`); a runtime that cannot say gets "no": the stream is then taken
+/// for one no barrier orders, which only costs fences.
+fn is_primary(g: &Global, ctx: ExecutionCtx) -> bool {
+    let rt = &g.runtime;
+    let (Some(get_device), Some(primary_of)) =
+        (rt.execution_ctx_get_device, rt.device_get_execution_ctx)
+    else {
+        return false;
+    };
+    let mut dev = -1;
+    let mut primary: ExecutionCtx = std::ptr::null_mut();
+    // SAFETY: out-pointers to locals; `ctx` is the program's, which the runtime just took.
+    unsafe {
+        get_device(&mut dev, ctx) == SUCCESS
+            && primary_of(&mut primary, dev) == SUCCESS
+            && primary == ctx
+    }
 }
 
 /// # Safety

@@ -67,6 +67,7 @@ fn hooks() -> [usize; COUNT] {
         cuCtxDestroy_v2 as *const () as usize,
         cuCtxPopCurrent_v2 as *const () as usize,
         cuGreenCtxCreate as *const () as usize,
+        cuGreenCtxStreamCreate as *const () as usize,
     ]
 }
 
@@ -603,6 +604,22 @@ pub unsafe extern "C" fn cuGreenCtxCreate(
                 green, desc, dev, flags
             ))
         })
+    })
+}
+
+/// # Safety
+/// As `cuGreenCtxStreamCreate` (CUDA 12.5; one ABI, no versioned name).
+#[no_mangle]
+pub unsafe extern "C" fn cuGreenCtxStreamCreate(
+    stream: *mut Stream,
+    green: *mut c_void,
+    flags: c_uint,
+    priority: c_int,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::green_stream_created(real!(GreenCtxStreamCreate, GreenCtxStreamCreateFn, |f| f(
+            stream, green, flags, priority
+        )))
     })
 }
 

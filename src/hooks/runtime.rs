@@ -6,6 +6,7 @@
 use std::ffi::c_void;
 
 use crate::cuda::others::Entry;
+use crate::cuda::runtime::ExecutionCtx;
 use crate::cuda::types::*;
 use crate::dispatch;
 use crate::guard::boundary;
@@ -297,6 +298,21 @@ pub unsafe extern "C" fn cudaStreamCreateWithPriority(
     // SAFETY: the caller's contract.
     boundary(ERROR_UNKNOWN, || unsafe {
         dispatch::stream_create_with_priority(stream, flags, priority)
+    })
+}
+
+/// # Safety
+/// As `cudaExecutionCtxStreamCreate` (CUDA 13.1).
+#[no_mangle]
+pub unsafe extern "C" fn cudaExecutionCtxStreamCreate(
+    stream: *mut Stream,
+    ctx: ExecutionCtx,
+    flags: u32,
+    priority: i32,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        dispatch::execution_ctx_stream_create(stream, ctx, flags, priority)
     })
 }
 

@@ -25,6 +25,10 @@
  *     primary context current, then asked for again (green_context).
  *   green-sync: a pool block used by a kernel on a non-blocking stream of the primary context,
  *     freed, then a synchronization with a green context current (green_sync).
+ *   execution-ctx: a pool block used by a kernel on a non-blocking stream of the primary
+ *     execution context (cudaExecutionCtxStreamCreate), freed, asked for again (execution_ctx).
+ *   per-thread: a pool block used by a kernel on the per-thread default stream, freed, asked
+ *     for again (per_thread).
  *   small-then-large, large-then-small, mixed-info: another thread's freed blocks kept while
  *     the main thread asks for the device's memory (other_thread).
  * Prints "key=value" lines and "expandable_hostile MODE ok". */
@@ -455,40 +459,75 @@ static void own_context_async(void)
     read_new_owner(q, mine, primary);
 }
 
-/* A green context on all of device 0's SMs, with a default stream, and its context handle. */
-static CUgreenCtx make_green(CUcontext *ctx)
+typedef CUresult (*green_create_fn)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned int);
+
+/* cuGreenCtxCreate as the program reaches it: by symbol (-lcuda), or (`unswapped`) through
+ * cuGetProcAddress_v2, which hands out the driver's own function under
+ * GPUPOOL_DRIVER_HOOKS=0: the pool never sees the green context made. */
+static green_create_fn green_create_of(int unswapped)
+{
+    void *f = NULL;
+    CUdriverProcAddressQueryResult found;
+    if (!unswapped)
+        return cuGreenCtxCreate;
+    CHECK(cuGetProcAddress_v2("cuGreenCtxCreate", &f, 12040, 0, &found) == CUDA_SUCCESS &&
+              f != NULL,
+          "cuGetProcAddress_v2(cuGreenCtxCreate)");
+    return (green_create_fn)f;
+}
+
+/* A green context on all of device 0's SMs, with a default stream, and its context handle;
+ * created through a pointer the pool did not swap with `unswapped`. */
+static CUgreenCtx make_green_through(CUcontext *ctx, int unswapped)
 {
     CUdevResource all;
     CUdevResourceDesc desc = NULL;
     CUgreenCtx green = NULL;
     CHECK_CU(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM));
     CHECK_CU(cuDevResourceGenerateDesc(&desc, &all, 1));
-    CHECK_CU(cuGreenCtxCreate(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM));
+    CHECK_CU(green_create_of(unswapped)(&green, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM));
     CHECK_CU(cuCtxFromGreenCtx(ctx, green));
     return green;
 }
 
+static CUgreenCtx make_green(CUcontext *ctx)
+{
+    return make_green_through(ctx, 0);
+}
+
+/* `p` (64 MiB, busy under a kernel filling 0x44) freed with the primary context current; with
+ * `how` containing "launch", the program then launches a kernel on the primary context's
+ * legacy stream (a barrier in `barrier` mode); then the same size asked for again, whether it
+ * is `p` printed under `key`, and set to 0x55 on the legacy stream. The new block. */
+static void *free_and_ask_again(void *p, const char *how, const char *key)
+{
+    void *q = NULL;
+    CHECK_CUDA(cudaFree(p));
+    if (strstr(how, "launch") != NULL)
+        CHECK_CUDA(cudasim_launch_fill(NULL, 0, 0, -1, 0));
+    CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
+    printf("%s=%d\n", key, q == p);
+    CHECK_CUDA(cudaMemset(q, 0x55, 64 * MiB));
+    return q;
+}
+
 /* A pool block used by a 300 ms kernel (filling 0x44) on a stream of a green context of device
- * 0, then freed with the primary context current. With argv[2] "launch", the program then
- * launches a kernel on the primary context's legacy stream (a barrier in `barrier` mode);
- * either way the same size is asked for again and set to 0x55, and its first byte read once
- * the kernel is done. A green context's streams are its own: no action on the primary
- * context's legacy stream orders them. */
+ * 0, then freed with the primary context current (free_and_ask_again: argv[2] with "launch",
+ * after the program's launch on the primary context's legacy stream); the new owner's first
+ * byte is read once the kernel is done. A green context's streams are its own: no action on
+ * the primary context's legacy stream orders them. With "unswapped...", the green context is
+ * made through cuGetProcAddress_v2's pointer (unswapped under GPUPOOL_DRIVER_HOOKS=0); only
+ * its stream's creation, by symbol, reaches the pool. */
 static void green_context(const char *how)
 {
     void *q = NULL;
     CUcontext primary = NULL, mine = NULL;
     CUstream s = NULL;
     void *p = pool_block(&primary);
-    CUgreenCtx green = make_green(&mine);
+    CUgreenCtx green = make_green_through(&mine, strstr(how, "unswapped") != NULL);
     CHECK_CU(cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0));
     busy_on(p, mine, s, primary);
-    CHECK_CUDA(cudaFree(p));
-    if (strcmp(how, "launch") == 0)
-        CHECK_CUDA(cudasim_launch_fill(NULL, 0, 0, -1, 0));
-    CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
-    printf("green_reused_same=%d\n", q == p);
-    CHECK_CUDA(cudaMemset(q, 0x55, 64 * MiB));
+    q = free_and_ask_again(p, how, "green_reused_same");
     read_after(q, mine, primary);
     CHECK_CU(cuStreamDestroy(s));
     CHECK_CU(cuGreenCtxDestroy(green));
@@ -527,6 +566,49 @@ static void green_sync(const char *how)
     CHECK_CU(cuGreenCtxDestroy(green));
 }
 
+/* A pool block used by a 300 ms kernel (filling 0x44) on a non-blocking stream made with
+ * cudaExecutionCtxStreamCreate in device 0's primary execution context
+ * (cudaDeviceGetExecutionCtx), then freed and asked for again (free_and_ask_again, argv[2]);
+ * the new owner's first byte read once all work is done. No barrier orders that stream. */
+static void execution_ctx(const char *how)
+{
+    void *q = NULL;
+    CUcontext primary = NULL;
+    cudaExecutionContext_t ctx = NULL;
+    cudaStream_t s = NULL;
+    void *p = pool_block(&primary);
+    CHECK_CUDA(cudaDeviceGetExecutionCtx(&ctx, 0));
+    CHECK_CUDA(cudaExecutionCtxStreamCreate(&s, ctx, cudaStreamNonBlocking, 0));
+    CHECK_CUDA(cudasim_launch_fill(p, 64 * MiB, 300000, 0x44, s));
+    q = free_and_ask_again(p, how, "exec_reused_same");
+    read_after(q, primary, primary);
+    CHECK_CUDA(cudaStreamDestroy(s));
+}
+
+/* A pool block used by a 300 ms kernel (filling 0x44) on the per-thread default stream, freed;
+ * with argv[2] "ptsz-launch", the program then launches a kernel on that stream too; then the
+ * same size asked for again and filled with 0x55 by a 1 ms kernel on a blocking stream of its
+ * own, which waits for the legacy stream's earlier work but not the per-thread stream's. (A
+ * kernel, not cudaMemsetAsync: the simulator moves an asynchronous set's bytes at once.) Its
+ * first byte is read once all work is done. */
+static void per_thread(const char *how)
+{
+    void *q = NULL;
+    CUcontext primary = NULL;
+    cudaStream_t own = NULL;
+    void *p = pool_block(&primary);
+    CHECK_CUDA(cudaStreamCreate(&own));
+    CHECK_CUDA(cudasim_launch_fill(p, 64 * MiB, 300000, 0x44, cudaStreamPerThread));
+    CHECK_CUDA(cudaFree(p));
+    if (strcmp(how, "ptsz-launch") == 0)
+        CHECK_CUDA(cudasim_launch_fill(NULL, 0, 0, -1, cudaStreamPerThread));
+    CHECK_CUDA(cudaMalloc(&q, 64 * MiB));
+    printf("per_thread_reused_same=%d\n", q == p);
+    CHECK_CUDA(cudasim_launch_fill(q, 64 * MiB, 1000, 0x55, own));
+    read_after(q, primary, primary);
+    CHECK_CUDA(cudaStreamDestroy(own));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -554,6 +636,10 @@ int main(int argc, char **argv)
         green_context(arg);
     else if (strcmp(mode, "green-sync") == 0)
         green_sync(arg);
+    else if (strcmp(mode, "execution-ctx") == 0)
+        execution_ctx(arg);
+    else if (strcmp(mode, "per-thread") == 0)
+        per_thread(arg);
     else if (strcmp(mode, "small-then-large") == 0)
         other_thread(800, MiB, 900 * MiB, 900 * MiB);
     else if (strcmp(mode, "large-then-small") == 0)

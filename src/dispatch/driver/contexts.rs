@@ -47,8 +47,7 @@ pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
 /// `cuGetProcAddress`). A green context's streams are its own: those `cuGreenCtxStreamCreate`
 /// makes are non-blocking, and those made with its context current order themselves against
 /// its own legacy stream, never the primary context's where a barrier is. So, as for
-/// `cuCtxCreate`, `barrier` mode falls back to fences. Its creation is the one point every such
-/// stream comes after, so the stream calls need no hook of their own. A fence needs nothing
+/// `cuCtxCreate`, `barrier` mode falls back to fences. A fence needs nothing
 /// more: synchronizing the primary context synchronizes the green contexts of the device
 /// (`cuCtxSynchronize`'s documentation), so no list of them is kept. Not current after the
 /// call, and its memory is the primary context's: the pool's view of the thread is unchanged.
@@ -56,6 +55,20 @@ pub(crate) fn green_ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuRe
     let r = real();
     if r == cu::CU_SUCCESS {
         if let (Some((pool, _)), Some(_inside)) = (super::pooled(), crate::guard::enter()) {
+            super::note_work_beyond_barriers(pool);
+        }
+    }
+    r
+}
+
+/// `cuGreenCtxStreamCreate`'s result `r`. Every stream it makes is non-blocking, in a green
+/// context: no barrier orders it. The green context's creation may have gone unseen (made
+/// through a pointer the pool did not swap, or before the pool swapped a module's lookups), so
+/// the stream is noted too, as `cuStreamCreate`'s non-blocking ones are.
+pub(crate) fn green_stream_created(r: cu::CuResult) -> cu::CuResult {
+    if r == cu::CU_SUCCESS {
+        if let (Some(pool), Some(_inside)) = (crate::global::process_pool(), crate::guard::enter())
+        {
             super::note_work_beyond_barriers(pool);
         }
     }

@@ -29,7 +29,8 @@ mod contexts;
 mod vmm;
 
 pub(crate) use contexts::{
-    ctx_created, ctx_destroyed, ctx_popped, green_ctx_created, runtime_in_own_context,
+    ctx_created, ctx_destroyed, ctx_popped, green_ctx_created, green_stream_created,
+    runtime_in_own_context,
 };
 pub use vmm::{mem_create, mem_get_address_range};
 
