@@ -10,6 +10,10 @@ use std::time::Duration;
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// The threads' stack, as `std::thread` gives its threads: the default would be the program's
+/// `RLIMIT_STACK`, which a program run under a small `ulimit -s` makes too small for a report.
+const STACK: usize = 2 << 20;
+
 /// Starts `f` on a detached thread named `name` (at most 15 bytes) that takes none of the
 /// program's signals but the faults it could raise itself: a program that blocks a signal in
 /// its threads to `sigwait` for it must not lose it to this one. Returns whether it started.
@@ -41,9 +45,22 @@ pub fn spawn(name: &'static std::ffi::CStr, f: impl FnOnce() + Send + 'static) -
         old
     };
     let mut thread: libc::pthread_t = 0;
-    // SAFETY: `start` takes the job's ownership; default attributes (the new thread inherits
-    // the mask just set).
-    let r = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), start, job.cast()) };
+    // SAFETY: `attr` is initialized before use and destroyed after; `start` takes the job's
+    // ownership (the new thread inherits the mask just set). A stack size the system refuses
+    // leaves its default.
+    let r = unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        let made = libc::pthread_attr_init(&mut attr) == 0;
+        if made {
+            libc::pthread_attr_setstacksize(&mut attr, STACK);
+        }
+        let with: *const libc::pthread_attr_t = if made { &attr } else { std::ptr::null() };
+        let r = libc::pthread_create(&mut thread, with, start, job.cast());
+        if made {
+            libc::pthread_attr_destroy(&mut attr);
+        }
+        r
+    };
     // SAFETY: the calling thread's own mask, saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved, std::ptr::null_mut()) };
     if r != 0 {
