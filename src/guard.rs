@@ -131,6 +131,14 @@ pub fn enter() -> Option<Inside> {
         .flatten()
 }
 
+/// Whether this thread never entered the pool: no state of its own to look after, and none
+/// made by asking.
+pub fn never_entered() -> bool {
+    THREAD
+        .try_with(|t| t.place.get() == Where::New)
+        .unwrap_or(true)
+}
+
 /// Whether this thread is yet to make the backend's per-thread state; marks it made. For calls
 /// off the allocation path, where no `Inside` is at hand (`Inside::backend_ready` costs no
 /// thread-local access).

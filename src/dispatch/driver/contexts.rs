@@ -92,6 +92,11 @@ pub(crate) fn ctx_destroyed(ctx: CuContext, real: impl FnOnce() -> cu::CuResult)
 /// `cuCtxPopCurrent_v2`, or `cuCtxSetCurrent(NULL)`, which pops the top of the thread's stack:
 /// `real`, which may leave the thread with no current context (`after_pop`).
 pub(crate) fn ctx_popped(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
+    // A thread the pool never served was given no context: its pops (a static runtime's
+    // worker threads make many) cost no state of the pool's.
+    if crate::guard::never_entered() {
+        return real();
+    }
     let Some(inside) = crate::guard::enter() else {
         return real();
     };
