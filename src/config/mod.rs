@@ -364,6 +364,23 @@ pub fn driver_hooks_from_env() -> bool {
     hooks && !disabled
 }
 
+/// `driver_hooks_from_env`, read once: whether the driver's lookups and calls are interposed.
+/// Asked by the driver's lookups as well as by the hooks, so it lives below both.
+pub fn driver_hooks() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    const UNKNOWN: u8 = 0;
+    const ON: u8 = 1;
+    static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match STATE.load(Ordering::Relaxed) {
+        UNKNOWN => {
+            let on = driver_hooks_from_env();
+            STATE.store(if on { ON } else { ON + 1 }, Ordering::Relaxed);
+            on
+        }
+        s => s == ON,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

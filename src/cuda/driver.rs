@@ -304,7 +304,7 @@ pub fn loaded() -> Option<&'static Located> {
     }
     // With the hooks off (`GPUPOOL_DRIVER_HOOKS=0`, `GPUPOOL_DISABLE=1`) the pool starts no
     // thread: it looks here, as before it kept `dlerror()`.
-    if !super::hooked::swapping() || !crate::plain_thread::run_aside(c"gpupool-lookup", look) {
+    if !crate::config::driver_hooks() || !crate::plain_thread::run_aside(c"gpupool-lookup", look) {
         look();
     }
     found()

@@ -4,7 +4,7 @@
 //! library).
 
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::{dl, driver};
 
@@ -112,20 +112,9 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuGreenCtxStreamCreate",
 ];
 
-/// Whether the driver's lookups and calls are interposed (`config::driver_hooks_from_env`),
-/// read once.
+/// Whether the driver's lookups and calls are interposed (`config::driver_hooks`).
 pub fn swapping() -> bool {
-    const UNKNOWN: u8 = 0;
-    const ON: u8 = 1;
-    static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
-    match STATE.load(Ordering::Relaxed) {
-        UNKNOWN => {
-            let on = crate::config::driver_hooks_from_env();
-            STATE.store(if on { ON } else { ON + 1 }, Ordering::Relaxed);
-            on
-        }
-        s => s == ON,
-    }
+    crate::config::driver_hooks()
 }
 
 static REALS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
