@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 
 use super::{current_device, current_pool, driver, forward, peer, runtime};
 use crate::config::ReuseMode;
+use crate::cuda::last_error;
 use crate::cuda::others::{self, Entry};
 use crate::cuda::runtime::{ExecutionCtx, LaunchKernelFn};
 use crate::cuda::types::*;
@@ -227,7 +228,8 @@ pub unsafe fn execution_ctx_stream_create(
 /// Whether `ctx` is its device's primary execution context, whose blocking streams the legacy
 /// stream orders. Asked of the runtime (`cudaExecutionCtxGetDevice`, then
 /// `cudaDeviceGetExecutionCtx`); a runtime that cannot say gets "no": the stream is then taken
-/// for one no barrier orders, which only costs fences.
+/// for one no barrier orders, which only costs fences. Calls of the pool's own: a refusal
+/// leaves the program's last error as it was (`last_error::own_call`).
 fn is_primary(g: &Global, ctx: ExecutionCtx) -> bool {
     let rt = &g.runtime;
     let (Some(get_device), Some(primary_of)) =
@@ -237,12 +239,15 @@ fn is_primary(g: &Global, ctx: ExecutionCtx) -> bool {
     };
     let mut dev = -1;
     let mut primary: ExecutionCtx = std::ptr::null_mut();
-    // SAFETY: out-pointers to locals; `ctx` is the program's, which the runtime just took.
-    unsafe {
-        get_device(&mut dev, ctx) == SUCCESS
-            && primary_of(&mut primary, dev) == SUCCESS
-            && primary == ctx
-    }
+    let found = last_error::own_call(rt, || {
+        // SAFETY: an out-pointer to a local; `ctx` is the program's, which the runtime just took.
+        unsafe { get_device(&mut dev, ctx) }
+    }) == SUCCESS
+        && last_error::own_call(rt, || {
+            // SAFETY: an out-pointer to a local; `dev` is the device the runtime just named.
+            unsafe { primary_of(&mut primary, dev) }
+        }) == SUCCESS;
+    found && primary == ctx
 }
 
 /// # Safety
