@@ -177,6 +177,9 @@ CUresult cuCtxGetCurrent(CUcontext *pctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuCtxSynchronize(void);
+/* CUDA 13: synchronizes ctx (NULL: the current context); the primary context waits for the
+ * device's green contexts too. */
+CUresult cuCtxSynchronize_v2(CUcontext ctx);
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 /* CUDA 11.4's ABI, cuCtxCreate by lookup at 11.4 to 12.4: no execution affinity parameters make
  * a regular context (some: CUDA_ERROR_NOT_SUPPORTED here). */

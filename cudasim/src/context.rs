@@ -122,7 +122,12 @@ pub fn current_context() -> Option<usize> {
 
 /// The current context when it is a created one (`cuCtxCreate_v2`), not a primary one.
 pub fn created_current() -> Option<usize> {
-    current_context().filter(|&h| primary_device(h).is_none())
+    current_context().and_then(created)
+}
+
+/// `handle` when it is a created or green context's, not a primary one.
+pub fn created(handle: usize) -> Option<usize> {
+    primary_device(handle).is_none().then_some(handle)
 }
 
 /// Checks that a live context is current (after `cuInit`); the calls that act on "the current

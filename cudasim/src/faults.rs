@@ -116,6 +116,7 @@ functions!(
     cuCtxSetCurrent,
     cuCtxGetDevice,
     cuCtxSynchronize,
+    cuCtxSynchronize_v2,
     cuCtxCreate_v2,
     cuCtxCreate_v3,
     cuCtxCreate_v4,

@@ -302,12 +302,49 @@ int main(void)
         CU_EXPECT(cuCtxDestroy(mine), CUDA_ERROR_INVALID_CONTEXT);
         CU_OK(cuCtxSynchronize());
         CHECK(cudasimRangeBusy((void *)p, 4096) == 0, "its synchronization did not wait");
+        /* CUDA 13's cuCtxSynchronize_v2 of its handle waits for its streams; of the primary
+         * context's, with the green one current, for them too. */
+        CU_OK(cudasim_cu_launch_fill(p, 4096, 200000, 0x55, gs));
+        CU_OK(cuCtxSynchronize_v2(mine));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 0, "its handle's synchronization did not wait");
+        CU_OK(cudasim_cu_launch_fill(p, 4096, 200000, 0x66, gs));
+        CU_OK(cuCtxSynchronize_v2(primary));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 0, "the primary's handle did not wait");
         CU_OK(cuCtxPopCurrent(&ctx));
         CHECK(ctx == mine, "popped another context");
         CU_OK(cuStreamDestroy(gs));
         CU_OK(cuGreenCtxDestroy(green));
         CU_EXPECT(cuCtxFromGreenCtx(&mine, green), CUDA_ERROR_INVALID_CONTEXT);
         CU_OK(cuEventDestroy(done));
+        CU_OK(cuMemFree(p));
+    }
+    SECTION("cuCtxSynchronize_v2: the context given, or the current one for NULL");
+    {
+        CUcontext own = NULL;
+        void *f = NULL;
+        CUdriverProcAddressQueryResult found;
+        CU_OK(cuGetProcAddress_v2("cuCtxSynchronize_v2", &f, 13000, 0, &found));
+        CHECK(f == (void *)cuCtxSynchronize_v2 && found == CU_GET_PROC_ADDRESS_SUCCESS,
+              "cuGetProcAddress_v2(cuCtxSynchronize_v2, 13000)");
+        CU_OK(cuCtxSetCurrent(primary));
+        CU_OK(cuMemAlloc(&p, 4096));
+        CU_OK(cudasim_cu_launch_fill(p, 4096, 200000, 0x77, NULL));
+        CU_OK(cuCtxCreate(&own, 0, 0));
+        /* A created context's synchronization waits not for the primary context's work. */
+        CU_OK(cuCtxSynchronize_v2(own));
+        CU_OK(cuCtxSynchronize_v2(NULL));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 1, "the created context's waited");
+        /* The primary's, by its handle, does; the thread's context stays. */
+        CU_OK(cuCtxSynchronize_v2(primary));
+        CHECK(cudasimRangeBusy((void *)p, 4096) == 0, "the primary's handle did not wait");
+        CU_OK(cuCtxGetCurrent(&ctx));
+        CHECK(ctx == own, "the current context changed");
+        CU_EXPECT(cuCtxSynchronize_v2((CUcontext)&n), CUDA_ERROR_INVALID_CONTEXT);
+        CU_OK(cuCtxDestroy(own));
+        CU_EXPECT(cuCtxSynchronize_v2(own), CUDA_ERROR_INVALID_CONTEXT);
+        CU_OK(cuCtxSetCurrent(NULL));
+        CU_EXPECT(cuCtxSynchronize_v2(NULL), CUDA_ERROR_INVALID_CONTEXT);
+        CU_OK(cuCtxSetCurrent(primary));
         CU_OK(cuMemFree(p));
     }
     printf("sim_driver: all checks passed\n");

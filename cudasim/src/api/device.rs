@@ -56,12 +56,16 @@ pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> c_int {
 /// streams, nor the primary's for a created one's. Refused (900) while one of the device's
 /// streams is being captured, which invalidates the capture.
 pub fn synchronize_device() -> CudaResult {
+    synchronize_context(current::get(), context::created_current())
+}
+
+/// The synchronization of device `d`'s `context` (`None`: its primary context), current or
+/// not (`cuCtxSynchronize_v2`), as `synchronize_device` describes.
+pub fn synchronize_context(d: usize, context: Option<usize>) -> CudaResult {
     let delay = config::get()?.sync_delay_ms;
     if delay > 0 {
         std::thread::sleep(std::time::Duration::from_millis(delay));
     }
-    let d = current::get();
-    let context = context::created_current();
     let deadline = with_state(|st| {
         if st.streams.refuse_device_sync(d) {
             return Err(STREAM_CAPTURE_UNSUPPORTED);

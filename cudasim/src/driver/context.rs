@@ -1,7 +1,7 @@
 //! Initialization, versions, devices and contexts.
 
 use super::{driver_call, CuContext, CuDevice, CuResult};
-use crate::api::device::{reset, synchronize_device, VERSION};
+use crate::api::device::{reset, synchronize_context, synchronize_device, VERSION};
 use crate::config;
 use crate::context::{self, primary};
 use crate::current;
@@ -199,6 +199,21 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CuResult {
     driver_call(Func::cuCtxSynchronize, || {
         context::require_context()?;
         synchronize_device()
+    })
+}
+
+/// CUDA 13's `cuCtxSynchronize_v2`: waits for `ctx`'s work (NULL: the current context's), as
+/// `cuCtxSynchronize` with `ctx` current, and leaves the thread's context as it was.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CuContext) -> CuResult {
+    driver_call(Func::cuCtxSynchronize_v2, || {
+        if ctx.is_null() {
+            context::require_context()?;
+            return synchronize_device();
+        }
+        context::require_init()?;
+        let d = context::device_of(ctx as usize)?;
+        synchronize_context(d, context::created(ctx as usize))
     })
 }
 

@@ -57,6 +57,8 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuCtxSetCurrent" => one!(4000, cuCtxSetCurrent),
         b"cuCtxGetDevice" => one!(2000, cuCtxGetDevice),
         b"cuCtxSynchronize" => one!(2000, cuCtxSynchronize),
+        // CUDA 13 names the context-taking ABI by its own base name, not a later "cuCtxSynchronize".
+        b"cuCtxSynchronize_v2" => one!(13000, cuCtxSynchronize_v2),
         b"cuCtxCreate" => vec![
             (3020, cuCtxCreate_v2 as *const () as usize, None),
             (11040, cuCtxCreate_v3 as *const () as usize, None),
