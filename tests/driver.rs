@@ -799,3 +799,73 @@ fn in_a_context_the_program_made_mem_get_info_is_not_bounded_by_the_limit() {
     assert_eq!(n("rt_free="), n("drv_free="), "{with}");
     assert!(n("rt_free=") > 128 << 20, "{with}");
 }
+
+/// `tests/c/driver_sync_v2.c` under the pool in `strict` mode, where a request fences at once
+/// to reuse a block (`GPUPOOL_FENCE_BYTES=0`): its stdout, and the JSON summary's fences the
+/// pool took and program synchronizations it used.
+fn sync_v2_run(what: &str, how: &str) -> (String, u64, u64) {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    let exe = EXE.get_or_init(|| {
+        Sim::get().compile_driver(&support::root().join("tests/c/driver_sync_v2.c"))
+    });
+    let path = scratch(&format!("driver-sync-v2-{what}-{how}")).join("summary.json");
+    let env: Vec<(&str, &str)> = ENV
+        .iter()
+        .copied()
+        .chain([
+            ("GPUPOOL_REUSE", "strict"),
+            ("GPUPOOL_FENCE_BYTES", "0"),
+            ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
+        ])
+        .collect();
+    let (out, err) = ok(&mut pooled(exe, &[what, how], &env));
+    assert!(
+        out.contains("driver_sync_v2 ok"),
+        "{what} {how}: {out}\n{err}"
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON summary");
+    let figure = |name: &str| {
+        v["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .map(|d| d["in_flight"][name].as_u64().expect(name))
+            .sum::<u64>()
+    };
+    (out, figure("fences"), figure("program_syncs_used"))
+}
+
+/// CUDA 13's `cuCtxSynchronize_v2` of the primary context (NULL with it current, or its handle
+/// from any context), reached by symbol, `cuGetProcAddress_v2` or `dlsym`, is the program's
+/// synchronization: the block freed under a kernel before it is reused with no fence of the
+/// pool's own, and the new owner's bytes survive the kernel.
+#[test]
+fn cu_ctx_synchronize_v2_of_the_primary_context_spares_the_pools_fence() {
+    for how in ["symbol", "proc", "dlsym"] {
+        for what in ["null", "primary", "primary-from-green"] {
+            let (out, fences, used) = sync_v2_run(what, how);
+            let case = format!("{what} by {how}: {out}");
+            assert_eq!(number::<u64>(&out, "reused_same="), 1, "{case}");
+            assert_eq!(
+                fences, 0,
+                "the pool fenced after the program's sync: {case}"
+            );
+            assert_eq!(used, 1, "{case}");
+            assert_eq!(number::<u64>(&out, "first_byte="), 0x55, "{case}");
+        }
+    }
+}
+
+/// `cuCtxSynchronize_v2` of a context the program made (its handle, or NULL with it current),
+/// or of a green context's handle, waits for that context's work alone: the pool does not count
+/// it and fences before it hands the block out again.
+#[test]
+fn cu_ctx_synchronize_v2_of_another_context_leaves_the_pools_fence() {
+    for what in ["own", "own-null", "green"] {
+        let (out, fences, used) = sync_v2_run(what, "symbol");
+        assert_eq!(used, 0, "{what}: {out}");
+        assert!(fences >= 1, "{what}: reused with no fence: {out}");
+        assert_eq!(number::<u64>(&out, "first_byte="), 0x55, "{what}: {out}");
+    }
+}

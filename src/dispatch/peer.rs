@@ -68,10 +68,24 @@ pub(crate) fn observed(
 /// that context was the primary one: made with a green context current (or a context the
 /// program made), it waited for that context's work alone. A release point either way.
 pub(crate) fn device_synchronized(pool: &Pool<CudaBackend>, device: u32, at: SyncSeq) {
-    if pool.backend().accessors_of(device).is_empty()
-        && !own_contexts_on(device)
-        && primary_is_current(device)
-    {
+    synchronized(pool, device, at, || primary_is_current(device));
+}
+
+/// The program synchronized `device`'s primary context by its handle, current or not
+/// (`cuCtxSynchronize_v2`): as `device_synchronized`.
+pub(crate) fn primary_synchronized(pool: &Pool<CudaBackend>, device: u32, at: SyncSeq) {
+    synchronized(pool, device, at, || true);
+}
+
+/// A fence of what was freed before `at` when `primary` says the primary context was the one
+/// synchronized; a release point otherwise. Asked last: it may call the driver.
+fn synchronized(
+    pool: &Pool<CudaBackend>,
+    device: u32,
+    at: SyncSeq,
+    primary: impl FnOnce() -> bool,
+) {
+    if pool.backend().accessors_of(device).is_empty() && !own_contexts_on(device) && primary() {
         pool.observe_fence(device, at);
     } else {
         pool.sync_point(device);

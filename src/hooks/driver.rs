@@ -32,6 +32,7 @@ fn hooks() -> [usize; COUNT] {
         cuMemFreeAsync_ptsz as *const () as usize,
         cuMemGetInfo_v2 as *const () as usize,
         cuCtxSynchronize as *const () as usize,
+        cuCtxSynchronize_v2 as *const () as usize,
         cuStreamSynchronize as *const () as usize,
         cuStreamSynchronize_ptsz as *const () as usize,
         cuEventSynchronize as *const () as usize,
@@ -317,6 +318,15 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 pub unsafe extern "C" fn cuCtxSynchronize() -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         dispatch::ctx_synchronize(|| real!(CtxSynchronize, VoidFn, |f| f()))
+    })
+}
+
+/// # Safety
+/// As `cuCtxSynchronize_v2` (CUDA 13).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CuContext) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        dispatch::ctx_synchronize_v2(ctx, || real!(CtxSynchronizeV2, CtxFn, |f| f(ctx)))
     })
 }
 

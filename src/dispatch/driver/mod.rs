@@ -504,6 +504,25 @@ pub fn ctx_synchronize(real: impl Fn() -> CuResult) -> CuResult {
     super::peer::observed(pool, dev, real, super::peer::device_synchronized)
 }
 
+/// CUDA 13's `cuCtxSynchronize_v2`: `cuCtxSynchronize` of `ctx` (NULL: the current context).
+/// Only a device's primary context waits for all the work the pool's blocks may have, current
+/// or not; a context the program made, or a green context's handle, proves nothing.
+pub fn ctx_synchronize_v2(ctx: CuContext, real: impl Fn() -> CuResult) -> CuResult {
+    if ctx.is_null() {
+        return ctx_synchronize(real);
+    }
+    let Some((pool, d)) = serving() else {
+        return real();
+    };
+    let Some(_inside) = guard::enter() else {
+        return real();
+    };
+    let Some(dev) = primary_device(d, ctx) else {
+        return real();
+    };
+    super::peer::observed(pool, dev, real, super::peer::primary_synchronized)
+}
+
 /// After the program's `cuStreamSynchronize` or `cuEventSynchronize`: the release threshold
 /// applies.
 pub fn after_sync(r: CuResult) -> CuResult {
