@@ -2,6 +2,7 @@
 //! linked with `-lcuda` reaches them by symbol, and `dlsym` and `cuGetProcAddress` hand them
 //! out in place of the driver's own (`swap`). Each is the panic boundary, then
 //! `dispatch::driver`, with the driver's real function for what the pool does not handle.
+//! Graph captures are in `driver_capture.rs`, contexts in `driver_contexts.rs`.
 
 #![allow(non_snake_case)]
 
@@ -16,6 +17,7 @@ use crate::guard::boundary;
 use crate::pool::Origin;
 
 use super::driver_capture as capture;
+use super::driver_contexts as contexts;
 use super::origin::exported_with_origin;
 use super::per_thread;
 
@@ -40,22 +42,22 @@ fn hooks() -> [usize; COUNT] {
         cuStreamCreateWithPriority as *const () as usize,
         cuLaunchKernel as *const () as usize,
         cuLaunchKernel_ptsz as *const () as usize,
-        cuDevicePrimaryCtxReset_v2 as *const () as usize,
-        cuDevicePrimaryCtxRelease_v2 as *const () as usize,
+        contexts::cuDevicePrimaryCtxReset_v2 as *const () as usize,
+        contexts::cuDevicePrimaryCtxRelease_v2 as *const () as usize,
         cuIpcGetMemHandle as *const () as usize,
-        cuCtxEnablePeerAccess as *const () as usize,
+        contexts::cuCtxEnablePeerAccess as *const () as usize,
         cuMemGetAddressRange_v2 as *const () as usize,
-        cuCtxSetCurrent as *const () as usize,
-        cuCtxPushCurrent_v2 as *const () as usize,
+        contexts::cuCtxSetCurrent as *const () as usize,
+        contexts::cuCtxPushCurrent_v2 as *const () as usize,
         cuDeviceSetMemPool as *const () as usize,
         cuMemPoolDestroy as *const () as usize,
         cuMemPoolTrimTo as *const () as usize,
         cuMemPoolGetAttribute as *const () as usize,
         cuMemPoolSetAttribute as *const () as usize,
         cuMemAllocPitch_v2 as *const () as usize,
-        cuCtxCreate_v2 as *const () as usize,
-        cuCtxCreate_v3 as *const () as usize,
-        cuCtxCreate_v4 as *const () as usize,
+        contexts::cuCtxCreate_v2 as *const () as usize,
+        contexts::cuCtxCreate_v3 as *const () as usize,
+        contexts::cuCtxCreate_v4 as *const () as usize,
         capture::cuStreamBeginCapture as *const () as usize,
         capture::cuStreamBeginCapture_ptsz as *const () as usize,
         capture::cuStreamBeginCapture_v2 as *const () as usize,
@@ -65,10 +67,10 @@ fn hooks() -> [usize; COUNT] {
         capture::cuStreamBeginCaptureToGraph as *const () as usize,
         capture::cuStreamBeginCaptureToGraph_ptsz as *const () as usize,
         cuMemCreate as *const () as usize,
-        cuCtxDestroy_v2 as *const () as usize,
-        cuCtxPopCurrent_v2 as *const () as usize,
-        cuGreenCtxCreate as *const () as usize,
-        cuGreenCtxStreamCreate as *const () as usize,
+        contexts::cuCtxDestroy_v2 as *const () as usize,
+        contexts::cuCtxPopCurrent_v2 as *const () as usize,
+        contexts::cuGreenCtxCreate as *const () as usize,
+        contexts::cuGreenCtxStreamCreate as *const () as usize,
     ]
 }
 
@@ -438,33 +440,6 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
 }
 
 /// # Safety
-/// As `cuDevicePrimaryCtxReset_v2`.
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CuDevice) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::primary_ctx_reset(dev, || real!(PrimaryCtxReset, DeviceFn, |f| f(dev)))
-    })
-}
-
-/// # Safety
-/// As `cuDevicePrimaryCtxRelease_v2`.
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CuDevice) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::primary_ctx_release(dev, || real!(PrimaryCtxRelease, DeviceFn, |f| f(dev)))
-    })
-}
-
-/// # Safety
-/// As `cuCtxDestroy_v2`.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CuContext) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ctx_destroyed(ctx, || real!(CtxDestroy, CtxFn, |f| f(ctx)))
-    })
-}
-
-/// # Safety
 /// As `cuMemCreate`: `handle` writable, `prop` readable.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemCreate(
@@ -495,19 +470,6 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(
 }
 
 /// # Safety
-/// As `cuCtxEnablePeerAccess`.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CuContext, flags: c_uint) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ctx_enable_peer_access(peer, || {
-            real!(CtxEnablePeerAccess, CtxEnablePeerAccessFn, |f| f(
-                peer, flags
-            ))
-        })
-    })
-}
-
-/// # Safety
 /// As `cuMemGetAddressRange_v2`: `base` and `size` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(
@@ -523,113 +485,6 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
         };
         // SAFETY: the caller's contract.
         unsafe { dispatch::mem_get_address_range(base, size, dptr, real) }
-    })
-}
-
-/// # Safety
-/// As `cuCtxSetCurrent`.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CuContext) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ctx_made_current(ctx, || real!(CtxSetCurrent, CtxFn, |f| f(ctx)))
-    })
-}
-
-/// # Safety
-/// As `cuCtxPushCurrent_v2`.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CuContext) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ctx_made_current(ctx, || real!(CtxPushCurrent, CtxFn, |f| f(ctx)))
-    })
-}
-
-/// # Safety
-/// As `cuCtxPopCurrent_v2`: `ctx` NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxPopCurrent_v2(ctx: *mut CuContext) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ctx_popped(|| real!(CtxPopCurrent, CtxPopCurrentFn, |f| f(ctx)))
-    })
-}
-
-/// # Safety
-/// As `cuCtxCreate_v2`.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v2(
-    ctx: *mut CuContext,
-    flags: c_uint,
-    dev: CuDevice,
-) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ctx_created(|| real!(CtxCreate, CtxCreateFn, |f| f(ctx, flags, dev)))
-    })
-}
-
-/// # Safety
-/// As `cuCtxCreate_v3`.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v3(
-    ctx: *mut CuContext,
-    affinity: *mut c_void,
-    affinities: c_int,
-    flags: c_uint,
-    dev: CuDevice,
-) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ctx_created(|| {
-            real!(CtxCreateV3, CtxCreateV3Fn, |f| f(
-                ctx, affinity, affinities, flags, dev
-            ))
-        })
-    })
-}
-
-/// # Safety
-/// As `cuCtxCreate_v4`.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v4(
-    ctx: *mut CuContext,
-    params: *mut c_void,
-    flags: c_uint,
-    dev: CuDevice,
-) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::ctx_created(|| real!(CtxCreateV4, CtxCreateV4Fn, |f| f(ctx, params, flags, dev)))
-    })
-}
-
-/// # Safety
-/// As `cuGreenCtxCreate` (CUDA 12.4; one ABI, no versioned name).
-#[no_mangle]
-pub unsafe extern "C" fn cuGreenCtxCreate(
-    green: *mut *mut c_void,
-    desc: *mut c_void,
-    dev: CuDevice,
-    flags: c_uint,
-) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::green_ctx_created(|| {
-            real!(GreenCtxCreate, GreenCtxCreateFn, |f| f(
-                green, desc, dev, flags
-            ))
-        })
-    })
-}
-
-/// # Safety
-/// As `cuGreenCtxStreamCreate` (CUDA 12.5; one ABI, no versioned name).
-#[no_mangle]
-pub unsafe extern "C" fn cuGreenCtxStreamCreate(
-    stream: *mut Stream,
-    green: *mut c_void,
-    flags: c_uint,
-    priority: c_int,
-) -> CuResult {
-    boundary(CU_ERROR_UNKNOWN, || {
-        dispatch::green_stream_created(real!(GreenCtxStreamCreate, GreenCtxStreamCreateFn, |f| f(
-            stream, green, flags, priority
-        )))
     })
 }
 

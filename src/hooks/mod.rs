@@ -1,5 +1,6 @@
 //! The CUDA entry points this library exports: the runtime's (`runtime.rs`) and the driver's
-//! (`driver.rs`, its graph captures in `driver_capture.rs`). Each is the panic boundary, then
+//! (`driver.rs`, its graph captures in `driver_capture.rs`, its contexts in
+//! `driver_contexts.rs`). Each is the panic boundary, then
 //! the one path in `dispatch`.
 
 /// Calls the driver's own function behind `$hook` with `$call`, or answers
@@ -17,6 +18,7 @@ macro_rules! real {
 
 pub mod driver;
 mod driver_capture;
+mod driver_contexts;
 mod origin;
 pub mod runtime;
 
