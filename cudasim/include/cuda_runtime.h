@@ -158,6 +158,17 @@ struct cudaMemPoolProps {
     unsigned char reserved[54];
 };
 cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps);
+enum cudaMemAccessFlags {
+    cudaMemAccessFlagsProtNone = 0,
+    cudaMemAccessFlagsProtRead = 1,
+    cudaMemAccessFlagsProtReadWrite = 3
+};
+struct cudaMemAccessDesc {
+    struct cudaMemLocation location;
+    enum cudaMemAccessFlags flags;
+};
+cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
+                                 size_t count);
 cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool);
 cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool);
 cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device);

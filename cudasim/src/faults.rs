@@ -82,6 +82,7 @@ functions!(
     cudaDeviceGetDefaultMemPool,
     cudaMemPoolGetAttribute,
     cudaMemPoolSetAttribute,
+    cudaMemPoolSetAccess,
     cudaMemPoolTrimTo,
     cudaMallocFromPoolAsync,
     cudaMemPoolCreate,

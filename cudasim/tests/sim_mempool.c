@@ -101,6 +101,30 @@ static int pools(void)
     CHECK(iv == 0, "opportunistic after set %d", iv);
     iv = 1;
     OK(cudaMemPoolSetAttribute(p0, cudaMemPoolReuseAllowOpportunistic, &iv));
+
+    SECTION("cudaMemPoolSetAccess: devices, flags and bad arguments");
+    {
+        struct cudaMemAccessDesc access;
+        memset(&access, 0, sizeof access);
+        access.location.type = cudaMemLocationTypeDevice;
+        access.location.id = 1;
+        access.flags = cudaMemAccessFlagsProtReadWrite;
+        OK(cudaMemPoolSetAccess(p0, &access, 1));
+        access.flags = cudaMemAccessFlagsProtNone;
+        OK(cudaMemPoolSetAccess(p0, &access, 1));
+        EXPECT(cudaMemPoolSetAccess(p0, NULL, 1), cudaErrorInvalidValue);
+        EXPECT(cudaMemPoolSetAccess(p0, &access, 0), cudaErrorInvalidValue);
+        EXPECT(cudaMemPoolSetAccess((cudaMemPool_t)&v, &access, 1), cudaErrorInvalidValue);
+        access.flags = (enum cudaMemAccessFlags)2;
+        EXPECT(cudaMemPoolSetAccess(p0, &access, 1), cudaErrorInvalidValue);
+        access.flags = cudaMemAccessFlagsProtRead;
+        access.location.type = cudaMemLocationTypeHost;
+        EXPECT(cudaMemPoolSetAccess(p0, &access, 1), cudaErrorInvalidValue);
+        access.location.type = cudaMemLocationTypeDevice;
+        access.location.id = 2;
+        EXPECT(cudaMemPoolSetAccess(p0, &access, 1), cudaErrorInvalidDevice);
+        EXPECT(cudaGetLastError(), cudaErrorInvalidDevice);
+    }
     return 0;
 }
 

@@ -58,6 +58,8 @@ pub type DeviceSetMemPoolFn = unsafe extern "C" fn(i32, MemPool) -> CudaStatus;
 pub type MemPoolFn = unsafe extern "C" fn(MemPool) -> CudaStatus;
 pub type MemPoolTrimToFn = unsafe extern "C" fn(MemPool, usize) -> CudaStatus;
 pub type MemPoolAttributeFn = unsafe extern "C" fn(MemPool, i32, *mut c_void) -> CudaStatus;
+pub type MemPoolSetAccessFn =
+    unsafe extern "C" fn(MemPool, *const super::driver::MemAccessDesc, usize) -> CudaStatus;
 pub type ExchangeCaptureModeFn = unsafe extern "C" fn(*mut i32) -> CudaStatus;
 pub type GetDriverEntryPointFn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, u64, *mut i32) -> CudaStatus;
@@ -121,6 +123,8 @@ pub struct Runtime {
     pub mem_pool_trim_to: Option<MemPoolTrimToFn>,
     pub mem_pool_get_attribute: Option<MemPoolAttributeFn>,
     pub mem_pool_set_attribute: Option<MemPoolAttributeFn>,
+    /// `cudaMemPoolSetAccess`: the devices a default pool's access names are its device's peers.
+    pub mem_pool_set_access: Option<MemPoolSetAccessFn>,
     /// Each device's current pool: the program's own is left to the runtime (`mempool.rs`).
     pub device_get_mem_pool: Option<DeviceGetDefaultMemPoolFn>,
     pub device_set_mem_pool: Option<DeviceSetMemPoolFn>,
@@ -177,6 +181,7 @@ impl Runtime {
             mem_pool_trim_to: optional!(lookup, "cudaMemPoolTrimTo"),
             mem_pool_get_attribute: optional!(lookup, "cudaMemPoolGetAttribute"),
             mem_pool_set_attribute: optional!(lookup, "cudaMemPoolSetAttribute"),
+            mem_pool_set_access: optional!(lookup, "cudaMemPoolSetAccess"),
             device_get_mem_pool: optional!(lookup, "cudaDeviceGetMemPool"),
             device_set_mem_pool: optional!(lookup, "cudaDeviceSetMemPool"),
             mem_pool_destroy: optional!(lookup, "cudaMemPoolDestroy"),

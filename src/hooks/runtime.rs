@@ -168,6 +168,20 @@ pub unsafe extern "C" fn cudaMemPoolSetAttribute(
 }
 
 /// # Safety
+/// As `cudaMemPoolSetAccess`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemPoolSetAccess(
+    mem_pool: MemPool,
+    descs: *const crate::cuda::driver::MemAccessDesc,
+    count: usize,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::set_access(mem_pool, descs, count)
+    })
+}
+
+/// # Safety
 /// As `cudaDeviceSetMemPool`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaDeviceSetMemPool(device: i32, mem_pool: MemPool) -> CudaStatus {

@@ -14,11 +14,12 @@
  *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
  *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
  *     block on each of two devices.
- *   fence-runtime, fence-driver, fence-sync, fence-none: two devices. Device 1 given peer
- *     access to device 0 (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess; none for
- *     fence-none) runs kernels on device 0's blocks, which device 0 then frees; then device 0's
- *     default pool trimmed (fence-sync: cudaDeviceSynchronize on device 0 instead), and a
- *     block of the freed size asked for.
+ *   fence-runtime, fence-driver, fence-pool-access, fence-sync, fence-none: two devices.
+ *     Device 1 given peer access to device 0 (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess,
+ *     cudaMemPoolSetAccess of device 0's default pool as PyTorch's cudaMallocAsync backend does;
+ *     none for fence-none) runs kernels on device 0's blocks, which device 0 then frees; then
+ *     device 0's default pool trimmed (fence-sync: cudaDeviceSynchronize on device 0 instead),
+ *     and a block of the freed size asked for.
  *   fence-barrier: two devices, device 1 given peer access to device 0. A block of device 0
  *     freed under device 1's kernel is asked for again at once (run in `barrier` mode) and
  *     filled by a kernel on device 0's legacy stream: that fill must land last. fence-launch:
@@ -254,6 +255,14 @@ static void fence_peer(int enable, int sync)
     } else if (enable == 2) {
         CHECK(cuDevicePrimaryCtxRetain(&zero, 0) == CUDA_SUCCESS, "retain device 0's context");
         CHECK(cuCtxEnablePeerAccess(zero, 0) == CUDA_SUCCESS, "cuCtxEnablePeerAccess");
+    } else if (enable == 3) {
+        struct cudaMemAccessDesc access;
+        memset(&access, 0, sizeof access);
+        access.location.type = cudaMemLocationTypeDevice;
+        access.location.id = 1;
+        access.flags = cudaMemAccessFlagsProtReadWrite;
+        CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+        CHECK_CUDA(cudaMemPoolSetAccess(pool, &access, 1));
     }
     CHECK_CUDA(cudasim_launch_fill(big, 64 * MiB, 200000, 0x66, NULL));
     CHECK_CUDA(cudasim_launch_fill(small, MiB / 2, 200000, 0x67, NULL));
@@ -402,6 +411,8 @@ int main(int argc, char **argv)
         fence_peer(1, 1);
     else if (strcmp(mode, "fence-none") == 0)
         fence_peer(0, 0);
+    else if (strcmp(mode, "fence-pool-access") == 0)
+        fence_peer(3, 0);
     else if (strcmp(mode, "fence-barrier") == 0)
         barrier_peer(0);
     else if (strcmp(mode, "fence-launch") == 0)

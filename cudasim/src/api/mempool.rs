@@ -219,6 +219,43 @@ pub unsafe fn set_attribute(pool: CudaMemPool, attr: c_int, value: *mut c_void) 
     with_state(|st| st.pools.entry_mut(pool as usize)?.pool.set(attr, v))
 }
 
+/// `cudaMemAccessDesc` and the driver's `CUmemAccessDesc`: a location, then its access flags.
+#[repr(C)]
+pub struct MemAccessDesc {
+    location_type: c_int,
+    location_id: c_int,
+    flags: c_int,
+}
+
+/// `cudaMemAccessFlagsProtNone`, `ProtRead`, `ProtReadWrite`.
+const ACCESS_FLAGS: [c_int; 3] = [0, 1, 3];
+
+/// Which devices may use the memory of `pool` (PyTorch's `cudaMallocAsync` backend lets peers
+/// reach a device's tensors so). Checked, then nothing recorded: the simulator refuses no
+/// device's kernel on pool memory, as on `cudaMalloc` memory (*Peer access*).
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemPoolSetAccess(
+    pool: CudaMemPool,
+    descs: *const MemAccessDesc,
+    count: usize,
+) -> c_int {
+    runtime_call(Func::cudaMemPoolSetAccess, || {
+        with_state(|st| st.pools.entry_mut(pool as usize).map(|_| ()))?;
+        if descs.is_null() || count == 0 {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: not NULL, and by the caller's contract `count` descriptors.
+        let descs = unsafe { std::slice::from_raw_parts(descs, count) };
+        for d in descs {
+            if d.location_type != LOCATION_DEVICE || !ACCESS_FLAGS.contains(&d.flags) {
+                return Err(INVALID_VALUE);
+            }
+            device_index(d.location_id)?;
+        }
+        Ok(())
+    })
+}
+
 /// Releases kept bytes until the pool reserves at most `min_bytes_to_keep` (used bytes stay).
 #[no_mangle]
 pub unsafe extern "C" fn cudaMemPoolTrimTo(pool: CudaMemPool, min_bytes_to_keep: usize) -> c_int {
