@@ -155,6 +155,51 @@ fn never_worse(
     pass(rt)
 }
 
+/// `cudaMallocFromPoolAsync`: the runtime serves it from the pool the program names, never
+/// worse on memory (`never_unserved`).
+///
+/// # Safety
+/// As `cudaMallocFromPoolAsync`.
+pub unsafe fn malloc_from_pool_async(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    mem_pool: MemPool,
+    stream: Stream,
+) -> CudaStatus {
+    never_unserved(|rt| {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        forward(rt.malloc_from_pool_async, |f| unsafe {
+            f(dev_ptr, size, mem_pool, stream)
+        })
+    })
+}
+
+/// `cudaMallocManaged`: the runtime's own, never worse on memory (`never_unserved`).
+///
+/// # Safety
+/// As `cudaMallocManaged`.
+pub unsafe fn malloc_managed(dev_ptr: *mut *mut c_void, size: usize, flags: u32) -> CudaStatus {
+    never_unserved(|rt| {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        forward(rt.malloc_managed, |f| unsafe { f(dev_ptr, size, flags) })
+    })
+}
+
+/// An allocation the pool leaves to the runtime (`pass`, the runtime's own call): when the
+/// runtime is out of memory, the pool's cache on the current device, which may be what the
+/// request lacks, goes back and the runtime is asked again (`never_worse`).
+fn never_unserved(pass: impl Fn(&Runtime) -> CudaStatus) -> CudaStatus {
+    let g = match runtime() {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    let rt = &g.runtime;
+    match (g.pool(), current_device(rt)) {
+        (Some(pool), Some(dev)) => never_worse(rt, Some(pool), dev, pass),
+        _ => pass(rt),
+    }
+}
+
 /// Whether device `dev`'s current memory pool is its default one, as the runtime says (`None`
 /// when it cannot).
 fn current_is_default(rt: &Runtime, dev: u32) -> Option<bool> {

@@ -572,6 +572,28 @@ fn a_first_pitched_allocation_on_a_device_full_of_cache_fits() {
     }
 }
 
+/// Allocators the pool does not serve (`cudaMallocManaged`, `cudaMallocFromPoolAsync` from the
+/// default or the program's own memory pool) on a device whose memory the pool's cache holds:
+/// the request fits, as without the pool (never worse on memory), and leaves no error behind.
+#[test]
+fn allocators_the_pool_does_not_serve_get_its_cache_back_at_out_of_memory() {
+    let exe = c_program("cache_in_the_way");
+    for mode in ["managed", "default-pool", "own-pool"] {
+        for expandable in ["0", "1"] {
+            let env = [
+                ("CUDASIM_MEM", "1GiB"),
+                ("CUDASIM_CONTEXT_BYTES", "0"),
+                ("GPUPOOL_EXPANDABLE", expandable),
+            ];
+            let (out, _) = ok(&exe, &[mode], &env);
+            assert!(
+                out.contains("all checks passed"),
+                "{mode} {expandable}: {out}"
+            );
+        }
+    }
+}
+
 /// C++ static objects that free their device memory in their destructors, at exit: one in the
 /// program, one in a library it loads with `dlopen`, both made before the first allocation. The
 /// summary comes after both destructors, counts their frees and lists nothing as allocated.

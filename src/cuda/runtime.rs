@@ -16,6 +16,9 @@ pub type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaStatus;
 pub type MallocPitchFn =
     unsafe extern "C" fn(*mut *mut c_void, *mut usize, usize, usize) -> CudaStatus;
 pub type MallocAsyncFn = unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> CudaStatus;
+pub type MallocFromPoolAsyncFn =
+    unsafe extern "C" fn(*mut *mut c_void, usize, MemPool, Stream) -> CudaStatus;
+pub type MallocManagedFn = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> CudaStatus;
 pub type FreeFn = unsafe extern "C" fn(*mut c_void) -> CudaStatus;
 pub type FreeAsyncFn = unsafe extern "C" fn(*mut c_void, Stream) -> CudaStatus;
 pub type GetDeviceFn = unsafe extern "C" fn(*mut i32) -> CudaStatus;
@@ -125,6 +128,10 @@ pub struct Runtime {
     pub mem_pool_set_attribute: Option<MemPoolAttributeFn>,
     /// `cudaMemPoolSetAccess`: the devices a default pool's access names are its device's peers.
     pub mem_pool_set_access: Option<MemPoolSetAccessFn>,
+    /// Allocators the pool leaves to the runtime, which get its cache back at out-of-memory
+    /// (`mempool.rs`).
+    pub malloc_from_pool_async: Option<MallocFromPoolAsyncFn>,
+    pub malloc_managed: Option<MallocManagedFn>,
     /// Each device's current pool: the program's own is left to the runtime (`mempool.rs`).
     pub device_get_mem_pool: Option<DeviceGetDefaultMemPoolFn>,
     pub device_set_mem_pool: Option<DeviceSetMemPoolFn>,
@@ -182,6 +189,8 @@ impl Runtime {
             mem_pool_get_attribute: optional!(lookup, "cudaMemPoolGetAttribute"),
             mem_pool_set_attribute: optional!(lookup, "cudaMemPoolSetAttribute"),
             mem_pool_set_access: optional!(lookup, "cudaMemPoolSetAccess"),
+            malloc_from_pool_async: optional!(lookup, "cudaMallocFromPoolAsync"),
+            malloc_managed: optional!(lookup, "cudaMallocManaged"),
             device_get_mem_pool: optional!(lookup, "cudaDeviceGetMemPool"),
             device_set_mem_pool: optional!(lookup, "cudaDeviceSetMemPool"),
             mem_pool_destroy: optional!(lookup, "cudaMemPoolDestroy"),

@@ -168,6 +168,35 @@ pub unsafe extern "C" fn cudaMemPoolSetAttribute(
 }
 
 /// # Safety
+/// As `cudaMallocFromPoolAsync`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocFromPoolAsync(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    mem_pool: MemPool,
+    stream: Stream,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::malloc_from_pool_async(dev_ptr, size, mem_pool, stream)
+    })
+}
+
+/// # Safety
+/// As `cudaMallocManaged`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocManaged(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    flags: u32,
+) -> CudaStatus {
+    // SAFETY: the caller's contract.
+    boundary(ERROR_UNKNOWN, || unsafe {
+        mempool::malloc_managed(dev_ptr, size, flags)
+    })
+}
+
+/// # Safety
 /// As `cudaMemPoolSetAccess`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaMemPoolSetAccess(
