@@ -20,7 +20,7 @@
 use std::ffi::c_void;
 
 use crate::cuda::backend::CudaBackend;
-use crate::cuda::driver::{MemAccessDesc, MEM_LOCATION_TYPE_DEVICE};
+use crate::cuda::driver::MemAccessDesc;
 use crate::cuda::last_error;
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
@@ -398,12 +398,8 @@ pub unsafe fn set_attribute(mem_pool: MemPool, attr: i32, value: *mut c_void) ->
     )
 }
 
-/// `cudaMemPoolSetAccess`: for a device's default pool, each other device given access to it
-/// (read, or read and write) is a peer of that device, as after `cudaDeviceEnablePeerAccess`
-/// (`dispatch::peer::grant`): the pool's mapped memory there gets the access too, and the
-/// pool's fences of the device wait for that device's kernels, which may use its blocks. PyTorch's
-/// `cudaMallocAsync` backend lets devices reach each other's tensors so. Access taken away
-/// leaves the grants, as a disabled peer access does.
+/// `cudaMemPoolSetAccess`: for a device's default pool, each other device given access is a
+/// peer of that device (`default_pool::access_set`).
 ///
 /// # Safety
 /// As `cudaMemPoolSetAccess`: `descs` NULL or `count` readable descriptors.
@@ -412,28 +408,15 @@ pub unsafe fn set_access(
     descs: *const MemAccessDesc,
     count: usize,
 ) -> CudaStatus {
-    let concerns = if descs.is_null() || count == 0 {
-        Concerns::Nothing
-    } else {
-        Concerns::AnyDevice
-    };
     on_default_pool(
         mem_pool,
         |rt| rt.mem_pool_set_access,
         // SAFETY: the caller's arguments, passed on unchanged.
         |f| unsafe { f(mem_pool, descs, count) },
-        concerns,
-        |_, pool, owner| {
-            // SAFETY: not NULL (`concerns`), and the runtime just read `count` of them.
-            let descs = unsafe { std::slice::from_raw_parts(descs, count) };
-            for d in descs {
-                let accessor = u32::try_from(d.location_id).ok().filter(|&a| {
-                    a != owner && d.location_type == MEM_LOCATION_TYPE_DEVICE && d.flags != 0
-                });
-                if let Some(accessor) = accessor {
-                    crate::dispatch::peer::grant(pool, owner, accessor, "cudaMemPoolSetAccess");
-                }
-            }
+        default_pool::access_concerns(descs, count),
+        // SAFETY: not NULL and `count` long (`access_concerns`); the runtime just read them.
+        |_, pool, dev| unsafe {
+            default_pool::access_set(pool, dev, descs, count, "cudaMemPoolSetAccess")
         },
     )
 }

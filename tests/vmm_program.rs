@@ -175,7 +175,7 @@ fn pointer_queries_cover_a_block_in_virtual_memory() {
 fn a_fence_waits_for_the_kernels_of_the_devices_given_peer_access() {
     // Device 1, given access to device 0's memory through the runtime, the driver or device
     // 0's default memory pool (`cudaMemPoolSetAccess`, PyTorch's `cudaMallocAsync` backend's
-    // way), runs kernels on blocks of device 0 that device 0 then frees. `cuMemUnmap` waits
+    // way, or `cuMemPoolSetAccess`, a static runtime's), runs kernels on blocks of device 0 that device 0 then frees. `cuMemUnmap` waits
     // for nothing, and a `strict` block is reusable only after a fence: device 0's fence must
     // wait for device 1's kernels too. The program's own synchronization of device 0 does not
     // prove them done either.
@@ -183,6 +183,7 @@ fn a_fence_waits_for_the_kernels_of_the_devices_given_peer_access() {
         "fence-runtime",
         "fence-driver",
         "fence-pool-access",
+        "fence-pool-access-driver",
         "fence-sync",
     ] {
         for expandable in ["0", "1"] {

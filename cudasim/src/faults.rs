@@ -148,6 +148,7 @@ functions!(
     cuDeviceGetDefaultMemPool,
     cuMemPoolGetAttribute,
     cuMemPoolSetAttribute,
+    cuMemPoolSetAccess,
     cuMemPoolTrimTo,
     cuMemGetInfo_v2,
     cuIpcGetMemHandle,

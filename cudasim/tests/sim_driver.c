@@ -213,6 +213,18 @@ int main(void)
             CU_EXPECT(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, NULL),
                       CUDA_ERROR_INVALID_VALUE);
         }
+        {
+            /* Access to the pool, as the runtime's cudaMemPoolSetAccess checks it. */
+            CUmemAccessDesc access;
+            memset(&access, 0, sizeof access);
+            access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            access.location.id = 0;
+            access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            CU_OK(cuMemPoolSetAccess(def, &access, 1));
+            CU_EXPECT(cuMemPoolSetAccess(def, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+            access.location.id = 1;
+            CU_EXPECT(cuMemPoolSetAccess(def, &access, 1), CUDA_ERROR_INVALID_DEVICE);
+        }
         props.location.id = 1;
         CU_EXPECT(cuMemPoolCreate(&mine, &props), CUDA_ERROR_INVALID_VALUE);
         props.location.id = 0;

@@ -144,6 +144,9 @@ pub type MemUnmapFn = unsafe extern "C" fn(CuDevicePtr, usize) -> CuResult;
 pub type MemSetAccessFn =
     unsafe extern "C" fn(CuDevicePtr, usize, *const MemAccessDesc, usize) -> CuResult;
 
+pub type MemPoolSetAccessFn =
+    unsafe extern "C" fn(CuMemoryPool, *const MemAccessDesc, usize) -> CuResult;
+
 /// The virtual memory calls expandable segments need (`cuMemCreate` and its kin), when the
 /// driver has them all.
 #[derive(Clone, Copy)]

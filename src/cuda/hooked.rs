@@ -59,9 +59,10 @@ pub enum Hooked {
     CtxPopCurrent,
     GreenCtxCreate,
     GreenCtxStreamCreate,
+    MemPoolSetAccess,
 }
 
-pub const COUNT: usize = Hooked::GreenCtxStreamCreate as usize + 1;
+pub const COUNT: usize = Hooked::MemPoolSetAccess as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -112,6 +113,7 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuCtxPopCurrent_v2",
     c"cuGreenCtxCreate",
     c"cuGreenCtxStreamCreate",
+    c"cuMemPoolSetAccess",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks`).

@@ -55,6 +55,44 @@ pub(crate) fn set_concerns(attr: i32, value: *mut c_void) -> Concerns {
     }
 }
 
+/// What giving access to a pool concerns, for `count` descriptors at `descs`: any device (the
+/// access may come before the device's first allocation).
+pub(crate) fn access_concerns(descs: *const cu::MemAccessDesc, count: usize) -> Concerns {
+    if descs.is_null() || count == 0 {
+        Concerns::Nothing
+    } else {
+        Concerns::AnyDevice
+    }
+}
+
+/// After CUDA gave the `count` accesses at `descs` to `owner`'s default pool (`what`, the
+/// call): each other device given access (read, or read and write) is a peer of `owner`, as
+/// after `cudaDeviceEnablePeerAccess` (`peer::grant`). The pool's mapped memory there gets the
+/// access, and its fences of `owner` wait for that device's kernels, which may use its blocks.
+/// PyTorch's `cudaMallocAsync` backend and static-runtime programs let devices reach each
+/// other's memory so. Access taken away leaves the grants, as a disabled peer access does.
+///
+/// # Safety
+/// `descs` is not NULL and holds `count` descriptors (`access_concerns`), which CUDA just read.
+pub(crate) unsafe fn access_set(
+    pool: &Pool<CudaBackend>,
+    owner: u32,
+    descs: *const cu::MemAccessDesc,
+    count: usize,
+    what: &str,
+) {
+    // SAFETY: the caller's contract.
+    let descs = unsafe { std::slice::from_raw_parts(descs, count) };
+    for d in descs {
+        let accessor = u32::try_from(d.location_id).ok().filter(|&a| {
+            a != owner && d.location_type == cu::MEM_LOCATION_TYPE_DEVICE && d.flags != 0
+        });
+        if let Some(accessor) = accessor {
+            super::peer::grant(pool, owner, accessor, what);
+        }
+    }
+}
+
 /// The device among `candidates` whose default pool is `mem_pool`, as `default_of` says.
 pub(crate) fn device_of(
     mem_pool: usize,
@@ -217,6 +255,27 @@ pub unsafe fn driver_get_attribute(
         |_, pool, dev| {
             // SAFETY: the driver just wrote the attribute's `cuuint64_t` at `value`, non-NULL.
             unsafe { answer_read(pool, dev, attr, value) }
+        },
+    )
+}
+
+/// `cuMemPoolSetAccess`, `real` the driver's own call (`access_set`).
+///
+/// # Safety
+/// As `cuMemPoolSetAccess`: `descs` NULL or `count` readable descriptors.
+pub unsafe fn driver_set_access(
+    mem_pool: cu::CuMemoryPool,
+    descs: *const cu::MemAccessDesc,
+    count: usize,
+    real: impl FnOnce() -> CuResult,
+) -> CuResult {
+    on_default_pool(
+        mem_pool,
+        real,
+        access_concerns(descs, count),
+        |_, pool, dev| {
+            // SAFETY: not NULL and `count` long (`access_concerns`); the driver just read them.
+            unsafe { access_set(pool, dev, descs, count, "cuMemPoolSetAccess") }
         },
     )
 }

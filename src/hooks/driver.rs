@@ -71,6 +71,7 @@ fn hooks() -> [usize; COUNT] {
         contexts::cuCtxPopCurrent_v2 as *const () as usize,
         contexts::cuGreenCtxCreate as *const () as usize,
         contexts::cuGreenCtxStreamCreate as *const () as usize,
+        cuMemPoolSetAccess as *const () as usize,
     ]
 }
 
@@ -516,6 +517,25 @@ pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CuMemoryPool, keep: usize) -> CuR
         let real = || real!(MemPoolTrimTo, MemPoolTrimToFn, |f| f(pool, keep));
         // SAFETY: the caller's contract.
         unsafe { default_pool::driver_trim_to(pool, keep, real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemPoolSetAccess`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CuMemoryPool,
+    descs: *const MemAccessDesc,
+    count: usize,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || {
+            real!(MemPoolSetAccess, MemPoolSetAccessFn, |f| f(
+                pool, descs, count
+            ))
+        };
+        // SAFETY: the caller's contract.
+        unsafe { default_pool::driver_set_access(pool, descs, count, real) }
     })
 }
 

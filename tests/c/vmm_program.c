@@ -14,10 +14,11 @@
  *   ipc: cudaIpcGetMemHandle and cuIpcGetMemHandle of a 7 MiB block, and of a small block.
  *   queries: cuMemGetAddressRange of a block beside another, cudaPointerGetAttributes of a
  *     block on each of two devices.
- *   fence-runtime, fence-driver, fence-pool-access, fence-sync, fence-none: two devices.
- *     Device 1 given peer access to device 0 (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess,
- *     cudaMemPoolSetAccess of device 0's default pool as PyTorch's cudaMallocAsync backend does;
- *     none for fence-none) runs kernels on device 0's blocks, which device 0 then frees; then
+ *   fence-runtime, fence-driver, fence-pool-access, fence-pool-access-driver, fence-sync,
+ *     fence-none: two devices. Device 1 given peer access to device 0
+ *     (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess, cudaMemPoolSetAccess or
+ *     cuMemPoolSetAccess of device 0's default pool as PyTorch's cudaMallocAsync backend and
+ *     static-runtime programs do; none for fence-none) runs kernels on device 0's blocks, which device 0 then frees; then
  *     device 0's default pool trimmed (fence-sync: cudaDeviceSynchronize on device 0 instead),
  *     and a block of the freed size asked for.
  *   fence-barrier: two devices, device 1 given peer access to device 0. A block of device 0
@@ -263,6 +264,15 @@ static void fence_peer(int enable, int sync)
         access.flags = cudaMemAccessFlagsProtReadWrite;
         CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
         CHECK_CUDA(cudaMemPoolSetAccess(pool, &access, 1));
+    } else if (enable == 4) {
+        CUmemoryPool zero_pool = NULL;
+        CUmemAccessDesc access;
+        memset(&access, 0, sizeof access);
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = 1;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        CHECK(cuDeviceGetDefaultMemPool(&zero_pool, 0) == CUDA_SUCCESS, "default pool");
+        CHECK(cuMemPoolSetAccess(zero_pool, &access, 1) == CUDA_SUCCESS, "cuMemPoolSetAccess");
     }
     CHECK_CUDA(cudasim_launch_fill(big, 64 * MiB, 200000, 0x66, NULL));
     CHECK_CUDA(cudasim_launch_fill(small, MiB / 2, 200000, 0x67, NULL));
@@ -413,6 +423,8 @@ int main(int argc, char **argv)
         fence_peer(0, 0);
     else if (strcmp(mode, "fence-pool-access") == 0)
         fence_peer(3, 0);
+    else if (strcmp(mode, "fence-pool-access-driver") == 0)
+        fence_peer(4, 0);
     else if (strcmp(mode, "fence-barrier") == 0)
         barrier_peer(0);
     else if (strcmp(mode, "fence-launch") == 0)

@@ -239,21 +239,34 @@ pub unsafe extern "C" fn cudaMemPoolSetAccess(
     descs: *const MemAccessDesc,
     count: usize,
 ) -> c_int {
-    runtime_call(Func::cudaMemPoolSetAccess, || {
-        with_state(|st| st.pools.entry_mut(pool as usize).map(|_| ()))?;
-        if descs.is_null() || count == 0 {
+    // SAFETY: forwarded from the caller.
+    runtime_call(Func::cudaMemPoolSetAccess, || unsafe {
+        set_access(pool, descs, count)
+    })
+}
+
+/// `cudaMemPoolSetAccess`'s answer, also `cuMemPoolSetAccess`'s.
+///
+/// # Safety
+/// `descs` must be NULL or valid for reading `count` descriptors.
+pub unsafe fn set_access(
+    pool: CudaMemPool,
+    descs: *const MemAccessDesc,
+    count: usize,
+) -> CudaResult {
+    with_state(|st| st.pools.entry_mut(pool as usize).map(|_| ()))?;
+    if descs.is_null() || count == 0 {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: not NULL, and by the caller's contract `count` descriptors.
+    let descs = unsafe { std::slice::from_raw_parts(descs, count) };
+    for d in descs {
+        if d.location_type != LOCATION_DEVICE || !ACCESS_FLAGS.contains(&d.flags) {
             return Err(INVALID_VALUE);
         }
-        // SAFETY: not NULL, and by the caller's contract `count` descriptors.
-        let descs = unsafe { std::slice::from_raw_parts(descs, count) };
-        for d in descs {
-            if d.location_type != LOCATION_DEVICE || !ACCESS_FLAGS.contains(&d.flags) {
-                return Err(INVALID_VALUE);
-            }
-            device_index(d.location_id)?;
-        }
-        Ok(())
-    })
+        device_index(d.location_id)?;
+    }
+    Ok(())
 }
 
 /// Releases kept bytes until the pool reserves at most `min_bytes_to_keep` (used bytes stay).

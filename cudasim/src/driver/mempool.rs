@@ -87,6 +87,20 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
     })
 }
 
+/// As `cudaMemPoolSetAccess`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CuMemoryPool,
+    descs: *const mempool::MemAccessDesc,
+    count: usize,
+) -> CuResult {
+    driver_call(Func::cuMemPoolSetAccess, || {
+        context::require_init()?;
+        // SAFETY: forwarded from the caller.
+        unsafe { mempool::set_access(pool, descs, count) }
+    })
+}
+
 /// As `cudaMemPoolTrimTo`.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CuMemoryPool, min_bytes_to_keep: usize) -> CuResult {

@@ -89,6 +89,7 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuDeviceGetDefaultMemPool" => one!(11020, cuDeviceGetDefaultMemPool),
         b"cuMemPoolGetAttribute" => one!(11020, cuMemPoolGetAttribute),
         b"cuMemPoolSetAttribute" => one!(11020, cuMemPoolSetAttribute),
+        b"cuMemPoolSetAccess" => one!(11020, cuMemPoolSetAccess),
         b"cuMemPoolTrimTo" => one!(11020, cuMemPoolTrimTo),
         b"cuMemGetInfo" => one!(3020, cuMemGetInfo_v2),
         b"cuIpcGetMemHandle" => one!(4010, cuIpcGetMemHandle),
