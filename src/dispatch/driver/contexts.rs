@@ -43,8 +43,9 @@ pub(crate) fn ctx_created(real: impl FnOnce() -> cu::CuResult) -> cu::CuResult {
     r
 }
 
-/// `cuGreenCtxCreate`, `real` (the runtime's `cudaGreenCtxCreate` reaches it through
-/// `cuGetProcAddress`). A green context's streams are its own: those `cuGreenCtxStreamCreate`
+/// `cuGreenCtxCreate`, `real` (a static runtime's `cudaGreenCtxCreate` reaches it through
+/// `cuGetProcAddress`; the shared runtime's goes unseen, and makes no stream that
+/// `cudaExecutionCtxStreamCreate` does not). A green context's streams are its own: those `cuGreenCtxStreamCreate`
 /// makes are non-blocking, and those made with its context current order themselves against
 /// its own legacy stream, never the primary context's where a barrier is. So, as for
 /// `cuCtxCreate`, `barrier` mode falls back to fences. A fence needs nothing
