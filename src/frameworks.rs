@@ -289,12 +289,19 @@ pub fn jax_note(preallocate: Option<&str>, allocator: Option<&str>) -> Framework
 }
 
 /// Whether the process's `cudaMallocAsync` is this library's: preloaded or linked, not opened
-/// later with `RTLD_LOCAL`.
+/// later with `dlopen`. The lookup goes through the program's handle, which searches the global
+/// scope only: `RTLD_DEFAULT` searches the caller's own scope too, and from a library opened
+/// with `RTLD_LOCAL` it finds the library's own symbol.
 fn serves_the_process() -> bool {
-    // SAFETY: dlsym and dladdr with a NUL-terminated name and addresses only read the loader's
-    // tables; `Dl_info` is plain data the calls fill.
+    // SAFETY: dlopen(NULL) returns the program's handle (never loads anything, and is never
+    // closed: it needs no dlclose); dlsym and dladdr with a NUL-terminated name and addresses
+    // only read the loader's tables; `Dl_info` is plain data the calls fill.
     unsafe {
-        let found = libc::dlsym(libc::RTLD_DEFAULT, c"cudaMallocAsync".as_ptr());
+        let program = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY);
+        if program.is_null() {
+            return false;
+        }
+        let found = libc::dlsym(program, c"cudaMallocAsync".as_ptr());
         if found.is_null() {
             return false;
         }

@@ -690,6 +690,20 @@ class ImportWithoutPreload(unittest.TestCase):
         self.assertEqual(out["path"], str(other))
         self.assertFalse(out["own_copy_mapped"])
 
+    def test_pytorch_imported_afterwards_keeps_its_own_allocator(self) -> None:
+        # `import gpupool` at a script's top, before `import torch`: the package's own copy
+        # serves none of the program's calls, so PyTorch (the stand-in, which reads its
+        # variables from the C environment when it loads) must choose as it would without it.
+        script = """
+            import ctypes, os, sys
+            import gpupool
+            gpupool.version()
+            torch = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            print(torch.standin_backend())
+        """
+        done = run([PYTHON, "-c", textwrap.dedent(script), torch_standin()], env=self.env())
+        self.assertEqual(done.stdout, "0\n", done.stderr)
+
 
     def test_a_library_that_cannot_be_loaded_is_named_with_the_fix(self) -> None:
         # The first call loads the library; when it cannot, the error says where the path

@@ -539,15 +539,22 @@ fn a_child_that_inherits_the_pools_setting_says_it_was_the_pools() {
 #[test]
 fn a_library_opened_later_or_disabled_leaves_pytorchs_setting_alone() {
     // Opened with dlopen (as `import gpupool` or a pluggable allocator opens it), the library
-    // serves none of the process's calls: it must not send PyTorch's tensors past itself.
+    // serves none of the process's calls: it must not send PyTorch's tensors past itself. PyTorch
+    // loaded afterwards keeps its own allocator; the C environment, which PyTorch reads (not
+    // Python's copy of it, made at start-up), is untouched.
     let code = format!(
         "import ctypes, os; ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
-         print('conf=' + str(os.environ.get('PYTORCH_CUDA_ALLOC_CONF')))",
-        support::library().display().to_string()
+         libc = ctypes.CDLL(None); libc.getenv.restype = ctypes.c_char_p; \
+         print('conf=' + str(libc.getenv(b'PYTORCH_CUDA_ALLOC_CONF'))); \
+         torch = ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
+         print('backend=' + str(torch.standin_backend()))",
+        support::library().display().to_string(),
+        standin().display().to_string()
     );
     let py = PathBuf::from(python());
     let (out, _) = ok(&mut unpooled(&py, &["-c", &code], &[]));
     assert!(out.contains("conf=None"), "{out}");
+    assert!(out.contains("backend=0"), "{out}");
     // A disabled child of a pooled shell runs PyTorch as it would without the pool.
     let (lib, script) = (standin(), script());
     let line = format!(
