@@ -12,7 +12,7 @@
 //! pool, with what turns each off (docs/pytorch.md).
 
 use std::ffi::{CStr, CString};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// PyTorch's variables, in the order PyTorch reads them: `PYTORCH_ALLOC_CONF` first, then
 /// `PYTORCH_CUDA_ALLOC_CONF` only when that is unset.
@@ -40,6 +40,18 @@ pub enum TorchChoice {
 }
 
 static CHOICE: AtomicU8 = AtomicU8::new(TorchChoice::Unknown as u8);
+
+/// Whether PyTorch's pluggable allocator (`gpupool_torch_malloc`) asked the pool for a tensor.
+static PLUGGABLE: AtomicBool = AtomicBool::new(false);
+
+/// A tensor came through `gpupool_torch_malloc`: PyTorch's allocator is the pool, whatever its
+/// variables say (`CUDAPluggableAllocator` replaces the backend they choose).
+pub fn note_pluggable() {
+    // A load first: the flag is read on every tensor, written once.
+    if !PLUGGABLE.load(Ordering::Relaxed) {
+        PLUGGABLE.store(true, Ordering::Relaxed);
+    }
+}
 
 /// What the constructor decided.
 pub fn torch_choice() -> TorchChoice {
@@ -173,7 +185,9 @@ pub struct FrameworkNote {
 pub fn notes() -> Vec<FrameworkNote> {
     let objects = loaded_objects();
     let mut out = Vec::new();
-    if objects.iter().any(|o| is_torch(o)) {
+    if PLUGGABLE.load(Ordering::Relaxed) {
+        out.push(pluggable_note());
+    } else if objects.iter().any(|o| is_torch(o)) {
         out.push(torch_note(
             torch_choice(),
             env(ALLOC_CONF).as_deref(),
@@ -205,7 +219,18 @@ pub fn notes() -> Vec<FrameworkNote> {
     out
 }
 
-/// The summary's line about PyTorch.
+/// The summary's line about PyTorch when the pool is its pluggable allocator.
+pub fn pluggable_note() -> FrameworkNote {
+    FrameworkNote {
+        name: "pytorch",
+        caches_above: false,
+        note: "tensors pooled through PyTorch's pluggable allocator (gpupool_torch_malloc, as \
+               gpupool.torch.use() installs it); PyTorch's allocator variables do not apply"
+            .into(),
+    }
+}
+
+/// The summary's line about PyTorch, as its variables make its allocator.
 pub fn torch_note(
     choice: TorchChoice,
     alloc_conf: Option<&str>,

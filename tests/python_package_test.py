@@ -851,6 +851,25 @@ class Torch(unittest.TestCase):
         self.assertGreaterEqual(reserved, 3 * MIB)
         self.assertEqual(peak_reserved, reserved)
 
+    def test_the_summary_says_the_pool_is_pytorchs_allocator(self) -> None:
+        # `import torch` loads libc10_cuda (the stand-in here, under that name), then use()
+        # opens the library for PyTorch: every tensor is the pool's, and no PyTorch variable
+        # is set. The summary's pytorch line must say so, not send the user to a variable.
+        script = """
+            import ctypes, os, sys
+            ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            import gpupool.torch, torch
+            gpupool.torch.use()
+            p = torch.cuda.memory.current.malloc(3 << 20, 0, None)
+            torch.cuda.memory.current.free(p, 3 << 20, 0, None)
+        """
+        done = run([PYTHON, "-c", textwrap.dedent(script), torch_standin()],
+                   env=self.env(GPUPOOL_SUMMARY="stderr"))
+        line = next((l for l in done.stderr.splitlines() if l.startswith(" pytorch ")), "")
+        self.assertIn("pluggable allocator", line, done.stderr)
+        self.assertNotIn("sits above the pool", line)
+        self.assertNotIn("PYTORCH_", line)
+
     def test_use_after_cuda_started_says_why_it_refuses(self) -> None:
         out = python(TORCH, self.env(FAKE_TORCH_INITIALIZED="1"))
         self.assertIn("before PyTorch initializes CUDA", out["refused"])
