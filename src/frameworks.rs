@@ -246,6 +246,13 @@ pub fn torch_note(
     } else {
         "set in the environment"
     };
+    // Where the backend is chosen: PyTorch reads PYTORCH_CUDA_ALLOC_CONF only while
+    // PYTORCH_ALLOC_CONF is unset, so advice to change it names the one PyTorch reads.
+    let backend_var = if var == ALLOC_CONF {
+        ALLOC_CONF
+    } else {
+        CUDA_ALLOC_CONF
+    };
     let (caches_above, note) = match allocator {
         TorchAllocator::Async => (
             false,
@@ -253,7 +260,7 @@ pub fn torch_note(
                 "tensors pooled through PyTorch's cudaMallocAsync backend ({var}={}, {by}); \
                  torch.cuda.empty_cache() and memory_reserved() read the pool; for what that \
                  backend refuses (memory snapshots, CUDA tensors shared between processes) set \
-                 {CUDA_ALLOC_CONF}=backend:native",
+                 {backend_var}=backend:native",
                 if var == ALLOC_CONF {
                     alloc_conf
                 } else {
@@ -279,7 +286,7 @@ pub fn torch_note(
                 _ => format!(
                     "PyTorch's caching allocator sits above the pool (its choice, {var} {by}): the \
                      pool sees its segments, not tensors, and empty_cache() returns them to the \
-                     pool's cache; unset it, or set {CUDA_ALLOC_CONF}={POOLED_SETTING}, to pool \
+                     pool's cache; unset it, or set {backend_var}={POOLED_SETTING}, to pool \
                      tensors"
                 ),
             },

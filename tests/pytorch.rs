@@ -261,6 +261,40 @@ fn pytorchs_variables_set_by_the_user_are_kept_and_the_summary_says_what_they_me
 }
 
 #[test]
+fn the_summarys_advice_on_pytorchs_setting_takes_effect() {
+    // The pytorch line ends with the variable to set for the other backend. PyTorch reads
+    // PYTORCH_CUDA_ALLOC_CONF only while PYTORCH_ALLOC_CONF is unset: with that one set, the
+    // advice must name it, or following it changes nothing.
+    for (alloc_conf, before, after) in [
+        ("expandable_segments:True", "0", ASYNC),
+        ("backend:cudaMallocAsync", ASYNC, "0"),
+    ] {
+        let env = [
+            ("GPUPOOL_SUMMARY", "stderr"),
+            ("PYTORCH_ALLOC_CONF", alloc_conf),
+        ];
+        let (kv, err) = train(true, &env);
+        assert_eq!(get(&kv, "backend"), before, "{alloc_conf}");
+        let line = err
+            .lines()
+            .find(|l| l.trim_start().starts_with("pytorch "))
+            .unwrap_or_else(|| panic!("no pytorch line in {err}"));
+        let advice = line.rsplit(" set ").next().unwrap_or_default();
+        let (name, rest) = advice.split_once('=').expect("set NAME=VALUE");
+        let value = rest.split([',', ' ']).next().unwrap_or_default();
+        let mut followed: Vec<(&str, &str)> =
+            env.iter().filter(|(n, _)| *n != name).copied().collect();
+        followed.push((name, value));
+        let (kv, _) = train(true, &followed);
+        assert_eq!(
+            get(&kv, "backend"),
+            after,
+            "{alloc_conf}, then {name}={value}: {line}"
+        );
+    }
+}
+
+#[test]
 fn without_the_pool_or_with_it_off_pytorchs_setting_is_left_alone() {
     let (kv, _) = train(false, &[]);
     assert_eq!(get(&kv, "backend"), "0");
