@@ -185,9 +185,12 @@ pub struct FrameworkNote {
 pub fn notes() -> Vec<FrameworkNote> {
     let objects = loaded_objects();
     let mut out = Vec::new();
+    let torch = objects.iter().any(|o| is_torch(o));
     if PLUGGABLE.load(Ordering::Relaxed) {
         out.push(pluggable_note());
-    } else if objects.iter().any(|o| is_torch(o)) {
+    } else if torch && !serves_the_process() {
+        out.push(bypassed_note());
+    } else if torch {
         out.push(torch_note(
             torch_choice(),
             env(ALLOC_CONF).as_deref(),
@@ -226,6 +229,21 @@ pub fn pluggable_note() -> FrameworkNote {
         caches_above: false,
         note: "tensors pooled through PyTorch's pluggable allocator (gpupool_torch_malloc, as \
                gpupool.torch.use() installs it); PyTorch's allocator variables do not apply"
+            .into(),
+    }
+}
+
+/// The summary's line about PyTorch when this copy of the pool does not serve the process's
+/// calls (opened with `dlopen`, as `import gpupool` without the preload opens one): whatever
+/// PyTorch's variables say, its calls go past the pool.
+pub fn bypassed_note() -> FrameworkNote {
+    FrameworkNote {
+        name: "pytorch",
+        caches_above: false,
+        note: "PyTorch allocates past the pool: this copy of the library serves none of the \
+               process's CUDA calls (it was not preloaded; `import gpupool` without the preload \
+               opens one of its own); preload it (python -m gpupool, or LD_PRELOAD), or call \
+               gpupool.torch.use() before the first CUDA tensor, to pool tensors"
             .into(),
     }
 }
@@ -283,6 +301,14 @@ pub fn torch_note(
                      was loaded before the pool could choose): the pool sees its segments, not \
                      tensors; preload the pool to pool tensors"
                     .into(),
+                // None of the variables is set (the program removed the pool's before PyTorch
+                // loaded): nothing to unset.
+                _ if (alloc_conf, cuda_alloc_conf, no_caching) == (None, None, None) => format!(
+                    "PyTorch's caching allocator sits above the pool (PyTorch's default: none of \
+                     {ALLOC_CONF}, {CUDA_ALLOC_CONF}, {NO_CACHING} is set): the pool sees its \
+                     segments, not tensors, and empty_cache() returns them to the pool's cache; \
+                     set {CUDA_ALLOC_CONF}={POOLED_SETTING} to pool tensors"
+                ),
                 _ => format!(
                     "PyTorch's caching allocator sits above the pool (its choice, {var} {by}): the \
                      pool sees its segments, not tensors, and empty_cache() returns them to the \
@@ -454,6 +480,16 @@ mod tests {
             assert!(
                 n.note.contains("set in the environment") && !n.note.contains("by the pool"),
                 "{alloc:?} {cuda:?}: {}",
+                n.note
+            );
+        }
+        // The pool set its variable at load, and the program removed it: nothing is set.
+        for choice in [TorchChoice::SetByPool, TorchChoice::Unknown] {
+            let n = torch_note(choice, None, None, None);
+            assert!(n.caches_above, "{}", n.note);
+            assert!(
+                n.note.contains("none of") && !n.note.contains("set in the environment"),
+                "{}",
                 n.note
             );
         }

@@ -704,6 +704,23 @@ class ImportWithoutPreload(unittest.TestCase):
         done = run([PYTHON, "-c", textwrap.dedent(script), torch_standin()], env=self.env())
         self.assertEqual(done.stdout, "0\n", done.stderr)
 
+    def test_the_summary_says_pytorch_allocates_past_a_copy_opened_later(self) -> None:
+        # `import torch`, then `import gpupool` without the preload: the package's own copy
+        # serves none of PyTorch's calls. gpupool.summary() must say that, not that PyTorch's
+        # cache sits above the pool by a variable nobody set, nor advise one that would not
+        # bring a tensor to this copy.
+        script = """
+            import ctypes, os, sys
+            torch = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            import gpupool
+            print(gpupool.summary())
+        """
+        done = run([PYTHON, "-c", textwrap.dedent(script), torch_standin()], env=self.env())
+        line = next((l for l in done.stdout.splitlines() if l.startswith(" pytorch ")), "")
+        self.assertIn("preload", line, done.stdout)
+        self.assertNotIn("set in the environment", line)
+        self.assertNotIn("PYTORCH_", line)
+
 
     def test_a_library_that_cannot_be_loaded_is_named_with_the_fix(self) -> None:
         # The first call loads the library; when it cannot, the error says where the path

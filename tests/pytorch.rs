@@ -295,6 +295,44 @@ fn the_summarys_advice_on_pytorchs_setting_takes_effect() {
 }
 
 #[test]
+fn a_setting_the_program_removes_is_not_reported_as_set() {
+    // A script that clears PyTorch's variable before `import torch` gets PyTorch's default
+    // caching allocator. The summary must not name a variable as "set in the environment"
+    // when none is, nor tell the user to unset one.
+    let code = format!(
+        "import ctypes, os; os.environ.pop('PYTORCH_CUDA_ALLOC_CONF'); \
+         torch = ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
+         torch.standin_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]; \
+         p = ctypes.c_void_p(); assert torch.standin_alloc(ctypes.byref(p), 1 << 20) == 0; \
+         print('backend=' + str(torch.standin_backend()))",
+        standin().display().to_string()
+    );
+    let py = PathBuf::from(python());
+    let (out, err) = ok(&mut pooled(
+        &py,
+        &["-c", &code],
+        &[("GPUPOOL_SUMMARY", "stderr")],
+    ));
+    assert!(out.contains("backend=0"), "{out}");
+    let line = err
+        .lines()
+        .find(|l| l.trim_start().starts_with("pytorch "))
+        .unwrap_or_else(|| panic!("no pytorch line in {err}"));
+    assert!(
+        line.contains("caching allocator sits above the pool"),
+        "{line}"
+    );
+    assert!(
+        !line.contains("set in the environment") && !line.contains("unset it"),
+        "{line}"
+    );
+    assert!(
+        line.contains("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"),
+        "{line}"
+    );
+}
+
+#[test]
 fn without_the_pool_or_with_it_off_pytorchs_setting_is_left_alone() {
     let (kv, _) = train(false, &[]);
     assert_eq!(get(&kv, "backend"), "0");
