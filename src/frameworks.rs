@@ -266,7 +266,7 @@ pub fn torch_note(
     };
     // Where the backend is chosen: PyTorch reads PYTORCH_CUDA_ALLOC_CONF only while
     // PYTORCH_ALLOC_CONF is unset, so advice to change it names the one PyTorch reads.
-    let backend_var = if var == ALLOC_CONF {
+    let backend_var = if alloc_conf.is_some() {
         ALLOC_CONF
     } else {
         CUDA_ALLOC_CONF
@@ -289,10 +289,17 @@ pub fn torch_note(
         ),
         TorchAllocator::Uncached => (
             false,
-            "tensors pooled uncached (PYTORCH_NO_CUDA_MEMORY_CACHING=1): torch.cuda.memory_* \
-             read 0 and empty_cache() does nothing; unset it to pool through the cudaMallocAsync \
-             backend"
-                .into(),
+            format!(
+                "tensors pooled uncached ({NO_CACHING}=1): torch.cuda.memory_* read 0 and \
+                 empty_cache() does nothing; {}set {backend_var}={POOLED_SETTING} to pool \
+                 through the cudaMallocAsync backend",
+                // Unset alone, a configuration of PyTorch's keeps its caching allocator.
+                if (alloc_conf, cuda_alloc_conf) == (None, None) {
+                    "unset it, or "
+                } else {
+                    ""
+                }
+            ),
         ),
         TorchAllocator::Caching => (
             true,

@@ -262,24 +262,44 @@ fn pytorchs_variables_set_by_the_user_are_kept_and_the_summary_says_what_they_me
 
 #[test]
 fn the_summarys_advice_on_pytorchs_setting_takes_effect() {
-    // The pytorch line ends with the variable to set for the other backend. PyTorch reads
-    // PYTORCH_CUDA_ALLOC_CONF only while PYTORCH_ALLOC_CONF is unset: with that one set, the
-    // advice must name it, or following it changes nothing.
-    for (alloc_conf, before, after) in [
-        ("expandable_segments:True", "0", ASYNC),
-        ("backend:cudaMallocAsync", ASYNC, "0"),
-    ] {
-        let env = [
-            ("GPUPOOL_SUMMARY", "stderr"),
-            ("PYTORCH_ALLOC_CONF", alloc_conf),
-        ];
+    // The pytorch line ends with the variable to set for the other backend, and following it
+    // must change the backend. PyTorch reads PYTORCH_CUDA_ALLOC_CONF only while
+    // PYTORCH_ALLOC_CONF is unset: with that one set, the advice must name it. Uncached with a
+    // configuration set, unsetting PYTORCH_NO_CUDA_MEMORY_CACHING alone gives the caching
+    // allocator, not the cudaMallocAsync backend.
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: [Case; 3] = [
+        (
+            &[("PYTORCH_ALLOC_CONF", "expandable_segments:True")],
+            "0",
+            ASYNC,
+        ),
+        (
+            &[("PYTORCH_ALLOC_CONF", "backend:cudaMallocAsync")],
+            ASYNC,
+            "0",
+        ),
+        (
+            &[
+                ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),
+                ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+            ],
+            "1",
+            ASYNC,
+        ),
+    ];
+    for (settings, before, after) in cases {
+        let mut env = vec![("GPUPOOL_SUMMARY", "stderr")];
+        env.extend_from_slice(settings);
         let (kv, err) = train(true, &env);
-        assert_eq!(get(&kv, "backend"), before, "{alloc_conf}");
+        assert_eq!(get(&kv, "backend"), before, "{settings:?}");
         let line = err
             .lines()
             .find(|l| l.trim_start().starts_with("pytorch "))
             .unwrap_or_else(|| panic!("no pytorch line in {err}"));
-        let advice = line.rsplit(" set ").next().unwrap_or_default();
+        let (_, advice) = line
+            .rsplit_once(" set ")
+            .unwrap_or_else(|| panic!("no variable to set in {line}"));
         let (name, rest) = advice.split_once('=').expect("set NAME=VALUE");
         let value = rest.split([',', ' ']).next().unwrap_or_default();
         let mut followed: Vec<(&str, &str)> =
@@ -289,7 +309,7 @@ fn the_summarys_advice_on_pytorchs_setting_takes_effect() {
         assert_eq!(
             get(&kv, "backend"),
             after,
-            "{alloc_conf}, then {name}={value}: {line}"
+            "{settings:?}, then {name}={value}: {line}"
         );
     }
 }
