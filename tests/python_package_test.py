@@ -657,6 +657,19 @@ class RemovedWhileLoaded(unittest.TestCase):
         self.assertEqual(out["copies"], [str(copy)], out)
         self.assertEqual(out["path"], str(copy))
 
+    def test_import_uses_a_copy_preloaded_from_a_path_that_is_not_utf8(self) -> None:
+        # A directory named in another encoding (Latin-1 here): the path read back from the
+        # process's mappings must open the same file, or `import gpupool` loads a second copy
+        # whose figures are empty.
+        copy = TARGET / "debug" / os.fsdecode(b"python-lat\xe9") / "libgpupool.so"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PACKAGE_LIBRARY, copy)
+        out = python(UNDER_PRELOAD, clean_env(), SIMLIB / "libcudart.so.12",
+                     launcher=["--lib", str(copy)])
+        self.assertEqual(out["path"], str(copy))
+        live = out["live"]["devices"]
+        self.assertEqual([(d["allocations"], d["frees"]) for d in live], [(3, 1)], out["live"])
+
 
 # Run with GPUPOOL_CUDART naming the simulator: the library finds its runtime itself.
 WITHOUT_PRELOAD = """
