@@ -41,6 +41,10 @@ pub enum TorchChoice {
 
 static CHOICE: AtomicU8 = AtomicU8::new(TorchChoice::Unknown as u8);
 
+/// Whether the process's calls came to this copy at load (preloaded or linked). A copy opened
+/// later is asked again at report time: one opened `RTLD_GLOBAL` serves what loads after it.
+static SERVES_AT_LOAD: AtomicBool = AtomicBool::new(false);
+
 /// Whether PyTorch's pluggable allocator (`gpupool_torch_malloc`) asked the pool for a tensor.
 static PLUGGABLE: AtomicBool = AtomicBool::new(false);
 
@@ -100,6 +104,7 @@ pub fn choose_at_load() {
     if !serves_the_process() {
         return;
     }
+    SERVES_AT_LOAD.store(true, Ordering::Relaxed);
     let choice = if inherited {
         TorchChoice::SetByPool
     } else if [ALLOC_CONF, CUDA_ALLOC_CONF, NO_CACHING]
@@ -188,7 +193,7 @@ pub fn notes() -> Vec<FrameworkNote> {
     let torch = objects.iter().any(|o| is_torch(o));
     if PLUGGABLE.load(Ordering::Relaxed) {
         out.push(pluggable_note());
-    } else if torch && !serves_the_process() {
+    } else if torch && !SERVES_AT_LOAD.load(Ordering::Relaxed) && !serves_the_process() {
         out.push(bypassed_note());
     } else if torch {
         out.push(torch_note(
@@ -368,6 +373,8 @@ fn serves_the_process() -> bool {
         }
         let found = libc::dlsym(program, c"cudaMallocAsync".as_ptr());
         if found.is_null() {
+            // The program's dlerror() reads nothing after a dlopen of this library that worked.
+            crate::cuda::dl::forget_lookup_error();
             return false;
         }
         let (mut theirs, mut ours): (libc::Dl_info, libc::Dl_info) =

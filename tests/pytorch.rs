@@ -661,6 +661,24 @@ fn a_library_opened_later_or_disabled_leaves_pytorchs_setting_alone() {
 }
 
 #[test]
+fn a_library_opened_later_leaves_no_dlerror_behind() {
+    // Its constructor asks whether it serves the process (a lookup that fails when it was opened
+    // with dlopen): the program's dlerror() after a dlopen that succeeded still reads nothing.
+    let exe = sim::Sim::get().build(
+        &support::root().join("tests/c/dlopen_dlerror.c"),
+        &sim::Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-ldl"],
+            cudart: false,
+        },
+    );
+    let lib = support::library().display().to_string();
+    let (out, _) = ok(&mut unpooled(&exe, &[&lib], &[]));
+    assert_eq!(out, "dlerror=(none)\n");
+}
+
+#[test]
 fn a_trim_of_the_default_pool_counts_what_the_runtime_holds_and_the_summary_says_why() {
     // PyTorch's empty_cache() trims to 0; a program may trim to more. What the runtime holds
     // (an allocation on another device's stream) leaves less for the pool to keep.
