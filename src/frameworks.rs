@@ -271,12 +271,23 @@ pub fn torch_note(
     };
     // Where the backend is chosen: PyTorch reads PYTORCH_CUDA_ALLOC_CONF only while
     // PYTORCH_ALLOC_CONF is unset, so advice to change it names the one PyTorch reads.
-    let backend_var = if alloc_conf.is_some() {
-        ALLOC_CONF
+    let (backend_var, conf_read) = if alloc_conf.is_some() {
+        (ALLOC_CONF, alloc_conf)
     } else {
-        CUDA_ALLOC_CONF
+        (CUDA_ALLOC_CONF, cuda_alloc_conf)
     };
     let (caches_above, note) = match allocator {
+        // PYTORCH_NO_CUDA_MEMORY_CACHING=1 set beside it (a script sets it at its top, after the
+        // pool chose at load) is PyTorch's caching allocator's, which this backend replaces.
+        TorchAllocator::Async if no_caching == Some("1") => (
+            false,
+            format!(
+                "tensors pooled through PyTorch's cudaMallocAsync backend ({var}={}, {by}); \
+                 {NO_CACHING}=1 has no effect on this backend: for PyTorch's uncached allocator \
+                 set {backend_var}=backend:native beside it",
+                conf_read.unwrap_or(POOLED_SETTING)
+            ),
+        ),
         TorchAllocator::Async => (
             false,
             format!(
@@ -284,12 +295,7 @@ pub fn torch_note(
                  torch.cuda.empty_cache() and memory_reserved() read the pool; for what that \
                  backend refuses (memory snapshots, CUDA tensors shared between processes) set \
                  {backend_var}=backend:native",
-                if var == ALLOC_CONF {
-                    alloc_conf
-                } else {
-                    cuda_alloc_conf
-                }
-                .unwrap_or(POOLED_SETTING)
+                conf_read.unwrap_or(POOLED_SETTING)
             ),
         ),
         TorchAllocator::Uncached => (

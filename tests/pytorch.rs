@@ -260,6 +260,48 @@ fn pytorchs_variables_set_by_the_user_are_kept_and_the_summary_says_what_they_me
     assert_eq!(get(&kv, "backend"), "0");
 }
 
+/// The summary's `pytorch` line in `err`.
+fn pytorch_line(err: &str) -> &str {
+    err.lines()
+        .find(|l| l.trim_start().starts_with("pytorch "))
+        .unwrap_or_else(|| panic!("no pytorch line in {err}"))
+}
+
+/// The variable and value the `pytorch` line ends by telling the user to set.
+fn advice(line: &str) -> (&str, &str) {
+    let (_, advice) = line
+        .rsplit_once(" set ")
+        .unwrap_or_else(|| panic!("no variable to set in {line}"));
+    let (name, rest) = advice.split_once('=').expect("set NAME=VALUE");
+    (name, rest.split([',', ' ']).next().unwrap_or_default())
+}
+
+/// Under the preload with a summary: a script that runs `first` (a Python statement), then
+/// loads the stand-in (`import torch`) and allocates a tensor. Its backend, and the summary's
+/// `pytorch` line.
+fn script_first(first: &str) -> (String, String) {
+    let code = format!(
+        "import ctypes, os; {first}; \
+         torch = ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
+         torch.standin_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]; \
+         p = ctypes.c_void_p(); assert torch.standin_alloc(ctypes.byref(p), 1 << 20) == 0; \
+         print('backend=' + str(torch.standin_backend()))",
+        standin().display().to_string()
+    );
+    let py = PathBuf::from(python());
+    let (out, err) = ok(&mut pooled(
+        &py,
+        &["-c", &code],
+        &[("GPUPOOL_SUMMARY", "stderr")],
+    ));
+    let backend = out
+        .trim()
+        .strip_prefix("backend=")
+        .unwrap_or(&out)
+        .to_string();
+    (backend, pytorch_line(&err).to_string())
+}
+
 #[test]
 fn the_summarys_advice_on_pytorchs_setting_takes_effect() {
     // The pytorch line ends with the variable to set for the other backend, and following it
@@ -293,15 +335,8 @@ fn the_summarys_advice_on_pytorchs_setting_takes_effect() {
         env.extend_from_slice(settings);
         let (kv, err) = train(true, &env);
         assert_eq!(get(&kv, "backend"), before, "{settings:?}");
-        let line = err
-            .lines()
-            .find(|l| l.trim_start().starts_with("pytorch "))
-            .unwrap_or_else(|| panic!("no pytorch line in {err}"));
-        let (_, advice) = line
-            .rsplit_once(" set ")
-            .unwrap_or_else(|| panic!("no variable to set in {line}"));
-        let (name, rest) = advice.split_once('=').expect("set NAME=VALUE");
-        let value = rest.split([',', ' ']).next().unwrap_or_default();
+        let line = pytorch_line(&err);
+        let (name, value) = advice(line);
         let mut followed: Vec<(&str, &str)> =
             env.iter().filter(|(n, _)| *n != name).copied().collect();
         followed.push((name, value));
@@ -319,25 +354,8 @@ fn a_setting_the_program_removes_is_not_reported_as_set() {
     // A script that clears PyTorch's variable before `import torch` gets PyTorch's default
     // caching allocator. The summary must not name a variable as "set in the environment"
     // when none is, nor tell the user to unset one.
-    let code = format!(
-        "import ctypes, os; os.environ.pop('PYTORCH_CUDA_ALLOC_CONF'); \
-         torch = ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
-         torch.standin_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]; \
-         p = ctypes.c_void_p(); assert torch.standin_alloc(ctypes.byref(p), 1 << 20) == 0; \
-         print('backend=' + str(torch.standin_backend()))",
-        standin().display().to_string()
-    );
-    let py = PathBuf::from(python());
-    let (out, err) = ok(&mut pooled(
-        &py,
-        &["-c", &code],
-        &[("GPUPOOL_SUMMARY", "stderr")],
-    ));
-    assert!(out.contains("backend=0"), "{out}");
-    let line = err
-        .lines()
-        .find(|l| l.trim_start().starts_with("pytorch "))
-        .unwrap_or_else(|| panic!("no pytorch line in {err}"));
+    let (backend, line) = script_first("os.environ.pop('PYTORCH_CUDA_ALLOC_CONF')");
+    assert_eq!(backend, "0");
     assert!(
         line.contains("caching allocator sits above the pool"),
         "{line}"
@@ -346,10 +364,30 @@ fn a_setting_the_program_removes_is_not_reported_as_set() {
         !line.contains("set in the environment") && !line.contains("unset it"),
         "{line}"
     );
+    assert_eq!(
+        advice(&line),
+        ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")
+    );
+}
+
+#[test]
+fn an_uncached_setting_the_program_makes_after_the_pool_chose_is_named_in_the_summary() {
+    // A script written for uncached pooling sets PYTORCH_NO_CUDA_MEMORY_CACHING=1 at its top,
+    // after the pool chose PyTorch's cudaMallocAsync backend at load. That backend ignores the
+    // variable: the summary must say so, and how to get what the script asked for.
+    let (backend, line) = script_first("os.environ['PYTORCH_NO_CUDA_MEMORY_CACHING'] = '1'");
+    assert_eq!(backend, ASYNC);
     assert!(
-        line.contains("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"),
+        line.contains("PYTORCH_NO_CUDA_MEMORY_CACHING=1 has no effect"),
         "{line}"
     );
+    // Its advice, followed from the start, gives PyTorch's uncached allocator.
+    let (name, value) = advice(&line);
+    let (kv, _) = train(
+        true,
+        &[("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"), (name, value)],
+    );
+    assert_eq!(get(&kv, "backend"), "1", "{name}={value}: {line}");
 }
 
 #[test]
