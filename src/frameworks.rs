@@ -364,10 +364,11 @@ pub fn jax_note(preallocate: Option<&str>, allocator: Option<&str>) -> Framework
     }
 }
 
-/// Whether the process's `cudaMallocAsync` is this library's: preloaded or linked, not opened
-/// later with `dlopen`. The lookup goes through the program's handle, which searches the global
-/// scope only: `RTLD_DEFAULT` searches the caller's own scope too, and from a library opened
-/// with `RTLD_LOCAL` it finds the library's own symbol.
+/// Whether the process's `cudaMallocAsync` is this library's: the copy in the global scope
+/// (preloaded or linked; at load, not one being opened with `dlopen`, which only an
+/// `RTLD_GLOBAL` open adds there, once it returns). The lookup goes through the program's
+/// handle, which searches the global scope only: `RTLD_DEFAULT` searches the caller's own scope
+/// too, and from a library opened with `RTLD_LOCAL` it finds the library's own symbol.
 fn serves_the_process() -> bool {
     // SAFETY: dlopen(NULL) returns the program's handle (never loads anything, and is never
     // closed: it needs no dlclose); dlsym and dladdr with a NUL-terminated name and addresses
