@@ -160,6 +160,19 @@ class Launcher(unittest.TestCase):
         self.assertIn("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", lines)
         self.assertIn("GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF=1", lines)
 
+    def test_dry_run_prints_arguments_that_are_not_utf8_as_given(self) -> None:
+        # A file name in another encoding, in a UTF-8 locale, where Python's stdout refuses
+        # what it cannot encode (en_US.UTF-8 does; PYTHONIOENCODING makes it so here): the
+        # command line comes out byte for byte, as gpupool-run's does, not as a traceback.
+        done = subprocess.run(
+            [bytes(PYTHON), b"-m", b"gpupool", b"--dry-run", b"--summary", b"/tmp/s\xe9.txt",
+             b"--", b"prog", b"caf\xe9.txt"],
+            env=clean_env(PYTHONIOENCODING="utf-8:strict"), capture_output=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr.decode(errors="replace"))
+        lines = done.stdout.splitlines()
+        self.assertIn(b"GPUPOOL_SUMMARY=/tmp/s\xe9.txt", lines)
+        self.assertEqual(lines[-1], b"prog 'caf\xe9.txt'")
+
     def test_the_library_is_preloaded_once(self) -> None:
         lines = dry_run("prog", LD_PRELOAD=f"{PACKAGE_LIBRARY} /opt/other.so")
         self.assertIn(f"LD_PRELOAD={PACKAGE_LIBRARY} /opt/other.so", lines)
