@@ -371,14 +371,15 @@ pub fn jax_note(preallocate: Option<&str>, allocator: Option<&str>) -> Framework
 /// too, and from a library opened with `RTLD_LOCAL` it finds the library's own symbol.
 fn serves_the_process() -> bool {
     // SAFETY: dlopen(NULL) returns the program's handle (never loads anything, and is never
-    // closed: it needs no dlclose); dlsym and dladdr with a NUL-terminated name and addresses
-    // only read the loader's tables; `Dl_info` is plain data the calls fill.
+    // closed: it needs no dlclose); glibc's dlsym (not the exported one, which another preloaded
+    // library's follows) and dladdr with a NUL-terminated name and addresses only read the
+    // loader's tables; `Dl_info` is plain data the calls fill.
     unsafe {
         let program = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY);
         if program.is_null() {
             return false;
         }
-        let found = libc::dlsym(program, c"cudaMallocAsync".as_ptr());
+        let found = crate::cuda::dl::real_dlsym(program, c"cudaMallocAsync".as_ptr());
         if found.is_null() {
             // The program's dlerror() reads nothing after a dlopen of this library that worked.
             crate::cuda::dl::forget_lookup_error();

@@ -6,12 +6,17 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
-/// glibc's `dlsym`, once found. Read by the exported `dlsym`'s tail call.
-pub static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+/// glibc's `dlsym`, once found: the library's own lookups.
+static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Find glibc's `dlsym`, once: the definition after this library (`RTLD_NEXT`, which is never
-/// this library's own and keeps another `dlsym` preloaded after it in front of glibc's), else
-/// the one beside glibc's `dlvsym` (`beside_dlvsym`).
+/// The `dlsym` a program's lookup goes on to when the exported one leaves it alone (read by its
+/// tail call): the next definition after this library, another preloaded library's that stands
+/// in front of glibc's, or glibc's own. Stored before `REAL_DLSYM`.
+pub static NEXT_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Find glibc's `dlsym`, once: by version after this library (`RTLD_NEXT`), else the one beside
+/// glibc's `dlvsym` (`beside_dlvsym`). Also finds `NEXT_DLSYM`: a lookup by version passes over
+/// an unversioned `dlsym` preloaded after this library, whose owner wants the program's lookups.
 pub fn find_real_dlsym() -> *mut c_void {
     let p = REAL_DLSYM.load(Ordering::Acquire);
     if !p.is_null() {
@@ -22,8 +27,72 @@ pub fn find_real_dlsym() -> *mut c_void {
     if found.is_null() {
         found = beside_dlvsym();
     }
+    let next = next_definition(found, c"dlsym");
+    NEXT_DLSYM.store(if next.is_null() { found } else { next }, Ordering::Release);
     REAL_DLSYM.store(found, Ordering::Release);
     found
+}
+
+/// The next definition of `name` after this library (`RTLD_NEXT`, unversioned: another
+/// preloaded library's interposer, or glibc's default version); null where there is none, as
+/// where this library loads after libc.
+pub fn next_after_this(name: &std::ffi::CStr) -> *mut c_void {
+    next_definition(find_real_dlsym(), name)
+}
+
+/// `next_after_this`, asked of glibc's `dlsym` `real`.
+fn next_definition(real: *mut c_void, name: &std::ffi::CStr) -> *mut c_void {
+    if real.is_null() {
+        return real;
+    }
+    // SAFETY: `real` is glibc's dlsym, of this signature, called from this library (so that
+    // `RTLD_NEXT` names the definitions after it), with a NUL-terminated name.
+    let next = unsafe {
+        std::mem::transmute::<*mut c_void, DlsymFn>(real)(libc::RTLD_NEXT, name.as_ptr())
+    };
+    if next.is_null() {
+        forget_lookup_error();
+    }
+    next
+}
+
+/// The C signature of `dlclose`.
+pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> libc::c_int;
+
+/// glibc's `dlclose`, once found: the library's own handles.
+static GLIBC_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// glibc's `dlclose`, by version: `GLIBC_2.34` since glibc moved it into libc, else
+/// `GLIBC_2.2.5`. The definition after this library; where there is none (this library loads
+/// after libc), the process's first, libc's.
+pub fn glibc_dlclose() -> Option<DlcloseFn> {
+    let mut p = GLIBC_DLCLOSE.load(Ordering::Acquire);
+    if p.is_null() {
+        'found: for handle in [libc::RTLD_NEXT, libc::RTLD_DEFAULT] {
+            for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+                // SAFETY: a pseudo-handle, a NUL-terminated name and version.
+                p = unsafe { libc::dlvsym(handle, c"dlclose".as_ptr(), version.as_ptr()) };
+                if !p.is_null() {
+                    break 'found;
+                }
+            }
+        }
+        GLIBC_DLCLOSE.store(p, Ordering::Release);
+    }
+    // SAFETY: glibc's dlclose has this signature.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, DlcloseFn>(p) })
+}
+
+/// Closes a handle the library opened, with glibc's `dlclose`: not through the exported one,
+/// nor another preloaded library's.
+///
+/// # Safety
+/// `handle` is a live handle from `dlopen`, closed once.
+pub unsafe fn close(handle: *mut c_void) {
+    if let Some(f) = glibc_dlclose() {
+        // SAFETY: the caller's live handle.
+        unsafe { f(handle) };
+    }
 }
 
 /// glibc's `dlsym` as `handle` finds it, by version: `GLIBC_2.34` since glibc moved it into
@@ -64,7 +133,7 @@ fn beside_dlvsym() -> *mut c_void {
     // SAFETY: a live handle.
     let found = unsafe { versioned_dlsym(h) };
     // SAFETY: the handle just opened, closed once (libc stays loaded).
-    unsafe { libc::dlclose(h) };
+    unsafe { close(h) };
     found
 }
 

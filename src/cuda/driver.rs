@@ -410,7 +410,7 @@ fn defines_get_proc_address(path: &str, own: Option<*mut c_void>, failed: &mut b
     let f = unsafe { dl::real_dlsym(h, c"cuGetProcAddress_v2".as_ptr()) };
     *failed |= f.is_null();
     // SAFETY: the handle just opened, closed once (the object stays loaded).
-    unsafe { libc::dlclose(h) };
+    unsafe { dl::close(h) };
     !f.is_null()
         && dl::object_of(f as usize).is_some_and(|(base, p)| {
             // SAFETY: a NUL-terminated path owned by the dynamic linker.
@@ -450,7 +450,7 @@ fn open_as_driver(name: &str, failed: &mut bool) -> Option<Located> {
         }),
         Err(_) => {
             // SAFETY: the handle from the dlopen above, not used after.
-            unsafe { libc::dlclose(handle) };
+            unsafe { dl::close(handle) };
             None
         }
     }

@@ -93,8 +93,9 @@ pub(crate) fn own_object() -> *mut c_void {
 }
 
 fn via_rtld_next(own: *mut c_void) -> Option<Located> {
-    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no preconditions.
-    let sym = unsafe { libc::dlsym(libc::RTLD_NEXT, c"cudaMalloc".as_ptr()) };
+    // SAFETY: glibc's dlsym, called from this library (RTLD_NEXT: the objects after it, not
+    // after another preloaded library's dlsym), with a NUL-terminated name.
+    let sym = unsafe { super::dl::real_dlsym(libc::RTLD_NEXT, c"cudaMalloc".as_ptr()) };
     if sym.is_null() {
         return None;
     }

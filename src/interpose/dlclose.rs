@@ -15,27 +15,22 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use crate::cuda::dl;
 use crate::guard::boundary;
 
-type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
-
-/// glibc's `dlclose`, once found.
+/// The `dlclose` the program's call goes on to, once found.
 static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// The `dlclose` after this library (`RTLD_NEXT`), by version: `GLIBC_2.34` since glibc moved
-/// it into libc, else `GLIBC_2.2.5`.
-fn real_dlclose() -> Option<DlcloseFn> {
+/// The `dlclose` after this library (`RTLD_NEXT`): another preloaded library's that stands in
+/// front of glibc's, or glibc's default version; else glibc's (`dl::glibc_dlclose`).
+fn real_dlclose() -> Option<dl::DlcloseFn> {
     let mut p = REAL.load(Ordering::Acquire);
     if p.is_null() {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: a pseudo-handle, a NUL-terminated name and version.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlclose".as_ptr(), version.as_ptr()) };
-            if !p.is_null() {
-                break;
-            }
+        p = dl::next_after_this(c"dlclose");
+        if p.is_null() {
+            p = dl::glibc_dlclose().map_or(std::ptr::null_mut(), |f| f as *mut c_void);
         }
         REAL.store(p, Ordering::Release);
     }
-    // SAFETY: glibc's dlclose has this signature.
-    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, DlcloseFn>(p) })
+    // SAFETY: a dlclose, of glibc's signature.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, dl::DlcloseFn>(p) })
 }
 
 /// # Safety

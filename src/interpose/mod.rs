@@ -63,7 +63,7 @@ fn is_runtime_library(base: *mut c_void, path: *const c_char) -> bool {
     // SAFETY: a live handle and a NUL-terminated name.
     let malloc = unsafe { dl::real_dlsym(h, c"cudaMalloc".as_ptr()) };
     // SAFETY: the handle just opened, closed once.
-    unsafe { libc::dlclose(h) };
+    unsafe { dl::close(h) };
     !malloc.is_null() && dl::object_of(malloc as usize).is_some_and(|(b, _)| b == base)
 }
 
@@ -73,8 +73,8 @@ fn own_base() -> *mut c_void {
 }
 
 /// What the exported `dlsym` answers for `(handle, name)` asked from `caller`: a swapped
-/// function, or null for "glibc answers" (the entry point then jumps to glibc's `dlsym`, which
-/// `dl::REAL_DLSYM` holds once this returns).
+/// function, or null for "glibc answers" (the entry point then jumps to the next `dlsym`, glibc's
+/// or another preloaded library's, which `dl::NEXT_DLSYM` holds once this returns).
 extern "C" fn dlsym_decide(
     handle: *mut c_void,
     name: *const c_char,
@@ -141,7 +141,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
         "jmp qword ptr [r11]",
         ".cfi_endproc",
         decide = sym dlsym_decide,
-        real = sym dl::REAL_DLSYM,
+        real = sym dl::NEXT_DLSYM,
     )
 }
 
