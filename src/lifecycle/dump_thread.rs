@@ -56,8 +56,33 @@ pub fn start(g: &'static Process) {
     }
     let read_fd = fds[0];
     if !crate::plain_thread::spawn(c"gpupool-dump", move || run(g, read_fd, interval)) {
+        // No thread would read the pipe: the signal goes back to the program (its default
+        // action, as without the pool), and the descriptors are closed.
+        if handler {
+            uninstall_handler();
+        }
+        // SAFETY: closing the descriptors just made; the handler no longer writes to them.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
         log::warn("cannot start the live-dump thread; SIGUSR1 and periodic dumps are off");
     }
+}
+
+/// Give `SIGUSR1` its default disposition back, if the handler is still the pool's.
+fn uninstall_handler() {
+    // SAFETY: reading the current disposition into a zeroed sigaction, then setting the default
+    // one.
+    unsafe {
+        let mut now: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGUSR1, std::ptr::null(), &mut now) == 0
+            && now.sa_sigaction == on_signal as extern "C" fn(c_int) as usize
+        {
+            libc::signal(libc::SIGUSR1, libc::SIG_DFL);
+        }
+    }
+    PIPE_WRITE.store(-1, Ordering::Relaxed);
 }
 
 /// Install the handler if `SIGUSR1` has its default disposition (the program does not handle or

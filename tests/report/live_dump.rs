@@ -313,3 +313,17 @@ fn the_dump_thread_takes_none_of_the_programs_signals() {
         assert_eq!(out, "sigwait got SIGTERM\n", "{env:?}");
     }
 }
+
+/// Where the live-dump thread cannot start (no thread may be created), `SIGUSR1` ends the
+/// program as it would without the pool: the pool leaves the signal to it, rather than taking it
+/// for a dump that never comes.
+#[test]
+fn sigusr1_ends_a_program_that_may_start_no_thread_as_it_would_without_the_pool() {
+    use std::os::unix::process::ExitStatusExt;
+    let exe = c_program("no_threads_usr1");
+    let without = support::unpooled(&exe, &[], &[]).output().unwrap();
+    assert_eq!(without.status.signal(), Some(libc::SIGUSR1));
+    let with = pooled(&exe, &[], &[]).output().unwrap();
+    let (out, err) = support::texts(&with);
+    assert_eq!(with.status.signal(), Some(libc::SIGUSR1), "{out}{err}");
+}
