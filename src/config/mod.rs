@@ -224,8 +224,29 @@ impl Config {
 
     /// Parse from the process environment.
     pub fn from_env() -> (Config, Vec<String>) {
-        Config::parse(|name| std::env::var_os(name).map(|v| v.as_bytes().to_vec()))
+        Config::parse(|name| env_value(name).map(|v| v.as_bytes().to_vec()))
     }
+}
+
+/// The variables that name a file the pool writes or a library it loads. In a program that runs
+/// with rights its user lacks (set-user-ID, set-group-ID, file capabilities: `AT_SECURE`) they
+/// are ignored, as glibc ignores `MALLOC_TRACE` there: else any user could have the program
+/// write, or load code, where only the program may.
+pub const NAMING_FILES: &[&str] = &["GPUPOOL_SUMMARY", "GPUPOOL_TRACE", "GPUPOOL_CUDART"];
+
+/// Whether the process runs in secure mode (`AT_SECURE`). libc-level, for the load-time
+/// constructor too.
+pub fn secure() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// `name`'s value in the environment; none for a variable of `NAMING_FILES` in secure mode.
+pub fn env_value(name: &str) -> Option<std::ffi::OsString> {
+    if NAMING_FILES.contains(&name) && secure() {
+        return None;
+    }
+    std::env::var_os(name)
 }
 
 /// Why a value is not of its variable's form: the middle of the warning.

@@ -46,7 +46,7 @@ pub fn locate() -> Result<Located, String> {
         ));
     }
     let mut candidates: Vec<String> = Vec::new();
-    if let Some(p) = std::env::var_os("GPUPOOL_CUDART") {
+    if let Some(p) = crate::config::env_value("GPUPOOL_CUDART") {
         candidates.push(p.to_string_lossy().into_owned());
     }
     candidates.extend(

@@ -51,6 +51,10 @@ fn at_load() {
     log::note_streams_at_load();
     crate::load_time::note_now();
     crate::frameworks::choose_at_load();
+    if crate::config::secure() {
+        // `GPUPOOL_SUMMARY` names a file: ignored in secure mode (`config::NAMING_FILES`).
+        return;
+    }
     // SAFETY: getenv with a NUL-terminated name; the result is only read, before any thread
     // of the program could change the environment.
     let v = unsafe { libc::getenv(c"GPUPOOL_SUMMARY".as_ptr()) };
