@@ -98,6 +98,8 @@ pub struct DeviceStats {
     /// Real `cudaMalloc` / `cudaFree` calls made.
     pub real_mallocs: u64,
     pub real_frees: u64,
+    /// Of `real_mallocs`, those the driver refused (no segment made).
+    pub real_mallocs_refused: u64,
     /// Time spent in them.
     pub real_malloc_ns: u64,
     pub real_free_ns: u64,
@@ -163,6 +165,7 @@ impl Default for DeviceStats {
             thread_cache_returned: 0,
             real_mallocs: 0,
             real_frees: 0,
+            real_mallocs_refused: 0,
             real_malloc_ns: 0,
             real_free_ns: 0,
             threshold_releases: 0,
@@ -195,8 +198,10 @@ impl Default for DeviceStats {
 
 impl DeviceStats {
     /// Real `cudaMalloc` calls the driver refused: counted among the calls, no segment made.
+    /// Counted as they happen: segments made do not tell, since a range of expandable segments
+    /// is one without a `cudaMalloc`.
     pub fn mallocs_refused(&self) -> u64 {
-        self.real_mallocs.saturating_sub(self.segments.total_in)
+        self.real_mallocs_refused
     }
 
     /// Allocations served without a new segment, each a `cudaMalloc` the program would have

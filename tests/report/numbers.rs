@@ -404,3 +404,65 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
 fn last_sample_reserved(d: &Value) -> u64 {
     u(d, "/memory/total_bytes") - u(d, "/memory/free_bytes") - u(d, "/memory/outside_pool_bytes")
 }
+
+/// With expandable segments on, a request that the limit leaves no whole granule for gets a
+/// classic segment of its own size from `cudaMalloc` (`GPUPOOL_LIMIT=101MiB`: 4 MiB mapped,
+/// 97 MiB asked for). When the driver refuses that call, the summary says so in each form, as
+/// it does with classic segments: the simulator's own count of refused calls, not 0 (a range of
+/// address space counts as a segment, but no `cudaMalloc` made it).
+#[test]
+fn a_refused_driver_malloc_is_counted_with_expandable_segments() {
+    let dir = scratch("report-refused-malloc");
+    for fail in ["", "cudaMalloc@1=2"] {
+        for (form, name) in [("json", "s.json"), ("prom", "s.prom"), ("text", "s.txt")] {
+            let path = dir.join(name);
+            let (_, out, _) = run_ok(
+                &c_program("requests"),
+                &["4", "97"],
+                &[
+                    ("CUDASIM_FAIL", fail),
+                    ("GPUPOOL_LIMIT", "101MiB"),
+                    ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
+                ],
+            );
+            let served = if fail.is_empty() { 0 } else { 2 };
+            assert!(
+                out.contains(&format!("97 MiB -> {served}\n")),
+                "{fail}: {out}"
+            );
+            let sim: (u64, u64) = (figure(&out, "sim mallocs"), figure(&out, "sim refused"));
+            assert_eq!(sim.0, 1, "{fail}: the pool's one cudaMalloc: {out}");
+            let (mallocs, refused) = match form {
+                "json" => {
+                    let v = read_json(&path);
+                    let d = &v["devices"][0];
+                    (u(d, "/driver/mallocs"), u(d, "/driver/mallocs_refused"))
+                }
+                "prom" => {
+                    let (_, map) = parse_prometheus(&path);
+                    (
+                        prom(&map, "gpupool_driver_mallocs_total", 0) as u64,
+                        prom(&map, "gpupool_driver_mallocs_refused_total", 0) as u64,
+                    )
+                }
+                _ => {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let line = text
+                        .lines()
+                        .find(|l| l.starts_with(" driver "))
+                        .unwrap_or_else(|| panic!("no driver line: {text}"));
+                    // "cudaMalloc 1, 1 refused (8.0 us), ..." or "cudaMalloc 1 (21.1 us), ...".
+                    let calls = line.split("cudaMalloc ").nth(1).unwrap();
+                    let calls = calls.split(" (").next().unwrap();
+                    let mut parts = calls.split(", ");
+                    let mallocs = parse(parts.next().unwrap());
+                    let refused = parts
+                        .next()
+                        .map_or(0, |p| parse(p.strip_suffix(" refused").unwrap()));
+                    (mallocs, refused)
+                }
+            };
+            assert_eq!((mallocs, refused), sim, "{fail} {form}");
+        }
+    }
+}

@@ -439,6 +439,7 @@ impl DevicePool {
         let addr = match r {
             Ok(addr) => addr,
             Err(e) => {
+                self.stats.real_mallocs_refused += 1;
                 self.record(Kind::SegmentRefused, size, e.0 as u64, 0, 0);
                 return Err(e);
             }
