@@ -132,9 +132,13 @@ impl Report {
         }
     }
 
-    /// Whether the pool served any allocation at all.
+    /// Whether any allocation reached the pool: served, or refused out of memory (the pool
+    /// printed its report for it).
     pub fn intercepted(&self) -> bool {
-        self.devices.iter().any(|d| d.snap.stats.allocs > 0) || !self.unread.is_empty()
+        self.devices
+            .iter()
+            .any(|d| d.snap.stats.allocs > 0 || d.snap.stats.ooms > 0)
+            || !self.unread.is_empty()
     }
 
     /// Whether the program allocated through the hooks: the pool served it, or left it to
