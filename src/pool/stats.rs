@@ -109,6 +109,11 @@ pub struct DeviceStats {
     /// Segments (and bytes) released by an explicit empty-cache request.
     pub empty_cache_releases: u64,
     pub empty_cache_released_bytes: u64,
+    /// Of the releases by threshold and by empty-cache request, with expandable segments: the
+    /// granules unmapped. Their bytes count among the released bytes, the granules not among
+    /// the segments (a range stays reserved).
+    pub threshold_released_granules: u64,
+    pub empty_cache_released_granules: u64,
     /// Idle segments (and bytes) released because a larger request outgrew them.
     pub outgrown_releases: u64,
     pub outgrown_released_bytes: u64,
@@ -172,6 +177,8 @@ impl Default for DeviceStats {
             threshold_released_bytes: 0,
             empty_cache_releases: 0,
             empty_cache_released_bytes: 0,
+            threshold_released_granules: 0,
+            empty_cache_released_granules: 0,
             outgrown_releases: 0,
             outgrown_released_bytes: 0,
             oom_retries: 0,

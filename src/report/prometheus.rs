@@ -249,6 +249,18 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         |d| d.snap.stats.empty_cache_releases as f64,
     ),
     (
+        "gpupool_threshold_released_granules_total",
+        "counter",
+        "Granules of expandable segments unmapped because the threshold was exceeded.",
+        |d| d.snap.stats.threshold_released_granules as f64,
+    ),
+    (
+        "gpupool_empty_cache_released_granules_total",
+        "counter",
+        "Granules of expandable segments unmapped by empty-cache requests.",
+        |d| d.snap.stats.empty_cache_released_granules as f64,
+    ),
+    (
         "gpupool_outgrown_released_segments_total",
         "counter",
         "Idle segments released because a larger request outgrew them.",

@@ -371,23 +371,37 @@ pub fn render_text(r: &Report) -> String {
             s.observed_fences,
             s.barriers
         );
-        // Segments given back, by reason: only the reasons that released any.
+        // Segments freed and granules unmapped, by reason: only the reasons that released any.
         let released: Vec<String> = [
             (
                 "by threshold",
                 s.threshold_releases,
+                s.threshold_released_granules,
                 s.threshold_released_bytes,
             ),
             (
                 "by empty_cache",
                 s.empty_cache_releases,
+                s.empty_cache_released_granules,
                 s.empty_cache_released_bytes,
             ),
-            ("outgrown", s.outgrown_releases, s.outgrown_released_bytes),
+            (
+                "outgrown",
+                s.outgrown_releases,
+                0,
+                s.outgrown_released_bytes,
+            ),
         ]
         .into_iter()
-        .filter(|&(_, n, _)| n > 0)
-        .map(|(why, n, b)| format!("{why} {n} ({})", bytes(b)))
+        .filter(|&(_, _, _, b)| b > 0)
+        .map(|(why, segments, granules, b)| {
+            let what: Vec<String> = [(segments, "segment"), (granules, "granule")]
+                .into_iter()
+                .filter(|&(n, _)| n > 0)
+                .map(|(n, unit)| format!("{n} {unit}{}", if n == 1 { "" } else { "s" }))
+                .collect();
+            format!("{why} {} ({})", what.join(", "), bytes(b))
+        })
         .chain(
             (s.oom_released_bytes > 0)
                 .then(|| format!("at out-of-memory {}", bytes(s.oom_released_bytes))),

@@ -213,6 +213,14 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
                 "/released/outgrown_segments",
             ),
             (
+                "gpupool_threshold_released_granules_total",
+                "/released/threshold_granules",
+            ),
+            (
+                "gpupool_empty_cache_released_granules_total",
+                "/released/empty_cache_granules",
+            ),
+            (
                 "gpupool_program_syncs_used_total",
                 "/in_flight/program_syncs_used",
             ),
@@ -464,5 +472,48 @@ fn a_refused_driver_malloc_is_counted_with_expandable_segments() {
             };
             assert_eq!((mallocs, refused), sim, "{fail} {form}");
         }
+    }
+}
+
+/// The releases by threshold say what went back: with classic segments the segments freed
+/// (as many as the `segments` row's total freed), with expandable segments the granules
+/// unmapped, none of them a segment (the range stays). `tests/c/threshold.c` frees 1 GiB in
+/// 64 MiB blocks under `GPUPOOL_RELEASE_THRESHOLD=0`.
+#[test]
+fn releases_by_threshold_count_segments_and_granules_apart() {
+    let dir = scratch("report-release-units");
+    for expandable in ["0", "1"] {
+        let json = dir.join(format!("expandable-{expandable}.json"));
+        let txt = dir.join(format!("expandable-{expandable}.txt"));
+        for path in [&json, &txt] {
+            run_ok(
+                &c_program("threshold"),
+                &[],
+                &[
+                    ("GPUPOOL_EXPANDABLE", expandable),
+                    ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+                    ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
+                ],
+            );
+        }
+        let v = read_json(&json);
+        let d = &v["devices"][0];
+        let segments = u(d, "/segments/total_out");
+        let granules = u(d, "/expandable/granules_unmapped");
+        assert_eq!(u(d, "/released/threshold_segments"), segments, "{d}");
+        assert_eq!(u(d, "/released/threshold_granules"), granules, "{d}");
+        assert_eq!(u(d, "/released/threshold_bytes"), GIB, "{d}");
+        let want = if expandable == "1" {
+            assert_eq!((segments, granules), (0, 512), "{d}");
+            "by threshold 512 granules (1.00 GiB)"
+        } else {
+            assert_eq!((segments, granules), (16, 0), "{d}");
+            "by threshold 16 segments (1.00 GiB)"
+        };
+        let text = std::fs::read_to_string(&txt).unwrap();
+        assert!(
+            text.contains(&format!(" released   {want}\n")),
+            "expandable {expandable}: {text}"
+        );
     }
 }

@@ -102,7 +102,26 @@ impl DevicePool {
         released
     }
 
-    /// One release of `bytes` (a segment, or a granule of an expandable one) in the counters.
+    /// `n` granules of expandable segments unmapped for `why`, in the counters: their bytes
+    /// among the released bytes, the granules apart from the segments.
+    pub(super) fn count_unmapped(&mut self, why: Release, n: u64) {
+        let bytes = n * self.granule;
+        let s = &mut self.stats;
+        match why {
+            Release::Threshold => {
+                s.threshold_released_granules += n;
+                s.threshold_released_bytes += bytes;
+            }
+            Release::EmptyCache => {
+                s.empty_cache_released_granules += n;
+                s.empty_cache_released_bytes += bytes;
+            }
+            Release::OutOfMemory => s.oom_released_bytes += bytes,
+            Release::Outgrown => s.outgrown_released_bytes += bytes,
+        }
+    }
+
+    /// One release of a segment of `bytes` in the counters.
     pub(super) fn count_release(&mut self, why: Release, bytes: u64) {
         let s = &mut self.stats;
         match why {
