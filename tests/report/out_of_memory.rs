@@ -254,3 +254,23 @@ fn a_request_cuda_serves_after_the_pool_ran_out_is_no_out_of_memory_returned() {
         assert!(u(&v, &format!("{after}/bytes")) >= MIB, "{mode}: {v}");
     }
 }
+
+/// Expandable segments under `GPUPOOL_LIMIT=101MiB`, on a device with 100 MiB free (400 MiB,
+/// 300 MiB of context): a request of 97 MiB beside a 4 MiB block gets no whole granule under
+/// the limit, and then the driver refuses the 97 MiB segment the limit allows. The device
+/// lacks the memory, so the report does not blame the limit (nor say "the driver may have the
+/// memory"). A request the limit alone refuses (99 MiB: 4 + 99 > 101) still names it.
+#[test]
+fn an_out_of_memory_the_driver_refused_is_not_blamed_on_the_limit() {
+    let blamed = "the pool's limit refused it";
+    for (size, limit_refused) in [("97", false), ("99", true)] {
+        let (_, out, err) = run_ok(
+            &c_program("requests"),
+            &["4", size],
+            &[("CUDASIM_MEM", "400MiB"), ("GPUPOOL_LIMIT", "101MiB")],
+        );
+        assert!(out.contains(&format!("{size} MiB -> 2\n")), "{out}");
+        assert!(err.contains("out of memory on device 0"), "{err}");
+        assert_eq!(err.contains(blamed), limit_refused, "{size} MiB:\n{err}");
+    }
+}

@@ -48,6 +48,9 @@ impl DevicePool {
         // no multiple of one takes no granule, yet a segment of the request's own size fits
         // there, as it would without the pool.
         if self.limit_refused || self.device_may_hold(rounded, backend) {
+            // That segment's answer says who refused: the limit (which marks it again), or the
+            // driver, which then lacks the request's own size whatever the limit.
+            self.limit_refused = false;
             if let Ok(idx) = self.new_classic_segment(class, rounded, backend) {
                 self.stats.misses += 1;
                 self.stats.oom_recovered += 1;
