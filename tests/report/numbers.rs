@@ -483,20 +483,11 @@ fn a_refused_driver_malloc_is_counted_with_expandable_segments() {
 fn releases_by_threshold_count_segments_and_granules_apart() {
     let dir = scratch("report-release-units");
     for expandable in ["0", "1"] {
-        let json = dir.join(format!("expandable-{expandable}.json"));
-        let txt = dir.join(format!("expandable-{expandable}.txt"));
-        for path in [&json, &txt] {
-            run_ok(
-                &c_program("threshold"),
-                &[],
-                &[
-                    ("GPUPOOL_EXPANDABLE", expandable),
-                    ("GPUPOOL_RELEASE_THRESHOLD", "0"),
-                    ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
-                ],
-            );
-        }
-        let v = read_json(&json);
+        let env = [
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+        ];
+        let (v, text) = json_and_text(&dir.join(expandable), "threshold", &[], &env);
         let d = &v["devices"][0];
         let segments = u(d, "/segments/total_out");
         let granules = u(d, "/expandable/granules_unmapped");
@@ -510,10 +501,60 @@ fn releases_by_threshold_count_segments_and_granules_apart() {
             assert_eq!((segments, granules), (16, 0), "{d}");
             "by threshold 16 segments (1.00 GiB)"
         };
-        let text = std::fs::read_to_string(&txt).unwrap();
         assert!(
             text.contains(&format!(" released   {want}\n")),
             "expandable {expandable}: {text}"
         );
     }
+}
+
+/// The cache given back because another allocator ran out of memory (`cudaMallocManaged` of
+/// 500 MiB on a 1 GiB device whose 900 MiB sit in the pool's cache, `tests/c/cache_in_the_way.c`)
+/// is released at out-of-memory, not "by empty_cache": the program asked for no empty cache.
+#[test]
+fn cache_given_back_for_another_allocator_is_released_at_out_of_memory() {
+    let dir = scratch("report-release-for-others");
+    for expandable in ["0", "1"] {
+        let env = [
+            ("CUDASIM_MEM", "1GiB"),
+            ("CUDASIM_CONTEXT_BYTES", "0"),
+            ("GPUPOOL_EXPANDABLE", expandable),
+        ];
+        let (v, text) = json_and_text(
+            &dir.join(expandable),
+            "cache_in_the_way",
+            &["managed"],
+            &env,
+        );
+        let d = &v["devices"][0];
+        assert_eq!(u(d, "/released/empty_cache_bytes"), 0, "{d}");
+        assert_eq!(u(d, "/released/empty_cache_segments"), 0, "{d}");
+        assert_eq!(u(d, "/released/empty_cache_granules"), 0, "{d}");
+        assert_eq!(
+            u(d, "/released/out_of_memory_bytes"),
+            u(d, "/reserved_bytes/total_out"),
+            "{d}"
+        );
+        assert!(u(d, "/released/out_of_memory_bytes") >= 500 * MIB, "{d}");
+        assert!(!text.contains("by empty_cache"), "{text}");
+        assert!(text.contains(" released   at out-of-memory "), "{text}");
+    }
+}
+
+/// Runs the C program `name` twice, writing its summary to `prefix.json` and `prefix.txt`:
+/// the JSON summary and the text one.
+fn json_and_text(
+    prefix: &Path,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Value, String) {
+    let json = prefix.with_extension("json");
+    let txt = prefix.with_extension("txt");
+    for path in [&json, &txt] {
+        let mut env = env.to_vec();
+        env.push(("GPUPOOL_SUMMARY", path.to_str().unwrap()));
+        run_ok(&c_program(name), args, &env);
+    }
+    (read_json(&json), std::fs::read_to_string(&txt).unwrap())
 }

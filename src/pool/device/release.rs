@@ -200,6 +200,16 @@ impl DevicePool {
         self.release_segments(backend, clock, keep_cached, Release::EmptyCache)
     }
 
+    /// The whole cache given back because an allocation the pool does not serve (another
+    /// allocator's, another context's) ran out of memory: released at out-of-memory, not by
+    /// an empty-cache request. Its trace record is an empty cache marked so (`b` 1). Returns
+    /// the bytes released.
+    pub fn release_for_others(&mut self, backend: &dyn Backend, clock: &ReuseClock) -> u64 {
+        self.promote(clock);
+        self.record(Kind::EmptyCache, 0, 1, 0, 0);
+        self.release_segments(backend, clock, 0, Release::OutOfMemory)
+    }
+
     /// Set the most bytes this pool may reserve (applied to the next segment), in whole blocks.
     pub fn set_limit(&mut self, bytes: u64) {
         self.limit = usable_limit(bytes);
