@@ -167,7 +167,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
     (
         "gpupool_limit_refusals_total",
         "counter",
-        "Segments the limit refused before the driver was asked.",
+        "Times the limit refused the pool memory (a segment, or granules of an expandable one to map) before the driver was asked.",
         |d| d.snap.stats.limit_refusals as f64,
     ),
     (

@@ -177,10 +177,11 @@ fn limit_text(limit: u64, s: &crate::pool::DeviceStats) -> String {
     if limit == u64::MAX {
         return String::new();
     }
+    // A refusal is a segment, or with expandable segments granules to map: memory.
     let refused = match s.limit_refusals {
         0 => String::new(),
-        1 => ", refused 1 segment".to_string(),
-        n => format!(", refused {n} segments"),
+        1 => ", refused memory once".to_string(),
+        n => format!(", refused memory {n} times"),
     };
     format!(
         "   limit {} (peak reserved {}{refused})",

@@ -274,3 +274,42 @@ fn an_out_of_memory_the_driver_refused_is_not_blamed_on_the_limit() {
         assert_eq!(err.contains(blamed), limit_refused, "{size} MiB:\n{err}");
     }
 }
+
+/// With expandable segments the limit refuses granules to map, not segments: the summary's
+/// device line and the replay of the trace count the refusals as times the limit refused
+/// memory (`GPUPOOL_LIMIT=512MiB`, one request of 600 MiB, which no segment served), as many
+/// as the JSON's `limit_refusals`.
+#[test]
+fn limit_refusals_are_not_called_segments() {
+    let dir = scratch("report-limit-refusals");
+    let json = dir.join("s.json");
+    let trace = dir.join("t.trace");
+    let env = [("GPUPOOL_LIMIT", "512MiB")];
+    let mut with = env.to_vec();
+    with.push(("GPUPOOL_SUMMARY", json.to_str().unwrap()));
+    with.push(("GPUPOOL_TRACE", trace.to_str().unwrap()));
+    run_ok(&c_program("requests"), &["600"], &with);
+    let refusals = u(&read_json(&json)["devices"][0], "/limit_refusals");
+    assert!(refusals > 1, "{refusals}");
+    let mut with = env.to_vec();
+    with.push(("GPUPOOL_SUMMARY", "stderr"));
+    let (_, _, err) = run_ok(&c_program("requests"), &["600"], &with);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(" device 0 "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.ends_with(&format!("refused memory {refusals} times)")),
+        "{line}"
+    );
+    let replay = Command::new(support::trace_tool())
+        .arg("replay")
+        .arg(&trace)
+        .output()
+        .expect("run gpupool-trace");
+    let (out, _) = support::texts(&replay);
+    assert!(
+        out.contains(&format!("limit 512 MiB: refused memory {refusals} times")),
+        "{out}"
+    );
+}
