@@ -259,10 +259,12 @@ fn a_request_cuda_serves_after_the_pool_ran_out_is_no_out_of_memory_returned() {
 /// 300 MiB of context): a request of 97 MiB beside a 4 MiB block gets no whole granule under
 /// the limit, and then the driver refuses the 97 MiB segment the limit allows. The device
 /// lacks the memory, so the report does not blame the limit (nor say "the driver may have the
-/// memory"). A request the limit alone refuses (99 MiB: 4 + 99 > 101) still names it.
+/// memory"). A request the limit alone refuses (99 MiB: 4 + 99 > 101) still names it. What the
+/// pool tried names the segment the driver refused.
 #[test]
 fn an_out_of_memory_the_driver_refused_is_not_blamed_on_the_limit() {
     let blamed = "the pool's limit refused it";
+    let asked = "then asked the driver for a 97.0 MiB segment";
     for (size, limit_refused) in [("97", false), ("99", true)] {
         let (_, out, err) = run_ok(
             &c_program("requests"),
@@ -272,6 +274,7 @@ fn an_out_of_memory_the_driver_refused_is_not_blamed_on_the_limit() {
         assert!(out.contains(&format!("{size} MiB -> 2\n")), "{out}");
         assert!(err.contains("out of memory on device 0"), "{err}");
         assert_eq!(err.contains(blamed), limit_refused, "{size} MiB:\n{err}");
+        assert_eq!(err.contains(asked), !limit_refused, "{size} MiB:\n{err}");
     }
 }
 

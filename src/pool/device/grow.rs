@@ -357,6 +357,7 @@ impl DevicePool {
             fenced,
             capture,
             mapping: false,
+            segment_asked: false,
             limited: self.limit_refused,
             memory: self.memory,
         });
