@@ -12,7 +12,7 @@
 //! pool, with what turns each off (docs/pytorch.md).
 
 use std::ffi::{CStr, CString};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// PyTorch's variables, in the order PyTorch reads them: `PYTORCH_ALLOC_CONF` first, then
 /// `PYTORCH_CUDA_ALLOC_CONF` only when that is unset.
@@ -40,6 +40,22 @@ pub enum TorchChoice {
 }
 
 static CHOICE: AtomicU8 = AtomicU8::new(TorchChoice::Unknown as u8);
+
+/// Whether the process's calls came to this copy at load (preloaded or linked). A copy opened
+/// later is asked again at report time: one opened `RTLD_GLOBAL` serves what loads after it.
+static SERVES_AT_LOAD: AtomicBool = AtomicBool::new(false);
+
+/// Whether PyTorch's pluggable allocator (`gpupool_torch_malloc`) asked the pool for a tensor.
+static PLUGGABLE: AtomicBool = AtomicBool::new(false);
+
+/// A tensor came through `gpupool_torch_malloc`: PyTorch's allocator is the pool, whatever its
+/// variables say (`CUDAPluggableAllocator` replaces the backend they choose).
+pub fn note_pluggable() {
+    // A load first: the flag is read on every tensor, written once.
+    if !PLUGGABLE.load(Ordering::Relaxed) {
+        PLUGGABLE.store(true, Ordering::Relaxed);
+    }
+}
 
 /// What the constructor decided.
 pub fn torch_choice() -> TorchChoice {
@@ -88,6 +104,7 @@ pub fn choose_at_load() {
     if !serves_the_process() {
         return;
     }
+    SERVES_AT_LOAD.store(true, Ordering::Relaxed);
     let choice = if inherited {
         TorchChoice::SetByPool
     } else if [ALLOC_CONF, CUDA_ALLOC_CONF, NO_CACHING]
@@ -173,7 +190,12 @@ pub struct FrameworkNote {
 pub fn notes() -> Vec<FrameworkNote> {
     let objects = loaded_objects();
     let mut out = Vec::new();
-    if objects.iter().any(|o| is_torch(o)) {
+    let torch = objects.iter().any(|o| is_torch(o));
+    if PLUGGABLE.load(Ordering::Relaxed) {
+        out.push(pluggable_note());
+    } else if torch && !SERVES_AT_LOAD.load(Ordering::Relaxed) && !serves_the_process() {
+        out.push(bypassed_note());
+    } else if torch {
         out.push(torch_note(
             torch_choice(),
             env(ALLOC_CONF).as_deref(),
@@ -205,7 +227,33 @@ pub fn notes() -> Vec<FrameworkNote> {
     out
 }
 
-/// The summary's line about PyTorch.
+/// The summary's line about PyTorch when the pool is its pluggable allocator.
+pub fn pluggable_note() -> FrameworkNote {
+    FrameworkNote {
+        name: "pytorch",
+        caches_above: false,
+        note: "tensors pooled through PyTorch's pluggable allocator (gpupool_torch_malloc, as \
+               gpupool.torch.use() installs it); PyTorch's allocator variables do not apply"
+            .into(),
+    }
+}
+
+/// The summary's line about PyTorch when this copy of the pool does not serve the process's
+/// calls (opened with `dlopen`, as `import gpupool` without the preload opens one): whatever
+/// PyTorch's variables say, its calls go past the pool.
+pub fn bypassed_note() -> FrameworkNote {
+    FrameworkNote {
+        name: "pytorch",
+        caches_above: false,
+        note: "PyTorch allocates past the pool: this copy of the library serves none of the \
+               process's CUDA calls (it was not preloaded; `import gpupool` without the preload \
+               opens one of its own); preload it (python -m gpupool, or LD_PRELOAD), or call \
+               gpupool.torch.use() before the first CUDA tensor, to pool tensors"
+            .into(),
+    }
+}
+
+/// The summary's line about PyTorch, as its variables make its allocator.
 pub fn torch_note(
     choice: TorchChoice,
     alloc_conf: Option<&str>,
@@ -221,28 +269,48 @@ pub fn torch_note(
     } else {
         "set in the environment"
     };
+    // Where the backend is chosen: PyTorch reads PYTORCH_CUDA_ALLOC_CONF only while
+    // PYTORCH_ALLOC_CONF is unset, so advice to change it names the one PyTorch reads.
+    let (backend_var, conf_read) = if alloc_conf.is_some() {
+        (ALLOC_CONF, alloc_conf)
+    } else {
+        (CUDA_ALLOC_CONF, cuda_alloc_conf)
+    };
     let (caches_above, note) = match allocator {
+        // PYTORCH_NO_CUDA_MEMORY_CACHING=1 set beside it (a script sets it at its top, after the
+        // pool chose at load) is PyTorch's caching allocator's, which this backend replaces.
+        TorchAllocator::Async if no_caching == Some("1") => (
+            false,
+            format!(
+                "tensors pooled through PyTorch's cudaMallocAsync backend ({var}={}, {by}); \
+                 {NO_CACHING}=1 has no effect on this backend: for PyTorch's uncached allocator \
+                 set {backend_var}=backend:native beside it",
+                conf_read.unwrap_or(POOLED_SETTING)
+            ),
+        ),
         TorchAllocator::Async => (
             false,
             format!(
                 "tensors pooled through PyTorch's cudaMallocAsync backend ({var}={}, {by}); \
                  torch.cuda.empty_cache() and memory_reserved() read the pool; for what that \
                  backend refuses (memory snapshots, CUDA tensors shared between processes) set \
-                 {CUDA_ALLOC_CONF}=backend:native",
-                if var == ALLOC_CONF {
-                    alloc_conf
-                } else {
-                    cuda_alloc_conf
-                }
-                .unwrap_or(POOLED_SETTING)
+                 {backend_var}=backend:native",
+                conf_read.unwrap_or(POOLED_SETTING)
             ),
         ),
         TorchAllocator::Uncached => (
             false,
-            "tensors pooled uncached (PYTORCH_NO_CUDA_MEMORY_CACHING=1): torch.cuda.memory_* \
-             read 0 and empty_cache() does nothing; unset it to pool through the cudaMallocAsync \
-             backend"
-                .into(),
+            format!(
+                "tensors pooled uncached ({NO_CACHING}=1): torch.cuda.memory_* read 0 and \
+                 empty_cache() does nothing; {}set {backend_var}={POOLED_SETTING} to pool \
+                 through the cudaMallocAsync backend",
+                // Unset alone, a configuration of PyTorch's keeps its caching allocator.
+                if (alloc_conf, cuda_alloc_conf) == (None, None) {
+                    "unset it, or "
+                } else {
+                    ""
+                }
+            ),
         ),
         TorchAllocator::Caching => (
             true,
@@ -251,10 +319,18 @@ pub fn torch_note(
                      was loaded before the pool could choose): the pool sees its segments, not \
                      tensors; preload the pool to pool tensors"
                     .into(),
+                // None of the variables is set (the program removed the pool's before PyTorch
+                // loaded): nothing to unset.
+                _ if (alloc_conf, cuda_alloc_conf, no_caching) == (None, None, None) => format!(
+                    "PyTorch's caching allocator sits above the pool (PyTorch's default: none of \
+                     {ALLOC_CONF}, {CUDA_ALLOC_CONF}, {NO_CACHING} is set): the pool sees its \
+                     segments, not tensors, and empty_cache() returns them to the pool's cache; \
+                     set {CUDA_ALLOC_CONF}={POOLED_SETTING} to pool tensors"
+                ),
                 _ => format!(
                     "PyTorch's caching allocator sits above the pool (its choice, {var} {by}): the \
                      pool sees its segments, not tensors, and empty_cache() returns them to the \
-                     pool's cache; unset it, or set {CUDA_ALLOC_CONF}={POOLED_SETTING}, to pool \
+                     pool's cache; unset it, or set {backend_var}={POOLED_SETTING}, to pool \
                      tensors"
                 ),
             },
@@ -288,14 +364,24 @@ pub fn jax_note(preallocate: Option<&str>, allocator: Option<&str>) -> Framework
     }
 }
 
-/// Whether the process's `cudaMallocAsync` is this library's: preloaded or linked, not opened
-/// later with `RTLD_LOCAL`.
+/// Whether the process's `cudaMallocAsync` is this library's: the copy in the global scope
+/// (preloaded or linked; at load, not one being opened with `dlopen`, which only an
+/// `RTLD_GLOBAL` open adds there, once it returns). The lookup goes through the program's
+/// handle, which searches the global scope only: `RTLD_DEFAULT` searches the caller's own scope
+/// too, and from a library opened with `RTLD_LOCAL` it finds the library's own symbol.
 fn serves_the_process() -> bool {
-    // SAFETY: dlsym and dladdr with a NUL-terminated name and addresses only read the loader's
-    // tables; `Dl_info` is plain data the calls fill.
+    // SAFETY: dlopen(NULL) returns the program's handle (never loads anything, and is never
+    // closed: it needs no dlclose); dlsym and dladdr with a NUL-terminated name and addresses
+    // only read the loader's tables; `Dl_info` is plain data the calls fill.
     unsafe {
-        let found = libc::dlsym(libc::RTLD_DEFAULT, c"cudaMallocAsync".as_ptr());
+        let program = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY);
+        if program.is_null() {
+            return false;
+        }
+        let found = libc::dlsym(program, c"cudaMallocAsync".as_ptr());
         if found.is_null() {
+            // The program's dlerror() reads nothing after a dlopen of this library that worked.
+            crate::cuda::dl::forget_lookup_error();
             return false;
         }
         let (mut theirs, mut ours): (libc::Dl_info, libc::Dl_info) =
@@ -415,6 +501,16 @@ mod tests {
             assert!(
                 n.note.contains("set in the environment") && !n.note.contains("by the pool"),
                 "{alloc:?} {cuda:?}: {}",
+                n.note
+            );
+        }
+        // The pool set its variable at load, and the program removed it: nothing is set.
+        for choice in [TorchChoice::SetByPool, TorchChoice::Unknown] {
+            let n = torch_note(choice, None, None, None);
+            assert!(n.caches_above, "{}", n.note);
+            assert!(
+                n.note.contains("none of") && !n.note.contains("set in the environment"),
+                "{}",
                 n.note
             );
         }

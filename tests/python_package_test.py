@@ -160,6 +160,19 @@ class Launcher(unittest.TestCase):
         self.assertIn("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", lines)
         self.assertIn("GPUPOOL_SET_PYTORCH_CUDA_ALLOC_CONF=1", lines)
 
+    def test_dry_run_prints_arguments_that_are_not_utf8_as_given(self) -> None:
+        # A file name in another encoding, in a UTF-8 locale, where Python's stdout refuses
+        # what it cannot encode (en_US.UTF-8 does; PYTHONIOENCODING makes it so here): the
+        # command line comes out byte for byte, as gpupool-run's does, not as a traceback.
+        done = subprocess.run(
+            [bytes(PYTHON), b"-m", b"gpupool", b"--dry-run", b"--summary", b"/tmp/s\xe9.txt",
+             b"--", b"prog", b"caf\xe9.txt"],
+            env=clean_env(PYTHONIOENCODING="utf-8:strict"), capture_output=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr.decode(errors="replace"))
+        lines = done.stdout.splitlines()
+        self.assertIn(b"GPUPOOL_SUMMARY=/tmp/s\xe9.txt", lines)
+        self.assertEqual(lines[-1], b"prog 'caf\xe9.txt'")
+
     def test_the_library_is_preloaded_once(self) -> None:
         lines = dry_run("prog", LD_PRELOAD=f"{PACKAGE_LIBRARY} /opt/other.so")
         self.assertIn(f"LD_PRELOAD={PACKAGE_LIBRARY} /opt/other.so", lines)
@@ -657,6 +670,19 @@ class RemovedWhileLoaded(unittest.TestCase):
         self.assertEqual(out["copies"], [str(copy)], out)
         self.assertEqual(out["path"], str(copy))
 
+    def test_import_uses_a_copy_preloaded_from_a_path_that_is_not_utf8(self) -> None:
+        # A directory named in another encoding (Latin-1 here): the path read back from the
+        # process's mappings must open the same file, or `import gpupool` loads a second copy
+        # whose figures are empty.
+        copy = TARGET / "debug" / os.fsdecode(b"python-lat\xe9") / "libgpupool.so"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PACKAGE_LIBRARY, copy)
+        out = python(UNDER_PRELOAD, clean_env(), SIMLIB / "libcudart.so.12",
+                     launcher=["--lib", str(copy)])
+        self.assertEqual(out["path"], str(copy))
+        live = out["live"]["devices"]
+        self.assertEqual([(d["allocations"], d["frees"]) for d in live], [(3, 1)], out["live"])
+
 
 # Run with GPUPOOL_CUDART naming the simulator: the library finds its runtime itself.
 WITHOUT_PRELOAD = """
@@ -689,6 +715,37 @@ class ImportWithoutPreload(unittest.TestCase):
         out = python(WITHOUT_PRELOAD, self.env(), other)
         self.assertEqual(out["path"], str(other))
         self.assertFalse(out["own_copy_mapped"])
+
+    def test_pytorch_imported_afterwards_keeps_its_own_allocator(self) -> None:
+        # `import gpupool` at a script's top, before `import torch`: the package's own copy
+        # serves none of the program's calls, so PyTorch (the stand-in, which reads its
+        # variables from the C environment when it loads) must choose as it would without it.
+        script = """
+            import ctypes, os, sys
+            import gpupool
+            gpupool.version()
+            torch = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            print(torch.standin_backend())
+        """
+        done = run([PYTHON, "-c", textwrap.dedent(script), torch_standin()], env=self.env())
+        self.assertEqual(done.stdout, "0\n", done.stderr)
+
+    def test_the_summary_says_pytorch_allocates_past_a_copy_opened_later(self) -> None:
+        # `import torch`, then `import gpupool` without the preload: the package's own copy
+        # serves none of PyTorch's calls. gpupool.summary() must say that, not that PyTorch's
+        # cache sits above the pool by a variable nobody set, nor advise one that would not
+        # bring a tensor to this copy.
+        script = """
+            import ctypes, os, sys
+            torch = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            import gpupool
+            print(gpupool.summary())
+        """
+        done = run([PYTHON, "-c", textwrap.dedent(script), torch_standin()], env=self.env())
+        line = next((l for l in done.stdout.splitlines() if l.startswith(" pytorch ")), "")
+        self.assertIn("preload", line, done.stdout)
+        self.assertNotIn("set in the environment", line)
+        self.assertNotIn("PYTORCH_", line)
 
 
     def test_a_library_that_cannot_be_loaded_is_named_with_the_fix(self) -> None:
@@ -836,6 +893,25 @@ class Torch(unittest.TestCase):
         self.assertEqual((allocated, peak), (3 * MIB, 3 * MIB))
         self.assertGreaterEqual(reserved, 3 * MIB)
         self.assertEqual(peak_reserved, reserved)
+
+    def test_the_summary_says_the_pool_is_pytorchs_allocator(self) -> None:
+        # `import torch` loads libc10_cuda (the stand-in here, under that name), then use()
+        # opens the library for PyTorch: every tensor is the pool's, and no PyTorch variable
+        # is set. The summary's pytorch line must say so, not send the user to a variable.
+        script = """
+            import ctypes, os, sys
+            ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            import gpupool.torch, torch
+            gpupool.torch.use()
+            p = torch.cuda.memory.current.malloc(3 << 20, 0, None)
+            torch.cuda.memory.current.free(p, 3 << 20, 0, None)
+        """
+        done = run([PYTHON, "-c", textwrap.dedent(script), torch_standin()],
+                   env=self.env(GPUPOOL_SUMMARY="stderr"))
+        line = next((l for l in done.stderr.splitlines() if l.startswith(" pytorch ")), "")
+        self.assertIn("pluggable allocator", line, done.stderr)
+        self.assertNotIn("sits above the pool", line)
+        self.assertNotIn("PYTORCH_", line)
 
     def test_use_after_cuda_started_says_why_it_refuses(self) -> None:
         out = python(TORCH, self.env(FAKE_TORCH_INITIALIZED="1"))

@@ -260,6 +260,136 @@ fn pytorchs_variables_set_by_the_user_are_kept_and_the_summary_says_what_they_me
     assert_eq!(get(&kv, "backend"), "0");
 }
 
+/// The summary's `pytorch` line in `err`.
+fn pytorch_line(err: &str) -> &str {
+    err.lines()
+        .find(|l| l.trim_start().starts_with("pytorch "))
+        .unwrap_or_else(|| panic!("no pytorch line in {err}"))
+}
+
+/// The variable and value the `pytorch` line ends by telling the user to set.
+fn advice(line: &str) -> (&str, &str) {
+    let (_, advice) = line
+        .rsplit_once(" set ")
+        .unwrap_or_else(|| panic!("no variable to set in {line}"));
+    let (name, rest) = advice.split_once('=').expect("set NAME=VALUE");
+    (name, rest.split([',', ' ']).next().unwrap_or_default())
+}
+
+/// Under the preload with a summary: a script that runs `first` (a Python statement), then
+/// loads the stand-in (`import torch`) and allocates a tensor. Its backend, and the summary's
+/// `pytorch` line.
+fn script_first(first: &str) -> (String, String) {
+    let code = format!(
+        "import ctypes, os; {first}; \
+         torch = ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
+         torch.standin_alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]; \
+         p = ctypes.c_void_p(); assert torch.standin_alloc(ctypes.byref(p), 1 << 20) == 0; \
+         print('backend=' + str(torch.standin_backend()))",
+        standin().display().to_string()
+    );
+    let py = PathBuf::from(python());
+    let (out, err) = ok(&mut pooled(
+        &py,
+        &["-c", &code],
+        &[("GPUPOOL_SUMMARY", "stderr")],
+    ));
+    let backend = out
+        .trim()
+        .strip_prefix("backend=")
+        .unwrap_or(&out)
+        .to_string();
+    (backend, pytorch_line(&err).to_string())
+}
+
+#[test]
+fn the_summarys_advice_on_pytorchs_setting_takes_effect() {
+    // The pytorch line ends with the variable to set for the other backend, and following it
+    // must change the backend. PyTorch reads PYTORCH_CUDA_ALLOC_CONF only while
+    // PYTORCH_ALLOC_CONF is unset: with that one set, the advice must name it. Uncached with a
+    // configuration set, unsetting PYTORCH_NO_CUDA_MEMORY_CACHING alone gives the caching
+    // allocator, not the cudaMallocAsync backend.
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: [Case; 3] = [
+        (
+            &[("PYTORCH_ALLOC_CONF", "expandable_segments:True")],
+            "0",
+            ASYNC,
+        ),
+        (
+            &[("PYTORCH_ALLOC_CONF", "backend:cudaMallocAsync")],
+            ASYNC,
+            "0",
+        ),
+        (
+            &[
+                ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),
+                ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+            ],
+            "1",
+            ASYNC,
+        ),
+    ];
+    for (settings, before, after) in cases {
+        let mut env = vec![("GPUPOOL_SUMMARY", "stderr")];
+        env.extend_from_slice(settings);
+        let (kv, err) = train(true, &env);
+        assert_eq!(get(&kv, "backend"), before, "{settings:?}");
+        let line = pytorch_line(&err);
+        let (name, value) = advice(line);
+        let mut followed: Vec<(&str, &str)> =
+            env.iter().filter(|(n, _)| *n != name).copied().collect();
+        followed.push((name, value));
+        let (kv, _) = train(true, &followed);
+        assert_eq!(
+            get(&kv, "backend"),
+            after,
+            "{settings:?}, then {name}={value}: {line}"
+        );
+    }
+}
+
+#[test]
+fn a_setting_the_program_removes_is_not_reported_as_set() {
+    // A script that clears PyTorch's variable before `import torch` gets PyTorch's default
+    // caching allocator. The summary must not name a variable as "set in the environment"
+    // when none is, nor tell the user to unset one.
+    let (backend, line) = script_first("os.environ.pop('PYTORCH_CUDA_ALLOC_CONF')");
+    assert_eq!(backend, "0");
+    assert!(
+        line.contains("caching allocator sits above the pool"),
+        "{line}"
+    );
+    assert!(
+        !line.contains("set in the environment") && !line.contains("unset it"),
+        "{line}"
+    );
+    assert_eq!(
+        advice(&line),
+        ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")
+    );
+}
+
+#[test]
+fn an_uncached_setting_the_program_makes_after_the_pool_chose_is_named_in_the_summary() {
+    // A script written for uncached pooling sets PYTORCH_NO_CUDA_MEMORY_CACHING=1 at its top,
+    // after the pool chose PyTorch's cudaMallocAsync backend at load. That backend ignores the
+    // variable: the summary must say so, and how to get what the script asked for.
+    let (backend, line) = script_first("os.environ['PYTORCH_NO_CUDA_MEMORY_CACHING'] = '1'");
+    assert_eq!(backend, ASYNC);
+    assert!(
+        line.contains("PYTORCH_NO_CUDA_MEMORY_CACHING=1 has no effect"),
+        "{line}"
+    );
+    // Its advice, followed from the start, gives PyTorch's uncached allocator.
+    let (name, value) = advice(&line);
+    let (kv, _) = train(
+        true,
+        &[("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"), (name, value)],
+    );
+    assert_eq!(get(&kv, "backend"), "1", "{name}={value}: {line}");
+}
+
 #[test]
 fn without_the_pool_or_with_it_off_pytorchs_setting_is_left_alone() {
     let (kv, _) = train(false, &[]);
@@ -539,15 +669,22 @@ fn a_child_that_inherits_the_pools_setting_says_it_was_the_pools() {
 #[test]
 fn a_library_opened_later_or_disabled_leaves_pytorchs_setting_alone() {
     // Opened with dlopen (as `import gpupool` or a pluggable allocator opens it), the library
-    // serves none of the process's calls: it must not send PyTorch's tensors past itself.
+    // serves none of the process's calls: it must not send PyTorch's tensors past itself. PyTorch
+    // loaded afterwards keeps its own allocator; the C environment, which PyTorch reads (not
+    // Python's copy of it, made at start-up), is untouched.
     let code = format!(
         "import ctypes, os; ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
-         print('conf=' + str(os.environ.get('PYTORCH_CUDA_ALLOC_CONF')))",
-        support::library().display().to_string()
+         libc = ctypes.CDLL(None); libc.getenv.restype = ctypes.c_char_p; \
+         print('conf=' + str(libc.getenv(b'PYTORCH_CUDA_ALLOC_CONF'))); \
+         torch = ctypes.CDLL({:?}, mode=os.RTLD_LOCAL); \
+         print('backend=' + str(torch.standin_backend()))",
+        support::library().display().to_string(),
+        standin().display().to_string()
     );
     let py = PathBuf::from(python());
     let (out, _) = ok(&mut unpooled(&py, &["-c", &code], &[]));
     assert!(out.contains("conf=None"), "{out}");
+    assert!(out.contains("backend=0"), "{out}");
     // A disabled child of a pooled shell runs PyTorch as it would without the pool.
     let (lib, script) = (standin(), script());
     let line = format!(
@@ -559,6 +696,24 @@ fn a_library_opened_later_or_disabled_leaves_pytorchs_setting_alone() {
     let sh = PathBuf::from("/bin/sh");
     let (out, _) = ok(&mut pooled(&sh, &["-c", &line], &[]));
     assert!(out.contains("backend=0"), "{out}");
+}
+
+#[test]
+fn a_library_opened_later_leaves_no_dlerror_behind() {
+    // Its constructor asks whether it serves the process (a lookup that fails when it was opened
+    // with dlopen): the program's dlerror() after a dlopen that succeeded still reads nothing.
+    let exe = sim::Sim::get().build(
+        &support::root().join("tests/c/dlopen_dlerror.c"),
+        &sim::Build {
+            compiler: "cc",
+            flags: &["-std=c11"],
+            libs: &["-ldl"],
+            cudart: false,
+        },
+    );
+    let lib = support::library().display().to_string();
+    let (out, _) = ok(&mut unpooled(&exe, &[&lib], &[]));
+    assert_eq!(out, "dlerror=(none)\n");
 }
 
 #[test]

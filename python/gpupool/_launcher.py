@@ -277,11 +277,17 @@ def _say(message: str) -> None:
 
 def _out(text: str) -> None:
     """`text` on stdout, now. A reader that has gone (`--help | true`) ends the launcher by
-    SIGPIPE, as it ends gpupool-run and any other shell tool, not with a traceback."""
+    SIGPIPE, as it ends gpupool-run and any other shell tool, not with a traceback.
+
+    Written as the bytes it came from (`os.fsencode`): arguments and variables that are not
+    UTF-8 (a Latin-1 file name) come out as given, where stdout's own encoding would refuse
+    them in a UTF-8 locale."""
     try:
         if sys.stdout is not None:
-            sys.stdout.write(text)
             sys.stdout.flush()
+            out = getattr(sys.stdout, "buffer", sys.stdout)
+            out.write(os.fsencode(text) if out is not sys.stdout else text)
+            out.flush()
     except BrokenPipeError:
         # Python would report the unflushed rest again at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -38,14 +38,18 @@ def own_library() -> Path:
 
 
 def _mappings() -> Iterator[Tuple[int, int, str]]:
-    """Yields (start, end, path) for each file mapped into this process."""
+    """Yields (start, end, path) for each file mapped into this process.
+
+    The paths are the file system's bytes, decoded as Python decodes file names (`os.fsdecode`):
+    a name that is not UTF-8 then opens the same file again, where a replacement character
+    would name none."""
     try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        with open("/proc/self/maps", "rb") as maps:
             for line in maps:
                 fields = line.split(maxsplit=5)
-                if len(fields) == 6 and fields[5].startswith("/"):
-                    start, end = fields[0].split("-")
-                    yield int(start, 16), int(end, 16), fields[5].rstrip("\n")
+                if len(fields) == 6 and fields[5].startswith(b"/"):
+                    start, end = fields[0].split(b"-")
+                    yield int(start, 16), int(end, 16), os.fsdecode(fields[5].rstrip(b"\n"))
     except OSError:
         return
 

@@ -27,6 +27,7 @@ pub unsafe extern "C" fn gpupool_torch_malloc(
     stream: cudaStream_t,
 ) -> *mut c_void {
     boundary(std::ptr::null_mut(), || {
+        crate::frameworks::note_pluggable();
         // A cached block needs no device made current.
         if let (Ok(size), Ok(device)) = (usize::try_from(size), u32::try_from(device)) {
             if let Some(p) = crate::dispatch::malloc_hit_on(size, device, stream, 0) {
