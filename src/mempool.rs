@@ -143,7 +143,7 @@ fn never_worse(
     let released = match (pool, guard::enter()) {
         (Some(pool), Some(inside)) => {
             crate::dispatch::ready_for_backend(&inside, pool, dev);
-            pool.empty_cache(dev)
+            pool.release_for_others(dev)
         }
         _ => 0,
     };

@@ -151,7 +151,7 @@ fn idle_segments_a_larger_request_outgrew_go_back_to_the_driver() {
         .lines()
         .find(|l| l.contains(" released "))
         .unwrap_or_else(|| panic!("no released line: {out}"));
-    assert!(line.contains("outgrown 1 (768 MiB)"), "{line}");
+    assert!(line.contains("outgrown 1 segment (768 MiB)"), "{line}");
 }
 
 #[test]

@@ -41,7 +41,7 @@ fn probe(dev: u32, size: usize) -> bool {
 /// pool's out-of-memory was recovered, and the allocation is CUDA's. Out of memory, the program
 /// saw it: `report` prints the report, unless the request was a probe of all the free memory
 /// (`probe`), which the program is ready to see refused, and which is silent without the pool.
-/// The summary counts it all the same.
+/// The summary counts it all the same, and is written at exit as after an allocation.
 pub(crate) fn answer(
     pool: &Pool<CudaBackend>,
     dev: u32,
@@ -55,6 +55,8 @@ pub(crate) fn answer(
             note_passed_through(Reason::AfterOutOfMemory, size, r)
         }
         OUT_OF_MEMORY => {
+            // The request reached the pool, which counts it: the exit summary is due.
+            crate::lifecycle::note_allocation();
             if probe(dev, size) {
                 pool.refused_probe(dev);
             } else {

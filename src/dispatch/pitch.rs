@@ -59,7 +59,7 @@ pub unsafe fn malloc_pitch(
         ask_with_room(ask, ERROR_MEMORY_ALLOCATION, || {
             guard::enter().map_or(0, |inside| {
                 super::ready_for_backend(&inside, pool, dev);
-                pool.empty_cache(dev)
+                pool.release_for_others(dev)
             })
         })
     });

@@ -13,8 +13,8 @@ use crate::{global, log, report};
 static FIRST_ALLOCATION: AtomicBool = AtomicBool::new(false);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 
-/// Called after every allocation the pool served or passed through to CUDA; the first one arms
-/// the exit summary (for this process: a forked child inherits the flag, not the job).
+/// Called after every allocation the pool served or passed through to CUDA, and every request
+/// it answered out of memory; the first one arms the exit summary (for this process: a forked child inherits the flag, not the job).
 #[inline]
 pub fn note_allocation() {
     if !FIRST_ALLOCATION.load(Ordering::Relaxed) && !FIRST_ALLOCATION.swap(true, Ordering::AcqRel) {

@@ -84,12 +84,30 @@ impl<B: Backend> Pool<B> {
     /// Release whole free segments of `device` until at most `keep` bytes stay reserved.
     /// Returns the bytes released.
     pub fn trim_to(&self, device: u32, keep: u64) -> u64 {
+        self.with_cache(device, |p, backend, clock| p.trim_to(backend, clock, keep))
+    }
+
+    /// Give `device`'s whole cache back because an allocation the pool does not serve ran out
+    /// of memory (`DevicePool::release_for_others`). Returns the bytes released.
+    pub fn release_for_others(&self, device: u32) -> u64 {
+        self.with_cache(device, |p, backend, clock| {
+            p.release_for_others(backend, clock)
+        })
+    }
+
+    /// `release` on `device`'s pool, its thread caches' blocks taken back first; 0 for a
+    /// device the pool has not used.
+    fn with_cache(
+        &self,
+        device: u32,
+        release: impl FnOnce(&mut DevicePool, &dyn Backend, &ReuseClock) -> u64,
+    ) -> u64 {
         let Some(slot) = self.existing(device) else {
             return 0;
         };
         let mut p = Self::lock(slot);
         Self::take_back_cached_blocks(slot, &mut p);
-        p.trim_to(&self.timed(slot), &slot.clock, keep)
+        release(&mut p, &self.timed(slot), &slot.clock)
     }
 
     /// Start every figure's peak of `device` over again from its current value.

@@ -399,6 +399,9 @@ impl DeviceReplay {
                 self.pool.promote(&self.clock);
             }
             Kind::SyncPoint => self.pool.sync_point(&self.backend, &self.clock),
+            Kind::EmptyCache if r.b != 0 => {
+                self.pool.release_for_others(&self.backend, &self.clock);
+            }
             Kind::EmptyCache => {
                 self.pool.trim_to(&self.backend, &self.clock, r.a);
             }

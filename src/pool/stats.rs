@@ -98,6 +98,8 @@ pub struct DeviceStats {
     /// Real `cudaMalloc` / `cudaFree` calls made.
     pub real_mallocs: u64,
     pub real_frees: u64,
+    /// Of `real_mallocs`, those the driver refused (no segment made).
+    pub real_mallocs_refused: u64,
     /// Time spent in them.
     pub real_malloc_ns: u64,
     pub real_free_ns: u64,
@@ -107,6 +109,11 @@ pub struct DeviceStats {
     /// Segments (and bytes) released by an explicit empty-cache request.
     pub empty_cache_releases: u64,
     pub empty_cache_released_bytes: u64,
+    /// Of the releases by threshold and by empty-cache request, with expandable segments: the
+    /// granules unmapped. Their bytes count among the released bytes, the granules not among
+    /// the segments (a range stays reserved).
+    pub threshold_released_granules: u64,
+    pub empty_cache_released_granules: u64,
     /// Idle segments (and bytes) released because a larger request outgrew them.
     pub outgrown_releases: u64,
     pub outgrown_released_bytes: u64,
@@ -163,12 +170,15 @@ impl Default for DeviceStats {
             thread_cache_returned: 0,
             real_mallocs: 0,
             real_frees: 0,
+            real_mallocs_refused: 0,
             real_malloc_ns: 0,
             real_free_ns: 0,
             threshold_releases: 0,
             threshold_released_bytes: 0,
             empty_cache_releases: 0,
             empty_cache_released_bytes: 0,
+            threshold_released_granules: 0,
+            empty_cache_released_granules: 0,
             outgrown_releases: 0,
             outgrown_released_bytes: 0,
             oom_retries: 0,
@@ -195,8 +205,10 @@ impl Default for DeviceStats {
 
 impl DeviceStats {
     /// Real `cudaMalloc` calls the driver refused: counted among the calls, no segment made.
+    /// Counted as they happen: segments made do not tell, since a range of expandable segments
+    /// is one without a `cudaMalloc`.
     pub fn mallocs_refused(&self) -> u64 {
-        self.real_mallocs.saturating_sub(self.segments.total_in)
+        self.real_mallocs_refused
     }
 
     /// Allocations served without a new segment, each a `cudaMalloc` the program would have

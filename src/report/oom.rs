@@ -167,8 +167,18 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, api: RequestApi)
     }
     if let Some(e) = oom {
         let retried = if mapping {
-            " (free granules included), then tried again to map the granules the request lacks"
-                .to_string()
+            let segment = if e.segment_asked {
+                format!(
+                    ", then asked the driver for a {} segment",
+                    bytes(e.requested)
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                " (free granules included), then tried again to map the granules the request \
+                 lacks{segment}"
+            )
         } else {
             format!(
                 ", then retried with a {} segment{}",

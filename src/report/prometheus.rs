@@ -167,7 +167,7 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
     (
         "gpupool_limit_refusals_total",
         "counter",
-        "Segments the limit refused before the driver was asked.",
+        "Times the limit refused the pool memory (a segment, or granules of an expandable one to map) before the driver was asked.",
         |d| d.snap.stats.limit_refusals as f64,
     ),
     (
@@ -247,6 +247,18 @@ const FAMILIES: &[(&str, &str, &str, Getter)] = &[
         "counter",
         "Segments released by empty-cache requests.",
         |d| d.snap.stats.empty_cache_releases as f64,
+    ),
+    (
+        "gpupool_threshold_released_granules_total",
+        "counter",
+        "Granules of expandable segments unmapped because the threshold was exceeded.",
+        |d| d.snap.stats.threshold_released_granules as f64,
+    ),
+    (
+        "gpupool_empty_cache_released_granules_total",
+        "counter",
+        "Granules of expandable segments unmapped by empty-cache requests.",
+        |d| d.snap.stats.empty_cache_released_granules as f64,
     ),
     (
         "gpupool_outgrown_released_segments_total",

@@ -132,9 +132,13 @@ impl Report {
         }
     }
 
-    /// Whether the pool served any allocation at all.
+    /// Whether any allocation reached the pool: served, or refused out of memory (the pool
+    /// printed its report for it).
     pub fn intercepted(&self) -> bool {
-        self.devices.iter().any(|d| d.snap.stats.allocs > 0) || !self.unread.is_empty()
+        self.devices
+            .iter()
+            .any(|d| d.snap.stats.allocs > 0 || d.snap.stats.ooms > 0)
+            || !self.unread.is_empty()
     }
 
     /// Whether the program allocated through the hooks: the pool served it, or left it to
@@ -144,13 +148,20 @@ impl Report {
     }
 }
 
-/// Percent of `part` in `whole`, as text.
+/// Percent of `part` in `whole`, as text. A share short of the whole never reads `100.0%`,
+/// nor a share above none `0.0%`: the counts beside it would contradict it.
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
-        "-".into()
-    } else {
-        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+        return "-".into();
     }
+    let mut p = part as f64 * 100.0 / whole as f64;
+    if part < whole {
+        p = p.min(99.9);
+    }
+    if part > 0 {
+        p = p.max(0.1);
+    }
+    format!("{p:.1}%")
 }
 
 fn threshold_text(t: u64) -> String {
@@ -166,10 +177,11 @@ fn limit_text(limit: u64, s: &crate::pool::DeviceStats) -> String {
     if limit == u64::MAX {
         return String::new();
     }
+    // A refusal is a segment, or with expandable segments granules to map: memory.
     let refused = match s.limit_refusals {
         0 => String::new(),
-        1 => ", refused 1 segment".to_string(),
-        n => format!(", refused {n} segments"),
+        1 => ", refused memory once".to_string(),
+        n => format!(", refused memory {n} times"),
     };
     format!(
         "   limit {} (peak reserved {}{refused})",
@@ -367,23 +379,37 @@ pub fn render_text(r: &Report) -> String {
             s.observed_fences,
             s.barriers
         );
-        // Segments given back, by reason: only the reasons that released any.
+        // Segments freed and granules unmapped, by reason: only the reasons that released any.
         let released: Vec<String> = [
             (
                 "by threshold",
                 s.threshold_releases,
+                s.threshold_released_granules,
                 s.threshold_released_bytes,
             ),
             (
                 "by empty_cache",
                 s.empty_cache_releases,
+                s.empty_cache_released_granules,
                 s.empty_cache_released_bytes,
             ),
-            ("outgrown", s.outgrown_releases, s.outgrown_released_bytes),
+            (
+                "outgrown",
+                s.outgrown_releases,
+                0,
+                s.outgrown_released_bytes,
+            ),
         ]
         .into_iter()
-        .filter(|&(_, n, _)| n > 0)
-        .map(|(why, n, b)| format!("{why} {n} ({})", bytes(b)))
+        .filter(|&(_, _, _, b)| b > 0)
+        .map(|(why, segments, granules, b)| {
+            let what: Vec<String> = [(segments, "segment"), (granules, "granule")]
+                .into_iter()
+                .filter(|&(n, _)| n > 0)
+                .map(|(n, unit)| format!("{n} {unit}{}", if n == 1 { "" } else { "s" }))
+                .collect();
+            format!("{why} {} ({})", what.join(", "), bytes(b))
+        })
         .chain(
             (s.oom_released_bytes > 0)
                 .then(|| format!("at out-of-memory {}", bytes(s.oom_released_bytes))),
@@ -516,6 +542,17 @@ pub fn ipc_text(ipc: &IpcRefusals) -> Option<String> {
 mod tests {
     use super::*;
     use crate::passed_through::{Reason, Tally};
+
+    #[test]
+    fn a_share_short_of_the_whole_never_reads_as_all_or_none() {
+        // 39999 hits of 40000 allocations: not "served from cache 100.0%" beside a miss.
+        assert_eq!(pct(39_999, 40_000), "99.9%");
+        assert_eq!(pct(1, 40_000), "0.1%");
+        assert_eq!(pct(40_000, 40_000), "100.0%");
+        assert_eq!(pct(0, 40_000), "0.0%");
+        assert_eq!(pct(977, 1000), "97.7%");
+        assert_eq!(pct(1, 0), "-");
+    }
 
     #[test]
     fn the_passed_through_line_names_only_the_reasons_that_happened() {

@@ -201,3 +201,45 @@ fn a_program_whose_every_allocation_passed_through_writes_its_summary() {
         .count();
     assert!(summaries >= 2, "{summaries} summaries:\n{err}");
 }
+
+/// A program whose only request ran out of memory (200000 MiB on an 80 GiB device) reached
+/// the pool, which printed its out-of-memory report: it writes its summary, which counts the
+/// error returned, rather than nothing (or, with `always:`, a line saying that no `cudaMalloc`
+/// reached the pool). In classic and expandable segments.
+#[test]
+fn a_program_whose_only_request_ran_out_of_memory_writes_its_summary() {
+    let dir = scratch("report-only-oom");
+    for expandable in ["0", "1"] {
+        let path = dir.join(format!("expandable-{expandable}.json"));
+        let (_, out, err) = run_ok(
+            &c_program("requests"),
+            &["200000"],
+            &[
+                ("GPUPOOL_EXPANDABLE", expandable),
+                ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
+            ],
+        );
+        assert!(out.contains("200000 MiB -> 2\n"), "{out}");
+        assert!(err.contains("out of memory on device 0"), "{err}");
+        assert!(path.exists(), "expandable {expandable}: no summary written");
+        let v = read_json(&path);
+        assert_eq!(v["intercepted"], Value::Bool(true), "{v}");
+        let d = &v["devices"][0];
+        assert_eq!(u(d, "/allocations"), 0, "{d}");
+        assert_eq!(u(d, "/out_of_memory/returned"), 1, "{d}");
+
+        let (_, _, err) = run_ok(
+            &c_program("requests"),
+            &["200000"],
+            &[
+                ("GPUPOOL_EXPANDABLE", expandable),
+                ("GPUPOOL_SUMMARY", "always:stderr"),
+            ],
+        );
+        assert!(
+            !err.contains("no CUDA allocations were intercepted"),
+            "{err}"
+        );
+        assert!(err.contains(", 1 returned to the program"), "{err}");
+    }
+}

@@ -213,6 +213,14 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
                 "/released/outgrown_segments",
             ),
             (
+                "gpupool_threshold_released_granules_total",
+                "/released/threshold_granules",
+            ),
+            (
+                "gpupool_empty_cache_released_granules_total",
+                "/released/empty_cache_granules",
+            ),
+            (
                 "gpupool_program_syncs_used_total",
                 "/in_flight/program_syncs_used",
             ),
@@ -403,4 +411,150 @@ fn one_thread_summary_gives_the_same_numbers_in_json_prometheus_and_text() {
 /// reserved at that moment, in the simulator).
 fn last_sample_reserved(d: &Value) -> u64 {
     u(d, "/memory/total_bytes") - u(d, "/memory/free_bytes") - u(d, "/memory/outside_pool_bytes")
+}
+
+/// With expandable segments on, a request that the limit leaves no whole granule for gets a
+/// classic segment of its own size from `cudaMalloc` (`GPUPOOL_LIMIT=101MiB`: 4 MiB mapped,
+/// 97 MiB asked for). When the driver refuses that call, the summary says so in each form, as
+/// it does with classic segments: the simulator's own count of refused calls, not 0 (a range of
+/// address space counts as a segment, but no `cudaMalloc` made it).
+#[test]
+fn a_refused_driver_malloc_is_counted_with_expandable_segments() {
+    let dir = scratch("report-refused-malloc");
+    for fail in ["", "cudaMalloc@1=2"] {
+        for (form, name) in [("json", "s.json"), ("prom", "s.prom"), ("text", "s.txt")] {
+            let path = dir.join(name);
+            let (_, out, _) = run_ok(
+                &c_program("requests"),
+                &["4", "97"],
+                &[
+                    ("CUDASIM_FAIL", fail),
+                    ("GPUPOOL_LIMIT", "101MiB"),
+                    ("GPUPOOL_SUMMARY", path.to_str().unwrap()),
+                ],
+            );
+            let served = if fail.is_empty() { 0 } else { 2 };
+            assert!(
+                out.contains(&format!("97 MiB -> {served}\n")),
+                "{fail}: {out}"
+            );
+            let sim: (u64, u64) = (figure(&out, "sim mallocs"), figure(&out, "sim refused"));
+            assert_eq!(sim.0, 1, "{fail}: the pool's one cudaMalloc: {out}");
+            let (mallocs, refused) = match form {
+                "json" => {
+                    let v = read_json(&path);
+                    let d = &v["devices"][0];
+                    (u(d, "/driver/mallocs"), u(d, "/driver/mallocs_refused"))
+                }
+                "prom" => {
+                    let (_, map) = parse_prometheus(&path);
+                    (
+                        prom(&map, "gpupool_driver_mallocs_total", 0) as u64,
+                        prom(&map, "gpupool_driver_mallocs_refused_total", 0) as u64,
+                    )
+                }
+                _ => {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let line = text
+                        .lines()
+                        .find(|l| l.starts_with(" driver "))
+                        .unwrap_or_else(|| panic!("no driver line: {text}"));
+                    // "cudaMalloc 1, 1 refused (8.0 us), ..." or "cudaMalloc 1 (21.1 us), ...".
+                    let calls = line.split("cudaMalloc ").nth(1).unwrap();
+                    let calls = calls.split(" (").next().unwrap();
+                    let mut parts = calls.split(", ");
+                    let mallocs = parse(parts.next().unwrap());
+                    let refused = parts
+                        .next()
+                        .map_or(0, |p| parse(p.strip_suffix(" refused").unwrap()));
+                    (mallocs, refused)
+                }
+            };
+            assert_eq!((mallocs, refused), sim, "{fail} {form}");
+        }
+    }
+}
+
+/// The releases by threshold say what went back: with classic segments the segments freed
+/// (as many as the `segments` row's total freed), with expandable segments the granules
+/// unmapped, none of them a segment (the range stays). `tests/c/threshold.c` frees 1 GiB in
+/// 64 MiB blocks under `GPUPOOL_RELEASE_THRESHOLD=0`.
+#[test]
+fn releases_by_threshold_count_segments_and_granules_apart() {
+    let dir = scratch("report-release-units");
+    for expandable in ["0", "1"] {
+        let env = [
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_RELEASE_THRESHOLD", "0"),
+        ];
+        let (v, text) = json_and_text(&dir.join(expandable), "threshold", &[], &env);
+        let d = &v["devices"][0];
+        let segments = u(d, "/segments/total_out");
+        let granules = u(d, "/expandable/granules_unmapped");
+        assert_eq!(u(d, "/released/threshold_segments"), segments, "{d}");
+        assert_eq!(u(d, "/released/threshold_granules"), granules, "{d}");
+        assert_eq!(u(d, "/released/threshold_bytes"), GIB, "{d}");
+        let want = if expandable == "1" {
+            assert_eq!((segments, granules), (0, 512), "{d}");
+            "by threshold 512 granules (1.00 GiB)"
+        } else {
+            assert_eq!((segments, granules), (16, 0), "{d}");
+            "by threshold 16 segments (1.00 GiB)"
+        };
+        assert!(
+            text.contains(&format!(" released   {want}\n")),
+            "expandable {expandable}: {text}"
+        );
+    }
+}
+
+/// The cache given back because another allocator ran out of memory (`cudaMallocManaged` of
+/// 500 MiB on a 1 GiB device whose 900 MiB sit in the pool's cache, `tests/c/cache_in_the_way.c`)
+/// is released at out-of-memory, not "by empty_cache": the program asked for no empty cache.
+#[test]
+fn cache_given_back_for_another_allocator_is_released_at_out_of_memory() {
+    let dir = scratch("report-release-for-others");
+    for expandable in ["0", "1"] {
+        let env = [
+            ("CUDASIM_MEM", "1GiB"),
+            ("CUDASIM_CONTEXT_BYTES", "0"),
+            ("GPUPOOL_EXPANDABLE", expandable),
+        ];
+        let (v, text) = json_and_text(
+            &dir.join(expandable),
+            "cache_in_the_way",
+            &["managed"],
+            &env,
+        );
+        let d = &v["devices"][0];
+        assert_eq!(u(d, "/released/empty_cache_bytes"), 0, "{d}");
+        assert_eq!(u(d, "/released/empty_cache_segments"), 0, "{d}");
+        assert_eq!(u(d, "/released/empty_cache_granules"), 0, "{d}");
+        assert_eq!(
+            u(d, "/released/out_of_memory_bytes"),
+            u(d, "/reserved_bytes/total_out"),
+            "{d}"
+        );
+        assert!(u(d, "/released/out_of_memory_bytes") >= 500 * MIB, "{d}");
+        assert!(!text.contains("by empty_cache"), "{text}");
+        assert!(text.contains(" released   at out-of-memory "), "{text}");
+    }
+}
+
+/// Runs the C program `name` twice, writing its summary to `prefix.json` and `prefix.txt`:
+/// the JSON summary and the text one.
+fn json_and_text(
+    prefix: &Path,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Value, String) {
+    let json = prefix.with_extension("json");
+    let txt = prefix.with_extension("txt");
+    for path in [&json, &txt] {
+        let mut env = env.to_vec();
+        env.push(("GPUPOOL_SUMMARY", path.to_str().unwrap()));
+        run_ok(&c_program(name), args, &env);
+    }
+    (read_json(&json), std::fs::read_to_string(&txt).unwrap())
 }

@@ -254,3 +254,65 @@ fn a_request_cuda_serves_after_the_pool_ran_out_is_no_out_of_memory_returned() {
         assert!(u(&v, &format!("{after}/bytes")) >= MIB, "{mode}: {v}");
     }
 }
+
+/// Expandable segments under `GPUPOOL_LIMIT=101MiB`, on a device with 100 MiB free (400 MiB,
+/// 300 MiB of context): a request of 97 MiB beside a 4 MiB block gets no whole granule under
+/// the limit, and then the driver refuses the 97 MiB segment the limit allows. The device
+/// lacks the memory, so the report does not blame the limit (nor say "the driver may have the
+/// memory"). A request the limit alone refuses (99 MiB: 4 + 99 > 101) still names it. What the
+/// pool tried names the segment the driver refused.
+#[test]
+fn an_out_of_memory_the_driver_refused_is_not_blamed_on_the_limit() {
+    let blamed = "the pool's limit refused it";
+    let asked = "then asked the driver for a 97.0 MiB segment";
+    for (size, limit_refused) in [("97", false), ("99", true)] {
+        let (_, out, err) = run_ok(
+            &c_program("requests"),
+            &["4", size],
+            &[("CUDASIM_MEM", "400MiB"), ("GPUPOOL_LIMIT", "101MiB")],
+        );
+        assert!(out.contains(&format!("{size} MiB -> 2\n")), "{out}");
+        assert!(err.contains("out of memory on device 0"), "{err}");
+        assert_eq!(err.contains(blamed), limit_refused, "{size} MiB:\n{err}");
+        assert_eq!(err.contains(asked), !limit_refused, "{size} MiB:\n{err}");
+    }
+}
+
+/// With expandable segments the limit refuses granules to map, not segments: the summary's
+/// device line and the replay of the trace count the refusals as times the limit refused
+/// memory (`GPUPOOL_LIMIT=512MiB`, one request of 600 MiB, which no segment served), as many
+/// as the JSON's `limit_refusals`.
+#[test]
+fn limit_refusals_are_not_called_segments() {
+    let dir = scratch("report-limit-refusals");
+    let json = dir.join("s.json");
+    let trace = dir.join("t.trace");
+    let env = [("GPUPOOL_LIMIT", "512MiB")];
+    let mut with = env.to_vec();
+    with.push(("GPUPOOL_SUMMARY", json.to_str().unwrap()));
+    with.push(("GPUPOOL_TRACE", trace.to_str().unwrap()));
+    run_ok(&c_program("requests"), &["600"], &with);
+    let refusals = u(&read_json(&json)["devices"][0], "/limit_refusals");
+    assert!(refusals > 1, "{refusals}");
+    let mut with = env.to_vec();
+    with.push(("GPUPOOL_SUMMARY", "stderr"));
+    let (_, _, err) = run_ok(&c_program("requests"), &["600"], &with);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(" device 0 "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.ends_with(&format!("refused memory {refusals} times)")),
+        "{line}"
+    );
+    let replay = Command::new(support::trace_tool())
+        .arg("replay")
+        .arg(&trace)
+        .output()
+        .expect("run gpupool-trace");
+    let (out, _) = support::texts(&replay);
+    assert!(
+        out.contains(&format!("limit 512 MiB: refused memory {refusals} times")),
+        "{out}"
+    );
+}

@@ -265,7 +265,7 @@ pub(super) fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
     };
     in_primary_context(d, device, || {
         super::ready_thread_for_backend(pool, device);
-        pool.empty_cache(device)
+        pool.release_for_others(device)
     })
     .unwrap_or(0)
 }

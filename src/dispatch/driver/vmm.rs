@@ -39,7 +39,7 @@ pub unsafe fn mem_create(
     // context the program has current.
     let released = in_primary_context(d, dev, || {
         super::super::ready_thread_for_backend(pool, dev);
-        pool.empty_cache(dev)
+        pool.release_for_others(dev)
     });
     match released {
         Some(bytes) if bytes > 0 => real(),

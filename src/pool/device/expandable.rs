@@ -515,9 +515,7 @@ impl DevicePool {
         candidates.reverse();
         let want = self.cached().saturating_sub(keep);
         let (released, all) = self.unmap_listed(candidates, want, backend, why as u16);
-        for _ in 0..released / self.granule {
-            self.count_release(why, self.granule);
-        }
+        self.count_unmapped(why, released / self.granule);
         self.unmap_due = !all;
         released
     }

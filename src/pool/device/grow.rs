@@ -357,6 +357,7 @@ impl DevicePool {
             fenced,
             capture,
             mapping: false,
+            segment_asked: false,
             limited: self.limit_refused,
             memory: self.memory,
         });
@@ -439,6 +440,7 @@ impl DevicePool {
         let addr = match r {
             Ok(addr) => addr,
             Err(e) => {
+                self.stats.real_mallocs_refused += 1;
                 self.record(Kind::SegmentRefused, size, e.0 as u64, 0, 0);
                 return Err(e);
             }

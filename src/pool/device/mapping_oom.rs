@@ -47,7 +47,11 @@ impl DevicePool {
         // Granules are whole: the last part of a limit or of the device's free memory that is
         // no multiple of one takes no granule, yet a segment of the request's own size fits
         // there, as it would without the pool.
+        let asked_before = self.stats.real_mallocs;
         if self.limit_refused || self.device_may_hold(rounded, backend) {
+            // That segment's answer says who refused: the limit (which marks it again), or the
+            // driver, which then lacks the request's own size whatever the limit.
+            self.limit_refused = false;
             if let Ok(idx) = self.new_classic_segment(class, rounded, backend) {
                 self.stats.misses += 1;
                 self.stats.oom_recovered += 1;
@@ -63,6 +67,7 @@ impl DevicePool {
             fenced,
             capture,
             mapping: true,
+            segment_asked: self.stats.real_mallocs > asked_before,
             limited: self.limit_refused,
             memory: self.memory,
         });

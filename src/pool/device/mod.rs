@@ -230,6 +230,8 @@ pub struct OomEvent {
     pub capture: bool,
     /// The request mapped granules of an expandable segment (else it asked for a segment).
     pub mapping: bool,
+    /// After the mapping failed, the driver refused a segment of the request's own size too.
+    pub segment_asked: bool,
     /// The pool's limit (`GPUPOOL_LIMIT`) refused a segment the retry asked for: the driver
     /// may have had the memory.
     pub limited: bool,

@@ -102,7 +102,26 @@ impl DevicePool {
         released
     }
 
-    /// One release of `bytes` (a segment, or a granule of an expandable one) in the counters.
+    /// `n` granules of expandable segments unmapped for `why`, in the counters: their bytes
+    /// among the released bytes, the granules apart from the segments.
+    pub(super) fn count_unmapped(&mut self, why: Release, n: u64) {
+        let bytes = n * self.granule;
+        let s = &mut self.stats;
+        match why {
+            Release::Threshold => {
+                s.threshold_released_granules += n;
+                s.threshold_released_bytes += bytes;
+            }
+            Release::EmptyCache => {
+                s.empty_cache_released_granules += n;
+                s.empty_cache_released_bytes += bytes;
+            }
+            Release::OutOfMemory => s.oom_released_bytes += bytes,
+            Release::Outgrown => s.outgrown_released_bytes += bytes,
+        }
+    }
+
+    /// One release of a segment of `bytes` in the counters.
     pub(super) fn count_release(&mut self, why: Release, bytes: u64) {
         let s = &mut self.stats;
         match why {
@@ -179,6 +198,16 @@ impl DevicePool {
         self.record(Kind::EmptyCache, keep, 0, 0, 0);
         let keep_cached = keep.saturating_sub(self.stats.reserved.current - self.cached());
         self.release_segments(backend, clock, keep_cached, Release::EmptyCache)
+    }
+
+    /// The whole cache given back because an allocation the pool does not serve (another
+    /// allocator's, another context's) ran out of memory: released at out-of-memory, not by
+    /// an empty-cache request. Its trace record is an empty cache marked so (`b` 1). Returns
+    /// the bytes released.
+    pub fn release_for_others(&mut self, backend: &dyn Backend, clock: &ReuseClock) -> u64 {
+        self.promote(clock);
+        self.record(Kind::EmptyCache, 0, 1, 0, 0);
+        self.release_segments(backend, clock, 0, Release::OutOfMemory)
     }
 
     /// Set the most bytes this pool may reserve (applied to the next segment), in whole blocks.

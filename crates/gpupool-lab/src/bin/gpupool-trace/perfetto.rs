@@ -235,6 +235,9 @@ fn instant(ev: &mut Events, r: &Record, t_ns: u64) -> io::Result<()> {
             &[("wait_ns", Num(r.a)), ("wait", Str(&duration_ns(r.a)))],
         ),
         Kind::Barrier => ev.instant(r, t_ns, "barrier", &[]),
+        Kind::EmptyCache if r.b != 0 => {
+            ev.instant(r, t_ns, "cache given back for another allocator", &[])
+        }
         Kind::EmptyCache => ev.instant(r, t_ns, "empty cache", &[]),
         Kind::Threshold => ev.instant(
             r,

@@ -210,9 +210,12 @@ fn figures(results: &[DeviceResult]) -> String {
             match r.limit {
                 u64::MAX => String::new(),
                 l => format!(
-                    "\n  limit {}: {} segments refused by it",
+                    "\n  limit {}: refused memory {}",
                     bytes(l),
-                    s.limit_refusals
+                    match s.limit_refusals {
+                        1 => "once".to_string(),
+                        n => format!("{n} times"),
+                    }
                 ),
             },
             if r.diverged {
