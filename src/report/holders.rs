@@ -4,7 +4,7 @@
 
 use std::hash::BuildHasherDefault;
 
-use super::units::bytes;
+use super::units::{bytes, count};
 use crate::pool::{IntHasher, LiveBlock};
 
 /// A library that holds live blocks: its name in the reports, its blocks and their requested
@@ -143,12 +143,11 @@ pub fn holders_text(holders: &[Holder]) -> String {
     holders
         .iter()
         .map(|h| {
-            let plural = if h.blocks == 1 { "" } else { "s" };
             format!(
-                "{} {} in {} block{plural}",
+                "{} {} in {}",
                 h.library,
                 bytes(h.bytes),
-                h.blocks
+                count(h.blocks, "block")
             )
         })
         .collect::<Vec<_>>()

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use std::sync::Mutex;
 
 use super::summary::{DeviceReport, Report};
-use super::units::bytes;
+use super::units::{bytes, count};
 use crate::log;
 use crate::pool::stats::histogram_bucket;
 use crate::pool::Expandable;
@@ -143,11 +143,11 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, api: RequestApi)
         if d.snap.expandable == Expandable::On {
             let _ = writeln!(
                 o,
-                "  stranded   {} free beside the {} live blocks ({} in granules they share, {} in \
-                 classic segments; largest piece {}): a granule or segment goes back to the \
-                 driver only once no live block touches it",
+                "  stranded   {} free beside {} ({} in granules they share, {} in classic \
+                 segments; largest piece {}): a granule or segment goes back to the driver only \
+                 once no live block touches it",
                 bytes(stranded),
-                s.blocks.current,
+                count(s.blocks.current, "live block"),
                 bytes(f.stranded_in_granules),
                 bytes(stranded.saturating_sub(f.stranded_in_granules)),
                 bytes(f.largest_piece)
@@ -155,12 +155,11 @@ pub fn render(d: &DeviceReport, size: u64, max_split_size: u64, api: RequestApi)
         } else {
             let _ = writeln!(
                 o,
-                "  stranded   {} free inside the {} segments that hold the {} live blocks \
-                 (largest piece {}): no segment can go back to the driver while a block in it \
-                 lives",
+                "  stranded   {} free inside {} holding {} (largest piece {}): no segment can \
+                 go back to the driver while a block in it lives",
                 bytes(stranded),
-                s.segments.current,
-                s.blocks.current,
+                count(s.segments.current, "segment"),
+                count(s.blocks.current, "live block"),
                 bytes(f.largest_piece)
             );
         }

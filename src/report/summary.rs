@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 pub use super::holders::{holders_text, Holder};
-use super::units::{bytes, duration_ns};
+use super::units::{bytes, count, duration_ns};
 use crate::passed_through::Counts as PassedThrough;
 use crate::pool::stats::{Gauge, HISTOGRAM_BUCKETS};
 use crate::pool::{Backend, DeviceSnapshot, Expandable, IpcRefusals, LiveBlock, LockWait, Pool};
@@ -195,15 +195,13 @@ fn limit_text(limit: u64, s: &crate::pool::DeviceStats) -> String {
 /// beside live blocks, or free to go back to the driver.
 fn expandable_text(d: &DeviceReport) -> String {
     let (f, s) = (&d.snap.figures, &d.snap.stats);
-    let plural = |n: u64| if n == 1 { "" } else { "s" };
     let state = match d.snap.expandable {
         Expandable::On => format!(
-            "{} mapped in {} of reserved address space ({} range{}); {} granules of {} mapped \
+            "{} mapped in {} of reserved address space ({}); {} granules of {} mapped \
              over the run, {} unmapped",
             bytes(f.mapped),
             bytes(f.range_bytes),
-            f.ranges,
-            plural(f.ranges),
+            count(f.ranges, "range"),
             s.granules_mapped,
             bytes(f.granule),
             s.granules_unmapped
@@ -223,8 +221,8 @@ fn expandable_text(d: &DeviceReport) -> String {
     let refused = match s.ranges_refused {
         0 => String::new(),
         n => format!(
-            "; {n} reservation{} refused (classic segments instead)",
-            plural(n)
+            "; {} refused (classic segments instead)",
+            count(n, "reservation")
         ),
     };
     format!(
@@ -327,10 +325,9 @@ pub fn render_text(r: &Report) -> String {
             // Else, after a reset, "total freed" reads more than the program freed.
             let _ = writeln!(
                 o,
-                " total freed includes what {} device reset{} dropped (the blocks and segments \
-                 the device held then)",
-                s.resets,
-                if s.resets == 1 { "" } else { "s" }
+                " total freed includes what {} dropped (the blocks and segments the device \
+                 held then)",
+                count(s.resets, "device reset")
             );
         }
         let _ = writeln!(o, "{thin}");
@@ -406,7 +403,7 @@ pub fn render_text(r: &Report) -> String {
             let what: Vec<String> = [(segments, "segment"), (granules, "granule")]
                 .into_iter()
                 .filter(|&(n, _)| n > 0)
-                .map(|(n, unit)| format!("{n} {unit}{}", if n == 1 { "" } else { "s" }))
+                .map(|(n, unit)| count(n, unit))
                 .collect();
             format!("{why} {} ({})", what.join(", "), bytes(b))
         })
@@ -416,11 +413,10 @@ pub fn render_text(r: &Report) -> String {
         )
         .chain((s.slack_unmapped_granules > 0).then(|| {
             format!(
-                "moved within the slack {} granules ({}) in {} move{}",
-                s.slack_unmapped_granules,
+                "moved within the slack {} ({}) in {}",
+                count(s.slack_unmapped_granules, "granule"),
                 bytes(s.slack_unmapped_granules * d.snap.figures.granule),
-                s.slack_moves,
-                if s.slack_moves == 1 { "" } else { "s" }
+                count(s.slack_moves, "move")
             )
         }))
         .collect();
@@ -462,13 +458,13 @@ pub fn render_text(r: &Report) -> String {
         if d.leaked_blocks > 0 {
             let _ = writeln!(
                 o,
-                " {}: {} blocks, {} requested",
+                " {}: {}, {} requested",
                 if r.at_exit {
                     "still allocated at exit"
                 } else {
                     "allocated now"
                 },
-                d.leaked_blocks,
+                count(d.leaked_blocks, "block"),
                 bytes(d.leaked_bytes)
             );
             for (size, count) in d.leaks.iter().take(10) {
@@ -506,10 +502,9 @@ pub fn passed_text(p: &PassedThrough) -> Option<String> {
         .each()
         .filter(|(_, t)| t.allocations > 0)
         .map(|(why, t)| {
-            let plural = if t.allocations == 1 { "" } else { "s" };
             format!(
-                "{} allocation{plural} ({}) {}",
-                t.allocations,
+                "{} ({}) {}",
+                count(t.allocations, "allocation"),
                 bytes(t.bytes),
                 why.text()
             )
@@ -520,7 +515,7 @@ pub fn passed_text(p: &PassedThrough) -> Option<String> {
 
 /// The IPC handles refused, and the variable that lets the program share its blocks.
 pub fn ipc_text(ipc: &IpcRefusals) -> Option<String> {
-    let handles = |n: u64| format!("{n} IPC handle{}", if n == 1 { "" } else { "s" });
+    let handles = |n: u64| count(n, "IPC handle");
     let mut parts = Vec::new();
     if ipc.mapped > 0 {
         parts.push(format!(

@@ -21,6 +21,15 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// `1 block`, `3 blocks`: a count with its noun, plural unless it is one.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// `1.2 ms`, `850 ns`, `3.4 s`.
 pub fn duration_ns(ns: u64) -> String {
     if ns < 1_000 {

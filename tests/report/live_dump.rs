@@ -172,7 +172,7 @@ fn the_exit_summary_lists_what_the_program_never_freed() {
         "{err}"
     );
     assert!(
-        err.contains(" still allocated at exit: 1 blocks, 1.00 MiB requested"),
+        err.contains(" still allocated at exit: 1 block, 1.00 MiB requested"),
         "{err}"
     );
     assert_eq!(
