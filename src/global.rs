@@ -133,11 +133,12 @@ fn make() -> Option<&'static Global> {
     let made = uncancellable(|| init(depth == 0));
     MAKING.with(|m| m.set(depth));
     match made {
-        Ok(g) => {
-            let g = GLOBAL.get_or_init(|| g);
+        Ok(g) => Some(GLOBAL.get_or_init(|| {
+            // Before the state is published: a thread that finds it may grow a segment at once,
+            // and the pool's own calls need the runtime by then.
             crate::cuda::backend::runtime_found(g.runtime);
-            Some(g)
-        }
+            g
+        })),
         Err(_) => {
             if depth == 0 {
                 *failed_at() = Some(added);

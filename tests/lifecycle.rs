@@ -182,10 +182,12 @@ fn the_first_cuda_call_while_another_thread_is_inside_dlopen_of_a_cuda_library()
         sim::Sim::get().compile(&root().join("tests/c/first_call_in_dlopen.c"), &["-ldl"]);
     let lib = c_library("cuda_ctor");
     let lib = lib.to_str().expect("utf-8 path");
-    let out = output_within(&mut pooled(&program, &[lib, "150"], &[]), 240);
+    // 400 rounds: a thread that found the state published before the pool's own calls had
+    // the runtime got cudaErrorUnknown in about 1 of 15 000 rounds on a loaded machine.
+    let out = output_within(&mut pooled(&program, &[lib, "400"], &[]), 240);
     let (stdout, stderr) = texts(&out);
     assert!(
-        out.status.success() && stdout.contains("150 rounds, 0 hung, 0 failed"),
+        out.status.success() && stdout.contains("400 rounds, 0 hung, 0 failed"),
         "({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         out.status
     );
