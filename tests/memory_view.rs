@@ -167,7 +167,10 @@ fn the_out_of_memory_report_names_the_pools_packing() {
             .unwrap_or_else(|| panic!("no {key:?} in:\n{err}"))
             .to_string()
     };
-    assert!(line("  stranded   ").contains(" segments holding "), "{err}");
+    assert!(
+        line("  stranded   ").contains(" segments holding "),
+        "{err}"
+    );
     let advice = &err[err.find("  you can    ").expect("advice")..];
     assert!(
         advice.starts_with(
