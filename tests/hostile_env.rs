@@ -202,11 +202,12 @@ fn a_full_file_system_gives_one_warning() {
 }
 
 /// A set-group-ID program linked with the pool (secure mode, `AT_SECURE`) writes no file that
-/// the environment of whoever runs it names: `GPUPOOL_SUMMARY=always:` and `GPUPOOL_TRACE` are
-/// ignored there, as glibc ignores `MALLOC_TRACE`. Else any user could have it write, with its
-/// group's rights, where only that group may. The same program without the bit writes the
-/// `always:` line. Needs root (to give the file another group); elsewhere, or on a file system
-/// mounted `nosuid`, the program reports no secure mode and the test says so and checks nothing.
+/// the environment of whoever runs it names: `GPUPOOL_SUMMARY` (with `always:`, or after an
+/// allocation) and `GPUPOOL_TRACE` are ignored there, as glibc ignores `MALLOC_TRACE`. Else any
+/// user could have it write, with its group's rights, where only that group may. The same
+/// program without the bit writes the summary and the trace. Needs root (to give the file
+/// another group); elsewhere, or on a file system mounted `nosuid`, the program reports no
+/// secure mode and the test says so and checks nothing.
 #[test]
 fn a_privileged_program_writes_no_file_its_environment_names() {
     use std::os::unix::fs::PermissionsExt;
@@ -217,7 +218,7 @@ fn a_privileged_program_writes_no_file_its_environment_names() {
             compiler: "cc",
             flags: &["-std=c11", "-Wl,--no-as-needed"],
             libs: &libs.iter().map(String::as_str).collect::<Vec<_>>(),
-            cudart: false,
+            cudart: true,
         },
     );
     let dir = scratch("secure-mode");
@@ -229,28 +230,50 @@ fn a_privileged_program_writes_no_file_its_environment_names() {
     std::fs::set_permissions(&setgid, std::fs::Permissions::from_mode(0o2755)).unwrap();
     let summary = dir.join("summary.txt");
     let trace = dir.join("trace.bin");
-    let env = [
-        ("GPUPOOL_SUMMARY", format!("always:{}", summary.display())),
-        ("GPUPOOL_TRACE", trace.display().to_string()),
+    // (arguments, GPUPOOL_SUMMARY): no CUDA with `always:`, then an allocation.
+    let runs = [
+        (&[][..], format!("always:{}", summary.display())),
+        (&["alloc"][..], summary.display().to_string()),
     ];
-    let run = |exe: &Path| {
+    let run = |exe: &Path, args: &[&str], dest: &str| {
         let mut cmd = support::clean_command(exe);
-        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        cmd.args(args)
+            .env("GPUPOOL_SUMMARY", dest)
+            .env("GPUPOOL_TRACE", &trace);
         ok(&mut cmd)
     };
-    let (out, err) = run(&exe);
-    assert_eq!(out, "secure 0\n", "{err}");
-    assert!(summary.exists(), "the unprivileged run wrote no summary");
-    std::fs::remove_file(&summary).unwrap();
-    let (out, err) = run(&setgid);
-    if !owned || out != "secure 1\n" {
-        eprintln!("not checked: the set-group-ID copy does not run in secure mode here ({out})");
-        return;
+    for (args, dest) in &runs {
+        let (out, err) = run(&exe, args, dest);
+        assert!(out.starts_with("secure 0\n"), "{out}{err}");
+        assert!(
+            summary.exists(),
+            "{args:?}: the unprivileged run wrote no summary"
+        );
+        std::fs::remove_file(&summary).unwrap();
+        if !args.is_empty() {
+            assert!(out.ends_with("cudaMalloc 0\n"), "{out}{err}");
+            assert!(trace.exists(), "the unprivileged run wrote no trace");
+            std::fs::remove_file(&trace).unwrap();
+        }
     }
-    assert!(err.is_empty(), "{err}");
-    assert!(
-        !summary.exists(),
-        "the privileged program wrote the summary"
-    );
-    assert!(!trace.exists(), "the privileged program wrote the trace");
+    for (args, dest) in &runs {
+        let (out, err) = run(&setgid, args, dest);
+        if !owned || !out.starts_with("secure 1\n") {
+            eprintln!(
+                "not checked: the set-group-ID copy does not run in secure mode here ({out})"
+            );
+            return;
+        }
+        assert!(err.is_empty(), "{err}");
+        assert!(!args.is_empty() || out == "secure 1\n", "{out}");
+        assert!(args.is_empty() || out.ends_with("cudaMalloc 0\n"), "{out}");
+        assert!(
+            !summary.exists(),
+            "{args:?}: the privileged program wrote the summary"
+        );
+        assert!(
+            !trace.exists(),
+            "{args:?}: the privileged program wrote the trace"
+        );
+    }
 }
