@@ -23,7 +23,7 @@ pub fn find_real_dlsym() -> *mut c_void {
         return p;
     }
     // SAFETY: a pseudo-handle.
-    let mut found = unsafe { versioned_dlsym(libc::RTLD_NEXT) };
+    let mut found = unsafe { glibc_versioned(libc::RTLD_NEXT, c"dlsym") };
     if found.is_null() {
         found = beside_dlvsym();
     }
@@ -68,13 +68,11 @@ static GLIBC_DLCLOSE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 pub fn glibc_dlclose() -> Option<DlcloseFn> {
     let mut p = GLIBC_DLCLOSE.load(Ordering::Acquire);
     if p.is_null() {
-        'found: for handle in [libc::RTLD_NEXT, libc::RTLD_DEFAULT] {
-            for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-                // SAFETY: a pseudo-handle, a NUL-terminated name and version.
-                p = unsafe { libc::dlvsym(handle, c"dlclose".as_ptr(), version.as_ptr()) };
-                if !p.is_null() {
-                    break 'found;
-                }
+        for handle in [libc::RTLD_NEXT, libc::RTLD_DEFAULT] {
+            // SAFETY: a pseudo-handle.
+            p = unsafe { glibc_versioned(handle, c"dlclose") };
+            if !p.is_null() {
+                break;
             }
         }
         GLIBC_DLCLOSE.store(p, Ordering::Release);
@@ -95,15 +93,15 @@ pub unsafe fn close(handle: *mut c_void) {
     }
 }
 
-/// glibc's `dlsym` as `handle` finds it, by version: `GLIBC_2.34` since glibc moved it into
-/// libc, else `GLIBC_2.2.5`.
+/// glibc's `name` (`dlsym`, `dlclose`) as `handle` finds it, by version: `GLIBC_2.34` since
+/// glibc moved it into libc, else `GLIBC_2.2.5`.
 ///
 /// # Safety
 /// `handle` is a live handle or a pseudo-handle.
-unsafe fn versioned_dlsym(handle: *mut c_void) -> *mut c_void {
+unsafe fn glibc_versioned(handle: *mut c_void, name: &std::ffi::CStr) -> *mut c_void {
     for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
         // SAFETY: NUL-terminated name and version; the caller's handle.
-        let found = unsafe { libc::dlvsym(handle, c"dlsym".as_ptr(), version.as_ptr()) };
+        let found = unsafe { libc::dlvsym(handle, name.as_ptr(), version.as_ptr()) };
         if !found.is_null() {
             return found;
         }
@@ -131,7 +129,7 @@ fn beside_dlvsym() -> *mut c_void {
         return std::ptr::null_mut();
     }
     // SAFETY: a live handle.
-    let found = unsafe { versioned_dlsym(h) };
+    let found = unsafe { glibc_versioned(h, c"dlsym") };
     // SAFETY: the handle just opened, closed once (libc stays loaded).
     unsafe { close(h) };
     found
