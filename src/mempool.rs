@@ -14,8 +14,9 @@
 //! program made current (`cudaDeviceSetMemPool`: it chose that pool's semantics;
 //! `dispatch::current_pool` keeps which pool is current), on a stream being captured into a
 //! graph (the graph owns them), on a stream of another device than the current one, and every
-//! call about a pool other than a default one (`cudaMallocFromPoolAsync` is not hooked at all).
-//! The summary counts the allocations (`passed_through`).
+//! call about a pool other than a default one (`cudaMallocFromPoolAsync` and `cudaMallocManaged`
+//! only get the pool's cache back when they run out of memory). The summary counts the
+//! allocations (`passed_through`).
 
 use std::ffi::c_void;
 
@@ -129,6 +130,8 @@ unsafe fn malloc_async_created(
 /// The runtime's answer to an allocation from the program's own memory pool. Never worse on
 /// memory: when the runtime is out of memory, the pool's cache on `dev` goes back to the driver
 /// and the runtime is asked again (the pool's cache could be what the program's pool lacks).
+/// Still out of memory, the other devices' caches go back too and the runtime is asked once
+/// more: a memory pool or managed memory may live on another device than the current one.
 fn never_worse(
     rt: &Runtime,
     pool: Option<&Pool<CudaBackend>>,
@@ -136,23 +139,38 @@ fn never_worse(
     pass: impl Fn(&Runtime) -> CudaStatus,
 ) -> CudaStatus {
     let unread = last_error::unread(rt);
-    let r = pass(rt);
-    if r != ERROR_MEMORY_ALLOCATION {
+    let mut r = pass(rt);
+    let Some(pool) = pool else {
         return r;
-    }
-    let released = match (pool, guard::enter()) {
-        (Some(pool), Some(inside)) => {
-            crate::dispatch::ready_for_backend(&inside, pool, dev);
-            pool.release_for_others(dev)
-        }
-        _ => 0,
     };
-    if released == 0 {
-        return r;
+    let others = || pool.used_devices().into_iter().filter(|&d| d != dev);
+    for devices in [vec![dev], others().collect()] {
+        if r != ERROR_MEMORY_ALLOCATION {
+            break;
+        }
+        if release_caches(pool, &devices) == 0 {
+            continue;
+        }
+        // The failed attempt's error is not the program's to see: it reads what it left there.
+        last_error::restore(rt, unread);
+        r = pass(rt);
     }
-    // The failed attempt's error is not the program's to see: it reads what it left there.
-    last_error::restore(rt, unread);
-    pass(rt)
+    r
+}
+
+/// Give the caches of `devices` back to the driver for an allocation the pool does not serve.
+/// The bytes released; 0 from inside the pool.
+fn release_caches(pool: &Pool<CudaBackend>, devices: &[u32]) -> u64 {
+    let Some(inside) = guard::enter() else {
+        return 0;
+    };
+    devices
+        .iter()
+        .map(|&d| {
+            crate::dispatch::ready_for_backend(&inside, pool, d);
+            pool.release_for_others(d)
+        })
+        .sum()
 }
 
 /// `cudaMallocFromPoolAsync`: the runtime serves it from the pool the program names, never

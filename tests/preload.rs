@@ -575,12 +575,14 @@ fn a_first_pitched_allocation_on_a_device_full_of_cache_fits() {
 /// Allocators the pool does not serve (`cudaMallocManaged`, `cudaMallocFromPoolAsync` from the
 /// default or the program's own memory pool) on a device whose memory the pool's cache holds:
 /// the request fits, as without the pool (never worse on memory), and leaves no error behind.
+/// Also from another device's memory pool than the current device's (`other-device`).
 #[test]
 fn allocators_the_pool_does_not_serve_get_its_cache_back_at_out_of_memory() {
     let exe = c_program("cache_in_the_way");
-    for mode in ["managed", "default-pool", "own-pool"] {
+    for mode in ["managed", "default-pool", "own-pool", "other-device"] {
         for expandable in ["0", "1"] {
             let env = [
+                ("CUDASIM_DEVICES", "2"),
                 ("CUDASIM_MEM", "1GiB"),
                 ("CUDASIM_CONTEXT_BYTES", "0"),
                 ("GPUPOOL_EXPANDABLE", expandable),
