@@ -57,14 +57,18 @@ pub fn start(g: &'static Process) {
     let read_fd = fds[0];
     if !crate::plain_thread::spawn(c"gpupool-dump", move || run(g, read_fd, interval)) {
         // No thread would read the pipe: the signal goes back to the program (its default
-        // action, as without the pool), and the descriptors are closed.
+        // action, as without the pool).
         if handler {
             uninstall_handler();
-        }
-        // SAFETY: closing the descriptors just made; the handler no longer writes to them.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
+            // A handler already running on another thread may still write to the pipe: both
+            // ends stay open (two descriptors, once), so that the byte lands in the pipe, not
+            // in a file that reused the number, and raises no SIGPIPE.
+        } else {
+            // SAFETY: closing the descriptors just made; no handler knows them.
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
         }
         log::warn("cannot start the live-dump thread; SIGUSR1 and periodic dumps are off");
     }
