@@ -12,7 +12,7 @@ mod support;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gpupool::config::{Config, VARIABLES};
 use support::{c_program, ok, output_within, pooled, scratch, texts};
@@ -201,6 +201,39 @@ fn a_full_file_system_gives_one_warning() {
     }
 }
 
+/// `tests/c/secure_mode.c` linked with the pool (and with the simulator's runtime, or with no
+/// runtime: `cudart`), and a set-group-ID copy of it owned by group nogroup in `dir`. Whether
+/// the copy could be given that group (it needs root).
+fn secure_mode_programs(dir: &Path, cudart: bool) -> (PathBuf, PathBuf, bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let libs = support::gpupool_libs();
+    let exe = sim::Sim::get().build(
+        &support::root().join("tests/c/secure_mode.c"),
+        &sim::Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-Wl,--no-as-needed"],
+            libs: &libs.iter().map(String::as_str).collect::<Vec<_>>(),
+            cudart,
+        },
+    );
+    let setgid = dir.join("secure_mode");
+    std::fs::copy(&exe, &setgid).unwrap();
+    let path = std::ffi::CString::new(setgid.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; to root and group nogroup (65534).
+    let owned = unsafe { libc::chown(path.as_ptr(), 0, 65534) } == 0;
+    std::fs::set_permissions(&setgid, std::fs::Permissions::from_mode(0o2755)).unwrap();
+    (exe, setgid, owned)
+}
+
+/// Whether the set-group-ID copy ran in secure mode, by its first line; if not, says so.
+fn ran_secure(owned: bool, out: &str) -> bool {
+    let secure = owned && out.starts_with("secure 1\n");
+    if !secure {
+        eprintln!("not checked: the set-group-ID copy does not run in secure mode here ({out})");
+    }
+    secure
+}
+
 /// A set-group-ID program linked with the pool (secure mode, `AT_SECURE`) writes no file that
 /// the environment of whoever runs it names: `GPUPOOL_SUMMARY` (with `always:`, or after an
 /// allocation) and `GPUPOOL_TRACE` are ignored there, as glibc ignores `MALLOC_TRACE`. Else any
@@ -210,24 +243,8 @@ fn a_full_file_system_gives_one_warning() {
 /// secure mode and the test says so and checks nothing.
 #[test]
 fn a_privileged_program_writes_no_file_its_environment_names() {
-    use std::os::unix::fs::PermissionsExt;
-    let libs = support::gpupool_libs();
-    let exe = sim::Sim::get().build(
-        &support::root().join("tests/c/secure_mode.c"),
-        &sim::Build {
-            compiler: "cc",
-            flags: &["-std=c11", "-Wl,--no-as-needed"],
-            libs: &libs.iter().map(String::as_str).collect::<Vec<_>>(),
-            cudart: true,
-        },
-    );
     let dir = scratch("secure-mode");
-    let setgid = dir.join("secure_mode");
-    std::fs::copy(&exe, &setgid).unwrap();
-    let path = std::ffi::CString::new(setgid.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a NUL-terminated path; to root and group nogroup (65534).
-    let owned = unsafe { libc::chown(path.as_ptr(), 0, 65534) } == 0;
-    std::fs::set_permissions(&setgid, std::fs::Permissions::from_mode(0o2755)).unwrap();
+    let (exe, setgid, owned) = secure_mode_programs(&dir, true);
     let summary = dir.join("summary.txt");
     let trace = dir.join("trace.bin");
     // (arguments, GPUPOOL_SUMMARY): no CUDA with `always:`, then an allocation.
@@ -258,10 +275,7 @@ fn a_privileged_program_writes_no_file_its_environment_names() {
     }
     for (args, dest) in &runs {
         let (out, err) = run(&setgid, args, dest);
-        if !owned || !out.starts_with("secure 1\n") {
-            eprintln!(
-                "not checked: the set-group-ID copy does not run in secure mode here ({out})"
-            );
+        if !ran_secure(owned, &out) {
             return;
         }
         assert!(err.is_empty(), "{err}");
@@ -276,4 +290,40 @@ fn a_privileged_program_writes_no_file_its_environment_names() {
             "{args:?}: the privileged program wrote the trace"
         );
     }
+}
+
+/// A set-group-ID program linked with the pool and no CUDA runtime loads none that its caller's
+/// `GPUPOOL_CUDART` names: else any user could run code of their own with the program's group.
+/// Without the bit, the named library is loaded (a marker that says so on stderr; it is no
+/// runtime, so the allocation fails either way). Needs root, as the test above.
+#[test]
+fn a_privileged_program_loads_no_runtime_its_environment_names() {
+    let dir = scratch("secure-cudart");
+    let (exe, setgid, owned) = secure_mode_programs(&dir, false);
+    let marker = sim::Sim::get().build(
+        &support::root().join("tests/c/marker_runtime.c"),
+        &sim::Build {
+            compiler: "cc",
+            flags: &["-std=c11", "-shared", "-fPIC"],
+            libs: &[],
+            cudart: false,
+        },
+    );
+    let run = |exe: &Path| {
+        let mut cmd = support::clean_command(exe);
+        cmd.arg("alloc").env("GPUPOOL_CUDART", &marker);
+        ok(&mut cmd)
+    };
+    let (out, err) = run(&exe);
+    assert!(out.starts_with("secure 0\n"), "{out}{err}");
+    assert!(err.contains("marker runtime loaded"), "{out}{err}");
+    let (out, err) = run(&setgid);
+    if !ran_secure(owned, &out) {
+        return;
+    }
+    assert!(out.contains("cudaMalloc "), "{out}{err}");
+    assert!(
+        !err.contains("marker runtime loaded"),
+        "the privileged program loaded the runtime its caller named:\n{err}"
+    );
 }
