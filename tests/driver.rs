@@ -400,6 +400,34 @@ fn cu_mem_alloc_async_from_the_programs_own_memory_pool_goes_to_the_driver() {
     }
 }
 
+/// `cuMemAllocManaged` and `cuMemAllocFromPoolAsync` (a static runtime's `cudaMallocManaged`
+/// and `cudaMallocFromPoolAsync`), which the pool does not serve, on a device whose memory the
+/// pool's cache holds: they fit, as without the pool, also from another device's pool than the
+/// current context's. By symbol and through `cuGetProcAddress`.
+#[test]
+fn allocators_the_pool_does_not_serve_get_its_cache_back_through_the_driver() {
+    let exe = program();
+    let env = [
+        ("CUDASIM_DEVICES", "2"),
+        ("CUDASIM_MEM", "1GiB"),
+        ("CUDASIM_CONTEXT_BYTES", "0"),
+    ];
+    for mode in ["lcuda", "static"] {
+        for kind in ["managed", "pool", "other-device"] {
+            let args = [mode, "cache-back", kind];
+            let done = format!("driver_pool {mode} cache-back {kind}: all checks passed");
+            let (without, _) = ok(&mut unpooled(&exe, &args, &env));
+            assert!(without.contains(&done), "{without}");
+            for expandable in ["0", "1"] {
+                let mut env = env.to_vec();
+                env.push(("GPUPOOL_EXPANDABLE", expandable));
+                let (with, err) = ok(&mut pooled(&exe, &args, &env));
+                assert!(with.contains(&done), "{mode} {kind}: {with}\n{err}");
+            }
+        }
+    }
+}
+
 #[test]
 fn the_default_memory_pools_figures_trim_and_threshold_include_the_pools_part() {
     // The static runtime's cudaMemPoolGetAttribute, cudaMemPoolTrimTo and

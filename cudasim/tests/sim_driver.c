@@ -237,6 +237,16 @@ int main(void)
         CHECK(cudasimGetPoolMallocs((cudaMemPool_t)def, &served) == 0 && served == 2,
               "the default pool served %llu (two before)", served);
         CU_OK(cuMemFreeAsync(a, CU_STREAM_LEGACY));
+        /* From a named pool, whichever is current; 0 bytes refused, as the driver documents. */
+        CU_OK(cuMemAllocFromPoolAsync(&a, 4096, def, CU_STREAM_LEGACY));
+        CHECK(cudasimGetPoolMallocs((cudaMemPool_t)def, &served) == 0 && served == 3,
+              "the default pool served %llu by name", served);
+        CU_OK(cuMemFreeAsync(a, CU_STREAM_LEGACY));
+        CU_EXPECT(cuMemAllocFromPoolAsync_ptsz(&a, 0, def, NULL), CUDA_ERROR_INVALID_VALUE);
+        CU_OK(cuMemAllocManaged(&a, 4096, CU_MEM_ATTACH_GLOBAL));
+        CU_OK(cuMemFree(a));
+        CU_EXPECT(cuMemAllocManaged(&a, 4096, 7), CUDA_ERROR_INVALID_VALUE);
+        CU_EXPECT(cuMemAllocManaged(&a, 0, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_VALUE);
         CU_EXPECT(cuMemPoolDestroy(def), CUDA_ERROR_INVALID_VALUE);
         CU_OK(cuMemPoolDestroy(mine));
         CU_OK(cuDeviceGetMemPool(&cur, 0));

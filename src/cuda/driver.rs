@@ -34,6 +34,9 @@ pub type MemFreeFn = unsafe extern "C" fn(CuDevicePtr) -> CuResult;
 pub type MemAllocPitchFn =
     unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, usize, usize, c_uint) -> CuResult;
 pub type MemAllocAsyncFn = unsafe extern "C" fn(*mut CuDevicePtr, usize, Stream) -> CuResult;
+pub type MemAllocManagedFn = unsafe extern "C" fn(*mut CuDevicePtr, usize, u32) -> CuResult;
+pub type MemAllocFromPoolAsyncFn =
+    unsafe extern "C" fn(*mut CuDevicePtr, usize, CuMemoryPool, Stream) -> CuResult;
 pub type MemFreeAsyncFn = unsafe extern "C" fn(CuDevicePtr, Stream) -> CuResult;
 pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult;
 pub type VoidFn = unsafe extern "C" fn() -> CuResult;

@@ -60,9 +60,12 @@ pub enum Hooked {
     GreenCtxCreate,
     GreenCtxStreamCreate,
     MemPoolSetAccess,
+    MemAllocManaged,
+    MemAllocFromPoolAsync,
+    MemAllocFromPoolAsyncPtsz,
 }
 
-pub const COUNT: usize = Hooked::MemPoolSetAccess as usize + 1;
+pub const COUNT: usize = Hooked::MemAllocFromPoolAsyncPtsz as usize + 1;
 
 /// The versioned names, in `Hooked`'s order: what the library exports, and what it looks up.
 pub const NAMES: [&CStr; COUNT] = [
@@ -114,6 +117,9 @@ pub const NAMES: [&CStr; COUNT] = [
     c"cuGreenCtxCreate",
     c"cuGreenCtxStreamCreate",
     c"cuMemPoolSetAccess",
+    c"cuMemAllocManaged",
+    c"cuMemAllocFromPoolAsync",
+    c"cuMemAllocFromPoolAsync_ptsz",
 ];
 
 /// Whether the driver's lookups and calls are interposed (`config::driver_hooks`).

@@ -9,7 +9,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::cuda::driver::*;
-use crate::cuda::hooked::{self, COUNT};
+use crate::cuda::hooked::{self, Hooked, COUNT};
 use crate::cuda::types::{Event, Stream};
 use crate::dispatch::default_pool;
 use crate::dispatch::driver as dispatch;
@@ -72,6 +72,9 @@ fn hooks() -> [usize; COUNT] {
         contexts::cuGreenCtxCreate as *const () as usize,
         contexts::cuGreenCtxStreamCreate as *const () as usize,
         cuMemPoolSetAccess as *const () as usize,
+        cuMemAllocManaged as *const () as usize,
+        cuMemAllocFromPoolAsync as *const () as usize,
+        cuMemAllocFromPoolAsync_ptsz as *const () as usize,
     ]
 }
 
@@ -279,6 +282,70 @@ unsafe extern "C" fn mem_alloc_async_ptsz_from(
         };
         // SAFETY: the caller's contract.
         unsafe { dispatch::mem_alloc(dptr, size, Some(per_thread(stream)), origin, real) }
+    })
+}
+
+/// # Safety
+/// As `cuMemAllocManaged`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    flags: c_uint,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || real!(MemAllocManaged, MemAllocManagedFn, |f| f(dptr, size, flags));
+        dispatch::alloc_unserved(real)
+    })
+}
+
+/// # Safety
+/// As `cuMemAllocFromPoolAsync`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    pool: CuMemoryPool,
+    stream: Stream,
+) -> CuResult {
+    // SAFETY: the caller's contract.
+    unsafe { alloc_from_pool(Hooked::MemAllocFromPoolAsync, dptr, size, pool, stream) }
+}
+
+/// # Safety
+/// As `cuMemAllocFromPoolAsync_ptsz`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    pool: CuMemoryPool,
+    stream: Stream,
+) -> CuResult {
+    // SAFETY: the caller's contract.
+    unsafe { alloc_from_pool(Hooked::MemAllocFromPoolAsyncPtsz, dptr, size, pool, stream) }
+}
+
+/// `cuMemAllocFromPoolAsync` or its `_ptsz` form (`h`): the driver's, never worse on memory.
+///
+/// # Safety
+/// As `cuMemAllocFromPoolAsync`; `h` one of the two.
+unsafe fn alloc_from_pool(
+    h: Hooked,
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    pool: CuMemoryPool,
+    stream: Stream,
+) -> CuResult {
+    boundary(CU_ERROR_UNKNOWN, || {
+        let real = || {
+            // SAFETY: both hooked names have this C signature.
+            match unsafe { hooked::real_fn::<MemAllocFromPoolAsyncFn>(h) } {
+                // SAFETY: the driver's own function, called with the hook's arguments.
+                Some(f) => unsafe { f(dptr, size, pool, stream) },
+                None => CU_ERROR_NOT_INITIALIZED,
+            }
+        };
+        dispatch::alloc_unserved(real)
     })
 }
 

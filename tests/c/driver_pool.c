@@ -10,7 +10,9 @@
  *   driver_pool MODE default-pool  instead: the default memory pool's figures, trim and release
  *                       threshold, see `default_pool_calls`.
  *   driver_pool MODE streams  instead: created streams where two devices are seen, see
- *                       `placed_streams`. */
+ *                       `placed_streams`.
+ *   driver_pool MODE cache-back KIND  instead: allocators the pool does not serve, out of
+ *                       memory while its cache holds the memory, see `cache_back`. */
 #include "driver_proc.h"
 
 #define MiB (1024ull * 1024ull)
@@ -50,6 +52,8 @@ static struct {
     CUresult (*pool_trim)(CUmemoryPool, size_t);
     CUresult (*stream_create)(CUstream *, unsigned);
     CUresult (*stream_destroy)(CUstream);
+    CUresult (*alloc_managed)(CUdeviceptr *, size_t, unsigned);
+    CUresult (*alloc_from_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
     int (*stats)(int, cudasimStats *);
     int (*pool_mallocs)(cudaMemPool_t, unsigned long long *);
     void (*fill)(void);
@@ -92,6 +96,8 @@ static void link_directly(void)
     cu.pool_trim = cuMemPoolTrimTo;
     cu.stream_create = cuStreamCreate;
     cu.stream_destroy = cuStreamDestroy_v2;
+    cu.alloc_managed = cuMemAllocManaged;
+    cu.alloc_from_pool = cuMemAllocFromPoolAsync;
     cu.stats = cudasimGetStats;
     cu.pool_mallocs = cudasimGetPoolMallocs;
     cu.fill = cudasim_fill_kernel;
@@ -127,6 +133,8 @@ static void link_as_static_runtime(cuuint64_t flags)
     *(void **)&cu.pool_trim = proc(get, "cuMemPoolTrimTo", flags);
     *(void **)&cu.stream_create = proc(get, "cuStreamCreate", flags);
     *(void **)&cu.stream_destroy = proc(get, "cuStreamDestroy", flags);
+    *(void **)&cu.alloc_managed = proc(get, "cuMemAllocManaged", flags);
+    *(void **)&cu.alloc_from_pool = proc(get, "cuMemAllocFromPoolAsync", flags);
     *(void **)&cu.stats = dlsym(h, "cudasimGetStats");
     *(void **)&cu.pool_mallocs = dlsym(h, "cudasimGetPoolMallocs");
     *(void **)&cu.fill = dlsym(h, "cudasim_fill_kernel");
@@ -252,6 +260,45 @@ static unsigned long long served(CUmemoryPool pool)
     unsigned long long n = 0;
     CHECK(cu.pool_mallocs((cudaMemPool_t)pool, &n) == 0, "cudasimGetPoolMallocs");
     return n;
+}
+
+/* Allocators the pool does not serve, on a 1 GiB device whose memory sits in the pool's cache
+ * (900 MiB allocated and freed): KIND managed (cuMemAllocManaged), pool (cuMemAllocFromPoolAsync
+ * from the device's default pool), other-device (the 900 MiB on device 1, then 500 MiB from
+ * device 1's default pool with device 0's context current; needs CUDASIM_DEVICES=2). Without
+ * the pool the 500 MiB fit; with it too, once the pool gave its cache back. */
+static void cache_back(const char *kind)
+{
+    CUcontext ctx0 = NULL, ctx1 = NULL, home;
+    CUdeviceptr blocks[9], p = 0;
+    CUmemoryPool pool = NULL;
+    int i, other = strcmp(kind, "other-device") == 0;
+
+    CU_OK(cu.init(0));
+    CU_OK(cu.retain(&ctx0, 0));
+    home = ctx0;
+    if (other) {
+        CU_OK(cu.retain(&ctx1, 1));
+        home = ctx1;
+    }
+    CU_OK(cu.set_current(home));
+    for (i = 0; i < 9; i++)
+        CU_OK(cu.alloc(&blocks[i], 100 * MiB));
+    for (i = 0; i < 9; i++)
+        CU_OK(cu.free(blocks[i]));
+    CU_OK(cu.sync());
+    CU_OK(cu.set_current(ctx0));
+    if (strcmp(kind, "managed") == 0) {
+        CU_OK(cu.alloc_managed(&p, 500 * MiB, CU_MEM_ATTACH_GLOBAL));
+        CU_OK(cu.free(p));
+    } else {
+        CHECK(other || strcmp(kind, "pool") == 0, "unknown kind %s", kind);
+        CU_OK(cu.default_pool(&pool, other ? 1 : 0));
+        CU_OK(cu.alloc_from_pool(&p, 500 * MiB, pool, NULL));
+        CU_OK(cu.set_current(home));
+        CU_OK(cu.free_async(p, NULL));
+    }
+    CU_OK(cu.sync());
 }
 
 /* cuMemAllocAsync while the program's own memory pool is current: the driver serves it from
@@ -490,6 +537,11 @@ int main(int argc, char **argv)
     if (argc > 2 && strcmp(argv[2], "default-pool") == 0) {
         default_pool_calls();
         printf("driver_pool %s default-pool: all checks passed\n", mode);
+        return 0;
+    }
+    if (argc > 3 && strcmp(argv[2], "cache-back") == 0) {
+        cache_back(argv[3]);
+        printf("driver_pool %s cache-back %s: all checks passed\n", mode, argv[3]);
         return 0;
     }
     if (argc > 2 && strcmp(argv[2], "custom-pool") == 0) {

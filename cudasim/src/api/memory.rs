@@ -226,12 +226,21 @@ pub unsafe extern "C" fn cudaMallocFromPoolAsync(
     runtime_call(Func::cudaMallocFromPoolAsync, || {
         // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
         let out = unsafe { Out::new(ptr) };
-        let on = On::Pool {
-            pool: pool as usize,
-            stream: stream as usize,
-        };
-        allocate(out, size, Request::stream_ordered(on))
+        malloc_from_pool(out, size, pool as usize, stream as usize, false)
     })
+}
+
+/// `cudaMallocFromPoolAsync` and `cuMemAllocFromPoolAsync` (`driver`): from `pool`, on its
+/// device, ordered on `stream`.
+pub fn malloc_from_pool(
+    out: CudaResult<Out<*mut c_void>>,
+    size: usize,
+    pool: usize,
+    stream: usize,
+    driver: bool,
+) -> CudaResult {
+    let on = On::Pool { pool, stream };
+    allocate(out, size, Request::stream_ordered(on).via_driver(driver))
 }
 
 #[no_mangle]
@@ -243,12 +252,23 @@ pub unsafe extern "C" fn cudaMallocManaged(
     runtime_call(Func::cudaMallocManaged, || {
         // SAFETY: the caller passes NULL or a pointer valid for writing a pointer.
         let out = unsafe { Out::new(dev_ptr) };
-        let out = match flags {
-            MEM_ATTACH_GLOBAL | MEM_ATTACH_HOST => out,
-            _ => Err(INVALID_VALUE),
-        };
-        allocate(out, size, Request::device(Kind::Managed))
+        malloc_managed(out, size, flags, false)
     })
+}
+
+/// `cudaMallocManaged` and `cuMemAllocManaged` (`driver`): managed memory on the current
+/// device, attached globally or to the host.
+pub fn malloc_managed(
+    out: CudaResult<Out<*mut c_void>>,
+    size: usize,
+    flags: c_uint,
+    driver: bool,
+) -> CudaResult {
+    let out = match flags {
+        MEM_ATTACH_GLOBAL | MEM_ATTACH_HOST => out,
+        _ => Err(INVALID_VALUE),
+    };
+    allocate(out, size, Request::device(Kind::Managed).via_driver(driver))
 }
 
 #[no_mangle]

@@ -1,8 +1,11 @@
 //! Allocation, copies and memory queries. The memory is the runtime's: `cuMemAlloc_v2` and
 //! `cudaMalloc` take from the same capacity, and either free takes either pointer.
 
+use super::mempool::CuMemoryPool;
 use super::{driver_call, with_ptsz, CuDevicePtr, CuResult, CuStream};
-use crate::api::memory::{copy, free, free_async, malloc, malloc_async, mem_get_info};
+use crate::api::memory::{
+    copy, free, free_async, malloc, malloc_async, malloc_from_pool, malloc_managed, mem_get_info,
+};
 use crate::context;
 use crate::errors::{CU_NOT_FOUND, INVALID_VALUE};
 use crate::faults::Func;
@@ -89,6 +92,31 @@ with_ptsz! {
         let out = unsafe { allocation_out(dptr, size) };
         malloc_async(out, size, stream, true)
     }
+}
+
+with_ptsz! {
+    /// As `cudaMallocFromPoolAsync` (also counted in `driver_mallocs`), except for 0 bytes.
+    fn cuMemAllocFromPoolAsync / cuMemAllocFromPoolAsync_ptsz (dptr: *mut CuDevicePtr, size: usize, pool: CuMemoryPool, stream: CuStream; stream) {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUdeviceptr.
+        let out = unsafe { allocation_out(dptr, size) };
+        malloc_from_pool(out, size, pool as usize, stream, true)
+    }
+}
+
+/// As `cudaMallocManaged` (also counted in `driver_mallocs`), except for 0 bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    flags: std::ffi::c_uint,
+) -> CuResult {
+    driver_call(Func::cuMemAllocManaged, || {
+        context::require_context()?;
+        // SAFETY: the caller passes NULL or a pointer valid for writing a CUdeviceptr.
+        let out = unsafe { allocation_out(dptr, size) };
+        malloc_managed(out, size, flags, true)
+    })
 }
 
 with_ptsz! {

@@ -82,6 +82,10 @@ fn versions(name: &[u8]) -> Vec<Version> {
         b"cuMemFree" => one!(3020, cuMemFree_v2),
         b"cuMemAllocAsync" => one!(11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
         b"cuMemFreeAsync" => one!(11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
+        b"cuMemAllocFromPoolAsync" => {
+            one!(11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz)
+        }
+        b"cuMemAllocManaged" => one!(6000, cuMemAllocManaged),
         b"cuMemPoolCreate" => one!(11020, cuMemPoolCreate),
         b"cuMemPoolDestroy" => one!(11020, cuMemPoolDestroy),
         b"cuDeviceSetMemPool" => one!(11020, cuDeviceSetMemPool),

@@ -258,6 +258,48 @@ fn unserved(pool: &Pool<CudaBackend>, d: &Driver, real: impl Fn() -> CuResult) -
     r
 }
 
+/// `cuMemAllocManaged` and `cuMemAllocFromPoolAsync`, which the pool never serves (`real`, the
+/// driver's own call): never worse on memory (`unserved_anywhere`).
+pub fn alloc_unserved(real: impl Fn() -> CuResult) -> CuResult {
+    let Some((pool, d)) = serving() else {
+        return real();
+    };
+    let Some(_inside) = guard::enter() else {
+        return real();
+    };
+    unserved_anywhere(pool, d, real)
+}
+
+/// `unserved`, then, still out of memory, asked once more after every other device's cache
+/// went back: the memory pool a program names, or managed memory, may be on another device
+/// than the current context's.
+fn unserved_anywhere(
+    pool: &Pool<CudaBackend>,
+    d: &Driver,
+    real: impl Fn() -> CuResult,
+) -> CuResult {
+    let r = unserved(pool, d, &real);
+    if r != cu::CU_ERROR_OUT_OF_MEMORY {
+        return r;
+    }
+    let here = current_context(d).map(|(_, dev)| dev);
+    let released: u64 = pool
+        .used_devices()
+        .into_iter()
+        .filter(|&dev| Some(dev) != here)
+        .filter_map(|dev| {
+            in_primary_context(d, dev, || {
+                super::ready_thread_for_backend(pool, dev);
+                pool.release_for_others(dev)
+            })
+        })
+        .sum();
+    if released > 0 {
+        return real();
+    }
+    r
+}
+
 /// Releases the pool's cache on the current context's device. Returns the bytes released.
 pub(super) fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
     let Some((_, device)) = current_context(d) else {
