@@ -11,7 +11,7 @@ from steps import GPU, SANITIZER, TORCH, Absent, Has, Is, Line, Positive, Step
 # runtime hooks interpose them.
 PROGRAMS = ("churn", "hazard", "stream_reuse", "overlap", "hit_bench", "cublas_loop",
             "churn_static", "hazard_static", "fragment", "vmm_cost", "pitched",
-            "pitched_static")
+            "pitched_static", "cache_back", "cache_back_static")
 # NAME_static is NAME.cu built as nvcc builds by default, with the runtime inside the program:
 # its calls reach the pool only through the driver hooks (dlsym, cuGetProcAddress).
 STATIC_SUFFIX = "_static"
@@ -240,6 +240,18 @@ def manifest(build, src, lib, python, sanitizer, counts):
     pitched_static("pitched_static_pool_strict", "check",
                    [f"{build}/pitched_static", "check", expected], 60, [ok, INTERCEPTED],
                    pool(lib, "strict"))
+
+    # Never worse on memory: the device filled into the pool's cache, then 3/4 of it asked of
+    # cudaMallocFromPoolAsync, which the pool leaves to CUDA: the cache must go back first. The
+    # static build's call is the driver's cuMemAllocFromPoolAsync, through the driver hooks.
+    cache_back = group("cache_back", ("filled_bytes", "asked_bytes"))
+    ok = Is("cache_back", "ok")
+    cache_back("cache_back_nopool", "check", [f"{build}/cache_back"], 120, [ok])
+    cache_back("cache_back_pool_strict", "check", [f"{build}/cache_back"], 120,
+               [ok, INTERCEPTED], pool(lib, "strict"))
+    cache_back_static = group("cache_back_static", ("filled_bytes", "asked_bytes"))
+    cache_back_static("cache_back_static_pool_strict", "check", [f"{build}/cache_back_static"],
+                      120, [ok, INTERCEPTED], pool(lib, "strict"))
 
     # What fits: fill with 7 MiB blocks, free every other, fill with 14 MiB (issue 20): without
     # the pool, with classic segments, with expandable segments on virtual memory.

@@ -26,6 +26,8 @@ LABELS = {
     "mismatched": "mismatched",
     "unaligned": "unaligned",
     "bytes_wrong": "bytes wrong",
+    "filled_bytes": "bytes filled into the cache",
+    "asked_bytes": "bytes asked of CUDA",
     "gemms": "gemms",
     "max_error": "max error",
     "blocks": "blocks",
@@ -90,6 +92,7 @@ STATIC_HAZARD = (
 )
 CUBLAS = ("cublas_nopool", "cublas_pool_strict")
 PITCHED = ("pitched_nopool", "pitched_pool_strict", "pitched_static_pool_strict")
+CACHE_BACK = ("cache_back_nopool", "cache_back_pool_strict", "cache_back_static_pool_strict")
 # Expandable segments (issue 20).
 FRAGMENT = ("fragment_nopool", "fragment_pool_classic", "fragment_pool_expandable")
 VMM = ("vmm_cost_nopool",)
@@ -256,6 +259,11 @@ def report(res, meta):
         step_table(res, CUBLAS),
         "",
         step_table(res, PITCHED),
+        "",
+        "cache_back: the device filled into the pool's cache, then 3/4 of it asked of "
+        "cudaMallocFromPoolAsync, which the pool leaves to CUDA (never worse on memory).",
+        "",
+        step_table(res, CACHE_BACK),
         "",
     ]
     out += summary_section(res, "cublas_pool_strict", "Pool summary of cublas_pool_strict:")

@@ -40,6 +40,9 @@ ADDED_SINCE_SHELL = {"torch_headline_pool", "torch_headline_pool_relaxed", "torc
                      "torch_headline_pool_slack", "vmm_cost_nopool",
                      # Pitched images, with CUDA's pitch.
                      "pitched_nopool", "pitched_pool_strict", "pitched_static_pool_strict",
+                     # Allocators the pool leaves to CUDA get its cache back.
+                     "cache_back_nopool", "cache_back_pool_strict",
+                     "cache_back_static_pool_strict",
                      # cuDNN's workspace probes under the headline command.
                      "torch_headline_cudnn"}
 
@@ -238,6 +241,9 @@ elif name == "vmm_cost":
     print("vmm_cost=ok")
 elif name == "pitched":
     print("pitches=52 mismatched=0 unaligned=0 bytes_verified=92278012 bytes_wrong=0\npitched=ok")
+elif name == "cache_back":
+    print("filled_bytes=84557168640 asked_bytes=63417876480 free_after_bytes=21139292160")
+    print("cache_back=ok")
 elif name == "cublas_loop":
     print("rounds=20\ngemms=80\nmax_error=0\ncublas_loop=ok")
 elif name == "overlap":
@@ -399,6 +405,8 @@ class WholeRun(unittest.TestCase):
         self.assertIn("| churn_static_pool_strict | PASS | 6231 | 812.5 |", report)
         self.assertIn("| cublas_pool_strict | PASS | 20 | 80 | 0 |", report)
         self.assertIn("| pitched_static_pool_strict | PASS | 52 | 0 | 0 | 0 |", report)
+        self.assertIn("| cache_back_static_pool_strict | PASS | 84557168640 | 63417876480 |",
+                      report)
         self.assertIn("| fragment_pool_expandable | PASS | 1587 | 0 |", report)
         self.assertIn("| vmm_cost_nopool | PASS | 2097152 | 41.20 | 18.70 | 60.10 | 35.40 "
                       "| 22.30 |", report)
