@@ -1,8 +1,9 @@
 //! Allocations the pool left to CUDA, counted for the summary: stream-ordered ones while the
 //! program's own memory pool is current (`dispatch::current_pool`), ones on a stream being
-//! captured into a graph, ones on a stream the pool could not place on the current device, and
-//! driver allocations in a context the program made. CUDA serves them; the pool's counters
-//! never see them, so without these a summary would not add up to what the program allocated.
+//! captured into a graph, ones on a stream the pool could not place on the current device,
+//! driver allocations in a context the program made, and requests the pool ran out of memory
+//! for that CUDA's own try then served. CUDA serves them; the pool's counters never see them,
+//! so without these a summary would not add up to what the program allocated.
 //!
 //! Counted when CUDA's answer is success, with relaxed atomics on the pass-through path only.
 //! Once each: the runtime hooks pass a `cudaMallocAsync` to the shared runtime, whose own driver
