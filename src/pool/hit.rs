@@ -2,7 +2,7 @@
 //! steady state is one, so this is where the pool's time goes.
 //!
 //! A cached `cudaMalloc` takes these steps, each a few instructions: the hook's panic boundary
-//! (`hooks.rs`); the state in one load and the arguments (`dispatch::malloc_on`); the
+//! (`hooks/runtime.rs`); the state in one load and the arguments (`dispatch::malloc_on`); the
 //! reentrancy guard, one thread-local access (`guard.rs`); the current device, asked of the
 //! runtime unless the process sees one device; then `alloc_hit` below: the device's slot and
 //! lock, and `DevicePool::alloc_hit` (`device/hit.rs`): the check that no fence or barrier

@@ -191,7 +191,7 @@ pub struct Settings {
     /// Where the allocation trace goes, when there is one.
     pub trace: Option<Arc<dyn TraceSink>>,
     /// Bytes of free blocks each thread may keep in its own cache once two threads allocate on a
-    /// device (`tcache.rs`); 0 turns thread caches off.
+    /// device (`tcache/`); 0 turns thread caches off.
     pub thread_cache: u64,
     /// In `strict` and `barrier` mode, thread caches start only once allocating threads compete
     /// for the device's lock: it went from one to another (or an allocation found it taken) this

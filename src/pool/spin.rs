@@ -1,4 +1,4 @@
-//! The lock of a thread cache (`tcache.rs`): almost only its own thread takes it, so the cost
+//! The lock of a thread cache (`tcache/`): almost only its own thread takes it, so the cost
 //! that counts is the uncontended pair. `parking_lot`'s unlock is a compare-exchange (it must
 //! see parked waiters); this one releases with a plain store, and a waiter (another thread
 //! taking blocks back, or freeing a block this thread handed out) spins, then yields, then

@@ -1,4 +1,4 @@
-//! Lending blocks to the device's thread caches (`tcache.rs`) and taking them back.
+//! Lending blocks to the device's thread caches (`tcache/`) and taking them back.
 
 use super::*;
 

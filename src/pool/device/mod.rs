@@ -106,7 +106,7 @@ enum State {
     Binned,
     /// Freed by the program but maybe still used by in-flight work: not reusable yet.
     Pending,
-    /// Held by a thread cache (`tcache.rs`), handed out from there or waiting there for reuse;
+    /// Held by a thread cache (`tcache/`), handed out from there or waiting there for reuse;
     /// counted as allocated at its full size until it comes back.
     Lent,
 }
@@ -378,7 +378,7 @@ pub struct DevicePool {
     borrowers: Option<Arc<dyn Borrowers>>,
 }
 
-/// What a device pool asks of the holders of the blocks it lent (`tcache.rs`). Called under
+/// What a device pool asks of the holders of the blocks it lent (`tcache/`). Called under
 /// the device's lock.
 pub trait Borrowers: Send + Sync {
     /// Give every free block back (out of memory).

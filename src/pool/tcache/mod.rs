@@ -1,4 +1,4 @@
-//! Per-thread caches of small blocks in front of a device's lock.
+//! Per-thread caches of blocks up to 10 MiB in front of a device's lock.
 //!
 //! One lock per device serializes every thread that allocates on it; two threads then run no
 //! faster than one, and usually slower (the lock and the pool's lines move between cores on

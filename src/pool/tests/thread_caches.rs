@@ -1,4 +1,4 @@
-//! Thread caches (`tcache.rs`, `device/lend.rs`): when they start, their bounds, what one
+//! Thread caches (`tcache/`, `device/lend.rs`): when they start, their bounds, what one
 //! thread's cache lends another, and what comes back when a thread exits.
 
 use super::*;
