@@ -293,9 +293,10 @@ int gpupool_free_async(void *ptr, cudaStream_t stream);
 
 /**
  * Gives every cached block that the driver can take back to the driver: all memory of whole
- * segments that hold no live allocation, on `device`, or on every device for -1
- * (`GPUPOOL_ALL_DEVICES`). Blocks freed while GPU work may still use them are included (the
- * driver's `cudaFree` waits for that work). Live allocations are untouched.
+ * segments that hold no live allocation, and the mapped granules of expandable segments that
+ * no live block touches, on `device`, or on every device for -1 (`GPUPOOL_ALL_DEVICES`).
+ * Blocks freed while GPU work may still use them are included (the driver's `cudaFree` waits
+ * for that work; a granule is unmapped after a fence). Live allocations are untouched.
  *
  * `released`, when not NULL, receives the bytes given back. With the pool disabled
  * (`GPUPOOL_DISABLE=1`) nothing is cached and 0 bytes are released.
