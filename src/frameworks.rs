@@ -222,6 +222,7 @@ pub fn notes() -> Vec<FrameworkNote> {
         out.push(jax_note(
             env("XLA_PYTHON_CLIENT_PREALLOCATE").as_deref(),
             env("XLA_PYTHON_CLIENT_ALLOCATOR").as_deref(),
+            crate::config::driver_hooks(),
         ));
     }
     out
@@ -344,23 +345,42 @@ pub fn torch_note(
 }
 
 /// The summary's line about JAX (XLA's allocator, which preallocates unless told not to).
-pub fn jax_note(preallocate: Option<&str>, allocator: Option<&str>) -> FrameworkNote {
+/// `driver_hooks`: whether the pool serves the driver's allocations, where XLA's own
+/// allocator (`platform`) puts each buffer.
+pub fn jax_note(
+    preallocate: Option<&str>,
+    allocator: Option<&str>,
+    driver_hooks: bool,
+) -> FrameworkNote {
     let platform = allocator.is_some_and(|a| a.trim().eq_ignore_ascii_case("platform"));
     let prealloc = !preallocate.is_some_and(|p| p.trim().eq_ignore_ascii_case("false"));
-    let note = if platform {
-        "JAX hands each buffer to the driver (XLA_PYTHON_CLIENT_ALLOCATOR=platform); XLA \
-         allocates through the driver API, which the pool does not serve yet"
-    } else if prealloc {
-        "JAX's BFC allocator preallocates most of each device and caches above the pool; \
-         XLA_PYTHON_CLIENT_ALLOCATOR=platform hands each buffer to the driver"
+    let remedy = if driver_hooks {
+        "XLA_PYTHON_CLIENT_ALLOCATOR=platform makes each buffer a driver allocation, which the \
+         pool serves"
     } else {
-        "JAX's BFC allocator caches above the pool (XLA_PYTHON_CLIENT_PREALLOCATE=false only \
-         delays it); XLA_PYTHON_CLIENT_ALLOCATOR=platform hands each buffer to the driver"
+        "XLA_PYTHON_CLIENT_ALLOCATOR=platform makes each buffer a driver allocation, which the \
+         pool serves unless GPUPOOL_DRIVER_HOOKS=0, as set here"
+    };
+    let note = match (platform, prealloc) {
+        (true, _) if driver_hooks => "JAX hands each buffer to the driver \
+             (XLA_PYTHON_CLIENT_ALLOCATOR=platform), whose allocations the pool serves"
+            .to_string(),
+        (true, _) => "JAX hands each buffer to the driver (XLA_PYTHON_CLIENT_ALLOCATOR=platform), \
+             whose allocations the pool leaves alone under GPUPOOL_DRIVER_HOOKS=0"
+            .to_string(),
+        (false, true) => format!(
+            "JAX's BFC allocator preallocates most of each device and caches above the pool; \
+             {remedy}"
+        ),
+        (false, false) => format!(
+            "JAX's BFC allocator caches above the pool (XLA_PYTHON_CLIENT_PREALLOCATE=false \
+             only delays it); {remedy}"
+        ),
     };
     FrameworkNote {
         name: "jax",
         caches_above: !platform,
-        note: note.into(),
+        note,
     }
 }
 
@@ -518,9 +538,22 @@ mod tests {
         let n = torch_note(TorchChoice::TooLate, None, None, None);
         assert!(n.caches_above && n.note.contains("preload"), "{}", n.note);
 
-        assert!(jax_note(None, None).caches_above);
-        assert!(!jax_note(None, Some("platform")).caches_above);
-        assert!(jax_note(Some("false"), None).note.contains("delays"));
+        assert!(jax_note(None, None, true).caches_above);
+        assert!(jax_note(Some("false"), None, true).note.contains("delays"));
+        // XLA's own allocator puts each buffer in a driver allocation: pooled with the driver
+        // hooks on, and the line says which.
+        let platform = jax_note(None, Some("platform"), true);
+        assert!(!platform.caches_above);
+        assert!(
+            platform.note.contains("the pool serves"),
+            "{}",
+            platform.note
+        );
+        let off = jax_note(None, Some("platform"), false);
+        assert!(off.note.contains("GPUPOOL_DRIVER_HOOKS=0"), "{}", off.note);
+        assert!(!off.note.contains("the pool serves"), "{}", off.note);
+        let remedy = jax_note(None, None, true).note;
+        assert!(remedy.ends_with("which the pool serves"), "{remedy}");
     }
 
     #[test]
