@@ -97,3 +97,41 @@ fn waves_of_threads_freeing_under_kernels_never_reuse_a_block_early() {
         assert!(stdout.contains("race ok"), "{stdout}");
     }
 }
+
+/// A control thread calls what a program's monitoring and a framework's memory management call
+/// (thresholds, empty-cache, peak resets, stats and summaries, the default pool's trim and
+/// attributes, device syncs, SIGUSR1, `cudaMemGetInfo`, and `fork` with a child that allocates)
+/// while threads allocate with `cudaMalloc` and `cudaMallocAsync` on four kinds of stream,
+/// destroy streams with frees pending and exit with full caches. No block is handed out twice
+/// or under a kernel, every tag holds, the figures add up while read, and at the end the pool
+/// reserves what the driver holds. A forked child's simulator once replayed the parent's
+/// kernels into expandable segments, which it shares with the parent (memfd): tags clobbered
+/// in every mode.
+#[test]
+fn controls_and_forks_during_stream_churn_keep_every_block_intact() {
+    for (mode, expandable, opts) in [
+        ("strict", "1", "tepgSTADmuf"),
+        ("barrier", "1", "tepgSTADmuf"),
+        ("relaxed", "1", "tepgSTADmuR"),
+        ("barrier", "1", "f"),
+        ("strict", "0", "tepgSTADmuf"),
+    ] {
+        let args = ["3", "2", "500", "7", opts];
+        let env = [
+            ("CUDASIM_MEM", "2GiB"),
+            ("CUDASIM_CONTEXT_BYTES", "0"),
+            ("GPUPOOL_REUSE", mode),
+            ("GPUPOOL_EXPANDABLE", expandable),
+            ("GPUPOOL_SUMMARY", "/dev/null"),
+        ];
+        let out = output_within(&mut pooled(&c_program("control_race"), &args, &env), 150);
+        let (stdout, stderr) = texts(&out);
+        assert!(
+            out.status.success() && stdout.contains("control_race ok"),
+            "control_race {} with {env:?} failed:\n{stdout}\n{stderr}",
+            args.join(" ")
+        );
+        let checked: u64 = number(&stdout, "checked=");
+        assert!(checked > 300, "{mode}: only {checked} tags checked");
+    }
+}

@@ -145,13 +145,25 @@ extern "C" fn fork_release() {
     let _ = FORK_GUARDS.try_with(|g| g.borrow_mut().take());
 }
 
+/// The child's handler. The queued kernels are the parent's work, which the child's runtime
+/// never runs. Mapped memory is a memfd mapped shared (`vmm/os.rs`): a fill the child applied
+/// would land in the parent's memory, over what the parent stored there since.
+extern "C" fn fork_child() {
+    let _ = FORK_GUARDS.try_with(|g| {
+        if let Some((_, Some(state))) = g.borrow_mut().as_mut() {
+            state.queue.drop_writes();
+        }
+        g.borrow_mut().take()
+    });
+}
+
 /// Registers the fork handlers, once, at the first read of the configuration, before the state
 /// or the driver link is made (a process that never calls the simulator registers nothing).
 pub fn watch_forks() {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     REGISTERED.call_once(|| {
         // SAFETY: registering plain extern "C" functions, once.
-        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_child)) };
     });
 }
 

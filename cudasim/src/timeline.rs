@@ -473,6 +473,16 @@ impl Queue {
             .count()
     }
 
+    /// Keeps the queued kernels busy but takes away their writes (a forked child's copy of
+    /// its parent's work).
+    pub fn drop_writes(&mut self) {
+        for p in &mut self.items {
+            if let Completion::Kernel { fill, .. } = &mut p.what {
+                *fill = None;
+            }
+        }
+    }
+
     /// Drops the queued operations of device `d` (`cudaDeviceReset`).
     pub fn forget_device(&mut self, d: usize) {
         self.items.retain(|p| p.what.device() != d);

@@ -1,7 +1,7 @@
 /* cudasim's virtual memory management on the driver face, mixed with runtime calls: granularity,
  * reservations, physical handles on the device's capacity, mappings that the runtime's copies,
  * sets and kernels use, access, whole-mapping unmaps, release while mapped, unmap under a
- * running kernel, fault injection, cuGetProcAddress_v2 and device reset.
+ * running kernel, fault injection, cuGetProcAddress_v2, a forked child and device reset.
  * Run with CUDASIM_MEM=1GiB and CUDASIM_CONTEXT_BYTES=0. */
 #include "check.h"
 #include "cuda.h"
@@ -429,6 +429,57 @@ static int reset(int how)
 
 /* No argument: every check, on devices with GPUDirect RDMA; "rdma-off": the RDMA check alone,
  * run with CUDASIM_VMM_RDMA=0. */
+/* A forked child's runtime does not finish its parent's kernels. Mapped memory is a memfd
+ * mapped shared, so the child's mappings are the parent's memory: a kernel the parent launched
+ * before the fork, retired again by the child's next call, would write its fill over what the
+ * parent stored there since. */
+static int fork_child(void)
+{
+    CUmemAllocationProp prop = device_prop(0);
+    CUmemGenericAllocationHandle h = 0;
+    CUdeviceptr r = 0;
+    cudaStream_t s = NULL;
+    int go[2], status = 0;
+    char back[16];
+    pid_t pid;
+
+    SECTION("a forked child does not write its parent's kernels into mapped memory");
+    CU_OK(cuMemAddressReserve(&r, G, 0, 0, 0));
+    CU_OK(cuMemCreate(&h, G, &prop, 0));
+    CU_OK(cuMemMap(r, G, 0, h, 0));
+    CU_OK(set_access(r, G, CU_MEM_ACCESS_FLAGS_PROT_READWRITE));
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    OK(cudasim_launch_fill((void *)(size_t)r, G, 50000, 0x77, s));
+    CHECK(pipe(go) == 0, "pipe");
+    fflush(stdout);
+    pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        char c;
+        /* Once the parent has its kernel's fill and wrote over it: a call that retires. */
+        if (read(go[0], &c, 1) != 1)
+            _exit(2);
+        _exit(cudaFree(NULL) == cudaSuccess ? 0 : 3);
+    }
+    OK(cudaStreamSynchronize(s));
+    CU_OK(cuMemcpyDtoH(back, r, sizeof back));
+    CHECK(back[0] == 0x77, "the parent's kernel did not write");
+    OK(cudaMemset((void *)(size_t)r, 0x42, G));
+    CHECK(write(go[1], "x", 1) == 1, "write");
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "child status %d", status);
+    CU_OK(cuMemcpyDtoH(back, r, sizeof back));
+    CHECK(back[0] == 0x42, "the child wrote the parent's kernel over the parent's memory: %#x",
+          (unsigned)(unsigned char)back[0]);
+    close(go[0]);
+    close(go[1]);
+    CU_OK(cuMemUnmap(r, G));
+    CU_OK(cuMemRelease(h));
+    CU_OK(cuMemAddressFree(r, G));
+    OK(cudaStreamDestroy(s));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUcontext primary = NULL;
@@ -440,7 +491,7 @@ int main(int argc, char **argv)
             return 1;
         }
     } else if (granularity() || round_trip() || capacity() || busy_unmap() || faults() ||
-               lookups() || rdma(1) || reset(0) || reset(1)) {
+               lookups() || rdma(1) || fork_child() || reset(0) || reset(1)) {
         return 1;
     }
     printf("sim_vmm: all checks passed\n");
