@@ -429,10 +429,11 @@ static int reset(int how)
 
 /* No argument: every check, on devices with GPUDirect RDMA; "rdma-off": the RDMA check alone,
  * run with CUDASIM_VMM_RDMA=0. */
-/* A forked child's runtime does not finish its parent's kernels. Mapped memory is a memfd
- * mapped shared, so the child's mappings are the parent's memory: a kernel the parent launched
- * before the fork, retired again by the child's next call, would write its fill over what the
- * parent stored there since. */
+/* A forked child's runtime does not finish its parent's kernels, and its writes to mapped
+ * memory stay its own. Mapped memory is a memfd mapped shared, so without care the child's
+ * mappings are the parent's memory: a kernel the parent launched before the fork, retired
+ * again by the child's next call, or the child's own store, would land over what the parent
+ * stored there since. */
 static int fork_child(void)
 {
     CUmemAllocationProp prop = device_prop(0);
@@ -459,7 +460,12 @@ static int fork_child(void)
         /* Once the parent has its kernel's fill and wrote over it: a call that retires. */
         if (read(go[0], &c, 1) != 1)
             _exit(2);
-        _exit(cudaFree(NULL) == cudaSuccess ? 0 : 3);
+        if (cudaFree(NULL) != cudaSuccess)
+            _exit(3);
+        /* The child's own write: a GPU's memory is no forked child's, so it stays the
+         * child's (a private copy), never the parent's. */
+        memset((void *)(size_t)r, 0x13, sizeof back);
+        _exit(0);
     }
     OK(cudaStreamSynchronize(s));
     CU_OK(cuMemcpyDtoH(back, r, sizeof back));
@@ -469,7 +475,8 @@ static int fork_child(void)
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
           "child status %d", status);
     CU_OK(cuMemcpyDtoH(back, r, sizeof back));
-    CHECK(back[0] == 0x42, "the child wrote the parent's kernel over the parent's memory: %#x",
+    CHECK(back[0] == 0x42,
+          "the child wrote over the parent's memory (0x77: its kernel, 0x13: its store): %#x",
           (unsigned)(unsigned char)back[0]);
     close(go[0]);
     close(go[1]);

@@ -168,6 +168,18 @@ impl Vmm {
         Some(gone)
     }
 
+    /// In a forked child: every mapping becomes a private copy, so that nothing the child
+    /// writes reaches its parent's memory. A GPU's memory is no forked child's to touch; the
+    /// simulator's is a memfd the two would otherwise share.
+    pub fn privatize_after_fork(&self) {
+        for m in self.mappings.values() {
+            if let Some(h) = self.handles.get(&m.handle) {
+                // SAFETY: `m` is a mapping of `h`'s memfd made by `os::map`.
+                unsafe { os::privatize(m.base, m.size, &h.fd, m.prot()) };
+            }
+        }
+    }
+
     /// Maps the whole handle `id` at `base` (its size must be `size`), with no access yet;
     /// the handle's device, or `None` if the range is not free reserved space at a granule.
     pub fn map(&mut self, base: usize, size: usize, id: u64) -> Option<usize> {

@@ -102,6 +102,26 @@ pub unsafe fn map(base: usize, size: usize, fd: &OwnedFd, prot: Prot) -> bool {
     p != libc::MAP_FAILED
 }
 
+/// Maps `fd` over `[base, base + size)` again, private, with `prot`: the bytes stay as they
+/// are, and writes through it stay in this process (a forked child's copy).
+///
+/// # Safety
+/// The range must be a mapping of `fd` made by [`map`].
+pub unsafe fn privatize(base: usize, size: usize, fd: &OwnedFd, prot: Prot) -> bool {
+    // SAFETY: MAP_FIXED replaces only the caller's mapping of the same file, atomically.
+    let p = unsafe {
+        libc::mmap(
+            base as *mut c_void,
+            size,
+            prot.bits(),
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            std::os::fd::AsRawFd::as_raw_fd(fd),
+            0,
+        )
+    };
+    p != libc::MAP_FAILED
+}
+
 /// Replaces `[base, base + size)` by reserved, inaccessible space again, so a later access
 /// faults as it would on a GPU.
 ///
