@@ -388,6 +388,32 @@ mod tests {
         assert!(!v.reserved(r));
     }
 
+    /// A forked child's mapping becomes private even where it is larger than the machine's
+    /// memory: a simulated device's memory costs nothing until touched, and a private writable
+    /// mapping charged in full would be refused, leaving the child writing into its parent's.
+    #[test]
+    fn a_privatized_mapping_larger_than_memory_keeps_writes_to_itself() {
+        let size = 1usize << 40;
+        let mut v = Vmm::default();
+        let r = v.reserve(size, 0).unwrap();
+        let h = v.create(0, size).unwrap();
+        assert_eq!(v.map(r, size, h), Some(0));
+        assert!(v.set_access(r, size, 0, Prot::ReadWrite));
+        v.privatize_after_fork();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&v.handles[&h].fd);
+        let mut byte = 0u8;
+        // SAFETY: the range is mapped writable; `byte` is a one-byte buffer.
+        let read = unsafe {
+            *((r + 10) as *mut u8) = 7;
+            libc::pread(fd, (&mut byte as *mut u8).cast(), 1, 10)
+        };
+        assert_eq!(read, 1);
+        assert_eq!(byte, 0, "the write reached the memfd the parent shares");
+        assert_eq!(v.unmap(r, size).map(|u| u.len()), Some(1));
+        assert_eq!(v.release(h), Some(true));
+        assert!(v.unreserve(r, size));
+    }
+
     #[test]
     fn sizes_must_be_granular() {
         let mut v = Vmm::default();

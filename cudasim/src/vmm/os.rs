@@ -102,8 +102,11 @@ pub unsafe fn map(base: usize, size: usize, fd: &OwnedFd, prot: Prot) -> bool {
     p != libc::MAP_FAILED
 }
 
-/// Maps `fd` over `[base, base + size)` again, private, with `prot`: the bytes stay as they
-/// are, and writes through it stay in this process (a forked child's copy).
+/// Maps `fd` over `[base, base + size)` again, private, with `prot`: writes through it stay
+/// in this process (a forked child's). Pages it has not written still show the file, and so
+/// what the parent stores there later. Not charged against the machine's memory
+/// (`MAP_NORESERVE`), as a private writable mapping otherwise is in full: one larger than
+/// memory and swap would be refused and stay shared.
 ///
 /// # Safety
 /// The range must be a mapping of `fd` made by [`map`].
@@ -114,7 +117,7 @@ pub unsafe fn privatize(base: usize, size: usize, fd: &OwnedFd, prot: Prot) -> b
             base as *mut c_void,
             size,
             prot.bits(),
-            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_NORESERVE,
             std::os::fd::AsRawFd::as_raw_fd(fd),
             0,
         )
