@@ -359,7 +359,7 @@ pub fn jax_note(
          pool serves"
     } else {
         "XLA_PYTHON_CLIENT_ALLOCATOR=platform makes each buffer a driver allocation, which the \
-         pool serves unless GPUPOOL_DRIVER_HOOKS=0, as set here"
+         pool serves with its driver hooks on (GPUPOOL_DRIVER_HOOKS=0 turns them off here)"
     };
     let note = match (platform, prealloc) {
         (true, _) if driver_hooks => "JAX hands each buffer to the driver \
@@ -554,6 +554,8 @@ mod tests {
         assert!(!off.note.contains("the pool serves"), "{}", off.note);
         let remedy = jax_note(None, None, true).note;
         assert!(remedy.ends_with("which the pool serves"), "{remedy}");
+        let remedy = jax_note(None, None, false).note;
+        assert!(remedy.contains("driver hooks on"), "{remedy}");
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub unsafe fn malloc_async(
         return note_passed_through(
             Reason::OwnMemoryPool,
             size,
-            never_worse(rt, pool, dev, pass),
+            never_worse(rt, pool, dev, Lacking::Here, pass),
         );
     }
     if !is_legacy(stream) {
@@ -127,24 +127,43 @@ unsafe fn malloc_async_created(
     }
 }
 
-/// The runtime's answer to an allocation from the program's own memory pool. Never worse on
+/// Where the memory an allocation the pool leaves to the runtime lacks may sit in the pool's
+/// cache.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lacking {
+    /// On the current device only: the program's own current pool, which `cudaDeviceSetMemPool`
+    /// requires to be that device's.
+    Here,
+    /// On any device: a memory pool the program names, or managed memory.
+    Anywhere,
+}
+
+/// The runtime's answer to an allocation the pool leaves to it (`pass`). Never worse on
 /// memory: when the runtime is out of memory, the pool's cache on `dev` goes back to the driver
-/// and the runtime is asked again (the pool's cache could be what the program's pool lacks).
-/// Still out of memory, the other devices' caches go back too and the runtime is asked once
-/// more: a memory pool or managed memory may live on another device than the current one.
+/// and the runtime is asked again (the pool's cache could be what the request lacks). Still out
+/// of memory, and where the memory may be elsewhere (`Lacking::Anywhere`), the other devices'
+/// caches go back too and the runtime is asked once more.
 fn never_worse(
     rt: &Runtime,
     pool: Option<&Pool<CudaBackend>>,
     dev: u32,
+    lacking: Lacking,
     pass: impl Fn(&Runtime) -> CudaStatus,
 ) -> CudaStatus {
     let unread = last_error::unread(rt);
     let mut r = pass(rt);
-    let Some(pool) = pool else {
+    let (Some(pool), ERROR_MEMORY_ALLOCATION) = (pool, r) else {
         return r;
     };
-    let others = || pool.used_devices().into_iter().filter(|&d| d != dev);
-    for devices in [vec![dev], others().collect()] {
+    let others = || match lacking {
+        Lacking::Here => Vec::new(),
+        Lacking::Anywhere => pool
+            .used_devices()
+            .into_iter()
+            .filter(|&d| d != dev)
+            .collect(),
+    };
+    for devices in [vec![dev], others()] {
         if r != ERROR_MEMORY_ALLOCATION {
             break;
         }
@@ -213,7 +232,7 @@ fn never_unserved(pass: impl Fn(&Runtime) -> CudaStatus) -> CudaStatus {
     };
     let rt = &g.runtime;
     match (g.pool(), current_device(rt)) {
-        (Some(pool), Some(dev)) => never_worse(rt, Some(pool), dev, pass),
+        (Some(pool), Some(dev)) => never_worse(rt, Some(pool), dev, Lacking::Anywhere, pass),
         _ => pass(rt),
     }
 }

@@ -412,7 +412,7 @@ fn allocators_the_pool_does_not_serve_get_its_cache_back_through_the_driver() {
         ("CUDASIM_MEM", "1GiB"),
         ("CUDASIM_CONTEXT_BYTES", "0"),
     ];
-    for mode in ["lcuda", "static"] {
+    for mode in ["lcuda", "static", "static-ptsz"] {
         for kind in ["managed", "pool", "other-device"] {
             let args = [mode, "cache-back", kind];
             let done = format!("driver_pool {mode} cache-back {kind}: all checks passed");

@@ -301,9 +301,8 @@ fn stream_ordered_churn_on_four_kinds_of_stream_keeps_every_tag() {
         };
         // Classic segments strand memory (design-notes.md, "Note: expandable segments"). The
         // program's live blocks peak at 144–168 MiB (`peak_live_mib`, 8 runs without the
-        // pool), and a classic run once ran out of memory at 220 MiB with 37 MiB stranded
-        // and 24 MiB waiting for work in flight. Classic runs get room; expandable ones keep the
-        // pressure.
+        // pool): 220 MiB leaves classic segments too thin a margin, so their runs get room;
+        // expandable ones keep the pressure.
         for (expandable, mem) in [("1", "220MiB"), ("0", "300MiB")] {
             let (out, _) = ok(
                 &exe,
@@ -580,11 +579,19 @@ fn a_first_pitched_allocation_on_a_device_full_of_cache_fits() {
 /// Allocators the pool does not serve (`cudaMallocManaged`, `cudaMallocFromPoolAsync` from the
 /// default or the program's own memory pool) on a device whose memory the pool's cache holds:
 /// the request fits, as without the pool (never worse on memory), and leaves no error behind.
-/// Also from another device's memory pool than the current device's (`other-device`).
+/// Also from another device's memory pool than the current device's (`other-device`); and
+/// the program's own current pool, which only its device's cache can serve, leaves the other
+/// devices' caches alone (`own-current`).
 #[test]
 fn allocators_the_pool_does_not_serve_get_its_cache_back_at_out_of_memory() {
     let exe = c_program("cache_in_the_way");
-    for mode in ["managed", "default-pool", "own-pool", "other-device"] {
+    for mode in [
+        "managed",
+        "default-pool",
+        "own-pool",
+        "other-device",
+        "own-current",
+    ] {
         for expandable in ["0", "1"] {
             let env = [
                 ("CUDASIM_DEVICES", "2"),

@@ -104,9 +104,8 @@ fn waves_of_threads_freeing_under_kernels_never_reuse_a_block_early() {
 /// while threads allocate with `cudaMalloc` and `cudaMallocAsync` on four kinds of stream,
 /// destroy streams with frees pending and exit with full caches. No block is handed out twice
 /// or under a kernel, every tag holds, the figures add up while read, and at the end the pool
-/// reserves what the driver holds. A forked child's simulator once replayed the parent's
-/// kernels into expandable segments, which it shares with the parent (memfd): tags clobbered
-/// in every mode.
+/// reserves what the driver holds. The forks check that a child's simulator leaves its
+/// parent's expandable segments alone (`sim_vmm`'s fork section).
 #[test]
 fn controls_and_forks_during_stream_churn_keep_every_block_intact() {
     for (mode, expandable, opts) in [

@@ -148,7 +148,7 @@ extern "C" fn fork_release() {
 /// The child's handler. The queued kernels are the parent's work, which the child's runtime
 /// never runs. Mapped memory is a memfd mapped shared (`vmm/os.rs`): a fill the child applied
 /// would land in the parent's memory, over what the parent stored there since. So the kernels
-/// lose their writes, and the mappings become the child's own copies.
+/// lose their writes, and the mappings become private to the child.
 extern "C" fn fork_child() {
     let _ = FORK_GUARDS.try_with(|g| {
         if let Some((_, Some(state))) = g.borrow_mut().as_mut() {

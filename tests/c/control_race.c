@@ -14,9 +14,9 @@
  * allowed (the allocation is skipped).
  *
  * Checks: no block handed out over a live one, no cudaMalloc block while a kernel still uses
- * it (not R),
- * every tag kept (always for cudaMallocAsync blocks), no granule unmapped under a kernel, the figures consistent while read, and
- * at the end, all freed and the cache emptied, the pool reserves what the driver holds.
+ * it (not R), every tag kept (always for cudaMallocAsync blocks), no granule unmapped under a
+ * kernel, the figures consistent while read, and at the end, all freed and the cache emptied,
+ * the pool reserves what the driver holds. At most MAX_FORKS forks a run.
  *
  * usage: control_race THREADS WAVES ITERS SEED OPTS
  * Prints "checked=N", "controls=N", "ooms=N" and "control_race ok". */
@@ -32,6 +32,7 @@
 
 #define LIVE 10
 #define THREADS_MAX 8
+#define MAX_FORKS 40
 #define ALL (THREADS_MAX * LIVE)
 
 static int g_iters;
@@ -216,6 +217,7 @@ static void *control(void *arg)
     uint64_t rng = g_seed ^ 0x5bd1e995u;
     static char buf[1 << 16];
     cudaMemPool_t pool;
+    int forks = 0;
     (void)arg;
     CHECK_CUDA(cudaSetDevice(0));
     CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
@@ -269,7 +271,13 @@ static void *control(void *arg)
         }
         case 'f': {
             int status;
-            pid_t pid = fork();
+            pid_t pid;
+            /* Each fork copies the process and waits for the child: a bounded number keeps
+             * the run's time bounded on a loaded machine. */
+            if (forks >= MAX_FORKS)
+                continue;
+            forks++;
+            pid = fork();
             CHECK(pid >= 0, "fork");
             if (pid == 0) {
                 void *p = NULL;

@@ -168,14 +168,18 @@ impl Vmm {
         Some(gone)
     }
 
-    /// In a forked child: every mapping becomes a private copy, so that nothing the child
-    /// writes reaches its parent's memory. A GPU's memory is no forked child's to touch; the
-    /// simulator's is a memfd the two would otherwise share.
+    /// In a forked child: every mapping becomes private, so that nothing the child writes
+    /// reaches its parent's memory. A GPU's memory is no forked child's to touch; the
+    /// simulator's is a memfd the two would otherwise share. Private is not a snapshot: a page
+    /// the child has not written still shows what the parent stores later, and two mappings of
+    /// one handle no longer show each other's writes in the child. A handle the child maps
+    /// again is shared with the parent once more; the child's runtime never does that.
     pub fn privatize_after_fork(&self) {
         for m in self.mappings.values() {
             if let Some(h) = self.handles.get(&m.handle) {
                 // SAFETY: `m` is a mapping of `h`'s memfd made by `os::map`.
-                unsafe { os::privatize(m.base, m.size, &h.fd, m.prot()) };
+                let done = unsafe { os::privatize(m.base, m.size, &h.fd, m.prot()) };
+                debug_assert!(done, "privatize {:#x}+{:#x}", m.base, m.size);
             }
         }
     }
