@@ -26,18 +26,23 @@ use crate::pool::{
 use crate::report::oom::RequestApi;
 
 mod contexts;
+mod unserved;
 mod vmm;
 
 pub(crate) use contexts::{
     ctx_created, ctx_destroyed, ctx_popped, green_ctx_created, green_stream_created,
     runtime_in_own_context,
 };
+pub use unserved::alloc_unserved;
+pub(crate) use unserved::runtime_unserved;
+use unserved::unserved;
+pub(super) use unserved::{release_cache, unserved_context};
 pub use vmm::{mem_create, mem_get_address_range};
 
 pub(crate) use crate::cuda::contexts::forget_primary;
-use crate::cuda::contexts::{in_primary_context, primary_context};
+use crate::cuda::contexts::primary_context;
 pub(crate) use contexts::context_device;
-use contexts::{current_context, own_context, primary_device};
+use contexts::{current_context, primary_device};
 
 /// The pool and the driver, when the pool is on and the driver is loaded.
 pub(super) fn pooled() -> Option<(&'static Pool<CudaBackend>, &'static Driver)> {
@@ -200,116 +205,6 @@ pub fn mem_pool_destroyed(r: CuResult) -> CuResult {
         current_pool::note_destroyed();
     }
     r
-}
-
-/// The driver's answer to an allocation in a context the pool does not serve: counted as
-/// passed through when the program made that context itself, with the bytes `size` says once
-/// the driver answered (a pitched image's are its pitch's).
-pub(super) fn unserved_context(
-    pool: &Pool<CudaBackend>,
-    d: &Driver,
-    size: impl FnOnce() -> usize,
-    real: impl Fn() -> CuResult,
-) -> CuResult {
-    let r = unserved(pool, d, real);
-    match own_context(d) {
-        Some(why) => note_passed_through(why, if r == cu::CU_SUCCESS { size() } else { 0 }, r),
-        None => r,
-    }
-}
-
-/// The runtime's answer to an allocation of `size` bytes with a context the program made
-/// current (`pass`, the runtime's own call), as `unserved_context`: the first refusal of a
-/// retry is not left as the program's last error, which is then what the program left there.
-/// Out of line: the hit path only tests for it.
-#[cold]
-#[inline(never)]
-pub(crate) fn runtime_unserved(
-    pool: &Pool<CudaBackend>,
-    rt: &crate::cuda::runtime::Runtime,
-    d: &Driver,
-    size: usize,
-    pass: impl Fn() -> CuResult,
-) -> CuResult {
-    let unread = crate::cuda::last_error::unread(rt);
-    let first = std::cell::Cell::new(true);
-    unserved_context(
-        pool,
-        d,
-        || size,
-        || {
-            if !first.replace(false) {
-                crate::cuda::last_error::restore(rt, unread);
-            }
-            pass()
-        },
-    )
-}
-
-/// The driver's answer to an allocation the pool does not serve (a context the program made, a
-/// stream being captured, a memory pool the program made current). Never worse on memory: when
-/// the driver is out of memory, the pool's cache on that device goes back to it and the driver
-/// is asked again.
-fn unserved(pool: &Pool<CudaBackend>, d: &Driver, real: impl Fn() -> CuResult) -> CuResult {
-    let r = real();
-    if r == cu::CU_ERROR_OUT_OF_MEMORY && release_cache(pool, d) > 0 {
-        return real();
-    }
-    r
-}
-
-/// `cuMemAllocManaged` and `cuMemAllocFromPoolAsync`, which the pool never serves (`real`, the
-/// driver's own call): never worse on memory (`unserved_anywhere`).
-pub fn alloc_unserved(real: impl Fn() -> CuResult) -> CuResult {
-    let Some((pool, d)) = serving() else {
-        return real();
-    };
-    let Some(_inside) = guard::enter() else {
-        return real();
-    };
-    unserved_anywhere(pool, d, real)
-}
-
-/// `unserved`, then, still out of memory, asked once more after every other device's cache
-/// went back: the memory pool a program names, or managed memory, may be on another device
-/// than the current context's.
-fn unserved_anywhere(
-    pool: &Pool<CudaBackend>,
-    d: &Driver,
-    real: impl Fn() -> CuResult,
-) -> CuResult {
-    let r = unserved(pool, d, &real);
-    if r != cu::CU_ERROR_OUT_OF_MEMORY {
-        return r;
-    }
-    let here = current_context(d).map(|(_, dev)| dev);
-    let released: u64 = pool
-        .used_devices()
-        .into_iter()
-        .filter(|&dev| Some(dev) != here)
-        .filter_map(|dev| {
-            in_primary_context(d, dev, || {
-                super::ready_thread_for_backend(pool, dev);
-                pool.release_for_others(dev)
-            })
-        })
-        .sum();
-    if released > 0 {
-        return real();
-    }
-    r
-}
-
-/// Releases the pool's cache on the current context's device. Returns the bytes released.
-pub(super) fn release_cache(pool: &Pool<CudaBackend>, d: &Driver) -> u64 {
-    let Some((_, device)) = current_context(d) else {
-        return 0;
-    };
-    in_primary_context(d, device, || {
-        super::ready_thread_for_backend(pool, device);
-        pool.release_for_others(device)
-    })
-    .unwrap_or(0)
 }
 
 /// The pool's name for `stream` for a stream-ordered allocation on the current device, or why
