@@ -353,6 +353,7 @@ pub fn jax_note(
     driver_hooks: bool,
 ) -> FrameworkNote {
     let platform = allocator.is_some_and(|a| a.trim().eq_ignore_ascii_case("platform"));
+    let cuda_async = allocator.is_some_and(|a| a.trim().eq_ignore_ascii_case("cuda_async"));
     let prealloc = !preallocate.is_some_and(|p| p.trim().eq_ignore_ascii_case("false"));
     let remedy = if driver_hooks {
         "XLA_PYTHON_CLIENT_ALLOCATOR=platform makes each buffer a driver allocation, which the \
@@ -368,6 +369,12 @@ pub fn jax_note(
         (true, _) => "JAX hands each buffer to the driver (XLA_PYTHON_CLIENT_ALLOCATOR=platform), \
              whose allocations the pool leaves alone under GPUPOOL_DRIVER_HOOKS=0"
             .to_string(),
+        // XLA's `cudaMallocAsync` allocator: `cuMemAllocFromPoolAsync` from a CUDA memory
+        // pool, which the pool leaves to the driver.
+        (false, _) if cuda_async => format!(
+            "JAX allocates from a CUDA memory pool (XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async), which \
+             caches beside the pool; {remedy}"
+        ),
         (false, true) => format!(
             "JAX's BFC allocator preallocates most of each device and caches above the pool; \
              {remedy}"
@@ -556,6 +563,14 @@ mod tests {
         assert!(remedy.ends_with("which the pool serves"), "{remedy}");
         let remedy = jax_note(None, None, false).note;
         assert!(remedy.contains("driver hooks on"), "{remedy}");
+        // XLA's `cuda_async` allocator is no BFC allocator, but caches all the same.
+        let pool = jax_note(None, Some("cuda_async"), true);
+        assert!(
+            pool.caches_above && pool.note.contains("CUDA memory pool"),
+            "{}",
+            pool.note
+        );
+        assert!(!pool.note.contains("BFC"), "{}", pool.note);
     }
 
     #[test]
