@@ -135,6 +135,35 @@ fn versioned_names_taken_with_dlsym_are_pooled() {
     assert_pooled("fallback", &with, &without);
 }
 
+/// Every hooked name looked up with `dlsym` in the driver answers the pool's own function of
+/// that name: the hooks' tables agree on their order (`driver_identity.c`). The simulator's
+/// driver has every hooked name.
+#[test]
+fn each_hooked_driver_name_is_swapped_for_its_own_hook() {
+    let sim = Sim::get();
+    let rpath = format!("-Wl,-rpath,{}", sim.simlib.display());
+    let build = Build {
+        compiler: "cc",
+        flags: &["-std=c11"],
+        libs: &["-ldl", &rpath],
+        cudart: false,
+    };
+    let exe = sim.build(&support::root().join("tests/c/driver_identity.c"), &build);
+    let names: Vec<&str> = gpupool::cuda::hooked::NAMES
+        .iter()
+        .map(|n| n.to_str().expect("an ASCII name"))
+        .collect();
+    let (out, err) = ok(&mut pooled(&exe, &names, ENV));
+    assert!(out.contains("driver_identity ok"), "{out}\n{err}");
+    let checked: usize = number(&out, "checked=");
+    let skipped: usize = number(&out, "skipped=");
+    assert_eq!(checked + skipped, names.len(), "{out}");
+    assert_eq!(
+        skipped, 0,
+        "the simulator's driver has every hooked name: {out}"
+    );
+}
+
 #[test]
 fn driver_hooks_off_leaves_the_driver_alone() {
     // A program linked with -lcuda reaches the exported hooks by symbol, with or without the
