@@ -338,12 +338,9 @@ unsafe fn alloc_from_pool(
 ) -> CuResult {
     boundary(CU_ERROR_UNKNOWN, || {
         let real = || {
-            // SAFETY: both hooked names have this C signature.
-            match unsafe { hooked::real_fn::<MemAllocFromPoolAsyncFn>(h) } {
-                // SAFETY: the driver's own function, called with the hook's arguments.
-                Some(f) => unsafe { f(dptr, size, pool, stream) },
-                None => CU_ERROR_NOT_INITIALIZED,
-            }
+            real!(@at h, MemAllocFromPoolAsyncFn, |f| f(
+                dptr, size, pool, stream
+            ))
         };
         dispatch::alloc_unserved(real)
     })

@@ -3,12 +3,16 @@
 //! `driver_contexts.rs`). Each is the panic boundary, then
 //! the one path in `dispatch`.
 
-/// Calls the driver's own function behind `$hook` with `$call`, or answers
-/// `CUDA_ERROR_NOT_INITIALIZED` when no driver is loaded (the library never loads one).
+/// Calls the driver's own function behind `$hook` (a `Hooked` variant's name, or with `@at`
+/// any `Hooked` value) with `$call`, or answers `CUDA_ERROR_NOT_INITIALIZED` when no driver is
+/// loaded (the library never loads one).
 macro_rules! real {
-    ($hook:ident, $ty:ty, |$f:ident| $call:expr) => {{
+    ($hook:ident, $ty:ty, |$f:ident| $call:expr) => {
+        real!(@at $crate::cuda::hooked::Hooked::$hook, $ty, |$f| $call)
+    };
+    (@at $hook:expr, $ty:ty, |$f:ident| $call:expr) => {{
         // SAFETY: `$ty` is the C signature of the hooked function.
-        match unsafe { $crate::cuda::hooked::real_fn::<$ty>($crate::cuda::hooked::Hooked::$hook) } {
+        match unsafe { $crate::cuda::hooked::real_fn::<$ty>($hook) } {
             // SAFETY: the driver's own function, called with the hook's arguments unchanged.
             Some($f) => unsafe { $call },
             None => $crate::cuda::driver::CU_ERROR_NOT_INITIALIZED,
