@@ -165,6 +165,19 @@ pub fn with_pool() -> Option<(&'static Global, Option<&'static Pool<CudaBackend>
     Some((g, g.hit_pool))
 }
 
+/// `with_pool`'s fast way alone: `None` until the state is made with its pool, and in a
+/// forked child; the caller then takes `with_pool`, out of line.
+#[inline(always)]
+pub fn with_pool_made() -> Option<(&'static Global, Option<&'static Pool<CudaBackend>>)> {
+    let g = WITH_POOL.load(Ordering::Acquire);
+    if g.is_null() {
+        return None;
+    }
+    // SAFETY: as in `with_pool`.
+    let g = unsafe { &*g };
+    Some((g, g.hit_pool))
+}
+
 /// `with_pool` for a runtime allocation: `None` until the state is made, in a forked child,
 /// and once the program made a context of its own (`program_made_a_context`). The caller then
 /// takes `with_pool` and asks which context is current.

@@ -26,11 +26,12 @@ pub struct Thread {
 /// Where a thread is. A thread's first entry is told apart from the others by the same test that
 /// tells inside from outside, so the hit path pays nothing for it.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 enum Where {
     /// Never entered the pool: its first entry makes what the pool's locks need (`first_entry`).
-    New,
-    Outside,
-    Inside,
+    New = 2,
+    Outside = 0,
+    Inside = 1,
 }
 
 /// `Thread::last_device` before the thread's first allocation from the pool, and again once it
@@ -115,20 +116,32 @@ pub fn enter() -> Option<Inside> {
     // The guard is made only when the thread was outside: dropping one made while inside would
     // mark the thread outside while its outer call goes on.
     THREAD
-        .try_with(|t| match t.place.get() {
-            Where::Outside => {
-                t.place.set(Where::Inside);
-                Some(Inside(t))
+        .try_with(|t| {
+            // Outside, the hit path's case, is one test of memory; the others are out of line,
+            // and only their answer is tested again.
+            if t.place.get() != Where::Outside && !enter_not_outside(t) {
+                return None;
             }
-            Where::Inside => None,
-            Where::New => {
-                first_entry();
-                t.place.set(Where::Inside);
-                Some(Inside(t))
-            }
+            t.place.set(Where::Inside);
+            Some(Inside(t))
         })
         .ok()
         .flatten()
+}
+
+/// `enter` for a thread not outside the pool: false when it is inside it already; a new
+/// thread's first entry makes what the pool's locks need first.
+#[cold]
+#[inline(never)]
+fn enter_not_outside(t: &Thread) -> bool {
+    match t.place.get() {
+        Where::Inside => false,
+        Where::New => {
+            first_entry();
+            true
+        }
+        Where::Outside => true,
+    }
 }
 
 /// Whether this thread never entered the pool: no state of its own to look after, and none

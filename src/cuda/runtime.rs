@@ -254,9 +254,13 @@ impl Runtime {
         const ONE: u8 = 1;
         const OTHER: u8 = 2;
         static COUNT: AtomicU8 = AtomicU8::new(UNKNOWN);
-        match COUNT.load(Ordering::Relaxed) {
+        // One comparison can give the three answers: `OTHER` above `ONE`, `UNKNOWN` below.
+        let count = COUNT.load(Ordering::Relaxed);
+        if count > ONE {
+            return false;
+        }
+        match count {
             ONE => true,
-            OTHER => false,
             _ => {
                 let mut n = 0;
                 let one = self.get_device_count.is_some_and(|count| {

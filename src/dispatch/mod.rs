@@ -331,11 +331,42 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CudaStatus {
 /// As `cudaFree`.
 #[inline(always)]
 pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
-    let Some((g, pool)) = global::with_pool() else {
-        return global::missing_runtime();
-    };
+    // The state's one load apart: a test of `with_pool`'s merged answer costs the hit two more.
+    match global::with_pool_made() {
+        // SAFETY: the caller's argument.
+        Some((g, pool)) => unsafe { free_with(g, pool, ptr) },
+        // SAFETY: the caller's argument.
+        None => unsafe { free_unmade(ptr) },
+    }
+}
+
+/// `free` before the state was made with its pool, and in a forked child.
+///
+/// # Safety
+/// As `cudaFree`.
+#[cold]
+#[inline(never)]
+unsafe fn free_unmade(ptr: *mut c_void) -> CudaStatus {
+    match global::with_pool() {
+        // SAFETY: the caller's argument.
+        Some((g, pool)) => unsafe { free_with(g, pool, ptr) },
+        None => global::missing_runtime(),
+    }
+}
+
+/// `free` with the state and its pool.
+///
+/// # Safety
+/// As `cudaFree`.
+#[inline(always)]
+unsafe fn free_with(
+    g: &'static Global,
+    pool: Option<&'static Pool<CudaBackend>>,
+    ptr: *mut c_void,
+) -> CudaStatus {
+    // A copy of `ptr`, not a reference: it stays in a register.
     // SAFETY: the caller's argument, passed on unchanged.
-    let pass = || unsafe { (g.runtime.free)(ptr) };
+    let pass = move || unsafe { (g.runtime.free)(ptr) };
     let (Some(pool), false) = (pool, ptr.is_null()) else {
         return pass();
     };
@@ -345,10 +376,10 @@ pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
     // For a `cudaFree` the current device only says where to look first: the block is freed
     // the same way on whichever device holds it. The device this thread last allocated on is
     // as good a first guess, and saves asking the runtime (`cudaGetDevice`) on every free.
-    // `NO_DEVICE`, which names no device, makes the pool look on every device, as `None` would:
-    // for a `FreeKind::Sync` free the device orders the search and nothing else.
+    // One test for both `NO_DEVICE` and a device the pool does not index: the lookup below
+    // then needs no bounds check.
     let first = inside.last_device();
-    if first == guard::NO_DEVICE {
+    if first as usize >= crate::pool::MAX_DEVICES {
         return free_first(&inside, g, pool, ptr, pass);
     }
     let outcome = pool.free(ptr as u64, FreeKind::Sync, Some(first));
@@ -357,7 +388,8 @@ pub unsafe fn free(ptr: *mut c_void) -> CudaStatus {
 
 /// `free` on a thread that never allocated from the pool, or lost its context since
 /// (`guard::Inside::forget_context`): no device to look in first, and perhaps no context
-/// (`bind_context`).
+/// (`bind_context`). `NO_DEVICE`, which names no device, makes the pool look on every device,
+/// as `None` would: for a `FreeKind::Sync` free the device orders the search and nothing else.
 #[cold]
 #[inline(never)]
 fn free_first(
@@ -367,6 +399,12 @@ fn free_first(
     ptr: *mut c_void,
     pass: impl FnOnce() -> CudaStatus,
 ) -> CudaStatus {
+    let last = inside.last_device();
+    if last != guard::NO_DEVICE {
+        // A device past the pool's: looked for there first all the same, as ever.
+        let outcome = pool.free(ptr as u64, FreeKind::Sync, Some(last));
+        return answer_free(outcome, &g.runtime, ptr, "cudaFree", pass);
+    }
     let current = current_device(&g.runtime);
     let outcome = pool.free(
         ptr as u64,

@@ -484,10 +484,19 @@ impl DevicePool {
         self.record(Kind::BeyondBarriers, 0, 0, 0, 0);
     }
 
-    /// One trace record, when tracing. Inline, with the drop of a trace that stopped out of
-    /// line: the hit path records each allocation and free, and pays a test for it.
+    /// One trace record, when tracing. The test inline, the record out of line: the hit path
+    /// records each allocation and free, and pays the test alone. Inlined, the record's call
+    /// and the drop of a trace that stopped made the hit read the device's fields again after
+    /// it.
     #[inline(always)]
     fn record(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {
+        if self.trace.is_some() {
+            self.record_traced(kind, a, b, c, aux);
+        }
+    }
+
+    #[inline(never)]
+    fn record_traced(&mut self, kind: Kind, a: u64, b: u64, c: u64, aux: u16) {
         if let Some(t) = self.trace.as_mut() {
             if !t.record(kind, a, b, c, aux) {
                 self.drop_trace();
