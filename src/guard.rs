@@ -10,17 +10,20 @@ use crate::log;
 
 /// What the pool keeps per thread: whether the thread is inside the pool (`Where`), whether its
 /// backend's per-thread state is made (`Inside::backend_ready`), and the device of its last
-/// allocation from the pool (where its next `cudaFree` looks first). One thread-local, so a
-/// hook reaches all with one access: in a preloaded library each access is a call to
-/// `__tls_get_addr`.
+/// allocation from the pool (where its next `cudaFree` looks first); and the stream its last
+/// stream-ordered free named, with the runtime's id for it, which its next free on that stream
+/// need not ask (`dispatch::stream_names::remembered`). One thread-local, so a hook reaches all
+/// with one access: in a preloaded library each access is a call to `__tls_get_addr`.
 ///
-/// The last two also say whether the thread has the context its first pooled call gave it
-/// (`dispatch::bind_context`): a thread that lost it has both set back as they were before
-/// that call (`Inside::forget_context`), so that the hit path needs no test of its own.
+/// The backend's state and the last device also say whether the thread has the context its
+/// first pooled call gave it (`dispatch::bind_context`): a thread that lost it has both set back
+/// as they were before that call (`Inside::forget_context`), so that the hit path needs no test
+/// of its own.
 pub struct Thread {
     place: Cell<Where>,
     backend_ready: Cell<bool>,
     last_device: Cell<u32>,
+    last_stream: Cell<(usize, u64)>,
 }
 
 /// Where a thread is. A thread's first entry is told apart from the others by the same test that
@@ -46,6 +49,7 @@ thread_local! {
             place: Cell::new(Where::New),
             backend_ready: Cell::new(false),
             last_device: Cell::new(NO_DEVICE),
+            last_stream: Cell::new((0, u64::MAX)),
         }
     };
 }
@@ -150,6 +154,15 @@ pub fn never_entered() -> bool {
     THREAD
         .try_with(|t| t.place.get() == Where::New)
         .unwrap_or(true)
+}
+
+/// `f` on the stream handle this thread's last stream-ordered free named and the name it got,
+/// `(0, u64::MAX)` before (`dispatch::stream_names::remembered`); `None` while the thread is
+/// torn down. Its own thread-local access, made only by frees that ask the runtime anyway:
+/// reached through the free's `Inside`, it cost every free on the legacy stream an
+/// instruction.
+pub fn with_last_stream<R>(f: impl FnOnce(&Cell<(usize, u64)>) -> R) -> Option<R> {
+    THREAD.try_with(|t| f(&t.last_stream)).ok()
 }
 
 /// Whether this thread is yet to make the backend's per-thread state; marks it made. For calls

@@ -419,6 +419,13 @@ fn cuda_malloc_async_is_pooled_stream_ordered_in_every_mode_and_capture_passes_t
         assert_eq!(summary_passed_through(&path), [(0, 0), captured], "{mode}");
         // One capture question per request on a created stream: its answer names the stream.
         assert_eq!(number::<u64>(&out, "capture_queries="), 1, "{mode}: {out}");
+        // A pair there asks about capture at both ends (a capture may begin unseen between
+        // them), and the stream's id once: the free takes the one the last free got.
+        let pair = (
+            number::<u64>(&out, "pair_capture_queries="),
+            number::<u64>(&out, "pair_id_queries="),
+        );
+        assert_eq!(pair, (2, 1), "{mode}: {out}");
     }
     // The Prometheus form: one sample per reason.
     let path = scratch("async-capture-prom").join("summary.prom");

@@ -82,6 +82,21 @@ fn a_destroyed_blocking_streams_pending_free_waits_and_the_stream_is_refused() {
     every_round_reuses("destroyed_blocking", &MODES, &[]);
 }
 
+/// A stream destroyed and another made at its handle: a block the old stream allocated and the
+/// new one freed under a kernel waits for the kernel before a third stream gets it. A free
+/// takes the id the thread's last free got for the same handle; the old stream's id then
+/// names a stream no request names again.
+#[test]
+fn a_free_on_a_stream_made_at_a_destroyed_ones_handle_waits_for_its_kernel() {
+    every_round_reuses("reborn_handle", &MODES, &[]);
+    let exe = c_program_with_driver("async_hostile");
+    let (out, _) = ok(&mut pooled(&exe, &["reborn_handle"], &[]));
+    assert!(
+        number::<u64>(&out, "reborn=") > 0,
+        "no handle was reused: {out}"
+    );
+}
+
 /// The driver's stream-ordered calls: `_ptsz` forms on two threads' per-thread streams, and a
 /// non-blocking stream's free asked for on other streams and by `cuMemAlloc`; on one device
 /// and on two.

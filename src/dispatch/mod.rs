@@ -39,7 +39,7 @@ pub(crate) use ipc::ipc_refused;
 pub use pitch::{malloc_pitch, mem_alloc_pitch};
 pub(crate) use stream_names::async_stream_key;
 pub use stream_names::Promise;
-use stream_names::{stream_is_blocking, stream_key, stream_key_asked, stream_key_known};
+use stream_names::{free_stream_key_asked, stream_is_blocking, stream_key, stream_key_known};
 pub use watched::{
     device_reset, device_synchronize, event_synchronize, execution_ctx_stream_create,
     launch_kernel, stream_create_with_flags, stream_create_with_priority, stream_synchronize,
@@ -607,7 +607,7 @@ pub unsafe fn free_on(
     // The legacy stream's name (PyTorch's) needs no question: that path stays an `Option`.
     let stream_key = match stream_key_known(rt, pool, stream, promise) {
         Some(key) => key,
-        None => match stream_key_asked(rt, stream) {
+        None => match free_stream_key_asked(rt, stream) {
             Ok(Some(key)) => key,
             Ok(None) => {
                 let outcome = keep_captured_free(pool, ptr as u64, "cudaFreeAsync");

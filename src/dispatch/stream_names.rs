@@ -1,8 +1,11 @@
 //! The pool's names for streams (`StreamKey`): when a call names its stream, what the name is,
 //! and whether the stream is being captured into a graph or ordered with the legacy stream.
 
+use std::cell::Cell;
+
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
+use crate::guard;
 use crate::pool::{Backend, Pool, StreamKey, LEGACY_STREAM, NO_STREAM};
 
 use super::own_query;
@@ -56,7 +59,7 @@ pub(super) fn stream_key<B: Backend>(
 ) -> StreamKey {
     match stream_key_known(rt, pool, stream, promise) {
         Some(key) => key,
-        None => match stream_key_asked(rt, stream) {
+        None => match stream_key_asked(rt, stream, None) {
             Ok(key) => key.unwrap_or(NO_STREAM),
             Err(refused) => {
                 own_query(rt, refused);
@@ -70,15 +73,18 @@ pub(super) fn stream_key<B: Backend>(
 /// captured into a graph, `Err` with its refusal of a stream it does not know (one the program
 /// destroyed), left the last error as the runtime's own refusal would. A stream-ordered free
 /// answers that refusal: the runtime's own `cudaFreeAsync` refuses such a stream and frees
-/// nothing.
+/// nothing. `known`, the stream's id when a free knows it (`free_stream_key_asked`): the
+/// capture is asked all the same, since a capture may begin where the pool does not see it;
+/// the id is not.
 #[inline(never)]
 pub(super) fn stream_key_asked(
     rt: &Runtime,
     stream: Stream,
+    known: Option<StreamKey>,
 ) -> Result<Option<StreamKey>, CudaStatus> {
     match capture_status(rt, stream) {
         Ok(Some(true)) => Ok(None),
-        Ok(Some(false)) => Ok(Some(stream_id(rt, stream))),
+        Ok(Some(false)) => Ok(Some(known.unwrap_or_else(|| stream_id(rt, stream)))),
         Ok(None) => Ok(Some(NO_STREAM)),
         Err(ERROR_INVALID_RESOURCE_HANDLE) => Err(ERROR_INVALID_RESOURCE_HANDLE),
         Err(other) => {
@@ -87,6 +93,42 @@ pub(super) fn stream_key_asked(
             Ok(Some(NO_STREAM))
         }
     }
+}
+
+/// `stream_key_asked` for a stream-ordered free: the id this thread's last free asked for the
+/// same stream (kept in the guard's thread-local) is not asked again.
+#[inline(never)]
+pub(super) fn free_stream_key_asked(
+    rt: &Runtime,
+    stream: Stream,
+) -> Result<Option<StreamKey>, CudaStatus> {
+    let known = guard::with_last_stream(|last| remembered(last.get(), stream)).flatten();
+    let asked = stream_key_asked(rt, stream, known);
+    if let Ok(Some(key)) = asked {
+        guard::with_last_stream(|last| remember(last, stream, key));
+    }
+    asked
+}
+
+/// Keeps `key`, the runtime's id of `stream` a free just asked, in `last`, for this thread's
+/// next stream-ordered free on it (`remembered`). Not the per-thread default stream: one
+/// handle, a stream per thread and device.
+fn remember(last: &Cell<(usize, u64)>, stream: Stream, key: StreamKey) {
+    if stream as usize != STREAM_PER_THREAD && key != NO_STREAM {
+        last.set((stream as usize, key));
+    }
+}
+
+/// The id this thread's last free asked for `stream` (`last`, from `remember`), for a
+/// stream-ordered free only: a program's frees on one stream then ask its id once. The program
+/// may have destroyed that stream since and made another at its handle (handles are reused, ids
+/// never): the id is then the destroyed stream's, which no allocation names again, so the block
+/// waits for what a block freed on an unnamed stream waits for (a fence, or a barrier). An
+/// allocation must never take a destroyed stream's name, which would give it that stream's
+/// blocks while its work may still run: it asks every time.
+fn remembered(last: (usize, u64), stream: Stream) -> Option<StreamKey> {
+    let (handle, key) = last;
+    (handle == stream as usize && key != NO_STREAM).then_some(key)
 }
 
 /// The pool's name for `stream` for `cudaMallocAsync` (the runtime's promise), or `None` when
@@ -219,7 +261,12 @@ mod tests {
         );
         let stream = 0x1000 as Stream;
         assert_eq!(stream_key_known(&rt, &pool, stream, Promise::Runtime), None);
-        assert_eq!(stream_key_asked(&rt, stream), Ok(None), "captured");
+        assert_eq!(stream_key_asked(&rt, stream, None), Ok(None), "captured");
+        assert_eq!(
+            stream_key_asked(&rt, stream, Some(7)),
+            Ok(None),
+            "captured, id known"
+        );
         assert_eq!(
             stream_key_known(&rt, &pool, std::ptr::null_mut(), Promise::Runtime),
             Some(LEGACY_STREAM)

@@ -4,8 +4,9 @@
  * to the runtime (the graph owns it), and so does the driver's cuMemAllocAsync there. The
  * per-thread-default-stream forms (`_ptsz`) are the pool's too. Prints "captured_async=N" and
  * "captured_bytes=N" (the requests made during capture, and their bytes), "capture_queries=N"
- * (the cudaStreamIsCapturing calls one pooled cudaMallocAsync on a created stream made) and
- * "async_capture ok". */
+ * (the cudaStreamIsCapturing calls one pooled cudaMallocAsync on a created stream made),
+ * "pair_capture_queries=N" and "pair_id_queries=N" (the cudaStreamIsCapturing and
+ * cudaStreamGetId calls of a cudaMallocAsync+cudaFreeAsync pair there) and "async_capture ok". */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dlfcn.h>
 
@@ -30,9 +31,14 @@ int main(void)
     CHECK_CUDA(cudaMallocAsync(&a, MIB, s));
     CHECK(cudasimCallCount("cudaStreamIsCapturing", &queries_after) == 0, "cudasimCallCount");
     CHECK_CUDA(cudaFreeAsync(a, s));
+    unsigned long long pair_capture[2] = {0, 0}, pair_id[2] = {0, 0};
+    CHECK(cudasimCallCount("cudaStreamIsCapturing", &pair_capture[0]) == 0, "cudasimCallCount");
+    CHECK(cudasimCallCount("cudaStreamGetId", &pair_id[0]) == 0, "cudasimCallCount");
     CHECK_CUDA(cudaMallocAsync(&b, MIB, s));
     CHECK(b == a, "the stream that freed %p got %p", a, b);
     CHECK_CUDA(cudaFreeAsync(b, s));
+    CHECK(cudasimCallCount("cudaStreamIsCapturing", &pair_capture[1]) == 0, "cudasimCallCount");
+    CHECK(cudasimCallCount("cudaStreamGetId", &pair_id[1]) == 0, "cudasimCallCount");
     CHECK_CUDA(cudaMallocAsync(&c, MIB, t));
     CHECK(c != a, "another stream got %p before a fence", a);
     CHECK_CUDA(cudaFreeAsync(c, t));
@@ -99,6 +105,8 @@ int main(void)
     printf("captured_async=%llu\n", captured);
     printf("captured_bytes=%llu\n", captured_bytes);
     printf("capture_queries=%llu\n", queries_after - queries_before);
+    printf("pair_capture_queries=%llu\n", pair_capture[1] - pair_capture[0]);
+    printf("pair_id_queries=%llu\n", pair_id[1] - pair_id[0]);
     printf("async_capture ok\n");
     return 0;
 }

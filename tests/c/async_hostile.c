@@ -9,7 +9,8 @@
  * cuMemAllocAsync/cuMemFreeAsync and their _ptsz forms.
  *
  * usage: async_hostile SCENARIO
- * Prints "reused=N" (rounds whose request got the freed block back) and "async_hostile ok". */
+ * Prints "reused=N" (rounds whose request got the freed block back), "reborn=N" (rounds whose
+ * new stream got a destroyed one's handle) and "async_hostile ok". */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -184,6 +185,38 @@ static int destroyed_blocking(void)
         CHECK_CUDA(cudaFreeAsync(b, t));
         CHECK_CUDA(cudaStreamDestroy(t));
         CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    return reused;
+}
+
+/* A stream destroyed and another made at its handle (CUDA reuses handles, never ids): the block
+ * the old stream allocated, written on the new one and freed there under the kernel, is not a
+ * third stream's before the kernel is done. A free on the old stream came just before, so the
+ * thread's last free named the old stream at that handle. Counts in `reborn` the rounds whose
+ * new stream got the old one's handle. */
+static int reborn_handle(int *reborn)
+{
+    int reused = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        cudaStream_t s = make_stream(1), t, u;
+        void *a, *b, *c;
+        CHECK_CUDA(cudaMallocAsync(&a, N, s));
+        CHECK_CUDA(cudaMallocAsync(&c, 4096, s));
+        CHECK_CUDA(cudaFreeAsync(c, s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        CHECK_CUDA(cudaStreamDestroy(s));
+        t = make_stream(1);
+        *reborn += t == s;
+        CHECK_CUDA(cudasim_launch_fill(a, N, SLOW, 0xEE, t));
+        CHECK_CUDA(cudaFreeAsync(a, t));
+        u = make_stream(1);
+        CHECK_CUDA(cudaMallocAsync(&b, N, u));
+        reused += b == a;
+        own_and_check(b, N, u);
+        CHECK_CUDA(cudaFreeAsync(b, u));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaStreamDestroy(t));
+        CHECK_CUDA(cudaStreamDestroy(u));
     }
     return reused;
 }
@@ -432,7 +465,7 @@ static int churn_two_devices(int relaxed)
 
 int main(int argc, char **argv)
 {
-    int reused = -1;
+    int reused = -1, reborn = 0;
     CHECK(argc == 2, "usage: async_hostile SCENARIO");
     CHECK_CUDA(cudaFree(0));
     if (getenv("ASYNC_HOSTILE_BYTES"))
@@ -454,6 +487,8 @@ int main(int argc, char **argv)
         reused = nonblocking_to_legacy();
     else if (strcmp(s, "destroyed_blocking") == 0)
         reused = destroyed_blocking();
+    else if (strcmp(s, "reborn_handle") == 0)
+        reused = reborn_handle(&reborn);
     else if (strcmp(s, "two_devices") == 0)
         reused = two_devices();
     else if (strcmp(s, "churn_two_devices") == 0)
@@ -468,6 +503,7 @@ int main(int argc, char **argv)
         CHECK(0, "unknown scenario %s", s);
     CHECK(sim_stats(0).unmapped_while_busy == 0, "granules unmapped under a kernel");
     printf("reused=%d\n", reused);
+    printf("reborn=%d\n", reborn);
     printf("async_hostile ok\n");
     return 0;
 }

@@ -228,6 +228,7 @@ fn async_stream(d: &Driver, stream: Stream) -> Result<StreamKey, Reason> {
 
 /// Whether `stream` belongs to the calling thread's current context (`cuStreamGetCtx`); `None`
 /// when the driver cannot say. A stream of another device belongs to that device's context.
+/// The current context alone is asked, not its device: the caller knows the device already.
 pub(crate) fn in_current_context(d: &Driver, stream: Stream) -> Option<bool> {
     let get = d.stream_get_ctx?;
     let mut of_stream: CuContext = std::ptr::null_mut();
@@ -235,7 +236,7 @@ pub(crate) fn in_current_context(d: &Driver, stream: Stream) -> Option<bool> {
     if unsafe { get(stream, &mut of_stream) } != cu::CU_SUCCESS {
         return None;
     }
-    let (current, _) = current_context(d)?;
+    let current = crate::cuda::contexts::current(d).filter(|c| !c.is_null())?;
     Some(!of_stream.is_null() && of_stream == current)
 }
 
