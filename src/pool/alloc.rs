@@ -70,14 +70,14 @@ impl<B: Backend> Pool<B> {
         // A named stream may have blocks held for it: in `relaxed` mode, and in every mode for
         // `cudaMallocAsync` (the only request that names one outside `relaxed` mode, but with a
         // trace, which keeps thread caches off).
-        if stream.is_none() && slot.flags.enabled.load(Ordering::Relaxed) {
+        if stream.is_none() && slot.flags.enabled() {
             if let Some(r) = self.alloc_cached(slot, device, size, origin) {
                 return r;
             }
         }
         let mut p = Self::lock_to_allocate(slot);
         p.origin = origin;
-        if slot.flags.any.load(Ordering::Relaxed) {
+        if slot.flags.any(Ordering::Relaxed) {
             slot.caches.sweep_orphans(&mut p, &slot.clock);
         }
         let r = p.alloc_on(
@@ -126,7 +126,7 @@ impl<B: Backend> Pool<B> {
     /// Thread caches are off on `slot`'s device only for want of contention, which has come.
     pub(super) fn caches_due(&self, slot: &DeviceSlot, p: &DevicePool) -> bool {
         slot.flags.multi()
-            && !slot.flags.enabled.load(Ordering::Relaxed)
+            && !slot.flags.enabled()
             && self.settings.reuse != ReuseMode::Relaxed
             && p.contention.reached(
                 self.settings.cache_contention,
@@ -139,7 +139,7 @@ impl<B: Backend> Pool<B> {
     pub(super) fn update_caches(&self, slot: &DeviceSlot, p: &mut DevicePool) {
         let on = slot.flags.multi()
             && (self.settings.reuse == ReuseMode::Relaxed
-                || slot.flags.enabled.load(Ordering::Relaxed)
+                || slot.flags.enabled()
                 || p.contention.reached(
                     self.settings.cache_contention,
                     slot.backend_ns.load(Ordering::Relaxed),
@@ -147,7 +147,7 @@ impl<B: Backend> Pool<B> {
             && self.settings.thread_cache > 0
             && !self.tracing()
             && p.threshold == u64::MAX;
-        slot.flags.enabled.store(on, Ordering::Relaxed);
+        slot.flags.set_enabled(on);
         if !on {
             slot.caches.reclaim(p, &slot.clock);
         }

@@ -13,22 +13,28 @@ impl<B: Backend> Pool<B> {
     pub fn free(&self, addr: Addr, kind: FreeKind, current: Option<u32>) -> FreeOutcome {
         if let Some(d) = current {
             if let Some(slot) = self.existing(d) {
-                // Read here, not before: the lookup keeps no value in a register for it.
-                let need = self.need_for(kind);
-                if slot.flags.any.load(Ordering::Relaxed) {
+                if slot.flags.any(Ordering::Relaxed) {
+                    let need = self.need_for(kind);
                     if self.free_cached(slot, d, addr, need) || self.free_in(slot, addr, kind, need)
                     {
                         return FreeOutcome::Freed;
                     }
-                } else if Self::lock(slot).free(
-                    addr,
-                    kind,
-                    // Read once the lock is taken.
-                    self.need_under_lock(need),
-                    || slot.clock.stamp_under_lock(),
-                ) {
-                    // The hit path: no thread caches on this device.
-                    return FreeOutcome::Freed;
+                } else {
+                    let mut p = Self::lock(slot);
+                    let stamp = || slot.clock.stamp_under_lock();
+                    // The rule read once the lock is taken, as `need_under_lock` would read it
+                    // again: `beyond_barriers` is only ever set, so one read there gives the
+                    // same answer. `strict`'s rule apart: the free made for it keeps it a
+                    // constant, not a value tested twice more.
+                    let freed = if self.settings.reuse == ReuseMode::Strict {
+                        p.free(addr, kind, ReuseWait::Fence, stamp)
+                    } else {
+                        p.free(addr, kind, self.need_for(kind), stamp)
+                    };
+                    if freed {
+                        // The hit path: no thread caches on this device.
+                        return FreeOutcome::Freed;
+                    }
                 }
             }
         }
@@ -44,7 +50,7 @@ impl<B: Backend> Pool<B> {
         need: ReuseWait,
     ) -> bool {
         let mut p = Self::lock(slot);
-        if slot.flags.any.load(Ordering::Relaxed) {
+        if slot.flags.any(Ordering::Relaxed) {
             slot.caches.sweep_orphans(&mut p, &slot.clock);
         }
         let need = self.need_under_lock(need);
@@ -94,8 +100,7 @@ impl<B: Backend> Pool<B> {
         let mine = |d: u32| {
             Some(d) != current
                 && self.existing(d).is_some_and(|slot| {
-                    slot.flags.any.load(Ordering::Relaxed)
-                        && self.free_cached(slot, d, addr, need_there)
+                    slot.flags.any(Ordering::Relaxed) && self.free_cached(slot, d, addr, need_there)
                 })
         };
         if (0..MAX_DEVICES as u32).any(mine) || self.free_from_any_cache(addr, |d| on(d).1) {
@@ -154,7 +159,7 @@ impl<B: Backend> Pool<B> {
                 };
                 let need = self.need_under_lock(need);
                 // Read under the cache's lock: a threshold set meanwhile reclaims after this.
-                let enabled = slot.flags.enabled.load(Ordering::Relaxed);
+                let enabled = slot.flags.enabled();
                 let mut held = Vec::new();
                 // Stamped now, after the program's free: a fence or barrier that starts later
                 // covers it (`ReuseClock::before_sync`).
@@ -235,7 +240,7 @@ impl<B: Backend> Pool<B> {
             let Some(slot) = self.existing(d) else {
                 continue;
             };
-            if !slot.flags.any.load(Ordering::Relaxed) {
+            if !slot.flags.any(Ordering::Relaxed) {
                 continue;
             }
             for c in slot.caches.caches() {

@@ -121,7 +121,7 @@ impl<B: Backend> Pool<B> {
             if let Some(b) = p.live_block_at(addr) {
                 return Some((d, b));
             }
-            if !slot.flags.any.load(Ordering::Relaxed) {
+            if !slot.flags.any(Ordering::Relaxed) {
                 return None;
             }
             slot.caches.caches().iter().find_map(|c| {

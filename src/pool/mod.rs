@@ -423,7 +423,7 @@ impl<B: Backend> Pool<B> {
         let t = Instant::now();
         let mut p = slot.pool.lock();
         let waited = t.elapsed().as_nanos() as u64;
-        if slot.flags.multi() && !slot.flags.enabled.load(Ordering::Relaxed) {
+        if slot.flags.multi() && !slot.flags.enabled() {
             // All of a backend call that ended during the wait is left out, also the part
             // before this thread came: a little waiting may go uncounted, never a fence.
             let now_in_backend = slot.backend_ns.load(Ordering::Relaxed);

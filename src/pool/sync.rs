@@ -36,7 +36,7 @@ impl<B: Backend> Pool<B> {
             // Frees into thread caches take no device number: with caches, fence anyway.
             let unfenced = slot.clock.fenced.load(Ordering::Acquire)
                 < slot.clock.freed.load(Ordering::Acquire)
-                || slot.flags.any.load(Ordering::Acquire);
+                || slot.flags.any(Ordering::Acquire);
             let fence = barriers && unfenced;
             if !fence && !self.tracing() {
                 continue;
@@ -44,7 +44,7 @@ impl<B: Backend> Pool<B> {
             p.note_work_beyond_barriers();
             if fence {
                 // What the caches hold waits in the device, for the fence.
-                if slot.flags.any.load(Ordering::Relaxed) {
+                if slot.flags.any(Ordering::Relaxed) {
                     slot.caches.reclaim(&mut p, &slot.clock);
                 }
                 p.fence_for_work_beyond_barriers(&self.timed(slot), &slot.clock);
@@ -58,7 +58,7 @@ impl<B: Backend> Pool<B> {
     pub fn seq_before_sync(&self, device: u32) -> SyncSeq {
         match self.existing(device) {
             None => SyncSeq::default(),
-            Some(s) if s.flags.any.load(Ordering::Acquire) => s.clock.before_sync(),
+            Some(s) if s.flags.any(Ordering::Acquire) => s.clock.before_sync(),
             Some(s) => SyncSeq {
                 freed: s.clock.freed.load(Ordering::Acquire),
                 epoch: 0,

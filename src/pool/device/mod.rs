@@ -305,8 +305,9 @@ pub struct DevicePool {
     /// synchronizations from its own.
     fenced_seen: u64,
     barriered_seen: u64,
-    /// The allocation trace, when `GPUPOOL_TRACE` is on.
-    trace: Option<TraceBuf>,
+    /// The allocation trace, when `GPUPOOL_TRACE` is on. Boxed: the hit's test of a pointer
+    /// against zero is one instruction less than of the buffer's own niche.
+    trace: Option<Box<TraceBuf>>,
     /// The trace's file took no more records and `trace` went: thread caches, which a trace
     /// keeps off, are due a new look (`Pool::sample_allocation`).
     pub trace_dropped: bool,
@@ -465,7 +466,7 @@ impl DevicePool {
 
     /// Record every decision from now on into `trace`.
     pub fn set_trace(&mut self, trace: TraceBuf, policy: &Policy, reuse: u16) {
-        self.trace = Some(trace);
+        self.trace = Some(Box::new(trace));
         self.record(
             Kind::Settings,
             policy.max_split_size,

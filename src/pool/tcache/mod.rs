@@ -39,7 +39,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -167,17 +167,51 @@ pub struct Registry {
 /// slot (no pointer to follow on the hit path).
 #[derive(Default)]
 pub struct CacheSwitches {
-    /// New blocks may go through thread caches (two threads allocate here, and in `strict` and
-    /// `barrier` mode take its lock in turn; no trace, no release threshold, a non-zero bound).
-    pub enabled: AtomicBool,
-    /// Some cache was made (frees look there first; exited threads' caches may wait).
-    pub any: AtomicBool,
+    /// `ENABLED` and `ANY`, in one word: the hit tests both with one load.
+    bits: AtomicU8,
     /// A second thread allocated on the device.
     multi: AtomicBool,
     first_thread: AtomicUsize,
 }
 
+/// New blocks may go through thread caches (two threads allocate here, and in `strict` and
+/// `barrier` mode take its lock in turn; no trace, no release threshold, a non-zero bound).
+const ENABLED: u8 = 1;
+/// Some cache was made (frees look there first; exited threads' caches may wait).
+const ANY: u8 = 2;
+
 impl CacheSwitches {
+    /// Thread caches may take new blocks (`ENABLED`).
+    pub fn enabled(&self) -> bool {
+        self.bits.load(Ordering::Relaxed) & ENABLED != 0
+    }
+
+    /// Set under the device lock. A read-modify-write, as `set_any` may run beside it.
+    pub fn set_enabled(&self, on: bool) {
+        if on {
+            self.bits.fetch_or(ENABLED, Ordering::Relaxed);
+        } else {
+            self.bits.fetch_and(!ENABLED, Ordering::Relaxed);
+        }
+    }
+
+    /// Some cache was made (`ANY`), read with `order`: `Acquire` to see what the cache's
+    /// registration wrote before (`set_any`).
+    pub fn any(&self, order: Ordering) -> bool {
+        self.bits.load(order) & ANY != 0
+    }
+
+    /// A cache was made; it is never unset.
+    pub fn set_any(&self) {
+        self.bits.fetch_or(ANY, Ordering::Release);
+    }
+
+    /// `enabled() || any(Relaxed)`, in one load: the hit's test.
+    #[inline(always)]
+    pub fn enabled_or_any(&self) -> bool {
+        self.bits.load(Ordering::Relaxed) != 0
+    }
+
     /// Called under the device lock after each allocation there: the first time a second thread
     /// allocates on the device, returns true (the caller then decides whether to enable caches).
     pub fn second_thread_arrived(&self) -> bool {

@@ -76,7 +76,7 @@ impl Registry {
                 list.push(Arc::clone(&c));
                 self.count.store(list.len(), Ordering::Relaxed);
                 drop(list);
-                flags.any.store(true, Ordering::Release);
+                flags.set_any();
                 Some(f(&c))
             })
             .ok()?

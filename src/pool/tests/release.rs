@@ -394,11 +394,7 @@ fn reset_during_a_cache_give_back(
 fn a_reset_during_a_free_that_gives_its_block_back_counts_it_freed_once() {
     // Caches turned off meanwhile (as a release threshold does): the free sends its block back.
     reset_during_a_cache_give_back(crate::config::DEFAULT_THREAD_CACHE, |p| {
-        p.existing(0)
-            .unwrap()
-            .flags
-            .enabled
-            .store(false, Ordering::Relaxed);
+        p.existing(0).unwrap().flags.set_enabled(false);
     });
 }
 
