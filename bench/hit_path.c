@@ -11,7 +11,7 @@
  *               cudaMallocAsync backend calls them (the pool's route under the preload)
  *   MODE async-stream: the same on a non-blocking stream of the program's own (each call asks
  *               the runtime whether the stream is being captured; the allocation asks its id,
- *               which the free takes from the thread's last free on that stream)
+ *               which the free takes from the thread's last allocation on that stream)
  *   MODE driver: cuMemAlloc_v2/cuMemFree_v2 on the primary context, the driver hooks' route
  *               (a static runtime's, XLA's), taken with dlsym(RTLD_DEFAULT)
  *

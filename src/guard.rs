@@ -11,8 +11,8 @@ use crate::log;
 /// What the pool keeps per thread: whether the thread is inside the pool (`Where`), whether its
 /// backend's per-thread state is made (`Inside::backend_ready`), and the device of its last
 /// allocation from the pool (where its next `cudaFree` looks first); and the stream its last
-/// stream-ordered free named, with the runtime's id for it, which its next free on that stream
-/// need not ask (`dispatch::stream_names::remembered`). One thread-local, so a hook reaches all
+/// stream-ordered allocation on a created stream named, with the runtime's id for it, which its
+/// next free on that stream need not ask (`dispatch::stream_names::remembered`). One thread-local, so a hook reaches all
 /// with one access: in a preloaded library each access is a call to `__tls_get_addr`.
 ///
 /// The backend's state and the last device also say whether the thread has the context its
@@ -75,6 +75,12 @@ impl Inside {
     #[inline(always)]
     pub fn backend_ready(&self) -> bool {
         self.thread().backend_ready.get()
+    }
+
+    /// The stream handle this thread's last stream-ordered allocation named on a created
+    /// stream, with the runtime's id for it (`dispatch::stream_names::remember`).
+    pub fn set_last_stream(&self, last: (usize, u64)) {
+        self.thread().last_stream.set(last);
     }
 
     /// This thread made the backend's per-thread state.
@@ -156,13 +162,13 @@ pub fn never_entered() -> bool {
         .unwrap_or(true)
 }
 
-/// `f` on the stream handle this thread's last stream-ordered free named and the name it got,
-/// `(0, u64::MAX)` before (`dispatch::stream_names::remembered`); `None` while the thread is
-/// torn down. Its own thread-local access, made only by frees that ask the runtime anyway:
-/// reached through the free's `Inside`, it cost every free on the legacy stream an
-/// instruction.
-pub fn with_last_stream<R>(f: impl FnOnce(&Cell<(usize, u64)>) -> R) -> Option<R> {
-    THREAD.try_with(|t| f(&t.last_stream)).ok()
+/// The stream handle this thread's last stream-ordered allocation on a created stream named
+/// and the name it got, `(0, u64::MAX)` before (`dispatch::stream_names::remembered`); `None`
+/// while the thread is torn down. Its own thread-local access, made only by frees that ask the
+/// runtime anyway: reached through the free's `Inside`, it cost every free on the legacy
+/// stream an instruction.
+pub fn last_stream() -> Option<(usize, u64)> {
+    THREAD.try_with(|t| t.last_stream.get()).ok()
 }
 
 /// Whether this thread is yet to make the backend's per-thread state; marks it made. For calls

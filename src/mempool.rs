@@ -112,7 +112,7 @@ unsafe fn malloc_async_created(
     if !on_device(rt, stream, dev) {
         return note_passed_through(Reason::UnplacedStream, size, pass(rt));
     }
-    let stream = Some(OnStream::Named(key));
+    let stream = Some(OnStream::Asked(stream, key));
     // SAFETY: the caller's arguments and contract.
     unsafe {
         malloc_with(

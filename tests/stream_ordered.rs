@@ -97,6 +97,23 @@ fn a_free_on_a_stream_made_at_a_destroyed_ones_handle_waits_for_its_kernel() {
     );
 }
 
+/// A stream made at a destroyed one's handle, after the thread's frees named the destroyed
+/// one there: its own request, on that thread or another, takes the block its free gave back while its kernel still runs,
+/// as on any stream, rather than wait for a fence (the host waiting for the kernel).
+#[test]
+fn a_stream_made_at_a_destroyed_ones_handle_gets_its_own_freed_block_without_a_wait() {
+    let exe = c_program_with_driver("async_hostile");
+    // The thread allocates there too; or only frees, while other threads allocate.
+    for scenario in ["reborn_own_reuse", "reborn_free_only"] {
+        every_round_reuses(scenario, &MODES, &[]);
+        let (out, _) = ok(&mut pooled(&exe, &[scenario], &[]));
+        assert!(
+            number::<u64>(&out, "reborn=") > 0,
+            "{scenario}: no handle was reused: {out}"
+        );
+    }
+}
+
 /// The driver's stream-ordered calls: `_ptsz` forms on two threads' per-thread streams, and a
 /// non-blocking stream's free asked for on other streams and by `cuMemAlloc`; on one device
 /// and on two.

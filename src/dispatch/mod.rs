@@ -144,8 +144,9 @@ pub unsafe fn malloc_on(
 pub(crate) enum OnStream {
     /// To be named in `malloc_with` by the rule of the call's promise (`stream_key`).
     Ask(Stream, Promise),
-    /// Named by the caller already (`async_stream_key`).
-    Named(StreamKey),
+    /// A created stream, named by the runtime's id the caller just asked (`async_stream_key`),
+    /// which the thread's next stream-ordered free on it takes (`stream_names::remember`).
+    Asked(Stream, StreamKey),
 }
 
 /// `malloc_on`, where `api` is the program's call and `call` the runtime's own, made when the
@@ -248,7 +249,10 @@ unsafe fn malloc_in(
     let stream = stream
         .map(|s| match s {
             OnStream::Ask(s, promise) => stream_key(rt, pool, s, promise),
-            OnStream::Named(key) => key,
+            OnStream::Asked(s, key) => {
+                stream_names::remember(&inside, s, key);
+                key
+            }
         })
         .filter(|&k| k != NO_STREAM);
     let served = |addr: u64| {

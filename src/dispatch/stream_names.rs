@@ -1,8 +1,6 @@
 //! The pool's names for streams (`StreamKey`): when a call names its stream, what the name is,
 //! and whether the stream is being captured into a graph or ordered with the legacy stream.
 
-use std::cell::Cell;
-
 use crate::cuda::runtime::Runtime;
 use crate::cuda::types::*;
 use crate::guard;
@@ -95,37 +93,41 @@ pub(super) fn stream_key_asked(
     }
 }
 
-/// `stream_key_asked` for a stream-ordered free: the id this thread's last free asked for the
-/// same stream (kept in the guard's thread-local) is not asked again.
+/// `stream_key_asked` for a stream-ordered free: the id this thread's last stream-ordered
+/// allocation asked for the same stream (`remember`) is not asked again. A free never keeps
+/// the id it asked: a thread that only frees on a stream would then name it by its first
+/// free's answer for good, and a stream made later at the same handle would never get its
+/// own blocks back in stream order. An allocation asks every time, so the thread's next one on
+/// the handle corrects a name gone stale.
 #[inline(never)]
 pub(super) fn free_stream_key_asked(
     rt: &Runtime,
     stream: Stream,
 ) -> Result<Option<StreamKey>, CudaStatus> {
-    let known = guard::with_last_stream(|last| remembered(last.get(), stream)).flatten();
-    let asked = stream_key_asked(rt, stream, known);
-    if let Ok(Some(key)) = asked {
-        guard::with_last_stream(|last| remember(last, stream, key));
-    }
-    asked
+    let known = guard::last_stream().and_then(|last| remembered(last, stream));
+    stream_key_asked(rt, stream, known)
 }
 
-/// Keeps `key`, the runtime's id of `stream` a free just asked, in `last`, for this thread's
-/// next stream-ordered free on it (`remembered`). Not the per-thread default stream: one
-/// handle, a stream per thread and device.
-fn remember(last: &Cell<(usize, u64)>, stream: Stream, key: StreamKey) {
-    if stream as usize != STREAM_PER_THREAD && key != NO_STREAM {
-        last.set((stream as usize, key));
+/// Keeps `key`, the runtime's id of `stream` a stream-ordered allocation just asked, for this
+/// thread's next stream-ordered free on it (`remembered`). Only inside the pool (`inside`):
+/// a signal handler's call is refused before it gets here, so it cannot tear the pair that an
+/// interrupted free is reading. Not the per-thread default stream: one handle, a stream per
+/// thread and device; nor a name the runtime was not asked for.
+pub(super) fn remember(inside: &guard::Inside, stream: Stream, key: StreamKey) {
+    let s = stream as usize;
+    if s != STREAM_PER_THREAD && !is_legacy(stream) && key != NO_STREAM && key != LEGACY_STREAM {
+        inside.set_last_stream((s, key));
     }
 }
 
-/// The id this thread's last free asked for `stream` (`last`, from `remember`), for a
-/// stream-ordered free only: a program's frees on one stream then ask its id once. The program
-/// may have destroyed that stream since and made another at its handle (handles are reused, ids
-/// never): the id is then the destroyed stream's, which no allocation names again, so the block
-/// waits for what a block freed on an unnamed stream waits for (a fence, or a barrier). An
-/// allocation must never take a destroyed stream's name, which would give it that stream's
-/// blocks while its work may still run: it asks every time.
+/// The id this thread's last stream-ordered allocation asked for `stream` (`last`, from
+/// `remember`), for a stream-ordered free only: a program's pairs on one stream then ask its
+/// id once. The program may have destroyed that stream since and made another at its handle
+/// (handles are reused, ids never): the id is then the destroyed stream's, which no allocation
+/// names again, so the block waits for what a block freed on an unnamed stream waits for (a
+/// fence, or a barrier), until the thread's next allocation there asks again. An allocation
+/// must never take a destroyed stream's name, which would give it that stream's blocks while
+/// its work may still run: it asks every time.
 fn remembered(last: (usize, u64), stream: Stream) -> Option<StreamKey> {
     let (handle, key) = last;
     (handle == stream as usize && key != NO_STREAM).then_some(key)
@@ -247,6 +249,32 @@ mod tests {
             _ => never_called as *mut c_void,
         };
         Runtime::resolve(&lookup).expect("every required name resolves")
+    }
+
+    /// A free takes only an id an allocation asked for the same created stream: never one for
+    /// a default stream (the per-thread one is a stream per thread and device) nor a name the
+    /// runtime was not asked for; and the last allocation's, not an earlier one's.
+    #[test]
+    fn a_free_takes_the_id_the_last_allocation_asked_for_its_created_stream() {
+        let inside = guard::enter().expect("a test thread starts outside the pool");
+        let known = |stream: usize| {
+            guard::last_stream().and_then(|last| remembered(last, stream as Stream))
+        };
+        for (stream, key) in [
+            (STREAM_PER_THREAD, 5),
+            (0, 6),
+            (STREAM_LEGACY, 7),
+            (0x1000, NO_STREAM),
+            (0x1000, LEGACY_STREAM),
+        ] {
+            remember(&inside, stream as Stream, key);
+            assert_eq!(known(stream), None, "stream {stream:#x}, key {key}");
+        }
+        remember(&inside, 0x1000 as Stream, 9);
+        assert_eq!(known(0x1000), Some(9));
+        assert_eq!(known(0x2000), None, "another handle");
+        remember(&inside, 0x2000 as Stream, 10);
+        assert_eq!((known(0x1000), known(0x2000)), (None, Some(10)));
     }
 
     /// Before CUDA 12 a `cudaFreeAsync` still asks whether its stream is being captured, and

@@ -221,6 +221,69 @@ static int reborn_handle(int *reborn)
     return reused;
 }
 
+/* cudaMallocAsync of `n` bytes on `s` by the calling thread. */
+static void *alloc_here(cudaStream_t s, size_t n)
+{
+    void *p;
+    CHECK_CUDA(cudaMallocAsync(&p, n, s));
+    return p;
+}
+
+/* cudaMallocAsync of `n` bytes on `s` by another thread, which then exits. */
+struct alloc_on {
+    cudaStream_t s;
+    size_t n;
+    void *p;
+};
+
+static void *alloc_thread(void *arg)
+{
+    struct alloc_on *a = arg;
+    CHECK_CUDA(cudaMallocAsync(&a->p, a->n, a->s));
+    return NULL;
+}
+
+static void *alloc_elsewhere(cudaStream_t s, size_t n)
+{
+    struct alloc_on a = {s, n, NULL};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, alloc_thread, &a) == 0, "pthread_create");
+    pthread_join(th, NULL);
+    return a.p;
+}
+
+/* A stream made at a destroyed one's handle is a stream like any other: its request takes the
+ * block its free gave back under its kernel at once, in stream order, as the runtime's pool
+ * would, without the host waiting for the kernel. This thread's frees named the destroyed
+ * stream at that handle just before; `alloc` makes the allocations (this thread's or another's).
+ * Counts the rounds whose request got the block while the kernel still ran, in `reborn` those
+ * whose new stream got the old one's handle. */
+static int reborn_reuse(void *(*alloc)(cudaStream_t, size_t), int *reborn)
+{
+    int reused = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        cudaStream_t s = make_stream(0), t;
+        CHECK_CUDA(cudaFreeAsync(alloc(s, 4096), s));
+        CHECK_CUDA(cudaFreeAsync(alloc(s, 4096), s));
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        CHECK_CUDA(cudaStreamDestroy(s));
+        t = make_stream(0);
+        *reborn += t == s;
+        void *a = alloc(t, N);
+        CHECK_CUDA(cudasim_launch_fill(a, N, SLOW, 0xEE, t));
+        CHECK_CUDA(cudaFreeAsync(a, t));
+        void *b = alloc(t, N);
+        cudaError_t busy = cudaStreamQuery(t);
+        CHECK(busy == cudaSuccess || busy == cudaErrorNotReady, "cudaStreamQuery: %d", (int)busy);
+        reused += b == a && busy == cudaErrorNotReady;
+        own_and_check(b, N, t);
+        CHECK_CUDA(cudaFreeAsync(b, t));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaStreamDestroy(t));
+    }
+    return reused;
+}
+
 /* Two devices: a block of device 1 freed on device 1's stream while device 0 is current, then
  * asked for on that stream with device 1 current, and on device 1's legacy stream. */
 static int two_devices(void)
@@ -489,6 +552,10 @@ int main(int argc, char **argv)
         reused = destroyed_blocking();
     else if (strcmp(s, "reborn_handle") == 0)
         reused = reborn_handle(&reborn);
+    else if (strcmp(s, "reborn_own_reuse") == 0)
+        reused = reborn_reuse(alloc_here, &reborn);
+    else if (strcmp(s, "reborn_free_only") == 0)
+        reused = reborn_reuse(alloc_elsewhere, &reborn);
     else if (strcmp(s, "two_devices") == 0)
         reused = two_devices();
     else if (strcmp(s, "churn_two_devices") == 0)
