@@ -147,6 +147,10 @@ fn enter_not_outside(t: &Thread) -> bool {
     match t.place.get() {
         Where::Inside => false,
         Where::New => {
+            // Inside before the first entry's work: a signal handler's call that lands in it is
+            // refused as during any other call, rather than make the same per-thread data again,
+            // or wait for the lock of parking_lot's table that the interrupted entry holds.
+            t.place.set(Where::Inside);
             first_entry();
             true
         }
@@ -195,6 +199,10 @@ pub fn inside() -> bool {
 #[cold]
 #[inline(never)]
 fn first_entry() {
+    #[cfg(test)]
+    if let Some(interrupt) = tests::DURING_FIRST_ENTRY.with(Cell::take) {
+        interrupt();
+    }
     static KEY: u8 = 0;
     // SAFETY: the key is the address of a static of this module, which no lock uses, and the
     // validation refuses the wait: nothing is queued, nothing parks.
@@ -265,6 +273,37 @@ pub fn quiet_panics() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Run once by this thread's first entry, as a signal handler that lands there would.
+        pub(super) static DURING_FIRST_ENTRY: Cell<Option<fn()>> = const { Cell::new(None) };
+        /// Whether the call `DURING_FIRST_ENTRY` made got in.
+        static NESTED_GOT_IN: Cell<Option<bool>> = const { Cell::new(None) };
+    }
+
+    /// A signal handler's call during a thread's first entry is refused, as during any other
+    /// call: let in, it would make parking_lot's per-thread data again, or wait for ever for
+    /// the lock of parking_lot's table the interrupted entry holds.
+    #[test]
+    fn a_call_made_during_a_threads_first_entry_is_refused() {
+        std::thread::spawn(|| {
+            fn handler() {
+                NESTED_GOT_IN.with(|n| n.set(Some(enter().is_some())));
+            }
+            DURING_FIRST_ENTRY.with(|h| h.set(Some(handler)));
+            let outer = enter().expect("a new thread's first entry");
+            assert_eq!(
+                NESTED_GOT_IN.with(Cell::get),
+                Some(false),
+                "the nested call got in"
+            );
+            assert!(inside(), "the first entry's call is still inside");
+            drop(outer);
+            assert!(!inside());
+        })
+        .join()
+        .expect("the test thread");
+    }
 
     #[test]
     fn a_refused_entry_leaves_the_thread_inside() {
