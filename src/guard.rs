@@ -12,8 +12,9 @@ use crate::log;
 /// backend's per-thread state is made (`Inside::backend_ready`), and the device of its last
 /// allocation from the pool (where its next `cudaFree` looks first); and the stream its last
 /// stream-ordered allocation on a created stream named, with the runtime's id for it, which its
-/// next free on that stream need not ask (`dispatch::stream_names::remembered`). One thread-local, so a hook reaches all
-/// with one access: in a preloaded library each access is a call to `__tls_get_addr`.
+/// next free on that stream need not ask (`dispatch::stream_names::remembered`). One
+/// thread-local, so a hook reaches all with one access: in a preloaded library each access is a
+/// call to `__tls_get_addr`.
 ///
 /// The backend's state and the last device also say whether the thread has the context its
 /// first pooled call gave it (`dispatch::bind_context`): a thread that lost it has both set back
