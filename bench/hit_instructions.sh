@@ -65,6 +65,7 @@ configs=(
     "cudaMallocAsync (PyTorch's backend under the preload), strict|2 strict 0 async"
     "cudaMallocAsync on the program's own stream, strict, 1 device|1 strict 0 async-stream"
     "cuMemAlloc_v2 (the driver hooks: static runtimes, XLA), strict|2 strict 0 driver"
+    "cuMemAllocAsync on the program's own stream, strict, 1 device|1 strict 0 driver-async-stream"
     "strict, 2 devices, 100 000 live blocks|2 strict 100000 cuda"
 )
 

@@ -14,6 +14,9 @@
  *               which the free takes from the thread's last allocation on that stream)
  *   MODE driver: cuMemAlloc_v2/cuMemFree_v2 on the primary context, the driver hooks' route
  *               (a static runtime's, XLA's), taken with dlsym(RTLD_DEFAULT)
+ *   MODE driver-async-stream: cuMemAllocAsync/cuMemFreeAsync on a non-blocking stream of the
+ *               program's own, as a static runtime's cudaMallocAsync/cudaFreeAsync make them
+ *               (the same questions as async-stream, asked of the driver)
  *
  * LIVE_BLOCKS blocks of mixed sizes (512 B .. 64 KiB, log-uniform, fixed seed) are allocated
  * with the same allocator before timing and stay live during it. After a warm-up, ITERATIONS
@@ -55,6 +58,11 @@ typedef int (*cu_malloc_fn)(unsigned long long *dptr, size_t size);
 typedef int (*cu_free_fn)(unsigned long long dptr);
 static cu_malloc_fn cu_malloc;
 static cu_free_fn cu_free;
+/* The driver's stream-ordered pair (driver-async-stream), on `async_stream`. */
+typedef int (*cu_malloc_async_fn)(unsigned long long *dptr, size_t size, cudaStream_t stream);
+typedef int (*cu_free_async_fn)(unsigned long long dptr, cudaStream_t stream);
+static cu_malloc_async_fn cu_malloc_async;
+static cu_free_async_fn cu_free_async;
 static torch_free_fn torch_free;
 static cudaStream_t torch_stream;
 
@@ -103,9 +111,11 @@ static unsigned long long sim_mallocs(void)
     return st.malloc_calls;
 }
 
-/* `timed_pairs` of the driver mode, a loop of its own: the other modes' loops stay as they
- * were, so their figures compare with earlier runs. */
-static double timed_driver_pairs(size_t size, long iters)
+/* `timed_pairs` of the driver's modes, a loop of their own: the other modes' loops stay as they
+ * were, so their figures compare with earlier runs. `async` (driver-async-stream) is a constant
+ * at each call, inlined: each mode's loop is compiled without the other's branch. */
+static inline __attribute__((always_inline)) double timed_cu_pairs(size_t size, long iters,
+                                                                   int async)
 {
     unsigned long long acc = 0;
     double t0, t1;
@@ -113,13 +123,31 @@ static double timed_driver_pairs(size_t size, long iters)
     t0 = now_ns();
     for (i = 0; i < iters; i++) {
         unsigned long long d = 0;
-        CHECK(cu_malloc(&d, size) == 0, "cuMemAlloc_v2");
+        if (async) {
+            CHECK(cu_malloc_async(&d, size, async_stream) == 0, "cuMemAllocAsync");
+        } else {
+            CHECK(cu_malloc(&d, size) == 0, "cuMemAlloc_v2");
+        }
         acc += d;
-        CHECK(cu_free(d) == 0, "cuMemFree_v2");
+        if (async) {
+            CHECK(cu_free_async(d, async_stream) == 0, "cuMemFreeAsync");
+        } else {
+            CHECK(cu_free(d) == 0, "cuMemFree_v2");
+        }
     }
     t1 = now_ns();
     sink += (uintptr_t)acc;
     return (t1 - t0) / (double)iters;
+}
+
+static double timed_driver_pairs(size_t size, long iters)
+{
+    return timed_cu_pairs(size, iters, 0);
+}
+
+static double timed_driver_async_pairs(size_t size, long iters)
+{
+    return timed_cu_pairs(size, iters, 1);
 }
 
 /* Time `iters` pairs; returns ns per pair. */
@@ -130,6 +158,9 @@ static double timed_pairs(size_t size, long iters)
     long i;
     if (cu_malloc) {
         return timed_driver_pairs(size, iters);
+    }
+    if (cu_malloc_async) {
+        return timed_driver_async_pairs(size, iters);
     }
     t0 = now_ns();
     for (i = 0; i < iters; i++) {
@@ -160,7 +191,7 @@ int main(int argc, char **argv)
 
     CHECK(argc == 5,
           "usage: hit_path LIVE_BLOCKS SIZE ITERATIONS "
-          "cuda|glibc|torch|torch-stream|async|async-stream|driver");
+          "cuda|glibc|torch|torch-stream|async|async-stream|driver|driver-async-stream");
     live = atol(argv[1]);
     size = (size_t)strtoull(argv[2], NULL, 0);
     iters = atol(argv[3]);
@@ -176,6 +207,11 @@ int main(int argc, char **argv)
         cu_malloc = (cu_malloc_fn)dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
         cu_free = (cu_free_fn)dlsym(RTLD_DEFAULT, "cuMemFree_v2");
         CHECK(cu_malloc && cu_free, "no cuMemAlloc_v2");
+    } else if (strcmp(argv[4], "driver-async-stream") == 0) {
+        use_cuda = 1;
+        cu_malloc_async = (cu_malloc_async_fn)dlsym(RTLD_DEFAULT, "cuMemAllocAsync");
+        cu_free_async = (cu_free_async_fn)dlsym(RTLD_DEFAULT, "cuMemFreeAsync");
+        CHECK(cu_malloc_async && cu_free_async, "no cuMemAllocAsync");
     } else if (strncmp(argv[4], "torch", 5) == 0) {
         use_cuda = 1;
         torch_malloc = (torch_malloc_fn)dlsym(RTLD_DEFAULT, "gpupool_torch_malloc");
@@ -185,7 +221,8 @@ int main(int argc, char **argv)
               "unknown mode '%s'", argv[4]);
     } else {
         CHECK(strcmp(argv[4], "glibc") == 0,
-              "MODE is cuda, glibc, torch, torch-stream, async, async-stream or driver, not '%s'",
+              "MODE is cuda, glibc, torch, torch-stream, async, async-stream, driver or "
+              "driver-async-stream, not '%s'",
               argv[4]);
     }
     if (use_cuda) {
@@ -194,7 +231,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[4], "torch-stream") == 0) {
         CHECK_CUDA(cudaStreamCreateWithFlags(&torch_stream, cudaStreamNonBlocking));
     }
-    if (strcmp(argv[4], "async-stream") == 0) {
+    if (strcmp(argv[4], "async-stream") == 0 || cu_malloc_async) {
         CHECK_CUDA(cudaStreamCreateWithFlags(&async_stream, cudaStreamNonBlocking));
     }
 

@@ -11,10 +11,10 @@ use crate::log;
 /// What the pool keeps per thread: whether the thread is inside the pool (`Where`), whether its
 /// backend's per-thread state is made (`Inside::backend_ready`), and the device of its last
 /// allocation from the pool (where its next `cudaFree` looks first); and the stream its last
-/// stream-ordered allocation on a created stream named, with the runtime's id for it, which its
-/// next free on that stream need not ask (`dispatch::stream_names::remembered`). One
-/// thread-local, so a hook reaches all with one access: in a preloaded library each access is a
-/// call to `__tls_get_addr`.
+/// stream-ordered allocation on a created stream named, with its id (the runtime's and the
+/// driver's are the same), which its next free on that stream need not ask
+/// (`dispatch::stream_names::remembered`). One thread-local, so a hook reaches all with one
+/// access: in a preloaded library each access is a call to `__tls_get_addr`.
 ///
 /// The backend's state and the last device also say whether the thread has the context its
 /// first pooled call gave it (`dispatch::bind_context`): a thread that lost it has both set back
@@ -79,7 +79,7 @@ impl Inside {
     }
 
     /// The stream handle this thread's last stream-ordered allocation named on a created
-    /// stream, with the runtime's id for it (`dispatch::stream_names::remember`).
+    /// stream, with its id (`dispatch::stream_names::remember`).
     pub fn set_last_stream(&self, last: (usize, u64)) {
         self.thread().last_stream.set(last);
     }
@@ -170,8 +170,8 @@ pub fn never_entered() -> bool {
 /// The stream handle this thread's last stream-ordered allocation on a created stream named
 /// and the name it got, `(0, u64::MAX)` before (`dispatch::stream_names::remembered`); `None`
 /// while the thread is torn down. Its own thread-local access, made only by frees that ask the
-/// runtime anyway: reached through the free's `Inside`, it cost every free on the legacy
-/// stream an instruction.
+/// runtime or the driver anyway: reached through the free's `Inside`, it cost every free on the
+/// legacy stream an instruction.
 pub fn last_stream() -> Option<(usize, u64)> {
     THREAD.try_with(|t| t.last_stream.get()).ok()
 }

@@ -420,12 +420,21 @@ fn cuda_malloc_async_is_pooled_stream_ordered_in_every_mode_and_capture_passes_t
         // One capture question per request on a created stream: its answer names the stream.
         assert_eq!(number::<u64>(&out, "capture_queries="), 1, "{mode}: {out}");
         // A pair there asks about capture at both ends (a capture may begin unseen between
-        // them), and the stream's id once: the free takes the one the last free got.
-        let pair = (
-            number::<u64>(&out, "pair_capture_queries="),
-            number::<u64>(&out, "pair_id_queries="),
+        // them), and the stream's id once: the free takes the one the allocation got. So does
+        // the driver's pair, and a pair of one API's allocation and the other's free (the ids
+        // are the same); the per-thread default stream's id is asked at both ends.
+        for api in ["", "cu_"] {
+            let pair = (
+                number::<u64>(&out, &format!("{api}pair_capture_queries=")),
+                number::<u64>(&out, &format!("{api}pair_id_queries=")),
+            );
+            assert_eq!(pair, (2, 1), "{mode} {api}: {out}");
+        }
+        let ids = (
+            number::<u64>(&out, "mixed_pair_id_queries="),
+            number::<u64>(&out, "cu_ptsz_pair_id_queries="),
         );
-        assert_eq!(pair, (2, 1), "{mode}: {out}");
+        assert_eq!(ids, (1, 2), "{mode}: {out}");
     }
     // The Prometheus form: one sample per reason.
     let path = scratch("async-capture-prom").join("summary.prom");

@@ -84,27 +84,35 @@ fn a_destroyed_blocking_streams_pending_free_waits_and_the_stream_is_refused() {
 
 /// A stream destroyed and another made at its handle: a block the old stream allocated and the
 /// new one freed under a kernel waits for the kernel before a third stream gets it. A free
-/// takes the id the thread's last free got for the same handle; the old stream's id then
-/// names a stream no request names again.
+/// takes the id the thread's last allocation got for the same handle; the old stream's id
+/// then names a stream no request names again. Through the runtime's calls and the driver's.
 #[test]
 fn a_free_on_a_stream_made_at_a_destroyed_ones_handle_waits_for_its_kernel() {
-    every_round_reuses("reborn_handle", &MODES, &[]);
     let exe = c_program_with_driver("async_hostile");
-    let (out, _) = ok(&mut pooled(&exe, &["reborn_handle"], &[]));
-    assert!(
-        number::<u64>(&out, "reborn=") > 0,
-        "no handle was reused: {out}"
-    );
+    for scenario in ["reborn_handle", "cu_reborn_handle"] {
+        every_round_reuses(scenario, &MODES, &[]);
+        let (out, _) = ok(&mut pooled(&exe, &[scenario], &[]));
+        assert!(
+            number::<u64>(&out, "reborn=") > 0,
+            "{scenario}: no handle was reused: {out}"
+        );
+    }
 }
 
 /// A stream made at a destroyed one's handle, after the thread's frees named the destroyed
-/// one there: its own request, on that thread or another, takes the block its free gave back while its kernel still runs,
-/// as on any stream, rather than wait for a fence (the host waiting for the kernel).
+/// one there: its own request, on that thread or another, takes the block its free gave back
+/// while its kernel still runs, as on any stream, rather than wait for a fence (the host
+/// waiting for the kernel). Through the runtime's calls and the driver's.
 #[test]
 fn a_stream_made_at_a_destroyed_ones_handle_gets_its_own_freed_block_without_a_wait() {
     let exe = c_program_with_driver("async_hostile");
     // The thread allocates there too; or only frees, while other threads allocate.
-    for scenario in ["reborn_own_reuse", "reborn_free_only"] {
+    for scenario in [
+        "reborn_own_reuse",
+        "reborn_free_only",
+        "cu_reborn_own_reuse",
+        "cu_reborn_free_only",
+    ] {
         every_round_reuses(scenario, &MODES, &[]);
         let (out, _) = ok(&mut pooled(&exe, &[scenario], &[]));
         assert!(

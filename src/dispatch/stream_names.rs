@@ -94,25 +94,33 @@ pub(super) fn stream_key_asked(
 }
 
 /// `stream_key_asked` for a stream-ordered free: the id this thread's last stream-ordered
-/// allocation asked for the same stream (`remember`) is not asked again. A free never keeps
-/// the id it asked: a thread that only frees on a stream would then name it by its first
-/// free's answer for good, and a stream made later at the same handle would never get its
-/// own blocks back in stream order. An allocation asks every time, so the thread's next one on
-/// the handle corrects a name gone stale.
+/// allocation asked for the same stream (`remember`) is not asked again.
 #[inline(never)]
 pub(super) fn free_stream_key_asked(
     rt: &Runtime,
     stream: Stream,
 ) -> Result<Option<StreamKey>, CudaStatus> {
-    let known = guard::last_stream().and_then(|last| remembered(last, stream));
-    stream_key_asked(rt, stream, known)
+    stream_key_asked(rt, stream, remembered_for_free(stream))
 }
 
-/// Keeps `key`, the runtime's id of `stream` a stream-ordered allocation just asked, for this
-/// thread's next stream-ordered free on it (`remembered`). Only inside the pool (`inside`):
-/// a signal handler's call is refused before it gets here, so it cannot tear the pair that an
-/// interrupted free is reading. Not the per-thread default stream: one handle, a stream per
-/// thread and device; nor a name the runtime was not asked for.
+/// The id a stream-ordered free on `stream`, the runtime's or the driver's, takes without
+/// asking: the one this thread's last stream-ordered allocation of either API asked for the
+/// same handle (`remember`), the two APIs' ids being the same ids. `None`: the free asks. A
+/// free never keeps the id it asked: a thread that only frees on a stream would then name it
+/// by its first free's answer for good, and a stream made later at the same handle would never
+/// get its own blocks back in stream order. An allocation asks every time, so the thread's
+/// next one on the handle corrects a name gone stale. Its own thread-local access, made only
+/// by frees that ask about capture anyway.
+pub(super) fn remembered_for_free(stream: Stream) -> Option<StreamKey> {
+    guard::last_stream().and_then(|last| remembered(last, stream))
+}
+
+/// Keeps `key`, the id of `stream` a stream-ordered allocation (`cudaMallocAsync` or
+/// `cuMemAllocAsync`) just asked, for this thread's next stream-ordered free on it
+/// (`remembered`). Only inside the pool (`inside`): a signal handler's call is refused before
+/// it gets here, so it cannot tear the pair that an interrupted free is reading. Not the
+/// per-thread default stream: one handle, a stream per thread and device; nor a name that was
+/// not asked for.
 pub(super) fn remember(inside: &guard::Inside, stream: Stream, key: StreamKey) {
     let s = stream as usize;
     if s != STREAM_PER_THREAD && !is_legacy(stream) && key != NO_STREAM && key != LEGACY_STREAM {
@@ -257,9 +265,7 @@ mod tests {
     #[test]
     fn a_free_takes_the_id_the_last_allocation_asked_for_its_created_stream() {
         let inside = guard::enter().expect("a test thread starts outside the pool");
-        let known = |stream: usize| {
-            guard::last_stream().and_then(|last| remembered(last, stream as Stream))
-        };
+        let known = |stream: usize| remembered_for_free(stream as Stream);
         for (stream, key) in [
             (STREAM_PER_THREAD, 5),
             (0, 6),

@@ -6,7 +6,11 @@
  * "captured_bytes=N" (the requests made during capture, and their bytes), "capture_queries=N"
  * (the cudaStreamIsCapturing calls one pooled cudaMallocAsync on a created stream made),
  * "pair_capture_queries=N" and "pair_id_queries=N" (the cudaStreamIsCapturing and
- * cudaStreamGetId calls of a cudaMallocAsync+cudaFreeAsync pair there) and "async_capture ok". */
+ * cudaStreamGetId calls of a cudaMallocAsync+cudaFreeAsync pair there), the same of the driver's
+ * pair, cuMemAllocAsync+cuMemFreeAsync, there ("cu_pair_capture_queries=N", "cu_pair_id_queries=N")
+ * and on the per-thread default stream through the _ptsz forms ("cu_ptsz_pair_id_queries=N"),
+ * the ids both APIs asked for cudaMallocAsync+cuMemFreeAsync ("mixed_pair_id_queries=N"), and
+ * "async_capture ok". */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dlfcn.h>
 
@@ -15,6 +19,21 @@
 typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
 typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
 typedef int (*cu_mem_alloc_async_fn)(unsigned long long *, size_t, cudaStream_t);
+typedef int (*cu_mem_free_async_fn)(unsigned long long, cudaStream_t);
+
+/* The calls of `name` the simulator counted so far (counting starts at the first question). */
+static unsigned long long calls(const char *name)
+{
+    unsigned long long n = 0;
+    CHECK(cudasimCallCount(name, &n) == 0, "cudasimCallCount(%s)", name);
+    return n;
+}
+
+/* Both APIs' stream id questions so far: their ids are the same. */
+static unsigned long long id_calls(void)
+{
+    return calls("cudaStreamGetId") + calls("cuStreamGetId");
+}
 
 #define MIB (1 << 20)
 
@@ -63,6 +82,40 @@ int main(void)
     CHECK(after.free_calls == before.free_calls && after.async_mallocs == before.async_mallocs,
           "a _ptsz call of a pooled block reached the runtime");
 
+    /* The driver's pair, as a static runtime's cudaMallocAsync/cudaFreeAsync make it, on the
+     * same created stream (a cudaStream_t is a CUstream), then through the _ptsz forms on the
+     * per-thread default stream, whose one handle is a stream per thread: its id is asked at
+     * both ends. Then the runtime's allocation and the driver's free. */
+    cu_mem_alloc_async_fn cu_alloc_async =
+        (cu_mem_alloc_async_fn)dlsym(RTLD_DEFAULT, "cuMemAllocAsync");
+    cu_mem_free_async_fn cu_free_async =
+        (cu_mem_free_async_fn)dlsym(RTLD_DEFAULT, "cuMemFreeAsync");
+    cu_mem_alloc_async_fn cu_alloc_ptsz =
+        (cu_mem_alloc_async_fn)dlsym(RTLD_DEFAULT, "cuMemAllocAsync_ptsz");
+    cu_mem_free_async_fn cu_free_ptsz =
+        (cu_mem_free_async_fn)dlsym(RTLD_DEFAULT, "cuMemFreeAsync_ptsz");
+    CHECK(cu_alloc_async && cu_free_async && cu_alloc_ptsz && cu_free_ptsz,
+          "no cuMemAllocAsync/cuMemFreeAsync in the process");
+    unsigned long long cu_a = 0, cu_b = 0;
+    CHECK(cu_alloc_async(&cu_a, MIB, s) == 0, "cuMemAllocAsync");
+    CHECK(cu_free_async(cu_a, s) == 0, "cuMemFreeAsync");
+    unsigned long long cu_capture = calls("cuStreamIsCapturing"), cu_id = calls("cuStreamGetId");
+    CHECK(cu_alloc_async(&cu_b, MIB, s) == 0, "cuMemAllocAsync");
+    CHECK(cu_b == cu_a, "the stream that freed 0x%llx got 0x%llx", cu_a, cu_b);
+    CHECK(cu_free_async(cu_b, s) == 0, "cuMemFreeAsync");
+    cu_capture = calls("cuStreamIsCapturing") - cu_capture;
+    cu_id = calls("cuStreamGetId") - cu_id;
+    CHECK(cu_alloc_ptsz(&cu_a, MIB, NULL) == 0, "cuMemAllocAsync_ptsz");
+    CHECK(cu_free_ptsz(cu_a, NULL) == 0, "cuMemFreeAsync_ptsz");
+    unsigned long long cu_ptsz_id = calls("cuStreamGetId");
+    CHECK(cu_alloc_ptsz(&cu_b, MIB, NULL) == 0, "cuMemAllocAsync_ptsz");
+    CHECK(cu_free_ptsz(cu_b, NULL) == 0, "cuMemFreeAsync_ptsz");
+    cu_ptsz_id = calls("cuStreamGetId") - cu_ptsz_id;
+    unsigned long long mixed_id = id_calls();
+    CHECK_CUDA(cudaMallocAsync(&b, MIB, s));
+    CHECK(cu_free_async((unsigned long long)(uintptr_t)b, s) == 0, "cuMemFreeAsync");
+    mixed_id = id_calls() - mixed_id;
+
     cudaGraph_t graph;
     void *g, *kept;
     unsigned long long captured, captured_bytes = 0;
@@ -75,10 +128,7 @@ int main(void)
     CHECK_CUDA(cudaFreeAsync(g, s));
     /* The driver's own call on the stream being captured (the pool's hook, which the preload
      * puts first). */
-    cu_mem_alloc_async_fn cu_alloc_async =
-        (cu_mem_alloc_async_fn)dlsym(RTLD_DEFAULT, "cuMemAllocAsync");
     unsigned long long cu_g = 0;
-    CHECK(cu_alloc_async != NULL, "no cuMemAllocAsync in the process");
     CHECK(cu_alloc_async(&cu_g, 2 * MIB, s) == 0, "cuMemAllocAsync during capture");
     captured_bytes += 2 * MIB;
     CHECK(sim_stats(0).captured_mallocs == before.captured_mallocs + 2,
@@ -107,6 +157,10 @@ int main(void)
     printf("capture_queries=%llu\n", queries_after - queries_before);
     printf("pair_capture_queries=%llu\n", pair_capture[1] - pair_capture[0]);
     printf("pair_id_queries=%llu\n", pair_id[1] - pair_id[0]);
+    printf("cu_pair_capture_queries=%llu\n", cu_capture);
+    printf("cu_pair_id_queries=%llu\n", cu_id);
+    printf("cu_ptsz_pair_id_queries=%llu\n", cu_ptsz_id);
+    printf("mixed_pair_id_queries=%llu\n", mixed_id);
     printf("async_capture ok\n");
     return 0;
 }

@@ -6,7 +6,8 @@
  * new owner's is caught by the late 0xEE.
  *
  * Linked with the runtime and -lcuda: the driver's scenarios (cu_*) take the same routes through
- * cuMemAllocAsync/cuMemFreeAsync and their _ptsz forms.
+ * cuMemAllocAsync/cuMemFreeAsync and their _ptsz forms; cu_reborn_* are reborn_* with the
+ * driver's stream calls.
  *
  * usage: async_hostile SCENARIO
  * Prints "reused=N" (rounds whose request got the freed block back), "reborn=N" (rounds whose
@@ -30,14 +31,29 @@ static void own_and_check(void *b, size_t n, cudaStream_t s)
     check_tag(b, n, 0x42);
 }
 
+/* The stream calls of the scenarios that take either API (reborn_*): the driver's when set
+ * (cu_reborn_*), as a static runtime's cudaStreamCreate, cudaMallocAsync and cudaFreeAsync
+ * make them. */
+static int cu_api;
+
 static cudaStream_t make_stream(int nonblocking)
 {
     cudaStream_t s;
-    if (nonblocking)
+    if (cu_api)
+        CHECK_CU(cuStreamCreate((CUstream *)&s, nonblocking ? CU_STREAM_NON_BLOCKING : 0));
+    else if (nonblocking)
         CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     else
         CHECK_CUDA(cudaStreamCreate(&s));
     return s;
+}
+
+static void destroy_stream(cudaStream_t s)
+{
+    if (cu_api)
+        CHECK_CU(cuStreamDestroy((CUstream)s));
+    else
+        CHECK_CUDA(cudaStreamDestroy(s));
 }
 
 /* The kernel on S1, an event after it, S2 waits for the event and frees the block there: CUDA
@@ -189,44 +205,56 @@ static int destroyed_blocking(void)
     return reused;
 }
 
+/* cudaMallocAsync of `n` bytes on `s` by the calling thread (cuMemAllocAsync with cu_api). */
+static void *alloc_here(cudaStream_t s, size_t n)
+{
+    if (cu_api) {
+        CUdeviceptr p;
+        CHECK_CU(cuMemAllocAsync(&p, n, (CUstream)s));
+        return (void *)(uintptr_t)p;
+    }
+    void *p;
+    CHECK_CUDA(cudaMallocAsync(&p, n, s));
+    return p;
+}
+
+/* cudaFreeAsync of `p` on `s` (cuMemFreeAsync with cu_api). */
+static void free_async(void *p, cudaStream_t s)
+{
+    if (cu_api)
+        CHECK_CU(cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, (CUstream)s));
+    else
+        CHECK_CUDA(cudaFreeAsync(p, s));
+}
+
 /* A stream destroyed and another made at its handle (CUDA reuses handles, never ids): the block
  * the old stream allocated, written on the new one and freed there under the kernel, is not a
- * third stream's before the kernel is done. A free on the old stream came just before, so the
- * thread's last free named the old stream at that handle. Counts in `reborn` the rounds whose
- * new stream got the old one's handle. */
+ * third stream's before the kernel is done. An allocation on the old stream came just before, so
+ * the free on the new one may take the old one's id. Counts in `reborn` the rounds whose new
+ * stream got the old one's handle. */
 static int reborn_handle(int *reborn)
 {
     int reused = 0;
     for (int round = 0; round < ROUNDS; round++) {
         cudaStream_t s = make_stream(1), t, u;
-        void *a, *b, *c;
-        CHECK_CUDA(cudaMallocAsync(&a, N, s));
-        CHECK_CUDA(cudaMallocAsync(&c, 4096, s));
-        CHECK_CUDA(cudaFreeAsync(c, s));
+        void *a = alloc_here(s, N), *b;
+        free_async(alloc_here(s, 4096), s);
         CHECK_CUDA(cudaStreamSynchronize(s));
-        CHECK_CUDA(cudaStreamDestroy(s));
+        destroy_stream(s);
         t = make_stream(1);
         *reborn += t == s;
         CHECK_CUDA(cudasim_launch_fill(a, N, SLOW, 0xEE, t));
-        CHECK_CUDA(cudaFreeAsync(a, t));
+        free_async(a, t);
         u = make_stream(1);
-        CHECK_CUDA(cudaMallocAsync(&b, N, u));
+        b = alloc_here(u, N);
         reused += b == a;
         own_and_check(b, N, u);
-        CHECK_CUDA(cudaFreeAsync(b, u));
+        free_async(b, u);
         CHECK_CUDA(cudaDeviceSynchronize());
-        CHECK_CUDA(cudaStreamDestroy(t));
-        CHECK_CUDA(cudaStreamDestroy(u));
+        destroy_stream(t);
+        destroy_stream(u);
     }
     return reused;
-}
-
-/* cudaMallocAsync of `n` bytes on `s` by the calling thread. */
-static void *alloc_here(cudaStream_t s, size_t n)
-{
-    void *p;
-    CHECK_CUDA(cudaMallocAsync(&p, n, s));
-    return p;
 }
 
 /* cudaMallocAsync of `n` bytes on `s` by another thread, which then exits. */
@@ -239,7 +267,10 @@ struct alloc_on {
 static void *alloc_thread(void *arg)
 {
     struct alloc_on *a = arg;
-    CHECK_CUDA(cudaMallocAsync(&a->p, a->n, a->s));
+    /* A new thread has no current context for the driver's calls: the runtime's make one. */
+    if (cu_api)
+        CHECK_CUDA(cudaSetDevice(0));
+    a->p = alloc_here(a->s, a->n);
     return NULL;
 }
 
@@ -263,23 +294,23 @@ static int reborn_reuse(void *(*alloc)(cudaStream_t, size_t), int *reborn)
     int reused = 0;
     for (int round = 0; round < ROUNDS; round++) {
         cudaStream_t s = make_stream(0), t;
-        CHECK_CUDA(cudaFreeAsync(alloc(s, 4096), s));
-        CHECK_CUDA(cudaFreeAsync(alloc(s, 4096), s));
+        free_async(alloc(s, 4096), s);
+        free_async(alloc(s, 4096), s);
         CHECK_CUDA(cudaStreamSynchronize(s));
-        CHECK_CUDA(cudaStreamDestroy(s));
+        destroy_stream(s);
         t = make_stream(0);
         *reborn += t == s;
         void *a = alloc(t, N);
         CHECK_CUDA(cudasim_launch_fill(a, N, SLOW, 0xEE, t));
-        CHECK_CUDA(cudaFreeAsync(a, t));
+        free_async(a, t);
         void *b = alloc(t, N);
         cudaError_t busy = cudaStreamQuery(t);
         CHECK(busy == cudaSuccess || busy == cudaErrorNotReady, "cudaStreamQuery: %d", (int)busy);
         reused += b == a && busy == cudaErrorNotReady;
         own_and_check(b, N, t);
-        CHECK_CUDA(cudaFreeAsync(b, t));
+        free_async(b, t);
         CHECK_CUDA(cudaDeviceSynchronize());
-        CHECK_CUDA(cudaStreamDestroy(t));
+        destroy_stream(t);
     }
     return reused;
 }
@@ -556,6 +587,17 @@ int main(int argc, char **argv)
         reused = reborn_reuse(alloc_here, &reborn);
     else if (strcmp(s, "reborn_free_only") == 0)
         reused = reborn_reuse(alloc_elsewhere, &reborn);
+    else if (strncmp(s, "cu_reborn_", 10) == 0) {
+        cu_api = 1;
+        if (strcmp(s + 10, "handle") == 0)
+            reused = reborn_handle(&reborn);
+        else if (strcmp(s + 10, "own_reuse") == 0)
+            reused = reborn_reuse(alloc_here, &reborn);
+        else if (strcmp(s + 10, "free_only") == 0)
+            reused = reborn_reuse(alloc_elsewhere, &reborn);
+        else
+            CHECK(0, "unknown scenario %s", s);
+    }
     else if (strcmp(s, "two_devices") == 0)
         reused = two_devices();
     else if (strcmp(s, "churn_two_devices") == 0)

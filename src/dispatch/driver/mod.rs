@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::current_pool;
+use super::stream_names::{remember, remembered_for_free};
 use crate::config::ReuseMode;
 use crate::cuda::backend::CudaBackend;
 use crate::cuda::driver::{self as cu, CuContext, CuDevicePtr, CuResult, Driver};
@@ -129,7 +130,11 @@ pub unsafe fn mem_alloc_as(
     let key = match stream {
         None => None,
         Some(s) => match async_stream(d, s) {
-            Ok(k) => Some(k).filter(|&k| k != NO_STREAM),
+            Ok(k) => {
+                // Asked just now: the thread's next free on the stream takes it.
+                remember(&inside, s, k);
+                Some(k).filter(|&k| k != NO_STREAM)
+            }
             Err(why) => return note_passed_through(why, size, unserved(pool, d, real)),
         },
     };
@@ -332,7 +337,9 @@ pub unsafe fn mem_free(
             } else {
                 match capture_status(d, s) {
                     Ok(Some(true)) => return answer(super::keep_captured_free(pool, ptr, what)),
-                    Ok(Some(false)) => stream_id(d, s),
+                    // The id the thread's last allocation there asked, as on the runtime's
+                    // side: a stale one only makes the block wait longer.
+                    Ok(Some(false)) => remembered_for_free(s).unwrap_or_else(|| stream_id(d, s)),
                     Ok(None) => NO_STREAM,
                     // A stream the driver does not know (destroyed): its answer, and the block
                     // stays the program's, as the driver's own free would leave it.
