@@ -145,3 +145,39 @@ fn two_devices_keep_every_tag_whichever_device_is_current_at_the_free() {
     run("churn_two_devices", &["strict", "barrier"], &churn);
     run("churn_two_devices_relaxed", &["relaxed"], &churn);
 }
+
+/// A stream of device 1 made at the handle of a destroyed stream of device 0, which this
+/// thread's last allocation named: the free there, device 1 current, takes the destroyed
+/// stream's id, and its block still waits for the kernel before device 1's next stream gets
+/// it. Through the driver's calls, the runtime's, and each API's frees of the other's blocks.
+#[test]
+fn a_stale_id_of_another_devices_stream_still_waits_for_the_kernel() {
+    let exe = c_program_with_driver("async_hostile");
+    let two = [("CUDASIM_DEVICES", "2")];
+    for scenario in [
+        "reborn_other_device",
+        "cu_reborn_other_device",
+        "mixed_reborn_other_device",
+        "mixed_cu_reborn_other_device",
+    ] {
+        every_round_reuses(scenario, &MODES, &two);
+        let (out, _) = ok(&mut pooled(&exe, &[scenario], &two));
+        assert!(
+            number::<u64>(&out, "reborn=") > 0,
+            "{scenario}: no handle was reused: {out}"
+        );
+    }
+}
+
+/// `reborn_handle` and `reborn_own_reuse` with one API's allocations and the other's frees.
+#[test]
+fn either_apis_free_of_the_others_block_on_a_reborn_handle_waits_for_the_kernel() {
+    for scenario in [
+        "mixed_reborn_handle",
+        "mixed_cu_reborn_handle",
+        "mixed_reborn_own_reuse",
+        "mixed_cu_reborn_own_reuse",
+    ] {
+        every_round_reuses(scenario, &MODES, &[]);
+    }
+}

@@ -35,6 +35,11 @@ static void own_and_check(void *b, size_t n, cudaStream_t s)
  * (cu_reborn_*), as a static runtime's cudaStreamCreate, cudaMallocAsync and cudaFreeAsync
  * make them. */
 static int cu_api;
+/* The frees' API apart from the allocations' (mixed_*): the driver's when 1, the runtime's
+ * when 2, else as cu_api says. */
+static int free_api;
+/* The device alloc_elsewhere's thread makes current. */
+static int elsewhere_device;
 
 static cudaStream_t make_stream(int nonblocking)
 {
@@ -221,7 +226,7 @@ static void *alloc_here(cudaStream_t s, size_t n)
 /* cudaFreeAsync of `p` on `s` (cuMemFreeAsync with cu_api). */
 static void free_async(void *p, cudaStream_t s)
 {
-    if (cu_api)
+    if (free_api ? free_api == 1 : cu_api)
         CHECK_CU(cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, (CUstream)s));
     else
         CHECK_CUDA(cudaFreeAsync(p, s));
@@ -268,8 +273,8 @@ static void *alloc_thread(void *arg)
 {
     struct alloc_on *a = arg;
     /* A new thread has no current context for the driver's calls: the runtime's make one. */
-    if (cu_api)
-        CHECK_CUDA(cudaSetDevice(0));
+    if (cu_api || elsewhere_device)
+        CHECK_CUDA(cudaSetDevice(elsewhere_device));
     a->p = alloc_here(a->s, a->n);
     return NULL;
 }
@@ -312,6 +317,40 @@ static int reborn_reuse(void *(*alloc)(cudaStream_t, size_t), int *reborn)
         CHECK_CUDA(cudaDeviceSynchronize());
         destroy_stream(t);
     }
+    return reused;
+}
+
+/* Two devices: this thread's last allocation named a stream of device 0, destroyed; a stream
+ * of device 1 made at its handle, where another thread allocates a block that this thread frees
+ * under a kernel with device 1 current: the free takes the destroyed stream's id, and the block
+ * is not device 1's next stream's before the kernel is done. */
+static int reborn_other_device(int *reborn)
+{
+    int reused = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        CHECK_CUDA(cudaSetDevice(0));
+        cudaStream_t s = make_stream(1), t, u;
+        free_async(alloc_here(s, 4096), s);
+        CHECK_CUDA(cudaStreamSynchronize(s));
+        destroy_stream(s);
+        CHECK_CUDA(cudaSetDevice(1));
+        t = make_stream(1);
+        *reborn += t == s;
+        elsewhere_device = 1;
+        void *a = alloc_elsewhere(t, N), *b;
+        elsewhere_device = 0;
+        CHECK_CUDA(cudasim_launch_fill(a, N, SLOW, 0xEE, t));
+        free_async(a, t);
+        u = make_stream(1);
+        b = alloc_here(u, N);
+        reused += b == a;
+        own_and_check(b, N, u);
+        free_async(b, u);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        destroy_stream(t);
+        destroy_stream(u);
+    }
+    CHECK_CUDA(cudaSetDevice(0));
     return reused;
 }
 
@@ -595,9 +634,27 @@ int main(int argc, char **argv)
             reused = reborn_reuse(alloc_here, &reborn);
         else if (strcmp(s + 10, "free_only") == 0)
             reused = reborn_reuse(alloc_elsewhere, &reborn);
+        else if (strcmp(s + 10, "other_device") == 0)
+            reused = reborn_other_device(&reborn);
         else
             CHECK(0, "unknown scenario %s", s);
     }
+    else if (strncmp(s, "mixed_", 6) == 0) {
+        /* mixed_cu_*: the driver's allocations, the runtime's frees; mixed_*: the reverse. */
+        cu_api = strncmp(s + 6, "cu_", 3) == 0;
+        free_api = cu_api ? 2 : 1;
+        const char *what = s + 6 + 3 * cu_api;
+        if (strcmp(what, "reborn_handle") == 0)
+            reused = reborn_handle(&reborn);
+        else if (strcmp(what, "reborn_own_reuse") == 0)
+            reused = reborn_reuse(alloc_here, &reborn);
+        else if (strcmp(what, "reborn_other_device") == 0)
+            reused = reborn_other_device(&reborn);
+        else
+            CHECK(0, "unknown scenario %s", s);
+    }
+    else if (strcmp(s, "reborn_other_device") == 0)
+        reused = reborn_other_device(&reborn);
     else if (strcmp(s, "two_devices") == 0)
         reused = two_devices();
     else if (strcmp(s, "churn_two_devices") == 0)
