@@ -43,6 +43,20 @@ fn every_round_reuses(scenario: &str, modes: &[&str], env: &[(&str, &str)]) {
     }
 }
 
+/// `every_round_reuses` for each of `scenarios`, which destroy a stream and make others until
+/// one gets the destroyed one's handle; and a run that shows a handle really was reused.
+fn reused_on_a_reborn_handle(scenarios: &[&str], env: &[(&str, &str)]) {
+    let exe = c_program_with_driver("async_hostile");
+    for &scenario in scenarios {
+        every_round_reuses(scenario, &MODES, env);
+        let (out, _) = ok(&mut pooled(&exe, &[scenario], env));
+        assert!(
+            number::<u64>(&out, "reborn=") > 0,
+            "{scenario}: no handle was reused: {out}"
+        );
+    }
+}
+
 /// A free on a stream that waits for an event after the kernel: CUDA orders that stream's next
 /// work after the kernel, so the block serves its next request at once, and intact.
 #[test]
@@ -88,15 +102,7 @@ fn a_destroyed_blocking_streams_pending_free_waits_and_the_stream_is_refused() {
 /// then names a stream no request names again. Through the runtime's calls and the driver's.
 #[test]
 fn a_free_on_a_stream_made_at_a_destroyed_ones_handle_waits_for_its_kernel() {
-    let exe = c_program_with_driver("async_hostile");
-    for scenario in ["reborn_handle", "cu_reborn_handle"] {
-        every_round_reuses(scenario, &MODES, &[]);
-        let (out, _) = ok(&mut pooled(&exe, &[scenario], &[]));
-        assert!(
-            number::<u64>(&out, "reborn=") > 0,
-            "{scenario}: no handle was reused: {out}"
-        );
-    }
+    reused_on_a_reborn_handle(&["reborn_handle", "cu_reborn_handle"], &[]);
 }
 
 /// A stream made at a destroyed one's handle, after the thread's frees named the destroyed
@@ -105,21 +111,16 @@ fn a_free_on_a_stream_made_at_a_destroyed_ones_handle_waits_for_its_kernel() {
 /// waiting for the kernel). Through the runtime's calls and the driver's.
 #[test]
 fn a_stream_made_at_a_destroyed_ones_handle_gets_its_own_freed_block_without_a_wait() {
-    let exe = c_program_with_driver("async_hostile");
     // The thread allocates there too; or only frees, while other threads allocate.
-    for scenario in [
-        "reborn_own_reuse",
-        "reborn_free_only",
-        "cu_reborn_own_reuse",
-        "cu_reborn_free_only",
-    ] {
-        every_round_reuses(scenario, &MODES, &[]);
-        let (out, _) = ok(&mut pooled(&exe, &[scenario], &[]));
-        assert!(
-            number::<u64>(&out, "reborn=") > 0,
-            "{scenario}: no handle was reused: {out}"
-        );
-    }
+    reused_on_a_reborn_handle(
+        &[
+            "reborn_own_reuse",
+            "reborn_free_only",
+            "cu_reborn_own_reuse",
+            "cu_reborn_free_only",
+        ],
+        &[],
+    );
 }
 
 /// The driver's stream-ordered calls: `_ptsz` forms on two threads' per-thread streams, and a
@@ -152,21 +153,15 @@ fn two_devices_keep_every_tag_whichever_device_is_current_at_the_free() {
 /// it. Through the driver's calls, the runtime's, and each API's frees of the other's blocks.
 #[test]
 fn a_stale_id_of_another_devices_stream_still_waits_for_the_kernel() {
-    let exe = c_program_with_driver("async_hostile");
-    let two = [("CUDASIM_DEVICES", "2")];
-    for scenario in [
-        "reborn_other_device",
-        "cu_reborn_other_device",
-        "mixed_reborn_other_device",
-        "mixed_cu_reborn_other_device",
-    ] {
-        every_round_reuses(scenario, &MODES, &two);
-        let (out, _) = ok(&mut pooled(&exe, &[scenario], &two));
-        assert!(
-            number::<u64>(&out, "reborn=") > 0,
-            "{scenario}: no handle was reused: {out}"
-        );
-    }
+    reused_on_a_reborn_handle(
+        &[
+            "reborn_other_device",
+            "cu_reborn_other_device",
+            "mixed_reborn_other_device",
+            "mixed_cu_reborn_other_device",
+        ],
+        &[("CUDASIM_DEVICES", "2")],
+    );
 }
 
 /// `reborn_handle` and `reborn_own_reuse` with one API's allocations and the other's frees.

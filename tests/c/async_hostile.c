@@ -232,6 +232,24 @@ static void free_async(void *p, cudaStream_t s)
         CHECK_CUDA(cudaFreeAsync(p, s));
 }
 
+/* `a`, written on `t` by a slow kernel and freed there, is asked for on a third stream made
+ * now: 1 when that request got it. `own_and_check` fails the run if the kernel's late write
+ * lands over the new owner's data. Destroys `t`. */
+static int freed_under_a_kernel_then_asked_elsewhere(void *a, cudaStream_t t)
+{
+    CHECK_CUDA(cudasim_launch_fill(a, N, SLOW, 0xEE, t));
+    free_async(a, t);
+    cudaStream_t u = make_stream(1);
+    void *b = alloc_here(u, N);
+    int reused = b == a;
+    own_and_check(b, N, u);
+    free_async(b, u);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    destroy_stream(t);
+    destroy_stream(u);
+    return reused;
+}
+
 /* A stream destroyed and another made at its handle (CUDA reuses handles, never ids): the block
  * the old stream allocated, written on the new one and freed there under the kernel, is not a
  * third stream's before the kernel is done. An allocation on the old stream came just before, so
@@ -241,23 +259,14 @@ static int reborn_handle(int *reborn)
 {
     int reused = 0;
     for (int round = 0; round < ROUNDS; round++) {
-        cudaStream_t s = make_stream(1), t, u;
-        void *a = alloc_here(s, N), *b;
+        cudaStream_t s = make_stream(1), t;
+        void *a = alloc_here(s, N);
         free_async(alloc_here(s, 4096), s);
         CHECK_CUDA(cudaStreamSynchronize(s));
         destroy_stream(s);
         t = make_stream(1);
         *reborn += t == s;
-        CHECK_CUDA(cudasim_launch_fill(a, N, SLOW, 0xEE, t));
-        free_async(a, t);
-        u = make_stream(1);
-        b = alloc_here(u, N);
-        reused += b == a;
-        own_and_check(b, N, u);
-        free_async(b, u);
-        CHECK_CUDA(cudaDeviceSynchronize());
-        destroy_stream(t);
-        destroy_stream(u);
+        reused += freed_under_a_kernel_then_asked_elsewhere(a, t);
     }
     return reused;
 }
@@ -329,7 +338,7 @@ static int reborn_other_device(int *reborn)
     int reused = 0;
     for (int round = 0; round < ROUNDS; round++) {
         CHECK_CUDA(cudaSetDevice(0));
-        cudaStream_t s = make_stream(1), t, u;
+        cudaStream_t s = make_stream(1), t;
         free_async(alloc_here(s, 4096), s);
         CHECK_CUDA(cudaStreamSynchronize(s));
         destroy_stream(s);
@@ -337,18 +346,9 @@ static int reborn_other_device(int *reborn)
         t = make_stream(1);
         *reborn += t == s;
         elsewhere_device = 1;
-        void *a = alloc_elsewhere(t, N), *b;
+        void *a = alloc_elsewhere(t, N);
         elsewhere_device = 0;
-        CHECK_CUDA(cudasim_launch_fill(a, N, SLOW, 0xEE, t));
-        free_async(a, t);
-        u = make_stream(1);
-        b = alloc_here(u, N);
-        reused += b == a;
-        own_and_check(b, N, u);
-        free_async(b, u);
-        CHECK_CUDA(cudaDeviceSynchronize());
-        destroy_stream(t);
-        destroy_stream(u);
+        reused += freed_under_a_kernel_then_asked_elsewhere(a, t);
     }
     CHECK_CUDA(cudaSetDevice(0));
     return reused;
