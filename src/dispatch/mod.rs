@@ -380,8 +380,8 @@ unsafe fn free_with(
     // For a `cudaFree` the current device only says where to look first: the block is freed
     // the same way on whichever device holds it. The device this thread last allocated on is
     // as good a first guess, and saves asking the runtime (`cudaGetDevice`) on every free.
-    // One test for both `NO_DEVICE` and a device the pool does not index: the lookup below
-    // then needs no bounds check.
+    // The last device is one the pool served on, or `NO_DEVICE`: a test against the device
+    // table's bound tells the two apart and spares the lookup below its bounds check.
     let first = inside.last_device();
     if first as usize >= crate::pool::MAX_DEVICES {
         return free_first(&inside, g, pool, ptr, pass);
@@ -403,12 +403,6 @@ fn free_first(
     ptr: *mut c_void,
     pass: impl FnOnce() -> CudaStatus,
 ) -> CudaStatus {
-    let last = inside.last_device();
-    if last != guard::NO_DEVICE {
-        // A device past the pool's: looked for there first all the same, as ever.
-        let outcome = pool.free(ptr as u64, FreeKind::Sync, Some(last));
-        return answer_free(outcome, &g.runtime, ptr, "cudaFree", pass);
-    }
     let current = current_device(&g.runtime);
     let outcome = pool.free(
         ptr as u64,
